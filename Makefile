@@ -1,0 +1,120 @@
+# seqkv - build, test, bench, install.
+#   make                  library (static + shared), CLI, tests
+#   make test             run the test suite (summary line "N passed, M failed")
+#   make san              build + test under AddressSanitizer + UBSan (build-san/)
+#   make bench            benchmarks; results in bench/results/
+#   make fuzz             libFuzzer targets (clang) in build-fuzz/
+#   make install PREFIX=/usr/local
+# Every module in src/ is compiled into the library; every tests/test_*.c is a
+# test binary; every fuzz/fuzz_*.c is a fuzz target whose corpus in
+# fuzz/corpus/<name>/ is replayed by the test suite.
+
+CC      ?= cc
+BUILD   ?= build
+PREFIX  ?= /usr/local
+VERSION := 0.1.0
+# The bundled default model (models/), used when a command gets no -m.
+DEFAULT_MODEL ?= stories260K.gguf
+OPT     ?= -O2 -g
+WERROR  ?=
+SANFLAGS ?=
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+        -Wpointer-arith -Wformat=2 -Wvla -Wundef -Wcast-qual -Wnull-dereference
+# Determinism: ISO C11 (no GNU contraction), no FMA contraction, no fast-math.
+# Every fused multiply-add in the numeric kernels is written explicitly.
+# -fno-math-errno only lets fmaf/sqrtf compile to single instructions (same results).
+BASE := -std=c11 -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 -ffp-contract=off -fno-math-errno \
+        -fno-fast-math -fno-strict-aliasing -fvisibility=hidden -fPIC \
+        -Iinclude -Isrc
+ALL_CFLAGS = $(BASE) $(WARN) $(WERROR) $(OPT) $(SANFLAGS) $(CFLAGS)
+LIBS := -llmdb -lzstd -lxxhash -lpthread -lm
+
+SRC     := $(sort $(wildcard src/*.c))
+OBJ     := $(SRC:src/%.c=$(BUILD)/obj/%.o)
+TESTSRC := $(sort $(wildcard tests/test_*.c))
+TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
+FUZZSRC := $(sort $(wildcard fuzz/fuzz_*.c))
+REPLAYBIN := $(FUZZSRC:fuzz/fuzz_%.c=$(BUILD)/tests/test_fuzz_%)
+TOOLSRC := $(sort $(wildcard tools/*.c))
+BENCHSRC := $(sort $(wildcard bench/*.c))
+BENCHBIN := $(BENCHSRC:bench/%.c=$(BUILD)/bench/%)
+
+# Kernels compiled for AVX2+FMA+F16C; chosen at run time by CPU detection.
+$(BUILD)/obj/%_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mf16c
+
+.PHONY: all lib test san bench fuzz install uninstall clean check-shared
+all: lib $(BUILD)/seqkv $(TESTBIN) $(REPLAYBIN) $(BENCHBIN)
+lib: $(BUILD)/libseqkv.a $(BUILD)/libseqkv.so $(BUILD)/seqkv.pc
+
+# V=1 shows full command lines.
+Q := $(if $(V),,@)
+
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/seqkv.h | $(BUILD)/obj
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libseqkv.a: $(OBJ)
+	rm -f $@; ar rcs $@ $^
+
+$(BUILD)/libseqkv.so: $(OBJ)
+	$(CC) -shared -Wl,-soname,libseqkv.so.0 $(SANFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/seqkv: $(TOOLSRC) $(wildcard tools/*.h) $(BUILD)/libseqkv.a
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -Itools -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(BUILD)/libseqkv.a $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libseqkv.a | $(BUILD)/tests
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
+
+$(BUILD)/tests/test_fuzz_%: fuzz/fuzz_%.c tests/fuzz_replay.c $(BUILD)/libseqkv.a | $(BUILD)/tests
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -DFUZZ_NAME='"$*"' -o $@ $< tests/fuzz_replay.c $(BUILD)/libseqkv.a $(LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libseqkv.a | $(BUILD)/bench
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
+
+$(BUILD)/seqkv.pc: Makefile | $(BUILD)
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: seqkv\nDescription: Sequential KV-cache compression\nVersion: %s\nLibs: -L$${libdir} -lseqkv\nLibs.private: %s\nCflags: -I$${includedir}\n' \
+	    '$(PREFIX)' '$(VERSION)' '$(LIBS)' > $@
+
+$(BUILD) $(BUILD)/obj $(BUILD)/tests $(BUILD)/bench:
+	mkdir -p $@
+
+test: all
+	tests/run.sh $(BUILD)
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build of everything, then the suite.
+san:
+	$(MAKE) BUILD=build-san OPT='-O1 -g' \
+	    SANFLAGS='-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer' all
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh build-san
+
+bench: all
+	bench/run.sh $(BUILD)
+
+fuzz:
+	$(MAKE) BUILD=build-fuzz CC=clang OPT='-O1 -g' \
+	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link' lib
+	mkdir -p build-fuzz/fuzz
+	for f in $(FUZZSRC); do n=$$(basename $$f .c); \
+	    clang $(BASE) -O1 -g -fsanitize=address,undefined,fuzzer -o build-fuzz/fuzz/$$n $$f build-fuzz/libseqkv.a $(LIBS) || exit 1; done
+	@echo "fuzzers in build-fuzz/fuzz/; run e.g. build-fuzz/fuzz/fuzz_gguf fuzz/corpus/gguf"
+
+install: lib $(BUILD)/seqkv
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(BUILD)/seqkv $(DESTDIR)$(PREFIX)/bin/seqkv
+	install -m 644 $(BUILD)/libseqkv.a $(DESTDIR)$(PREFIX)/lib/libseqkv.a
+	install -m 755 $(BUILD)/libseqkv.so $(DESTDIR)$(PREFIX)/lib/libseqkv.so.0
+	ln -sf libseqkv.so.0 $(DESTDIR)$(PREFIX)/lib/libseqkv.so
+	install -m 644 include/seqkv.h $(DESTDIR)$(PREFIX)/include/seqkv.h
+	install -m 644 $(BUILD)/seqkv.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/seqkv $(DESTDIR)$(PREFIX)/lib/libseqkv.* \
+	    $(DESTDIR)$(PREFIX)/include/seqkv.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
+
+clean:
+	rm -rf build build-san build-fuzz

@@ -1,0 +1,184 @@
+/* seqkv - store transformer KV caches as sequences.
+ *
+ * The only public header. Conventions:
+ * - Every function that can fail returns an int status: SKV_OK (0) or a
+ *   negative skv_status. skv_status_str() names it; handles keep the detail
+ *   of their last error (skv_*_last_error()).
+ * - Handles are opaque, created by the _create or _load functions and released by _free
+ *   (which accepts NULL).
+ * - The library never prints and never exits; diagnostics go through the
+ *   optional log callback set by skv_set_log().
+ */
+#ifndef SEQKV_H
+#define SEQKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SKV_API __attribute__((visibility("default")))
+#else
+#define SKV_API
+#endif
+
+#define SEQKV_VERSION_STRING "0.1.0"
+
+typedef enum skv_status {
+    SKV_OK = 0,
+    SKV_ERR_INVALID_ARG = -1, /* caller passed something invalid */
+    SKV_ERR_NOMEM = -2,       /* allocation failed */
+    SKV_ERR_IO = -3,          /* open/read/write/mmap failed */
+    SKV_ERR_FORMAT = -4,      /* input is malformed, truncated or corrupt */
+    SKV_ERR_UNSUPPORTED = -5, /* well-formed but not supported (arch, type, version) */
+    SKV_ERR_MISMATCH = -6,    /* wrong model, digest or checksum mismatch */
+    SKV_ERR_RANGE = -7,       /* a limit was exceeded (context length, buffer size) */
+    SKV_ERR_INTERNAL = -8     /* a bug: please report */
+} skv_status;
+
+SKV_API const char *skv_status_str(int status);
+SKV_API const char *skv_version(void);
+
+/* ---- Logging ------------------------------------------------------------ */
+
+enum { SKV_LOG_ERROR = 0, SKV_LOG_WARN = 1, SKV_LOG_INFO = 2, SKV_LOG_DEBUG = 3 };
+typedef void (*skv_log_fn)(void *user, int level, const char *msg);
+/* Process-wide log sink (default: none). Not thread-safe against concurrent logging; set it once at start. */
+SKV_API void skv_set_log(skv_log_fn fn, void *user);
+
+/* ---- Models ------------------------------------------------------------- */
+
+/* An immutable loaded model (weights memory-mapped, tokenizer). Thread-safe to share
+ * between contexts once loaded. */
+typedef struct skv_model skv_model;
+
+enum { SKV_TOKENIZER_KIND_SPM = 1, SKV_TOKENIZER_KIND_GPT2 = 2 };
+
+typedef struct skv_model_info {
+    char arch[32];           /* "llama" */
+    char name[96];           /* general.name or file name */
+    char format[16];         /* "gguf" or "llama2c" */
+    int n_layer;
+    int n_embd;              /* model width */
+    int n_head;              /* query heads */
+    int n_head_kv;           /* key/value heads (GQA when < n_head) */
+    int head_dim;
+    int n_ff;                /* FFN hidden size */
+    int n_vocab;
+    int n_ctx_train;         /* trained context length */
+    int rope_dim;            /* rotated dimensions per head */
+    float rope_base;
+    float norm_eps;
+    int tied_output;         /* output matrix shares token_embd */
+    int weight_type;         /* dominant matrix type: SKV_DTYPE_* */
+    int64_t n_params;
+    uint64_t file_bytes;
+    int tokenizer_kind;      /* SKV_TOKENIZER_KIND_* */
+    int32_t bos_id, eos_id;  /* -1 if none */
+    int add_bos;
+} skv_model_info;
+
+/* Tensor element types (GGML numbering). */
+enum { SKV_DTYPE_F32 = 0, SKV_DTYPE_F16 = 1, SKV_DTYPE_Q4_0 = 2, SKV_DTYPE_Q8_0 = 8 };
+
+/* Loads a GGUF v2/v3 file, or a llama2.c checkpoint (.bin) whose tokenizer is found
+ * at tokenizer_path (NULL: "tokenizer.bin" or "tok<vocab>.bin" beside the checkpoint).
+ * On failure returns a status and writes a message to err (if non-NULL). */
+SKV_API int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out,
+                           char *err, size_t errcap);
+SKV_API void skv_model_free(skv_model *m);
+SKV_API int skv_model_get_info(const skv_model *m, skv_model_info *info);
+/* 128-bit fingerprint of everything that determines the model's outputs: hyper-parameters,
+ * every weight value (as the f32 numbers the forward pass uses, so a GGUF and a llama2.c file
+ * holding the same weights agree) and the vocabulary. Computed on first call, then cached. */
+SKV_API int skv_model_fingerprint(skv_model *m, uint8_t out[16]);
+
+/* Tokenizes text. add_special: prepend BOS (and append EOS) as the model's tokenizer says.
+ * Writes at most cap ids to out; *n_out receives the number needed (SKV_ERR_RANGE if > cap). */
+SKV_API int skv_tokenize(const skv_model *m, const char *text, size_t len, int add_special,
+                         int32_t *out, size_t cap, size_t *n_out);
+/* The bytes of one token (control tokens render as nothing). *len receives the length. */
+SKV_API int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len);
+
+/* ---- Contexts: one KV cache + scratch, used by one thread at a time ---------- */
+
+typedef struct skv_ctx skv_ctx;
+
+enum {
+    SKV_KERNELS_AUTO = 0,   /* fastest available (AVX2+FMA when the CPU has it) */
+    SKV_KERNELS_SCALAR = 1, /* portable reference kernels (bit-identical to AVX2: see docs/determinism.md) */
+    SKV_KERNELS_AVX2 = 2    /* AVX2; SKV_ERR_UNSUPPORTED if the CPU lacks it */
+};
+
+typedef struct skv_ctx_params {
+    int n_ctx;       /* KV capacity in positions; 0 = the model's trained context */
+    int n_threads;   /* worker threads for prefill/decode; 0 or 1 = the calling thread only */
+    int kernels;     /* SKV_KERNELS_* */
+    int max_batch;   /* largest prefill chunk processed at once (memory vs speed); 0 = 512 */
+} skv_ctx_params;
+
+SKV_API skv_ctx_params skv_ctx_default_params(void);
+SKV_API int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out);
+SKV_API void skv_ctx_free(skv_ctx *c);
+SKV_API const char *skv_ctx_last_error(const skv_ctx *c);
+SKV_API const skv_model *skv_ctx_model(const skv_ctx *c);
+SKV_API int skv_ctx_n_pos(const skv_ctx *c);   /* positions currently in the cache */
+SKV_API int skv_ctx_n_ctx(const skv_ctx *c);   /* capacity */
+/* Drops positions >= n_pos (0 clears the cache). */
+SKV_API int skv_ctx_truncate(skv_ctx *c, int n_pos);
+
+enum { SKV_LOGITS_NONE = 0, SKV_LOGITS_LAST = 1, SKV_LOGITS_ALL = 2 };
+
+/* Runs n tokens as one batched prefill, appending them to the KV cache.
+ * logits: NULL or room for n_vocab floats (LAST) or n*n_vocab floats (ALL), row per token.
+ * Results are bit-identical to running the same tokens one by one with skv_decode(),
+ * in any chunking and at any thread count (docs/determinism.md). */
+SKV_API int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits);
+/* Appends one token; logits: NULL or room for n_vocab floats. */
+SKV_API int skv_decode(skv_ctx *c, int32_t token, float *logits);
+
+/* Read-only view of the KV cache: the n_pos x head_dim f32 block of one layer, kind
+ * (0 = K after RoPE, 1 = V) and KV head, rows contiguous. Valid until the next call
+ * that modifies the context. */
+SKV_API int skv_ctx_kv_view(const skv_ctx *c, int layer, int kind, int kv_head, const float **data);
+/* 128-bit digest (XXH3-128) of the KV cache's first n_pos positions in the canonical order
+ * layer, kind, kv_head, position, dimension as little-endian f32. */
+SKV_API int skv_ctx_kv_digest(const skv_ctx *c, int n_pos, uint8_t out[16]);
+
+/* ---- Raw KV dumps (docs/kvdump.md) ------------------------------------- */
+
+enum { SKV_KVDUMP_F32 = 0, SKV_KVDUMP_F16 = 1 };
+
+/* Writes the first n positions of the cache and their token ids (tokens[0..n)) to path. */
+SKV_API int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtype,
+                             const char *path, char *err, size_t errcap);
+
+typedef struct skv_kvdump {
+    int dtype;               /* SKV_KVDUMP_* */
+    int n_layer, n_head_kv, head_dim;
+    uint32_t n_pos;
+    uint8_t fingerprint[16]; /* model fingerprint */
+    int32_t *tokens;         /* n_pos */
+    float *kv;               /* [n_layer][2][n_head_kv][n_pos][head_dim], converted to f32 */
+} skv_kvdump;
+/* Reads and validates a dump (checksum included). Free with skv_kvdump_free. */
+SKV_API int skv_kvdump_read(const char *path, skv_kvdump **out, char *err, size_t errcap);
+SKV_API void skv_kvdump_free(skv_kvdump *d);
+
+/* ---- Sizes of per-vector representations -------------------------------- */
+
+/* Bytes that one token position of m's KV cache (every layer, K and V, every KV head)
+ * takes when each head vector is stored with a per-vector scheme: "f32", "f16", "q8_0",
+ * "q4_0", "tq1".."tq4" (TurboQuant-MSE), "tq2p".."tq4p" (TurboQuant-prod), or "tq3.5"
+ * (half the vectors at tq3, half at tq4: the paper's 3.5-bit operating point).
+ * Counts every stored byte (norms, scales). SKV_ERR_INVALID_ARG for unknown names. */
+SKV_API int skv_kv_position_bytes(const skv_model *m, const char *scheme, double *bytes);
+
+/* @@API-END@@ */
+#ifdef __cplusplus
+}
+#endif
+#endif /* SEQKV_H */

@@ -1,0 +1,27 @@
+#!/bin/sh
+# Install the Debian packages seqkv needs to build and test.
+#   scripts/install-deps.sh          build + test dependencies
+#   scripts/install-deps.sh --train  also the training toolchain (tools/train/)
+#   scripts/install-deps.sh --corpus also the evaluation texts (KJV Bible, fortunes)
+# Idempotent: packages already present are skipped; run as root (or via sudo).
+set -eu
+pkgs="build-essential pkg-config python3 python3-numpy python3-regex liblmdb-dev libzstd-dev libxxhash-dev"
+for arg in "$@"; do
+    case "$arg" in
+        --train)  pkgs="$pkgs python3-torch python3-sentencepiece sentencepiece libopenblas0-pthread bible-kjv" ;;
+        --corpus) pkgs="$pkgs bible-kjv fortunes" ;;
+        --bench)  pkgs="$pkgs gnuplot-nox bible-kjv fortunes" ;;
+        -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+        *) echo "install-deps.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+    esac
+done
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps.sh: installing$missing" >&2
+$SUDO apt-get update -qq >/dev/null 2>&1 || $SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

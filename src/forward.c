@@ -1,0 +1,359 @@
+/* Contexts and the forward pass: batched prefill and single-token decode over one
+ * KV cache, batch- and thread-invariant by construction (ops.h, docs/determinism.md).
+ *
+ * Names: T = tokens in this batch, D = n_embd, F = n_ff, hd = head_dim,
+ * Hq / Hkv = query / key-value heads, V = n_vocab, S = n_ctx (cache capacity).
+ *
+ * KV cache layout, one f32 block per (layer, kind, kv head), rows = positions:
+ *   k_cache[l][h][pos][hd], v_cache[l][h][pos][hd]   (S rows reserved per block) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "model.h"
+#include "ops.h"
+#include "threadpool.h"
+
+#define ROW_BLOCK 16 /* weight rows per matmul task (dequantised together) */
+
+struct skv_ctx {
+    const skv_model *m;
+    const skv_kernels *k;
+    skv_pool *pool;
+    int n_ctx, n_pos, max_batch;
+    size_t kmax;           /* longest matmul input row */
+    float *k_cache, *v_cache;
+    float *rope_cos, *rope_sin; /* [S][rope_dim/2] */
+    float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2; /* activations for max_batch tokens */
+    float *thread_scratch; /* per thread: ROW_BLOCK*kmax dequant rows + S attention scores */
+    size_t scratch_stride;
+    char err[256];
+};
+
+static size_t kv_block(const skv_ctx *c) { return (size_t)c->n_ctx * (size_t)c->m->info.head_dim; }
+
+static float *kv_ptr(float *cache, const skv_ctx *c, int layer, int head)
+{
+    return cache + ((size_t)layer * (size_t)c->m->info.n_head_kv + (size_t)head) * kv_block(c);
+}
+
+skv_ctx_params skv_ctx_default_params(void)
+{
+    skv_ctx_params p = {0, 1, SKV_KERNELS_AUTO, 512};
+    return p;
+}
+
+static int ctx_alloc(skv_ctx *c)
+{
+    const skv_model_info *h = &c->m->info;
+    size_t B = (size_t)c->max_batch, D = (size_t)h->n_embd, F = (size_t)h->n_ff;
+    size_t Q = (size_t)h->n_head * (size_t)h->head_dim, KV = (size_t)h->n_head_kv * (size_t)h->head_dim;
+    size_t S = (size_t)c->n_ctx, np = (size_t)h->rope_dim / 2, cache;
+    c->kmax = D > F ? D : F;
+    if (Q > c->kmax) c->kmax = Q;
+    if (!skv_mul_ok((size_t)h->n_layer * KV, S, &cache) || cache > ((size_t)1 << 40)) return SKV_ERR_RANGE;
+    c->k_cache = calloc(cache, sizeof(float));
+    c->v_cache = calloc(cache, sizeof(float));
+    c->rope_cos = malloc(S * np * sizeof(float));
+    c->rope_sin = malloc(S * np * sizeof(float));
+    c->x = malloc(B * D * sizeof(float));
+    c->xb = malloc(B * D * sizeof(float));
+    c->q = malloc(B * Q * sizeof(float));
+    c->kk = malloc(B * KV * sizeof(float));
+    c->vv = malloc(B * KV * sizeof(float));
+    c->att = malloc(B * Q * sizeof(float));
+    c->hb = malloc(B * F * sizeof(float));
+    c->hb2 = malloc(B * F * sizeof(float));
+    c->scratch_stride = ROW_BLOCK * c->kmax + SKV_ATTN_MAX_Q * S + 16;
+    c->thread_scratch = malloc((size_t)skv_pool_size(c->pool) * c->scratch_stride * sizeof(float));
+    if (!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q || !c->kk ||
+        !c->vv || !c->att || !c->hb || !c->hb2 || !c->thread_scratch)
+        return SKV_ERR_NOMEM;
+    for (size_t p = 0; p < S; p++)
+        for (size_t i = 0; i < np; i++) {
+            double a = (double)p * c->m->rope_scale * c->m->rope_freq[i];
+            c->rope_cos[p * np + i] = (float)cos(a);
+            c->rope_sin[p * np + i] = (float)sin(a);
+        }
+    return SKV_OK;
+}
+
+int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
+{
+    skv_ctx_params d = skv_ctx_default_params();
+    skv_ctx *c;
+    int rc;
+    if (!m || !out) return SKV_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!p) p = &d;
+    if (p->n_ctx < 0 || p->n_ctx > (1 << 24) || p->n_threads < 0 || p->n_threads > 1024 || p->max_batch < 0 ||
+        p->max_batch > 65536)
+        return SKV_ERR_INVALID_ARG;
+    if (!(c = calloc(1, sizeof *c))) return SKV_ERR_NOMEM;
+    c->m = m;
+    c->n_ctx = p->n_ctx ? p->n_ctx : m->info.n_ctx_train;
+    c->max_batch = p->max_batch ? p->max_batch : 512;
+    if (c->max_batch > c->n_ctx) c->max_batch = c->n_ctx;
+    switch (p->kernels) {
+    case SKV_KERNELS_AUTO: c->k = skv_kernels_best(); break;
+    case SKV_KERNELS_SCALAR: c->k = skv_kernels_scalar(); break;
+    case SKV_KERNELS_AVX2: c->k = skv_kernels_avx2(); break;
+    default: c->k = NULL;
+    }
+    if (!c->k) {
+        free(c);
+        return p->kernels == SKV_KERNELS_AVX2 ? SKV_ERR_UNSUPPORTED : SKV_ERR_INVALID_ARG;
+    }
+    if (p->n_threads > 1 && !(c->pool = skv_pool_create(p->n_threads))) {
+        free(c);
+        return SKV_ERR_NOMEM;
+    }
+    if ((rc = ctx_alloc(c)) != SKV_OK) {
+        skv_ctx_free(c);
+        return rc;
+    }
+    *out = c;
+    return SKV_OK;
+}
+
+void skv_ctx_free(skv_ctx *c)
+{
+    if (!c) return;
+    skv_pool_free(c->pool);
+    free(c->k_cache);
+    free(c->v_cache);
+    free(c->rope_cos);
+    free(c->rope_sin);
+    free(c->x);
+    free(c->xb);
+    free(c->q);
+    free(c->kk);
+    free(c->vv);
+    free(c->att);
+    free(c->hb);
+    free(c->hb2);
+    free(c->thread_scratch);
+    free(c);
+}
+
+const char *skv_ctx_last_error(const skv_ctx *c) { return c ? c->err : "NULL context"; }
+const skv_model *skv_ctx_model(const skv_ctx *c) { return c ? c->m : NULL; }
+int skv_ctx_n_pos(const skv_ctx *c) { return c ? c->n_pos : 0; }
+int skv_ctx_n_ctx(const skv_ctx *c) { return c ? c->n_ctx : 0; }
+
+int skv_ctx_truncate(skv_ctx *c, int n_pos)
+{
+    if (!c || n_pos < 0) return SKV_ERR_INVALID_ARG;
+    if (n_pos < c->n_pos) c->n_pos = n_pos;
+    return SKV_OK;
+}
+
+/* ---- parallel matmul ------------------------------------------------------------ */
+
+typedef struct {
+    skv_ctx *c;
+    const skv_weight *w;
+    const float *x;  /* [T][w->K], row stride ldx */
+    size_t ldx, T;
+    float *y;        /* [T][ldy] */
+    size_t ldy;
+} matmul_job;
+
+static void matmul_task(void *arg, size_t task, int thread)
+{
+    matmul_job *j = arg;
+    const skv_weight *w = j->w;
+    size_t r0 = task * ROW_BLOCK, nr = w->N - r0 < ROW_BLOCK ? w->N - r0 : ROW_BLOCK;
+    const float *W;
+    if (w->type == SKV_GGML_F32) {
+        W = (const float *)(const void *)(w->data + r0 * w->row_bytes);
+    } else {
+        float *buf = j->c->thread_scratch + (size_t)thread * j->c->scratch_stride;
+        skv_dequant_rows(w->type, w->data + r0 * w->row_bytes, w->row_bytes, w->K, nr, buf);
+        W = buf;
+    }
+    j->c->k->matmul(j->y + r0, j->ldy, W, w->K, j->x, j->ldx, j->T, nr);
+}
+
+/* y[t][0..N) = W x[t] for t < T */
+static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, size_t T, float *y, size_t ldy)
+{
+    matmul_job j = {c, w, x, ldx, T, y, ldy};
+    skv_pool_run(c->pool, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
+}
+
+/* ---- attention --------------------------------------------------------------------
+ * One task = one KV head x a block of tokens: all query heads of the head's group for
+ * those tokens (up to SKV_ATTN_MAX_Q rows) go through one kernel call, which shares the
+ * K/V loads between them. Token t (absolute position p0+t) attends to rows 0..p0+t.
+ * How rows are grouped into calls never changes a result: each row's arithmetic is fixed. */
+
+typedef struct {
+    skv_ctx *c;
+    int layer, p0;
+    size_t T, per_head; /* tokens; tasks per KV head */
+} attn_job;
+
+/* Query rows of one KV head are numbered r = t*g + gi; a task takes SKV_ATTN_MAX_Q of them. */
+static void attn_task(void *arg, size_t task, int thread)
+{
+    attn_job *j = arg;
+    skv_ctx *c = j->c;
+    const skv_model_info *h = &c->m->info;
+    size_t hd = (size_t)h->head_dim, g = (size_t)(h->n_head / h->n_head_kv), Hq = (size_t)h->n_head;
+    size_t hk = task / j->per_head, r0 = (task % j->per_head) * SKV_ATTN_MAX_Q, r1 = r0 + SKV_ATTN_MAX_Q, nq = 0;
+    const float *q[SKV_ATTN_MAX_Q];
+    float *out[SKV_ATTN_MAX_Q];
+    size_t n[SKV_ATTN_MAX_Q];
+    if (r1 > j->T * g) r1 = j->T * g;
+    for (size_t r = r0; r < r1; r++, nq++) {
+        size_t t = r / g, row = (t * Hq + hk * g + r % g) * hd;
+        q[nq] = c->q + row;
+        out[nq] = c->att + row;
+        n[nq] = (size_t)j->p0 + t + 1;
+    }
+    float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
+    c->k->attn(out, q, n, nq, kv_ptr(c->k_cache, c, j->layer, (int)hk), kv_ptr(c->v_cache, c, j->layer, (int)hk), hd,
+               1.0f / sqrtf((float)hd), scores, n[nq - 1]);
+}
+
+static void attention(skv_ctx *c, int layer, size_t T, int p0)
+{
+    const skv_model_info *h = &c->m->info;
+    size_t g = (size_t)(h->n_head / h->n_head_kv);
+    attn_job aj = {c, layer, p0, T, (T * g + SKV_ATTN_MAX_Q - 1) / SKV_ATTN_MAX_Q};
+    skv_pool_run(c->pool, attn_task, &aj, aj.per_head * (size_t)h->n_head_kv);
+}
+
+/* ---- one batch ---------------------------------------------------------------------- */
+
+static void rope_rows(skv_ctx *c, float *x, size_t T, size_t n_heads, int p0)
+{
+    const skv_model_info *h = &c->m->info;
+    size_t hd = (size_t)h->head_dim, np = (size_t)h->rope_dim / 2;
+    for (size_t t = 0; t < T; t++) {
+        size_t pos = (size_t)p0 + t;
+        for (size_t hh = 0; hh < n_heads; hh++)
+            c->k->rope(x + (t * n_heads + hh) * hd, c->rope_cos + pos * np, c->rope_sin + pos * np, np);
+    }
+}
+
+static void layer_forward(skv_ctx *c, int l, size_t T, int p0)
+{
+    const skv_model_info *h = &c->m->info;
+    const skv_layer *L = &c->m->layers[l];
+    size_t D = (size_t)h->n_embd, F = (size_t)h->n_ff, hd = (size_t)h->head_dim;
+    size_t Q = (size_t)h->n_head * hd, KV = (size_t)h->n_head_kv * hd;
+    for (size_t t = 0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, L->attn_norm, D, h->norm_eps);
+    matmul(c, &L->wq, c->xb, D, T, c->q, Q);
+    matmul(c, &L->wk, c->xb, D, T, c->kk, KV);
+    matmul(c, &L->wv, c->xb, D, T, c->vv, KV);
+    rope_rows(c, c->q, T, (size_t)h->n_head, p0);
+    rope_rows(c, c->kk, T, (size_t)h->n_head_kv, p0);
+    for (size_t t = 0; t < T; t++)
+        for (int hh = 0; hh < h->n_head_kv; hh++) {
+            size_t row = ((size_t)p0 + t) * hd;
+            memcpy(kv_ptr(c->k_cache, c, l, hh) + row, c->kk + t * KV + (size_t)hh * hd, hd * sizeof(float));
+            memcpy(kv_ptr(c->v_cache, c, l, hh) + row, c->vv + t * KV + (size_t)hh * hd, hd * sizeof(float));
+        }
+    attention(c, l, T, p0);
+    matmul(c, &L->wo, c->att, Q, T, c->xb, D);
+    c->k->add(c->x, c->xb, T * D);
+    for (size_t t = 0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, L->ffn_norm, D, h->norm_eps);
+    matmul(c, &L->w1, c->xb, D, T, c->hb, F);
+    matmul(c, &L->w3, c->xb, D, T, c->hb2, F);
+    c->k->silu_mul(c->hb, c->hb2, T * F);
+    matmul(c, &L->w2, c->hb, F, T, c->xb, D);
+    c->k->add(c->x, c->xb, T * D);
+}
+
+/* Runs T <= max_batch tokens at positions n_pos.. ; logits rows for tokens [t_first, T). */
+static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_first, float *logits)
+{
+    const skv_model_info *h = &c->m->info;
+    size_t D = (size_t)h->n_embd, V = (size_t)h->n_vocab;
+    int p0 = c->n_pos;
+    for (size_t t = 0; t < T; t++) skv_weight_row(&c->m->tok_embd, (size_t)tokens[t], c->x + t * D);
+    for (int l = 0; l < h->n_layer; l++) layer_forward(c, l, T, p0);
+    c->n_pos += (int)T;
+    if (!logits || t_first >= T) return;
+    for (size_t t = t_first; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, c->m->output_norm, D, h->norm_eps);
+    matmul(c, &c->m->output, c->xb + t_first * D, D, T - t_first, logits, V);
+}
+
+static int check_tokens(skv_ctx *c, const int32_t *tokens, size_t n)
+{
+    if ((size_t)c->n_pos + n > (size_t)c->n_ctx) {
+        snprintf(c->err, sizeof c->err, "context full: %d positions + %zu tokens exceed the capacity of %d", c->n_pos,
+                 n, c->n_ctx);
+        return SKV_ERR_RANGE;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->m->info.n_vocab) {
+            snprintf(c->err, sizeof c->err, "token id %d at index %zu is outside the vocabulary [0, %d)", tokens[i], i,
+                     c->m->info.n_vocab);
+            return SKV_ERR_INVALID_ARG;
+        }
+    return SKV_OK;
+}
+
+int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits)
+{
+    int rc;
+    if (!c || (!tokens && n) || logits_mode < SKV_LOGITS_NONE || logits_mode > SKV_LOGITS_ALL ||
+        (logits_mode != SKV_LOGITS_NONE && !logits))
+        return SKV_ERR_INVALID_ARG;
+    if ((rc = check_tokens(c, tokens, n))) return rc;
+    size_t V = (size_t)c->m->info.n_vocab;
+    for (size_t done = 0; done < n;) {
+        size_t T = n - done < (size_t)c->max_batch ? n - done : (size_t)c->max_batch;
+        int last_chunk = done + T == n;
+        if (logits_mode == SKV_LOGITS_ALL) forward_batch(c, tokens + done, T, 0, logits + done * V);
+        else if (logits_mode == SKV_LOGITS_LAST && last_chunk) forward_batch(c, tokens + done, T, T - 1, logits);
+        else forward_batch(c, tokens + done, T, T, NULL);
+        done += T;
+    }
+    return SKV_OK;
+}
+
+int skv_decode(skv_ctx *c, int32_t token, float *logits)
+{
+    return skv_prefill(c, &token, 1, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);
+}
+
+int skv_ctx_kv_view(const skv_ctx *c, int layer, int kind, int kv_head, const float **data)
+{
+    if (!c || !data || layer < 0 || layer >= c->m->info.n_layer || kind < 0 || kind > 1 || kv_head < 0 ||
+        kv_head >= c->m->info.n_head_kv)
+        return SKV_ERR_INVALID_ARG;
+    *data = kv_ptr(kind ? c->v_cache : c->k_cache, c, layer, kv_head);
+    return SKV_OK;
+}
+
+int skv_ctx_kv_digest(const skv_ctx *c, int n_pos, uint8_t out[16])
+{
+    XXH3_state_t *st;
+    if (!c || !out || n_pos < 0 || n_pos > c->n_pos) return SKV_ERR_INVALID_ARG;
+    if (!(st = XXH3_createState())) return SKV_ERR_NOMEM;
+    XXH3_128bits_reset(st);
+    size_t hd = (size_t)c->m->info.head_dim;
+    uint8_t buf[1024];
+    for (int l = 0; l < c->m->info.n_layer; l++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int hh = 0; hh < c->m->info.n_head_kv; hh++) {
+                const float *p = kv_ptr(kind ? c->v_cache : c->k_cache, c, l, hh);
+                size_t n = (size_t)n_pos * hd;
+                for (size_t i = 0; i < n;) {
+                    size_t k = 0;
+                    for (; k < sizeof buf / 4 && i < n; k++, i++) skv_wrf32(buf + 4 * k, p[i]);
+                    XXH3_128bits_update(st, buf, 4 * k);
+                }
+            }
+    XXH128_canonical_t cn;
+    XXH128_canonicalFromHash(&cn, XXH3_128bits_digest(st));
+    memcpy(out, cn.digest, 16);
+    XXH3_freeState(st);
+    return SKV_OK;
+}

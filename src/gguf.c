@@ -1,0 +1,483 @@
+/* GGUF reader: structure validation and typed metadata access. See gguf.h. */
+#include "gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
+#define GGUF_DEFAULT_ALIGNMENT 32
+/* Sanity caps: far above any real model, low enough to stop allocation bombs. */
+#define GGUF_MAX_KV ((uint64_t)1 << 20)
+#define GGUF_MAX_TENSORS ((uint64_t)1 << 20)
+
+typedef struct {
+    skv_gguf_str key;
+    uint32_t type;
+    uint32_t arr_type; /* for arrays */
+    uint64_t arr_n;
+    const uint8_t *val; /* value bytes (for arrays: first element) */
+} gguf_kv;
+
+struct skv_gguf {
+    skv_mmap map; /* owned when opened from a path */
+    const uint8_t *base;
+    size_t size;
+    uint32_t version;
+    size_t n_kv, n_tensors;
+    gguf_kv *kv;
+    skv_gguf_tensor *tensors;
+};
+
+static const struct {
+    const char *name;
+    uint8_t blck;
+    uint16_t size;
+} type_traits[SKV_GGML_NTYPES] = {
+    [SKV_GGML_F32] = {"f32", 1, 4},      [SKV_GGML_F16] = {"f16", 1, 2},
+    [SKV_GGML_Q4_0] = {"q4_0", 32, 18},  [SKV_GGML_Q4_1] = {"q4_1", 32, 20},
+    [SKV_GGML_Q5_0] = {"q5_0", 32, 22},  [SKV_GGML_Q5_1] = {"q5_1", 32, 24},
+    [SKV_GGML_Q8_0] = {"q8_0", 32, 34},  [SKV_GGML_Q8_1] = {"q8_1", 32, 36},
+    [SKV_GGML_Q2_K] = {"q2_k", 0, 84},   [SKV_GGML_Q3_K] = {"q3_k", 0, 110},
+    [SKV_GGML_Q4_K] = {"q4_k", 0, 144},  [SKV_GGML_Q5_K] = {"q5_k", 0, 176},
+    [SKV_GGML_Q6_K] = {"q6_k", 0, 210},  [SKV_GGML_Q8_K] = {"q8_k", 0, 292},
+    [SKV_GGML_I8] = {"i8", 1, 1},        [SKV_GGML_I16] = {"i16", 1, 2},
+    [SKV_GGML_I32] = {"i32", 1, 4},      [SKV_GGML_I64] = {"i64", 1, 8},
+    [SKV_GGML_F64] = {"f64", 1, 8},      [SKV_GGML_BF16] = {"bf16", 1, 2},
+};
+
+size_t skv_ggml_blck_size(uint32_t type)
+{
+    if (type >= SKV_GGML_NTYPES || !type_traits[type].name) return 0;
+    return type_traits[type].blck ? type_traits[type].blck : 256; /* K-quants: 256 */
+}
+
+size_t skv_ggml_type_size(uint32_t type)
+{
+    if (type >= SKV_GGML_NTYPES || !type_traits[type].name) return 0;
+    return type_traits[type].size;
+}
+
+const char *skv_ggml_type_name(uint32_t type)
+{
+    if (type >= SKV_GGML_NTYPES || !type_traits[type].name) return "unknown";
+    return type_traits[type].name;
+}
+
+/* Size of one scalar metadata value of a fixed-size type; 0 for STRING/ARRAY/unknown. */
+static size_t scalar_size(uint32_t t)
+{
+    static const uint8_t sz[SKV_GGUF_NTYPES] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    return t < SKV_GGUF_NTYPES ? sz[t] : 0;
+}
+
+/* ---- bounded cursor ------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t *p, *end;
+    char *err;
+    size_t errcap;
+} cursor;
+
+static int need(cursor *c, size_t n, const char *what)
+{
+    if ((size_t)(c->end - c->p) < n)
+        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF truncated while reading %s", what);
+    return SKV_OK;
+}
+
+static int rd_u32(cursor *c, uint32_t *v, const char *what)
+{
+    int rc = need(c, 4, what);
+    if (rc) return rc;
+    *v = skv_rd32(c->p);
+    c->p += 4;
+    return SKV_OK;
+}
+
+static int rd_u64(cursor *c, uint64_t *v, const char *what)
+{
+    int rc = need(c, 8, what);
+    if (rc) return rc;
+    *v = skv_rd64(c->p);
+    c->p += 8;
+    return SKV_OK;
+}
+
+static int rd_str(cursor *c, skv_gguf_str *s, const char *what)
+{
+    uint64_t len;
+    int rc = rd_u64(c, &len, what);
+    if (rc) return rc;
+    if (len > (uint64_t)(c->end - c->p))
+        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+                        "GGUF %s: string length %llu exceeds the %zu bytes left", what,
+                        (unsigned long long)len, (size_t)(c->end - c->p));
+    s->ptr = (const char *)c->p;
+    s->len = (size_t)len;
+    c->p += len;
+    return SKV_OK;
+}
+
+static int str_eq(skv_gguf_str s, const char *z)
+{
+    size_t n = strlen(z);
+    return s.len == n && memcmp(s.ptr, z, n) == 0;
+}
+
+/* Skips over one value of type t (arrays: validated element by element). */
+static int parse_value(cursor *c, gguf_kv *kv, const char *what)
+{
+    size_t sz = scalar_size(kv->type);
+    kv->val = c->p;
+    if (kv->type == SKV_GGUF_STRING) {
+        skv_gguf_str s;
+        return rd_str(c, &s, what);
+    }
+    if (kv->type == SKV_GGUF_ARRAY) {
+        uint32_t at;
+        uint64_t n;
+        int rc;
+        if ((rc = rd_u32(c, &at, what)) || (rc = rd_u64(c, &n, what))) return rc;
+        kv->arr_type = at;
+        kv->arr_n = n;
+        kv->val = c->p;
+        if (at == SKV_GGUF_STRING) {
+            /* each string needs at least its 8-byte length: bound n before looping */
+            if (n > (uint64_t)(c->end - c->p) / 8)
+                return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+                                "GGUF %s: array of %llu strings cannot fit in the file", what,
+                                (unsigned long long)n);
+            for (uint64_t i = 0; i < n; i++) {
+                skv_gguf_str s;
+                if ((rc = rd_str(c, &s, what))) return rc;
+            }
+            return SKV_OK;
+        }
+        sz = scalar_size(at);
+        if (!sz)
+            return skv_errf(c->err, c->errcap, SKV_ERR_UNSUPPORTED,
+                            "GGUF %s: arrays of type %u are not supported", what, at);
+        if (n > (uint64_t)(c->end - c->p) / sz)
+            return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+                            "GGUF %s: array of %llu elements exceeds the file", what,
+                            (unsigned long long)n);
+        c->p += (size_t)n * sz;
+        return SKV_OK;
+    }
+    if (!sz)
+        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: unknown value type %u", what,
+                        kv->type);
+    if (kv->type == SKV_GGUF_BOOL && need(c, 1, what) == SKV_OK && c->p[0] > 1)
+        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: bool value %u", what, c->p[0]);
+    int rc = need(c, sz, what);
+    if (rc) return rc;
+    c->p += sz;
+    return SKV_OK;
+}
+
+static int parse_kvs(skv_gguf *g, cursor *c)
+{
+    for (size_t i = 0; i < g->n_kv; i++) {
+        gguf_kv *kv = &g->kv[i];
+        char what[96];
+        int rc;
+        snprintf(what, sizeof what, "metadata entry %zu", i);
+        if ((rc = rd_str(c, &kv->key, what))) return rc;
+        snprintf(what, sizeof what, "metadata '%.*s'", (int)(kv->key.len > 64 ? 64 : kv->key.len),
+                 kv->key.ptr);
+        if ((rc = rd_u32(c, &kv->type, what))) return rc;
+        if ((rc = parse_value(c, kv, what))) return rc;
+        for (size_t j = 0; j < i; j++)
+            if (g->kv[j].key.len == kv->key.len && !memcmp(g->kv[j].key.ptr, kv->key.ptr, kv->key.len))
+                return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF: duplicate key %s", what + 9);
+    }
+    return SKV_OK;
+}
+
+static int parse_tensor_info(skv_gguf *g, cursor *c, skv_gguf_tensor *t, size_t i)
+{
+    char what[96];
+    uint64_t off, nel = 1;
+    int rc;
+    snprintf(what, sizeof what, "tensor info %zu", i);
+    if ((rc = rd_str(c, &t->name, what)) || (rc = rd_u32(c, &t->n_dims, what))) return rc;
+    snprintf(what, sizeof what, "tensor '%.*s'", (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr);
+    if (t->n_dims < 1 || t->n_dims > 4)
+        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: %u dimensions (1..4 allowed)", what,
+                        t->n_dims);
+    for (uint32_t d = 0; d < 4; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        if ((rc = rd_u64(c, &t->ne[d], what))) return rc;
+        if (t->ne[d] == 0 || t->ne[d] > ((uint64_t)1 << 40) || nel > ((uint64_t)1 << 50) / t->ne[d])
+            return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: absurd dimension %llu", what,
+                            (unsigned long long)t->ne[d]);
+        nel *= t->ne[d];
+    }
+    t->n_elements = nel;
+    if ((rc = rd_u32(c, &t->type, what)) || (rc = rd_u64(c, &off, what))) return rc;
+    size_t bs = skv_ggml_blck_size(t->type), ts = skv_ggml_type_size(t->type);
+    if (!bs)
+        return skv_errf(c->err, c->errcap, SKV_ERR_UNSUPPORTED, "GGUF %s: unknown tensor type %u", what,
+                        t->type);
+    if (t->ne[0] % bs)
+        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+                        "GGUF %s: row length %llu is not a multiple of the %s block size %zu", what,
+                        (unsigned long long)t->ne[0], skv_ggml_type_name(t->type), bs);
+    t->nbytes = (size_t)(nel / bs) * ts; /* nel < 2^50, ts < 2^9: no overflow */
+    t->data = (const uint8_t *)(uintptr_t)off; /* resolved after the data section is known */
+    (void)g;
+    return SKV_OK;
+}
+
+static int resolve_tensors(skv_gguf *g, cursor *c, size_t data_start, size_t alignment)
+{
+    size_t data_size = g->size - data_start;
+    for (size_t i = 0; i < g->n_tensors; i++) {
+        skv_gguf_tensor *t = &g->tensors[i];
+        uint64_t off = (uint64_t)(uintptr_t)t->data;
+        if (off % alignment)
+            return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF tensor '%.*s': offset %llu not aligned to %zu",
+                            (int)t->name.len, t->name.ptr, (unsigned long long)off, alignment);
+        if (off > data_size || t->nbytes > data_size - off)
+            return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+                            "GGUF tensor '%.*s': data [%llu, +%zu) lies past the end of the file (data section %zu bytes)",
+                            (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr, (unsigned long long)off,
+                            t->nbytes, data_size);
+        t->data = g->base + data_start + off;
+        for (size_t j = 0; j < i; j++)
+            if (g->tensors[j].name.len == t->name.len && !memcmp(g->tensors[j].name.ptr, t->name.ptr, t->name.len))
+                return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF: duplicate tensor name '%.*s'",
+                                (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr);
+    }
+    return SKV_OK;
+}
+
+static int parse(skv_gguf *g, char *err, size_t errcap)
+{
+    cursor c = {g->base, g->base + g->size, err, errcap};
+    uint32_t magic;
+    uint64_t n_t, n_kv;
+    int64_t align = GGUF_DEFAULT_ALIGNMENT;
+    int rc;
+    if (g->size < 4 || (magic = skv_rd32(g->base)) != GGUF_MAGIC)
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "not a GGUF file (bad magic)");
+    c.p += 4;
+    if ((rc = rd_u32(&c, &g->version, "header"))) return rc;
+    if (g->version != 2 && g->version != 3)
+        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "GGUF version %u is not supported (2 and 3 are)",
+                        g->version);
+    if ((rc = rd_u64(&c, &n_t, "header")) || (rc = rd_u64(&c, &n_kv, "header"))) return rc;
+    /* each kv needs >= 12 bytes, each tensor info >= 28: bound counts by the file size */
+    if (n_kv > GGUF_MAX_KV || n_kv > g->size / 12 || n_t > GGUF_MAX_TENSORS || n_t > g->size / 28)
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF header claims %llu tensors and %llu metadata entries: impossible for a %zu-byte file",
+                        (unsigned long long)n_t, (unsigned long long)n_kv, g->size);
+    g->n_kv = (size_t)n_kv;
+    g->n_tensors = (size_t)n_t;
+    g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
+    g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
+    if (!g->kv || !g->tensors) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading GGUF");
+    if ((rc = parse_kvs(g, &c))) return rc;
+    rc = skv_gguf_get_int(g, "general.alignment", &align);
+    if (rc == SKV_ERR_FORMAT || align < 1 || align > 65536 || (align & (align - 1)))
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF general.alignment must be a power of two <= 65536");
+    for (size_t i = 0; i < g->n_tensors; i++)
+        if ((rc = parse_tensor_info(g, &c, &g->tensors[i], i))) return rc;
+    size_t pos = (size_t)(c.p - g->base);
+    size_t data_start = (pos + (size_t)align - 1) / (size_t)align * (size_t)align;
+    if (data_start > g->size) {
+        if (g->n_tensors) return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF truncated before the tensor data");
+        data_start = g->size;
+    }
+    return resolve_tensors(g, &c, data_start, (size_t)align);
+}
+
+int skv_gguf_open_mem(const void *data, size_t size, skv_gguf **out, char *err, size_t errcap)
+{
+    skv_gguf *g;
+    int rc;
+    *out = NULL;
+    if (!data && size) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "NULL buffer");
+    if (!(g = calloc(1, sizeof *g))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    g->base = data;
+    g->size = size;
+    if ((rc = parse(g, err, errcap)) != SKV_OK) {
+        skv_gguf_close(g);
+        return rc;
+    }
+    *out = g;
+    return SKV_OK;
+}
+
+int skv_gguf_open(const char *path, skv_gguf **out, char *err, size_t errcap)
+{
+    skv_mmap m;
+    int rc = skv_mmap_open(path, &m, err, errcap);
+    *out = NULL;
+    if (rc) return rc;
+    if ((rc = skv_gguf_open_mem(m.data, m.size, out, err, errcap)) != SKV_OK) {
+        skv_mmap_close(&m);
+        return rc;
+    }
+    (*out)->map = m;
+    return SKV_OK;
+}
+
+void skv_gguf_close(skv_gguf *g)
+{
+    if (!g) return;
+    free(g->kv);
+    free(g->tensors);
+    skv_mmap_close(&g->map);
+    free(g);
+}
+
+uint32_t skv_gguf_version(const skv_gguf *g) { return g->version; }
+size_t skv_gguf_n_tensors(const skv_gguf *g) { return g->n_tensors; }
+size_t skv_gguf_file_size(const skv_gguf *g) { return g->size; }
+
+const skv_gguf_tensor *skv_gguf_tensor_at(const skv_gguf *g, size_t i)
+{
+    return i < g->n_tensors ? &g->tensors[i] : NULL;
+}
+
+const skv_gguf_tensor *skv_gguf_find_tensor(const skv_gguf *g, const char *name)
+{
+    for (size_t i = 0; i < g->n_tensors; i++)
+        if (str_eq(g->tensors[i].name, name)) return &g->tensors[i];
+    return NULL;
+}
+
+static const gguf_kv *find_kv(const skv_gguf *g, const char *key)
+{
+    for (size_t i = 0; i < g->n_kv; i++)
+        if (str_eq(g->kv[i].key, key)) return &g->kv[i];
+    return NULL;
+}
+
+int skv_gguf_has(const skv_gguf *g, const char *key) { return find_kv(g, key) != NULL; }
+
+/* Reads a scalar integer of GGUF type t at p; returns 0 if t is not an integer type. */
+static int int_at(uint32_t t, const uint8_t *p, int64_t *out)
+{
+    switch (t) {
+    case SKV_GGUF_U8: *out = p[0]; return 1;
+    case SKV_GGUF_I8: *out = (int8_t)p[0]; return 1;
+    case SKV_GGUF_BOOL: *out = p[0]; return 1;
+    case SKV_GGUF_U16: *out = skv_rd16(p); return 1;
+    case SKV_GGUF_I16: *out = (int16_t)skv_rd16(p); return 1;
+    case SKV_GGUF_U32: *out = skv_rd32(p); return 1;
+    case SKV_GGUF_I32: *out = (int32_t)skv_rd32(p); return 1;
+    case SKV_GGUF_I64: *out = (int64_t)skv_rd64(p); return 1;
+    case SKV_GGUF_U64:
+        if (skv_rd64(p) > (uint64_t)INT64_MAX) return 0;
+        *out = (int64_t)skv_rd64(p);
+        return 1;
+    default: return 0;
+    }
+}
+
+int skv_gguf_get_int(const skv_gguf *g, const char *key, int64_t *out)
+{
+    const gguf_kv *kv = find_kv(g, key);
+    int64_t v;
+    if (!kv) return SKV_ERR_RANGE;
+    if (!int_at(kv->type, kv->val, &v)) return SKV_ERR_FORMAT;
+    *out = v;
+    return SKV_OK;
+}
+
+int skv_gguf_get_float(const skv_gguf *g, const char *key, double *out)
+{
+    const gguf_kv *kv = find_kv(g, key);
+    int64_t v;
+    if (!kv) return SKV_ERR_RANGE;
+    if (kv->type == SKV_GGUF_F32) {
+        *out = skv_rdf32(kv->val);
+    } else if (kv->type == SKV_GGUF_F64) {
+        uint64_t u = skv_rd64(kv->val);
+        double d;
+        memcpy(&d, &u, 8);
+        *out = d;
+    } else if (int_at(kv->type, kv->val, &v)) {
+        *out = (double)v;
+    } else {
+        return SKV_ERR_FORMAT;
+    }
+    return SKV_OK;
+}
+
+int skv_gguf_get_bool(const skv_gguf *g, const char *key, int *out)
+{
+    int64_t v;
+    int rc = skv_gguf_get_int(g, key, &v);
+    if (rc) return rc;
+    *out = v != 0;
+    return SKV_OK;
+}
+
+int skv_gguf_get_str(const skv_gguf *g, const char *key, skv_gguf_str *out)
+{
+    const gguf_kv *kv = find_kv(g, key);
+    if (!kv) return SKV_ERR_RANGE;
+    if (kv->type != SKV_GGUF_STRING) return SKV_ERR_FORMAT;
+    out->len = (size_t)skv_rd64(kv->val);
+    out->ptr = (const char *)kv->val + 8;
+    return SKV_OK;
+}
+
+int skv_gguf_get_arr(const skv_gguf *g, const char *key, uint32_t *elem_type, size_t *n)
+{
+    const gguf_kv *kv = find_kv(g, key);
+    if (!kv) return SKV_ERR_RANGE;
+    if (kv->type != SKV_GGUF_ARRAY) return SKV_ERR_FORMAT;
+    *elem_type = kv->arr_type;
+    *n = (size_t)kv->arr_n;
+    return SKV_OK;
+}
+
+static const gguf_kv *find_arr(const skv_gguf *g, const char *key, uint32_t t, size_t n)
+{
+    const gguf_kv *kv = find_kv(g, key);
+    if (!kv || kv->type != SKV_GGUF_ARRAY || kv->arr_type != t || kv->arr_n != n) return NULL;
+    return kv;
+}
+
+int skv_gguf_arr_strings(const skv_gguf *g, const char *key, skv_gguf_str *out, size_t n)
+{
+    const gguf_kv *kv = find_arr(g, key, SKV_GGUF_STRING, n);
+    const uint8_t *p;
+    if (!kv) return SKV_ERR_FORMAT;
+    p = kv->val;
+    for (size_t i = 0; i < n; i++) { /* lengths were validated by parse() */
+        out[i].len = (size_t)skv_rd64(p);
+        out[i].ptr = (const char *)p + 8;
+        p += 8 + out[i].len;
+    }
+    return SKV_OK;
+}
+
+int skv_gguf_arr_f32(const skv_gguf *g, const char *key, float *out, size_t n)
+{
+    const gguf_kv *kv = find_arr(g, key, SKV_GGUF_F32, n);
+    if (!kv) return SKV_ERR_FORMAT;
+    for (size_t i = 0; i < n; i++) out[i] = skv_rdf32(kv->val + 4 * i);
+    return SKV_OK;
+}
+
+int skv_gguf_arr_i32(const skv_gguf *g, const char *key, int32_t *out, size_t n)
+{
+    const gguf_kv *kv = find_kv(g, key);
+    size_t sz;
+    int64_t v;
+    if (!kv || kv->type != SKV_GGUF_ARRAY || kv->arr_n != n) return SKV_ERR_FORMAT;
+    sz = scalar_size(kv->arr_type);
+    if (!sz || kv->arr_type == SKV_GGUF_F32 || kv->arr_type == SKV_GGUF_F64) return SKV_ERR_FORMAT;
+    for (size_t i = 0; i < n; i++) {
+        if (!int_at(kv->arr_type, kv->val + sz * i, &v) || v < INT32_MIN || v > INT32_MAX) return SKV_ERR_FORMAT;
+        out[i] = (int32_t)v;
+    }
+    return SKV_OK;
+}

@@ -1,0 +1,183 @@
+/* Raw KV-cache dumps: a checksummed, little-endian interchange format (docs/kvdump.md).
+ *
+ *   [0,64)    header: "SKVDUMP\0", u32 version=1, u32 header_size=64, u32 dtype,
+ *             u32 n_layer, u32 n_head_kv, u32 head_dim, u32 n_pos, u32 reserved=0,
+ *             u8 fingerprint[16], u64 XXH3-64 of bytes [0,56)
+ *   [64, ..)  i32 tokens[n_pos]
+ *             values [n_layer][2 (K,V)][n_head_kv][n_pos][head_dim] as f32 or f16
+ *   last 8    u64 XXH3-64 of everything between the header and this trailer */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "f16.h"
+#include "model.h"
+
+#define KVD_MAGIC "SKVDUMP\0"
+#define KVD_VERSION 1
+#define KVD_HEADER 64
+#define KVD_MAX_DIM (1u << 20)
+
+typedef struct {
+    FILE *f;
+    XXH3_state_t *st;
+    int failed;
+} hashed_writer;
+
+static void hw_put(hashed_writer *w, const void *p, size_t n)
+{
+    if (w->failed) return;
+    if (fwrite(p, 1, n, w->f) != n) w->failed = 1;
+    XXH3_64bits_update(w->st, p, n);
+}
+
+static int write_values(hashed_writer *w, const skv_ctx *c, size_t n, int dtype)
+{
+    const skv_model *m = skv_ctx_model(c);
+    size_t hd = (size_t)m->info.head_dim;
+    uint8_t buf[4096];
+    for (int l = 0; l < m->info.n_layer; l++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int h = 0; h < m->info.n_head_kv; h++) {
+                const float *p;
+                skv_ctx_kv_view(c, l, kind, h, &p);
+                size_t total = n * hd, k = 0;
+                for (size_t i = 0; i < total; i++) {
+                    if (dtype == SKV_KVDUMP_F16) {
+                        skv_wr16(buf + k, skv_f32_to_f16(p[i]));
+                        k += 2;
+                    } else {
+                        skv_wrf32(buf + k, p[i]);
+                        k += 4;
+                    }
+                    if (k == sizeof buf) {
+                        hw_put(w, buf, k);
+                        k = 0;
+                    }
+                }
+                hw_put(w, buf, k);
+            }
+    return w->failed ? SKV_ERR_IO : SKV_OK;
+}
+
+int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtype, const char *path, char *err,
+                     size_t errcap)
+{
+    const skv_model *m;
+    uint8_t hdr[KVD_HEADER] = {0}, fp[16], trailer[8];
+    char tmp[4096];
+    hashed_writer w = {0};
+    int rc;
+    if (!c || (!tokens && n) || !path || (dtype != SKV_KVDUMP_F32 && dtype != SKV_KVDUMP_F16))
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    if (n > (size_t)skv_ctx_n_pos(c))
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "asked to dump %zu positions but the cache holds %d", n,
+                        skv_ctx_n_pos(c));
+    m = skv_ctx_model(c);
+    if ((rc = skv_model_fingerprint((skv_model *)(uintptr_t)m, fp))) return skv_errf(err, errcap, rc, "fingerprint failed");
+    memcpy(hdr, KVD_MAGIC, 8);
+    skv_wr32(hdr + 8, KVD_VERSION);
+    skv_wr32(hdr + 12, KVD_HEADER);
+    skv_wr32(hdr + 16, (uint32_t)dtype);
+    skv_wr32(hdr + 20, (uint32_t)m->info.n_layer);
+    skv_wr32(hdr + 24, (uint32_t)m->info.n_head_kv);
+    skv_wr32(hdr + 28, (uint32_t)m->info.head_dim);
+    skv_wr32(hdr + 32, (uint32_t)n);
+    memcpy(hdr + 40, fp, 16);
+    skv_wr64(hdr + 56, XXH3_64bits(hdr, 56));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (!(w.f = fopen(tmp, "wb"))) return skv_errf(err, errcap, SKV_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+    if (!(w.st = XXH3_createState())) {
+        fclose(w.f);
+        remove(tmp);
+        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    }
+    XXH3_64bits_reset(w.st);
+    if (fwrite(hdr, 1, sizeof hdr, w.f) != sizeof hdr) w.failed = 1;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b[4];
+        skv_wr32(b, (uint32_t)tokens[i]);
+        hw_put(&w, b, 4);
+    }
+    rc = write_values(&w, c, n, dtype);
+    skv_wr64(trailer, XXH3_64bits_digest(w.st));
+    if (!rc && fwrite(trailer, 1, 8, w.f) != 8) rc = SKV_ERR_IO;
+    XXH3_freeState(w.st);
+    if (fclose(w.f) != 0) rc = SKV_ERR_IO;
+    if (rc || rename(tmp, path) != 0) {
+        remove(tmp);
+        return skv_errf(err, errcap, SKV_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    }
+    return SKV_OK;
+}
+
+int skv_kvdump_read(const char *path, skv_kvdump **out, char *err, size_t errcap)
+{
+    skv_mmap map;
+    skv_kvdump *d = NULL;
+    const uint8_t *p;
+    int rc;
+    if (!path || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    *out = NULL;
+    if ((rc = skv_mmap_open(path, &map, err, errcap))) return rc;
+    p = map.data;
+    rc = SKV_ERR_FORMAT;
+    if (map.size < KVD_HEADER + 8 || memcmp(p, KVD_MAGIC, 8)) {
+        skv_errf(err, errcap, rc, "'%s' is not a seqkv KV dump (bad magic)", path);
+        goto fail;
+    }
+    if (skv_rd32(p + 8) != KVD_VERSION || skv_rd32(p + 12) != KVD_HEADER) {
+        rc = skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "'%s': KV dump version %u is not supported (1 is)", path,
+                      skv_rd32(p + 8));
+        goto fail;
+    }
+    if (skv_rd64(p + 56) != XXH3_64bits(p, 56)) {
+        skv_errf(err, errcap, rc, "'%s': header checksum mismatch (corrupt file)", path);
+        goto fail;
+    }
+    uint32_t dtype = skv_rd32(p + 16), L = skv_rd32(p + 20), H = skv_rd32(p + 24), hd = skv_rd32(p + 28);
+    uint32_t n = skv_rd32(p + 32);
+    size_t vsz = dtype == SKV_KVDUMP_F16 ? 2 : 4, nval, need;
+    if (dtype > 1 || !L || !H || !hd || L > 4096 || H > 4096 || hd > 4096 || n > KVD_MAX_DIM * 16u ||
+        !skv_mul_ok((size_t)L * 2 * H * hd, n, &nval) || !skv_mul_ok(nval, vsz, &need) ||
+        !skv_add_ok(need, KVD_HEADER + 8 + (size_t)n * 4, &need) || need != map.size) {
+        skv_errf(err, errcap, rc, "'%s': header sizes do not match the file (%zu bytes): truncated or corrupt", path,
+                 map.size);
+        goto fail;
+    }
+    if (skv_rd64(p + map.size - 8) != XXH3_64bits(p + KVD_HEADER, map.size - KVD_HEADER - 8)) {
+        skv_errf(err, errcap, rc, "'%s': data checksum mismatch (corrupt file)", path);
+        goto fail;
+    }
+    rc = SKV_ERR_NOMEM;
+    if (!(d = calloc(1, sizeof *d)) || !(d->tokens = malloc(((size_t)n + 1) * 4)) || !(d->kv = malloc((nval + 1) * 4))) {
+        skv_errf(err, errcap, rc, "out of memory reading '%s'", path);
+        goto fail;
+    }
+    d->dtype = (int)dtype;
+    d->n_layer = (int)L;
+    d->n_head_kv = (int)H;
+    d->head_dim = (int)hd;
+    d->n_pos = n;
+    memcpy(d->fingerprint, p + 40, 16);
+    for (size_t i = 0; i < n; i++) d->tokens[i] = (int32_t)skv_rd32(p + KVD_HEADER + 4 * i);
+    const uint8_t *v = p + KVD_HEADER + (size_t)n * 4;
+    for (size_t i = 0; i < nval; i++) d->kv[i] = vsz == 2 ? skv_f16_to_f32(skv_rd16(v + 2 * i)) : skv_rdf32(v + 4 * i);
+    skv_mmap_close(&map);
+    *out = d;
+    return SKV_OK;
+fail:
+    skv_kvdump_free(d);
+    skv_mmap_close(&map);
+    return rc;
+}
+
+void skv_kvdump_free(skv_kvdump *d)
+{
+    if (!d) return;
+    free(d->tokens);
+    free(d->kv);
+    free(d);
+}

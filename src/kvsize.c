@@ -1,0 +1,24 @@
+/* Per-position KV sizes under the per-vector schemes of quant.c. */
+#include <string.h>
+
+#include "model.h"
+#include "quant.h"
+
+int skv_kv_position_bytes(const skv_model *m, const char *scheme, double *bytes)
+{
+    size_t hd, vecs;
+    if (!m || !scheme || !bytes) return SKV_ERR_INVALID_ARG;
+    hd = (size_t)m->info.head_dim;
+    vecs = 2 * (size_t)m->info.n_layer * (size_t)m->info.n_head_kv;
+    if (!strcmp(scheme, "tq3.5")) {
+        double a, b;
+        int rc = skv_kv_position_bytes(m, "tq3", &a);
+        if (!rc) rc = skv_kv_position_bytes(m, "tq4", &b);
+        if (!rc) *bytes = (a + b) / 2.0;
+        return rc;
+    }
+    int id = skv_quant_parse(scheme);
+    if (id < 0 || skv_quant_check(id, hd) != SKV_OK) return SKV_ERR_INVALID_ARG;
+    *bytes = (double)skv_quant_bytes(id, hd) * (double)vecs;
+    return SKV_OK;
+}

@@ -1,0 +1,49 @@
+/* Loaded model: hyper-parameters, weight views into the file mapping, tokenizer.
+ *
+ * Shapes (GGML order written as math: W[N][K] maps K inputs to N outputs, rows contiguous):
+ *   tok_embd  [n_vocab][n_embd]
+ *   wq [n_head*hd][n_embd]   wk, wv [n_head_kv*hd][n_embd]   wo [n_embd][n_head*hd]
+ *   w1 (gate), w3 (up) [n_ff][n_embd]   w2 (down) [n_embd][n_ff]
+ *   output [n_vocab][n_embd] (== tok_embd when tied)
+ *   norms: f32 copies of length n_embd */
+#ifndef SKV_MODEL_H
+#define SKV_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "seqkv.h"
+#include "tokenizer.h"
+#include "util.h"
+
+typedef struct skv_weight {
+    uint32_t type;        /* SKV_GGML_* */
+    const uint8_t *data;  /* N rows of row_bytes */
+    size_t row_bytes;
+    size_t K, N;
+} skv_weight;
+
+typedef struct skv_layer {
+    skv_weight wq, wk, wv, wo, w1, w2, w3;
+    float *attn_norm, *ffn_norm; /* [n_embd], owned */
+} skv_layer;
+
+struct skv_model {
+    skv_model_info info;
+    skv_gguf *gguf;       /* GGUF form */
+    skv_mmap map;         /* llama2.c form */
+    skv_weight tok_embd, output;
+    float *output_norm;   /* [n_embd], owned */
+    double *rope_freq;    /* [rope_dim/2] angular frequency per pair, owned */
+    double rope_scale;    /* positions are multiplied by this (linear scaling: 1/factor) */
+    skv_layer *layers;
+    skv_tokenizer *tok;
+    int fp_done;
+    uint8_t fp[16];
+};
+
+/* Expands one row of a weight to f32. */
+void skv_weight_row(const skv_weight *w, size_t row, float *dst);
+
+#endif

@@ -1,0 +1,209 @@
+/* Scalar reference kernels (the specification of every numeric result) and
+ * dequantization. See ops.h for the determinism contract. */
+#include "ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "f16.h"
+#include "gguf.h"
+#include "util.h"
+
+/* ---- exp ------------------------------------------------------------------
+ * exp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k*ln2 in [-ln2/2, ln2/2].
+ * k is rounded with the 1.5*2^23 trick (exact under round-to-nearest-even);
+ * ln2 is split hi/lo so that k*ln2_hi is exact; exp(r) is a degree-6 Taylor
+ * polynomial evaluated by Horner with fma (truncation error < 2e-8 relative). */
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+#define EXP_ROUND 12582912.0f /* 1.5 * 2^23 */
+
+float skv_exp_ref(float x)
+{
+    if (x < -87.0f) return 0.0f;
+    if (x > 88.0f) return INFINITY;
+    if (x != x) return x;
+    float k = (x * EXP_LOG2E + EXP_ROUND) - EXP_ROUND;
+    float r = fmaf(-k, EXP_LN2_HI, x);
+    r = fmaf(-k, EXP_LN2_LO, r);
+    float p = 1.3888889e-3f; /* 1/720 */
+    p = fmaf(p, r, 8.3333333e-3f);
+    p = fmaf(p, r, 4.1666667e-2f);
+    p = fmaf(p, r, 1.6666667e-1f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    /* 2^k as a float; k in [-126, 127] here. Multiply in two steps to stay normal. */
+    int32_t ki = (int32_t)k;
+    int32_t k1 = ki / 2, k2 = ki - k1;
+    uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &b1, 4);
+    memcpy(&s2, &b2, 4);
+    return (p * s1) * s2;
+}
+
+/* ---- scalar kernels -------------------------------------------------------- */
+
+static float dot_ref(const float *a, const float *b, size_t n)
+{
+    float acc[8] = {0};
+    size_t n8 = n & ~(size_t)7, j;
+    for (j = 0; j < n8; j += 8)
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(a[j + l], b[j + l], acc[l]);
+    float h[4], g[2];
+    for (int l = 0; l < 4; l++) h[l] = acc[l] + acc[l + 4];
+    for (int l = 0; l < 2; l++) g[l] = h[l] + h[l + 2];
+    float s = g[0] + g[1];
+    for (; j < n; j++) s = fmaf(a[j], b[j], s);
+    return s;
+}
+
+static float sum_ref(const float *a, size_t n)
+{
+    float acc[8] = {0};
+    size_t n8 = n & ~(size_t)7, j;
+    for (j = 0; j < n8; j += 8)
+        for (int l = 0; l < 8; l++) acc[l] = a[j + l] + acc[l];
+    float h[4], g[2];
+    for (int l = 0; l < 4; l++) h[l] = acc[l] + acc[l + 4];
+    for (int l = 0; l < 2; l++) g[l] = h[l] + h[l + 2];
+    float s = g[0] + g[1];
+    for (; j < n; j++) s = a[j] + s;
+    return s;
+}
+
+static void matmul_ref(float *y, size_t ldy, const float *W, size_t K, const float *x, size_t ldx,
+                       size_t T, size_t n_rows)
+{
+    for (size_t t = 0; t < T; t++)
+        for (size_t r = 0; r < n_rows; r++) y[t * ldy + r] = dot_ref(W + r * K, x + t * ldx, K);
+}
+
+static void axpy_ref(float *y, float a, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}
+
+static void exp_sub_ref(float *y, const float *x, float m, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = skv_exp_ref(x[i] - m);
+}
+
+static void silu_mul_ref(float *h, const float *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) h[i] = (h[i] / (1.0f + skv_exp_ref(-h[i]))) * g[i];
+}
+
+static void add_ref(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = y[i] + x[i];
+}
+
+static void scale_ref(float *y, float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = y[i] * s;
+}
+
+static void rmsnorm_ref(float *y, const float *x, const float *w, size_t n, float eps)
+{
+    float ss = dot_ref(x, x, n);
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (size_t i = 0; i < n; i++) y[i] = (x[i] * inv) * w[i];
+}
+
+static void rope_ref(float *x, const float *c, const float *s, size_t n_pairs)
+{
+    for (size_t i = 0; i < n_pairs; i++) {
+        float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * c[i] - x1 * s[i];
+        x[2 * i + 1] = x0 * s[i] + x1 * c[i];
+    }
+}
+
+static void attn_ref(float *const *out, const float *const *q, const size_t *n, size_t nq, const float *K,
+                     const float *V, size_t hd, float scale, float *scores, size_t n_max)
+{
+    for (size_t i = 0; i < nq; i++) {
+        const float *qi = q[i];
+        float *s = scores + i * n_max, *o = out[i], mx = -INFINITY;
+        for (size_t j = 0; j < n[i]; j++) {
+            s[j] = dot_ref(qi, K + j * hd, hd) * scale;
+            mx = s[j] > mx ? s[j] : mx;
+        }
+        exp_sub_ref(s, s, mx, n[i]);
+        float inv = 1.0f / sum_ref(s, n[i]);
+        memset(o, 0, hd * sizeof(float));
+        for (size_t j = 0; j < n[i]; j++) axpy_ref(o, s[j] * inv, V + j * hd, hd);
+    }
+}
+
+static const skv_kernels k_scalar = {
+    .name = "scalar",
+    .matmul = matmul_ref,
+    .dot = dot_ref,
+    .sum = sum_ref,
+    .axpy = axpy_ref,
+    .exp_sub = exp_sub_ref,
+    .silu_mul = silu_mul_ref,
+    .add = add_ref,
+    .scale = scale_ref,
+    .rmsnorm = rmsnorm_ref,
+    .rope = rope_ref,
+    .attn = attn_ref,
+};
+
+const skv_kernels *skv_kernels_scalar(void) { return &k_scalar; }
+
+const skv_kernels *skv_kernels_best(void)
+{
+    const skv_kernels *k = skv_kernels_avx2();
+    return k ? k : &k_scalar;
+}
+
+/* ---- dequantization --------------------------------------------------------- */
+
+int skv_dequant_supported(uint32_t type)
+{
+    return type == SKV_GGML_F32 || type == SKV_GGML_F16 || type == SKV_GGML_BF16 ||
+           type == SKV_GGML_Q8_0 || type == SKV_GGML_Q4_0;
+}
+
+static void dequant_row(uint32_t type, const uint8_t *s, size_t K, float *d)
+{
+    switch (type) {
+    case SKV_GGML_F32: memcpy(d, s, K * sizeof(float)); break;
+    case SKV_GGML_F16:
+        for (size_t i = 0; i < K; i++) d[i] = skv_f16_to_f32(skv_rd16(s + 2 * i));
+        break;
+    case SKV_GGML_BF16:
+        for (size_t i = 0; i < K; i++) {
+            uint32_t u = (uint32_t)skv_rd16(s + 2 * i) << 16;
+            memcpy(&d[i], &u, 4);
+        }
+        break;
+    case SKV_GGML_Q8_0: /* blocks of 32: f16 scale, 32 x int8 */
+        for (size_t b = 0; b < K / 32; b++, s += 34) {
+            float sc = skv_f16_to_f32(skv_rd16(s));
+            for (int i = 0; i < 32; i++) d[b * 32 + (size_t)i] = sc * (float)(int8_t)s[2 + i];
+        }
+        break;
+    case SKV_GGML_Q4_0: /* blocks of 32: f16 scale, 16 bytes; low nibbles = 0..15, high = 16..31 */
+        for (size_t b = 0; b < K / 32; b++, s += 18) {
+            float sc = skv_f16_to_f32(skv_rd16(s));
+            for (int i = 0; i < 16; i++) {
+                d[b * 32 + (size_t)i] = sc * (float)((s[2 + i] & 0x0f) - 8);
+                d[b * 32 + (size_t)i + 16] = sc * (float)((s[2 + i] >> 4) - 8);
+            }
+        }
+        break;
+    default: memset(d, 0, K * sizeof(float)); break; /* callers check skv_dequant_supported */
+    }
+}
+
+void skv_dequant_rows(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst)
+{
+    const uint8_t *s = src;
+    for (size_t r = 0; r < n_rows; r++) dequant_row(type, s + r * row_bytes, K, dst + r * K);
+}

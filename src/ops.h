@@ -1,0 +1,68 @@
+/* Numeric kernels of the forward pass, in two bit-identical implementations:
+ * a portable scalar reference (ops.c) and AVX2+FMA (ops_avx2.c).
+ *
+ * READ ME FIRST - the determinism contract (docs/determinism.md):
+ * 1. Every output element is computed by one fixed sequence of IEEE binary32
+ *    operations that depends only on the element's own inputs, never on how many
+ *    tokens are batched together or how work is split between threads.
+ * 2. The canonical dot product of length n uses 8 lanes:
+ *        acc[l] = fma(a[j+l], b[j+l], acc[l])   for j = 0, 8, ... < n8 = n & ~7
+ *        s = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7))
+ *        s = fma(a[j], b[j], s)                 for j = n8 .. n-1 (in order)
+ *    (the reduction tree is the one a 256->128->64->32 bit horizontal add gives:
+ *    h[l] = acc[l] + acc[l+4], g[l] = h[l] + h[l+2], s = g[0] + g[1]).
+ *    The canonical sum is the same with fma(a, 1, acc) == a + acc.
+ * 3. fma is the correctly rounded fused multiply-add (C99 fmaf, VFMADD*PS);
+ *    nothing else is fused: builds use -ffp-contract=off.
+ * 4. exp is our own polynomial (skv_exp_ref), never libm's.
+ * Tests compare the two implementations bit for bit on random inputs. */
+#ifndef SKV_OPS_H
+#define SKV_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct skv_kernels {
+    const char *name;
+    /* y[t*ldy + r] = dot(W + r*K, x + t*ldx, K) for r < n_rows, t < T */
+    void (*matmul)(float *y, size_t ldy, const float *W, size_t K, const float *x, size_t ldx,
+                   size_t T, size_t n_rows);
+    float (*dot)(const float *a, const float *b, size_t n);
+    float (*sum)(const float *a, size_t n);
+    void (*axpy)(float *y, float a, const float *x, size_t n);     /* y = fma(a, x, y) */
+    void (*exp_sub)(float *y, const float *x, float m, size_t n);  /* y = exp(x - m) */
+    void (*silu_mul)(float *h, const float *g, size_t n);          /* h = (h / (1 + exp(-h))) * g */
+    void (*add)(float *y, const float *x, size_t n);               /* y = y + x */
+    void (*scale)(float *y, float s, size_t n);                    /* y = y * s */
+    /* y = (x * inv) * w with inv = 1 / sqrt(dot(x,x)/n + eps) */
+    void (*rmsnorm)(float *y, const float *x, const float *w, size_t n, float eps);
+    /* pairs (x[2i], x[2i+1]) rotated: x0*c - x1*s, x0*s + x1*c, for i < n_pairs */
+    void (*rope)(float *x, const float *cos_t, const float *sin_t, size_t n_pairs);
+    /* Causal attention of nq query rows that share one KV head. Row i attends to the
+     * first n[i] rows of K and V ([*][hd], contiguous):
+     *   s_j = dot(q_i, k_j) * scale;  m = max_j s_j;  e_j = exp(s_j - m);  Z = sum(e)
+     *   w_j = e_j * (1 / Z);  out_i = 0;  out_i[d] = fma(w_j, v_j[d], out_i[d]) for j ascending.
+     * scores: scratch of nq * n_max floats (n_max >= every n[i]). */
+    void (*attn)(float *const *out, const float *const *q, const size_t *n, size_t nq, const float *K,
+                 const float *V, size_t hd, float scale, float *scores, size_t n_max);
+} skv_kernels;
+
+/* Largest nq the attn kernels accept. */
+#define SKV_ATTN_MAX_Q 16
+
+const skv_kernels *skv_kernels_scalar(void);
+/* NULL when the CPU lacks AVX2/FMA (or the build lacks them). */
+const skv_kernels *skv_kernels_avx2(void);
+/* AVX2 when available, else scalar. */
+const skv_kernels *skv_kernels_best(void);
+
+/* The reference exponential: deterministic on any IEEE binary32 platform.
+ * exp(x) for x in [-87, 88]; 0 below -87, +inf above 88; about 2 ulp. */
+float skv_exp_ref(float x);
+
+/* Dequantizes n_rows rows of K elements of a GGML-typed matrix into f32.
+ * Supported: F32, F16, BF16, Q8_0, Q4_0 (skv_dequant_supported). */
+int skv_dequant_supported(uint32_t type);
+void skv_dequant_rows(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst);
+
+#endif

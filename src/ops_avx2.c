@@ -1,0 +1,314 @@
+/* AVX2+FMA kernels: bit-identical to the scalar reference in ops.c (same
+ * per-element operation sequence; see ops.h). Compiled with -mavx2 -mfma. */
+#include "ops.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+/* Canonical 8 -> 1 reduction: h = lo + hi; g = h[0,1] + h[2,3]; s = g[0] + g[1]. */
+static inline float hsum8(__m256 v)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 g = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    __m128 s = _mm_add_ss(g, _mm_shuffle_ps(g, g, 1));
+    return _mm_cvtss_f32(s);
+}
+
+static float dot_avx2(const float *a, const float *b, size_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    size_t n8 = n & ~(size_t)7, j;
+    for (j = 0; j < n8; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), acc);
+    float s = hsum8(acc);
+    for (; j < n; j++) s = fmaf(a[j], b[j], s);
+    return s;
+}
+
+static float sum_avx2(const float *a, size_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    size_t n8 = n & ~(size_t)7, j;
+    for (j = 0; j < n8; j += 8) acc = _mm256_add_ps(_mm256_loadu_ps(a + j), acc);
+    float s = hsum8(acc);
+    for (; j < n; j++) s = a[j] + s;
+    return s;
+}
+
+/* Eight canonical 8 -> 1 reductions at once: lane r of the result is the reduction of
+ * a[r], pairing exactly the operands hsum8 pairs (addition commutes bit-exactly). */
+static inline __m256 reduce8(const __m256 a[8])
+{
+    __m256 h04 = _mm256_add_ps(_mm256_permute2f128_ps(a[0], a[4], 0x20), _mm256_permute2f128_ps(a[0], a[4], 0x31));
+    __m256 h15 = _mm256_add_ps(_mm256_permute2f128_ps(a[1], a[5], 0x20), _mm256_permute2f128_ps(a[1], a[5], 0x31));
+    __m256 h26 = _mm256_add_ps(_mm256_permute2f128_ps(a[2], a[6], 0x20), _mm256_permute2f128_ps(a[2], a[6], 0x31));
+    __m256 h37 = _mm256_add_ps(_mm256_permute2f128_ps(a[3], a[7], 0x20), _mm256_permute2f128_ps(a[3], a[7], 0x31));
+    /* h_r = lo(a_r) + hi(a_r); hXY = [h_X | h_Y] */
+    __m256 g0145 = _mm256_add_ps(_mm256_shuffle_ps(h04, h15, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(h04, h15, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 g2367 = _mm256_add_ps(_mm256_shuffle_ps(h26, h37, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(h26, h37, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* g_r = (h_r[0] + h_r[2], h_r[1] + h_r[3]) */
+    return _mm256_add_ps(_mm256_shuffle_ps(g0145, g2367, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm256_shuffle_ps(g0145, g2367, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Eight dots sharing K: out lane r = dot(a[r], b[r], K) for pointer pairs, tails included. */
+static inline __attribute__((always_inline)) void dot8(float out[8], const float *const a[8], const float *const b[8],
+                                                       size_t K)
+{
+    __m256 acc[8];
+    size_t n8 = K & ~(size_t)7, j;
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    for (j = 0; j < n8; j += 8)
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r] + j), _mm256_loadu_ps(b[r] + j), acc[r]);
+    _mm256_storeu_ps(out, reduce8(acc));
+    if (n8 != K)
+        for (int r = 0; r < 8; r++)
+            for (j = n8; j < K; j++) out[r] = fmaf(a[r][j], b[r][j], out[r]);
+}
+
+/* Tile: 4 weight rows x 2 tokens (8 outputs, one reduce8). */
+static inline void tile_4x2(float *y, size_t ldy, const float *W, size_t K, const float *x, size_t ldx)
+{
+    const float *a[8] = {W, W + K, W + 2 * K, W + 3 * K, W, W + K, W + 2 * K, W + 3 * K};
+    const float *b[8] = {x, x, x, x, x + ldx, x + ldx, x + ldx, x + ldx};
+    float o[8];
+    dot8(o, a, b, K);
+    memcpy(y, o, 4 * sizeof(float));
+    memcpy(y + ldy, o + 4, 4 * sizeof(float));
+}
+
+/* Tile: 8 weight rows x 1 token (matrix-vector). */
+static inline void tile_8x1(float *y, const float *W, size_t K, const float *x)
+{
+    const float *a[8] = {W, W + K, W + 2 * K, W + 3 * K, W + 4 * K, W + 5 * K, W + 6 * K, W + 7 * K};
+    const float *b[8] = {x, x, x, x, x, x, x, x};
+    dot8(y, a, b, K);
+}
+
+static void matmul_avx2(float *y, size_t ldy, const float *W, size_t K, const float *x, size_t ldx,
+                        size_t T, size_t n_rows)
+{
+    size_t t = 0;
+    for (; t + 2 <= T; t += 2) {
+        size_t r = 0;
+        for (; r + 4 <= n_rows; r += 4) tile_4x2(y + t * ldy + r, ldy, W + r * K, K, x + t * ldx, ldx);
+        for (; r < n_rows; r++) {
+            y[t * ldy + r] = dot_avx2(W + r * K, x + t * ldx, K);
+            y[(t + 1) * ldy + r] = dot_avx2(W + r * K, x + (t + 1) * ldx, K);
+        }
+    }
+    for (; t < T; t++) {
+        size_t r = 0;
+        for (; r + 8 <= n_rows; r += 8) tile_8x1(y + t * ldy + r, W + r * K, K, x + t * ldx);
+        for (; r < n_rows; r++) y[t * ldy + r] = dot_avx2(W + r * K, x + t * ldx, K);
+    }
+}
+
+static void axpy_avx2(float *y, float a, const float *x, size_t n)
+{
+    __m256 av = _mm256_set1_ps(a);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}
+
+/* Vector twin of skv_exp_ref: the same operations lane by lane. */
+static inline __m256 exp8(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 rnd = _mm256_set1_ps(12582912.0f);
+    __m256 k = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), rnd), rnd);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.3888889e-3f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3333333e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1666667e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666667e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i ki = _mm256_cvttps_epi32(k);
+    __m256i k1 = _mm256_srai_epi32(_mm256_add_epi32(ki, _mm256_srli_epi32(ki, 31)), 1); /* ki / 2 toward 0 */
+    __m256i k2 = _mm256_sub_epi32(ki, k1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
+    __m256 res = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    res = _mm256_blendv_ps(res, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+    res = _mm256_blendv_ps(res, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    res = _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    return res;
+}
+
+static void exp_sub_avx2(float *y, const float *x, float m, size_t n)
+{
+    __m256 mv = _mm256_set1_ps(m);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
+    for (; i < n; i++) y[i] = skv_exp_ref(x[i] - m);
+}
+
+static void silu_mul_avx2(float *h, const float *g, size_t n)
+{
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 hv = _mm256_loadu_ps(h + i);
+        __m256 e = exp8(_mm256_sub_ps(zero, hv));
+        _mm256_storeu_ps(h + i, _mm256_mul_ps(_mm256_div_ps(hv, _mm256_add_ps(one, e)), _mm256_loadu_ps(g + i)));
+    }
+    for (; i < n; i++) h[i] = (h[i] / (1.0f + skv_exp_ref(-h[i]))) * g[i];
+}
+
+static void add_avx2(float *y, const float *x, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = y[i] + x[i];
+}
+
+static void scale_avx2(float *y, float s, size_t n)
+{
+    __m256 sv = _mm256_set1_ps(s);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), sv));
+    for (; i < n; i++) y[i] = y[i] * s;
+}
+
+static void rmsnorm_avx2(float *y, const float *x, const float *w, size_t n, float eps)
+{
+    float ss = dot_avx2(x, x, n);
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    __m256 iv = _mm256_set1_ps(inv);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), iv), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) y[i] = (x[i] * inv) * w[i];
+}
+
+static void rope_avx2(float *x, const float *c, const float *s, size_t n_pairs)
+{
+    /* scalar: the pair shuffles cost more than they save at head_dim <= 128 */
+    for (size_t i = 0; i < n_pairs; i++) {
+        float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = x0 * c[i] - x1 * s[i];
+        x[2 * i + 1] = x0 * s[i] + x1 * c[i];
+    }
+}
+
+static float max_avx2(const float *s, size_t n)
+{
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    size_t j = 0;
+    float mx, lanes[8];
+    for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
+    _mm256_storeu_ps(lanes, mv);
+    mx = lanes[0];
+    for (int l = 1; l < 8; l++) mx = lanes[l] > mx ? lanes[l] : mx;
+    for (; j < n; j++) mx = s[j] > mx ? s[j] : mx; /* max is exact: any order gives the same value */
+    return mx;
+}
+
+/* Weighted value sums for N query rows (w: row i at w + i*ldw): rows run jointly over the
+ * first lo positions, then each row finishes its own tail; per element the fma order is
+ * j ascending, as in the reference. hd is a multiple of 8. */
+#define WSUM(N)                                                                                       \
+    static void wsum_##N(float *const *out, const float *w, size_t ldw, const size_t *n, size_t lo,  \
+                         const float *V, size_t hd)                                                   \
+    {                                                                                                 \
+        for (size_t d = 0; d < hd; d += 8) {                                                          \
+            __m256 acc[N];                                                                            \
+            _Pragma("GCC unroll 8") for (int i = 0; i < N; i++) acc[i] = _mm256_setzero_ps();        \
+            for (size_t j = 0; j < lo; j++) {                                                         \
+                __m256 v = _mm256_loadu_ps(V + j * hd + d);                                           \
+                _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                                   \
+                    acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + (size_t)i * ldw + j), v, acc[i]); \
+            }                                                                                         \
+            for (int i = 0; i < N; i++) {                                                             \
+                for (size_t j = lo; j < n[i]; j++)                                                    \
+                    acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + (size_t)i * ldw + j),            \
+                                             _mm256_loadu_ps(V + j * hd + d), acc[i]);                \
+                _mm256_storeu_ps(out[i] + d, acc[i]);                                                 \
+            }                                                                                         \
+        }                                                                                             \
+    }
+WSUM(1)
+WSUM(2)
+WSUM(3)
+WSUM(4)
+WSUM(5)
+WSUM(6)
+WSUM(7)
+WSUM(8)
+typedef void (*wsum_t)(float *const *, const float *, size_t, const size_t *, size_t, const float *, size_t);
+static const wsum_t wsum_fn[9] = {NULL, wsum_1, wsum_2, wsum_3, wsum_4, wsum_5, wsum_6, wsum_7, wsum_8};
+
+static void attn_avx2(float *const *out, const float *const *q, const size_t *n, size_t nq, const float *K,
+                      const float *V, size_t hd, float scale, float *scores, size_t n_max)
+{
+    const __m256 sv = _mm256_set1_ps(scale);
+    for (size_t i = 0; i < nq; i++) {
+        float *s = scores + i * n_max;
+        size_t j = 0;
+        for (; j + 8 <= n[i]; j += 8) {
+            const float *a[8] = {q[i], q[i], q[i], q[i], q[i], q[i], q[i], q[i]};
+            const float *b[8];
+            for (int r = 0; r < 8; r++) b[r] = K + (j + (size_t)r) * hd;
+            dot8(s + j, a, b, hd);
+            _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), sv));
+        }
+        for (; j < n[i]; j++) s[j] = dot_avx2(q[i], K + j * hd, hd) * scale;
+        exp_sub_avx2(s, s, max_avx2(s, n[i]), n[i]);
+        scale_avx2(s, 1.0f / sum_avx2(s, n[i]), n[i]);
+    }
+    if (hd % 8) { /* generic shapes: one row at a time */
+        for (size_t i = 0; i < nq; i++) {
+            memset(out[i], 0, hd * sizeof(float));
+            for (size_t j = 0; j < n[i]; j++) axpy_avx2(out[i], scores[i * n_max + j], V + j * hd, hd);
+        }
+        return;
+    }
+    /* out_i[d] = fma(w_ij, v_j[d], out_i[d]), j ascending: independent chains, up to 8 rows
+     * at a time sharing each V load */
+    for (size_t i0 = 0; i0 < nq; i0 += 8) {
+        size_t m = nq - i0 < 8 ? nq - i0 : 8, lo = SIZE_MAX;
+        for (size_t i = i0; i < i0 + m; i++) lo = n[i] < lo ? n[i] : lo;
+        wsum_fn[m](out + i0, scores + i0 * n_max, n_max, n + i0, lo, V, hd);
+    }
+}
+
+static const skv_kernels k_avx2 = {
+    .name = "avx2",
+    .matmul = matmul_avx2,
+    .dot = dot_avx2,
+    .sum = sum_avx2,
+    .axpy = axpy_avx2,
+    .exp_sub = exp_sub_avx2,
+    .silu_mul = silu_mul_avx2,
+    .add = add_avx2,
+    .scale = scale_avx2,
+    .rmsnorm = rmsnorm_avx2,
+    .rope = rope_avx2,
+    .attn = attn_avx2,
+};
+
+const skv_kernels *skv_kernels_avx2(void)
+{
+    static int have = -1;
+    if (have < 0) {
+        __builtin_cpu_init();
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return have ? &k_avx2 : NULL;
+}
+
+#else
+const skv_kernels *skv_kernels_avx2(void) { return NULL; }
+#endif

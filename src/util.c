@@ -1,0 +1,104 @@
+/* Shared helpers: status names, error formatting, logging, file mapping. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static skv_log_fn g_log_fn;
+static void *g_log_user;
+
+const char *skv_status_str(int status)
+{
+    switch (status) {
+    case SKV_OK: return "ok";
+    case SKV_ERR_INVALID_ARG: return "invalid argument";
+    case SKV_ERR_NOMEM: return "out of memory";
+    case SKV_ERR_IO: return "I/O error";
+    case SKV_ERR_FORMAT: return "malformed input";
+    case SKV_ERR_UNSUPPORTED: return "unsupported";
+    case SKV_ERR_MISMATCH: return "mismatch";
+    case SKV_ERR_RANGE: return "limit exceeded";
+    case SKV_ERR_INTERNAL: return "internal error";
+    default: return "unknown status";
+    }
+}
+
+const char *skv_version(void) { return SEQKV_VERSION_STRING; }
+
+void skv_set_log(skv_log_fn fn, void *user)
+{
+    g_log_fn = fn;
+    g_log_user = user;
+}
+
+void skv_log(int level, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    if (!g_log_fn) return;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    g_log_fn(g_log_user, level, buf);
+}
+
+int skv_errf(char *err, size_t errcap, int status, const char *fmt, ...)
+{
+    va_list ap;
+    if (err && errcap) {
+        va_start(ap, fmt);
+        vsnprintf(err, errcap, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+int skv_mmap_open(const char *path, skv_mmap *m, char *err, size_t errcap)
+{
+    struct stat st;
+    int fd;
+    void *p;
+    memset(m, 0, sizeof *m);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return skv_errf(err, errcap, SKV_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return skv_errf(err, errcap, SKV_ERR_IO, "'%s' is not a regular file", path);
+    }
+    if (st.st_size == 0) {
+        close(fd);
+        m->data = (const uint8_t *)"";
+        return SKV_OK;
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
+        close(fd);
+        return skv_errf(err, errcap, SKV_ERR_RANGE, "'%s' is too large to map", path);
+    }
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return skv_errf(err, errcap, SKV_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    m->data = p;
+    m->size = (size_t)st.st_size;
+    m->mapped = 1;
+    return SKV_OK;
+}
+
+void skv_mmap_close(skv_mmap *m)
+{
+    if (!m) return;
+    if (m->mapped && m->size) munmap((void *)(uintptr_t)m->data, m->size);
+    memset(m, 0, sizeof *m);
+}
+
+double skv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,70 @@
+/* Small shared helpers: error text, logging, checked arithmetic, little-endian access. */
+#ifndef SKV_UTIL_H
+#define SKV_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "seqkv.h"
+
+/* Formats a message into err (if non-NULL) and returns status, so callers write
+ *   return skv_errf(err, cap, SKV_ERR_FORMAT, "tensor %s: offset past end", name); */
+int skv_errf(char *err, size_t errcap, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void skv_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Checked size arithmetic: return 0 and leave *r untouched on overflow. */
+static inline int skv_mul_ok(size_t a, size_t b, size_t *r)
+{
+    if (a && b > SIZE_MAX / a) return 0;
+    *r = a * b;
+    return 1;
+}
+static inline int skv_add_ok(size_t a, size_t b, size_t *r)
+{
+    if (b > SIZE_MAX - a) return 0;
+    *r = a + b;
+    return 1;
+}
+
+static inline uint16_t skv_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t skv_rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t skv_rd64(const uint8_t *p) { return skv_rd32(p) | ((uint64_t)skv_rd32(p + 4) << 32); }
+static inline float skv_rdf32(const uint8_t *p)
+{
+    uint32_t u = skv_rd32(p);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline void skv_wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void skv_wr32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+static inline void skv_wr64(uint8_t *p, uint64_t v) { skv_wr32(p, (uint32_t)v); skv_wr32(p + 4, (uint32_t)(v >> 32)); }
+static inline void skv_wrf32(uint8_t *p, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    skv_wr32(p, u);
+}
+
+/* Read-only memory map of a whole file (falls back to reading into memory). */
+typedef struct skv_mmap {
+    const uint8_t *data;
+    size_t size;
+    int mapped; /* 1: munmap on close; 0: free */
+} skv_mmap;
+int skv_mmap_open(const char *path, skv_mmap *m, char *err, size_t errcap);
+void skv_mmap_close(skv_mmap *m);
+
+/* Monotonic clock in seconds. */
+double skv_now(void);
+
+#endif

@@ -1,0 +1,42 @@
+#!/bin/sh
+# Runs every test binary in BUILD/tests (and every tests/test_*.py with
+# Debian's python3), prints their PASS/FAIL/SKIP lines, and ends with the
+# summary line "N passed, M failed". Exit status 0 iff nothing failed.
+# Usage: tests/run.sh [BUILD_DIR]   (default: build)
+build=${1:-build}
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here" || exit 2
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+log=$(mktemp) || exit 2
+trap 'rm -f "$log"' EXIT
+crashed=0
+for t in "$build"/tests/test_*; do
+    [ -x "$t" ] || continue
+    SEQKV_BUILD="$build" "$t" >"$t.out" 2>"$t.err"
+    rc=$?
+    cat "$t.out"; cat "$t.out" >>"$log"
+    if [ $rc -ne 0 ] && ! grep -q '^FAIL' "$t.out"; then
+        echo "FAIL $(basename "$t"):<exit>: exited with status $rc"; sed 's/^/    /' "$t.err" | tail -n 20
+        crashed=$((crashed + 1))
+    elif grep -q '^FAIL' "$t.out"; then
+        sed 's/^/    /' "$t.err" | tail -n 20
+    fi
+done
+for t in tests/test_*.py; do
+    [ -f "$t" ] || continue
+    SEQKV_BUILD="$build" "$py" "$t" >"$build/tests/$(basename "$t").out" 2>"$build/tests/$(basename "$t").err"
+    rc=$?
+    out="$build/tests/$(basename "$t").out"
+    cat "$out"; cat "$out" >>"$log"
+    if [ $rc -ne 0 ] && ! grep -q '^FAIL' "$out"; then
+        echo "FAIL $(basename "$t"):<exit>: exited with status $rc"; tail -n 20 "$build/tests/$(basename "$t").err" | sed 's/^/    /'
+        crashed=$((crashed + 1))
+    fi
+done
+pass=$(grep -c '^PASS' "$log")
+fail=$(( $(grep -c '^FAIL' "$log") + crashed ))
+skip=$(grep -c '^SKIP' "$log")
+[ "$skip" -gt 0 ] && echo "($skip skipped: see SKIP lines above)"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

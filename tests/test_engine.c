@@ -1,0 +1,185 @@
+/* Engine determinism: GGUF vs llama2.c forms, prefill vs decode vs random chunkings,
+ * thread counts, scalar vs AVX2 kernels. Every comparison is bit-for-bit. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "seqkv.h"
+#include "test.h"
+
+#define NTOK 200
+
+static skv_model *load(const char *file)
+{
+    char path[1024], err[256];
+    skv_model *m = NULL;
+    if (!test_stories_path(path, sizeof path, file)) return NULL;
+    if (skv_model_load(path, NULL, &m, err, sizeof err) != SKV_OK) {
+        fprintf(stderr, "load %s: %s\n", path, err);
+        return NULL;
+    }
+    return m;
+}
+
+/* Deterministic pseudo-random token ids (BOS first). */
+static void make_tokens(int32_t *t, size_t n, int vocab, unsigned seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    t[0] = 1;
+    for (size_t i = 1; i < n; i++) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        t[i] = (int32_t)(s % (uint64_t)vocab);
+    }
+}
+
+typedef struct {
+    float *logits; /* n x vocab */
+    uint8_t digest[16];
+} run_result;
+
+/* chunks: NULL = one prefill; otherwise sizes summing to n (0-terminated). */
+static int run(const skv_model *m, const int32_t *tok, size_t n, int threads, int kernels, const size_t *chunks,
+               run_result *r)
+{
+    skv_ctx_params p = skv_ctx_default_params();
+    skv_ctx *c;
+    skv_model_info info;
+    skv_model_get_info(m, &info);
+    p.n_threads = threads;
+    p.kernels = kernels;
+    if (skv_ctx_create(m, &p, &c) != SKV_OK) return -1;
+    r->logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
+    size_t done = 0;
+    if (!chunks) {
+        if (skv_prefill(c, tok, n, SKV_LOGITS_ALL, r->logits)) return -1;
+    } else {
+        for (size_t i = 0; chunks[i]; i++) {
+            if (chunks[i] == 1) {
+                if (skv_decode(c, tok[done], r->logits + done * (size_t)info.n_vocab)) return -1;
+            } else if (skv_prefill(c, tok + done, chunks[i], SKV_LOGITS_ALL, r->logits + done * (size_t)info.n_vocab)) {
+                return -1;
+            }
+            done += chunks[i];
+        }
+    }
+    skv_ctx_kv_digest(c, (int)n, r->digest);
+    skv_ctx_free(c);
+    return 0;
+}
+
+static int same(const run_result *a, const run_result *b, size_t nfloats)
+{
+    return !memcmp(a->logits, b->logits, nfloats * sizeof(float)) && !memcmp(a->digest, b->digest, 16);
+}
+
+static void gguf_and_llama2c_forms_agree(void)
+{
+    skv_model *g = load("stories260K.gguf"), *b = load("stories260K.bin");
+    int32_t tok[NTOK];
+    run_result rg, rb;
+    skv_model_info ig, ib;
+    if (!g || !b) {
+        skv_model_free(g);
+        skv_model_free(b);
+        SKIP("../shared/models/stories260K not available");
+    }
+    skv_model_get_info(g, &ig);
+    skv_model_get_info(b, &ib);
+    CHECK_EQ_INT(ig.n_vocab, ib.n_vocab);
+    CHECK_EQ_INT(ig.n_layer, ib.n_layer);
+    CHECK_EQ_INT(ig.n_head_kv, ib.n_head_kv);
+    make_tokens(tok, NTOK, ig.n_vocab, 1);
+    CHECK(run(g, tok, NTOK, 1, SKV_KERNELS_AUTO, NULL, &rg) == 0);
+    CHECK(run(b, tok, NTOK, 1, SKV_KERNELS_AUTO, NULL, &rb) == 0);
+    CHECK_MSG(same(&rg, &rb, (size_t)NTOK * (size_t)ig.n_vocab), "GGUF and llama2.c logits/KV differ");
+    uint8_t fg[16], fb[16];
+    CHECK(skv_model_fingerprint(g, fg) == SKV_OK && skv_model_fingerprint(b, fb) == SKV_OK);
+    CHECK_MSG(!memcmp(fg, fb, 16), "fingerprints of the two forms differ");
+    free(rg.logits);
+    free(rb.logits);
+    skv_model_free(g);
+    skv_model_free(b);
+}
+
+static void batch_and_thread_invariance(void)
+{
+    skv_model *m = load("stories260K.gguf");
+    int32_t tok[NTOK];
+    run_result ref, r;
+    skv_model_info info;
+    size_t chunks[NTOK + 1];
+    if (!m) SKIP("../shared/models/stories260K not available");
+    skv_model_get_info(m, &info);
+    size_t nf = (size_t)NTOK * (size_t)info.n_vocab;
+    make_tokens(tok, NTOK, info.n_vocab, 2);
+    CHECK(run(m, tok, NTOK, 1, SKV_KERNELS_AUTO, NULL, &ref) == 0);
+    for (size_t i = 0; i < NTOK; i++) chunks[i] = 1; /* token by token */
+    chunks[NTOK] = 0;
+    /* the scalar reference kernels (slow): one batched and one token-by-token run */
+    CHECK(run(m, tok, NTOK, 1, SKV_KERNELS_SCALAR, NULL, &r) == 0);
+    CHECK_MSG(same(&ref, &r, nf), "scalar prefill differs from the SIMD prefill");
+    free(r.logits);
+    CHECK(run(m, tok, NTOK, 2, SKV_KERNELS_SCALAR, chunks, &r) == 0);
+    CHECK_MSG(same(&ref, &r, nf), "scalar token-by-token (2 threads) differs");
+    free(r.logits);
+    for (int threads = 1; threads <= 3; threads++) {
+        CHECK(run(m, tok, NTOK, threads, SKV_KERNELS_AUTO, NULL, &r) == 0);
+        CHECK_MSG(same(&ref, &r, nf), "prefill differs at %d threads", threads);
+        free(r.logits);
+        CHECK(run(m, tok, NTOK, threads, SKV_KERNELS_AUTO, chunks, &r) == 0);
+        CHECK_MSG(same(&ref, &r, nf), "token-by-token differs at %d threads", threads);
+        free(r.logits);
+    }
+    /* random chunkings */
+    uint64_t s = 12345;
+    for (int trial = 0; trial < 6; trial++) {
+        size_t left = NTOK, i = 0;
+        while (left) {
+            s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+            size_t c = 1 + (size_t)(s % 37);
+            if (c > left) c = left;
+            chunks[i++] = c;
+            left -= c;
+        }
+        chunks[i] = 0;
+        CHECK(run(m, tok, NTOK, 1 + trial % 2, SKV_KERNELS_AUTO, chunks, &r) == 0);
+        CHECK_MSG(same(&ref, &r, nf), "chunking trial %d differs", trial);
+        free(r.logits);
+    }
+    free(ref.logits);
+    skv_model_free(m);
+}
+
+static void context_limits_and_bad_tokens(void)
+{
+    skv_model *m = load("stories260K.gguf");
+    skv_ctx_params p = skv_ctx_default_params();
+    skv_ctx *c;
+    int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    if (!m) SKIP("../shared/models/stories260K not available");
+    p.n_ctx = 6;
+    CHECK(skv_ctx_create(m, &p, &c) == SKV_OK);
+    CHECK(skv_prefill(c, tok, 8, SKV_LOGITS_NONE, NULL) == SKV_ERR_RANGE);
+    CHECK(strstr(skv_ctx_last_error(c), "context full") != NULL);
+    CHECK_EQ_INT(skv_ctx_n_pos(c), 0);
+    tok[2] = 100000;
+    CHECK(skv_prefill(c, tok, 4, SKV_LOGITS_NONE, NULL) == SKV_ERR_INVALID_ARG);
+    tok[2] = -1;
+    CHECK(skv_decode(c, -1, NULL) == SKV_ERR_INVALID_ARG);
+    CHECK(skv_prefill(c, tok, 2, SKV_LOGITS_NONE, NULL) == SKV_OK);
+    CHECK_EQ_INT(skv_ctx_n_pos(c), 2);
+    CHECK(skv_prefill(c, tok, 2, SKV_LOGITS_ALL, NULL) == SKV_ERR_INVALID_ARG);
+    CHECK(skv_ctx_truncate(c, 1) == SKV_OK);
+    CHECK_EQ_INT(skv_ctx_n_pos(c), 1);
+    skv_ctx_free(c);
+    skv_ctx_free(NULL);
+    skv_model_free(m);
+}
+
+int main(void)
+{
+    TEST_BEGIN("test_engine");
+    RUN(gguf_and_llama2c_forms_agree);
+    RUN(batch_and_thread_invariance);
+    RUN(context_limits_and_bad_tokens);
+    TEST_END();
+}

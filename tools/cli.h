@@ -1,0 +1,42 @@
+/* Shared helpers of the seqkv command-line tool. */
+#ifndef SKV_CLI_H
+#define SKV_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "seqkv.h"
+
+/* Exit codes: 0 ok, 1 failure (bad input, mismatch), 2 usage error. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
+int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out);
+/* Reads a whole file ("-" = stdin); NUL-terminated; NULL + message on error. */
+char *cli_read_file(const char *path, size_t *len);
+/* Default model path when -m is not given (SEQKV_MODEL, then the bundled model). */
+const char *cli_default_model(void);
+/* Loads the model named by path (NULL = default), printing an error on failure. */
+skv_model *cli_load_model(const char *path);
+/* Tokenizes text (add_special as the model says); malloc'ed ids. */
+int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_special, size_t *n);
+
+/* Progress line on stderr, shown only when stderr is a terminal. */
+typedef struct {
+    const char *what;
+    double t0, last;
+    int enabled;
+} cli_progress;
+void cli_progress_start(cli_progress *p, const char *what);
+void cli_progress_update(cli_progress *p, size_t done, size_t total);
+void cli_progress_end(cli_progress *p);
+double cli_now(void);
+
+/* Commands */
+int cmd_generate(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_kvdump(int argc, char **argv);
+
+#endif

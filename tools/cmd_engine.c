@@ -1,0 +1,423 @@
+/* seqkv generate | perplexity | info | kv-dump */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* Options shared by the commands below. */
+typedef struct {
+    const char *model, *prompt, *file, *out;
+    long n_predict, ctx, threads, seed;
+    double temp, top_p;
+    int f16, truncate, no_bos;
+} opts;
+
+/* Parses argv into o; returns -1 on error, 1 if --help was printed. `allowed` lists the
+ * accepted option letters/names so that each command rejects the others. */
+static int parse_opts(int argc, char **argv, opts *o, const char *allowed, const char *help)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long lv;
+#define IS(s) (!strcmp(a, s) && strstr(allowed, " " s " "))
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(help, stdout);
+            return 1;
+        } else if (IS("-m")) {
+            if (!v) goto missing;
+            o->model = argv[++i];
+        } else if (IS("-p")) {
+            if (!v) goto missing;
+            o->prompt = argv[++i];
+        } else if (IS("-f")) {
+            if (!v) goto missing;
+            o->file = argv[++i];
+        } else if (IS("-o")) {
+            if (!v) goto missing;
+            o->out = argv[++i];
+        } else if (IS("-n")) {
+            if (cli_parse_int(a, v, 0, 1 << 24, &o->n_predict)) return -1;
+            i++;
+        } else if (IS("-c")) {
+            if (cli_parse_int(a, v, 2, 1 << 24, &o->ctx)) return -1;
+            i++;
+        } else if (IS("-t")) {
+            if (cli_parse_int(a, v, 1, 256, &o->threads)) return -1;
+            i++;
+        } else if (IS("--seed")) {
+            if (cli_parse_int(a, v, 0, LONG_MAX, &lv)) return -1;
+            o->seed = lv;
+            i++;
+        } else if (IS("--temp")) {
+            if (cli_parse_float(a, v, 0.0, 100.0, &o->temp)) return -1;
+            i++;
+        } else if (IS("--top-p")) {
+            if (cli_parse_float(a, v, 0.0, 1.0, &o->top_p)) return -1;
+            i++;
+        } else if (IS("--f16")) {
+            o->f16 = 1;
+        } else if (IS("--truncate")) {
+            o->truncate = 1;
+        } else if (a[0] == '-' && a[1]) {
+            cli_error("unknown option '%s' (see --help)", a);
+            return -1;
+        } else if (!o->file && strstr(allowed, " MODEL ") && !o->model) {
+            o->model = a;
+        } else {
+            cli_error("unexpected argument '%s' (see --help)", a);
+            return -1;
+        }
+#undef IS
+        continue;
+    missing:
+        cli_error("option %s needs a value", a);
+        return -1;
+    }
+    return 0;
+}
+
+static skv_ctx *make_ctx(const skv_model *m, long n_ctx, long threads)
+{
+    skv_ctx_params p = skv_ctx_default_params();
+    skv_ctx *c = NULL;
+    p.n_ctx = (int)n_ctx;
+    p.n_threads = (int)threads;
+    int rc = skv_ctx_create(m, &p, &c);
+    if (rc) cli_error("cannot create a context of %ld positions: %s", n_ctx, skv_status_str(rc));
+    return c;
+}
+
+static void print_piece(const skv_model *m, int32_t tok)
+{
+    char buf[256];
+    size_t len = 0;
+    if (skv_token_piece(m, tok, buf, sizeof buf, &len) == SKV_OK) fwrite(buf, 1, len, stdout);
+}
+
+/* ---- generate ------------------------------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct {
+    double p;
+    int32_t id;
+} cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Greedy (ties: lowest id) at temp 0, else temperature + nucleus sampling. */
+static int32_t sample(const float *logits, int n, double temp, double top_p, uint64_t *rng, cand *buf)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temp <= 0.0) return best;
+    double z = 0.0, acc = 0.0;
+    for (int i = 0; i < n; i++) {
+        buf[i].id = i;
+        buf[i].p = exp(((double)logits[i] - (double)logits[best]) / temp);
+        z += buf[i].p;
+    }
+    qsort(buf, (size_t)n, sizeof *buf, cand_cmp);
+    int keep = n;
+    for (int i = 0; i < n; i++) {
+        acc += buf[i].p / z;
+        if (acc >= top_p) {
+            keep = i + 1;
+            break;
+        }
+    }
+    double mass = 0.0;
+    for (int i = 0; i < keep; i++) mass += buf[i].p;
+    double u = (double)(rng_next(rng) >> 11) * 0x1.0p-53 * mass;
+    for (int i = 0; i < keep; i++) {
+        u -= buf[i].p;
+        if (u < 0.0) return buf[i].id;
+    }
+    return buf[keep - 1].id;
+}
+
+static const char gen_help[] =
+    "usage: seqkv generate [-m MODEL] -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S] [-t THREADS]\n\n"
+    "Generates up to N tokens (default 128) after PROMPT and prints the text.\n"
+    "  --temp T    temperature; 0 (default) = greedy\n"
+    "  --top-p P   nucleus sampling mass (default 0.95)\n"
+    "  --seed S    sampling seed (default 42); same seed, same text\n"
+    "  -t THREADS  worker threads (default 1)\n"
+    "Stops at the end-of-sequence token or when the context is full.\n";
+
+int cmd_generate(int argc, char **argv)
+{
+    opts o = {.n_predict = 128, .threads = 1, .seed = 42, .top_p = 0.95};
+    int r = parse_opts(argc, argv, &o, " -m -p -n --temp --top-p --seed -t ", gen_help);
+    if (r) return r > 0 ? CLI_OK : CLI_USAGE;
+    if (!o.prompt) {
+        cli_error("generate needs a prompt (-p TEXT)");
+        return CLI_USAGE;
+    }
+    skv_model *m = cli_load_model(o.model);
+    if (!m) return CLI_FAIL;
+    skv_model_info info;
+    skv_model_get_info(m, &info);
+    size_t n = 0;
+    int32_t *tok = cli_tokenize(m, o.prompt, strlen(o.prompt), 1, &n);
+    skv_ctx *c = tok ? make_ctx(m, 0, o.threads) : NULL;
+    float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
+    cand *buf = malloc((size_t)info.n_vocab * sizeof *buf);
+    int rc = CLI_FAIL;
+    if (!c || !logits || !buf) goto done;
+    if ((size_t)skv_ctx_n_ctx(c) <= n) {
+        cli_error("the prompt (%zu tokens) does not fit the context of %d", n, skv_ctx_n_ctx(c));
+        goto done;
+    }
+    if (skv_prefill(c, tok, n, SKV_LOGITS_LAST, logits)) goto done;
+    fputs(o.prompt, stdout);
+    uint64_t rng = (uint64_t)o.seed;
+    for (long i = 0; i < o.n_predict && skv_ctx_n_pos(c) < skv_ctx_n_ctx(c); i++) {
+        int32_t next = sample(logits, info.n_vocab, o.temp, o.top_p, &rng, buf);
+        if (next == info.eos_id) break;
+        print_piece(m, next);
+        fflush(stdout);
+        if (skv_ctx_n_pos(c) + 1 > skv_ctx_n_ctx(c) || skv_decode(c, next, logits)) break;
+    }
+    putchar('\n');
+    rc = CLI_OK;
+done:
+    free(tok);
+    free(logits);
+    free(buf);
+    skv_ctx_free(c);
+    skv_model_free(m);
+    return rc;
+}
+
+/* ---- perplexity --------------------------------------------------------------------- */
+
+/* -log p(target) in nats from logits, in double. */
+static double nll(const float *logits, int n, int32_t target)
+{
+    double mx = logits[0], z = 0.0;
+    for (int i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < n; i++) z += exp((double)logits[i] - mx);
+    return log(z) - ((double)logits[target] - mx);
+}
+
+static const char ppl_help[] =
+    "usage: seqkv perplexity [-m MODEL] -f FILE [-c CTX] [-t THREADS]\n\n"
+    "Reports two measures of how well the model predicts FILE:\n"
+    "  (a) perplexity with llama.cpp's llama-perplexity protocol: non-overlapping windows of\n"
+    "      CTX tokens (default: the model's context), the first token of each replaced by BOS,\n"
+    "      only the second half of each window scored. Comparable with llama.cpp's numbers.\n"
+    "  (b) cross-entropy in bits per token of the whole text coded sequentially: segments of\n"
+    "      CTX-1 text tokens, each after a fresh BOS, every text token scored. This is the\n"
+    "      floor that seqkv's lossless model codec reaches.\n";
+
+int cmd_perplexity(int argc, char **argv)
+{
+    opts o = {.threads = 1};
+    int r = parse_opts(argc, argv, &o, " -m -f -c -t ", ppl_help);
+    if (r) return r > 0 ? CLI_OK : CLI_USAGE;
+    if (!o.file) {
+        cli_error("perplexity needs a text file (-f FILE)");
+        return CLI_USAGE;
+    }
+    size_t len = 0, n = 0;
+    char *text = cli_read_file(o.file, &len);
+    if (!text) return CLI_FAIL;
+    skv_model *m = cli_load_model(o.model);
+    if (!m) {
+        free(text);
+        return CLI_FAIL;
+    }
+    skv_model_info info;
+    skv_model_get_info(m, &info);
+    long ctx = o.ctx ? o.ctx : info.n_ctx_train;
+    int32_t *tok = cli_tokenize(m, text, len, 0, &n); /* text tokens; BOS added per window */
+    skv_ctx *c = tok ? make_ctx(m, ctx, o.threads) : NULL;
+    float *logits = malloc((size_t)ctx * (size_t)info.n_vocab * sizeof *logits);
+    int32_t *win = malloc((size_t)ctx * sizeof *win);
+    int rc = CLI_FAIL;
+    cli_progress pr;
+    if (!c || !logits || !win) goto done;
+    if (info.bos_id < 0) {
+        cli_error("the model has no BOS token; both protocols start windows with BOS");
+        goto done;
+    }
+    /* (a) llama.cpp protocol on [BOS] + text tokens */
+    size_t n_all = n + 1, n_chunk = n_all / (size_t)ctx, first = (size_t)ctx / 2, scored_a = 0;
+    double nll_a = 0.0;
+    double t0 = cli_now();
+    cli_progress_start(&pr, "perplexity (a)");
+    for (size_t ch = 0; ch < n_chunk; ch++) {
+        for (long j = 0; j < ctx; j++) {
+            size_t k = ch * (size_t)ctx + (size_t)j;
+            win[j] = k == 0 ? info.bos_id : tok[k - 1];
+        }
+        win[0] = info.bos_id;
+        skv_ctx_truncate(c, 0);
+        if (skv_prefill(c, win, (size_t)ctx, SKV_LOGITS_ALL, logits)) goto done;
+        for (size_t j = first; j + 1 < (size_t)ctx; j++, scored_a++)
+            nll_a += nll(logits + j * (size_t)info.n_vocab, info.n_vocab, win[j + 1]);
+        cli_progress_update(&pr, (ch + 1) * (size_t)ctx, n_chunk * (size_t)ctx);
+    }
+    cli_progress_end(&pr);
+    /* (b) sequential coding cost */
+    size_t seg = (size_t)ctx - 1;
+    double bits_b = 0.0;
+    cli_progress_start(&pr, "cross-entropy (b)");
+    for (size_t s0 = 0; s0 < n; s0 += seg) {
+        size_t k = n - s0 < seg ? n - s0 : seg;
+        win[0] = info.bos_id;
+        memcpy(win + 1, tok + s0, k * sizeof *win);
+        skv_ctx_truncate(c, 0);
+        if (skv_prefill(c, win, k + 1, SKV_LOGITS_ALL, logits)) goto done;
+        for (size_t j = 0; j < k; j++) bits_b += nll(logits + j * (size_t)info.n_vocab, info.n_vocab, win[j + 1]) / log(2.0);
+        cli_progress_update(&pr, s0 + k, n);
+    }
+    cli_progress_end(&pr);
+    double secs = cli_now() - t0;
+    printf("model: %s\ntext: %s (%zu bytes, %zu tokens)\n", info.name, o.file, len, n);
+    if (n_chunk)
+        printf("(a) llama.cpp protocol: perplexity %.4f over %zu windows of %ld (%zu scored tokens)\n",
+               exp(nll_a / (double)scored_a), n_chunk, ctx, scored_a);
+    else
+        printf("(a) llama.cpp protocol: text shorter than one window of %ld tokens: not computed\n", ctx);
+    if (n)
+        printf("(b) sequential cross-entropy: %.4f bits/token (perplexity %.4f), %.4f bits/byte, %.0f bits total\n",
+               bits_b / (double)n, exp2(bits_b / (double)n), len ? bits_b / (double)len : 0.0, bits_b);
+    printf("time: %.2f s\n", secs);
+    rc = CLI_OK;
+done:
+    free(text);
+    free(tok);
+    free(logits);
+    free(win);
+    skv_ctx_free(c);
+    skv_model_free(m);
+    return rc;
+}
+
+/* ---- info ------------------------------------------------------------------------ */
+
+static const char info_help[] =
+    "usage: seqkv info [MODEL | -m MODEL]\n\n"
+    "Prints the model's architecture, sizes, fingerprint, and what one token position of its\n"
+    "KV cache costs as f32, f16, q8_0 and TurboQuant at 3, 3.5 and 4 bits.\n";
+
+static const char *dtype_name(int t)
+{
+    switch (t) {
+    case SKV_DTYPE_F32: return "f32";
+    case SKV_DTYPE_F16: return "f16";
+    case SKV_DTYPE_Q8_0: return "q8_0";
+    case SKV_DTYPE_Q4_0: return "q4_0";
+    default: return "other";
+    }
+}
+
+int cmd_info(int argc, char **argv)
+{
+    opts o = {0};
+    int r = parse_opts(argc, argv, &o, " -m MODEL ", info_help);
+    if (r) return r > 0 ? CLI_OK : CLI_USAGE;
+    skv_model *m = cli_load_model(o.model);
+    if (!m) return CLI_FAIL;
+    skv_model_info h;
+    uint8_t fp[16];
+    skv_model_get_info(m, &h);
+    skv_model_fingerprint(m, fp);
+    printf("model:        %s (%s, %s)\n", h.name, h.format, h.arch);
+    printf("parameters:   %lld (%s weights), file %.2f MiB\n", (long long)h.n_params, dtype_name(h.weight_type),
+           (double)h.file_bytes / 1048576.0);
+    printf("layers:       %d\nwidth:        %d\nheads:        %d query, %d key/value (%s), head_dim %d\n", h.n_layer,
+           h.n_embd, h.n_head, h.n_head_kv, h.n_head_kv < h.n_head ? "grouped-query" : "multi-head", h.head_dim);
+    printf("ffn:          %d (SwiGLU)\nvocabulary:   %d (%s tokenizer, BOS %d, EOS %d)\n", h.n_ff, h.n_vocab,
+           h.tokenizer_kind == SKV_TOKENIZER_KIND_GPT2 ? "gpt2 byte-level BPE" : "SentencePiece BPE", h.bos_id, h.eos_id);
+    printf("context:      %d (trained)\nrope:         base %g, %d dims per head\nnorm eps:     %g\n", h.n_ctx_train,
+           (double)h.rope_base, h.rope_dim, (double)h.norm_eps);
+    printf("output:       %s\nfingerprint:  ", h.tied_output ? "tied to token embeddings" : "separate matrix");
+    for (int i = 0; i < 16; i++) printf("%02x", fp[i]);
+    printf("\n\nKV cache per token position (%d layers x 2 x %d heads x %d values = %d scalars):\n", h.n_layer,
+           h.n_head_kv, h.head_dim, 2 * h.n_layer * h.n_head_kv * h.head_dim);
+    const char *schemes[] = {"f32", "f16", "q8_0", "tq4", "tq3.5", "tq3"};
+    double f16 = 0;
+    skv_kv_position_bytes(m, "f16", &f16);
+    printf("  %-8s %12s %12s %10s\n", "scheme", "bytes", "bits", "vs f16");
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        double b;
+        if (skv_kv_position_bytes(m, schemes[i], &b)) continue;
+        printf("  %-8s %12.1f %12.0f %9.2fx\n", schemes[i], b, b * 8, f16 / b);
+    }
+    printf("  (TurboQuant sizes include one fp16 norm per vector; tq3.5 = half the vectors at 3, half at 4 bits)\n");
+    skv_model_free(m);
+    return CLI_OK;
+}
+
+/* ---- kv-dump ------------------------------------------------------------------------ */
+
+static const char dump_help[] =
+    "usage: seqkv kv-dump [-m MODEL] -f FILE -o OUT.kv [--f16] [--truncate] [-t THREADS]\n\n"
+    "Runs FILE's text (BOS first) through the model and writes the KV cache with the token\n"
+    "ids as a raw dump (format: docs/kvdump.md). Texts longer than the context are refused\n"
+    "unless --truncate keeps the first context-length tokens.\n"
+    "  --f16   store values as IEEE half precision (default f32)\n";
+
+int cmd_kvdump(int argc, char **argv)
+{
+    opts o = {.threads = 1};
+    int r = parse_opts(argc, argv, &o, " -m -f -o --f16 --truncate -t ", dump_help);
+    if (r) return r > 0 ? CLI_OK : CLI_USAGE;
+    if (!o.file || !o.out) {
+        cli_error("kv-dump needs -f FILE and -o OUT.kv");
+        return CLI_USAGE;
+    }
+    size_t len = 0, n = 0;
+    char *text = cli_read_file(o.file, &len), err[512];
+    if (!text) return CLI_FAIL;
+    skv_model *m = cli_load_model(o.model);
+    int32_t *tok = m ? cli_tokenize(m, text, len, 1, &n) : NULL;
+    skv_ctx *c = tok ? make_ctx(m, 0, o.threads) : NULL;
+    int rc = CLI_FAIL;
+    if (!c) goto done;
+    if (n > (size_t)skv_ctx_n_ctx(c)) {
+        if (!o.truncate) {
+            cli_error("'%s' is %zu tokens, more than the model's context of %d (use --truncate to keep the first %d)",
+                      o.file, n, skv_ctx_n_ctx(c), skv_ctx_n_ctx(c));
+            goto done;
+        }
+        n = (size_t)skv_ctx_n_ctx(c);
+    }
+    double t0 = cli_now();
+    if (skv_prefill(c, tok, n, SKV_LOGITS_NONE, NULL)) {
+        cli_error("forward pass failed: %s", skv_ctx_last_error(c));
+        goto done;
+    }
+    double t1 = cli_now();
+    if (skv_kvdump_write(c, tok, n, o.f16 ? SKV_KVDUMP_F16 : SKV_KVDUMP_F32, o.out, err, sizeof err)) {
+        cli_error("%s", err);
+        goto done;
+    }
+    printf("wrote %s: %zu positions, %s, prefill %.0f tok/s\n", o.out, n, o.f16 ? "f16" : "f32",
+           (double)n / (t1 - t0 + 1e-12));
+    rc = CLI_OK;
+done:
+    free(text);
+    free(tok);
+    skv_ctx_free(c);
+    skv_model_free(m);
+    return rc;
+}

@@ -1,0 +1,227 @@
+/* seqkv command-line tool: dispatch and shared helpers. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"generate", cmd_generate, "generate text from a prompt"},
+    {"perplexity", cmd_perplexity, "perplexity and bits/token of a text under the model"},
+    {"info", cmd_info, "model architecture and KV-cache size per position"},
+    {"kv-dump", cmd_kvdump, "run a text and write its KV cache as a raw dump"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "seqkv %s - store transformer KV caches as sequences\n\n"
+               "usage: seqkv COMMAND [options]   (seqkv COMMAND --help for details)\n\ncommands:\n",
+            skv_version());
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nThe model defaults to $SEQKV_MODEL, else the bundled model (see README).\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("seqkv %s\n", skv_version());
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    cli_error("unknown command '%s' (run 'seqkv --help' for the list)", argv[1]);
+    return CLI_USAGE;
+}
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("seqkv: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v;
+    if (!s) {
+        cli_error("%s needs a value", opt);
+        return -1;
+    }
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_error("%s: '%s' is not an integer in [%ld, %ld]", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v;
+    if (!s) {
+        cli_error("%s needs a value", opt);
+        return -1;
+    }
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        cli_error("%s: '%s' is not a number in [%g, %g]", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+char *cli_read_file(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    size_t cap = 1 << 16, n = 0;
+    char *buf;
+    if (!f) {
+        cli_error("cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (n + 1 < cap) {
+            if (ferror(f)) {
+                cli_error("error reading '%s'", path);
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+        char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            cli_error("'%s' is too large to read into memory", path);
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    if (f != stdin) fclose(f);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+const char *cli_default_model(void)
+{
+    static char path[4096];
+    const char *env = getenv("SEQKV_MODEL");
+    char exe[4096];
+    ssize_t n;
+    if (env && *env) return env;
+    /* the bundled model: <exe>/../models/ (build tree), <exe>/../share/seqkv/ (installed), ./models/ */
+    n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        const char *rel[] = {"/../models/" SEQKV_DEFAULT_MODEL, "/../share/seqkv/" SEQKV_DEFAULT_MODEL};
+        for (size_t i = 0; i < 2; i++) {
+            int len = snprintf(path, sizeof path, "%s%s", exe, rel[i]);
+            if (len > 0 && (size_t)len < sizeof path && access(path, R_OK) == 0) return path;
+        }
+    }
+    snprintf(path, sizeof path, "models/%s", SEQKV_DEFAULT_MODEL);
+    return path;
+}
+
+skv_model *cli_load_model(const char *path)
+{
+    char err[512];
+    skv_model *m = NULL;
+    if (!path) path = cli_default_model();
+    int rc = skv_model_load(path, NULL, &m, err, sizeof err);
+    if (rc) {
+        cli_error("cannot load model: %s", err);
+        return NULL;
+    }
+    return m;
+}
+
+int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_special, size_t *n)
+{
+    size_t cap = len + 16, need = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    int rc;
+    if (!ids) return NULL;
+    rc = skv_tokenize(m, text, len, add_special, ids, cap, &need);
+    if (rc == SKV_ERR_RANGE) {
+        int32_t *bigger = realloc(ids, (need + 1) * sizeof *ids);
+        if (!bigger) {
+            free(ids);
+            return NULL;
+        }
+        ids = bigger;
+        rc = skv_tokenize(m, text, len, add_special, ids, need + 1, &need);
+    }
+    if (rc) {
+        cli_error("tokenization failed: %s", skv_status_str(rc));
+        free(ids);
+        return NULL;
+    }
+    *n = need;
+    return ids;
+}
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_progress_start(cli_progress *p, const char *what)
+{
+    p->what = what;
+    p->t0 = p->last = cli_now();
+    p->enabled = isatty(2);
+}
+
+void cli_progress_update(cli_progress *p, size_t done, size_t total)
+{
+    double t = cli_now();
+    if (!p->enabled || (t - p->last < 0.2 && done < total)) return;
+    p->last = t;
+    fprintf(stderr, "\r%s: %zu/%zu tokens (%.1f%%), %.0f tok/s   ", p->what, done, total,
+            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / (t - p->t0 + 1e-9));
+    fflush(stderr);
+}
+
+void cli_progress_end(cli_progress *p)
+{
+    if (p->enabled) fputs("\r\033[K", stderr);
+}
