@@ -177,6 +177,84 @@ SKV_API void skv_kvdump_free(skv_kvdump *d);
  * Counts every stored byte (norms, scales). SKV_ERR_INVALID_ARG for unknown names. */
 SKV_API int skv_kv_position_bytes(const skv_model *m, const char *scheme, double *bytes);
 
+/* ---- Sessions: the .skv format (docs/format.md) ----------------------------
+ * A session is one KV cache (a token sequence of at most the context length), or with
+ * `segment` several consecutive independent ones. Its file stores the tokens -- raw
+ * (codec "tokens", restored by one batched prefill) or arithmetic-coded under the model
+ * (codec "model", restored token by token) -- plus a digest of each segment's KV so a
+ * restore can prove it regenerated exactly the same cache. */
+
+enum { SKV_CODEC_TOKENS = 0, SKV_CODEC_MODEL = 1 };
+
+typedef struct skv_encoder skv_encoder;
+
+typedef struct skv_encoder_params {
+    int codec;            /* SKV_CODEC_* */
+    int n_ctx;            /* segment capacity; 0 = the model's trained context */
+    int n_threads;
+    int segment;          /* 1: split sessions longer than n_ctx into fresh-context segments */
+    unsigned total_bits;  /* model codec: log2 of the frequency total; 0 = automatic (24..28) */
+} skv_encoder_params;
+
+typedef struct skv_encoder_stats {
+    uint64_t n_tokens;      /* tokens appended */
+    uint64_t n_model_coded; /* tokens coded under the model (all but each segment's first) */
+    double model_bits;      /* sum of -log2 p(token) of those under the model's softmax */
+    double coded_bits;      /* sum of -log2(freq/total) actually coded (model codec) */
+} skv_encoder_stats;
+
+SKV_API skv_encoder_params skv_encoder_default_params(void);
+/* The encoder owns a context that runs the model; it is the session's live KV cache. */
+SKV_API int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out);
+SKV_API void skv_encoder_free(skv_encoder *e);
+SKV_API const char *skv_encoder_last_error(const skv_encoder *e);
+/* Appends tokens (runs them through the model). next_logits (optional, n_vocab floats)
+ * receives the model's logits after the last token, for an inference loop that samples
+ * the next token from them and appends it. SKV_ERR_RANGE when the context is full and
+ * segmenting is off. */
+SKV_API int skv_encoder_append(skv_encoder *e, const int32_t *tokens, size_t n, float *next_logits);
+SKV_API const skv_ctx *skv_encoder_ctx(const skv_encoder *e);
+SKV_API int skv_encoder_get_stats(const skv_encoder *e, skv_encoder_stats *st);
+/* Produces the .skv file bytes (malloc'ed; free() them). The encoder cannot be appended to afterwards. */
+SKV_API int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size);
+
+typedef struct skv_session skv_session;
+
+typedef struct skv_session_info {
+    int version;
+    int codec;               /* SKV_CODEC_* */
+    int segmented;
+    uint32_t n_segments;
+    uint32_t n_ctx;          /* segment capacity the encoder used */
+    uint32_t n_vocab;
+    uint32_t total_bits;     /* model codec's frequency total (log2) */
+    int32_t bos_id;
+    uint64_t n_tokens;
+    uint8_t fingerprint[16]; /* model */
+    char model_name[49];
+    uint64_t file_bytes;
+} skv_session_info;
+
+/* Parses and validates a .skv file (structure and checksums); copies what it needs. */
+SKV_API int skv_session_open(const void *data, size_t size, skv_session **out, char *err, size_t errcap);
+SKV_API void skv_session_free(skv_session *s);
+SKV_API int skv_session_get_info(const skv_session *s, skv_session_info *info);
+SKV_API int skv_session_segment_info(const skv_session *s, uint32_t i, uint32_t *n_tokens, uint64_t *payload_bytes,
+                                     uint8_t kv_digest[16]);
+
+typedef struct skv_restore_params {
+    int verify; /* compare the regenerated KV with the stored digest (SKV_ERR_MISMATCH if not equal) */
+    void (*progress)(void *user, uint64_t done, uint64_t total); /* optional */
+    void *user;
+} skv_restore_params;
+
+/* Restores segment i into ctx (cleared first; its capacity must hold the segment):
+ * the KV cache is regenerated and the segment's tokens written to tokens[0..n).
+ * Refuses (SKV_ERR_MISMATCH, naming both) a model other than the one that wrote the file. */
+SKV_API int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
+                                        const skv_restore_params *p, int32_t *tokens, size_t cap,
+                                        char *err, size_t errcap);
+
 /* @@API-END@@ */
 #ifdef __cplusplus
 }

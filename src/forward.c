@@ -18,10 +18,15 @@
 
 #define ROW_BLOCK 16 /* weight rows per matmul task (dequantised together) */
 
+/* Batches smaller than this run on the calling thread: waking workers for a handful of
+ * tokens costs more than it saves (and never changes a result: see ops.h). */
+#define POOL_MIN_BATCH 8
+
 struct skv_ctx {
     const skv_model *m;
     const skv_kernels *k;
-    skv_pool *pool;
+    skv_pool *pool;        /* NULL: single-threaded */
+    skv_pool *active;      /* pool for the current batch (NULL for small batches) */
     int n_ctx, n_pos, max_batch;
     size_t kmax;           /* longest matmul input row */
     float *k_cache, *v_cache;
@@ -181,7 +186,7 @@ static void matmul_task(void *arg, size_t task, int thread)
 static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, size_t T, float *y, size_t ldy)
 {
     matmul_job j = {c, w, x, ldx, T, y, ldy};
-    skv_pool_run(c->pool, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
+    skv_pool_run(c->active, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
 }
 
 /* ---- attention --------------------------------------------------------------------
@@ -224,7 +229,7 @@ static void attention(skv_ctx *c, int layer, size_t T, int p0)
     const skv_model_info *h = &c->m->info;
     size_t g = (size_t)(h->n_head / h->n_head_kv);
     attn_job aj = {c, layer, p0, T, (T * g + SKV_ATTN_MAX_Q - 1) / SKV_ATTN_MAX_Q};
-    skv_pool_run(c->pool, attn_task, &aj, aj.per_head * (size_t)h->n_head_kv);
+    skv_pool_run(c->active, attn_task, &aj, aj.per_head * (size_t)h->n_head_kv);
 }
 
 /* ---- one batch ---------------------------------------------------------------------- */
@@ -275,6 +280,7 @@ static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_
     const skv_model_info *h = &c->m->info;
     size_t D = (size_t)h->n_embd, V = (size_t)h->n_vocab;
     int p0 = c->n_pos;
+    c->active = T >= POOL_MIN_BATCH ? c->pool : NULL;
     for (size_t t = 0; t < T; t++) skv_weight_row(&c->m->tok_embd, (size_t)tokens[t], c->x + t * D);
     for (int l = 0; l < h->n_layer; l++) layer_forward(c, l, T, p0);
     c->n_pos += (int)T;

@@ -38,5 +38,8 @@ int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_kvdump(int argc, char **argv);
+int cmd_compress(int argc, char **argv);
+int cmd_restore(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 
 #endif

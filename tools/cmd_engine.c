@@ -9,7 +9,7 @@
 
 /* Options shared by the commands below. */
 typedef struct {
-    const char *model, *prompt, *file, *out;
+    const char *model, *prompt, *file, *out, *logits;
     long n_predict, ctx, threads, seed;
     double temp, top_p;
     int f16, truncate, no_bos;
@@ -38,6 +38,9 @@ static int parse_opts(int argc, char **argv, opts *o, const char *allowed, const
         } else if (IS("-o")) {
             if (!v) goto missing;
             o->out = argv[++i];
+        } else if (IS("--logits")) {
+            if (!v) goto missing;
+            o->logits = argv[++i];
         } else if (IS("-n")) {
             if (cli_parse_int(a, v, 0, 1 << 24, &o->n_predict)) return -1;
             i++;
@@ -370,16 +373,33 @@ int cmd_info(int argc, char **argv)
 /* ---- kv-dump ------------------------------------------------------------------------ */
 
 static const char dump_help[] =
-    "usage: seqkv kv-dump [-m MODEL] -f FILE -o OUT.kv [--f16] [--truncate] [-t THREADS]\n\n"
+    "usage: seqkv kv-dump [-m MODEL] -f FILE -o OUT.kv [--f16] [--truncate] [--logits OUT.f32] [-t THREADS]\n\n"
     "Runs FILE's text (BOS first) through the model and writes the KV cache with the token\n"
     "ids as a raw dump (format: docs/kvdump.md). Texts longer than the context are refused\n"
     "unless --truncate keeps the first context-length tokens.\n"
-    "  --f16   store values as IEEE half precision (default f32)\n";
+    "  --f16            store values as IEEE half precision (default f32)\n"
+    "  --logits OUT.f32 also write every position's logits: n_pos x n_vocab little-endian f32\n";
+
+static int write_f32(const char *path, const float *v, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    unsigned char b[4];
+    int ok = f != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        b[0] = (unsigned char)u, b[1] = (unsigned char)(u >> 8), b[2] = (unsigned char)(u >> 16), b[3] = (unsigned char)(u >> 24);
+        ok = fwrite(b, 1, 4, f) == 4;
+    }
+    if (f && fclose(f) != 0) ok = 0;
+    if (!ok) cli_error("cannot write '%s'", path);
+    return ok ? 0 : -1;
+}
 
 int cmd_kvdump(int argc, char **argv)
 {
     opts o = {.threads = 1};
-    int r = parse_opts(argc, argv, &o, " -m -f -o --f16 --truncate -t ", dump_help);
+    int r = parse_opts(argc, argv, &o, " -m -f -o --f16 --truncate --logits -t ", dump_help);
     if (r) return r > 0 ? CLI_OK : CLI_USAGE;
     if (!o.file || !o.out) {
         cli_error("kv-dump needs -f FILE and -o OUT.kv");
@@ -391,6 +411,7 @@ int cmd_kvdump(int argc, char **argv)
     skv_model *m = cli_load_model(o.model);
     int32_t *tok = m ? cli_tokenize(m, text, len, 1, &n) : NULL;
     skv_ctx *c = tok ? make_ctx(m, 0, o.threads) : NULL;
+    float *logits = NULL;
     int rc = CLI_FAIL;
     if (!c) goto done;
     if (n > (size_t)skv_ctx_n_ctx(c)) {
@@ -401,12 +422,16 @@ int cmd_kvdump(int argc, char **argv)
         }
         n = (size_t)skv_ctx_n_ctx(c);
     }
+    skv_model_info info;
+    skv_model_get_info(m, &info);
+    if (o.logits && !(logits = malloc(n * (size_t)info.n_vocab * sizeof *logits))) goto done;
     double t0 = cli_now();
-    if (skv_prefill(c, tok, n, SKV_LOGITS_NONE, NULL)) {
+    if (skv_prefill(c, tok, n, o.logits ? SKV_LOGITS_ALL : SKV_LOGITS_NONE, logits)) {
         cli_error("forward pass failed: %s", skv_ctx_last_error(c));
         goto done;
     }
     double t1 = cli_now();
+    if (o.logits && write_f32(o.logits, logits, n * (size_t)info.n_vocab)) goto done;
     if (skv_kvdump_write(c, tok, n, o.f16 ? SKV_KVDUMP_F16 : SKV_KVDUMP_F32, o.out, err, sizeof err)) {
         cli_error("%s", err);
         goto done;
@@ -417,6 +442,7 @@ int cmd_kvdump(int argc, char **argv)
 done:
     free(text);
     free(tok);
+    free(logits);
     skv_ctx_free(c);
     skv_model_free(m);
     return rc;

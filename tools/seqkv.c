@@ -20,6 +20,9 @@ static const struct {
     {"perplexity", cmd_perplexity, "perplexity and bits/token of a text under the model"},
     {"info", cmd_info, "model architecture and KV-cache size per position"},
     {"kv-dump", cmd_kvdump, "run a text and write its KV cache as a raw dump"},
+    {"compress", cmd_compress, "store a session's KV cache as a .skv file"},
+    {"restore", cmd_restore, "regenerate tokens and KV cache from a .skv file (--verify)"},
+    {"inspect", cmd_inspect, "show a .skv file's header and segments"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,622 @@
+/* .skv sessions: the encoder (tokens -> file) and the reader/restorer (file -> tokens
+ * + bit-exact KV). Byte layout in docs/format.md; summary:
+ *
+ *   header (128 bytes)                       segment (repeated n_segments times)
+ *   +--------------------------------+       +----------------------------------+
+ *   | magic 89 'SKV' 0D 0A 1A 0A     |       | "SKVS" | u32 n_tokens            |
+ *   | u16 version | u16 header size  |       | u64 payload bytes                |
+ *   | u32 codec | u32 flags          |       | u8 kv_digest[16] (XXH3-128)      |
+ *   | u32 n_segments | u64 n_tokens  |       | payload                          |
+ *   | u32 n_ctx | u32 n_vocab        |       | u64 XXH3-64(segment header+payload)|
+ *   | u32 total_bits | i32 bos       |       +----------------------------------+
+ *   | u8 fingerprint[16]             |
+ *   | char model_name[48] | 8 zero   |       payload, codec tokens: zstd(LEB128 ids)
+ *   | u64 XXH3-64(bytes 0..119)      |       payload, codec model: range-coded stream:
+ *   +--------------------------------+         first id in ceil(log2 V) raw bits, then
+ *                                              each id under probq(logits of the previous)
+ * Every segment is an independent KV cache: it starts from an empty context. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "model.h"
+#include "probq.h"
+#include "rangecoder.h"
+
+#define SKV_MAGIC "\x89SKV\r\n\x1a\n"
+#define SKV_VERSION 1
+#define HDR_SIZE 128
+#define SEG_HDR 32
+#define SEG_MAGIC "SKVS"
+#define ZSTD_LEVEL 19
+
+/* ---- shared ---------------------------------------------------------------- */
+
+static unsigned bits_for(uint32_t n_vocab)
+{
+    unsigned b = 1;
+    while (b < 32 && ((uint64_t)1 << b) < n_vocab) b++;
+    return b;
+}
+
+static unsigned auto_total_bits(uint32_t n_vocab)
+{
+    unsigned b = bits_for(n_vocab) + 8; /* the freq >= 1 floor then costs < 2^-8 of the mass */
+    return b < 24 ? 24 : b > 28 ? 28 : b;
+}
+
+/* ---- encoder ------------------------------------------------------------------ */
+
+struct skv_encoder {
+    skv_model *m;
+    skv_encoder_params p;
+    skv_ctx *ctx;
+    uint32_t V;
+    unsigned first_bits;
+    size_t batch;
+    float *logits;          /* [batch][V] */
+    float *prev;            /* [V] logits after the segment's last token */
+    uint32_t *freq, *cum;   /* [V], [V+1] */
+    int32_t *seg_tok;       /* current segment's tokens, [n_ctx] */
+    size_t seg_n;
+    skv_rangecoder_enc rc;
+    uint8_t *rc_buf;
+    size_t rc_cap;
+    uint8_t *out;           /* header placeholder + finished segments */
+    size_t out_len, out_cap;
+    uint32_t n_segments;
+    skv_encoder_stats st;
+    int finished;
+    char err[256];
+};
+
+skv_encoder_params skv_encoder_default_params(void)
+{
+    skv_encoder_params p = {SKV_CODEC_MODEL, 0, 1, 0, 0};
+    return p;
+}
+
+const char *skv_encoder_last_error(const skv_encoder *e) { return e ? e->err : "NULL encoder"; }
+const skv_ctx *skv_encoder_ctx(const skv_encoder *e) { return e ? e->ctx : NULL; }
+
+int skv_encoder_get_stats(const skv_encoder *e, skv_encoder_stats *st)
+{
+    if (!e || !st) return SKV_ERR_INVALID_ARG;
+    *st = e->st;
+    return SKV_OK;
+}
+
+static int enc_fail(skv_encoder *e, int rc, const char *msg)
+{
+    snprintf(e->err, sizeof e->err, "%s", msg);
+    return rc;
+}
+
+static int out_reserve(skv_encoder *e, size_t more)
+{
+    size_t need;
+    if (!skv_add_ok(e->out_len, more, &need)) return SKV_ERR_NOMEM;
+    if (need <= e->out_cap) return SKV_OK;
+    size_t cap = e->out_cap ? e->out_cap : 4096;
+    while (cap < need) cap *= 2;
+    uint8_t *nb = realloc(e->out, cap);
+    if (!nb) return SKV_ERR_NOMEM;
+    e->out = nb;
+    e->out_cap = cap;
+    return SKV_OK;
+}
+
+void skv_encoder_free(skv_encoder *e)
+{
+    if (!e) return;
+    skv_ctx_free(e->ctx);
+    free(e->logits);
+    free(e->prev);
+    free(e->freq);
+    free(e->cum);
+    free(e->seg_tok);
+    free(e->rc_buf);
+    free(e->out);
+    free(e);
+}
+
+int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out)
+{
+    skv_encoder_params d = skv_encoder_default_params();
+    skv_ctx_params cp = skv_ctx_default_params();
+    skv_encoder *e;
+    int rc;
+    if (!m || !out) return SKV_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!p) p = &d;
+    if ((p->codec != SKV_CODEC_TOKENS && p->codec != SKV_CODEC_MODEL) ||
+        (p->total_bits && (p->total_bits < 16 || p->total_bits > 28)))
+        return SKV_ERR_INVALID_ARG;
+    if (!(e = calloc(1, sizeof *e))) return SKV_ERR_NOMEM;
+    e->m = m;
+    e->p = *p;
+    e->V = (uint32_t)m->info.n_vocab;
+    if (!e->p.total_bits) e->p.total_bits = auto_total_bits(e->V);
+    if (e->p.codec == SKV_CODEC_TOKENS) e->p.total_bits = 0;
+    else if (((uint64_t)1 << e->p.total_bits) < e->V) e->p.total_bits = auto_total_bits(e->V);
+    e->first_bits = bits_for(e->V);
+    cp.n_ctx = p->n_ctx;
+    cp.n_threads = p->n_threads;
+    if ((rc = skv_ctx_create(m, &cp, &e->ctx))) {
+        free(e);
+        return rc;
+    }
+    e->p.n_ctx = skv_ctx_n_ctx(e->ctx);
+    e->batch = 256;
+    size_t V = e->V, S = (size_t)e->p.n_ctx;
+    e->rc_cap = skv_rangecoder_bound(S, e->p.total_bits > e->first_bits ? e->p.total_bits : e->first_bits);
+    e->logits = malloc(e->batch * V * sizeof(float));
+    e->prev = malloc(V * sizeof(float));
+    e->freq = malloc(V * sizeof(uint32_t));
+    e->cum = malloc((V + 1) * sizeof(uint32_t));
+    e->seg_tok = malloc(S * sizeof(int32_t));
+    e->rc_buf = malloc(e->rc_cap);
+    if (!e->logits || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE)) {
+        skv_encoder_free(e);
+        return SKV_ERR_NOMEM;
+    }
+    e->out_len = HDR_SIZE;
+    skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
+    *out = e;
+    return SKV_OK;
+}
+
+/* -log2 softmax(logits)[t] in double (reporting only: never feeds the coder). */
+static double model_bits(const float *logits, uint32_t V, int32_t t)
+{
+    double mx = logits[0], z = 0.0;
+    for (uint32_t i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (uint32_t i = 0; i < V; i++) z += exp((double)logits[i] - mx);
+    return (log(z) - ((double)logits[t] - mx)) / log(2.0);
+}
+
+/* Codes token t under the distribution `logits` (the model's prediction for it). */
+static int code_token(skv_encoder *e, const float *logits, int32_t t)
+{
+    int rc;
+    e->st.model_bits += model_bits(logits, e->V, t);
+    e->st.n_model_coded++;
+    if (e->p.codec != SKV_CODEC_MODEL) return SKV_OK;
+    if ((rc = skv_probq_freqs(logits, e->V, e->p.total_bits, e->freq, e->cum)))
+        return enc_fail(e, rc, "the model produced non-finite logits: cannot code under it");
+    e->st.coded_bits += skv_probq_cost_bits(e->freq[t], e->p.total_bits);
+    if ((rc = skv_rangecoder_enc_put_pow2(&e->rc, e->cum[t], e->freq[t], e->p.total_bits)))
+        return enc_fail(e, rc, "range coder output overflow (internal bound violated)");
+    return SKV_OK;
+}
+
+static int put_varints(uint8_t *dst, const int32_t *t, size_t n, size_t *len)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)t[i];
+        while (v >= 0x80) {
+            dst[k++] = (uint8_t)(v | 0x80);
+            v >>= 7;
+        }
+        dst[k++] = (uint8_t)v;
+    }
+    *len = k;
+    return SKV_OK;
+}
+
+static int flush_segment(skv_encoder *e)
+{
+    uint8_t digest[16], *payload = NULL;
+    size_t plen = 0;
+    int rc;
+    if (!e->seg_n) return SKV_OK;
+    if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
+    if (e->p.codec == SKV_CODEC_MODEL) {
+        if ((rc = skv_rangecoder_enc_finish(&e->rc, &plen))) return enc_fail(e, rc, "range coder finish failed");
+        payload = e->rc_buf;
+    } else {
+        uint8_t *raw = malloc(e->seg_n * 5);
+        size_t rlen = 0, bound;
+        if (!raw) return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
+        put_varints(raw, e->seg_tok, e->seg_n, &rlen);
+        bound = ZSTD_compressBound(rlen);
+        if (bound > e->rc_cap) {
+            uint8_t *nb = realloc(e->rc_buf, bound);
+            if (!nb) {
+                free(raw);
+                return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
+            }
+            e->rc_buf = nb;
+            e->rc_cap = bound;
+        }
+        plen = ZSTD_compress(e->rc_buf, e->rc_cap, raw, rlen, ZSTD_LEVEL);
+        free(raw);
+        if (ZSTD_isError(plen)) return enc_fail(e, SKV_ERR_INTERNAL, "zstd compression failed");
+        payload = e->rc_buf;
+    }
+    if ((rc = out_reserve(e, SEG_HDR + plen + 8))) return enc_fail(e, rc, "out of memory");
+    uint8_t *s = e->out + e->out_len;
+    memcpy(s, SEG_MAGIC, 4);
+    skv_wr32(s + 4, (uint32_t)e->seg_n);
+    skv_wr64(s + 8, plen);
+    memcpy(s + 16, digest, 16);
+    memcpy(s + SEG_HDR, payload, plen);
+    skv_wr64(s + SEG_HDR + plen, XXH3_64bits(s, SEG_HDR + plen));
+    e->out_len += SEG_HDR + plen + 8;
+    e->n_segments++;
+    e->seg_n = 0;
+    skv_ctx_truncate(e->ctx, 0);
+    skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
+    return SKV_OK;
+}
+
+/* Appends k tokens that fit in the current segment and in one batch. */
+static int append_chunk(skv_encoder *e, const int32_t *t, size_t k)
+{
+    int rc;
+    if (e->seg_n == 0) {
+        if (e->p.codec == SKV_CODEC_MODEL && (rc = skv_rangecoder_enc_put_bits(&e->rc, (uint32_t)t[0], e->first_bits)))
+            return enc_fail(e, rc, "range coder output overflow");
+    } else if ((rc = code_token(e, e->prev, t[0]))) {
+        return rc;
+    }
+    if ((rc = skv_prefill(e->ctx, t, k, SKV_LOGITS_ALL, e->logits))) return enc_fail(e, rc, skv_ctx_last_error(e->ctx));
+    for (size_t j = 1; j < k; j++)
+        if ((rc = code_token(e, e->logits + (j - 1) * e->V, t[j]))) return rc;
+    memcpy(e->prev, e->logits + (k - 1) * e->V, e->V * sizeof(float));
+    memcpy(e->seg_tok + e->seg_n, t, k * sizeof *t);
+    e->seg_n += k;
+    e->st.n_tokens += k;
+    return SKV_OK;
+}
+
+int skv_encoder_append(skv_encoder *e, const int32_t *tokens, size_t n, float *next_logits)
+{
+    int rc;
+    if (!e || (!tokens && n)) return SKV_ERR_INVALID_ARG;
+    if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->V) return enc_fail(e, SKV_ERR_INVALID_ARG, "token id outside the vocabulary");
+    for (size_t done = 0; done < n;) {
+        if (e->seg_n == (size_t)e->p.n_ctx) {
+            if (!e->p.segment) {
+                snprintf(e->err, sizeof e->err,
+                         "the session exceeds the context of %d tokens (enable segmenting to store consecutive independent segments)",
+                         e->p.n_ctx);
+                return SKV_ERR_RANGE;
+            }
+            if ((rc = flush_segment(e))) return rc;
+        }
+        size_t k = n - done, room = (size_t)e->p.n_ctx - e->seg_n;
+        if (k > room) k = room;
+        if (k > e->batch) k = e->batch;
+        if ((rc = append_chunk(e, tokens + done, k))) return rc;
+        done += k;
+    }
+    if (next_logits && e->seg_n) memcpy(next_logits, e->prev, e->V * sizeof(float));
+    return SKV_OK;
+}
+
+int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
+{
+    uint8_t fp[16];
+    int rc;
+    if (!e || !data || !size) return SKV_ERR_INVALID_ARG;
+    if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
+    if ((rc = flush_segment(e))) return rc;
+    if ((rc = skv_model_fingerprint(e->m, fp))) return enc_fail(e, rc, "model fingerprint failed");
+    uint8_t *h = e->out;
+    memset(h, 0, HDR_SIZE);
+    memcpy(h, SKV_MAGIC, 8);
+    skv_wr16(h + 8, SKV_VERSION);
+    skv_wr16(h + 10, HDR_SIZE);
+    skv_wr32(h + 12, (uint32_t)e->p.codec);
+    skv_wr32(h + 16, e->p.segment ? 1u : 0u);
+    skv_wr32(h + 20, e->n_segments);
+    skv_wr64(h + 24, e->st.n_tokens);
+    skv_wr32(h + 32, (uint32_t)e->p.n_ctx);
+    skv_wr32(h + 36, e->V);
+    skv_wr32(h + 40, e->p.total_bits);
+    skv_wr32(h + 44, (uint32_t)e->m->info.bos_id);
+    memcpy(h + 48, fp, 16);
+    size_t name_len = strlen(e->m->info.name);
+    memcpy(h + 64, e->m->info.name, name_len < 47 ? name_len : 47);
+    skv_wr64(h + 120, XXH3_64bits(h, 120));
+    e->finished = 1;
+    *data = e->out;
+    *size = e->out_len;
+    e->out = NULL;
+    e->out_len = e->out_cap = 0;
+    return SKV_OK;
+}
+
+/* ---- reader ------------------------------------------------------------------------ */
+
+typedef struct {
+    uint32_t n_tokens;
+    uint64_t payload_bytes;
+    const uint8_t *payload;
+    uint8_t digest[16];
+} seg_view;
+
+struct skv_session {
+    uint8_t *data;
+    size_t size;
+    skv_session_info info;
+    seg_view *segs;
+};
+
+static int bad(char *err, size_t cap, const char *what)
+{
+    return skv_errf(err, cap, SKV_ERR_FORMAT, "not a valid .skv file: %s", what);
+}
+
+static int parse_header(skv_session *s, char *err, size_t cap)
+{
+    const uint8_t *h = s->data;
+    skv_session_info *in = &s->info;
+    if (s->size < 8 || memcmp(h, SKV_MAGIC, 8)) return bad(err, cap, "bad magic (not a seqkv session)");
+    if (s->size < HDR_SIZE) return bad(err, cap, "truncated header");
+    if (skv_rd16(h + 8) != SKV_VERSION)
+        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, ".skv version %u is not supported (this build reads version %d)",
+                        skv_rd16(h + 8), SKV_VERSION);
+    if (skv_rd16(h + 10) != HDR_SIZE) return bad(err, cap, "unexpected header size");
+    if (skv_rd64(h + 120) != XXH3_64bits(h, 120)) return bad(err, cap, "header checksum mismatch (corrupt)");
+    in->version = SKV_VERSION;
+    in->codec = (int)skv_rd32(h + 12);
+    uint32_t flags = skv_rd32(h + 16);
+    in->segmented = (int)(flags & 1);
+    in->n_segments = skv_rd32(h + 20);
+    in->n_tokens = skv_rd64(h + 24);
+    in->n_ctx = skv_rd32(h + 32);
+    in->n_vocab = skv_rd32(h + 36);
+    in->total_bits = skv_rd32(h + 40);
+    in->bos_id = (int32_t)skv_rd32(h + 44);
+    memcpy(in->fingerprint, h + 48, 16);
+    memcpy(in->model_name, h + 64, 48);
+    in->model_name[48] = 0;
+    in->file_bytes = s->size;
+    if (in->codec != SKV_CODEC_TOKENS && in->codec != SKV_CODEC_MODEL)
+        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "unknown codec id %d", in->codec);
+    if (flags & ~1u) return bad(err, cap, "unknown flags");
+    if (in->n_vocab < 1 || in->n_vocab > (1u << 24) || in->n_ctx < 1 || in->n_ctx > (1u << 24))
+        return bad(err, cap, "vocabulary or context size out of range");
+    if (in->codec == SKV_CODEC_MODEL
+            ? (in->total_bits < 16 || in->total_bits > 28 || ((uint64_t)1 << in->total_bits) < in->n_vocab)
+            : in->total_bits != 0)
+        return bad(err, cap, "invalid frequency total");
+    if (!in->segmented && in->n_segments > 1) return bad(err, cap, "several segments in an unsegmented session");
+    if (in->n_segments > (s->size - HDR_SIZE) / (SEG_HDR + 8)) return bad(err, cap, "segment count exceeds the file");
+    if (in->n_tokens > (uint64_t)in->n_segments * in->n_ctx) return bad(err, cap, "token count exceeds the segments");
+    return SKV_OK;
+}
+
+static int parse_segments(skv_session *s, char *err, size_t cap)
+{
+    size_t pos = HDR_SIZE;
+    uint64_t total = 0;
+    if (!(s->segs = calloc(s->info.n_segments ? s->info.n_segments : 1, sizeof *s->segs)))
+        return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < s->info.n_segments; i++) {
+        const uint8_t *p = s->data + pos;
+        seg_view *g = &s->segs[i];
+        if (s->size - pos < SEG_HDR + 8 || memcmp(p, SEG_MAGIC, 4)) return bad(err, cap, "truncated or missing segment");
+        g->n_tokens = skv_rd32(p + 4);
+        g->payload_bytes = skv_rd64(p + 8);
+        if (g->n_tokens < 1 || g->n_tokens > s->info.n_ctx) return bad(err, cap, "segment token count out of range");
+        if (g->payload_bytes > s->size - pos - SEG_HDR - 8) return bad(err, cap, "segment payload runs past the end");
+        size_t len = SEG_HDR + (size_t)g->payload_bytes;
+        if (skv_rd64(p + len) != XXH3_64bits(p, len)) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "segment %u checksum mismatch (corrupt)", i);
+            return bad(err, cap, msg);
+        }
+        memcpy(g->digest, p + 16, 16);
+        g->payload = p + SEG_HDR;
+        total += g->n_tokens;
+        pos += len + 8;
+    }
+    if (pos != s->size) return bad(err, cap, "unexpected bytes after the last segment");
+    if (total != s->info.n_tokens) return bad(err, cap, "segment token counts do not add up");
+    return SKV_OK;
+}
+
+int skv_session_open(const void *data, size_t size, skv_session **out, char *err, size_t errcap)
+{
+    skv_session *s;
+    int rc;
+    if (!out || (!data && size)) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    *out = NULL;
+    if (!(s = calloc(1, sizeof *s)) || !(s->data = malloc(size ? size : 1))) {
+        free(s);
+        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    }
+    if (size) memcpy(s->data, data, size);
+    s->size = size;
+    if ((rc = parse_header(s, err, errcap)) || (rc = parse_segments(s, err, errcap))) {
+        skv_session_free(s);
+        return rc;
+    }
+    *out = s;
+    return SKV_OK;
+}
+
+void skv_session_free(skv_session *s)
+{
+    if (!s) return;
+    free(s->data);
+    free(s->segs);
+    free(s);
+}
+
+int skv_session_get_info(const skv_session *s, skv_session_info *info)
+{
+    if (!s || !info) return SKV_ERR_INVALID_ARG;
+    *info = s->info;
+    return SKV_OK;
+}
+
+int skv_session_segment_info(const skv_session *s, uint32_t i, uint32_t *n_tokens, uint64_t *payload_bytes,
+                             uint8_t kv_digest[16])
+{
+    if (!s || i >= s->info.n_segments) return SKV_ERR_INVALID_ARG;
+    if (n_tokens) *n_tokens = s->segs[i].n_tokens;
+    if (payload_bytes) *payload_bytes = s->segs[i].payload_bytes;
+    if (kv_digest) memcpy(kv_digest, s->segs[i].digest, 16);
+    return SKV_OK;
+}
+
+static void hex16(const uint8_t *d, char *out)
+{
+    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+static int check_model(const skv_session *s, skv_model *m, char *err, size_t cap)
+{
+    uint8_t fp[16];
+    char a[33], b[33];
+    int rc = skv_model_fingerprint(m, fp);
+    if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model");
+    if (memcmp(fp, s->info.fingerprint, 16) || (uint32_t)m->info.n_vocab != s->info.n_vocab) {
+        hex16(s->info.fingerprint, a);
+        hex16(fp, b);
+        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+                        "wrong model: this session was written with model '%s' (fingerprint %s), but the model given is '%s' (fingerprint %s)",
+                        s->info.model_name, a, m->info.name, b);
+    }
+    return SKV_OK;
+}
+
+static int decode_tokens_payload(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap)
+{
+    size_t maxraw = (size_t)g->n_tokens * 5, raw_len;
+    unsigned long long content = ZSTD_getFrameContentSize(g->payload, g->payload_bytes);
+    uint8_t *raw;
+    if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > maxraw)
+        return bad(err, cap, "token payload is not a valid zstd frame of the expected size");
+    if (!(raw = malloc(maxraw))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    raw_len = ZSTD_decompress(raw, maxraw, g->payload, g->payload_bytes);
+    if (ZSTD_isError(raw_len) || raw_len != content) {
+        free(raw);
+        return bad(err, cap, "token payload does not decompress");
+    }
+    size_t k = 0;
+    for (uint32_t i = 0; i < g->n_tokens; i++) {
+        uint32_t v = 0;
+        unsigned shift = 0;
+        for (;;) {
+            if (k >= raw_len || shift > 28) {
+                free(raw);
+                return bad(err, cap, "token payload is truncated or has an over-long varint");
+            }
+            uint8_t byte = raw[k++];
+            v |= (uint32_t)(byte & 0x7f) << shift;
+            if (!(byte & 0x80)) break;
+            shift += 7;
+        }
+        if (v >= V) {
+            free(raw);
+            return bad(err, cap, "token id outside the vocabulary");
+        }
+        tok[i] = (int32_t)v;
+    }
+    free(raw);
+    if (k != raw_len) return bad(err, cap, "trailing bytes in the token payload");
+    return SKV_OK;
+}
+
+static void report(const skv_restore_params *p, uint64_t done, uint64_t total)
+{
+    if (p && p->progress) p->progress(p->user, done, total);
+}
+
+static int restore_model_codec(const skv_session *s, const seg_view *g, skv_ctx *ctx, const skv_restore_params *p,
+                               int32_t *tok, char *err, size_t cap)
+{
+    uint32_t V = s->info.n_vocab, v;
+    unsigned tb = s->info.total_bits;
+    skv_rangecoder_dec d;
+    float *logits = malloc(V * sizeof(float));
+    uint32_t *freq = malloc(V * sizeof(uint32_t)), *cum = malloc(((size_t)V + 1) * sizeof(uint32_t));
+    int rc = SKV_ERR_NOMEM;
+    if (!logits || !freq || !cum) {
+        skv_errf(err, cap, rc, "out of memory");
+        goto done;
+    }
+    skv_rangecoder_dec_init(&d, g->payload, g->payload_bytes);
+    if ((rc = skv_rangecoder_dec_get_bits(&d, bits_for(V), &v)) || v >= V) {
+        rc = bad(err, cap, "corrupt model-coded stream (first token)");
+        goto done;
+    }
+    tok[0] = (int32_t)v;
+    for (uint32_t i = 1; i <= g->n_tokens; i++) {
+        int last = i == g->n_tokens;
+        if ((rc = skv_decode(ctx, tok[i - 1], last ? NULL : logits))) {
+            skv_errf(err, cap, rc, "forward pass failed: %s", skv_ctx_last_error(ctx));
+            goto done;
+        }
+        if (last) break;
+        if ((rc = skv_probq_freqs(logits, V, tb, freq, cum))) {
+            skv_errf(err, cap, SKV_ERR_MISMATCH, "the model produced non-finite logits");
+            goto done;
+        }
+        uint32_t target = 0;
+        if ((rc = skv_rangecoder_dec_get_freq_pow2(&d, tb, &target))) {
+            rc = bad(err, cap, "corrupt model-coded stream");
+            goto done;
+        }
+        size_t sym = skv_probq_find(cum, V, target);
+        if ((rc = skv_rangecoder_dec_update(&d, cum[sym], freq[sym]))) {
+            rc = bad(err, cap, "corrupt model-coded stream");
+            goto done;
+        }
+        tok[i] = (int32_t)sym;
+        if ((i & 255) == 0) report(p, i, g->n_tokens);
+    }
+    if (skv_rangecoder_dec_finish(&d)) rc = bad(err, cap, "model-coded stream has trailing or missing bytes");
+done:
+    free(logits);
+    free(freq);
+    free(cum);
+    return rc;
+}
+
+int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
+                                const skv_restore_params *p, int32_t *tokens, size_t cap, char *err, size_t errcap)
+{
+    const seg_view *g;
+    int rc;
+    if (!s || !m || !ctx || !tokens || i >= s->info.n_segments || skv_ctx_model(ctx) != m)
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    g = &s->segs[i];
+    if (cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
+    if ((uint32_t)skv_ctx_n_ctx(ctx) < g->n_tokens)
+        return skv_errf(err, errcap, SKV_ERR_RANGE, "context of %d positions cannot hold a segment of %u tokens",
+                        skv_ctx_n_ctx(ctx), g->n_tokens);
+    if ((rc = check_model(s, m, err, errcap))) return rc;
+    skv_ctx_truncate(ctx, 0);
+    if (s->info.codec == SKV_CODEC_TOKENS) {
+        if ((rc = decode_tokens_payload(g, s->info.n_vocab, tokens, err, errcap))) return rc;
+        if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL)))
+            return skv_errf(err, errcap, rc, "forward pass failed: %s", skv_ctx_last_error(ctx));
+    } else if ((rc = restore_model_codec(s, g, ctx, p, tokens, err, errcap))) {
+        return rc;
+    }
+    report(p, g->n_tokens, g->n_tokens);
+    if (p && p->verify) {
+        uint8_t d[16];
+        char a[33], b[33];
+        if ((rc = skv_ctx_kv_digest(ctx, (int)g->n_tokens, d))) return skv_errf(err, errcap, rc, "digest failed");
+        if (memcmp(d, g->digest, 16)) {
+            hex16(g->digest, a);
+            hex16(d, b);
+            return skv_errf(err, errcap, SKV_ERR_MISMATCH,
+                            "KV verification failed for segment %u: stored digest %s, regenerated %s", i, a, b);
+        }
+    }
+    return SKV_OK;
+}

@@ -1,0 +1,398 @@
+/* seqkv compress | restore | inspect: .skv session files. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int write_file(const char *path, const void *data, size_t n)
+{
+    char tmp[4096];
+    FILE *f;
+    int len = snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (len < 0 || (size_t)len >= sizeof tmp) {
+        cli_error("output path too long");
+        return -1;
+    }
+    if (!(f = fopen(tmp, "wb"))) {
+        cli_error("cannot create '%s': %s", tmp, strerror(errno));
+        return -1;
+    }
+    int ok = fwrite(data, 1, n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        cli_error("cannot write '%s': %s", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Whitespace-separated decimal token ids. */
+static int32_t *parse_ids(const char *text, size_t *n)
+{
+    size_t cap = 1024, k = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    const char *p = text;
+    while (ids) {
+        while (isspace((unsigned char)*p)) p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && !isspace((unsigned char)*end))) {
+            cli_error("token-id file: '%.20s' is not a token id", p);
+            free(ids);
+            return NULL;
+        }
+        if (k == cap) {
+            int32_t *nb = realloc(ids, (cap *= 2) * sizeof *ids);
+            if (!nb) break;
+            ids = nb;
+        }
+        ids[k++] = (int32_t)v;
+        p = end;
+    }
+    *n = k;
+    return ids;
+}
+
+static const char compress_help[] =
+    "usage: seqkv compress [-m MODEL] (-f TEXT | --ids IDS | --kv-in DUMP) -o OUT.skv\n"
+    "                      [--codec model|tokens] [--segment] [-t THREADS]\n\n"
+    "Stores a session (the KV cache of a text) as a .skv file (docs/format.md).\n"
+    "  -f TEXT        text file, tokenized with BOS first ('-' = stdin)\n"
+    "  --ids IDS      whitespace-separated token ids instead of text\n"
+    "  --kv-in DUMP   the tokens of a KV dump written by 'seqkv kv-dump'\n"
+    "  --codec model  arithmetic-code the tokens under the model (default; smallest,\n"
+    "                 restored token by token)\n"
+    "  --codec tokens raw token ids, zstd-compressed (restored by one parallel prefill)\n"
+    "  --segment      allow sessions longer than the context: stored as consecutive\n"
+    "                 independent segments, each with a fresh context\n"
+    "Prints the size in bits per token position next to the model's cross-entropy and the\n"
+    "size of the same KV cache as f16 and as TurboQuant-3.5.\n";
+
+static void print_pct(const char *label, double x) { printf("%-22s %+.2f%%\n", label, x); }
+
+int cmd_compress(int argc, char **argv)
+{
+    const char *model = NULL, *file = NULL, *ids_file = NULL, *kv_in = NULL, *out = NULL, *codec = "model";
+    long threads = 1;
+    int segment = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(compress_help, stdout);
+            return CLI_OK;
+        }
+        const char **dst = !strcmp(a, "-m") ? &model : !strcmp(a, "-f") ? &file : !strcmp(a, "--ids") ? &ids_file
+                         : !strcmp(a, "--kv-in") ? &kv_in : !strcmp(a, "-o") ? &out : !strcmp(a, "--codec") ? &codec : NULL;
+        if (dst) {
+            if (!v) {
+                cli_error("option %s needs a value", a);
+                return CLI_USAGE;
+            }
+            *dst = v;
+            i++;
+        } else if (!strcmp(a, "-t")) {
+            if (cli_parse_int(a, v, 1, 256, &threads)) return CLI_USAGE;
+            i++;
+        } else if (!strcmp(a, "--segment")) {
+            segment = 1;
+        } else {
+            cli_error("unexpected argument '%s' (see seqkv compress --help)", a);
+            return CLI_USAGE;
+        }
+    }
+    if (!!file + !!ids_file + !!kv_in != 1 || !out) {
+        cli_error("compress needs exactly one input (-f, --ids or --kv-in) and -o OUT.skv");
+        return CLI_USAGE;
+    }
+    if (strcmp(codec, "model") && strcmp(codec, "tokens")) {
+        cli_error("--codec must be 'model' or 'tokens', not '%s'", codec);
+        return CLI_USAGE;
+    }
+    skv_model *m = cli_load_model(model);
+    if (!m) return CLI_FAIL;
+    skv_model_info info;
+    skv_model_get_info(m, &info);
+    int32_t *tok = NULL;
+    size_t n = 0, text_len = 0;
+    int rc = CLI_FAIL;
+    skv_encoder *e = NULL;
+    uint8_t *data = NULL;
+    size_t size = 0;
+    if (file || ids_file) {
+        char *text = cli_read_file(file ? file : ids_file, &text_len);
+        if (text) tok = file ? cli_tokenize(m, text, text_len, 1, &n) : parse_ids(text, &n);
+        free(text);
+    } else {
+        skv_kvdump *d = NULL;
+        char err[512];
+        if (skv_kvdump_read(kv_in, &d, err, sizeof err)) {
+            cli_error("%s", err);
+        } else if ((tok = malloc((d->n_pos + 1) * sizeof *tok))) {
+            memcpy(tok, d->tokens, d->n_pos * sizeof *tok);
+            n = d->n_pos;
+        }
+        skv_kvdump_free(d);
+    }
+    if (!tok) goto done;
+    if (!n) {
+        cli_error("the input holds no tokens");
+        goto done;
+    }
+    skv_encoder_params ep = skv_encoder_default_params();
+    ep.codec = strcmp(codec, "model") ? SKV_CODEC_TOKENS : SKV_CODEC_MODEL;
+    ep.n_threads = (int)threads;
+    ep.segment = segment;
+    int st = skv_encoder_create(m, &ep, &e);
+    if (st) {
+        cli_error("cannot create the encoder: %s", skv_status_str(st));
+        goto done;
+    }
+    double t0 = cli_now();
+    cli_progress pr;
+    cli_progress_start(&pr, "compress");
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < 256 ? n - done : 256;
+        if ((st = skv_encoder_append(e, tok + done, k, NULL))) {
+            cli_progress_end(&pr);
+            cli_error("%s", skv_encoder_last_error(e));
+            if (st == SKV_ERR_RANGE) fprintf(stderr, "       (the input is %zu tokens; pass --segment to store it as segments)\n", n);
+            goto done;
+        }
+        done += k;
+        cli_progress_update(&pr, done, n);
+    }
+    cli_progress_end(&pr);
+    if ((st = skv_encoder_finish(e, &data, &size))) {
+        cli_error("%s", skv_encoder_last_error(e));
+        goto done;
+    }
+    double secs = cli_now() - t0;
+    if (write_file(out, data, size)) goto done;
+    skv_encoder_stats es;
+    skv_encoder_get_stats(e, &es);
+    double f16 = 0, tq = 0, bits = (double)size * 8.0;
+    skv_kv_position_bytes(m, "f16", &f16);
+    skv_kv_position_bytes(m, "tq3.5", &tq);
+    printf("model:                 %s (%d layers, %d KV heads x %d)\n", info.name, info.n_layer, info.n_head_kv, info.head_dim);
+    printf("codec:                 %s\n", codec);
+    printf("tokens:                %zu\n", n);
+    printf("file:                  %s, %zu bytes\n", out, size);
+    printf("bits per position:     %.4f (all headers and checksums counted)\n", bits / (double)n);
+    if (es.n_model_coded) {
+        printf("model cross-entropy:   %.4f bits/token (%llu tokens predicted by the model)\n",
+               es.model_bits / (double)es.n_model_coded, (unsigned long long)es.n_model_coded);
+        print_pct("overhead vs model:", 100.0 * (bits - es.model_bits) / es.model_bits);
+    }
+    printf("KV cache as f16:       %.0f bytes (%.1f bits/position) -> %.0fx smaller\n", f16 * (double)n, f16 * 8,
+           f16 * (double)n / (double)size);
+    printf("KV cache as TQ-3.5:    %.0f bytes (%.1f bits/position) -> %.0fx smaller\n", tq * (double)n, tq * 8,
+           tq * (double)n / (double)size);
+    printf("encode time:           %.2f s (%.0f tokens/s)\n", secs, (double)n / (secs + 1e-12));
+    rc = CLI_OK;
+done:
+    free(tok);
+    free(data);
+    skv_encoder_free(e);
+    skv_model_free(m);
+    return rc;
+}
+
+/* ---- restore -------------------------------------------------------------------- */
+
+static const char restore_help[] =
+    "usage: seqkv restore [-m MODEL] IN.skv [-o TEXT] [--kv OUT.kv] [--verify] [-t THREADS]\n\n"
+    "Regenerates a session's tokens and KV cache from a .skv file.\n"
+    "  -o TEXT     write the session's text ('-' = stdout)\n"
+    "  --kv OUT    write the regenerated KV cache as a raw dump (single-segment sessions)\n"
+    "  --verify    check each segment's KV against the stored digest; exit 1 on any mismatch\n"
+    "The model must be the one the session was written with (checked by fingerprint).\n";
+
+typedef struct {
+    cli_progress pr;
+    uint64_t base, total;
+} restore_progress;
+
+static void on_progress(void *user, uint64_t done, uint64_t total)
+{
+    restore_progress *rp = user;
+    (void)total;
+    cli_progress_update(&rp->pr, (size_t)(rp->base + done), (size_t)rp->total);
+}
+
+static void write_text(FILE *f, const skv_model *m, const skv_model_info *info, const int32_t *tok, size_t n, int *after_bos)
+{
+    char buf[512];
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        if (tok[i] == info->bos_id) {
+            *after_bos = 1;
+            continue;
+        }
+        if (skv_token_piece(m, tok[i], buf, sizeof buf, &len) != SKV_OK) continue;
+        /* the tokenizer added one leading space after BOS (SentencePiece dummy prefix) */
+        size_t skip = *after_bos && info->tokenizer_kind == SKV_TOKENIZER_KIND_SPM && len && buf[0] == ' ';
+        fwrite(buf + skip, 1, len - skip, f);
+        *after_bos = 0;
+    }
+}
+
+int cmd_restore(int argc, char **argv)
+{
+    const char *model = NULL, *in = NULL, *out = NULL, *kv = NULL;
+    long threads = 1;
+    int verify = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(restore_help, stdout);
+            return CLI_OK;
+        }
+        const char **dst = !strcmp(a, "-m") ? &model : !strcmp(a, "-o") ? &out : !strcmp(a, "--kv") ? &kv : NULL;
+        if (dst) {
+            if (!v) {
+                cli_error("option %s needs a value", a);
+                return CLI_USAGE;
+            }
+            *dst = v;
+            i++;
+        } else if (!strcmp(a, "-t")) {
+            if (cli_parse_int(a, v, 1, 256, &threads)) return CLI_USAGE;
+            i++;
+        } else if (!strcmp(a, "--verify")) {
+            verify = 1;
+        } else if (a[0] != '-' && !in) {
+            in = a;
+        } else {
+            cli_error("unexpected argument '%s' (see seqkv restore --help)", a);
+            return CLI_USAGE;
+        }
+    }
+    if (!in) {
+        cli_error("restore needs an input .skv file");
+        return CLI_USAGE;
+    }
+    size_t len = 0;
+    char *bytes = cli_read_file(in, &len), err[512];
+    if (!bytes) return CLI_FAIL;
+    skv_session *s = NULL;
+    if (skv_session_open(bytes, len, &s, err, sizeof err)) {
+        cli_error("%s: %s", in, err);
+        free(bytes);
+        return CLI_FAIL;
+    }
+    free(bytes);
+    skv_session_info si;
+    skv_session_get_info(s, &si);
+    if (kv && si.n_segments != 1) {
+        cli_error("--kv needs a single-segment session (this one has %u segments)", si.n_segments);
+        skv_session_free(s);
+        return CLI_USAGE;
+    }
+    skv_model *m = cli_load_model(model);
+    skv_ctx *c = NULL;
+    int32_t *tok = malloc(((size_t)si.n_ctx + 1) * sizeof *tok);
+    FILE *tf = NULL;
+    int rc = CLI_FAIL, after_bos = 1;
+    skv_model_info info;
+    if (!m || !tok) goto done;
+    skv_model_get_info(m, &info);
+    skv_ctx_params cp = skv_ctx_default_params();
+    cp.n_ctx = (int)si.n_ctx;
+    cp.n_threads = (int)threads;
+    if (skv_ctx_create(m, &cp, &c)) {
+        cli_error("cannot create a context of %u positions", si.n_ctx);
+        goto done;
+    }
+    if (out && !(tf = strcmp(out, "-") ? fopen(out, "wb") : stdout)) {
+        cli_error("cannot create '%s': %s", out, strerror(errno));
+        goto done;
+    }
+    restore_progress rp = {.total = si.n_tokens};
+    skv_restore_params p = {verify, on_progress, &rp};
+    cli_progress_start(&rp.pr, "restore");
+    double t0 = cli_now();
+    for (uint32_t i = 0; i < si.n_segments; i++) {
+        uint32_t nt;
+        skv_session_segment_info(s, i, &nt, NULL, NULL);
+        int st = skv_session_restore_segment(s, m, i, c, &p, tok, si.n_ctx, err, sizeof err);
+        if (st) {
+            cli_progress_end(&rp.pr);
+            cli_error("%s", err);
+            goto done;
+        }
+        if (tf) write_text(tf, m, &info, tok, nt, &after_bos);
+        if (kv && skv_kvdump_write(c, tok, nt, SKV_KVDUMP_F32, kv, err, sizeof err)) {
+            cli_progress_end(&rp.pr);
+            cli_error("%s", err);
+            goto done;
+        }
+        rp.base += nt;
+    }
+    cli_progress_end(&rp.pr);
+    double secs = cli_now() - t0;
+    FILE *rep = tf == stdout ? stderr : stdout;
+    fprintf(rep, "restored %llu tokens (%u segment%s, codec %s) in %.2f s (%.0f tokens/s)%s\n",
+            (unsigned long long)si.n_tokens, si.n_segments, si.n_segments == 1 ? "" : "s",
+            si.codec == SKV_CODEC_MODEL ? "model" : "tokens", secs, (double)si.n_tokens / (secs + 1e-12),
+            verify ? "; KV verified bit-exact against the stored digest" : "");
+    rc = CLI_OK;
+done:
+    if (tf && tf != stdout && fclose(tf) != 0) rc = CLI_FAIL;
+    free(tok);
+    skv_ctx_free(c);
+    skv_model_free(m);
+    skv_session_free(s);
+    return rc;
+}
+
+/* ---- inspect ------------------------------------------------------------------------ */
+
+int cmd_inspect(int argc, char **argv)
+{
+    if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs("usage: seqkv inspect IN.skv\n\nPrints a .skv file's header, segments and sizes (no model needed).\n",
+              argc == 2 ? stdout : stderr);
+        return argc == 2 ? CLI_OK : CLI_USAGE;
+    }
+    size_t len = 0;
+    char *bytes = cli_read_file(argv[1], &len), err[512];
+    skv_session *s = NULL;
+    if (!bytes) return CLI_FAIL;
+    int st = skv_session_open(bytes, len, &s, err, sizeof err);
+    free(bytes);
+    if (st) {
+        cli_error("%s: %s", argv[1], err);
+        return CLI_FAIL;
+    }
+    skv_session_info si;
+    skv_session_get_info(s, &si);
+    printf("file:         %s (%llu bytes)\nformat:       .skv version %d\n", argv[1], (unsigned long long)si.file_bytes,
+           si.version);
+    printf("codec:        %s", si.codec == SKV_CODEC_MODEL ? "model (arithmetic-coded under the model)" : "tokens (zstd varints)");
+    if (si.codec == SKV_CODEC_MODEL) printf(", frequency total 2^%u", si.total_bits);
+    printf("\nmodel:        %s\nfingerprint:  ", si.model_name);
+    for (int i = 0; i < 16; i++) printf("%02x", si.fingerprint[i]);
+    printf("\nvocabulary:   %u (BOS %d)\ncontext:      %u per segment\ntokens:       %llu\n", si.n_vocab, si.bos_id,
+           si.n_ctx, (unsigned long long)si.n_tokens);
+    printf("bits/token:   %.4f\nsegments:     %u%s\n", si.n_tokens ? (double)si.file_bytes * 8 / (double)si.n_tokens : 0.0,
+           si.n_segments, si.segmented ? " (segmented session)" : "");
+    for (uint32_t i = 0; i < si.n_segments && i < 64; i++) {
+        uint32_t nt;
+        uint64_t pb;
+        uint8_t d[16];
+        skv_session_segment_info(s, i, &nt, &pb, d);
+        printf("  [%u] %u tokens, payload %llu bytes (%.3f bits/token), KV digest ", i, nt, (unsigned long long)pb,
+               (double)pb * 8 / nt);
+        for (int k = 0; k < 16; k++) printf("%02x", d[k]);
+        printf("\n");
+    }
+    if (si.n_segments > 64) printf("  ... %u more\n", si.n_segments - 64);
+    skv_session_free(s);
+    return CLI_OK;
+}
