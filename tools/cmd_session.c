@@ -74,7 +74,11 @@ static const char compress_help[] =
     "Prints the size in bits per token position next to the model's cross-entropy and the\n"
     "size of the same KV cache as f16 and as TurboQuant-3.5.\n";
 
-static void print_pct(const char *label, double x) { printf("%-22s %+.2f%%\n", label, x); }
+static void print_pct(const char *label, double x)
+{
+    printf("%-22s %+.2f%% (payload vs the cross-entropy; includes each segment's raw first token and the coder flush)\n",
+           label, x);
+}
 
 int cmd_compress(int argc, char **argv)
 {
@@ -184,10 +188,34 @@ int cmd_compress(int argc, char **argv)
     printf("tokens:                %zu\n", n);
     printf("file:                  %s, %zu bytes\n", out, size);
     printf("bits per position:     %.4f (all headers and checksums counted)\n", bits / (double)n);
+    uint64_t payload = 0;
+    uint32_t n_seg = 0;
+    {
+        skv_session *s = NULL;
+        skv_session_info si;
+        if (skv_session_open(data, size, &s, NULL, 0) == SKV_OK) {
+            skv_session_get_info(s, &si);
+            n_seg = si.n_segments;
+            for (uint32_t i = 0; i < si.n_segments; i++) {
+                uint64_t pb = 0;
+                skv_session_segment_info(s, i, NULL, &pb, NULL);
+                payload += pb;
+            }
+        }
+        skv_session_free(s);
+    }
     if (es.n_model_coded) {
-        printf("model cross-entropy:   %.4f bits/token (%llu tokens predicted by the model)\n",
+        printf("model cross-entropy:   %.4f bits/token (%llu tokens predicted by the model: the floor)\n",
                es.model_bits / (double)es.n_model_coded, (unsigned long long)es.n_model_coded);
-        print_pct("overhead vs model:", 100.0 * (bits - es.model_bits) / es.model_bits);
+        printf("payload:               %llu bytes = %.4f bits/position\n", (unsigned long long)payload,
+               (double)payload * 8 / (double)n);
+        if (ep.codec == SKV_CODEC_MODEL) {
+            printf("quantized model:       %.4f bits/token (the same tokens under the integer frequencies)\n",
+                   es.coded_bits / (double)es.n_model_coded);
+            print_pct("coder overhead:", 100.0 * ((double)payload * 8 - es.model_bits) / es.model_bits);
+        }
+        printf("container:             %zu bytes (header, %u segment record%s, checksums, KV digests)\n",
+               size - (size_t)payload, n_seg, n_seg == 1 ? "" : "s");
     }
     printf("KV cache as f16:       %.0f bytes (%.1f bits/position) -> %.0fx smaller\n", f16 * (double)n, f16 * 8,
            f16 * (double)n / (double)size);
