@@ -1,5 +1,6 @@
 # seqkv - build, test, bench, install.
 #   make                  library (static + shared), CLI, tests
+#   make demo             the main job on the bundled model (scripts/demo.sh)
 #   make test             run the test suite (summary line "N passed, M failed")
 #   make san              build + test under AddressSanitizer + UBSan (build-san/)
 #   make bench            benchmarks; results in bench/results/
@@ -14,7 +15,7 @@ BUILD   ?= build
 PREFIX  ?= /usr/local
 VERSION := 0.1.0
 # The bundled default model (models/), used when a command gets no -m.
-DEFAULT_MODEL ?= stories260K.gguf
+DEFAULT_MODEL ?= kjv-4m.gguf
 OPT     ?= -O2 -g
 WERROR  ?=
 SANFLAGS ?=
@@ -43,7 +44,7 @@ BENCHBIN := $(BENCHSRC:bench/%.c=$(BUILD)/bench/%)
 # Kernels compiled for AVX2+FMA+F16C; chosen at run time by CPU detection.
 $(BUILD)/obj/%_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all lib test san bench fuzz install uninstall clean check-shared
+.PHONY: all lib test san bench fuzz install uninstall clean demo
 all: lib $(BUILD)/seqkv $(TESTBIN) $(REPLAYBIN) $(BENCHBIN)
 lib: $(BUILD)/libseqkv.a $(BUILD)/libseqkv.so $(BUILD)/seqkv.pc
 
@@ -60,7 +61,7 @@ $(BUILD)/libseqkv.a: $(OBJ)
 $(BUILD)/libseqkv.so: $(OBJ)
 	$(CC) -shared -Wl,-soname,libseqkv.so.0 $(SANFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/seqkv: $(TOOLSRC) $(wildcard tools/*.h) $(BUILD)/libseqkv.a
+$(BUILD)/seqkv: $(TOOLSRC) $(wildcard tools/*.h) $(BUILD)/libseqkv.a Makefile
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -Itools -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(BUILD)/libseqkv.a $(LIBS)
 
@@ -86,6 +87,10 @@ $(BUILD) $(BUILD)/obj $(BUILD)/tests $(BUILD)/bench:
 test: all
 	tests/run.sh $(BUILD)
 
+# The main job on the bundled model: store a session both ways, restore it verified.
+demo: all
+	scripts/demo.sh $(BUILD)
+
 # AddressSanitizer + UndefinedBehaviorSanitizer build of everything, then the suite.
 san:
 	$(MAKE) BUILD=build-san OPT='-O1 -g' \
@@ -110,9 +115,12 @@ install: lib $(BUILD)/seqkv
 	install -m 755 $(BUILD)/libseqkv.so $(DESTDIR)$(PREFIX)/lib/libseqkv.so.0
 	ln -sf libseqkv.so.0 $(DESTDIR)$(PREFIX)/lib/libseqkv.so
 	install -m 644 include/seqkv.h $(DESTDIR)$(PREFIX)/include/seqkv.h
+	install -d $(DESTDIR)$(PREFIX)/share/seqkv
+	install -m 644 models/$(DEFAULT_MODEL) $(DESTDIR)$(PREFIX)/share/seqkv/$(DEFAULT_MODEL)
 	install -m 644 $(BUILD)/seqkv.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
 
 uninstall:
+	rm -rf $(DESTDIR)$(PREFIX)/share/seqkv
 	rm -f $(DESTDIR)$(PREFIX)/bin/seqkv $(DESTDIR)$(PREFIX)/lib/libseqkv.* \
 	    $(DESTDIR)$(PREFIX)/include/seqkv.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
 

@@ -176,7 +176,7 @@ static void matmul_task(void *arg, size_t task, int thread)
         W = (const float *)(const void *)(w->data + r0 * w->row_bytes);
     } else {
         float *buf = j->c->thread_scratch + (size_t)thread * j->c->scratch_stride;
-        skv_dequant_rows(w->type, w->data + r0 * w->row_bytes, w->row_bytes, w->K, nr, buf);
+        j->c->k->dequant(w->type, w->data + r0 * w->row_bytes, w->row_bytes, w->K, nr, buf);
         W = buf;
     }
     j->c->k->matmul(j->y + r0, j->ldy, W, w->K, j->x, j->ldx, j->T, nr);
@@ -281,7 +281,10 @@ static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_
     size_t D = (size_t)h->n_embd, V = (size_t)h->n_vocab;
     int p0 = c->n_pos;
     c->active = T >= POOL_MIN_BATCH ? c->pool : NULL;
-    for (size_t t = 0; t < T; t++) skv_weight_row(&c->m->tok_embd, (size_t)tokens[t], c->x + t * D);
+    for (size_t t = 0; t < T; t++) {
+        const skv_weight *e = &c->m->tok_embd;
+        c->k->dequant(e->type, e->data + (size_t)tokens[t] * e->row_bytes, e->row_bytes, e->K, 1, c->x + t * D);
+    }
     for (int l = 0; l < h->n_layer; l++) layer_forward(c, l, T, p0);
     c->n_pos += (int)T;
     if (!logits || t_first >= T) return;

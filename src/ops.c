@@ -152,6 +152,7 @@ static const skv_kernels k_scalar = {
     .rmsnorm = rmsnorm_ref,
     .rope = rope_ref,
     .attn = attn_ref,
+    .dequant = skv_dequant_rows,
 };
 
 const skv_kernels *skv_kernels_scalar(void) { return &k_scalar; }

@@ -45,6 +45,8 @@ typedef struct skv_kernels {
      * scores: scratch of nq * n_max floats (n_max >= every n[i]). */
     void (*attn)(float *const *out, const float *const *q, const size_t *n, size_t nq, const float *K,
                  const float *V, size_t hd, float scale, float *scores, size_t n_max);
+    /* skv_dequant_rows, with SIMD conversions where they exist (exact: same values) */
+    void (*dequant)(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst);
 } skv_kernels;
 
 /* Largest nq the attn kernels accept. */

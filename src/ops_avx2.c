@@ -284,6 +284,22 @@ static void attn_avx2(float *const *out, const float *const *q, const size_t *n,
     }
 }
 
+/* F16 rows through F16C (half -> single is exact, so identical to the scalar path). */
+static void dequant_avx2(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst)
+{
+    if (type != 1 /* SKV_GGML_F16 */) {
+        skv_dequant_rows(type, src, row_bytes, K, n_rows, dst);
+        return;
+    }
+    for (size_t r = 0; r < n_rows; r++) {
+        const uint8_t *s = (const uint8_t *)src + r * row_bytes;
+        float *d = dst + r * K;
+        size_t i = 0;
+        for (; i + 8 <= K; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i))));
+        if (i < K) skv_dequant_rows(type, s + 2 * i, row_bytes, K - i, 1, d + i);
+    }
+}
+
 static const skv_kernels k_avx2 = {
     .name = "avx2",
     .matmul = matmul_avx2,
@@ -297,6 +313,7 @@ static const skv_kernels k_avx2 = {
     .rmsnorm = rmsnorm_avx2,
     .rope = rope_avx2,
     .attn = attn_avx2,
+    .dequant = dequant_avx2,
 };
 
 const skv_kernels *skv_kernels_avx2(void)
@@ -304,7 +321,7 @@ const skv_kernels *skv_kernels_avx2(void)
     static int have = -1;
     if (have < 0) {
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     }
     return have ? &k_avx2 : NULL;
 }

@@ -149,6 +149,32 @@ static void batch_and_thread_invariance(void)
     skv_model_free(m);
 }
 
+/* The bundled model (F16 weights, head_dim 64, GQA) is in the repository: no skip. */
+static void bundled_model_kernels_and_chunking_agree(void)
+{
+    char err[256];
+    skv_model *m = NULL;
+    int32_t tok[40];
+    run_result ref, r;
+    skv_model_info info;
+    size_t chunks[] = {1, 7, 1, 1, 13, 2, 15, 0};
+    CHECK_MSG(skv_model_load("models/kjv-4m.gguf", NULL, &m, err, sizeof err) == SKV_OK, "%s", err);
+    skv_model_get_info(m, &info);
+    CHECK_EQ_INT(info.head_dim, 64);
+    CHECK(info.n_head_kv < info.n_head);
+    size_t nf = 40 * (size_t)info.n_vocab;
+    make_tokens(tok, 40, info.n_vocab, 3);
+    CHECK(run(m, tok, 40, 1, SKV_KERNELS_AUTO, NULL, &ref) == 0);
+    CHECK(run(m, tok, 40, 2, SKV_KERNELS_SCALAR, chunks, &r) == 0);
+    CHECK_MSG(same(&ref, &r, nf), "scalar chunked run differs from the SIMD prefill");
+    free(r.logits);
+    CHECK(run(m, tok, 40, 2, SKV_KERNELS_AUTO, chunks, &r) == 0);
+    CHECK_MSG(same(&ref, &r, nf), "SIMD chunked run at 2 threads differs");
+    free(r.logits);
+    free(ref.logits);
+    skv_model_free(m);
+}
+
 static void context_limits_and_bad_tokens(void)
 {
     skv_model *m = load("stories260K.gguf");
@@ -180,6 +206,7 @@ int main(void)
     TEST_BEGIN("test_engine");
     RUN(gguf_and_llama2c_forms_agree);
     RUN(batch_and_thread_invariance);
+    RUN(bundled_model_kernels_and_chunking_agree);
     RUN(context_limits_and_bad_tokens);
     TEST_END();
 }

@@ -895,6 +895,7 @@ typedef struct {
     uint32_t retype_to;
     const char *tok_model;    /* tokenizer.ggml.model (NULL: "llama") */
     int dup_token;            /* token 5 gets the text of token 4 */
+    uint32_t align;           /* general.alignment written and used (0: key absent, 32) */
     void (*extra)(gguf_b *);  /* more metadata */
 } lspec;
 
@@ -977,6 +978,10 @@ static uint8_t *build_llama(const lspec *s, size_t *len)
     char name[64];
     uint8_t *f;
     gb_init(&g, 3);
+    if (s->align) {
+        g.align = s->align;
+        gb_u32(&g, "general.alignment", s->align);
+    }
     if (s->arch) gb_str(&g, "general.architecture", s->arch);
     gb_str(&g, "general.name", "tiny-test-llama");
     lkv_u32(&g, s, "llama.block_count", (uint32_t)s->n_layer);
