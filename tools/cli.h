@@ -41,5 +41,6 @@ int cmd_kvdump(int argc, char **argv);
 int cmd_compress(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

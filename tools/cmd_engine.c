@@ -447,3 +447,42 @@ done:
     skv_model_free(m);
     return rc;
 }
+
+/* ---- tokenize ------------------------------------------------------------------------ */
+
+static const char tok_help[] =
+    "usage: seqkv tokenize [-m MODEL] (-p TEXT | -f FILE) [--no-bos]\n\n"
+    "Prints the token ids of the text, space-separated (BOS first unless --no-bos).\n";
+
+int cmd_tokenize(int argc, char **argv)
+{
+    opts o = {0};
+    int no_bos = 0;
+    /* --no-bos is this command's own flag: strip it before the shared parser */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--no-bos")) {
+            no_bos = 1;
+            for (int k = i; k + 1 < argc; k++) argv[k] = argv[k + 1];
+            argc--;
+            i--;
+        }
+    int r = parse_opts(argc, argv, &o, " -m -p -f ", tok_help);
+    if (r) return r > 0 ? CLI_OK : CLI_USAGE;
+    if (!!o.prompt == !!o.file) {
+        cli_error("tokenize needs exactly one of -p TEXT or -f FILE");
+        return CLI_USAGE;
+    }
+    size_t len = 0, n = 0;
+    char *text = o.file ? cli_read_file(o.file, &len) : NULL;
+    if (o.file && !text) return CLI_FAIL;
+    skv_model *m = cli_load_model(o.model);
+    int32_t *tok = m ? cli_tokenize(m, text ? text : o.prompt, text ? len : strlen(o.prompt), !no_bos, &n) : NULL;
+    if (tok) {
+        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", tok[i]);
+        putchar('\n');
+    }
+    free(text);
+    free(tok);
+    skv_model_free(m);
+    return tok ? CLI_OK : CLI_FAIL;
+}

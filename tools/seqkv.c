@@ -19,6 +19,7 @@ static const struct {
     {"generate", cmd_generate, "generate text from a prompt"},
     {"perplexity", cmd_perplexity, "perplexity and bits/token of a text under the model"},
     {"info", cmd_info, "model architecture and KV-cache size per position"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"kv-dump", cmd_kvdump, "run a text and write its KV cache as a raw dump"},
     {"compress", cmd_compress, "store a session's KV cache as a .skv file"},
     {"restore", cmd_restore, "regenerate tokens and KV cache from a .skv file (--verify)"},
