@@ -12,6 +12,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "detmath.h"
 #include "model.h"
 #include "ops.h"
 #include "threadpool.h"
@@ -78,9 +79,10 @@ static int ctx_alloc(skv_ctx *c)
         return SKV_ERR_NOMEM;
     for (size_t p = 0; p < S; p++)
         for (size_t i = 0; i < np; i++) {
-            double a = (double)p * c->m->rope_scale * c->m->rope_freq[i];
-            c->rope_cos[p * np + i] = (float)cos(a);
-            c->rope_sin[p * np + i] = (float)sin(a);
+            double a = (double)p * c->m->rope_scale * c->m->rope_freq[i], sn, cs;
+            skv_det_sincos(a, &sn, &cs); /* not libm: identical on every machine */
+            c->rope_cos[p * np + i] = (float)cs;
+            c->rope_sin[p * np + i] = (float)sn;
         }
     return SKV_OK;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "detmath.h"
 #include "f16.h"
 #include "ops.h"
 
@@ -44,8 +45,8 @@ static int init_rope(skv_model *m, const float *freq_factors, char *err, size_t 
     m->rope_freq = malloc((size_t)np * sizeof *m->rope_freq);
     if (!m->rope_freq) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     for (int i = 0; i < np; i++) {
-        /* base^(-2i/d) in double: rounded to float later, identical across libms in practice */
-        m->rope_freq[i] = pow((double)m->info.rope_base, -2.0 * i / (double)m->info.rope_dim);
+        /* base^(-2i/d) with our own double maths (detmath.c): the same bits on every machine */
+        m->rope_freq[i] = skv_det_pow((double)m->info.rope_base, -2.0 * i / (double)m->info.rope_dim);
         if (freq_factors) m->rope_freq[i] /= (double)freq_factors[i];
     }
     return SKV_OK;

@@ -1632,7 +1632,9 @@ int main(void)
 {
     const char *t = getenv("TMPDIR"), *corpus = getenv("SEQKV_WRITE_CORPUS");
     TEST_BEGIN("test_gguf");
-    snprintf(tmpdir, sizeof tmpdir, "%s/skv_test_gguf_XXXXXX", t && *t ? t : "/tmp");
+    /* many small files are written: prefer a RAM file system */
+    if (!t || !*t) t = access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : "/tmp";
+    snprintf(tmpdir, sizeof tmpdir, "%s/skv_test_gguf_XXXXXX", t);
     if (!mkdtemp(tmpdir)) {
         printf("FAIL test_gguf:setup: mkdtemp: %s\n", strerror(errno));
         return 1;
