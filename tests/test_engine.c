@@ -149,6 +149,44 @@ static void batch_and_thread_invariance(void)
     skv_model_free(m);
 }
 
+/* stories260K's README: greedy decoding of "Once upon a time" begins with this text. */
+static void stories_greedy_known_text(void)
+{
+    static const char want[] = "Once upon a time, there was a little girl named Lily. She loved to play outside in "
+                               "the park. One day, she saw a big, red ball.";
+    skv_model *m = load("stories260K.gguf");
+    skv_model_info info;
+    skv_ctx *c = NULL;
+    int32_t tok[64];
+    size_t n = 0;
+    char text[1024] = "Once upon a time";
+    if (!m) SKIP("../shared/models/stories260K not available");
+    skv_model_get_info(m, &info);
+    CHECK(skv_tokenize(m, text, strlen(text), 1, tok, 64, &n) == SKV_OK);
+    CHECK_EQ_INT(tok[0], info.bos_id);
+    CHECK(skv_ctx_create(m, NULL, &c) == SKV_OK);
+    float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
+    CHECK(skv_prefill(c, tok, n, SKV_LOGITS_LAST, logits) == SKV_OK);
+    size_t tl = strlen(text);
+    while (tl < sizeof want - 1) {
+        int32_t best = 0;
+        char piece[64];
+        size_t len = 0;
+        for (int32_t i = 1; i < info.n_vocab; i++)
+            if (logits[i] > logits[best]) best = i;
+        CHECK(skv_token_piece(m, best, piece, sizeof piece, &len) == SKV_OK);
+        CHECK(tl + len < sizeof text);
+        memcpy(text + tl, piece, len);
+        tl += len;
+        text[tl] = 0;
+        CHECK(skv_decode(c, best, logits) == SKV_OK);
+    }
+    CHECK_MSG(!strncmp(text, want, sizeof want - 1), "greedy text: %s", text);
+    free(logits);
+    skv_ctx_free(c);
+    skv_model_free(m);
+}
+
 /* The bundled model (F16 weights, head_dim 64, GQA) is in the repository: no skip. */
 static void bundled_model_kernels_and_chunking_agree(void)
 {
@@ -206,6 +244,7 @@ int main(void)
     TEST_BEGIN("test_engine");
     RUN(gguf_and_llama2c_forms_agree);
     RUN(batch_and_thread_invariance);
+    RUN(stories_greedy_known_text);
     RUN(bundled_model_kernels_and_chunking_agree);
     RUN(context_limits_and_bad_tokens);
     TEST_END();
