@@ -102,7 +102,7 @@ int main(int argc, char **argv)
         if (skv_session_open(data, size, &s, err, sizeof err)) return 1;
         skv_session_get_info(s, &si);
         int32_t *out = malloc(si.n_ctx * sizeof *out);
-        skv_restore_params rp = {1, NULL, NULL};
+        skv_restore_params rp = {.verify = 1};
         t0 = now();
         for (uint32_t i = 0; i < si.n_segments; i++)
             if (skv_session_restore_segment(s, m, i, c, &rp, out, si.n_ctx, err, sizeof err)) {

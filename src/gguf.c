@@ -164,6 +164,11 @@ static int parse_value(cursor *c, gguf_kv *kv, const char *what)
             return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
                             "GGUF %s: array of %llu elements exceeds the file", what,
                             (unsigned long long)n);
+        if (at == SKV_GGUF_BOOL)
+            for (uint64_t i = 0; i < n; i++)
+                if (c->p[i] > 1)
+                    return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: bool array element %u", what,
+                                    c->p[i]);
         c->p += (size_t)n * sz;
         return SKV_OK;
     }
@@ -190,9 +195,6 @@ static int parse_kvs(skv_gguf *g, cursor *c)
                  kv->key.ptr);
         if ((rc = rd_u32(c, &kv->type, what))) return rc;
         if ((rc = parse_value(c, kv, what))) return rc;
-        for (size_t j = 0; j < i; j++)
-            if (g->kv[j].key.len == kv->key.len && !memcmp(g->kv[j].key.ptr, kv->key.ptr, kv->key.len))
-                return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF: duplicate key %s", what + 9);
     }
     return SKV_OK;
 }
@@ -240,18 +242,58 @@ static int resolve_tensors(skv_gguf *g, cursor *c, size_t data_start, size_t ali
         uint64_t off = (uint64_t)(uintptr_t)t->data;
         if (off % alignment)
             return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF tensor '%.*s': offset %llu not aligned to %zu",
-                            (int)t->name.len, t->name.ptr, (unsigned long long)off, alignment);
+                            (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr, (unsigned long long)off,
+                            alignment);
         if (off > data_size || t->nbytes > data_size - off)
             return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
                             "GGUF tensor '%.*s': data [%llu, +%zu) lies past the end of the file (data section %zu bytes)",
                             (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr, (unsigned long long)off,
                             t->nbytes, data_size);
         t->data = g->base + data_start + off;
-        for (size_t j = 0; j < i; j++)
-            if (g->tensors[j].name.len == t->name.len && !memcmp(g->tensors[j].name.ptr, t->name.ptr, t->name.len))
-                return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF: duplicate tensor name '%.*s'",
-                                (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr);
     }
+    return SKV_OK;
+}
+
+/* Duplicate names in O(n log n): sort references, compare neighbours. */
+static int str_cmp(const void *a, const void *b)
+{
+    const skv_gguf_str *x = *(const skv_gguf_str *const *)a, *y = *(const skv_gguf_str *const *)b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->ptr, y->ptr, n);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* names[i] at (char *)base + i*stride; returns the duplicate or NULL (NULL also on OOM: *oom set). */
+static const skv_gguf_str *find_duplicate(const void *base, size_t n, size_t stride, int *oom)
+{
+    const skv_gguf_str **v;
+    const skv_gguf_str *dup = NULL;
+    *oom = 0;
+    if (n < 2) return NULL;
+    if (!(v = malloc(n * sizeof *v))) {
+        *oom = 1;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) v[i] = (const skv_gguf_str *)(const void *)((const char *)base + i * stride);
+    qsort(v, n, sizeof *v, str_cmp);
+    for (size_t i = 1; i < n && !dup; i++)
+        if (!str_cmp(&v[i - 1], &v[i])) dup = v[i];
+    free(v);
+    return dup;
+}
+
+static int check_duplicates(const skv_gguf *g, char *err, size_t errcap)
+{
+    int oom;
+    const skv_gguf_str *d = find_duplicate(&g->kv[0].key, g->n_kv, sizeof g->kv[0], &oom);
+    if (!oom && d)
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF: duplicate key '%.*s'", (int)(d->len > 64 ? 64 : d->len),
+                        d->ptr);
+    if (!oom) d = find_duplicate(&g->tensors[0].name, g->n_tensors, sizeof g->tensors[0], &oom);
+    if (oom) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading GGUF");
+    if (d)
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF: duplicate tensor name '%.*s'",
+                        (int)(d->len > 64 ? 64 : d->len), d->ptr);
     return SKV_OK;
 }
 
@@ -291,7 +333,8 @@ static int parse(skv_gguf *g, char *err, size_t errcap)
         if (g->n_tensors) return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF truncated before the tensor data");
         data_start = g->size;
     }
-    return resolve_tensors(g, &c, data_start, (size_t)align);
+    if ((rc = resolve_tensors(g, &c, data_start, (size_t)align))) return rc;
+    return check_duplicates(g, err, errcap);
 }
 
 int skv_gguf_open_mem(const void *data, size_t size, skv_gguf **out, char *err, size_t errcap)

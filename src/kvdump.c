@@ -87,7 +87,8 @@ int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtyp
     skv_wr32(hdr + 32, (uint32_t)n);
     memcpy(hdr + 40, fp, 16);
     skv_wr64(hdr + 56, XXH3_64bits(hdr, 56));
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int tlen = snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (tlen < 0 || (size_t)tlen >= sizeof tmp) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "output path too long");
     if (!(w.f = fopen(tmp, "wb"))) return skv_errf(err, errcap, SKV_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
     if (!(w.st = XXH3_createState())) {
         fclose(w.f);
@@ -128,9 +129,13 @@ int skv_kvdump_read(const char *path, skv_kvdump **out, char *err, size_t errcap
         skv_errf(err, errcap, rc, "'%s' is not a seqkv KV dump (bad magic)", path);
         goto fail;
     }
-    if (skv_rd32(p + 8) != KVD_VERSION || skv_rd32(p + 12) != KVD_HEADER) {
+    if (skv_rd32(p + 8) != KVD_VERSION) {
         rc = skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "'%s': KV dump version %u is not supported (1 is)", path,
                       skv_rd32(p + 8));
+        goto fail;
+    }
+    if (skv_rd32(p + 12) != KVD_HEADER) {
+        skv_errf(err, errcap, rc, "'%s': header size %u is not %d (corrupt file)", path, skv_rd32(p + 12), KVD_HEADER);
         goto fail;
     }
     if (skv_rd64(p + 56) != XXH3_64bits(p, 56)) {

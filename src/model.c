@@ -77,6 +77,10 @@ static int gguf_weight(const skv_gguf *g, const char *name, size_t K, size_t N, 
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
                         "GGUF tensor '%s' has type %s; seqkv supports f32, f16, bf16, q8_0 and q4_0", name,
                         skv_ggml_type_name(t->type));
+    if (t->type == SKV_GGML_F32 && ((uintptr_t)t->data & 3))
+        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
+                        "GGUF tensor '%s': f32 data at an offset that is not a multiple of 4 (general.alignment too small)",
+                        name);
     w->type = t->type;
     w->data = t->data;
     w->K = K;
@@ -263,7 +267,7 @@ static int load_gguf(skv_model *m, const char *path, char *err, size_t cap)
 {
     skv_model_info *h = &m->info;
     const skv_gguf *g;
-    const float *freq_factors = NULL;
+    float *freq_factors = NULL;
     char name[96];
     int rc;
     if ((rc = skv_gguf_open(path, &m->gguf, err, cap))) return rc;
@@ -311,13 +315,20 @@ static int load_gguf(skv_model *m, const char *path, char *err, size_t cap)
         if (t) {
             if (t->type != SKV_GGML_F32 || t->n_elements != (uint64_t)h->rope_dim / 2)
                 return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: rope_freqs.weight must be %d f32 values", h->rope_dim / 2);
-            freq_factors = (const float *)(const void *)t->data; /* aligned: GGUF alignment >= 4 */
-            for (int i = 0; i < h->rope_dim / 2; i++)
-                if (!(freq_factors[i] > 0.0f) || !isfinite(freq_factors[i]))
+            if (!(freq_factors = malloc((size_t)h->rope_dim / 2 * sizeof *freq_factors)))
+                return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+            for (int i = 0; i < h->rope_dim / 2; i++) {
+                freq_factors[i] = skv_rdf32(t->data + 4 * (size_t)i); /* byte reads: any alignment */
+                if (!(freq_factors[i] > 0.0f) || !isfinite(freq_factors[i])) {
+                    free(freq_factors);
                     return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: rope_freqs.weight holds a non-positive factor");
+                }
+            }
         }
     }
-    if ((rc = init_rope(m, freq_factors, err, cap))) return rc;
+    rc = init_rope(m, freq_factors, err, cap);
+    free(freq_factors);
+    if (rc) return rc;
     h->weight_type = (int)m->layers[0].wq.type;
     h->file_bytes = skv_gguf_file_size(g);
     return gguf_tokenizer(m, err, cap);

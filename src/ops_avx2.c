@@ -3,6 +3,7 @@
 #include "ops.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -320,8 +321,11 @@ const skv_kernels *skv_kernels_avx2(void)
 {
     static int have = -1;
     if (have < 0) {
+        unsigned a, b, c, d;
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        /* F16C via CPUID (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports lacks it */
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+               (c >> 29 & 1);
     }
     return have ? &k_avx2 : NULL;
 }

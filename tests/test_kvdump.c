@@ -335,7 +335,8 @@ static void read_refuses_bad_arguments(void)
 static void flip_expectation(size_t i, int *status, const char **phrase)
 {
     if (i < 8) *status = SKV_ERR_FORMAT, *phrase = "bad magic";
-    else if (i < 16) *status = SKV_ERR_UNSUPPORTED, *phrase = "is not supported (1 is)";
+    else if (i < 12) *status = SKV_ERR_UNSUPPORTED, *phrase = "is not supported (1 is)";
+    else if (i < 16) *status = SKV_ERR_FORMAT, *phrase = "is not 64 (corrupt file)";
     else if (i < 64) *status = SKV_ERR_FORMAT, *phrase = "header checksum mismatch";
     else *status = SKV_ERR_FORMAT, *phrase = "data checksum mismatch";
 }
@@ -414,7 +415,7 @@ static void read_refuses_forged_headers(void)
     static const struct { size_t off; uint32_t v; int status; const char *phrase; } forged[] = {
         {8, 2, SKV_ERR_UNSUPPORTED, "KV dump version 2 is not supported"},
         {8, 0, SKV_ERR_UNSUPPORTED, "KV dump version 0 is not supported"},
-        {12, 72, SKV_ERR_UNSUPPORTED, "not supported"},
+        {12, 72, SKV_ERR_FORMAT, "header size 72 is not 64"},
         {16, 2, SKV_ERR_FORMAT, "header sizes do not match"},
         {16, 1, SKV_ERR_FORMAT, "header sizes do not match"}, /* f16 claimed for f32 data */
         {20, 0, SKV_ERR_FORMAT, "header sizes do not match"},

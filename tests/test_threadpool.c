@@ -15,7 +15,7 @@
 #include "test.h"
 #include "threadpool.h"
 
-#define WATCHDOG_S 300 /* per case */
+#define WATCHDOG_S 120 /* per case */
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
