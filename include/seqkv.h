@@ -118,9 +118,26 @@ typedef struct skv_ctx_params {
     int n_threads;   /* worker threads for prefill/decode; 0 or 1 = the calling thread only */
     int kernels;     /* SKV_KERNELS_* */
     int max_batch;   /* largest prefill chunk processed at once (memory vs speed); 0 = 512 */
+    /* Quantized KV cache (docs/kvquant.md). NULL or "" = full precision. Otherwise items
+     * separated by commas: k=SCHEME, v=SCHEME (or kv=SCHEME / a bare SCHEME for both), keep-first=N
+     * and keep-last=N (layers kept exact), window=W (the W most recent positions kept exact),
+     * seed=S; e.g. "k=tq4,v=tq3,keep-first=1,keep-last=1,window=64". Attention then reads each
+     * quantized vector's quantize->dequantize round trip (memory is not saved yet). The string
+     * is parsed by skv_ctx_create and need not outlive it. */
+    const char *kv_quant;
 } skv_ctx_params;
 
 SKV_API skv_ctx_params skv_ctx_default_params(void);
+/* Validates a kv_quant spec (and, when m is non-NULL, that its schemes support m's head_dim):
+ * SKV_OK, or SKV_ERR_INVALID_ARG / SKV_ERR_RANGE with a message in err. */
+SKV_API int skv_kv_quant_check(const char *spec, const skv_model *m, char *err, size_t errcap);
+/* y = the round trip of n_vec vectors of d floats through the per-vector scheme named
+ * `scheme`, exactly as a context with kv_quant (seed 0) codes the head vectors of (layer,
+ * kind: 0 = K, 1 = V). bits_per_value (optional) receives the stored bits per value, norms and
+ * scales included. x and y may not overlap. Errors: SKV_ERR_INVALID_ARG, SKV_ERR_RANGE (d, or an
+ * fp16 overflow), SKV_ERR_NOMEM. */
+SKV_API int skv_kv_quant_roundtrip(const char *scheme, size_t d, int layer, int kind, const float *x,
+                                   size_t n_vec, float *y, double *bits_per_value);
 SKV_API int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out);
 SKV_API void skv_ctx_free(skv_ctx *c);
 SKV_API const char *skv_ctx_last_error(const skv_ctx *c);
@@ -142,7 +159,8 @@ SKV_API int skv_decode(skv_ctx *c, int32_t token, float *logits);
 
 /* Read-only view of the KV cache: the n_pos x head_dim f32 block of one layer, kind
  * (0 = K after RoPE, 1 = V) and KV head, rows contiguous. Valid until the next call
- * that modifies the context. */
+ * that modifies the context. With kv_quant these are the values attention reads (round
+ * trips outside the full-precision window/layers); skv_ctx_kv_digest hashes the same. */
 SKV_API int skv_ctx_kv_view(const skv_ctx *c, int layer, int kind, int kv_head, const float **data);
 /* 128-bit digest (XXH3-128) of the KV cache's first n_pos positions in the canonical order
  * layer, kind, kv_head, position, dimension as little-endian f32. */
@@ -242,10 +260,33 @@ SKV_API int skv_session_get_info(const skv_session *s, skv_session_info *info);
 SKV_API int skv_session_segment_info(const skv_session *s, uint32_t i, uint32_t *n_tokens, uint64_t *payload_bytes,
                                      uint8_t kv_digest[16]);
 
+/* How a model-coded segment is decoded. Every choice restores exactly the same tokens and
+ * KV cache; they differ only in speed. Speculative decoding: a cheap draft proposes the
+ * next tokens, one batched forward pass verifies the block (yielding every position's
+ * logits), the arithmetic decoder keeps the proposals while they match what it decodes
+ * and the cache is truncated at the first mismatch (docs/determinism.md: batch
+ * invariance makes the KV bit-identical to a token-by-token decode). */
+enum {
+    SKV_DRAFT_AUTO = 0,  /* the default: currently SKV_DRAFT_NGRAM */
+    SKV_DRAFT_NONE = 1,  /* token by token: one forward pass per token */
+    SKV_DRAFT_NGRAM = 2  /* n-gram drafts from the segment's own decoded tokens (orders 1..4) */
+};
+
+typedef struct skv_restore_stats {
+    uint64_t n_tokens;   /* tokens restored */
+    uint64_t n_passes;   /* forward passes (skv_prefill calls) run */
+    uint64_t n_drafted;  /* draft tokens verified */
+    uint64_t n_accepted; /* of those, the ones the decoded stream confirmed */
+} skv_restore_stats;
+
 typedef struct skv_restore_params {
     int verify; /* compare the regenerated KV with the stored digest (SKV_ERR_MISMATCH if not equal) */
     void (*progress)(void *user, uint64_t done, uint64_t total); /* optional */
     void *user;
+    /* Added in 0.1 for speculative restore; zero means the defaults. */
+    int draft;                /* model codec: SKV_DRAFT_* (0 = automatic) */
+    int draft_max;            /* most tokens verified by one forward pass, 1..256; 0 = automatic (16) */
+    skv_restore_stats *stats; /* optional: each restore ADDS its counts (zero it first) */
 } skv_restore_params;
 
 /* Restores segment i into ctx (cleared first; its capacity must hold the segment):

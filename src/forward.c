@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "detmath.h"
+#include "kvquant.h"
 #include "model.h"
 #include "ops.h"
 #include "threadpool.h"
@@ -31,6 +32,13 @@ struct skv_ctx {
     int n_ctx, n_pos, max_batch;
     size_t kmax;           /* longest matmul input row */
     float *k_cache, *v_cache;
+    /* Quantized KV (kvquant.h; NULL when off): attention reads kq_cache / vq_cache for the
+     * active (layer, kind) pairs, the exact k_cache / v_cache otherwise. Invariant after every
+     * batch: view rows [0, kvq_done) are round trips of the exact rows, rows [kvq_done, n_pos)
+     * copies of them, kvq_done = max(0, n_pos - window). */
+    skv_kvquant *kvq;
+    float *kq_cache, *vq_cache; /* same layout as k_cache / v_cache */
+    int kvq_done;
     float *rope_cos, *rope_sin; /* [S][rope_dim/2] */
     float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2; /* activations for max_batch tokens */
     float *thread_scratch; /* per thread: ROW_BLOCK*kmax dequant rows + S attention scores */
@@ -45,9 +53,43 @@ static float *kv_ptr(float *cache, const skv_ctx *c, int layer, int head)
     return cache + ((size_t)layer * (size_t)c->m->info.n_head_kv + (size_t)head) * kv_block(c);
 }
 
+/* The cache attention reads for (layer, kind): the quantized view when that pair is active. */
+static float *attn_cache(const skv_ctx *c, int layer, int kind)
+{
+    if (!skv_kvquant_active(c->kvq, layer, kind)) return kind ? c->v_cache : c->k_cache;
+    return kind ? c->vq_cache : c->kq_cache;
+}
+
+/* View rows [r0, r1) of every active pair := exact rows (quant = 0) or their round trips. */
+static void kvq_set_rows(skv_ctx *c, int layer, int r0, int r1, int quant)
+{
+    size_t hd = (size_t)c->m->info.head_dim;
+    for (int kind = 0; kind < 2; kind++) {
+        if (!skv_kvquant_active(c->kvq, layer, kind)) continue;
+        for (int hh = 0; hh < c->m->info.n_head_kv; hh++) {
+            const float *src = kv_ptr(kind ? c->v_cache : c->k_cache, c, layer, hh);
+            float *dst = kv_ptr(kind ? c->vq_cache : c->kq_cache, c, layer, hh);
+            for (int r = r0; r < r1; r++) {
+                if (quant) skv_kvquant_roundtrip(c->kvq, layer, kind, src + (size_t)r * hd, dst + (size_t)r * hd);
+                else memcpy(dst + (size_t)r * hd, src + (size_t)r * hd, hd * sizeof(float));
+            }
+        }
+    }
+}
+
+/* After a truncation, rows that are back inside the full-precision window get their exact
+ * values again, so the cache equals the one a fresh run of the kept tokens builds. */
+static void kvq_truncate(skv_ctx *c)
+{
+    int w = skv_kvquant_spec(c->kvq)->window, done = c->n_pos > w ? c->n_pos - w : 0;
+    if (done >= c->kvq_done) return;
+    for (int l = 0; l < c->m->info.n_layer; l++) kvq_set_rows(c, l, done, c->kvq_done < c->n_pos ? c->kvq_done : c->n_pos, 0);
+    c->kvq_done = done;
+}
+
 skv_ctx_params skv_ctx_default_params(void)
 {
-    skv_ctx_params p = {0, 1, SKV_KERNELS_AUTO, 512};
+    skv_ctx_params p = {0, 1, SKV_KERNELS_AUTO, 512, NULL};
     return p;
 }
 
@@ -62,6 +104,10 @@ static int ctx_alloc(skv_ctx *c)
     if (!skv_mul_ok((size_t)h->n_layer * KV, S, &cache) || cache > ((size_t)1 << 40)) return SKV_ERR_RANGE;
     c->k_cache = calloc(cache, sizeof(float));
     c->v_cache = calloc(cache, sizeof(float));
+    if (c->kvq && skv_kvquant_spec(c->kvq)->scheme[0] >= 0 && !(c->kq_cache = calloc(cache, sizeof(float))))
+        return SKV_ERR_NOMEM;
+    if (c->kvq && skv_kvquant_spec(c->kvq)->scheme[1] >= 0 && !(c->vq_cache = calloc(cache, sizeof(float))))
+        return SKV_ERR_NOMEM;
     c->rope_cos = malloc(S * np * sizeof(float));
     c->rope_sin = malloc(S * np * sizeof(float));
     c->x = malloc(B * D * sizeof(float));
@@ -117,6 +163,15 @@ int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
         free(c);
         return SKV_ERR_NOMEM;
     }
+    if (p->kv_quant && p->kv_quant[0]) {
+        skv_kvq_spec spec;
+        if ((rc = skv_kvquant_parse(p->kv_quant, &spec, NULL, 0)) == SKV_OK)
+            rc = skv_kvquant_create(&c->kvq, &spec, m->info.n_layer, (size_t)m->info.head_dim);
+        if (rc) {
+            skv_ctx_free(c);
+            return rc;
+        }
+    }
     if ((rc = ctx_alloc(c)) != SKV_OK) {
         skv_ctx_free(c);
         return rc;
@@ -131,6 +186,9 @@ void skv_ctx_free(skv_ctx *c)
     skv_pool_free(c->pool);
     free(c->k_cache);
     free(c->v_cache);
+    free(c->kq_cache);
+    free(c->vq_cache);
+    skv_kvquant_free(c->kvq);
     free(c->rope_cos);
     free(c->rope_sin);
     free(c->x);
@@ -154,6 +212,7 @@ int skv_ctx_truncate(skv_ctx *c, int n_pos)
 {
     if (!c || n_pos < 0) return SKV_ERR_INVALID_ARG;
     if (n_pos < c->n_pos) c->n_pos = n_pos;
+    if (c->kvq) kvq_truncate(c);
     return SKV_OK;
 }
 
@@ -200,7 +259,7 @@ static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, 
 typedef struct {
     skv_ctx *c;
     int layer, p0;
-    size_t T, per_head; /* tokens; tasks per KV head */
+    size_t t0, T, per_head; /* first token, tokens; tasks per KV head */
 } attn_job;
 
 /* Query rows of one KV head are numbered r = t*g + gi; a task takes SKV_ATTN_MAX_Q of them. */
@@ -216,22 +275,51 @@ static void attn_task(void *arg, size_t task, int thread)
     size_t n[SKV_ATTN_MAX_Q];
     if (r1 > j->T * g) r1 = j->T * g;
     for (size_t r = r0; r < r1; r++, nq++) {
-        size_t t = r / g, row = (t * Hq + hk * g + r % g) * hd;
+        size_t t = j->t0 + r / g, row = (t * Hq + hk * g + r % g) * hd;
         q[nq] = c->q + row;
         out[nq] = c->att + row;
         n[nq] = (size_t)j->p0 + t + 1;
     }
     float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
-    c->k->attn(out, q, n, nq, kv_ptr(c->k_cache, c, j->layer, (int)hk), kv_ptr(c->v_cache, c, j->layer, (int)hk), hd,
+    c->k->attn(out, q, n, nq, kv_ptr(attn_cache(c, j->layer, 0), c, j->layer, (int)hk),
+               kv_ptr(attn_cache(c, j->layer, 1), c, j->layer, (int)hk), hd,
                1.0f / sqrtf((float)hd), scores, n[nq - 1]);
 }
 
-static void attention(skv_ctx *c, int layer, size_t T, int p0)
+/* Attention of the batch's tokens [t0, t1) (absolute positions p0 + t). */
+static void attention(skv_ctx *c, int layer, size_t t0, size_t t1, int p0)
 {
     const skv_model_info *h = &c->m->info;
-    size_t g = (size_t)(h->n_head / h->n_head_kv);
-    attn_job aj = {c, layer, p0, T, (T * g + SKV_ATTN_MAX_Q - 1) / SKV_ATTN_MAX_Q};
+    size_t g = (size_t)(h->n_head / h->n_head_kv), T = t1 - t0;
+    attn_job aj = {c, layer, p0, t0, T, (T * g + SKV_ATTN_MAX_Q - 1) / SKV_ATTN_MAX_Q};
     skv_pool_run(c->active, attn_task, &aj, aj.per_head * (size_t)h->n_head_kv);
+}
+
+/* Attention of a layer whose K and/or V are held quantized, with window W: token p must see
+ * rows < max(0, p+1-W) as round trips and rows up to p exact, exactly as in token-by-token
+ * decoding. The batch's exact rows are copied into the view, then each token's attention runs
+ * after the rows that left its window were replaced. With W = 0 every row is a round trip
+ * before any token reads it, so one batched call serves all; with W >= 1 the tokens whose
+ * window still covers position 0 share one call and the others go one at a time (their
+ * requirements differ). Results never depend on the grouping (see attention above). */
+static void kvq_attention(skv_ctx *c, int l, size_t T, int p0)
+{
+    int w = skv_kvquant_spec(c->kvq)->window, done = c->kvq_done;
+    kvq_set_rows(c, l, p0, p0 + (int)T, 0);
+    if (w == 0) {
+        kvq_set_rows(c, l, done, p0 + (int)T, 1);
+        attention(c, l, 0, T, p0);
+        return;
+    }
+    for (size_t t = 0; t < T;) {
+        int p = p0 + (int)t, target = p + 1 - w > 0 ? p + 1 - w : 0;
+        size_t t_end = t + 1;
+        if (target == 0) t_end = (size_t)(w - p0) < T ? (size_t)(w - p0) : T;
+        kvq_set_rows(c, l, done, target, 1);
+        if (target > done) done = target;
+        attention(c, l, t, t_end, p0);
+        t = t_end;
+    }
 }
 
 /* ---- one batch ---------------------------------------------------------------------- */
@@ -265,7 +353,8 @@ static void layer_forward(skv_ctx *c, int l, size_t T, int p0)
             memcpy(kv_ptr(c->k_cache, c, l, hh) + row, c->kk + t * KV + (size_t)hh * hd, hd * sizeof(float));
             memcpy(kv_ptr(c->v_cache, c, l, hh) + row, c->vv + t * KV + (size_t)hh * hd, hd * sizeof(float));
         }
-    attention(c, l, T, p0);
+    if (skv_kvquant_layer_active(c->kvq, l)) kvq_attention(c, l, T, p0);
+    else attention(c, l, 0, T, p0);
     matmul(c, &L->wo, c->att, Q, T, c->xb, D);
     c->k->add(c->x, c->xb, T * D);
     for (size_t t = 0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, L->ffn_norm, D, h->norm_eps);
@@ -289,6 +378,10 @@ static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_
     }
     for (int l = 0; l < h->n_layer; l++) layer_forward(c, l, T, p0);
     c->n_pos += (int)T;
+    if (c->kvq) {
+        int w = skv_kvquant_spec(c->kvq)->window;
+        c->kvq_done = c->n_pos > w ? c->n_pos - w : 0;
+    }
     if (!logits || t_first >= T) return;
     for (size_t t = t_first; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, c->m->output_norm, D, h->norm_eps);
     matmul(c, &c->m->output, c->xb + t_first * D, D, T - t_first, logits, V);
@@ -339,7 +432,7 @@ int skv_ctx_kv_view(const skv_ctx *c, int layer, int kind, int kv_head, const fl
     if (!c || !data || layer < 0 || layer >= c->m->info.n_layer || kind < 0 || kind > 1 || kv_head < 0 ||
         kv_head >= c->m->info.n_head_kv)
         return SKV_ERR_INVALID_ARG;
-    *data = kv_ptr(kind ? c->v_cache : c->k_cache, c, layer, kv_head);
+    *data = kv_ptr(attn_cache(c, layer, kind), c, layer, kv_head);
     return SKV_OK;
 }
 
@@ -354,7 +447,7 @@ int skv_ctx_kv_digest(const skv_ctx *c, int n_pos, uint8_t out[16])
     for (int l = 0; l < c->m->info.n_layer; l++)
         for (int kind = 0; kind < 2; kind++)
             for (int hh = 0; hh < c->m->info.n_head_kv; hh++) {
-                const float *p = kv_ptr(kind ? c->v_cache : c->k_cache, c, l, hh);
+                const float *p = kv_ptr(attn_cache(c, l, kind), c, l, hh);
                 size_t n = (size_t)n_pos * hd;
                 for (size_t i = 0; i < n;) {
                     size_t k = 0;

@@ -33,6 +33,15 @@ void cli_progress_update(cli_progress *p, size_t done, size_t total);
 void cli_progress_end(cli_progress *p);
 double cli_now(void);
 
+/* Comparison of a run's next-token distributions with a reference run (tools/cmd_quality.c).
+ * nll: sum of -ln p_q(target); kl: sum of KL(p_ref || p_q) in nats; top1: rows whose argmax
+ * agree (ties: lowest id); n: rows. */
+typedef struct {
+    double nll, kl;
+    size_t n, top1;
+} cli_score;
+void cli_score_row(const float *ref, const float *q, int n_vocab, int32_t target, cli_score *s);
+
 /* Commands */
 int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
@@ -42,5 +51,6 @@ int cmd_compress(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_kvquality(int argc, char **argv);
 
 #endif

@@ -9,7 +9,7 @@
 
 /* Options shared by the commands below. */
 typedef struct {
-    const char *model, *prompt, *file, *out, *logits;
+    const char *model, *prompt, *file, *out, *logits, *kv_quant;
     long n_predict, ctx, threads, seed;
     double temp, top_p;
     int f16, truncate, no_bos;
@@ -41,6 +41,9 @@ static int parse_opts(int argc, char **argv, opts *o, const char *allowed, const
         } else if (IS("--logits")) {
             if (!v) goto missing;
             o->logits = argv[++i];
+        } else if (IS("--kv-quant")) {
+            if (!v) goto missing;
+            o->kv_quant = argv[++i];
         } else if (IS("-n")) {
             if (cli_parse_int(a, v, 0, 1 << 24, &o->n_predict)) return -1;
             i++;
@@ -82,16 +85,19 @@ static int parse_opts(int argc, char **argv, opts *o, const char *allowed, const
     return 0;
 }
 
-static skv_ctx *make_ctx(const skv_model *m, long n_ctx, long threads)
+static skv_ctx *make_ctx_q(const skv_model *m, long n_ctx, long threads, const char *kv_quant)
 {
     skv_ctx_params p = skv_ctx_default_params();
     skv_ctx *c = NULL;
     p.n_ctx = (int)n_ctx;
     p.n_threads = (int)threads;
+    p.kv_quant = kv_quant;
     int rc = skv_ctx_create(m, &p, &c);
     if (rc) cli_error("cannot create a context of %ld positions: %s", n_ctx, skv_status_str(rc));
     return c;
 }
+
+static skv_ctx *make_ctx(const skv_model *m, long n_ctx, long threads) { return make_ctx_q(m, n_ctx, threads, NULL); }
 
 static void print_piece(const skv_model *m, int32_t tok)
 {
@@ -220,19 +226,22 @@ static double nll(const float *logits, int n, int32_t target)
 }
 
 static const char ppl_help[] =
-    "usage: seqkv perplexity [-m MODEL] -f FILE [-c CTX] [-t THREADS]\n\n"
+    "usage: seqkv perplexity [-m MODEL] -f FILE [-c CTX] [-t THREADS] [--kv-quant SPEC]\n\n"
     "Reports two measures of how well the model predicts FILE:\n"
     "  (a) perplexity with llama.cpp's llama-perplexity protocol: non-overlapping windows of\n"
     "      CTX tokens (default: the model's context), the first token of each replaced by BOS,\n"
     "      only the second half of each window scored. Comparable with llama.cpp's numbers.\n"
     "  (b) cross-entropy in bits per token of the whole text coded sequentially: segments of\n"
     "      CTX-1 text tokens, each after a fresh BOS, every text token scored. This is the\n"
-    "      floor that seqkv's lossless model codec reaches.\n";
+    "      floor that seqkv's lossless model codec reaches.\n"
+    "  --kv-quant SPEC  also run with the KV cache quantized as SPEC (e.g. \"k=tq4,v=tq3,window=64\";\n"
+    "      docs/kvquant.md) and report, for both protocols, its perplexity, the mean KL divergence\n"
+    "      KL(p_full || p_quant) of the next-token distributions and the top-1 agreement.\n";
 
 int cmd_perplexity(int argc, char **argv)
 {
     opts o = {.threads = 1};
-    int r = parse_opts(argc, argv, &o, " -m -f -c -t ", ppl_help);
+    int r = parse_opts(argc, argv, &o, " -m -f -c -t --kv-quant ", ppl_help);
     if (r) return r > 0 ? CLI_OK : CLI_USAGE;
     if (!o.file) {
         cli_error("perplexity needs a text file (-f FILE)");
@@ -250,12 +259,23 @@ int cmd_perplexity(int argc, char **argv)
     skv_model_get_info(m, &info);
     long ctx = o.ctx ? o.ctx : info.n_ctx_train;
     int32_t *tok = cli_tokenize(m, text, len, 0, &n); /* text tokens; BOS added per window */
-    skv_ctx *c = tok ? make_ctx(m, ctx, o.threads) : NULL;
-    float *logits = malloc((size_t)ctx * (size_t)info.n_vocab * sizeof *logits);
+    skv_ctx *c = tok ? make_ctx(m, ctx, o.threads) : NULL, *cq = NULL;
+    float *logits = malloc((size_t)ctx * (size_t)info.n_vocab * sizeof *logits), *lq = NULL;
     int32_t *win = malloc((size_t)ctx * sizeof *win);
     int rc = CLI_FAIL;
     cli_progress pr;
+    cli_score sa = {0}, sb = {0}; /* quantized run vs full, protocols (a) and (b) */
+    char err[256];
     if (!c || !logits || !win) goto done;
+    if (o.kv_quant) {
+        if (skv_kv_quant_check(o.kv_quant, m, err, sizeof err)) {
+            cli_error("%s", err);
+            goto done;
+        }
+        if (!(cq = make_ctx_q(m, ctx, o.threads, o.kv_quant)) ||
+            !(lq = malloc((size_t)ctx * (size_t)info.n_vocab * sizeof *lq)))
+            goto done;
+    }
     if (info.bos_id < 0) {
         cli_error("the model has no BOS token; both protocols start windows with BOS");
         goto done;
@@ -273,8 +293,12 @@ int cmd_perplexity(int argc, char **argv)
         win[0] = info.bos_id;
         skv_ctx_truncate(c, 0);
         if (skv_prefill(c, win, (size_t)ctx, SKV_LOGITS_ALL, logits)) goto done;
-        for (size_t j = first; j + 1 < (size_t)ctx; j++, scored_a++)
+        if (cq && (skv_ctx_truncate(cq, 0) || skv_prefill(cq, win, (size_t)ctx, SKV_LOGITS_ALL, lq))) goto done;
+        for (size_t j = first; j + 1 < (size_t)ctx; j++, scored_a++) {
             nll_a += nll(logits + j * (size_t)info.n_vocab, info.n_vocab, win[j + 1]);
+            if (cq) cli_score_row(logits + j * (size_t)info.n_vocab, lq + j * (size_t)info.n_vocab, info.n_vocab,
+                                  win[j + 1], &sa);
+        }
         cli_progress_update(&pr, (ch + 1) * (size_t)ctx, n_chunk * (size_t)ctx);
     }
     cli_progress_end(&pr);
@@ -288,7 +312,12 @@ int cmd_perplexity(int argc, char **argv)
         memcpy(win + 1, tok + s0, k * sizeof *win);
         skv_ctx_truncate(c, 0);
         if (skv_prefill(c, win, k + 1, SKV_LOGITS_ALL, logits)) goto done;
-        for (size_t j = 0; j < k; j++) bits_b += nll(logits + j * (size_t)info.n_vocab, info.n_vocab, win[j + 1]) / log(2.0);
+        if (cq && (skv_ctx_truncate(cq, 0) || skv_prefill(cq, win, k + 1, SKV_LOGITS_ALL, lq))) goto done;
+        for (size_t j = 0; j < k; j++) {
+            bits_b += nll(logits + j * (size_t)info.n_vocab, info.n_vocab, win[j + 1]) / log(2.0);
+            if (cq) cli_score_row(logits + j * (size_t)info.n_vocab, lq + j * (size_t)info.n_vocab, info.n_vocab,
+                                  win[j + 1], &sb);
+        }
         cli_progress_update(&pr, s0 + k, n);
     }
     cli_progress_end(&pr);
@@ -302,13 +331,27 @@ int cmd_perplexity(int argc, char **argv)
     if (n)
         printf("(b) sequential cross-entropy: %.4f bits/token (perplexity %.4f), %.4f bits/byte, %.0f bits total\n",
                bits_b / (double)n, exp2(bits_b / (double)n), len ? bits_b / (double)len : 0.0, bits_b);
+    if (cq) {
+        printf("kv-quant %s:\n", o.kv_quant);
+        if (n_chunk && sa.n)
+            printf("(a) perplexity %.4f (%+.4f), KL(full||quant) %.6f nats/token, top-1 agreement %.2f%%\n",
+                   exp(sa.nll / (double)sa.n), exp(sa.nll / (double)sa.n) - exp(nll_a / (double)scored_a),
+                   sa.kl / (double)sa.n, 100.0 * (double)sa.top1 / (double)sa.n);
+        if (sb.n)
+            printf("(b) %.4f bits/token (%+.4f), perplexity %.4f, KL(full||quant) %.6f nats/token, top-1 agreement "
+                   "%.2f%%\n",
+                   sb.nll / log(2.0) / (double)sb.n, sb.nll / log(2.0) / (double)sb.n - bits_b / (double)n,
+                   exp(sb.nll / (double)sb.n), sb.kl / (double)sb.n, 100.0 * (double)sb.top1 / (double)sb.n);
+    }
     printf("time: %.2f s\n", secs);
     rc = CLI_OK;
 done:
     free(text);
     free(tok);
     free(logits);
+    free(lq);
     free(win);
+    skv_ctx_free(cq);
     skv_ctx_free(c);
     skv_model_free(m);
     return rc;

@@ -342,7 +342,7 @@ int cmd_restore(int argc, char **argv)
         goto done;
     }
     restore_progress rp = {.total = si.n_tokens};
-    skv_restore_params p = {verify, on_progress, &rp};
+    skv_restore_params p = {.verify = verify, .progress = on_progress, .user = &rp};
     cli_progress_start(&rp.pr, "restore");
     double t0 = cli_now();
     for (uint32_t i = 0; i < si.n_segments; i++) {
