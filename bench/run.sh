@@ -70,3 +70,32 @@ echo "wrote $out/coder.md"
     "$build/bench/bench_quant"
 } >"$out/quant.md"
 echo "wrote $out/quant.md"
+
+{
+    echo "# Restore speed: raw tokens vs model-coded, token by token vs speculative"
+    echo
+    stamp
+    echo "1 thread, segments of the model's context, every restore verifies the KV digest and the"
+    echo "speculative restores are checked to give the same tokens. Seconds are CPU seconds of the"
+    echo "process (the machine is shared; wall time swings with the load). 'vs raw' = speed relative"
+    echo "to the raw-token restore (one batched prefill). drafted/accepted: n-gram draft tokens"
+    echo "verified / confirmed by the decoded stream; tokens/pass: tokens restored per forward pass."
+    echo "Best of enough repetitions to restore about 20000 tokens. 'x2' rows store the first"
+    echo "1800 (kjv-4m) or 500 (stories260K) bytes of the text twice, inside one segment: a session"
+    echo "that quotes earlier content, the case the n-gram draft is made for."
+    echo
+    echo "| model | text | restore | tokens | CPU s | tokens/s | vs raw | drafted | accepted | tokens/pass |"
+    echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+    for m in $models; do
+        case "$m" in *stories*) ind=stories; rep=500;; *) ind=kjv; rep=1800;; esac
+        for t in "$stories_text" tests/data/model_ref/heldout.txt; do
+            [ -s "$t" ] || continue
+            case "$t" in *stories*) tk=stories;; *) tk=kjv;; esac
+            name=$(case $tk in stories) echo "stories260K samples";; *) echo "held-out KJV";; esac)
+            dom=$([ $tk = $ind ] && echo "in-domain" || echo "out-of-domain")
+            "$build/bench/bench_restore" "$m" "$t" "$name ($dom)" 24000 0 1
+            "$build/bench/bench_restore" "$m" "$t" "$name x2 ($dom)" $rep 0 1 2
+        done
+    done
+} >"$out/restore.md"
+echo "wrote $out/restore.md"

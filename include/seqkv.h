@@ -199,8 +199,9 @@ SKV_API int skv_kv_position_bytes(const skv_model *m, const char *scheme, double
  * A session is one KV cache (a token sequence of at most the context length), or with
  * `segment` several consecutive independent ones. Its file stores the tokens -- raw
  * (codec "tokens", restored by one batched prefill) or arithmetic-coded under the model
- * (codec "model", restored token by token) -- plus a digest of each segment's KV so a
- * restore can prove it regenerated exactly the same cache. */
+ * (codec "model", restored one forward pass per token, or per verified block of drafted
+ * tokens: see skv_restore_params) -- plus a digest of each segment's KV so a restore can
+ * prove it regenerated exactly the same cache. */
 
 enum { SKV_CODEC_TOKENS = 0, SKV_CODEC_MODEL = 1 };
 
@@ -267,7 +268,8 @@ SKV_API int skv_session_segment_info(const skv_session *s, uint32_t i, uint32_t 
  * and the cache is truncated at the first mismatch (docs/determinism.md: batch
  * invariance makes the KV bit-identical to a token-by-token decode). */
 enum {
-    SKV_DRAFT_AUTO = 0,  /* the default: currently SKV_DRAFT_NGRAM */
+    SKV_DRAFT_AUTO = 0,  /* the default: currently SKV_DRAFT_NONE (n-gram drafts pay only on
+                            sessions that repeat themselves: bench/results/restore.md) */
     SKV_DRAFT_NONE = 1,  /* token by token: one forward pass per token */
     SKV_DRAFT_NGRAM = 2  /* n-gram drafts from the segment's own decoded tokens (orders 1..4) */
 };

@@ -22,6 +22,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "draft.h"
 #include "model.h"
 #include "probq.h"
 #include "rangecoder.h"
@@ -379,6 +380,14 @@ static int parse_header(skv_session *s, char *err, size_t cap)
     memcpy(in->fingerprint, h + 48, 16);
     memcpy(in->model_name, h + 64, 48);
     in->model_name[48] = 0;
+    /* the name is printed by tools: printable bytes, NUL-padded; reserved bytes zero */
+    for (size_t i = 0, end = 0; i < 48; i++) {
+        uint8_t ch = h[64 + i];
+        if (!ch) end = 1;
+        else if (end || ch < 0x20 || ch == 0x7f) return bad(err, cap, "model name field is not printable text");
+    }
+    for (size_t i = 112; i < 120; i++)
+        if (h[i]) return bad(err, cap, "reserved header bytes are not zero");
     in->file_bytes = s->size;
     if (in->codec != SKV_CODEC_TOKENS && in->codec != SKV_CODEC_MODEL)
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "unknown codec id %d", in->codec);
@@ -496,8 +505,9 @@ static int decode_tokens_payload(const seg_view *g, uint32_t V, int32_t *tok, ch
     size_t maxraw = (size_t)g->n_tokens * 5, raw_len;
     unsigned long long content = ZSTD_getFrameContentSize(g->payload, g->payload_bytes);
     uint8_t *raw;
-    if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > maxraw)
-        return bad(err, cap, "token payload is not a valid zstd frame of the expected size");
+    if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > maxraw ||
+        ZSTD_findFrameCompressedSize(g->payload, g->payload_bytes) != g->payload_bytes)
+        return bad(err, cap, "token payload is not exactly one zstd frame of the expected size");
     if (!(raw = malloc(maxraw))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     raw_len = ZSTD_decompress(raw, maxraw, g->payload, g->payload_bytes);
     if (ZSTD_isError(raw_len) || raw_len != content) {
@@ -509,13 +519,20 @@ static int decode_tokens_payload(const seg_view *g, uint32_t V, int32_t *tok, ch
         uint32_t v = 0;
         unsigned shift = 0;
         for (;;) {
-            if (k >= raw_len || shift > 28) {
+            /* ids < 2^24 take at most 4 bytes; only the shortest (canonical) encoding is valid */
+            if (k >= raw_len || shift > 21) {
                 free(raw);
                 return bad(err, cap, "token payload is truncated or has an over-long varint");
             }
             uint8_t byte = raw[k++];
             v |= (uint32_t)(byte & 0x7f) << shift;
-            if (!(byte & 0x80)) break;
+            if (!(byte & 0x80)) {
+                if (byte == 0 && shift) {
+                    free(raw);
+                    return bad(err, cap, "token payload has a padded (non-canonical) varint");
+                }
+                break;
+            }
             shift += 7;
         }
         if (v >= V) {
@@ -534,8 +551,28 @@ static void report(const skv_restore_params *p, uint64_t done, uint64_t total)
     if (p && p->progress) p->progress(p->user, done, total);
 }
 
+/* Decodes one token under the frequencies of one logits row. */
+static int decode_symbol(skv_rangecoder_dec *d, const float *logits, uint32_t V, unsigned tb, uint32_t *freq,
+                         uint32_t *cum, int32_t *tok, char *err, size_t cap)
+{
+    uint32_t target = 0;
+    if (skv_probq_freqs(logits, V, tb, freq, cum))
+        return skv_errf(err, cap, SKV_ERR_MISMATCH, "the model produced non-finite logits");
+    if (skv_rangecoder_dec_get_freq_pow2(d, tb, &target)) return bad(err, cap, "corrupt model-coded stream");
+    size_t sym = skv_probq_find(cum, V, target);
+    if (skv_rangecoder_dec_update(d, cum[sym], freq[sym])) return bad(err, cap, "corrupt model-coded stream");
+    *tok = (int32_t)sym;
+    return SKV_OK;
+}
+
+static int forward_failed(skv_ctx *ctx, int rc, char *err, size_t cap)
+{
+    return skv_errf(err, cap, rc, "forward pass failed: %s", skv_ctx_last_error(ctx));
+}
+
+/* Token by token: one forward pass per token. */
 static int restore_model_codec(const skv_session *s, const seg_view *g, skv_ctx *ctx, const skv_restore_params *p,
-                               int32_t *tok, char *err, size_t cap)
+                               int32_t *tok, skv_restore_stats *st, char *err, size_t cap)
 {
     uint32_t V = s->info.n_vocab, v;
     unsigned tb = s->info.total_bits;
@@ -556,25 +593,12 @@ static int restore_model_codec(const skv_session *s, const seg_view *g, skv_ctx 
     for (uint32_t i = 1; i <= g->n_tokens; i++) {
         int last = i == g->n_tokens;
         if ((rc = skv_decode(ctx, tok[i - 1], last ? NULL : logits))) {
-            skv_errf(err, cap, rc, "forward pass failed: %s", skv_ctx_last_error(ctx));
+            rc = forward_failed(ctx, rc, err, cap);
             goto done;
         }
+        st->n_passes++;
         if (last) break;
-        if ((rc = skv_probq_freqs(logits, V, tb, freq, cum))) {
-            skv_errf(err, cap, SKV_ERR_MISMATCH, "the model produced non-finite logits");
-            goto done;
-        }
-        uint32_t target = 0;
-        if ((rc = skv_rangecoder_dec_get_freq_pow2(&d, tb, &target))) {
-            rc = bad(err, cap, "corrupt model-coded stream");
-            goto done;
-        }
-        size_t sym = skv_probq_find(cum, V, target);
-        if ((rc = skv_rangecoder_dec_update(&d, cum[sym], freq[sym]))) {
-            rc = bad(err, cap, "corrupt model-coded stream");
-            goto done;
-        }
-        tok[i] = (int32_t)sym;
+        if ((rc = decode_symbol(&d, logits, V, tb, freq, cum, &tok[i], err, cap))) goto done;
         if ((i & 255) == 0) report(p, i, g->n_tokens);
     }
     if (skv_rangecoder_dec_finish(&d)) rc = bad(err, cap, "model-coded stream has trailing or missing bytes");
@@ -585,13 +609,131 @@ done:
     return rc;
 }
 
+#define DRAFT_MAX_DEFAULT 16
+#define DRAFT_MAX_LIMIT 256
+#define LOGITS_BUDGET ((size_t)1 << 22) /* floats of logits rows per block (16 MiB) */
+#define GATE_PCT 60 /* draft only from match lengths whose first drafts were right >= this often */
+
+/* Speculative: invariant at the top of the loop: the cache holds tok[0..pos) and tok[pos]
+ * is decoded (its logits row is the one that was used; no model call needed for it).
+ * One pass runs [tok[pos], drafts...] with every logits row; row j decodes tok[pos+j+1],
+ * and while that equals the draft at j+1 the next row is valid too. At the first mismatch
+ * the cache is truncated after the last confirmed token. The stream, and so the tokens,
+ * never depend on the drafts: only the number of passes does. Drafting is gated per
+ * match-length class by its recent hit rate (a wrong draft costs a batch row, about as
+ * much as a token of prefill), and the block grows while whole blocks are confirmed.
+ * A decoder-side change only: the file format and the encoder are untouched. */
+static int restore_model_codec_spec(const skv_session *s, const seg_view *g, skv_ctx *ctx,
+                                    const skv_restore_params *p, int32_t *tok, skv_restore_stats *st, char *err,
+                                    size_t cap)
+{
+    uint32_t V = s->info.n_vocab, v, n = g->n_tokens;
+    unsigned tb = s->info.total_bits;
+    size_t kmax = p && p->draft_max > 0 ? (size_t)p->draft_max : DRAFT_MAX_DEFAULT, k_cur = 4;
+    skv_rangecoder_dec d;
+    skv_draft *dr = NULL;
+    float *logits = NULL;
+    uint32_t *freq = malloc(V * sizeof(uint32_t)), *cum = malloc(((size_t)V + 1) * sizeof(uint32_t));
+    int32_t *batch = NULL;
+    uint32_t next_report = 256;
+    /* per match-length class (1, 2, 3, 4..7, 8+): first drafts tried / confirmed; starts optimistic */
+    uint32_t gate_try[5] = {1, 1, 1, 1, 1}, gate_hit[5] = {1, 1, 1, 1, 1}, gate_skip[5] = {0, 0, 0, 0, 0};
+    int rc = SKV_ERR_NOMEM;
+    if (kmax * V > LOGITS_BUDGET) kmax = V >= LOGITS_BUDGET ? 1 : LOGITS_BUDGET / V; /* huge vocabularies */
+    if (k_cur > kmax) k_cur = kmax;
+    logits = malloc(kmax * V * sizeof(float));
+    batch = malloc(kmax * sizeof *batch);
+    if (!logits || !freq || !cum || !batch || skv_draft_create(n, &dr)) {
+        skv_errf(err, cap, rc, "out of memory");
+        goto done;
+    }
+    skv_rangecoder_dec_init(&d, g->payload, g->payload_bytes);
+    if ((rc = skv_rangecoder_dec_get_bits(&d, bits_for(V), &v)) || v >= V) {
+        rc = bad(err, cap, "corrupt model-coded stream (first token)");
+        goto done;
+    }
+    tok[0] = (int32_t)v;
+    uint32_t pos = 0; /* cache holds tok[0..pos); tok[pos] decoded */
+    while (pos + 1 < n) {
+        size_t k = k_cur, left = (size_t)(n - 1 - pos); /* tokens still to decode */
+        if (k > left) k = left;
+        /* the history is tok[0..pos]: push what is not in the draft yet */
+        for (size_t i = skv_draft_len(dr); i <= pos; i++) skv_draft_push(dr, tok[i]);
+        batch[0] = tok[pos];
+        unsigned ml = 0;
+        size_t nd = k > 1 ? skv_draft_propose(dr, batch + 1, k - 1, &ml) : 0;
+        int cls = -1;
+        if (nd) {
+            /* Gate by how often drafts of this match length were right lately: a wrong
+             * draft costs a batch row. Gated-off classes still get an occasional probe. */
+            cls = ml >= 8 ? 4 : ml >= 4 ? 3 : (int)ml - 1;
+            if (gate_try[cls] * GATE_PCT > gate_hit[cls] * 100) {
+                if (++gate_skip[cls] & 15) nd = 0, cls = -1;
+                else nd = 1; /* a probe: one draft token */
+            }
+        }
+        k = nd + 1;
+        if ((rc = skv_prefill(ctx, batch, k, SKV_LOGITS_ALL, logits))) {
+            rc = forward_failed(ctx, rc, err, cap);
+            goto done;
+        }
+        st->n_passes++;
+        st->n_drafted += nd;
+        size_t j = 0; /* row j decodes tok[pos + 1 + j] */
+        for (;;) {
+            if ((rc = decode_symbol(&d, logits + j * V, V, tb, freq, cum, &tok[pos + 1 + j], err, cap))) goto done;
+            if (j + 1 >= k || tok[pos + 1 + j] != batch[j + 1]) break;
+            j++; /* draft confirmed: its row is valid */
+        }
+        /* confirmed: batch[0..j] = tok[pos..pos+j]; tok[pos+j+1] decoded */
+        st->n_accepted += j;
+        if (cls >= 0) {
+            gate_try[cls]++;
+            gate_hit[cls] += j > 0;
+            if (gate_try[cls] >= 64) gate_try[cls] /= 2, gate_hit[cls] /= 2; /* recent history weighs more */
+        }
+        if (j + 1 < k && (rc = skv_ctx_truncate(ctx, (int)(pos + j + 1)))) {
+            rc = forward_failed(ctx, rc, err, cap);
+            goto done;
+        }
+        /* adapt the block to the recent acceptance */
+        if (nd > 0 && j == nd) k_cur = k_cur * 2 > kmax ? kmax : k_cur * 2;
+        else if (nd > 0) k_cur = j + 2 > 2 ? j + 2 : 2;
+        if (k_cur > kmax) k_cur = kmax;
+        pos += (uint32_t)j + 1;
+        if (pos >= next_report) {
+            report(p, pos, n);
+            next_report = (pos | 255) + 1;
+        }
+    }
+    /* the last token needs no logits */
+    if ((rc = skv_decode(ctx, tok[n - 1], NULL))) {
+        rc = forward_failed(ctx, rc, err, cap);
+        goto done;
+    }
+    st->n_passes++;
+    if (skv_rangecoder_dec_finish(&d)) rc = bad(err, cap, "model-coded stream has trailing or missing bytes");
+done:
+    skv_draft_free(dr);
+    free(logits);
+    free(freq);
+    free(cum);
+    free(batch);
+    return rc;
+}
+
 int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
                                 const skv_restore_params *p, int32_t *tokens, size_t cap, char *err, size_t errcap)
 {
     const seg_view *g;
+    skv_restore_stats stats = {0, 0, 0, 0}, *st = &stats;
     int rc;
     if (!s || !m || !ctx || !tokens || i >= s->info.n_segments || skv_ctx_model(ctx) != m)
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    if (p && (p->draft < SKV_DRAFT_AUTO || p->draft > SKV_DRAFT_NGRAM || p->draft_max < 0 ||
+              p->draft_max > DRAFT_MAX_LIMIT))
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid restore parameters (draft %d, draft_max %d)",
+                        p->draft, p->draft_max);
     g = &s->segs[i];
     if (cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
     if ((uint32_t)skv_ctx_n_ctx(ctx) < g->n_tokens)
@@ -603,8 +745,13 @@ int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, 
         if ((rc = decode_tokens_payload(g, s->info.n_vocab, tokens, err, errcap))) return rc;
         if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL)))
             return skv_errf(err, errcap, rc, "forward pass failed: %s", skv_ctx_last_error(ctx));
-    } else if ((rc = restore_model_codec(s, g, ctx, p, tokens, err, errcap))) {
-        return rc;
+        stats.n_passes = 1;
+    } else {
+        int draft = p ? p->draft : SKV_DRAFT_AUTO;
+        /* AUTO = token by token: measured faster than n-gram drafts on non-repetitive text */
+        rc = draft == SKV_DRAFT_NGRAM ? restore_model_codec_spec(s, g, ctx, p, tokens, st, err, errcap)
+                                      : restore_model_codec(s, g, ctx, p, tokens, st, err, errcap);
+        if (rc) return rc;
     }
     report(p, g->n_tokens, g->n_tokens);
     if (p && p->verify) {
@@ -617,6 +764,13 @@ int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, 
             return skv_errf(err, errcap, SKV_ERR_MISMATCH,
                             "KV verification failed for segment %u: stored digest %s, regenerated %s", i, a, b);
         }
+    }
+    stats.n_tokens = g->n_tokens;
+    if (p && p->stats) {
+        p->stats->n_tokens += stats.n_tokens;
+        p->stats->n_passes += stats.n_passes;
+        p->stats->n_drafted += stats.n_drafted;
+        p->stats->n_accepted += stats.n_accepted;
     }
     return SKV_OK;
 }

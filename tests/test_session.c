@@ -9,14 +9,15 @@
  *   restored context's digest, and the restored KV equals a fresh one-batch prefill's
  *   bit for bit (skv_ctx_kv_view + memcmp) -- with the encoder appending in random chunk
  *   sizes (batched prefill) at 1 or 2 threads while the model-codec decoder runs token by
- *   token at 2 or 1 threads, and with scalar kernels on restore;
+ *   token (or speculatively, any draft_max) at 2 or 1 threads, and with scalar kernels;
  * - the file bytes depend only on the tokens, the model and the parameters (not on chunking
  *   or threads);
  * - segmenting (n_ctx 64): segment boundaries, each segment a fresh context; without
  *   segmenting an overflow is SKV_ERR_RANGE with a helpful message and leaves the session
  *   usable;
  * - the model codec's payload is within 1% + 16 bytes per segment of sum(-log2 p) plus the
- *   raw first tokens, and the coder's quantized cost is within 0.5% of sum(-log2 p);
+ *   raw first tokens (and not below the coded ideal); the quantized cost is at most 0.5%
+ *   above sum(-log2 p) (and, on in-distribution text, at most 0.5% below it);
  * - an inference loop (append one token at a time, greedy choice from next_logits);
  * - hostile input: every truncation and every bit flip of small valid files (also with the
  *   checksums recomputed so that the deeper checks run), random bytes, absurd counts,
@@ -35,6 +36,18 @@
 
 #include "seqkv.h"
 #include "test.h"
+
+/* Under AddressSanitizer the engine runs ~15x slower: the costliest loops sample less. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
 
 #define HDR 128   /* header bytes */
 #define SEGHDR 32 /* segment header bytes (the payload follows, then an 8-byte checksum) */
@@ -224,6 +237,8 @@ typedef struct {
     int n_threads, kernels, verify;
     int fresh;   /* compare each restored segment's KV with a fresh one-batch prefill */
     int dirty;   /* put unrelated tokens in the context before restoring (it must be cleared) */
+    int draft, draft_max; /* skv_restore_params' (model codec: SKV_DRAFT_NONE = token by token) */
+    skv_restore_stats *stats;
 } restore_opts;
 
 /* Restores every segment; checks n_pos, that the digest of the restored KV equals the stored
@@ -259,7 +274,7 @@ static void restore_all(const uint8_t *data, size_t size, const restore_opts *o,
     for (uint32_t i = 0; i < si.n_segments; i++) {
         uint32_t nt = 0;
         uint8_t stored[16], got[16];
-        skv_restore_params rp = {o->verify, NULL, NULL};
+        skv_restore_params rp = {.verify = o->verify, .draft = o->draft, .draft_max = o->draft_max, .stats = o->stats};
         skv_session_segment_info(s, i, &nt, NULL, stored);
         if (o->dirty) {
             int32_t junk[3] = {5, 77, 300};
@@ -304,10 +319,10 @@ done:
 
 /* Encode with (enc_threads, chunking), restore with (dec_threads), compare everything. */
 static void roundtrip(const int32_t *tok, size_t n, int codec, int n_ctx, int segment, int enc_threads,
-                      int dec_threads, long chunk)
+                      int dec_threads, long chunk, int draft)
 {
     skv_encoder_params p = enc_params(codec, n_ctx, enc_threads, segment);
-    restore_opts o = {dec_threads, SKV_KERNELS_AUTO, 1, 1, 1};
+    restore_opts o = {dec_threads, SKV_KERNELS_AUTO, 1, 1, 1, draft, 0, NULL};
     uint8_t *data = NULL;
     size_t size = 0, m = 0;
     int32_t *back = NULL;
@@ -324,47 +339,53 @@ static void roundtrip(const int32_t *tok, size_t n, int codec, int n_ctx, int se
 
 /* ---- round trips -------------------------------------------------------------------- */
 
+/* Round trips use the first RT_TOKENS tokens (two or three segments of the trained context, 512);
+ * the size measurements use all of Gen1:1-Gen3:24. */
+#define RT_TOKENS (SANITIZED ? 600 : 1200)
+#define RT_N(n) ((n) < RT_TOKENS ? (n) : RT_TOKENS)
+
 static void roundtrip_model_kjv_enc1_dec2(void)
 {
     NEED_KJV();
-    roundtrip(g_kjv, g_kjv_n, SKV_CODEC_MODEL, 0, 1, 1, 2, -300);
+    roundtrip(g_kjv, RT_N(g_kjv_n), SKV_CODEC_MODEL, 0, 1, 1, 2, -300, SKV_DRAFT_NONE);
 }
 
 static void roundtrip_model_kjv_enc2_dec1(void)
 {
     NEED_KJV();
-    roundtrip(g_kjv, g_kjv_n, SKV_CODEC_MODEL, 0, 1, 2, 1, -97);
+    roundtrip(g_kjv, RT_N(g_kjv_n), SKV_CODEC_MODEL, 0, 1, 2, 1, -97, SKV_DRAFT_AUTO);
 }
 
 static void roundtrip_tokens_kjv_enc2_dec1(void)
 {
     NEED_KJV();
-    roundtrip(g_kjv, g_kjv_n, SKV_CODEC_TOKENS, 0, 1, 2, 1, -300);
+    roundtrip(g_kjv, RT_N(g_kjv_n), SKV_CODEC_TOKENS, 0, 1, 2, 1, -300, 0);
 }
 
 static void roundtrip_tokens_kjv_enc1_dec2(void)
 {
     NEED_KJV();
-    roundtrip(g_kjv, g_kjv_n, SKV_CODEC_TOKENS, 0, 1, 1, 2, 1);
+    roundtrip(g_kjv, RT_N(g_kjv_n), SKV_CODEC_TOKENS, 0, 1, 1, 2, 1, 0);
 }
 
 static void roundtrip_stories_both_codecs(void)
 {
     NEED_MODEL();
     if (!g_sto) SKIP("../shared/corpus/stories260K_samples.txt not found");
-    SUB(roundtrip(g_sto, g_sto_n, SKV_CODEC_MODEL, 0, 1, 1, 2, -500));
-    SUB(roundtrip(g_sto, g_sto_n, SKV_CODEC_TOKENS, 0, 1, 2, 1, -500));
+    SUB(roundtrip(g_sto, RT_N(g_sto_n), SKV_CODEC_MODEL, 0, 1, 1, 2, -500, SKV_DRAFT_NONE));
+    SUB(roundtrip(g_sto, RT_N(g_sto_n), SKV_CODEC_MODEL, 0, 1, 2, 1, -500, SKV_DRAFT_NGRAM));
+    SUB(roundtrip(g_sto, RT_N(g_sto_n), SKV_CODEC_TOKENS, 0, 1, 2, 1, -500, 0));
 }
 
-/* One unsegmented session that fills the whole trained context, restored with scalar
- * kernels (the encoder used the fastest ones: the engine's kernels agree bit for bit). */
+/* An unsegmented session that fills its context (256) exactly, restored token by token with
+ * scalar kernels (the encoder used the fastest ones: the engine's kernels agree bit for bit). */
 static void roundtrip_full_context_scalar_restore(void)
 {
     NEED_KJV();
-    size_t n = (size_t)g_info.n_ctx_train < g_kjv_n ? (size_t)g_info.n_ctx_train : g_kjv_n;
+    size_t n = g_kjv_n < 256 ? g_kjv_n : 256;
     for (int codec = 0; codec < 2; codec++) {
-        skv_encoder_params p = enc_params(codec, 0, 1, 0);
-        restore_opts o = {1, SKV_KERNELS_SCALAR, 1, 1, 0};
+        skv_encoder_params p = enc_params(codec, 256, 1, 0);
+        restore_opts o = {1, SKV_KERNELS_SCALAR, 1, 1, 0, SKV_DRAFT_NONE, 0, NULL};
         uint8_t *data = NULL;
         size_t size = 0, m = 0;
         int32_t *back = NULL;
@@ -382,7 +403,7 @@ static void roundtrip_full_context_scalar_restore(void)
 static void file_bytes_independent_of_chunking_and_threads(void)
 {
     NEED_KJV();
-    size_t n = g_kjv_n < 1500 ? g_kjv_n : 1500;
+    size_t n = g_kjv_n < 700 ? g_kjv_n : 700;
     for (int codec = 0; codec < 2; codec++) {
         skv_encoder_params p1 = enc_params(codec, 0, 1, 1), p2 = enc_params(codec, 0, 2, 1);
         uint8_t *a = NULL, *b = NULL, *c = NULL;
@@ -415,7 +436,7 @@ static void restore_with_llama2c_form(void)
     skv_session *s = NULL;
     skv_ctx *c = NULL;
     int32_t *back = malloc(n * sizeof *back);
-    skv_restore_params rp = {1, NULL, NULL};
+    skv_restore_params rp = {.verify = 1};
     encode(g_kjv, n, &p, 0, &data, &size, NULL);
     if (!test_cur_failed && back) {
         rc = skv_session_open(data, size, &s, err, sizeof err);
@@ -462,7 +483,8 @@ static void segmented_boundaries_small_ctx(void)
                       "codec %d, %zu tokens: %u segments (want %u), segment %u wrong", codec, n, si.n_segments,
                       want, bad_seg);
             CHECK_EQ_INT(st.n_model_coded, n - want); /* each segment's first token is coded raw */
-            SUB(roundtrip(g_kjv, n, codec, 64, 1, 1 + (int)(li & 1), 2 - (int)(li & 1), li & 1 ? -150 : 0));
+            SUB(roundtrip(g_kjv, n, codec, 64, 1, 1 + (int)(li & 1), 2 - (int)(li & 1), li & 1 ? -150 : 0,
+                          li & 1 ? SKV_DRAFT_NONE : SKV_DRAFT_AUTO));
         }
 }
 
@@ -491,7 +513,7 @@ static void unsegmented_overflow_is_range(void)
         CHECK_EQ_INT(rc, SKV_OK);
         CHECK_EQ_INT(rc2, SKV_ERR_RANGE);
         CHECK_EQ_INT(rc3, SKV_OK);
-        restore_opts o = {1, SKV_KERNELS_AUTO, 1, 1, 0};
+        restore_opts o = {1, SKV_KERNELS_AUTO, 1, 1, 0, 0, 0, NULL};
         int32_t *back = NULL;
         size_t m = 0;
         restore_all(data, size, &o, &back, &m);
@@ -505,7 +527,11 @@ static void unsegmented_overflow_is_range(void)
 
 /* ---- size: the model codec against the Shannon floor ------------------------------- */
 
-static void check_overhead(const char *what, const int32_t *tok, size_t n)
+/* two_sided: also require the quantized cost to be no more than 0.5% BELOW sum(-log2 p). It can
+ * be lower legitimately: the frequency floor (1 / 2^total_bits) caps the cost of tokens the
+ * model gives p < 2^-total_bits, which out-of-distribution text has (KJV verse numbers under a
+ * TinyStories model: 118 of 5,920 coded tokens have p < 2^-20 and account for the -0.55%). */
+static void check_overhead(const char *what, const int32_t *tok, size_t n, int two_sided)
 {
     skv_encoder_params p = enc_params(SKV_CODEC_MODEL, 0, 1, 1);
     uint8_t *data = NULL;
@@ -540,8 +566,11 @@ static void check_overhead(const char *what, const int32_t *tok, size_t n)
     CHECK_EQ_INT(st.n_model_coded, n - si.n_segments);
     CHECK_MSG(pbits <= st.model_bits * 1.01 + raw + 128.0 * si.n_segments,
               "payload %.0f bits exceeds 1%% + 16 bytes/segment over the floor %.0f bits", pbits, floor_bits);
-    CHECK_MSG(fabs(st.coded_bits - st.model_bits) <= 0.005 * st.model_bits,
-              "quantized cost %.1f bits vs sum(-log2 p) %.1f bits: more than 0.5%% apart", st.coded_bits,
+    CHECK_MSG(st.coded_bits <= 1.005 * st.model_bits,
+              "quantized cost %.1f bits exceeds sum(-log2 p) %.1f bits by more than 0.5%%", st.coded_bits,
+              st.model_bits);
+    CHECK_MSG(!two_sided || st.coded_bits >= 0.995 * st.model_bits,
+              "quantized cost %.1f bits is more than 0.5%% below sum(-log2 p) %.1f bits", st.coded_bits,
               st.model_bits);
     /* A range coder cannot beat the ideal cost of what it coded (less at most one byte of
      * flush slack per segment): the reported stats must be honest. */
@@ -552,14 +581,14 @@ static void check_overhead(const char *what, const int32_t *tok, size_t n)
 static void model_codec_overhead_kjv(void)
 {
     NEED_KJV();
-    check_overhead("KJV Gen1:1-Gen3:24", g_kjv, g_kjv_n);
+    check_overhead("KJV Gen1:1-Gen3:24", g_kjv, g_kjv_n, 0);
 }
 
 static void model_codec_overhead_stories(void)
 {
     NEED_MODEL();
     if (!g_sto) SKIP("../shared/corpus/stories260K_samples.txt not found");
-    check_overhead("stories260K samples", g_sto, g_sto_n);
+    check_overhead("stories260K samples", g_sto, g_sto_n, 1);
 }
 
 /* Every allowed frequency total round-trips (16: coarsest, 28: finest). */
@@ -570,7 +599,7 @@ static void model_codec_total_bits(void)
     size_t n = g_kjv_n < 300 ? g_kjv_n : 300;
     for (size_t k = 0; k < sizeof tb / sizeof tb[0]; k++) {
         skv_encoder_params p = enc_params(SKV_CODEC_MODEL, 128, 1, 1);
-        restore_opts o = {2, SKV_KERNELS_AUTO, 1, 0, 0};
+        restore_opts o = {2, SKV_KERNELS_AUTO, 1, 0, 0, k & 1 ? SKV_DRAFT_NONE : SKV_DRAFT_NGRAM, 0, NULL};
         uint8_t *data = NULL;
         size_t size = 0, m = 0;
         skv_session *s = NULL;
@@ -642,7 +671,7 @@ static void incremental_greedy_loop(void)
             CHECK_MSG(0, "codec %d: loop failed (%d: -2 create, -3 append, -4 finish, >= 0 logits differ at that step)",
                       codec, bad);
         }
-        restore_opts o = {1, SKV_KERNELS_AUTO, 1, 1, 0};
+        restore_opts o = {1, SKV_KERNELS_AUTO, 1, 1, 0, codec ? SKV_DRAFT_AUTO : 0, 0, NULL};
         int32_t *back = NULL;
         size_t m = 0;
         restore_all(data, size, &o, &back, &m);
@@ -660,6 +689,82 @@ static void incremental_greedy_loop(void)
     free(lg);
     free(ref_lg);
     free(tok);
+}
+
+/* Speculative restore (n-gram drafts verified by batched passes) gives exactly the tokens
+ * and KV of the token-by-token decode, for any block limit; its stats add up: every pass
+ * but the last confirms one decoded token plus the drafts it accepted, so
+ * n_passes + n_accepted == n_tokens. */
+static void greedy_tokens(int32_t *tok, size_t n)
+{
+    size_t V = (size_t)g_info.n_vocab;
+    float *lg = malloc(V * sizeof *lg);
+    skv_ctx *c = NULL;
+    skv_ctx_params cp = skv_ctx_default_params();
+    cp.n_ctx = (int)n;
+    tok[0] = g_info.bos_id >= 0 ? g_info.bos_id : 1;
+    CHECK(lg && !skv_ctx_create(g_m, &cp, &c));
+    for (size_t i = 1; i < n; i++) {
+        size_t best = 0;
+        if (skv_decode(c, tok[i - 1], lg)) break;
+        for (size_t k = 1; k < V; k++)
+            if (lg[k] > lg[best]) best = k;
+        tok[i] = (int32_t)best;
+    }
+    skv_ctx_free(c);
+    free(lg);
+}
+
+static void speculative_restore_matches_token_by_token(void)
+{
+    NEED_KJV();
+    enum { NG = 400 };
+    static const int limits[] = {1, 2, 16, 256};
+    int32_t greedy[NG];
+    SUB(greedy_tokens(greedy, NG));
+    for (int text = 0; text < 2; text++) {
+        const int32_t *tok = text ? g_kjv : greedy;
+        size_t n = text ? RT_N(g_kjv_n) * 7 / 12 : NG, m = 0; /* KJV: 2 segments of 300 */
+        skv_encoder_params p = enc_params(SKV_CODEC_MODEL, text ? 300 : 0, 1, 1);
+        uint8_t *data = NULL;
+        size_t size = 0;
+        int32_t *ref = NULL;
+        skv_restore_stats st0 = {0, 0, 0, 0};
+        restore_opts o = {1, SKV_KERNELS_AUTO, 1, 1, 0, SKV_DRAFT_NONE, 0, &st0};
+        SUB(encode(tok, n, &p, -64, &data, &size, NULL));
+        restore_all(data, size, &o, &ref, &m);
+        int ok = !test_cur_failed && m == n && !memcmp(ref, tok, n * sizeof *tok);
+        free(ref);
+        if (!ok) free(data);
+        if (test_cur_failed) return;
+        CHECK_MSG(ok, "text %d: token-by-token restore differs", text);
+        CHECK_MSG(st0.n_tokens == n && st0.n_passes == n && st0.n_drafted == 0 && st0.n_accepted == 0,
+                  "text %d, no draft: stats %llu tokens, %llu passes, %llu drafted", text,
+                  (unsigned long long)st0.n_tokens, (unsigned long long)st0.n_passes,
+                  (unsigned long long)st0.n_drafted);
+        for (size_t li = 0; li < sizeof limits / sizeof limits[0]; li++) {
+            skv_restore_stats st = {0, 0, 0, 0};
+            restore_opts os = {2 - (int)(li & 1), SKV_KERNELS_AUTO, 1, li == 2, 1, SKV_DRAFT_NGRAM, limits[li], &st};
+            int32_t *back = NULL;
+            restore_all(data, size, &os, &back, &m);
+            ok = !test_cur_failed && m == n && !memcmp(back, tok, n * sizeof *tok);
+            free(back);
+            if (!ok) free(data);
+            if (test_cur_failed) return;
+            CHECK_MSG(ok, "text %d, draft_max %d: tokens differ", text, limits[li]);
+            fprintf(stderr, "speculative restore, %s, draft_max %d: %llu tokens in %llu passes (%llu drafted, %llu accepted)\n",
+                    text ? "KJV" : "greedy text", limits[li], (unsigned long long)st.n_tokens,
+                    (unsigned long long)st.n_passes, (unsigned long long)st.n_drafted,
+                    (unsigned long long)st.n_accepted);
+            ok = st.n_tokens == n && st.n_passes + st.n_accepted == n && st.n_accepted <= st.n_drafted &&
+                 (limits[li] > 1 || st.n_drafted == 0) && (text || limits[li] < 16 || st.n_accepted > 0);
+            if (!ok) free(data);
+            CHECK_MSG(ok, "text %d, draft_max %d: stats %llu tokens, %llu passes, %llu drafted, %llu accepted", text,
+                      limits[li], (unsigned long long)st.n_tokens, (unsigned long long)st.n_passes,
+                      (unsigned long long)st.n_drafted, (unsigned long long)st.n_accepted);
+        }
+        free(data);
+    }
 }
 
 typedef struct {
@@ -689,7 +794,7 @@ static void progress_is_monotone_and_complete(void)
         skv_ctx_params cp = skv_ctx_default_params();
         int32_t *back = malloc(512 * sizeof *back);
         progress_log pl = {0, 0, 0, 0};
-        skv_restore_params rp = {0, on_progress, &pl};
+        skv_restore_params rp = {.progress = on_progress, .user = &pl, .draft = codec ? SKV_DRAFT_NGRAM : 0};
         uint32_t nt = 0;
         int rc = -100;
         cp.n_ctx = 512;
@@ -747,7 +852,7 @@ static int g_last_rc; /* status of try_restore's failing call */
 /* Opens and restores data with a context of at most 1024 positions; classifies the outcome
  * against the original tokens. err receives the first error message. */
 static int try_restore(const uint8_t *data, size_t size, skv_ctx *c, const int32_t *orig, size_t orig_n, int verify,
-                       char *err, size_t errcap)
+                       int draft, char *err, size_t errcap)
 {
     skv_session *s = NULL;
     skv_session_info si;
@@ -758,7 +863,7 @@ static int try_restore(const uint8_t *data, size_t size, skv_ctx *c, const int32
     if ((g_last_rc = skv_session_open(data, size, &s, err, errcap)) != SKV_OK) return R_OPEN;
     skv_session_get_info(s, &si);
     for (uint32_t i = 0; i < si.n_segments; i++) {
-        skv_restore_params rp = {verify, NULL, NULL};
+        skv_restore_params rp = {.verify = verify, .draft = draft};
         uint32_t nt = 0;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
         if ((g_last_rc = skv_session_restore_segment(s, g_m, i, c, &rp, tok, sizeof tok / sizeof tok[0], err,
@@ -780,17 +885,17 @@ typedef struct {
     int codec;
 } sample_file;
 
-/* Small valid files: both codecs, a 3-segment (n_ctx 8) and a 1-segment session. */
+/* Small valid files of 14 tokens: both codecs, a 3-segment (n_ctx 6) and a 1-segment session. */
 static void make_samples(sample_file *f, size_t *nf, const int32_t **tok, size_t *ntok)
 {
     *nf = 0;
     *tok = g_kjv;
-    *ntok = 20;
+    *ntok = 14;
     for (int codec = 0; codec < 2; codec++)
         for (int seg = 0; seg < 2; seg++) {
-            skv_encoder_params p = enc_params(codec, seg ? 8 : 32, 1, seg);
+            skv_encoder_params p = enc_params(codec, seg ? 6 : 32, 1, seg);
             f[*nf].codec = codec;
-            encode(g_kjv, 20, &p, -5, &f[*nf].data, &f[*nf].size, NULL);
+            encode(g_kjv, 14, &p, -5, &f[*nf].data, &f[*nf].size, NULL);
             if (test_cur_failed) return;
             (*nf)++;
         }
@@ -843,7 +948,7 @@ static void hostile_bit_flips(void)
     for (size_t k = 0; k < nf; k++)
         for (size_t bit = 0; bit < f[k].size * 8; bit++) {
             f[k].data[bit / 8] ^= (uint8_t)(1u << (bit % 8));
-            int res = try_restore(f[k].data, f[k].size, c, tok, ntok, 1, err, sizeof err);
+            int res = try_restore(f[k].data, f[k].size, c, tok, ntok, 1, 0, err, sizeof err);
             f[k].data[bit / 8] ^= (uint8_t)(1u << (bit % 8));
             flips++;
             /* Every byte of a v1 file is under a checksum: no flip gets past open. */
@@ -870,14 +975,15 @@ static void hostile_bit_flips_rechecksummed(void)
     skv_ctx *c = small_ctx();
     CHECK(c);
     SUB(make_samples(f, &nf, &tok, &ntok));
-    for (size_t k = 0; k < nf; k++) {
+    for (size_t k = 0; k < nf; k += 3) { /* tokens codec 1 segment, model codec 3 segments */
         uint8_t *d = malloc(f[k].size);
         CHECK(d);
-        for (size_t bit = 0; bit < f[k].size * 8; bit++) {
+        for (size_t bit = 0; bit < f[k].size * 8; bit += SANITIZED ? 3 : 1) {
             memcpy(d, f[k].data, f[k].size);
             d[bit / 8] ^= (uint8_t)(1u << (bit % 8));
             fix_checksums(d, f[k].size);
-            int res = try_restore(d, f[k].size, c, tok, ntok, 1, err, sizeof err);
+            int res = try_restore(d, f[k].size, c, tok, ntok, 1, bit & 1 ? SKV_DRAFT_NONE : SKV_DRAFT_AUTO, err,
+                                  sizeof err);
             count[res]++;
             if (res == R_WRONG || (res < R_SAME && !err[0])) {
                 free(d);
@@ -922,7 +1028,7 @@ static void hostile_random_bytes(void)
             wr32(buf + 40, rd32(buf + 12) ? 24u : 0u);
             fix_checksums(buf, len);
         }
-        int res = try_restore(buf, len, c, tok, 0, 1, err, sizeof err);
+        int res = try_restore(buf, len, c, tok, 0, 1, 0, err, sizeof err);
         if (res != R_OPEN) opened++;
         if (res == R_WRONG || (mode == 0 && res != R_OPEN) || (res < R_SAME && !err[0])) {
             skv_ctx_free(c);
@@ -942,7 +1048,7 @@ static void hostile_absurd_counts(void)
     const int32_t *tok = NULL;
     char err[512];
     SUB(make_samples(f, &nf, &tok, &ntok));
-    /* f[3]: model codec, 3 segments of n_ctx 8 */
+    /* f[3]: model codec, 14 tokens in 3 segments of n_ctx 6 (6, 6, 2) */
     const uint8_t *base = f[3].data;
     size_t size = f[3].size, s1 = seg_offset(base, 1);
     uint8_t *d = malloc(size);
@@ -966,9 +1072,9 @@ static void hostile_absurd_counts(void)
         {20, 4, 0, SKV_ERR_FORMAT, 0},
         {24, 8, UINT64_MAX, SKV_ERR_FORMAT, 0},      /* n_tokens */
         {24, 8, 0, SKV_ERR_FORMAT, 0},
-        {24, 8, 21, SKV_ERR_FORMAT, 0},
+        {24, 8, 15, SKV_ERR_FORMAT, 0},
         {32, 4, 0, SKV_ERR_FORMAT, 0},               /* n_ctx */
-        {32, 4, 7, SKV_ERR_FORMAT, 0},
+        {32, 4, 5, SKV_ERR_FORMAT, 0},
         {32, 4, 0xFFFFFFFF, SKV_ERR_FORMAT, 0},
         {36, 4, 0, SKV_ERR_FORMAT, 0},               /* n_vocab */
         {36, 4, 0xFFFFFFFF, SKV_ERR_FORMAT, 0},
@@ -979,7 +1085,7 @@ static void hostile_absurd_counts(void)
         {40, 4, 255, SKV_ERR_FORMAT, 0},
         {HDR, 4, 0x534B5653, SKV_ERR_FORMAT, 1},        /* segment magic "SKVS" -> "SVKS" */
         {HDR + 4, 4, 0, SKV_ERR_FORMAT, 1},             /* segment n_tokens */
-        {HDR + 4, 4, 9, SKV_ERR_FORMAT, 1},
+        {HDR + 4, 4, 7, SKV_ERR_FORMAT, 1},
         {HDR + 4, 4, 0xFFFFFFFF, SKV_ERR_FORMAT, 1},
         {HDR + 8, 8, UINT64_MAX, SKV_ERR_FORMAT, 0},    /* segment payload bytes */
         {HDR + 8, 8, (uint64_t)1 << 63, SKV_ERR_FORMAT, 0},
@@ -1010,12 +1116,12 @@ static void hostile_absurd_counts(void)
         memcpy(d, base, size);
         wr32(d + 36, (1u << 24));
         fix_header_checksum(d);
-        res1 = try_restore(d, size, c, tok, ntok, 1, err, sizeof err);
+        res1 = try_restore(d, size, c, tok, ntok, 1, 0, err, sizeof err);
         int named = strstr(err, "wrong model") != NULL;
         memcpy(d, base, size);
         wr32(d + 32, (1u << 24));
         fix_header_checksum(d);
-        res2 = try_restore(d, size, c, tok, ntok, 1, err, sizeof err);
+        res2 = try_restore(d, size, c, tok, ntok, 1, 0, err, sizeof err);
         if (!named) res1 = -2;
     }
     skv_ctx_free(c);
@@ -1107,7 +1213,7 @@ static void hostile_tokens_payloads(void)
         }
         uint8_t *d = assemble(good, N, digest, z, zlen, &size);
         CHECK(d);
-        int res = try_restore(d, size, c, g_kjv, N, 0, err, sizeof err);
+        int res = try_restore(d, size, c, g_kjv, N, 0, 0, err, sizeof err);
         free(d);
         if (k == 0 ? res != R_SAME : res != R_RESTORE || g_last_rc != SKV_ERR_FORMAT) {
             free(good);
@@ -1119,7 +1225,7 @@ static void hostile_tokens_payloads(void)
     for (int k = 0; k < 2; k++) {
         uint8_t *d = assemble(good, N, digest, "not zstd at all", k ? 0 : 15, &size);
         CHECK(d);
-        int res = try_restore(d, size, c, g_kjv, N, 0, err, sizeof err);
+        int res = try_restore(d, size, c, g_kjv, N, 0, 0, err, sizeof err);
         free(d);
         if (res != R_RESTORE || g_last_rc != SKV_ERR_FORMAT) {
             free(good);
@@ -1131,45 +1237,56 @@ static void hostile_tokens_payloads(void)
     skv_ctx_free(c);
 }
 
-/* Model-codec payloads with bytes added or removed (valid checksums). Two or more bytes off
- * is a format error even without verification; one byte off must never give wrong tokens
- * with verification on. */
+/* Model-codec payloads with bytes added or removed, checksums recomputed, over several texts.
+ * With verification on, the outcome is an error or the original tokens, never other tokens.
+ * Without it, wrong tokens can come out: the range decoder's byte-count check (dec_finish)
+ * is exact only when the decoded symbols are the encoder's, and a truncated stream decodes
+ * its last symbols from zeros, so the count matches by chance (measured below; the segment
+ * checksum stops accidental truncation, so only a crafted file gets here). */
 static void hostile_model_payload_length(void)
 {
     NEED_KJV();
-    enum { N = 40 };
-    skv_encoder_params p = enc_params(SKV_CODEC_MODEL, 64, 1, 0);
-    uint8_t *good = NULL, buf[512], digest[16];
-    size_t gsize = 0, size = 0;
+    enum { WINDOWS = SANITIZED ? 4 : 10 };
+    uint8_t buf[1024], digest[16];
     char err[512];
+    int fails = 0, silent[9] = {0}, rejected[9] = {0};
     skv_ctx *c = small_ctx();
     CHECK(c);
-    encode(g_kjv, N, &p, 0, &good, &gsize, NULL);
-    if (test_cur_failed) {
-        skv_ctx_free(c);
-        return;
-    }
-    size_t plen = (size_t)rd64(good + HDR + 8);
-    memcpy(digest, good + HDR + 16, 16);
-    memcpy(buf, good + HDR + SEGHDR, plen);
-    memset(buf + plen, 0xA5, 8);
-    int fails = 0;
-    for (int delta = -4; delta <= 4 && !fails; delta++) {
-        if ((long)plen + delta < 0) continue;
-        for (int verify = 0; verify < 2; verify++) {
-            uint8_t *d = assemble(good, N, digest, buf, plen + (size_t)(long)delta, &size);
-            CHECK(d);
-            int res = try_restore(d, size, c, g_kjv, N, verify, err, sizeof err);
-            free(d);
-            if (delta == 0 ? res != R_SAME
-                           : (abs(delta) >= 2 && res != R_RESTORE) || (verify && res == R_WRONG)) {
-                fprintf(stderr, "payload %+d bytes, verify %d: outcome %d '%s'\n", delta, verify, res, err);
-                fails++;
+    CHECK(g_kjv_n > 400);
+    for (int w = 0; w < WINDOWS && !fails; w++) {
+        size_t start = (size_t)w * 31, n = 16 + (size_t)w * 9, gsize = 0, size = 0;
+        skv_encoder_params p = enc_params(SKV_CODEC_MODEL, 256, 1, 0);
+        uint8_t *good = NULL;
+        encode(g_kjv + start, n, &p, 0, &good, &gsize, NULL);
+        if (test_cur_failed) break;
+        size_t plen = (size_t)rd64(good + HDR + 8);
+        memcpy(digest, good + HDR + 16, 16);
+        memcpy(buf, good + HDR + SEGHDR, plen);
+        for (size_t i = 0; i < 8; i++) buf[plen + i] = (uint8_t)(0x5A + 77 * i);
+        for (int delta = -4; delta <= 4; delta++) {
+            if ((long)plen + delta < 0) continue;
+            for (int verify = 0; verify < 2; verify++) {
+                uint8_t *d = assemble(good, (uint32_t)n, digest, buf, plen + (size_t)(long)delta, &size);
+                int draft = w & 1 ? SKV_DRAFT_NONE : SKV_DRAFT_AUTO;
+                int res = d ? try_restore(d, size, c, g_kjv + start, n, verify, draft, err, sizeof err) : -1;
+                free(d);
+                if (res < 0 || (delta == 0 && res != R_SAME) || (verify && res == R_WRONG) ||
+                    (res == R_RESTORE && !err[0])) {
+                    fprintf(stderr, "window %d, payload %+d bytes, verify %d: outcome %d '%s'\n", w, delta, verify,
+                            res, err);
+                    fails++;
+                }
+                if (!verify) silent[delta + 4] += res == R_WRONG, rejected[delta + 4] += res < R_SAME;
             }
         }
+        free(good);
     }
-    free(good);
     skv_ctx_free(c);
+    if (test_cur_failed) return;
+    fprintf(stderr, "model payload length changes without verification (%d texts): ", WINDOWS);
+    for (int k = 0; k < 9; k++)
+        if (k != 4) fprintf(stderr, "%+d: %d rejected, %d wrong tokens; ", k - 4, rejected[k], silent[k]);
+    fprintf(stderr, "\n");
     CHECK_MSG(!fails, "%d payload length cases misbehaved (see stderr)", fails);
 }
 
@@ -1220,7 +1337,7 @@ static void wrong_model_is_refused(void)
             uint8_t *data = NULL;
             size_t size = 0;
             int32_t back[128];
-            skv_restore_params rp = {1, NULL, NULL};
+            skv_restore_params rp = {.verify = 1};
             rc = skv_encoder_create(wm, &p, &e);
             if (!rc) rc = skv_encoder_append(e, g_kjv, n, NULL);
             if (!rc) rc = skv_encoder_finish(e, &data, &size);
@@ -1316,7 +1433,7 @@ static void api_misuse(void)
     skv_model *m2 = NULL;
     skv_ctx_params cp = skv_ctx_default_params();
     int32_t tok[32];
-    skv_restore_params rp = {1, NULL, NULL};
+    skv_restore_params rp = {.verify = 1};
     CHECK_EQ_INT(skv_session_open(NULL, 5, &s, err, sizeof err), SKV_ERR_INVALID_ARG);
     CHECK_EQ_INT(skv_session_open(data, size, NULL, err, sizeof err), SKV_ERR_INVALID_ARG);
     CHECK_EQ_INT(skv_session_open(NULL, 0, &s, err, sizeof err), SKV_ERR_FORMAT);
@@ -1344,6 +1461,9 @@ static void api_misuse(void)
     q[7] = skv_session_restore_segment(s, g_m, 0, c_other, &rp, tok, 32, err, sizeof err); /* ctx of another model */
     q[8] = skv_session_restore_segment(s, g_m, 0, c, NULL, tok, 32, NULL, 0);              /* NULL params: fine */
     q[9] = skv_session_restore_segment(s, m2, 0, c_other, &rp, tok, 32, err, sizeof err);  /* same weights, own ctx */
+    skv_restore_params bad_p[4] = {{.draft = -1}, {.draft = SKV_DRAFT_NGRAM + 1}, {.draft_max = -1}, {.draft_max = 257}};
+    int qd[4];
+    for (int k = 0; k < 4; k++) qd[k] = skv_session_restore_segment(s, g_m, 0, c, &bad_p[k], tok, 32, err, sizeof err);
     skv_ctx_free(c);
     skv_ctx_free(c_small);
     skv_ctx_free(c_other);
@@ -1361,6 +1481,7 @@ static void api_misuse(void)
     CHECK_EQ_INT(q[7], SKV_ERR_INVALID_ARG);
     CHECK_EQ_INT(q[8], SKV_OK);
     CHECK_EQ_INT(q[9], SKV_OK);
+    for (int k = 0; k < 4; k++) CHECK_EQ_INT(qd[k], SKV_ERR_INVALID_ARG);
     CHECK(!memcmp(tok, g_kjv, 10 * sizeof *tok));
 }
 
@@ -1409,6 +1530,7 @@ int main(void)
     RUN(model_codec_overhead_stories);
     RUN(model_codec_total_bits);
     RUN(incremental_greedy_loop);
+    RUN(speculative_restore_matches_token_by_token);
     RUN(progress_is_monotone_and_complete);
     RUN(empty_session);
     RUN(hostile_truncations);

@@ -234,11 +234,18 @@ done:
 /* ---- restore -------------------------------------------------------------------- */
 
 static const char restore_help[] =
-    "usage: seqkv restore [-m MODEL] IN.skv [-o TEXT] [--kv OUT.kv] [--verify] [-t THREADS]\n\n"
+    "usage: seqkv restore [-m MODEL] IN.skv [-o TEXT] [--kv OUT.kv] [--no-verify] [-t THREADS]\n"
+    "                     [--draft none|ngram] [--draft-max N]\n\n"
     "Regenerates a session's tokens and KV cache from a .skv file.\n"
     "  -o TEXT     write the session's text ('-' = stdout)\n"
     "  --kv OUT    write the regenerated KV cache as a raw dump (single-segment sessions)\n"
-    "  --verify    check each segment's KV against the stored digest; exit 1 on any mismatch\n"
+    "  --no-verify skip checking each segment's regenerated KV against the stored digest\n"
+    "              (checked by default; any mismatch exits 1; --verify is accepted too)\n"
+    "  --draft D   codec model: 'none' (default) decodes token by token; 'ngram' verifies\n"
+    "              blocks of drafted tokens in one batched pass (speculative decoding: faster\n"
+    "              only on sessions that repeat themselves).\n"
+    "              Both restore exactly the same tokens and KV; only the speed differs.\n"
+    "  --draft-max N  most tokens verified per pass, 1..256 (default 16)\n"
     "The model must be the one the session was written with (checked by fingerprint).\n";
 
 typedef struct {
@@ -273,8 +280,8 @@ static void write_text(FILE *f, const skv_model *m, const skv_model_info *info, 
 int cmd_restore(int argc, char **argv)
 {
     const char *model = NULL, *in = NULL, *out = NULL, *kv = NULL;
-    long threads = 1;
-    int verify = 0;
+    long threads = 1, draft_max = 0;
+    int verify = 1, draft = SKV_DRAFT_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -292,8 +299,21 @@ int cmd_restore(int argc, char **argv)
         } else if (!strcmp(a, "-t")) {
             if (cli_parse_int(a, v, 1, 256, &threads)) return CLI_USAGE;
             i++;
+        } else if (!strcmp(a, "--draft-max")) {
+            if (cli_parse_int(a, v, 1, 256, &draft_max)) return CLI_USAGE;
+            i++;
+        } else if (!strcmp(a, "--draft")) {
+            if (v && !strcmp(v, "none")) draft = SKV_DRAFT_NONE;
+            else if (v && !strcmp(v, "ngram")) draft = SKV_DRAFT_NGRAM;
+            else {
+                cli_error("--draft needs 'none' or 'ngram'");
+                return CLI_USAGE;
+            }
+            i++;
         } else if (!strcmp(a, "--verify")) {
             verify = 1;
+        } else if (!strcmp(a, "--no-verify")) {
+            verify = 0;
         } else if (a[0] != '-' && !in) {
             in = a;
         } else {
@@ -324,17 +344,24 @@ int cmd_restore(int argc, char **argv)
     }
     skv_model *m = cli_load_model(model);
     skv_ctx *c = NULL;
-    int32_t *tok = malloc(((size_t)si.n_ctx + 1) * sizeof *tok);
+    /* size the context by the largest segment actually present, not the header's n_ctx */
+    uint32_t longest = 1;
+    for (uint32_t i = 0; i < si.n_segments; i++) {
+        uint32_t nt = 0;
+        skv_session_segment_info(s, i, &nt, NULL, NULL);
+        longest = nt > longest ? nt : longest;
+    }
+    int32_t *tok = malloc(((size_t)longest + 1) * sizeof *tok);
     FILE *tf = NULL;
     int rc = CLI_FAIL, after_bos = 1;
     skv_model_info info;
     if (!m || !tok) goto done;
     skv_model_get_info(m, &info);
     skv_ctx_params cp = skv_ctx_default_params();
-    cp.n_ctx = (int)si.n_ctx;
+    cp.n_ctx = (int)longest;
     cp.n_threads = (int)threads;
     if (skv_ctx_create(m, &cp, &c)) {
-        cli_error("cannot create a context of %u positions", si.n_ctx);
+        cli_error("cannot create a context of %u positions", longest);
         goto done;
     }
     if (out && !(tf = strcmp(out, "-") ? fopen(out, "wb") : stdout)) {
@@ -342,13 +369,15 @@ int cmd_restore(int argc, char **argv)
         goto done;
     }
     restore_progress rp = {.total = si.n_tokens};
-    skv_restore_params p = {.verify = verify, .progress = on_progress, .user = &rp};
+    skv_restore_stats rs = {0, 0, 0, 0};
+    skv_restore_params p = {.verify = verify, .progress = on_progress, .user = &rp, .draft = draft,
+                            .draft_max = (int)draft_max, .stats = &rs};
     cli_progress_start(&rp.pr, "restore");
     double t0 = cli_now();
     for (uint32_t i = 0; i < si.n_segments; i++) {
         uint32_t nt;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
-        int st = skv_session_restore_segment(s, m, i, c, &p, tok, si.n_ctx, err, sizeof err);
+        int st = skv_session_restore_segment(s, m, i, c, &p, tok, longest, err, sizeof err);
         if (st) {
             cli_progress_end(&rp.pr);
             cli_error("%s", err);
@@ -369,6 +398,11 @@ int cmd_restore(int argc, char **argv)
             (unsigned long long)si.n_tokens, si.n_segments, si.n_segments == 1 ? "" : "s",
             si.codec == SKV_CODEC_MODEL ? "model" : "tokens", secs, (double)si.n_tokens / (secs + 1e-12),
             verify ? "; KV verified bit-exact against the stored digest" : "");
+    if (si.codec == SKV_CODEC_MODEL && rs.n_passes)
+        fprintf(rep, "%llu forward passes (%.2f tokens/pass); drafts: %llu proposed, %llu accepted (%.0f%%)\n",
+                (unsigned long long)rs.n_passes, (double)rs.n_tokens / (double)rs.n_passes,
+                (unsigned long long)rs.n_drafted, (unsigned long long)rs.n_accepted,
+                rs.n_drafted ? 100.0 * (double)rs.n_accepted / (double)rs.n_drafted : 0.0);
     rc = CLI_OK;
 done:
     if (tf && tf != stdout && fclose(tf) != 0) rc = CLI_FAIL;

@@ -1,0 +1,190 @@
+/* Fuzz target for .skv sessions (src/session.c, docs/format.md).
+ *
+ * Input: one mode byte, then the file.
+ *   mode bit 0: recompute the header checksum and the checksum of every segment record
+ *               that fits, so that mutations get past the checksums to the structural
+ *               checks, the payload decoders and the restore
+ *   mode bit 1: write the loaded model's fingerprint and vocabulary size into the header
+ *               (then re-checksum it), so that restore gets past the model check
+ *   mode bits 2-3: draft_max of the speculative restore: automatic, 1, 3, 256
+ *   mode bit 4: open only (no restore): fast, for the structural checks
+ * Checks (abort on violation):
+ * - skv_session_open accepts, or rejects with a non-empty message; what it accepts is
+ *   consistent (segment counts add up, codec known, one segment unless segmented);
+ * - with the stories260K model (../shared, or $SEQKV_SHARED), every segment (at most
+ *   MAX_TOKENS in all, each at most CTX) is restored twice: token by token without
+ *   verification, and speculatively with verification. Differential oracle: the
+ *   speculative decoder must fail exactly when the token-by-token one does (same status),
+ *   and otherwise give the same tokens, succeeding iff the regenerated KV matches the
+ *   stored digest (else SKV_ERR_MISMATCH). Restored tokens are in the vocabulary and the
+ *   context holds exactly the segment's positions.
+ * Without the model only skv_session_open is exercised.
+ *
+ * Corpus (fuzz/corpus/session, each file = mode byte + file): valid_* are files of both
+ * codecs written by `seqkv compress` (KJV Gen 1:1, Gen 3:1, a stories sentence) and by the
+ * encoder API (segmented with n_ctx 16 or 8, total_bits 16 and 28, one token, no token);
+ * fix_* are crafted from them (payload shortened or extended, digest, total_bits and count
+ * fields changed) for mode 1, which recomputes the checksums; fix_model_payload_minus1/3
+ * decode silently to other tokens without verification and are caught by it. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "seqkv.h"
+
+#define HDR 128
+#define SEGHDR 32
+#define CTX 128        /* positions of the restore context: longer segments are refused (RANGE) */
+#define MAX_TOKENS 160 /* restore at most this many tokens per input (speed) */
+#define MAX_INPUT (1 << 16)
+
+static skv_model *g_model;
+static skv_ctx *g_ctx;
+static uint8_t g_fp[16];
+static int g_init;
+
+static void load_model(void)
+{
+    static const char *cands[] = {"../shared", "../../shared"};
+    const char *env = getenv("SEQKV_SHARED");
+    char path[1024];
+    g_init = 1;
+    for (size_t i = 0; i < 3 && !g_model; i++) {
+        const char *dir = i == 0 ? env : cands[i - 1];
+        if (!dir || !*dir) continue;
+        snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", dir);
+        if (skv_model_load(path, NULL, &g_model, NULL, 0) != SKV_OK) g_model = NULL;
+    }
+    if (!g_model) return;
+    skv_ctx_params cp = skv_ctx_default_params();
+    cp.n_ctx = CTX;
+    if (skv_ctx_create(g_model, &cp, &g_ctx) != SKV_OK || skv_model_fingerprint(g_model, g_fp) != SKV_OK) {
+        skv_ctx_free(g_ctx);
+        skv_model_free(g_model);
+        g_ctx = NULL;
+        g_model = NULL;
+    }
+}
+
+static void wr64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static void fix_checksums(uint8_t *d, size_t size)
+{
+    size_t pos = HDR;
+    if (size < HDR) return;
+    wr64(d + 120, XXH3_64bits(d, 120));
+    while (size - pos >= SEGHDR + 8) {
+        uint64_t plen = rd64(d + pos + 8);
+        if (plen > size - pos - SEGHDR - 8) return;
+        wr64(d + pos + SEGHDR + plen, XXH3_64bits(d + pos, SEGHDR + (size_t)plen));
+        pos += SEGHDR + (size_t)plen + 8;
+    }
+}
+
+static int known_status(int rc)
+{
+    return rc == SKV_ERR_FORMAT || rc == SKV_ERR_MISMATCH || rc == SKV_ERR_RANGE || rc == SKV_ERR_UNSUPPORTED ||
+           rc == SKV_ERR_NOMEM;
+}
+
+static void restore_all(const skv_session *s, const skv_session_info *si, int draft_max)
+{
+    static int32_t tok1[CTX], tok2[CTX];
+    char err[512];
+    uint64_t budget = MAX_TOKENS;
+    for (uint32_t i = 0; i < si->n_segments; i++) {
+        uint32_t nt = 0;
+        uint8_t stored[16], got[16];
+        skv_session_segment_info(s, i, &nt, NULL, stored);
+        if (nt > budget) return;
+        budget -= nt;
+        skv_restore_params p1 = {.verify = 0, .draft = SKV_DRAFT_NONE};
+        skv_restore_params p2 = {.verify = 1, .draft = SKV_DRAFT_NGRAM, .draft_max = draft_max};
+        err[0] = 0;
+        int rc1 = skv_session_restore_segment(s, g_model, i, g_ctx, &p1, tok1, CTX, err, sizeof err);
+        int match = 0;
+        if (rc1 == SKV_OK) {
+            if (skv_ctx_n_pos(g_ctx) != (int)nt || skv_ctx_kv_digest(g_ctx, (int)nt, got) != SKV_OK) abort();
+            for (uint32_t k = 0; k < nt; k++)
+                if (tok1[k] < 0 || (uint32_t)tok1[k] >= si->n_vocab) abort();
+            match = !memcmp(got, stored, 16);
+        } else if (!known_status(rc1) || !err[0]) {
+            abort();
+        }
+        err[0] = 0;
+        int rc2 = skv_session_restore_segment(s, g_model, i, g_ctx, &p2, tok2, CTX, err, sizeof err);
+#ifdef FUZZ_SESSION_VERBOSE /* outcomes, to see what a corpus exercises */
+        fprintf(stderr, "  segment %u (%u tokens): token by token %d, speculative+verify %d %s\n", i, nt, rc1, rc2, err);
+#endif
+        if (rc1 != SKV_OK) {
+            if (rc2 != rc1) abort(); /* both decoders fail at the same place */
+            return;
+        }
+        if (match ? rc2 != SKV_OK : rc2 != SKV_ERR_MISMATCH) abort();
+        if (memcmp(tok1, tok2, nt * sizeof *tok1)) abort(); /* the decoded stream is draft-independent */
+        if (rc2 != SKV_OK) return;
+        if (skv_ctx_n_pos(g_ctx) != (int)nt) abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static const int draft_max[4] = {0, 1, 3, 256};
+    skv_session *s = NULL;
+    skv_session_info si;
+    char err[512];
+    uint8_t *d;
+    if (!g_init) load_model();
+    if (size < 1 || size - 1 > MAX_INPUT) return 0;
+    uint8_t mode = data[0];
+    size_t n = size - 1;
+    if (!(d = malloc(n ? n : 1))) return 0;
+    if (n) memcpy(d, data + 1, n);
+    if ((mode & 2) && g_model && n >= HDR) {
+        skv_model_info mi;
+        skv_model_get_info(g_model, &mi);
+        memcpy(d + 48, g_fp, 16);
+        for (int i = 0; i < 4; i++) d[36 + i] = (uint8_t)((uint32_t)mi.n_vocab >> (8 * i));
+        wr64(d + 120, XXH3_64bits(d, 120));
+    }
+    if (mode & 1) fix_checksums(d, n);
+    err[0] = 0;
+    int rc = skv_session_open(d, n, &s, err, sizeof err);
+    free(d); /* the session keeps its own copy */
+#ifdef FUZZ_SESSION_VERBOSE
+    fprintf(stderr, "mode %u, %zu bytes: open %d %s\n", mode, n, rc, rc ? err : "");
+#endif
+    if (rc != SKV_OK) {
+        if (!known_status(rc) || !err[0]) abort();
+        return 0;
+    }
+    if (skv_session_get_info(s, &si) != SKV_OK) abort();
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < si.n_segments; i++) {
+        uint32_t nt = 0;
+        uint64_t pb = 0;
+        if (skv_session_segment_info(s, i, &nt, &pb, NULL) != SKV_OK) abort();
+        if (nt == 0 || nt > si.n_ctx || pb > n) abort();
+        total += nt;
+    }
+    if (total != si.n_tokens || (si.codec != SKV_CODEC_TOKENS && si.codec != SKV_CODEC_MODEL) ||
+        (!si.segmented && si.n_segments > 1) || si.file_bytes != n)
+        abort();
+    if (g_model && !(mode & 16)) restore_all(s, &si, draft_max[(mode >> 2) & 3]);
+    skv_session_free(s);
+    return 0;
+}

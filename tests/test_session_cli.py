@@ -1,0 +1,320 @@
+#!/usr/bin/python3
+"""seqkv compress / restore / inspect end to end, through the built CLI (build/seqkv).
+
+Prints `PASS test_session_cli:<case>` / `FAIL ...: <why>` / `SKIP ...: <why>` lines like
+the C harness (counted by tests/run.sh). Needs the stories260K model (../shared, or
+$SEQKV_SHARED) and, for the texts, Debian's `bible` command (bible-kjv); cases SKIP
+without them. Runs in a few seconds.
+
+What is checked: exit codes (0 ok, 1 failure, 2 usage), that `restore --verify` succeeds
+and gives back the input text byte for byte, that `restore --kv` writes exactly the dump
+`kv-dump` writes for the same text, segmenting, the three input forms of compress (text,
+token ids, a KV dump), clear errors for corrupt files and for a different model (naming
+both fingerprints), and --help for each command.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.environ.get("SEQKV_BUILD", "build")
+SEQKV = os.path.join(ROOT, BUILD, "seqkv") if not os.path.isabs(BUILD) else os.path.join(BUILD, "seqkv")
+NAME = "test_session_cli"
+
+failed = 0
+
+
+def report(case, status, why=""):
+    global failed
+    if status == "FAIL":
+        failed += 1
+    print("%s %s:%s%s" % (status, NAME, case, ": " + why if why else ""))
+    sys.stdout.flush()
+
+
+def shared_dir():
+    env = os.environ.get("SEQKV_SHARED")
+    if env:
+        return env
+    for cand in (os.path.join(ROOT, "..", "shared"), os.path.join(ROOT, "..", "..", "shared")):
+        if os.path.isfile(os.path.join(cand, "models", "stories260K", "stories260K.gguf")):
+            return cand
+    return None
+
+
+SHARED = shared_dir()
+MODEL = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf") if SHARED else None
+
+
+def run(*args, stdin=None):
+    """-> (exit code, stdout, stderr) of seqkv ARGS (text mode)."""
+    p = subprocess.run([SEQKV] + [str(a) for a in args], input=stdin, capture_output=True, timeout=120)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def bible(ref):
+    out = subprocess.run(["bible", "-f", ref], capture_output=True, timeout=60)
+    if out.returncode != 0 or not out.stdout:
+        raise RuntimeError("bible -f %s failed" % ref)
+    return out.stdout
+
+
+class Skip(Exception):
+    pass
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, why):
+    if not cond:
+        raise Fail(why)
+
+
+def need_model():
+    if not os.access(SEQKV, os.X_OK):
+        raise Skip("%s not built" % SEQKV)
+    if not MODEL:
+        raise Skip("stories260K not found (../shared/models/stories260K)")
+
+
+def need_texts():
+    need_model()
+    if not shutil.which("bible"):
+        raise Skip("the `bible` command (Debian bible-kjv) is not installed")
+
+
+def fingerprint_of(model):
+    rc, out, err = run("info", "-m", model)
+    check(rc == 0, "info -m %s: exit %d: %s" % (model, rc, err.strip()))
+    m = re.search(r"^fingerprint:\s+([0-9a-f]{32})\s*$", out, re.M)
+    check(m, "info printed no fingerprint")
+    return m.group(1)
+
+
+def file_field(out, label):
+    m = re.search(r"^%s:\s+(.*)$" % re.escape(label), out, re.M)
+    return m.group(1).strip() if m else None
+
+
+# ---- cases -------------------------------------------------------------------------
+
+
+def help_and_usage_errors(tmp):
+    if not os.access(SEQKV, os.X_OK):
+        raise Skip("%s not built" % SEQKV)
+    for cmd in ("compress", "restore", "inspect"):
+        for flag in ("--help", "-h"):
+            rc, out, err = run(cmd, flag)
+            check(rc == 0, "%s %s: exit %d" % (cmd, flag, rc))
+            check(out.startswith("usage: seqkv %s" % cmd), "%s %s: no usage on stdout: %r" % (cmd, flag, out[:80]))
+    usage_errors = [
+        ("compress", "--bogus"),
+        ("compress", "-f", "x.txt"),                                   # no -o
+        ("compress", "-f", "x.txt", "--ids", "y", "-o", "z.skv"),      # two inputs
+        ("compress", "-f", "x.txt", "-o", "z.skv", "--codec", "lzma"),
+        ("compress", "-f", "x.txt", "-o", "z.skv", "-t", "0"),
+        ("compress", "-f"),                                            # missing value
+        ("restore",),                                                  # no input
+        ("restore", "a.skv", "--bogus"),
+        ("restore", "a.skv", "b.skv"),
+        ("restore", "a.skv", "-t", "many"),
+        ("inspect",),
+        ("inspect", "a.skv", "b.skv"),
+    ]
+    for args in usage_errors:
+        rc, out, err = run(*args)
+        check(rc == 2, "%s: exit %d, want 2 (usage)" % (" ".join(args), rc))
+        check(err.strip(), "%s: no message on stderr" % " ".join(args))
+
+
+def roundtrip_text_and_kv(tmp):
+    """Single-segment text: restore --verify gives it back; --kv equals kv-dump's file."""
+    need_texts()
+    text = bible("Gen1:1-Gen1:5")
+    src = os.path.join(tmp, "gen.txt")
+    open(src, "wb").write(text)
+    ref_kv = os.path.join(tmp, "ref.kv")
+    rc, out, err = run("kv-dump", "-m", MODEL, "-f", src, "-o", ref_kv)
+    check(rc == 0, "kv-dump: exit %d: %s" % (rc, err.strip()))
+    ref = open(ref_kv, "rb").read()
+    fp = fingerprint_of(MODEL)
+    for codec in ("model", "tokens"):
+        skv = os.path.join(tmp, "gen_%s.skv" % codec)
+        rc, out, err = run("compress", "-m", MODEL, "-f", src, "-o", skv, "--codec", codec)
+        check(rc == 0, "compress --codec %s: exit %d: %s" % (codec, rc, err.strip()))
+        size = os.path.getsize(skv)
+        check(file_field(out, "codec") == codec, "compress did not report codec %s" % codec)
+        check(re.search(r"^file:\s+.*, %d bytes$" % size, out, re.M), "compress reported a wrong file size")
+        n_tok = int(file_field(out, "tokens"))
+        check(n_tok > 50, "only %d tokens" % n_tok)
+        if codec == "model":
+            check(re.search(r"^coder overhead:\s+[-+]\d", out, re.M), "compress --codec model printed no overhead")
+        check("TQ-3.5" in out and "f16" in out, "compress printed no f16 / TQ-3.5 comparison")
+        rc, out, err = run("inspect", skv)
+        check(rc == 0, "inspect: exit %d: %s" % (rc, err.strip()))
+        check(file_field(out, "fingerprint") == fp, "inspect fingerprint differs from the model's")
+        check(file_field(out, "tokens") == str(n_tok), "inspect token count differs")
+        check(file_field(out, "segments").startswith("1"), "inspect: not one segment")
+        check(file_field(out, "codec").startswith(codec), "inspect codec")
+        for threads in ("1", "2"):
+            back, kv = os.path.join(tmp, "back.txt"), os.path.join(tmp, "back.kv")
+            for p in (back, kv):
+                if os.path.exists(p):
+                    os.remove(p)
+            rc, out, err = run("restore", "-m", MODEL, skv, "-o", back, "--kv", kv, "--verify", "-t", threads)
+            check(rc == 0, "restore --verify (%s, -t %s): exit %d: %s" % (codec, threads, rc, err.strip()))
+            check("verified" in out, "restore --verify did not say it verified: %r" % out)
+            check(open(back, "rb").read() == text, "restored text differs from the input (%s, -t %s)" % (codec, threads))
+            check(open(kv, "rb").read() == ref, "restore --kv differs from kv-dump of the same text (%s)" % codec)
+        rc, out, err = run("restore", "-m", MODEL, skv, "-o", "-")
+        check(rc == 0 and out.encode() == text, "restore -o - (stdout) differs")
+
+
+def other_inputs(tmp):
+    """compress --ids (from `seqkv tokenize`), --kv-in (a kv-dump) and -f - (stdin)."""
+    need_texts()
+    text = bible("Gen2:1-Gen2:3")
+    src = os.path.join(tmp, "gen2.txt")
+    open(src, "wb").write(text)
+    rc, ids, err = run("tokenize", "-m", MODEL, "-f", src)
+    check(rc == 0, "tokenize: exit %d: %s" % (rc, err.strip()))
+    ids_path = os.path.join(tmp, "gen2.ids")
+    open(ids_path, "w").write(ids)
+    ref_kv = os.path.join(tmp, "gen2.kv")
+    rc, out, err = run("kv-dump", "-m", MODEL, "-f", src, "-o", ref_kv)
+    check(rc == 0, "kv-dump: exit %d" % rc)
+    files = []
+    for i, args in enumerate((["--ids", ids_path], ["--kv-in", ref_kv], ["-f", "-"], ["-f", src])):
+        skv = os.path.join(tmp, "in%d.skv" % i)
+        rc, out, err = run("compress", "-m", MODEL, *args, "-o", skv, stdin=text if args[1] == "-" else None)
+        check(rc == 0, "compress %s: exit %d: %s" % (args[0], rc, err.strip()))
+        files.append(open(skv, "rb").read())
+        kv = os.path.join(tmp, "in%d.kv" % i)
+        rc, out, err = run("restore", "-m", MODEL, skv, "--kv", kv, "--verify")
+        check(rc == 0, "restore of the %s session: exit %d: %s" % (args[0], rc, err.strip()))
+        check(open(kv, "rb").read() == open(ref_kv, "rb").read(), "%s: restored KV differs from kv-dump" % args[0])
+    check(all(f == files[0] for f in files), "the four input forms gave different .skv files")
+    bad_ids = os.path.join(tmp, "bad.ids")
+    for content in ("1 2 banana 4", "1 -5 3", "1 99999 3"):
+        open(bad_ids, "w").write(content)
+        rc, out, err = run("compress", "-m", MODEL, "--ids", bad_ids, "-o", os.path.join(tmp, "bad.skv"))
+        check(rc == 1 and err.strip(), "compress --ids %r: exit %d (want 1 with a message)" % (content, rc))
+
+
+def segments(tmp):
+    """Longer than the context: refused without --segment, segmented with it."""
+    need_texts()
+    text = bible("Gen1:1-Gen1:31")
+    src = os.path.join(tmp, "gen1.txt")
+    open(src, "wb").write(text)
+    skv = os.path.join(tmp, "gen1.skv")
+    rc, out, err = run("compress", "-m", MODEL, "-f", src, "-o", skv)
+    check(rc == 1, "compress of a text longer than the context: exit %d, want 1" % rc)
+    check("--segment" in err and "context" in err, "unhelpful message: %r" % err)
+    check(not os.path.exists(skv), "a refused compress left a file")
+    for codec in ("model", "tokens"):
+        rc, out, err = run("compress", "-m", MODEL, "-f", src, "-o", skv, "--segment", "--codec", codec, "-t", "2")
+        check(rc == 0, "compress --segment: exit %d: %s" % (rc, err.strip()))
+        n_tok = int(file_field(out, "tokens"))
+        rc, out, err = run("inspect", skv)
+        seg = file_field(out, "segments")
+        want = (n_tok + 511) // 512
+        check(rc == 0 and seg == "%d (segmented session)" % want, "inspect segments: %r (want %d)" % (seg, want))
+        check(len(re.findall(r"^  \[\d+\] \d+ tokens, payload", out, re.M)) == want, "inspect lists no segments")
+        back = os.path.join(tmp, "gen1.back")
+        rc, out, err = run("restore", "-m", MODEL, skv, "-o", back, "--verify")
+        check(rc == 0, "restore --verify of a segmented session: exit %d: %s" % (rc, err.strip()))
+        check(open(back, "rb").read() == text, "segmented restore: text differs (%s)" % codec)
+        rc, out, err = run("restore", "-m", MODEL, skv, "--kv", os.path.join(tmp, "x.kv"))
+        check(rc == 2 and "segment" in err, "restore --kv of a segmented session: exit %d, want 2" % rc)
+
+
+def corrupt_files(tmp):
+    need_texts()
+    text = bible("Gen1:1-Gen1:3")
+    src = os.path.join(tmp, "c.txt")
+    open(src, "wb").write(text)
+    skv = os.path.join(tmp, "c.skv")
+    rc, out, err = run("compress", "-m", MODEL, "-f", src, "-o", skv)
+    check(rc == 0, "compress: exit %d" % rc)
+    good = open(skv, "rb").read()
+    bad = os.path.join(tmp, "bad.skv")
+    cases = {
+        "flipped payload bit": good[:len(good) - 20] + bytes([good[-20] ^ 0x10]) + good[len(good) - 19:],
+        "flipped header bit": good[:40] + bytes([good[40] ^ 1]) + good[41:],
+        "truncated": good[:len(good) - 3],
+        "extended": good + b"\0",
+        "header only": good[:128],
+        "empty": b"",
+        "not a session": b"In the beginning God created the heaven and the earth.\n" * 4,
+    }
+    for what, data in cases.items():
+        open(bad, "wb").write(data)
+        for cmd in (["restore", "-m", MODEL, bad, "--verify"], ["inspect", bad]):
+            rc, out, err = run(*cmd)
+            check(rc == 1, "%s, %s: exit %d, want 1" % (what, cmd[0], rc))
+            check("not a valid .skv file" in err and "bad.skv" in err,
+                  "%s, %s: unclear message %r" % (what, cmd[0], err.strip()))
+    rc, out, err = run("restore", "-m", MODEL, os.path.join(tmp, "missing.skv"))
+    check(rc == 1 and "missing.skv" in err, "missing file: exit %d, %r" % (rc, err.strip()))
+    v2 = bytearray(good)
+    v2[8] = 2  # version 2: the header checksum fails first; either way a clear refusal
+    open(bad, "wb").write(bytes(v2))
+    rc, out, err = run("inspect", bad)
+    check(rc == 1 and err.strip(), "version 2: exit %d" % rc)
+
+
+def wrong_model(tmp):
+    """One weight changed in a copy of the GGUF: restore refuses it, naming both fingerprints."""
+    need_texts()
+    data = bytearray(open(MODEL, "rb").read())
+    off = (len(data) & ~3) - 4  # tensor data (f32, aligned) ends the file: last non-zero word
+    while off > 64 and data[off:off + 4] == b"\0\0\0\0":
+        off -= 4
+    data[off] ^= 1  # lowest mantissa bit
+    other = os.path.join(tmp, "perturbed.gguf")
+    open(other, "wb").write(bytes(data))
+    fp1, fp2 = fingerprint_of(MODEL), fingerprint_of(other)
+    check(fp1 != fp2, "one weight changed but the fingerprint did not")
+    src = os.path.join(tmp, "w.txt")
+    open(src, "wb").write(bible("Gen1:1-Gen1:2"))
+    for codec in ("model", "tokens"):
+        skv = os.path.join(tmp, "w.skv")
+        rc, out, err = run("compress", "-m", MODEL, "-f", src, "-o", skv, "--codec", codec)
+        check(rc == 0, "compress: exit %d" % rc)
+        rc, out, err = run("restore", "-m", other, skv, "--verify", "-o", os.path.join(tmp, "w.out"))
+        check(rc == 1, "restore with another model (%s): exit %d, want 1" % (codec, rc))
+        check("wrong model" in err and fp1 in err and fp2 in err,
+              "the refusal does not name both models: %r" % err.strip())
+        rc, out, err = run("restore", "-m", MODEL, skv, "--verify")
+        check(rc == 0, "restore with the right model: exit %d" % rc)
+
+
+CASES = [help_and_usage_errors, roundtrip_text_and_kv, other_inputs, segments, corrupt_files, wrong_model]
+
+
+def main():
+    for case in CASES:
+        tmp = tempfile.mkdtemp(prefix="seqkv_cli_")
+        try:
+            case(tmp)
+            report(case.__name__, "PASS")
+        except Skip as e:
+            report(case.__name__, "SKIP", str(e))
+        except Fail as e:
+            report(case.__name__, "FAIL", str(e))
+        except Exception as e:  # a crash of the test itself is a failure too
+            report(case.__name__, "FAIL", "%s: %s" % (type(e).__name__, e))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
