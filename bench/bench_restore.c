@@ -161,7 +161,7 @@ int main(int argc, char **argv)
     static const struct { const char *name; int draft, draft_max; } runs[] = {
         {"model-coded, token by token", SKV_DRAFT_NONE, 0},
         {"model-coded, speculative n-gram, block <= 4", SKV_DRAFT_NGRAM, 4},
-        {"model-coded, speculative n-gram, block <= 16 (default)", SKV_DRAFT_NGRAM, 16},
+        {"model-coded, speculative n-gram, block <= 16", SKV_DRAFT_NGRAM, 16},
         {"model-coded, speculative n-gram, block <= 64", SKV_DRAFT_NGRAM, 64},
     };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
