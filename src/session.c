@@ -570,11 +570,22 @@ static int forward_failed(skv_ctx *ctx, int rc, char *err, size_t cap)
     return skv_errf(err, cap, rc, "forward pass failed: %s", skv_ctx_last_error(ctx));
 }
 
+/* Opens a segment's model-coded stream and reads its first token (raw bits). */
+static int start_stream(skv_rangecoder_dec *d, const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap)
+{
+    uint32_t v = 0;
+    skv_rangecoder_dec_init(d, g->payload, g->payload_bytes);
+    if (skv_rangecoder_dec_get_bits(d, bits_for(V), &v) || v >= V)
+        return bad(err, cap, "corrupt model-coded stream (first token)");
+    tok[0] = (int32_t)v;
+    return SKV_OK;
+}
+
 /* Token by token: one forward pass per token. */
 static int restore_model_codec(const skv_session *s, const seg_view *g, skv_ctx *ctx, const skv_restore_params *p,
                                int32_t *tok, skv_restore_stats *st, char *err, size_t cap)
 {
-    uint32_t V = s->info.n_vocab, v;
+    uint32_t V = s->info.n_vocab;
     unsigned tb = s->info.total_bits;
     skv_rangecoder_dec d;
     float *logits = malloc(V * sizeof(float));
@@ -584,12 +595,7 @@ static int restore_model_codec(const skv_session *s, const seg_view *g, skv_ctx 
         skv_errf(err, cap, rc, "out of memory");
         goto done;
     }
-    skv_rangecoder_dec_init(&d, g->payload, g->payload_bytes);
-    if ((rc = skv_rangecoder_dec_get_bits(&d, bits_for(V), &v)) || v >= V) {
-        rc = bad(err, cap, "corrupt model-coded stream (first token)");
-        goto done;
-    }
-    tok[0] = (int32_t)v;
+    if ((rc = start_stream(&d, g, V, tok, err, cap))) goto done;
     for (uint32_t i = 1; i <= g->n_tokens; i++) {
         int last = i == g->n_tokens;
         if ((rc = skv_decode(ctx, tok[i - 1], last ? NULL : logits))) {
@@ -627,7 +633,7 @@ static int restore_model_codec_spec(const skv_session *s, const seg_view *g, skv
                                     const skv_restore_params *p, int32_t *tok, skv_restore_stats *st, char *err,
                                     size_t cap)
 {
-    uint32_t V = s->info.n_vocab, v, n = g->n_tokens;
+    uint32_t V = s->info.n_vocab, n = g->n_tokens;
     unsigned tb = s->info.total_bits;
     size_t kmax = p && p->draft_max > 0 ? (size_t)p->draft_max : DRAFT_MAX_DEFAULT, k_cur = 4;
     skv_rangecoder_dec d;
@@ -647,12 +653,7 @@ static int restore_model_codec_spec(const skv_session *s, const seg_view *g, skv
         skv_errf(err, cap, rc, "out of memory");
         goto done;
     }
-    skv_rangecoder_dec_init(&d, g->payload, g->payload_bytes);
-    if ((rc = skv_rangecoder_dec_get_bits(&d, bits_for(V), &v)) || v >= V) {
-        rc = bad(err, cap, "corrupt model-coded stream (first token)");
-        goto done;
-    }
-    tok[0] = (int32_t)v;
+    if ((rc = start_stream(&d, g, V, tok, err, cap))) goto done;
     uint32_t pos = 0; /* cache holds tok[0..pos); tok[pos] decoded */
     while (pos + 1 < n) {
         size_t k = k_cur, left = (size_t)(n - 1 - pos); /* tokens still to decode */
