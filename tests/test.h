@@ -90,7 +90,12 @@ __attribute__((unused)) static const char *test_shared_dir(void)
     const char *env = getenv("SEQKV_SHARED");
     FILE *f;
     char probe[1024];
-    if (env && *env) return env;
+    if (env && *env) {
+        snprintf(probe, sizeof probe, "%s/models/stories260K/stories260K.gguf", env);
+        if ((f = fopen(probe, "rb")) == NULL) return NULL;
+        fclose(f);
+        return env;
+    }
     for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
         snprintf(probe, sizeof probe, "%s/models/stories260K/stories260K.gguf", cands[i]);
         if ((f = fopen(probe, "rb")) != NULL) { fclose(f); return cands[i]; }
