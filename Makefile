@@ -77,9 +77,10 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libseqkv.a | $(BUILD)/bench
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
 
+PC_TEXT = prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: seqkv\nDescription: Sequential KV-cache compression\nVersion: $(VERSION)\nLibs: -L$${libdir} -lseqkv\nLibs.private: $(LIBS)\nCflags: -I$${includedir}\n
+
 $(BUILD)/seqkv.pc: Makefile | $(BUILD)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: seqkv\nDescription: Sequential KV-cache compression\nVersion: %s\nLibs: -L$${libdir} -lseqkv\nLibs.private: %s\nCflags: -I$${includedir}\n' \
-	    '$(PREFIX)' '$(VERSION)' '$(LIBS)' > $@
+	printf '$(PC_TEXT)' > $@
 
 $(BUILD) $(BUILD)/obj $(BUILD)/tests $(BUILD)/bench:
 	mkdir -p $@
@@ -117,7 +118,7 @@ install: lib $(BUILD)/seqkv
 	install -m 644 include/seqkv.h $(DESTDIR)$(PREFIX)/include/seqkv.h
 	install -d $(DESTDIR)$(PREFIX)/share/seqkv
 	install -m 644 models/$(DEFAULT_MODEL) $(DESTDIR)$(PREFIX)/share/seqkv/$(DEFAULT_MODEL)
-	install -m 644 $(BUILD)/seqkv.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
+	printf '$(PC_TEXT)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
 
 uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/seqkv
