@@ -54,16 +54,20 @@ int main(int argc, char **argv)
         s ^= s << 13; s ^= s >> 7; s ^= s << 17;
         tok[i] = (int32_t)(s % (uint64_t)info.n_vocab);
     }
-    const char *kname[] = {"auto", "scalar"};
-    for (int kk = 0; kk < 2; kk++)
+    /* kernels x threads, then the AVX2 path with a quantized KV cache (attention over it) */
+    const char *kname[] = {"auto", "scalar", "auto", "auto", "auto"};
+    const char *kvq[] = {NULL, NULL, "kv=q8_0", "kv=tq4", "k=tq4,v=tq3,window=64"};
+    for (int kk = 0; kk < 5; kk++)
         for (int threads = 1; threads <= 2; threads++) {
             skv_ctx_params p = skv_ctx_default_params();
+            if (kk >= 2 && threads == 2) continue;
+            p.kv_quant = kvq[kk];
             skv_ctx *c;
             double best_pf = 1e30, best_dec = 1e30;
             p.n_threads = threads;
-            p.kernels = kk ? SKV_KERNELS_SCALAR : SKV_KERNELS_AUTO;
+            p.kernels = kk == 1 ? SKV_KERNELS_SCALAR : SKV_KERNELS_AUTO;
             if (skv_ctx_create(m, &p, &c)) return 1;
-            int r_used = kk ? 1 : reps;
+            int r_used = kk == 1 ? 1 : reps;
             for (int r = 0; r < r_used; r++) {
                 skv_ctx_truncate(c, 0);
                 double t0 = now();
@@ -75,8 +79,8 @@ int main(int argc, char **argv)
                 if (t1 - t0 < best_pf) best_pf = t1 - t0;
                 if (t2 - t1 < best_dec) best_dec = t2 - t1;
             }
-            printf("| %s | %s | %d | %.0f | %.0f | %.1f |\n", info.name, kname[kk], threads, n_prompt / best_pf,
-                   n_dec / best_dec, peak_rss_mib());
+            printf("| %s | %s%s%s | %d | %.0f | %.0f | %.1f |\n", info.name, kname[kk], kvq[kk] ? ", KV " : "",
+                   kvq[kk] ? kvq[kk] : "", threads, n_prompt / best_pf, n_dec / best_dec, peak_rss_mib());
             fflush(stdout);
             skv_ctx_free(c);
         }
