@@ -482,6 +482,7 @@ int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out
     size_t got = fread(magic, 1, 4, f);
     fclose(f);
     if (!(m = calloc(1, sizeof *m))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&m->fp_mu, NULL);
     if (got == 4 && !memcmp(magic, "GGUF", 4)) rc = load_gguf(m, path, err, errcap);
     else rc = load_l2c(m, path, tokenizer_path, err, errcap);
     if (rc == SKV_OK && skv_tokenizer_n_vocab(m->tok) != (size_t)m->info.n_vocab)
@@ -507,6 +508,7 @@ int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out
 void skv_model_free(skv_model *m)
 {
     if (!m) return;
+    pthread_mutex_destroy(&m->fp_mu);
     if (m->layers)
         for (int l = 0; l < m->info.n_layer; l++) {
             free(m->layers[l].attn_norm);
@@ -556,17 +558,12 @@ static int fp_weight(XXH3_state_t *st, const skv_weight *w, float *row)
     return SKV_OK;
 }
 
-int skv_model_fingerprint(skv_model *m, uint8_t out[16])
+static int compute_fingerprint(skv_model *m)
 {
     const skv_model_info *h;
     XXH3_state_t *st;
     float *row;
     size_t maxk;
-    if (!m || !out) return SKV_ERR_INVALID_ARG;
-    if (m->fp_done) {
-        memcpy(out, m->fp, 16);
-        return SKV_OK;
-    }
     h = &m->info;
     maxk = (size_t)(h->n_ff > h->n_embd ? h->n_ff : h->n_embd);
     if ((size_t)h->n_head * (size_t)h->head_dim > maxk) maxk = (size_t)h->n_head * (size_t)h->head_dim;
@@ -618,10 +615,20 @@ int skv_model_fingerprint(skv_model *m, uint8_t out[16])
     XXH128_canonicalFromHash(&c, hv);
     memcpy(m->fp, c.digest, 16);
     m->fp_done = 1;
-    memcpy(out, m->fp, 16);
     XXH3_freeState(st);
     free(row);
     return SKV_OK;
+}
+
+int skv_model_fingerprint(skv_model *m, uint8_t out[16])
+{
+    int rc = SKV_OK;
+    if (!m || !out) return SKV_ERR_INVALID_ARG;
+    pthread_mutex_lock(&m->fp_mu);
+    if (!m->fp_done) rc = compute_fingerprint(m);
+    if (rc == SKV_OK) memcpy(out, m->fp, 16);
+    pthread_mutex_unlock(&m->fp_mu);
+    return rc;
 }
 
 int skv_tokenize(const skv_model *m, const char *text, size_t len, int add_special, int32_t *out, size_t cap,

@@ -9,6 +9,7 @@
 #ifndef SKV_MODEL_H
 #define SKV_MODEL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,7 @@ struct skv_model {
     double rope_scale;    /* positions are multiplied by this (linear scaling: 1/factor) */
     skv_layer *layers;
     skv_tokenizer *tok;
+    pthread_mutex_t fp_mu; /* guards the lazily computed fingerprint: models are shared */
     int fp_done;
     uint8_t fp[16];
 };
