@@ -93,7 +93,8 @@ SKV_API void skv_model_free(skv_model *m);
 SKV_API int skv_model_get_info(const skv_model *m, skv_model_info *info);
 /* 128-bit fingerprint of everything that determines the model's outputs: hyper-parameters,
  * every weight value (as the f32 numbers the forward pass uses, so a GGUF and a llama2.c file
- * holding the same weights agree) and the vocabulary. Computed on first call, then cached. */
+ * holding the same weights agree) and the vocabulary. Computed once (under a lock: safe
+ * from several threads sharing the model), then cached. */
 SKV_API int skv_model_fingerprint(skv_model *m, uint8_t out[16]);
 
 /* Tokenizes text. add_special: prepend BOS (and append EOS) as the model's tokenizer says.
