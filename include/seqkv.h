@@ -167,6 +167,17 @@ SKV_API int skv_ctx_kv_view(const skv_ctx *c, int layer, int kind, int kv_head, 
  * layer, kind, kv_head, position, dimension as little-endian f32. */
 SKV_API int skv_ctx_kv_digest(const skv_ctx *c, int n_pos, uint8_t out[16]);
 
+/* Bulk KV access in the canonical order (layer, kind, kv_head, position, dimension; f32):
+ * n_layer * 2 * n_head_kv * n * head_dim floats for positions [pos0, pos0 + n).
+ * skv_ctx_kv_read copies out positions the cache holds (pos0 + n <= n_pos).
+ * skv_ctx_kv_write loads positions [pos0, pos0 + n) with pos0 <= n_pos (a prefix already in
+ * the cache stays; anything after pos0 + n is dropped) and sets n_pos = pos0 + n; running
+ * more tokens then continues from that cache. Loading the exact values a run produced gives
+ * bit-identical results to that run (the forward pass reads the cache only). Refused
+ * (SKV_ERR_UNSUPPORTED) for a context with kv_quant. */
+SKV_API int skv_ctx_kv_read(const skv_ctx *c, int pos0, int n, float *out);
+SKV_API int skv_ctx_kv_write(skv_ctx *c, int pos0, int n, const float *kv);
+
 /* ---- Raw KV dumps (docs/kvdump.md) ------------------------------------- */
 
 enum { SKV_KVDUMP_F32 = 0, SKV_KVDUMP_F16 = 1 };

@@ -461,3 +461,38 @@ int skv_ctx_kv_digest(const skv_ctx *c, int n_pos, uint8_t out[16])
     XXH3_freeState(st);
     return SKV_OK;
 }
+
+/* ---- bulk KV access (canonical order: layer, kind, kv_head, position, dimension) -------- */
+
+static int kv_range_ok(const skv_ctx *c, int pos0, int n, int limit)
+{
+    return c && pos0 >= 0 && n >= 0 && pos0 <= limit && n <= c->n_ctx - pos0;
+}
+
+int skv_ctx_kv_read(const skv_ctx *c, int pos0, int n, float *out)
+{
+    if (!kv_range_ok(c, pos0, n, c ? c->n_pos : 0) || pos0 + n > c->n_pos || (!out && n > 0))
+        return SKV_ERR_INVALID_ARG;
+    size_t hd = (size_t)c->m->info.head_dim, row = (size_t)n * hd;
+    for (int l = 0; l < c->m->info.n_layer; l++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int hh = 0; hh < c->m->info.n_head_kv; hh++, out += row)
+                memcpy(out, kv_ptr(attn_cache(c, l, kind), c, l, hh) + (size_t)pos0 * hd, row * sizeof(float));
+    return SKV_OK;
+}
+
+int skv_ctx_kv_write(skv_ctx *c, int pos0, int n, const float *kv)
+{
+    if (!kv_range_ok(c, pos0, n, c ? c->n_pos : 0) || (!kv && n > 0)) return SKV_ERR_INVALID_ARG;
+    if (c->kvq) {
+        snprintf(c->err, sizeof c->err, "KV cannot be loaded into a context with a quantized cache");
+        return SKV_ERR_UNSUPPORTED;
+    }
+    size_t hd = (size_t)c->m->info.head_dim, row = (size_t)n * hd;
+    for (int l = 0; l < c->m->info.n_layer; l++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int hh = 0; hh < c->m->info.n_head_kv; hh++, kv += row)
+                memcpy(kv_ptr(kind ? c->v_cache : c->k_cache, c, l, hh) + (size_t)pos0 * hd, kv, row * sizeof(float));
+    c->n_pos = pos0 + n;
+    return SKV_OK;
+}

@@ -239,6 +239,55 @@ static void context_limits_and_bad_tokens(void)
     skv_model_free(m);
 }
 
+/* A prefix's KV read out of one context and loaded into another continues exactly like the
+ * original run: same logits for the following tokens, same digest. */
+static void kv_read_write_continue_exactly(void)
+{
+    char err[256];
+    skv_model *m = NULL;
+    skv_model_info info;
+    skv_ctx *a = NULL, *b = NULL, *q = NULL;
+    skv_ctx_params p = skv_ctx_default_params();
+    int32_t tok[48];
+    uint8_t da[16], db[16];
+    CHECK_MSG(skv_model_load("models/kjv-4m.gguf", NULL, &m, err, sizeof err) == SKV_OK, "%s", err);
+    skv_model_get_info(m, &info);
+    make_tokens(tok, 48, info.n_vocab, 11);
+    p.n_ctx = 64;
+    CHECK(skv_ctx_create(m, &p, &a) == SKV_OK);
+    CHECK(skv_ctx_create(m, &p, &b) == SKV_OK);
+    size_t V = (size_t)info.n_vocab, per_pos = (size_t)info.n_layer * 2 * info.n_head_kv * info.head_dim;
+    float *la = malloc(16 * V * sizeof(float)), *lb = malloc(16 * V * sizeof(float));
+    float *kv = malloc(32 * per_pos * sizeof(float)), *kv2 = malloc(32 * per_pos * sizeof(float));
+    CHECK(la && lb && kv && kv2);
+    CHECK(skv_prefill(a, tok, 48, SKV_LOGITS_ALL, NULL) == SKV_ERR_INVALID_ARG);
+    CHECK(skv_prefill(a, tok, 32, SKV_LOGITS_NONE, NULL) == SKV_OK);
+    CHECK(skv_ctx_kv_read(a, 0, 33, kv) == SKV_ERR_INVALID_ARG); /* beyond n_pos */
+    CHECK(skv_ctx_kv_read(a, 0, 32, kv) == SKV_OK);
+    CHECK(skv_prefill(a, tok + 32, 16, SKV_LOGITS_ALL, la) == SKV_OK);
+    /* load in two pieces, the second overwriting a stale tail */
+    CHECK(skv_prefill(b, tok + 5, 20, SKV_LOGITS_NONE, NULL) == SKV_OK);
+    CHECK(skv_ctx_kv_write(b, 21, 1, kv) == SKV_ERR_INVALID_ARG); /* hole after n_pos */
+    CHECK(skv_ctx_kv_read(a, 0, 10, kv2) == SKV_OK);
+    CHECK(skv_ctx_kv_write(b, 0, 10, kv2) == SKV_OK);
+    CHECK_EQ_INT(skv_ctx_n_pos(b), 10);
+    CHECK(skv_ctx_kv_read(a, 10, 22, kv2) == SKV_OK);
+    CHECK(skv_ctx_kv_write(b, 10, 22, kv2) == SKV_OK);
+    CHECK_EQ_INT(skv_ctx_n_pos(b), 32);
+    for (int i = 0; i < 16; i++) CHECK(skv_decode(b, tok[32 + i], lb + (size_t)i * V) == SKV_OK);
+    CHECK_MSG(memcmp(la, lb, 16 * V * sizeof(float)) == 0, "logits after a loaded prefix differ");
+    CHECK(skv_ctx_kv_digest(a, 48, da) == SKV_OK && skv_ctx_kv_digest(b, 48, db) == SKV_OK);
+    CHECK(memcmp(da, db, 16) == 0);
+    p.kv_quant = "tq4";
+    CHECK(skv_ctx_create(m, &p, &q) == SKV_OK);
+    CHECK(skv_ctx_kv_write(q, 0, 1, kv) == SKV_ERR_UNSUPPORTED);
+    skv_ctx_free(q);
+    free(la); free(lb); free(kv); free(kv2);
+    skv_ctx_free(a);
+    skv_ctx_free(b);
+    skv_model_free(m);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_engine");
@@ -247,5 +296,6 @@ int main(void)
     RUN(stories_greedy_known_text);
     RUN(bundled_model_kernels_and_chunking_agree);
     RUN(context_limits_and_bad_tokens);
+    RUN(kv_read_write_continue_exactly);
     TEST_END();
 }
