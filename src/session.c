@@ -26,6 +26,7 @@
 #include "model.h"
 #include "probq.h"
 #include "rangecoder.h"
+#include "session_int.h"
 
 #define SKV_MAGIC "\x89SKV\r\n\x1a\n"
 #define SKV_VERSION 1
@@ -476,6 +477,14 @@ int skv_session_segment_info(const skv_session *s, uint32_t i, uint32_t *n_token
     if (n_tokens) *n_tokens = s->segs[i].n_tokens;
     if (payload_bytes) *payload_bytes = s->segs[i].payload_bytes;
     if (kv_digest) memcpy(kv_digest, s->segs[i].digest, 16);
+    return SKV_OK;
+}
+
+int skv_session_segment_payload(const skv_session *s, uint32_t i, const uint8_t **payload, size_t *bytes)
+{
+    if (!s || !payload || !bytes || i >= s->info.n_segments) return SKV_ERR_INVALID_ARG;
+    *payload = s->segs[i].payload;
+    *bytes = (size_t)s->segs[i].payload_bytes;
     return SKV_OK;
 }
 

@@ -52,5 +52,7 @@ int cmd_restore(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_kvquality(int argc, char **argv);
+int cmd_store(int argc, char **argv);   /* tools/cmd_store.c */
+int cmd_bench(int argc, char **argv);   /* tools/cmd_bench.c */
 
 #endif

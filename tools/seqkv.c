@@ -25,6 +25,8 @@ static const struct {
     {"compress", cmd_compress, "store a session's KV cache as a .skv file"},
     {"restore", cmd_restore, "regenerate tokens and KV cache from a .skv file (--verify)"},
     {"inspect", cmd_inspect, "show a .skv file's header and segments"},
+    {"store", cmd_store, "a persistent prefix-sharing store of sessions (init, put, get, match, ls, stats, rm, gc)"},
+    {"bench", cmd_bench, "measure every KV representation of texts: bits, ratios, quality, restore speed"},
 };
 
 static void usage(FILE *f)
