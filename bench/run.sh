@@ -102,7 +102,10 @@ if want restore; then
     echo "verified / confirmed by the decoded stream; tokens/pass: tokens restored per forward pass."
     echo "Best of enough repetitions to restore about 20000 tokens. 'x2' rows store the first"
     echo "1800 (kjv-4m) or 500 (stories260K) bytes of the text twice, inside one segment: a session"
-    echo "that quotes earlier content, the case the n-gram draft is made for."
+    echo "that quotes earlier content, the case the n-gram draft is made for. 'batch restore' rows"
+    echo "restore all the text's segments as one queue (skv_session_restore_batch: one forward pass"
+    echo "runs the next token of every segment); 'queue of 256-token sessions' rows cut the text into"
+    echo "sessions of 256 tokens (a store restoring many short sessions)."
     echo
     echo "| model | text | restore | tokens | CPU s | tokens/s | vs raw | drafted | accepted | tokens/pass |"
     echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -115,6 +118,7 @@ if want restore; then
             dom=$([ $tk = $ind ] && echo "in-domain" || echo "out-of-domain")
             "$build/bench/bench_restore" "$m" "$t" "$name ($dom)" 24000 0 1
             "$build/bench/bench_restore" "$m" "$t" "$name x2 ($dom)" $rep 0 1 2
+            "$build/bench/bench_restore" "$m" "$t" "$name, queue of 256-token sessions ($dom)" 24000 256 1 1 nospec
         done
     done
 } >"$out/restore.md"

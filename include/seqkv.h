@@ -157,6 +157,14 @@ enum { SKV_LOGITS_NONE = 0, SKV_LOGITS_LAST = 1, SKV_LOGITS_ALL = 2 };
 SKV_API int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits);
 /* Appends one token; logits: NULL or room for n_vocab floats. */
 SKV_API int skv_decode(skv_ctx *c, int32_t token, float *logits);
+/* One decoding step of n independent sequences at once: token i is appended to ctxs[i]
+ * (distinct contexts of the same model, without kv_quant) and logits row i (NULL, or room
+ * for n * n_vocab floats) is that context's next-token logits. The weights are read once
+ * for all n rows, so a queue of sequences decodes at nearly prefill speed; every row's
+ * result is bit-identical to skv_decode on its own context. The context with the largest
+ * capacity runs the step (its threads and scratch), in chunks of its max_batch rows.
+ * Errors are described by skv_ctx_last_error(ctxs[0]); on error no context changes. */
+SKV_API int skv_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits);
 
 /* Read-only view of the KV cache: the n_pos x head_dim f32 block of one layer, kind
  * (0 = K after RoPE, 1 = V) and KV head, rows contiguous. Valid until the next call
@@ -309,6 +317,29 @@ typedef struct skv_restore_params {
 SKV_API int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
                                         const skv_restore_params *p, int32_t *tokens, size_t cap,
                                         char *err, size_t errcap);
+
+/* Batch restore: one job per segment to restore, each with its own context. */
+typedef struct skv_restore_job {
+    const skv_session *session;
+    uint32_t segment;
+    skv_ctx *ctx;       /* distinct per job; cleared first; must hold the segment */
+    int32_t *tokens;    /* receives the segment's tokens */
+    size_t cap;         /* room in tokens */
+    int status;         /* out: SKV_OK or this job's error */
+    char err[192];      /* out: this job's error text */
+} skv_restore_job;
+
+/* Restores a queue of segments (any sessions written with model m) as
+ * skv_session_restore_segment would, one by one, with identical results (tokens and KV).
+ * Model-coded segments are decoded together: each step runs the next token of up to 64
+ * of them as one forward pass (skv_decode_multi), so the queue decodes at close to
+ * prefill speed instead of one pass per token per session; a finished segment makes room
+ * for the next queued one. Other codecs are restored on their own. p: verify, progress
+ * (tokens of the whole queue) and stats (n_passes counts steps) are honoured; draft
+ * settings are not used. Returns SKV_OK when every job succeeded, else the first failed
+ * job's status (every job's own status and err are set; a failed job's context is left
+ * undefined, the others are unaffected). */
+SKV_API int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, const skv_restore_params *p);
 
 /* @@API-END@@ */
 #ifdef __cplusplus

@@ -295,6 +295,47 @@ static void attention(skv_ctx *c, int layer, size_t t0, size_t t1, int p0)
     skv_pool_run(c->active, attn_task, &aj, aj.per_head * (size_t)h->n_head_kv);
 }
 
+/* Multi-sequence step: batch row t is the next token of context seq[t] and attends to that
+ * context's cache only. One task = one row x one KV head (its query heads in groups of at
+ * most SKV_ATTN_MAX_Q); activations and scratch are the lead context's. */
+typedef struct {
+    skv_ctx *c;            /* lead: activations, kernels, scratch */
+    skv_ctx *const *seq;   /* [T] */
+    int layer;
+    size_t groups;         /* calls per (row, KV head) */
+} attn_multi_job;
+
+static void attn_multi_task(void *arg, size_t task, int thread)
+{
+    attn_multi_job *j = arg;
+    skv_ctx *c = j->c;
+    const skv_model_info *h = &c->m->info;
+    size_t hd = (size_t)h->head_dim, g = (size_t)(h->n_head / h->n_head_kv), Hq = (size_t)h->n_head;
+    size_t per_row = (size_t)h->n_head_kv * j->groups, t = task / per_row;
+    size_t hk = task % per_row / j->groups, q0 = task % j->groups * SKV_ATTN_MAX_Q, nq = 0;
+    const skv_ctx *sc = j->seq[t];
+    const float *q[SKV_ATTN_MAX_Q];
+    float *out[SKV_ATTN_MAX_Q];
+    size_t n[SKV_ATTN_MAX_Q];
+    for (size_t gi = q0; gi < g && nq < SKV_ATTN_MAX_Q; gi++, nq++) {
+        size_t row = (t * Hq + hk * g + gi) * hd;
+        q[nq] = c->q + row;
+        out[nq] = c->att + row;
+        n[nq] = (size_t)sc->n_pos + 1;
+    }
+    float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
+    c->k->attn(out, q, n, nq, kv_ptr(sc->k_cache, sc, j->layer, (int)hk), kv_ptr(sc->v_cache, sc, j->layer, (int)hk),
+               hd, 1.0f / sqrtf((float)hd), scores, n[0]);
+}
+
+static void attention_multi(skv_ctx *c, skv_ctx *const *seq, int layer, size_t T)
+{
+    const skv_model_info *h = &c->m->info;
+    size_t g = (size_t)(h->n_head / h->n_head_kv);
+    attn_multi_job j = {c, seq, layer, (g + SKV_ATTN_MAX_Q - 1) / SKV_ATTN_MAX_Q};
+    skv_pool_run(c->active, attn_multi_task, &j, T * (size_t)h->n_head_kv * j.groups);
+}
+
 /* Attention of a layer whose K and/or V are held quantized, with window W: token p must see
  * rows < max(0, p+1-W) as round trips and rows up to p exact, exactly as in token-by-token
  * decoding. The batch's exact rows are copied into the view, then each token's attention runs
@@ -324,18 +365,26 @@ static void kvq_attention(skv_ctx *c, int l, size_t T, int p0)
 
 /* ---- one batch ---------------------------------------------------------------------- */
 
-static void rope_rows(skv_ctx *c, float *x, size_t T, size_t n_heads, int p0)
+/* Position of batch row t: consecutive from p0 in one context, or each row's own context's
+ * next position in a multi-sequence step (seq != NULL). */
+static size_t row_pos(skv_ctx *const *seq, size_t t, int p0)
+{
+    return seq ? (size_t)seq[t]->n_pos : (size_t)p0 + t;
+}
+
+static void rope_rows(skv_ctx *c, skv_ctx *const *seq, float *x, size_t T, size_t n_heads, int p0)
 {
     const skv_model_info *h = &c->m->info;
     size_t hd = (size_t)h->head_dim, np = (size_t)h->rope_dim / 2;
     for (size_t t = 0; t < T; t++) {
-        size_t pos = (size_t)p0 + t;
+        size_t pos = row_pos(seq, t, p0);
         for (size_t hh = 0; hh < n_heads; hh++)
             c->k->rope(x + (t * n_heads + hh) * hd, c->rope_cos + pos * np, c->rope_sin + pos * np, np);
     }
 }
 
-static void layer_forward(skv_ctx *c, int l, size_t T, int p0)
+/* One layer for T batch rows: tokens p0.. of c, or (seq != NULL) one token of each seq[t]. */
+static void layer_forward(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0)
 {
     const skv_model_info *h = &c->m->info;
     const skv_layer *L = &c->m->layers[l];
@@ -345,15 +394,18 @@ static void layer_forward(skv_ctx *c, int l, size_t T, int p0)
     matmul(c, &L->wq, c->xb, D, T, c->q, Q);
     matmul(c, &L->wk, c->xb, D, T, c->kk, KV);
     matmul(c, &L->wv, c->xb, D, T, c->vv, KV);
-    rope_rows(c, c->q, T, (size_t)h->n_head, p0);
-    rope_rows(c, c->kk, T, (size_t)h->n_head_kv, p0);
-    for (size_t t = 0; t < T; t++)
+    rope_rows(c, seq, c->q, T, (size_t)h->n_head, p0);
+    rope_rows(c, seq, c->kk, T, (size_t)h->n_head_kv, p0);
+    for (size_t t = 0; t < T; t++) {
+        skv_ctx *dst = seq ? seq[t] : c;
+        size_t row = row_pos(seq, t, p0) * hd;
         for (int hh = 0; hh < h->n_head_kv; hh++) {
-            size_t row = ((size_t)p0 + t) * hd;
-            memcpy(kv_ptr(c->k_cache, c, l, hh) + row, c->kk + t * KV + (size_t)hh * hd, hd * sizeof(float));
-            memcpy(kv_ptr(c->v_cache, c, l, hh) + row, c->vv + t * KV + (size_t)hh * hd, hd * sizeof(float));
+            memcpy(kv_ptr(dst->k_cache, dst, l, hh) + row, c->kk + t * KV + (size_t)hh * hd, hd * sizeof(float));
+            memcpy(kv_ptr(dst->v_cache, dst, l, hh) + row, c->vv + t * KV + (size_t)hh * hd, hd * sizeof(float));
         }
-    if (skv_kvquant_layer_active(c->kvq, l)) kvq_attention(c, l, T, p0);
+    }
+    if (seq) attention_multi(c, seq, l, T);
+    else if (skv_kvquant_layer_active(c->kvq, l)) kvq_attention(c, l, T, p0);
     else attention(c, l, 0, T, p0);
     matmul(c, &L->wo, c->att, Q, T, c->xb, D);
     c->k->add(c->x, c->xb, T * D);
@@ -376,7 +428,7 @@ static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_
         const skv_weight *e = &c->m->tok_embd;
         c->k->dequant(e->type, e->data + (size_t)tokens[t] * e->row_bytes, e->row_bytes, e->K, 1, c->x + t * D);
     }
-    for (int l = 0; l < h->n_layer; l++) layer_forward(c, l, T, p0);
+    for (int l = 0; l < h->n_layer; l++) layer_forward(c, NULL, l, T, p0);
     c->n_pos += (int)T;
     if (c->kvq) {
         int w = skv_kvquant_spec(c->kvq)->window;
@@ -425,6 +477,66 @@ int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, fl
 int skv_decode(skv_ctx *c, int32_t token, float *logits)
 {
     return skv_prefill(c, &token, 1, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);
+}
+
+/* The lead context runs the step: it must hold the longest context (its RoPE tables and
+ * attention scratch are sized by n_ctx) and a batch of n rows. */
+static int multi_check(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, skv_ctx **lead)
+{
+    skv_ctx *c = ctxs[0], *e = ctxs[0]; /* errors are reported on ctxs[0] */
+    for (size_t i = 0; i < n; i++) {
+        if (!ctxs[i] || ctxs[i]->m != c->m) return SKV_ERR_INVALID_ARG;
+        if (ctxs[i]->n_ctx > c->n_ctx) c = ctxs[i];
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < i; k++)
+            if (ctxs[k] == ctxs[i]) {
+                snprintf(e->err, sizeof e->err, "decode_multi: context %zu appears twice (entries %zu and %zu)", i, k, i);
+                return SKV_ERR_INVALID_ARG;
+            }
+        if (ctxs[i]->kvq) {
+            snprintf(e->err, sizeof e->err, "decode_multi: context %zu has a quantized KV cache (not supported)", i);
+            return SKV_ERR_UNSUPPORTED;
+        }
+        int rc = check_tokens(ctxs[i], tokens + i, 1);
+        if (rc) {
+            char why[sizeof e->err];
+            memcpy(why, ctxs[i]->err, sizeof why); /* e may be ctxs[i] */
+            snprintf(e->err, sizeof e->err, "decode_multi: context %zu: %.160s", i, why);
+            return rc;
+        }
+    }
+    *lead = c;
+    return SKV_OK;
+}
+
+/* Rows [0, n) of a multi step, n <= the lead's max_batch. */
+static void multi_chunk(skv_ctx *c, skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits)
+{
+    const skv_model_info *h = &c->m->info;
+    size_t D = (size_t)h->n_embd, V = (size_t)h->n_vocab;
+    c->active = n >= POOL_MIN_BATCH ? c->pool : NULL;
+    for (size_t t = 0; t < n; t++) {
+        const skv_weight *e = &c->m->tok_embd;
+        c->k->dequant(e->type, e->data + (size_t)tokens[t] * e->row_bytes, e->row_bytes, e->K, 1, c->x + t * D);
+    }
+    for (int l = 0; l < h->n_layer; l++) layer_forward(c, ctxs, l, n, 0);
+    for (size_t t = 0; t < n; t++) ctxs[t]->n_pos++;
+    if (!logits) return;
+    for (size_t t = 0; t < n; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, c->m->output_norm, D, h->norm_eps);
+    matmul(c, &c->m->output, c->xb, D, n, logits, V);
+}
+
+int skv_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits)
+{
+    skv_ctx *c;
+    int rc;
+    if (!ctxs || !tokens || n == 0) return n == 0 && ctxs && tokens ? SKV_OK : SKV_ERR_INVALID_ARG;
+    if ((rc = multi_check(ctxs, tokens, n, &c))) return rc;
+    size_t B = (size_t)c->max_batch, V = (size_t)c->m->info.n_vocab;
+    for (size_t r = 0; r < n; r += B) /* rows are independent: chunking changes nothing */
+        multi_chunk(c, ctxs + r, tokens + r, n - r < B ? n - r : B, logits ? logits + r * V : NULL);
+    return SKV_OK;
 }
 
 int skv_ctx_kv_view(const skv_ctx *c, int layer, int kind, int kv_head, const float **data)
