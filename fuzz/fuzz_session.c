@@ -19,13 +19,20 @@
  *   stored digest (else SKV_ERR_MISMATCH). Restored tokens are in the vocabulary and the
  *   context holds exactly the segment's positions.
  * Without the model only skv_session_open is exercised.
+ * Quantized-KV codecs (2..8) are also decoded without any model (skv_session_restore_kv,
+ * with verification, whatever the mode): it fails with a known status and a message, or
+ * returns tokens in the vocabulary; a second decode gives the same bits.
  *
  * Corpus (fuzz/corpus/session, each file = mode byte + file): valid_* are files of both
  * codecs written by `seqkv compress` (KJV Gen 1:1, Gen 3:1, a stories sentence) and by the
  * encoder API (segmented with n_ctx 16 or 8, total_bits 16 and 28, one token, no token);
  * fix_* are crafted from them (payload shortened or extended, digest, total_bits and count
  * fields changed) for mode 1, which recomputes the checksums; fix_model_payload_minus1/3
- * decode silently to other tokens without verification and are caught by it. */
+ * decode silently to other tokens without verification and are caught by it.
+ * valid_kv_* are stories260K files of the quantized-KV codecs (f16 q8 q4 tq2 tq3 tq4, kvq
+ * k=tq4,v=tq2p,seed=3), openonly_kv_kjv_tq3 one of the bundled KJV model; fix_kv_* are
+ * crafted from valid_kv_tq3 (sub-header sizes, schemes, geometry, codec id, a KV byte, a
+ * NaN norm, the token frame). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +146,33 @@ static void restore_all(const skv_session *s, const skv_session_info *si, int dr
     }
 }
 
+/* Model-free decoding of every segment of a quantized-KV session. */
+static void restore_kv_all(const skv_session *s, const skv_session_info *si)
+{
+    static int32_t tok[1 << 16];
+    char err[512];
+    for (uint32_t i = 0; i < si->n_segments; i++) {
+        skv_session_kv_info ki;
+        uint32_t nt = 0;
+        if (skv_session_segment_kv_info(s, i, &ki) != SKV_OK) abort();
+        skv_session_segment_info(s, i, &nt, NULL, NULL);
+        size_t nf = (size_t)ki.n_layer * 2 * (size_t)ki.n_head_kv * nt * (size_t)ki.head_dim;
+        if (ki.kv_bytes != nt * ki.position_bytes || nt > sizeof tok / sizeof *tok) abort();
+        if (nf > ((size_t)1 << 24)) continue; /* speed: bounded by the input size anyway */
+        float *a = malloc(nf * sizeof *a), *b = malloc(nf * sizeof *b);
+        if (!a || !b) abort();
+        err[0] = 0;
+        int rc = skv_session_restore_kv(s, i, a, nf, tok, nt, 1, err, sizeof err);
+        if (rc != SKV_OK && (!known_status(rc) || !err[0])) abort();
+        for (uint32_t k = 0; rc == SKV_OK && k < nt; k++)
+            if (tok[k] < 0 || (uint32_t)tok[k] >= si->n_vocab) abort();
+        int rc2 = skv_session_restore_kv(s, i, b, nf, tok, nt, 0, err, sizeof err);
+        if (rc == SKV_OK && (rc2 != SKV_OK || memcmp(a, b, nf * sizeof *a))) abort(); /* deterministic */
+        free(a);
+        free(b);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -181,9 +215,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (nt == 0 || nt > si.n_ctx || pb > n) abort();
         total += nt;
     }
-    if (total != si.n_tokens || (si.codec != SKV_CODEC_TOKENS && si.codec != SKV_CODEC_MODEL) ||
+    if (total != si.n_tokens || !skv_codec_name(si.codec) ||
         (!si.segmented && si.n_segments > 1) || si.file_bytes != n)
         abort();
+    if (si.codec >= SKV_CODEC_F16) restore_kv_all(s, &si);
     if (g_model && !(mode & 16)) restore_all(s, &si, draft_max[(mode >> 2) & 3]);
     skv_session_free(s);
     return 0;

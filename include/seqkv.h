@@ -224,6 +224,24 @@ SKV_API int skv_kv_position_bytes(const skv_model *m, const char *scheme, double
  * prove it regenerated exactly the same cache. */
 
 enum { SKV_CODEC_TOKENS = 0, SKV_CODEC_MODEL = 1 };
+/* -- quantized-KV codecs (docs/format.md section 2.3) --
+ * The payload holds the tokens (exactly as codec "tokens") AND every position's KV (all
+ * layers, K and V, every KV head) quantized per vector; a restore decodes the KV without
+ * running the model (lossy: it is the quantize->dequantize round trip of the exact KV, bit
+ * for bit what skv_kv_quant_roundtrip gives with seed 0). kv_digest is then the XXH3-128
+ * of the dequantized KV, so verify proves the stored payload was decoded correctly. */
+enum {
+    SKV_CODEC_F16 = 2, /* binary16 */
+    SKV_CODEC_Q8 = 3,  /* q8_0 */
+    SKV_CODEC_Q4 = 4,  /* q4_0 */
+    SKV_CODEC_TQ2 = 5, /* TurboQuant-MSE, 2 bits */
+    SKV_CODEC_TQ3 = 6,
+    SKV_CODEC_TQ4 = 7,
+    SKV_CODEC_KVQ = 8  /* schemes per kind from skv_encoder_params.kv_quant ("k=tq4,v=tq3", "tq3p", seed=S) */
+};
+/* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
+SKV_API const char *skv_codec_name(int codec);
+SKV_API int skv_codec_parse(const char *name);
 
 typedef struct skv_encoder skv_encoder;
 
@@ -233,6 +251,9 @@ typedef struct skv_encoder_params {
     int n_threads;
     int segment;          /* 1: split sessions longer than n_ctx into fresh-context segments */
     unsigned total_bits;  /* model codec: log2 of the frequency total; 0 = automatic (24..28) */
+    /* codec SKV_CODEC_KVQ: k=SCHEME, v=SCHEME (or kv=/bare SCHEME) and seed=S of the kv_quant
+     * grammar (skv_ctx_params), both kinds given; NULL for the other codecs (their seed is 0) */
+    const char *kv_quant;
 } skv_encoder_params;
 
 typedef struct skv_encoder_stats {
@@ -340,6 +361,30 @@ typedef struct skv_restore_job {
  * job's status (every job's own status and err are set; a failed job's context is left
  * undefined, the others are unaffected). */
 SKV_API int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, const skv_restore_params *p);
+
+/* Quantized-KV sessions (codecs SKV_CODEC_F16 .. SKV_CODEC_KVQ). */
+typedef struct skv_session_kv_info {
+    char scheme[2][8];       /* per-vector scheme of K and V: "f16" "q8_0" "q4_0" "tq2".."tq4" "tq2p".."tq4p" ... */
+    uint64_t seed;           /* base seed of the tq quantizers (layer/kind seeds as in kv_quant) */
+    int n_layer, n_head_kv, head_dim;
+    uint64_t position_bytes; /* encoded KV bytes of one position */
+    uint64_t tokens_bytes;   /* this segment's zstd token frame */
+    uint64_t kv_bytes;       /* this segment's encoded KV = n_tokens * position_bytes */
+    float rel_mse[2];        /* this segment's sum |x - x~|^2 / sum |x|^2 for K and V, as the writer measured */
+} skv_session_kv_info;
+
+/* Segment i's KV payload description; SKV_ERR_UNSUPPORTED for codecs tokens/model. */
+SKV_API int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv_info *out);
+/* Restores segment i of a quantized-KV session without any model: kv receives the
+ * dequantized KV in the canonical order (layer, kind, kv_head, position, dimension; f32,
+ * n_layer*2*n_head_kv*n_tokens*head_dim floats, kv_cap floats of room) and tokens its
+ * tokens (tok_cap of room). verify: compare the digest of the decoded KV with the stored
+ * one (SKV_ERR_MISMATCH if not equal). SKV_ERR_UNSUPPORTED for codecs tokens/model,
+ * SKV_ERR_RANGE for short buffers, SKV_ERR_FORMAT for a payload that does not decode.
+ * (skv_session_restore_segment also restores these codecs: it decodes the same way and
+ * loads the KV into the context with skv_ctx_kv_write, never running the model.) */
+SKV_API int skv_session_restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens,
+                                   size_t tok_cap, int verify, char *err, size_t errcap);
 
 /* @@API-END@@ */
 #ifdef __cplusplus

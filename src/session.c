@@ -14,6 +14,9 @@
  *   | u64 XXH3-64(bytes 0..119)      |       payload, codec model: range-coded stream:
  *   +--------------------------------+         first id in ceil(log2 V) raw bits, then
  *                                              each id under probq(logits of the previous)
+ *                                            payload, quantized-KV codecs (2..8):
+ *                                              KV sub-header (src/kvcodec.h) | zstd(LEB128
+ *                                              ids) | per-vector encoded KV, canonical order
  * Every segment is an independent KV cache: it starts from an empty context. */
 #include <math.h>
 #include <stdio.h>
@@ -23,8 +26,11 @@
 #include <zstd.h>
 
 #include "draft.h"
+#include "kvcodec.h"
+#include "kvquant.h"
 #include "model.h"
 #include "probq.h"
+#include "quant.h"
 #include "rangecoder.h"
 #include "session_int.h"
 
@@ -71,14 +77,56 @@ struct skv_encoder {
     size_t out_len, out_cap;
     uint32_t n_segments;
     skv_encoder_stats st;
+    skv_kvcodec *kvc;       /* quantized-KV codecs: the per-(layer, kind) quantizers */
+    int kv_scheme[2];
+    uint64_t kv_seed;
     int finished;
     char err[256];
 };
 
 skv_encoder_params skv_encoder_default_params(void)
 {
-    skv_encoder_params p = {SKV_CODEC_MODEL, 0, 1, 0, 0};
+    skv_encoder_params p = {.codec = SKV_CODEC_MODEL, .n_threads = 1};
     return p;
+}
+
+/* ---- codec names; quantized-KV codecs --------------------------------------------- */
+
+static const char *const codec_names[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq"};
+#define N_CODECS ((int)(sizeof codec_names / sizeof codec_names[0]))
+
+const char *skv_codec_name(int codec) { return codec >= 0 && codec < N_CODECS ? codec_names[codec] : NULL; }
+
+int skv_codec_parse(const char *name)
+{
+    for (int i = 0; name && i < N_CODECS; i++)
+        if (!strcmp(name, codec_names[i])) return i;
+    return SKV_ERR_INVALID_ARG;
+}
+
+static int is_kv_codec(int codec) { return codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ; }
+
+/* The one scheme of a fixed quantized-KV codec (both kinds); -1 for KVQ and the others. */
+static int codec_scheme(int codec)
+{
+    static const int map[] = {SKV_QUANT_F16, SKV_QUANT_Q8_0, SKV_QUANT_Q4_0, SKV_QUANT_TQ2, SKV_QUANT_TQ3, SKV_QUANT_TQ4};
+    return codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_TQ4 ? map[codec - SKV_CODEC_F16] : -1;
+}
+
+/* Schemes and seed of a KV codec: fixed, or from the kv_quant spec (kinds and seed only). */
+static int kv_codec_setup(skv_encoder *e, const skv_encoder_params *p)
+{
+    skv_kvq_spec sp;
+    char err[160];
+    e->kv_scheme[0] = e->kv_scheme[1] = codec_scheme(p->codec);
+    e->kv_seed = 0;
+    if (p->codec != SKV_CODEC_KVQ) return p->kv_quant ? SKV_ERR_INVALID_ARG : SKV_OK;
+    if (!p->kv_quant || skv_kvquant_parse(p->kv_quant, &sp, err, sizeof err)) return SKV_ERR_INVALID_ARG;
+    if (sp.scheme[0] < 0 || sp.scheme[1] < 0 || sp.keep_first || sp.keep_last || sp.window) return SKV_ERR_INVALID_ARG;
+    e->kv_scheme[0] = sp.scheme[0];
+    e->kv_scheme[1] = sp.scheme[1];
+    e->kv_seed = sp.seed;
+    return SKV_OK;
 }
 
 const char *skv_encoder_last_error(const skv_encoder *e) { return e ? e->err : "NULL encoder"; }
@@ -115,6 +163,7 @@ void skv_encoder_free(skv_encoder *e)
 {
     if (!e) return;
     skv_ctx_free(e->ctx);
+    skv_kvcodec_free(e->kvc);
     free(e->logits);
     free(e->prev);
     free(e->freq);
@@ -134,20 +183,28 @@ int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **
     if (!m || !out) return SKV_ERR_INVALID_ARG;
     *out = NULL;
     if (!p) p = &d;
-    if ((p->codec != SKV_CODEC_TOKENS && p->codec != SKV_CODEC_MODEL) ||
-        (p->total_bits && (p->total_bits < 16 || p->total_bits > 28)))
+    if (!skv_codec_name(p->codec) || (p->total_bits && (p->total_bits < 16 || p->total_bits > 28)))
         return SKV_ERR_INVALID_ARG;
     if (!(e = calloc(1, sizeof *e))) return SKV_ERR_NOMEM;
     e->m = m;
     e->p = *p;
+    e->p.kv_quant = NULL; /* parsed now: the string need not outlive this call */
     e->V = (uint32_t)m->info.n_vocab;
+    if (is_kv_codec(p->codec) &&
+        ((rc = kv_codec_setup(e, p)) ||
+         (rc = skv_kvcodec_create(&e->kvc, e->kv_scheme, e->kv_seed, (uint32_t)m->info.n_layer,
+                                  (uint32_t)m->info.n_head_kv, (uint32_t)m->info.head_dim)))) {
+        free(e);
+        return rc;
+    }
     if (!e->p.total_bits) e->p.total_bits = auto_total_bits(e->V);
-    if (e->p.codec == SKV_CODEC_TOKENS) e->p.total_bits = 0;
+    if (e->p.codec != SKV_CODEC_MODEL) e->p.total_bits = 0;
     else if (((uint64_t)1 << e->p.total_bits) < e->V) e->p.total_bits = auto_total_bits(e->V);
     e->first_bits = bits_for(e->V);
     cp.n_ctx = p->n_ctx;
     cp.n_threads = p->n_threads;
     if ((rc = skv_ctx_create(m, &cp, &e->ctx))) {
+        skv_kvcodec_free(e->kvc);
         free(e);
         return rc;
     }
@@ -210,37 +267,108 @@ static int put_varints(uint8_t *dst, const int32_t *t, size_t n, size_t *len)
     return SKV_OK;
 }
 
+/* XXH3-128 (canonical bytes) of n floats as little-endian binary32: the digest
+ * skv_ctx_kv_digest computes over a cache, here over a canonical-order buffer. */
+static int digest_f32(const float *x, size_t n, uint8_t out[16])
+{
+    XXH3_state_t *st = XXH3_createState();
+    uint8_t buf[1024];
+    if (!st) return SKV_ERR_NOMEM;
+    XXH3_128bits_reset(st);
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < sizeof buf / 4 && i < n; k++, i++) skv_wrf32(buf + 4 * k, x[i]);
+        XXH3_128bits_update(st, buf, 4 * k);
+    }
+    XXH128_canonical_t cn;
+    XXH128_canonicalFromHash(&cn, XXH3_128bits_digest(st));
+    memcpy(out, cn.digest, 16);
+    XXH3_freeState(st);
+    return SKV_OK;
+}
+
+/* zstd(LEB128 ids) of the current segment into e->rc_buf (codec tokens and the KV codecs). */
+static int zstd_tokens(skv_encoder *e, size_t *plen)
+{
+    uint8_t *raw = malloc(e->seg_n * 5);
+    size_t rlen = 0, bound;
+    if (!raw) return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
+    put_varints(raw, e->seg_tok, e->seg_n, &rlen);
+    bound = ZSTD_compressBound(rlen);
+    if (bound > e->rc_cap) {
+        uint8_t *nb = realloc(e->rc_buf, bound);
+        if (!nb) {
+            free(raw);
+            return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
+        }
+        e->rc_buf = nb;
+        e->rc_cap = bound;
+    }
+    *plen = ZSTD_compress(e->rc_buf, e->rc_cap, raw, rlen, ZSTD_LEVEL);
+    free(raw);
+    if (ZSTD_isError(*plen)) return enc_fail(e, SKV_ERR_INTERNAL, "zstd compression failed");
+    return SKV_OK;
+}
+
+/* Quantized-KV payload (malloc'ed): sub-header | the token frame (e->rc_buf, tlen bytes) |
+ * the segment's exact KV encoded per vector. digest = that of the dequantized KV. */
+static int kv_payload(skv_encoder *e, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16])
+{
+    const skv_model_info *mi = &e->m->info;
+    size_t n = e->seg_n, nf = (size_t)mi->n_layer * 2 * (size_t)mi->n_head_kv * n * (size_t)mi->head_dim;
+    size_t kvb = skv_kvcodec_position_bytes(e->kvc) * n;
+    float *kv = malloc(nf * sizeof *kv), *deq = malloc(nf * sizeof *deq);
+    uint8_t *buf = malloc(SKV_KVC_HDR + tlen + kvb);
+    double mse[2] = {0, 0};
+    skv_kvc_header h;
+    int rc = SKV_ERR_NOMEM;
+    if (!kv || !deq || !buf) goto done;
+    if ((rc = skv_ctx_kv_read(e->ctx, 0, (int)n, kv))) goto done;
+    if ((rc = skv_kvcodec_encode(e->kvc, kv, n, buf + SKV_KVC_HDR + tlen, kvb, deq, mse))) goto done;
+    if ((rc = digest_f32(deq, nf, digest))) goto done;
+    h = (skv_kvc_header){.scheme = {e->kv_scheme[0], e->kv_scheme[1]}, .n_layer = (uint32_t)mi->n_layer,
+                        .n_head_kv = (uint32_t)mi->n_head_kv, .head_dim = (uint32_t)mi->head_dim, .seed = e->kv_seed,
+                        .tokens_bytes = tlen, .kv_bytes = kvb, .rel_mse = {(float)mse[0], (float)mse[1]}};
+    skv_kvc_header_write(&h, buf);
+    memcpy(buf + SKV_KVC_HDR, e->rc_buf, tlen);
+    *out = buf;
+    *plen = SKV_KVC_HDR + tlen + kvb;
+    buf = NULL;
+done:
+    free(kv);
+    free(deq);
+    free(buf);
+    if (rc == SKV_ERR_NOMEM) return enc_fail(e, rc, "out of memory");
+    if (rc) {
+        snprintf(e->err, sizeof e->err, "the KV cannot be stored as k=%s,v=%s (non-finite values or an fp16 overflow): %s",
+                 skv_quant_name(e->kv_scheme[0]), skv_quant_name(e->kv_scheme[1]), skv_status_str(rc));
+    }
+    return rc;
+}
+
 static int flush_segment(skv_encoder *e)
 {
-    uint8_t digest[16], *payload = NULL;
+    uint8_t digest[16], *payload = NULL, *owned = NULL;
     size_t plen = 0;
     int rc;
     if (!e->seg_n) return SKV_OK;
-    if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
     if (e->p.codec == SKV_CODEC_MODEL) {
+        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
         if ((rc = skv_rangecoder_enc_finish(&e->rc, &plen))) return enc_fail(e, rc, "range coder finish failed");
         payload = e->rc_buf;
-    } else {
-        uint8_t *raw = malloc(e->seg_n * 5);
-        size_t rlen = 0, bound;
-        if (!raw) return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
-        put_varints(raw, e->seg_tok, e->seg_n, &rlen);
-        bound = ZSTD_compressBound(rlen);
-        if (bound > e->rc_cap) {
-            uint8_t *nb = realloc(e->rc_buf, bound);
-            if (!nb) {
-                free(raw);
-                return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
-            }
-            e->rc_buf = nb;
-            e->rc_cap = bound;
-        }
-        plen = ZSTD_compress(e->rc_buf, e->rc_cap, raw, rlen, ZSTD_LEVEL);
-        free(raw);
-        if (ZSTD_isError(plen)) return enc_fail(e, SKV_ERR_INTERNAL, "zstd compression failed");
+    } else if ((rc = zstd_tokens(e, &plen))) {
+        return rc;
+    } else if (!e->kvc) {
+        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
         payload = e->rc_buf;
+    } else {
+        if ((rc = kv_payload(e, plen, &owned, &plen, digest))) return rc;
+        payload = owned;
     }
-    if ((rc = out_reserve(e, SEG_HDR + plen + 8))) return enc_fail(e, rc, "out of memory");
+    if ((rc = out_reserve(e, SEG_HDR + plen + 8))) {
+        free(owned);
+        return enc_fail(e, rc, "out of memory");
+    }
     uint8_t *s = e->out + e->out_len;
     memcpy(s, SEG_MAGIC, 4);
     skv_wr32(s + 4, (uint32_t)e->seg_n);
@@ -248,6 +376,7 @@ static int flush_segment(skv_encoder *e)
     memcpy(s + 16, digest, 16);
     memcpy(s + SEG_HDR, payload, plen);
     skv_wr64(s + SEG_HDR + plen, XXH3_64bits(s, SEG_HDR + plen));
+    free(owned);
     e->out_len += SEG_HDR + plen + 8;
     e->n_segments++;
     e->seg_n = 0;
@@ -343,6 +472,7 @@ typedef struct {
     uint64_t payload_bytes;
     const uint8_t *payload;
     uint8_t digest[16];
+    skv_kvc_header kvh;     /* quantized-KV codecs: the validated sub-header */
 } seg_view;
 
 struct skv_session {
@@ -390,7 +520,7 @@ static int parse_header(skv_session *s, char *err, size_t cap)
     for (size_t i = 112; i < 120; i++)
         if (h[i]) return bad(err, cap, "reserved header bytes are not zero");
     in->file_bytes = s->size;
-    if (in->codec != SKV_CODEC_TOKENS && in->codec != SKV_CODEC_MODEL)
+    if (!skv_codec_name(in->codec))
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "unknown codec id %d", in->codec);
     if (flags & ~1u) return bad(err, cap, "unknown flags");
     if (in->n_vocab < 1 || in->n_vocab > (1u << 24) || in->n_ctx < 1 || in->n_ctx > (1u << 24))
@@ -401,7 +531,30 @@ static int parse_header(skv_session *s, char *err, size_t cap)
         return bad(err, cap, "invalid frequency total");
     if (!in->segmented && in->n_segments > 1) return bad(err, cap, "several segments in an unsegmented session");
     if (in->n_segments > (s->size - HDR_SIZE) / (SEG_HDR + 8)) return bad(err, cap, "segment count exceeds the file");
+    if (is_kv_codec(in->codec) && in->n_segments > (s->size - HDR_SIZE) / (SEG_HDR + 8 + SKV_KVC_HDR))
+        return bad(err, cap, "segment count exceeds the file");
     if (in->n_tokens > (uint64_t)in->n_segments * in->n_ctx) return bad(err, cap, "token count exceeds the segments");
+    return SKV_OK;
+}
+
+/* Segment i's KV sub-header: valid (kvcodec.c), the schemes the codec names, and the same
+ * schemes, seed and geometry as segment 0 (one session, one cache layout). */
+static int check_kv_subheader(skv_session *s, uint32_t i, char *err, size_t cap)
+{
+    seg_view *g = &s->segs[i];
+    const skv_kvc_header *a = &s->segs[0].kvh, *h = &g->kvh;
+    char msg[200];
+    int fixed = codec_scheme(s->info.codec);
+    if (skv_kvc_header_parse(g->payload, g->payload_bytes, g->n_tokens, &g->kvh, msg, sizeof msg)) {
+        char full[240];
+        snprintf(full, sizeof full, "segment %u: %s", i, msg);
+        return bad(err, cap, full);
+    }
+    if (fixed >= 0 && (h->scheme[0] != fixed || h->scheme[1] != fixed))
+        return bad(err, cap, "KV sub-header schemes differ from the codec's");
+    if (i && (h->scheme[0] != a->scheme[0] || h->scheme[1] != a->scheme[1] || h->seed != a->seed ||
+              h->n_layer != a->n_layer || h->n_head_kv != a->n_head_kv || h->head_dim != a->head_dim))
+        return bad(err, cap, "segments disagree on the KV schemes, seed or geometry");
     return SKV_OK;
 }
 
@@ -409,6 +562,7 @@ static int parse_segments(skv_session *s, char *err, size_t cap)
 {
     size_t pos = HDR_SIZE;
     uint64_t total = 0;
+    int rc;
     if (!(s->segs = calloc(s->info.n_segments ? s->info.n_segments : 1, sizeof *s->segs)))
         return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     for (uint32_t i = 0; i < s->info.n_segments; i++) {
@@ -427,6 +581,7 @@ static int parse_segments(skv_session *s, char *err, size_t cap)
         }
         memcpy(g->digest, p + 16, 16);
         g->payload = p + SEG_HDR;
+        if (is_kv_codec(s->info.codec) && (rc = check_kv_subheader(s, i, err, cap))) return rc;
         total += g->n_tokens;
         pos += len + 8;
     }
@@ -493,6 +648,15 @@ static void hex16(const uint8_t *d, char *out)
     for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
+static int digest_mismatch(const uint8_t *stored, const uint8_t *got, uint32_t i, const char *what, char *err, size_t cap)
+{
+    char a[33], b[33];
+    hex16(stored, a);
+    hex16(got, b);
+    return skv_errf(err, cap, SKV_ERR_MISMATCH, "KV verification failed for segment %u: stored digest %s, %s %s", i, a,
+                    what, b);
+}
+
 static int check_model(const skv_session *s, skv_model *m, char *err, size_t cap)
 {
     uint8_t fp[16];
@@ -553,6 +717,94 @@ static int decode_tokens_payload(const seg_view *g, uint32_t V, int32_t *tok, ch
     free(raw);
     if (k != raw_len) return bad(err, cap, "trailing bytes in the token payload");
     return SKV_OK;
+}
+
+/* ---- quantized-KV codecs: decoded without the model ---------------------------- */
+
+/* Floats of a KV segment in canonical order (bounded: kv_bytes fits in the file). */
+static size_t kv_floats(const seg_view *g)
+{
+    const skv_kvc_header *h = &g->kvh;
+    return (size_t)h->n_layer * 2 * h->n_head_kv * g->n_tokens * h->head_dim;
+}
+
+/* Tokens and dequantized KV (kv_floats(g) floats) of a quantized-KV segment. */
+static int decode_kv_payload(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok,
+                             char *err, size_t cap)
+{
+    const skv_kvc_header *h = &g->kvh;
+    seg_view t = *g;
+    skv_kvcodec *c = NULL;
+    int rc;
+    t.payload = g->payload + SKV_KVC_HDR;
+    t.payload_bytes = h->tokens_bytes;
+    if ((rc = decode_tokens_payload(&t, s->info.n_vocab, tok, err, cap))) return rc;
+    if ((rc = skv_kvcodec_create(&c, h->scheme, h->seed, h->n_layer, h->n_head_kv, h->head_dim)))
+        return skv_errf(err, cap, rc, "cannot set up the KV quantizers: %s", skv_status_str(rc));
+    rc = skv_kvcodec_decode(c, t.payload + h->tokens_bytes, (size_t)h->kv_bytes, g->n_tokens, kv, kv_cap);
+    skv_kvcodec_free(c);
+    if (rc == SKV_ERR_FORMAT) return bad(err, cap, "the quantized KV payload holds invalid values");
+    if (rc) return skv_errf(err, cap, rc, "KV decoding failed: %s", skv_status_str(rc));
+    return SKV_OK;
+}
+
+int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv_info *out)
+{
+    if (!s || !out || i >= s->info.n_segments) return SKV_ERR_INVALID_ARG;
+    if (!is_kv_codec(s->info.codec)) return SKV_ERR_UNSUPPORTED;
+    const skv_kvc_header *h = &s->segs[i].kvh;
+    memset(out, 0, sizeof *out);
+    for (int k = 0; k < 2; k++) {
+        snprintf(out->scheme[k], sizeof out->scheme[k], "%s", skv_quant_name(h->scheme[k]));
+        out->rel_mse[k] = h->rel_mse[k];
+    }
+    out->seed = h->seed;
+    out->n_layer = (int)h->n_layer;
+    out->n_head_kv = (int)h->n_head_kv;
+    out->head_dim = (int)h->head_dim;
+    out->position_bytes = skv_kvc_position_bytes(h->scheme, h->n_layer, h->n_head_kv, h->head_dim);
+    out->tokens_bytes = h->tokens_bytes;
+    out->kv_bytes = h->kv_bytes;
+    return SKV_OK;
+}
+
+int skv_session_restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens,
+                           size_t tok_cap, int verify, char *err, size_t errcap)
+{
+    const seg_view *g;
+    uint8_t d[16];
+    int rc;
+    if (!s || !kv || !tokens || i >= s->info.n_segments) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    if (!is_kv_codec(s->info.codec))
+        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "codec %s stores no KV: restore it with the model",
+                        skv_codec_name(s->info.codec));
+    g = &s->segs[i];
+    if (tok_cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
+    if (kv_cap < kv_floats(g)) return skv_errf(err, errcap, SKV_ERR_RANGE, "KV buffer too small (%zu floats needed)", kv_floats(g));
+    if ((rc = decode_kv_payload(s, g, kv, kv_cap, tokens, err, errcap))) return rc;
+    if (!verify) return SKV_OK;
+    if ((rc = digest_f32(kv, kv_floats(g), d))) return skv_errf(err, errcap, rc, "digest failed");
+    return memcmp(d, g->digest, 16) ? digest_mismatch(g->digest, d, i, "decoded", err, errcap) : SKV_OK;
+}
+
+/* Decodes a quantized-KV segment into ctx (skv_ctx_kv_write: the model is not run). */
+static int load_kv_segment(const skv_session *s, const seg_view *g, skv_model *m, skv_ctx *ctx, int32_t *tok,
+                           char *err, size_t cap)
+{
+    const skv_kvc_header *h = &g->kvh;
+    size_t nf = kv_floats(g);
+    float *kv;
+    int rc;
+    if (h->n_layer != (uint32_t)m->info.n_layer || h->n_head_kv != (uint32_t)m->info.n_head_kv ||
+        h->head_dim != (uint32_t)m->info.head_dim)
+        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+                        "KV geometry mismatch: the session stores %u layers x %u KV heads x %u, the model has %d x %d x %d",
+                        h->n_layer, h->n_head_kv, h->head_dim, m->info.n_layer, m->info.n_head_kv, m->info.head_dim);
+    if (!(kv = malloc(nf * sizeof *kv))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    if (!(rc = decode_kv_payload(s, g, kv, nf, tok, err, cap)) && (rc = skv_ctx_kv_write(ctx, 0, (int)g->n_tokens, kv)))
+        rc = skv_errf(err, cap, rc, "cannot load the KV into the context: %s", skv_ctx_last_error(ctx));
+    free(kv);
+    return rc;
 }
 
 static void report(const skv_restore_params *p, uint64_t done, uint64_t total)
@@ -756,6 +1008,8 @@ int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, 
         if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL)))
             return skv_errf(err, errcap, rc, "forward pass failed: %s", skv_ctx_last_error(ctx));
         stats.n_passes = 1;
+    } else if (is_kv_codec(s->info.codec)) {
+        if ((rc = load_kv_segment(s, g, m, ctx, tokens, err, errcap))) return rc;
     } else {
         int draft = p ? p->draft : SKV_DRAFT_AUTO;
         /* AUTO = token by token: measured faster than n-gram drafts on non-repetitive text */
@@ -766,14 +1020,9 @@ int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, 
     report(p, g->n_tokens, g->n_tokens);
     if (p && p->verify) {
         uint8_t d[16];
-        char a[33], b[33];
         if ((rc = skv_ctx_kv_digest(ctx, (int)g->n_tokens, d))) return skv_errf(err, errcap, rc, "digest failed");
-        if (memcmp(d, g->digest, 16)) {
-            hex16(g->digest, a);
-            hex16(d, b);
-            return skv_errf(err, errcap, SKV_ERR_MISMATCH,
-                            "KV verification failed for segment %u: stored digest %s, regenerated %s", i, a, b);
-        }
+        if (memcmp(d, g->digest, 16))
+            return digest_mismatch(g->digest, d, i, is_kv_codec(s->info.codec) ? "decoded" : "regenerated", err, errcap);
     }
     stats.n_tokens = g->n_tokens;
     if (p && p->stats) {

@@ -1061,7 +1061,7 @@ static void hostile_absurd_counts(void)
     } cases[] = {
         {8, 2, 2, SKV_ERR_UNSUPPORTED, 0},           /* version */
         {10, 2, 64, SKV_ERR_FORMAT, 0},              /* header size */
-        {12, 4, 2, SKV_ERR_UNSUPPORTED, 0},          /* codec */
+        {12, 4, 9, SKV_ERR_UNSUPPORTED, 0},          /* codec (2..8: quantized-KV codecs) */
         {12, 4, 0xFFFFFFFF, SKV_ERR_UNSUPPORTED, 0}, /* codec */
         {16, 4, 2, SKV_ERR_FORMAT, 0},               /* flags */
         {16, 4, 0, SKV_ERR_FORMAT, 0},               /* unsegmented with 3 segments */
@@ -1370,7 +1370,7 @@ static void api_misuse(void)
 
     CHECK_EQ_INT(skv_encoder_create(NULL, &p, &e), SKV_ERR_INVALID_ARG);
     CHECK_EQ_INT(skv_encoder_create(g_m, &p, NULL), SKV_ERR_INVALID_ARG);
-    p.codec = 2;
+    p.codec = SKV_CODEC_KVQ + 1; /* the first unknown id (2..8: quantized-KV codecs, tests/test_session_kv.c) */
     CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG);
     CHECK(e == NULL);
     p.codec = -1;

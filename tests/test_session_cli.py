@@ -10,7 +10,8 @@ What is checked: exit codes (0 ok, 1 failure, 2 usage), that `restore --verify` 
 and gives back the input text byte for byte, that `restore --kv` writes exactly the dump
 `kv-dump` writes for the same text, segmenting, the three input forms of compress (text,
 token ids, a KV dump), clear errors for corrupt files and for a different model (naming
-both fingerprints), and --help for each command.
+both fingerprints), and --help for each command; the quantized-KV codecs (tq3, kvq) on the
+bundled KJV model: report, inspect, model-free restore of text and a lossy KV dump.
 """
 import os
 import re
@@ -296,7 +297,93 @@ def wrong_model(tmp):
         check(rc == 0, "restore with the right model: exit %d" % rc)
 
 
-CASES = [help_and_usage_errors, roundtrip_text_and_kv, other_inputs, segments, corrupt_files, wrong_model]
+def read_kvdump(path):
+    """-> (n_pos, tokens, values as a list of floats) of a docs/kvdump.md f32 dump."""
+    import struct
+    d = open(path, "rb").read()
+    check(d[:8] == b"SKVDUMP\0" and struct.unpack_from("<I", d, 16)[0] == 0, "%s is not an f32 dump" % path)
+    n_layer, n_head_kv, head_dim, n_pos = struct.unpack_from("<4I", d, 20)
+    tokens = list(struct.unpack_from("<%di" % n_pos, d, 64))
+    n = n_layer * 2 * n_head_kv * n_pos * head_dim
+    return n_pos, tokens, struct.unpack_from("<%df" % n, d, 64 + 4 * n_pos), n_layer
+
+
+def quantized_kv_codec(tmp):
+    """--codec tq3 on the bundled KJV model: the report splits tokens and KV, inspect shows
+    the scheme, restore gives the text back without running the model, --kv writes the
+    lossy KV (close to kv-dump's exact one, at the reported error), corruption and misuse
+    are refused. Also --codec kvq with a K/V split."""
+    if not os.access(SEQKV, os.X_OK):
+        raise Skip("%s not built" % SEQKV)
+    kjv = os.path.join(ROOT, "models", "kjv-4m.gguf")
+    text = open(os.path.join(ROOT, "tests", "data", "model_ref", "heldout.txt"), "rb").read()[:1500]
+    text = text[:text.rindex(b" ")]
+    src = os.path.join(tmp, "h.txt")
+    open(src, "wb").write(text)
+    skv = os.path.join(tmp, "h.skv")
+    rc, out, err = run("compress", "-m", kjv, "-f", src, "-o", skv, "--codec", "tq3")
+    check(rc == 0, "compress --codec tq3: exit %d: %s" % (rc, err.strip()))
+    check((file_field(out, "codec") or "").startswith("tq3"), "compress did not report codec tq3")
+    n = int(file_field(out, "tokens"))
+    check(re.search(r"^KV part:\s+%d bytes = 3328\.0 bits/position$" % (416 * n), out, re.M),
+          "KV part line missing or wrong: %r" % out)
+    m = re.search(r"^tokens part:\s+(\d+) bytes = ([\d.]+) bits/position", out, re.M)
+    check(m, "tokens part line missing")
+    size = os.path.getsize(skv)
+    check(size == 128 + 32 + 56 + int(m.group(1)) + 416 * n + 8, "file size %d is not the computed one" % size)
+    check(re.search(r"^vs f16 KV:\s+4\.\d\dx smaller", out, re.M), "ratio vs f16 missing: %r" % out)
+    mse = re.search(r"^KV relative MSE:\s+K ([\d.e-]+), V ([\d.e-]+)", out, re.M)
+    check(mse, "relative MSE missing")
+    rc, out, err = run("inspect", skv)
+    check(rc == 0, "inspect: exit %d" % rc)
+    check("k=tq3,v=tq3, seed 0; 4 layers x 2 KV heads x head_dim 64; 416 bytes/position" in out,
+          "inspect shows no KV scheme: %r" % out)
+    check(re.search(r"^\s+tokens %s bytes .* KV %d bytes" % (m.group(1), 416 * n), out, re.M), "inspect segment sizes")
+    back, kv, ref_kv = os.path.join(tmp, "back.txt"), os.path.join(tmp, "q.kv"), os.path.join(tmp, "ref.kv")
+    rc, out, err = run("restore", "-m", kjv, skv, "-o", back, "--kv", kv)
+    check(rc == 0, "restore --kv: exit %d: %s" % (rc, err.strip()))
+    check(open(back, "rb").read() == text, "restored text differs from the input")
+    check("codec tq3" in out and "decoded KV verified" in out and "without running the model" in out,
+          "restore report: %r" % out)
+    rc, out, err = run("restore", "-m", kjv, skv)
+    check(rc == 0 and "the KV is lossy" in out and "not written" in out, "restore without --kv: %r" % out)
+    rc, out, err = run("kv-dump", "-m", kjv, "-f", src, "-o", ref_kv)
+    check(rc == 0, "kv-dump: exit %d: %s" % (rc, err.strip()))
+    nq, tq, vq, n_layer = read_kvdump(kv)
+    ne, te, ve, _ = read_kvdump(ref_kv)
+    check(nq == ne == n and tq == te, "dump positions/tokens differ")
+    check(vq != ve, "the restored KV is exact: it should be the tq3 round trip")
+    # relative error per kind, against the number compress reported (f32 stored as f32)
+    blk = len(ve) // (2 * n_layer)
+    for kind in (0, 1):
+        num = den = 0.0
+        for layer in range(n_layer):
+            o = (2 * layer + kind) * blk
+            for a, b in zip(ve[o:o + blk], vq[o:o + blk]):
+                num += (a - b) * (a - b)
+                den += a * a
+        rel = num / den
+        want = float(mse.group(1 + kind))
+        check(abs(rel - want) <= 2e-3 * want + 1e-6, "kind %d: relative MSE %.5g, compress said %.5g" % (kind, rel, want))
+    # corruption: one KV byte
+    data = bytearray(open(skv, "rb").read())
+    data[size - 100] ^= 4
+    bad = os.path.join(tmp, "bad.skv")
+    open(bad, "wb").write(bytes(data))
+    rc, out, err = run("restore", "-m", kjv, bad)
+    check(rc == 1 and "checksum mismatch" in err, "corrupt file: exit %d: %r" % (rc, err))
+    # kvq: a K/V split and misuse
+    rc, out, err = run("compress", "-m", kjv, "-f", src, "-o", skv, "--codec", "kvq", "--kv-quant", "k=tq4,v=tq3")
+    check(rc == 0 and re.search(r"^KV part:\s+%d bytes" % (480 * n), out, re.M), "kvq k=tq4,v=tq3: %r %r" % (out, err))
+    rc, out, err = run("restore", "-m", kjv, skv, "-o", back)
+    check(rc == 0 and open(back, "rb").read() == text, "kvq restore")
+    for args in (("--codec", "kvq"), ("--codec", "tq3", "--kv-quant", "tq3"), ("--codec", "kvq", "--kv-quant", "tq9")):
+        rc, out, err = run("compress", "-m", kjv, "-f", src, "-o", skv, *args)
+        check(rc == 2 and err.strip(), "compress %s: exit %d, want 2" % (" ".join(args), rc))
+
+
+CASES = [help_and_usage_errors, roundtrip_text_and_kv, other_inputs, segments, corrupt_files, wrong_model,
+         quantized_kv_codec]
 
 
 def main():

@@ -61,7 +61,7 @@ static int32_t *parse_ids(const char *text, size_t *n)
 
 static const char compress_help[] =
     "usage: seqkv compress [-m MODEL] (-f TEXT | --ids IDS | --kv-in DUMP) -o OUT.skv\n"
-    "                      [--codec model|tokens] [--segment] [-t THREADS]\n\n"
+    "                      [--codec CODEC] [--kv-quant SPEC] [--segment] [-t THREADS]\n\n"
     "Stores a session (the KV cache of a text) as a .skv file (docs/format.md).\n"
     "  -f TEXT        text file, tokenized with BOS first ('-' = stdin)\n"
     "  --ids IDS      whitespace-separated token ids instead of text\n"
@@ -69,6 +69,11 @@ static const char compress_help[] =
     "  --codec model  arithmetic-code the tokens under the model (default; smallest,\n"
     "                 restored token by token)\n"
     "  --codec tokens raw token ids, zstd-compressed (restored by one parallel prefill)\n"
+    "  --codec f16|q8|q4|tq2|tq3|tq4\n"
+    "                 the tokens (as 'tokens') plus every position's KV quantized per\n"
+    "                 vector (lossy; restored without running the model: docs/format.md 2.3)\n"
+    "  --codec kvq --kv-quant SPEC   the same with schemes per kind, e.g. k=tq4,v=tq3 or\n"
+    "                 tq3p,seed=7 (schemes f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p)\n"
     "  --segment      allow sessions longer than the context: stored as consecutive\n"
     "                 independent segments, each with a fresh context\n"
     "Prints the size in bits per token position next to the model's cross-entropy and the\n"
@@ -80,9 +85,38 @@ static void print_pct(const char *label, double x)
            label, x);
 }
 
+/* Quantized-KV codecs: the token and KV parts separately, the ratio to f16 KV and the
+ * quality the writer measured. */
+static void print_kv_report(const skv_session *s, size_t n, size_t size, double f16)
+{
+    skv_session_info si;
+    skv_session_kv_info ki;
+    uint64_t tb = 0, kb = 0;
+    double mse[2] = {0, 0};
+    skv_session_get_info(s, &si);
+    for (uint32_t i = 0; i < si.n_segments; i++) {
+        uint32_t nt = 0;
+        skv_session_segment_info(s, i, &nt, NULL, NULL);
+        skv_session_segment_kv_info(s, i, &ki);
+        tb += ki.tokens_bytes;
+        kb += ki.kv_bytes;
+        for (int k = 0; k < 2; k++) mse[k] += (double)ki.rel_mse[k] * nt;
+    }
+    printf("KV schemes:            k=%s,v=%s, seed %llu (%llu bytes/position)\n", ki.scheme[0], ki.scheme[1],
+           (unsigned long long)ki.seed, (unsigned long long)ki.position_bytes);
+    printf("tokens part:           %llu bytes = %.4f bits/position (zstd varints)\n", (unsigned long long)tb,
+           (double)tb * 8 / (double)n);
+    printf("KV part:               %llu bytes = %.1f bits/position\n", (unsigned long long)kb, (double)kb * 8 / (double)n);
+    printf("vs f16 KV:             %.2fx smaller (whole file vs %.0f bytes)\n", f16 * (double)n / (double)size,
+           f16 * (double)n);
+    printf("KV relative MSE:       K %.3g, V %.3g (sum |x - x~|^2 / sum |x|^2, token-weighted over segments; lossy)\n",
+           mse[0] / (double)n, mse[1] / (double)n);
+}
+
 int cmd_compress(int argc, char **argv)
 {
-    const char *model = NULL, *file = NULL, *ids_file = NULL, *kv_in = NULL, *out = NULL, *codec = "model";
+    const char *model = NULL, *file = NULL, *ids_file = NULL, *kv_in = NULL, *out = NULL, *codec = "model",
+               *kvq = NULL;
     long threads = 1;
     int segment = 0;
     for (int i = 1; i < argc; i++) {
@@ -92,7 +126,8 @@ int cmd_compress(int argc, char **argv)
             return CLI_OK;
         }
         const char **dst = !strcmp(a, "-m") ? &model : !strcmp(a, "-f") ? &file : !strcmp(a, "--ids") ? &ids_file
-                         : !strcmp(a, "--kv-in") ? &kv_in : !strcmp(a, "-o") ? &out : !strcmp(a, "--codec") ? &codec : NULL;
+                         : !strcmp(a, "--kv-in") ? &kv_in : !strcmp(a, "-o") ? &out : !strcmp(a, "--codec") ? &codec
+                         : !strcmp(a, "--kv-quant") ? &kvq : NULL;
         if (dst) {
             if (!v) {
                 cli_error("option %s needs a value", a);
@@ -114,8 +149,18 @@ int cmd_compress(int argc, char **argv)
         cli_error("compress needs exactly one input (-f, --ids or --kv-in) and -o OUT.skv");
         return CLI_USAGE;
     }
-    if (strcmp(codec, "model") && strcmp(codec, "tokens")) {
-        cli_error("--codec must be 'model' or 'tokens', not '%s'", codec);
+    int codec_id = skv_codec_parse(codec);
+    char qerr[256];
+    if (codec_id < 0) {
+        cli_error("--codec must be one of model tokens f16 q8 q4 tq2 tq3 tq4 kvq, not '%s'", codec);
+        return CLI_USAGE;
+    }
+    if ((codec_id == SKV_CODEC_KVQ) != !!kvq) {
+        cli_error("--kv-quant SPEC goes with --codec kvq (and --codec kvq needs it)");
+        return CLI_USAGE;
+    }
+    if (kvq && skv_kv_quant_check(kvq, NULL, qerr, sizeof qerr)) {
+        cli_error("%s", qerr);
         return CLI_USAGE;
     }
     skv_model *m = cli_load_model(model);
@@ -149,12 +194,15 @@ int cmd_compress(int argc, char **argv)
         goto done;
     }
     skv_encoder_params ep = skv_encoder_default_params();
-    ep.codec = strcmp(codec, "model") ? SKV_CODEC_TOKENS : SKV_CODEC_MODEL;
+    ep.codec = codec_id;
+    ep.kv_quant = kvq;
     ep.n_threads = (int)threads;
     ep.segment = segment;
     int st = skv_encoder_create(m, &ep, &e);
     if (st) {
-        cli_error("cannot create the encoder: %s", skv_status_str(st));
+        cli_error("cannot create the encoder: %s%s", skv_status_str(st),
+                  codec_id == SKV_CODEC_KVQ ? " (the spec may give only k=, v=, kv= and seed=, both kinds, with schemes "
+                                              "that support the model's head_dim)" : "");
         goto done;
     }
     double t0 = cli_now();
@@ -184,7 +232,7 @@ int cmd_compress(int argc, char **argv)
     skv_kv_position_bytes(m, "f16", &f16);
     skv_kv_position_bytes(m, "tq3.5", &tq);
     printf("model:                 %s (%d layers, %d KV heads x %d)\n", info.name, info.n_layer, info.n_head_kv, info.head_dim);
-    printf("codec:                 %s\n", codec);
+    printf("codec:                 %s%s\n", codec, codec_id >= SKV_CODEC_F16 ? " (tokens + quantized KV)" : "");
     printf("tokens:                %zu\n", n);
     printf("file:                  %s, %zu bytes\n", out, size);
     printf("bits per position:     %.4f (all headers and checksums counted)\n", bits / (double)n);
@@ -201,6 +249,7 @@ int cmd_compress(int argc, char **argv)
                 skv_session_segment_info(s, i, NULL, &pb, NULL);
                 payload += pb;
             }
+            if (ep.codec >= SKV_CODEC_F16) print_kv_report(s, n, size, f16);
         }
         skv_session_free(s);
     }
@@ -217,10 +266,11 @@ int cmd_compress(int argc, char **argv)
         printf("container:             %zu bytes (header, %u segment record%s, checksums, KV digests)\n",
                size - (size_t)payload, n_seg, n_seg == 1 ? "" : "s");
     }
-    printf("KV cache as f16:       %.0f bytes (%.1f bits/position) -> %.0fx smaller\n", f16 * (double)n, f16 * 8,
-           f16 * (double)n / (double)size);
-    printf("KV cache as TQ-3.5:    %.0f bytes (%.1f bits/position) -> %.0fx smaller\n", tq * (double)n, tq * 8,
-           tq * (double)n / (double)size);
+    double r16 = f16 * (double)n / (double)size, rtq = tq * (double)n / (double)size;
+    printf("KV cache as f16:       %.0f bytes (%.1f bits/position) -> %.*fx smaller\n", f16 * (double)n, f16 * 8,
+           r16 < 10 ? 2 : 0, r16);
+    printf("KV cache as TQ-3.5:    %.0f bytes (%.1f bits/position) -> %.*fx %s\n", tq * (double)n, tq * 8,
+           rtq < 10 ? 2 : 0, rtq, rtq < 1 ? "(this file is larger)" : "smaller");
     printf("encode time:           %.2f s (%.0f tokens/s)\n", secs, (double)n / (secs + 1e-12));
     rc = CLI_OK;
 done:
@@ -236,7 +286,9 @@ done:
 static const char restore_help[] =
     "usage: seqkv restore [-m MODEL] IN.skv [-o TEXT] [--kv OUT.kv] [--no-verify] [-t THREADS]\n"
     "                     [--draft none|ngram] [--draft-max N]\n\n"
-    "Regenerates a session's tokens and KV cache from a .skv file.\n"
+    "Regenerates a session's tokens and KV cache from a .skv file. Quantized-KV codecs\n"
+    "(f16 q8 q4 tq2 tq3 tq4 kvq) decode the stored, lossy KV without running the model\n"
+    "(the model is still loaded: its fingerprint is checked and it renders the text).\n"
     "  -o TEXT     write the session's text ('-' = stdout)\n"
     "  --kv OUT    write the regenerated KV cache as a raw dump (single-segment sessions)\n"
     "  --no-verify skip checking each segment's regenerated KV against the stored digest\n"
@@ -394,10 +446,18 @@ int cmd_restore(int argc, char **argv)
     cli_progress_end(&rp.pr);
     double secs = cli_now() - t0;
     FILE *rep = tf == stdout ? stderr : stdout;
+    int lossy = si.codec >= SKV_CODEC_F16;
     fprintf(rep, "restored %llu tokens (%u segment%s, codec %s) in %.2f s (%.0f tokens/s)%s\n",
-            (unsigned long long)si.n_tokens, si.n_segments, si.n_segments == 1 ? "" : "s",
-            si.codec == SKV_CODEC_MODEL ? "model" : "tokens", secs, (double)si.n_tokens / (secs + 1e-12),
-            verify ? "; KV verified bit-exact against the stored digest" : "");
+            (unsigned long long)si.n_tokens, si.n_segments, si.n_segments == 1 ? "" : "s", skv_codec_name(si.codec), secs,
+            (double)si.n_tokens / (secs + 1e-12),
+            !verify ? "" : lossy ? "; decoded KV verified against the stored digest" : "; KV verified bit-exact against the stored digest");
+    if (lossy && si.n_segments) {
+        skv_session_kv_info ki;
+        skv_session_segment_kv_info(s, 0, &ki);
+        fprintf(rep, "the KV is lossy: decoded from the stored k=%s,v=%s payload without running the model "
+                     "(relative MSE K %.3g, V %.3g in segment 0)%s\n",
+                ki.scheme[0], ki.scheme[1], ki.rel_mse[0], ki.rel_mse[1], kv ? "" : "; not written (use --kv OUT)");
+    }
     if (si.codec == SKV_CODEC_MODEL && rs.n_passes)
         fprintf(rep, "%llu forward passes (%.2f tokens/pass); drafts: %llu proposed, %llu accepted (%.0f%%)\n",
                 (unsigned long long)rs.n_passes, (double)rs.n_tokens / (double)rs.n_passes,
@@ -436,8 +496,17 @@ int cmd_inspect(int argc, char **argv)
     skv_session_get_info(s, &si);
     printf("file:         %s (%llu bytes)\nformat:       .skv version %d\n", argv[1], (unsigned long long)si.file_bytes,
            si.version);
-    printf("codec:        %s", si.codec == SKV_CODEC_MODEL ? "model (arithmetic-coded under the model)" : "tokens (zstd varints)");
+    skv_session_kv_info ki;
+    int kvc = si.n_segments && skv_session_segment_kv_info(s, 0, &ki) == SKV_OK;
+    printf("codec:        %s", si.codec == SKV_CODEC_MODEL ? "model (arithmetic-coded under the model)"
+                               : si.codec == SKV_CODEC_TOKENS ? "tokens (zstd varints)" : skv_codec_name(si.codec));
     if (si.codec == SKV_CODEC_MODEL) printf(", frequency total 2^%u", si.total_bits);
+    if (si.codec >= SKV_CODEC_F16) printf(" (zstd varints + quantized KV, lossy; restored without the model)");
+    if (kvc)
+        printf("\nKV scheme:    k=%s,v=%s, seed %llu; %d layers x %d KV heads x head_dim %d; %llu bytes/position "
+               "(%.1f bits)",
+               ki.scheme[0], ki.scheme[1], (unsigned long long)ki.seed, ki.n_layer, ki.n_head_kv, ki.head_dim,
+               (unsigned long long)ki.position_bytes, (double)ki.position_bytes * 8);
     printf("\nmodel:        %s\nfingerprint:  ", si.model_name);
     for (int i = 0; i < 16; i++) printf("%02x", si.fingerprint[i]);
     printf("\nvocabulary:   %u (BOS %d)\ncontext:      %u per segment\ntokens:       %llu\n", si.n_vocab, si.bos_id,
@@ -453,6 +522,10 @@ int cmd_inspect(int argc, char **argv)
                (double)pb * 8 / nt);
         for (int k = 0; k < 16; k++) printf("%02x", d[k]);
         printf("\n");
+        if (kvc && skv_session_segment_kv_info(s, i, &ki) == SKV_OK)
+            printf("      tokens %llu bytes (%.3f bits/token), KV %llu bytes (%.1f bits/token), relative MSE K %.3g V %.3g\n",
+                   (unsigned long long)ki.tokens_bytes, (double)ki.tokens_bytes * 8 / nt, (unsigned long long)ki.kv_bytes,
+                   (double)ki.kv_bytes * 8 / nt, ki.rel_mse[0], ki.rel_mse[1]);
     }
     if (si.n_segments > 64) printf("  ... %u more\n", si.n_segments - 64);
     skv_session_free(s);
