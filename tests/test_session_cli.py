@@ -382,8 +382,43 @@ def quantized_kv_codec(tmp):
         check(rc == 2 and err.strip(), "compress %s: exit %d, want 2" % (" ".join(args), rc))
 
 
+def batch_restore_of_segments(tmp):
+    """--ctx cuts the bundled model's sessions into short segments; restore decodes them
+    together (--batch, default 16) and gives the same text and verified KV as one by one."""
+    if not os.access(SEQKV, os.X_OK):
+        raise Skip("%s not built" % SEQKV)
+    KJV = os.path.join(ROOT, "models", "kjv-4m.gguf")
+    held = os.path.join(ROOT, "tests", "data", "model_ref", "heldout.txt")
+    text = open(held, "rb").read()[:6000]
+    text = text[:text.rindex(b" ")]
+    src = os.path.join(tmp, "h.txt")
+    open(src, "wb").write(text)
+    skv = os.path.join(tmp, "h.skv")
+    rc, out, err = run("compress", "-m", KJV, "-f", src, "-o", skv, "--segment", "--ctx", "64")
+    check(rc == 0, "compress --ctx 64: exit %d: %s" % (rc, err.strip()))
+    n_tok = int(file_field(out, "tokens"))
+    rc, out, err = run("inspect", skv)
+    check("%d (segmented session)" % ((n_tok + 63) // 64) in out, "inspect: not cut into 64-token segments")
+    passes = {}
+    for b in ("1", "16", "64"):
+        back = os.path.join(tmp, "back" + b)
+        rc, out, err = run("restore", "-m", KJV, skv, "-o", back, "--batch", b)
+        check(rc == 0, "restore --batch %s: exit %d: %s" % (b, rc, err.strip()))
+        check(open(back, "rb").read() == text, "restore --batch %s: text differs" % b)
+        check("verified bit-exact" in out, "restore --batch %s did not verify" % b)
+        m = re.search(r"^(\d+) forward passes", out, re.M)
+        check(m is not None, "no pass count in %r" % out)
+        passes[b] = int(m.group(1))
+    check(passes["1"] == n_tok and passes["16"] < n_tok // 8, "passes: %r for %d tokens" % (passes, n_tok))
+    for bad in ("0", "65", "x"):
+        rc, out, err = run("restore", "-m", KJV, skv, "--batch", bad)
+        check(rc == 2, "--batch %s: exit %d, want 2" % (bad, rc))
+    rc, out, err = run("compress", "-m", KJV, "-f", src, "-o", skv, "--ctx", "0")
+    check(rc == 2, "--ctx 0: exit %d, want 2" % rc)
+
+
 CASES = [help_and_usage_errors, roundtrip_text_and_kv, other_inputs, segments, corrupt_files, wrong_model,
-         quantized_kv_codec]
+         quantized_kv_codec, batch_restore_of_segments]
 
 
 def main():

@@ -61,7 +61,7 @@ static int32_t *parse_ids(const char *text, size_t *n)
 
 static const char compress_help[] =
     "usage: seqkv compress [-m MODEL] (-f TEXT | --ids IDS | --kv-in DUMP) -o OUT.skv\n"
-    "                      [--codec CODEC] [--kv-quant SPEC] [--segment] [-t THREADS]\n\n"
+    "                      [--codec CODEC] [--kv-quant SPEC] [--segment] [--ctx N] [-t THREADS]\n\n"
     "Stores a session (the KV cache of a text) as a .skv file (docs/format.md).\n"
     "  -f TEXT        text file, tokenized with BOS first ('-' = stdin)\n"
     "  --ids IDS      whitespace-separated token ids instead of text\n"
@@ -74,6 +74,7 @@ static const char compress_help[] =
     "                 vector (lossy; restored without running the model: docs/format.md 2.3)\n"
     "  --codec kvq --kv-quant SPEC   the same with schemes per kind, e.g. k=tq4,v=tq3 or\n"
     "                 tq3p,seed=7 (schemes f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p)\n"
+    "  --ctx N        context (segment capacity) in positions; default: the model's\n"
     "  --segment      allow sessions longer than the context: stored as consecutive\n"
     "                 independent segments, each with a fresh context\n"
     "Prints the size in bits per token position next to the model's cross-entropy and the\n"
@@ -117,7 +118,7 @@ int cmd_compress(int argc, char **argv)
 {
     const char *model = NULL, *file = NULL, *ids_file = NULL, *kv_in = NULL, *out = NULL, *codec = "model",
                *kvq = NULL;
-    long threads = 1;
+    long threads = 1, n_ctx = 0;
     int segment = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -140,6 +141,9 @@ int cmd_compress(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--segment")) {
             segment = 1;
+        } else if (!strcmp(a, "--ctx")) {
+            if (cli_parse_int(a, v, 1, 1 << 24, &n_ctx)) return CLI_USAGE;
+            i++;
         } else {
             cli_error("unexpected argument '%s' (see seqkv compress --help)", a);
             return CLI_USAGE;
@@ -198,6 +202,7 @@ int cmd_compress(int argc, char **argv)
     ep.kv_quant = kvq;
     ep.n_threads = (int)threads;
     ep.segment = segment;
+    ep.n_ctx = (int)n_ctx;
     int st = skv_encoder_create(m, &ep, &e);
     if (st) {
         cli_error("cannot create the encoder: %s%s", skv_status_str(st),
@@ -285,7 +290,7 @@ done:
 
 static const char restore_help[] =
     "usage: seqkv restore [-m MODEL] IN.skv [-o TEXT] [--kv OUT.kv] [--no-verify] [-t THREADS]\n"
-    "                     [--draft none|ngram] [--draft-max N]\n\n"
+    "                     [--draft none|ngram] [--draft-max N] [--batch N]\n\n"
     "Regenerates a session's tokens and KV cache from a .skv file. Quantized-KV codecs\n"
     "(f16 q8 q4 tq2 tq3 tq4 kvq) decode the stored, lossy KV without running the model\n"
     "(the model is still loaded: its fingerprint is checked and it renders the text).\n"
@@ -298,6 +303,9 @@ static const char restore_help[] =
     "              only on sessions that repeat themselves).\n"
     "              Both restore exactly the same tokens and KV; only the speed differs.\n"
     "  --draft-max N  most tokens verified per pass, 1..256 (default 16)\n"
+    "  --batch N   codec model, several segments: decode up to N segments together, one\n"
+    "              forward pass per step for all of them (default 16; 1 = one at a time;\n"
+    "              not combined with --draft). Same tokens and KV; memory: N contexts.\n"
     "The model must be the one the session was written with (checked by fingerprint).\n";
 
 typedef struct {
@@ -329,10 +337,50 @@ static void write_text(FILE *f, const skv_model *m, const skv_model_info *info, 
     }
 }
 
+/* Restores every segment of s in waves of up to `width` segments decoded together
+ * (skv_session_restore_batch), writing the text in order. Prints its own errors. */
+static int restore_waves(const skv_session *s, skv_model *m, const skv_ctx_params *cp, uint32_t width,
+                         const skv_restore_params *p, FILE *tf, const skv_model_info *info, int *after_bos)
+{
+    skv_session_info si;
+    skv_session_get_info(s, &si);
+    if (width > si.n_segments) width = si.n_segments;
+    skv_restore_job *jobs = calloc(width, sizeof *jobs);
+    int32_t *tok = malloc((size_t)width * (size_t)cp->n_ctx * sizeof *tok);
+    int rc = jobs && tok ? SKV_OK : SKV_ERR_NOMEM;
+    restore_progress *rp = p->user;
+    for (uint32_t k = 0; k < width && !rc; k++) rc = skv_ctx_create(m, cp, &jobs[k].ctx);
+    if (rc) cli_error("cannot create %u contexts of %d positions", width, cp->n_ctx);
+    for (uint32_t w = 0; w < si.n_segments && !rc; w += width) {
+        uint32_t nw = si.n_segments - w < width ? si.n_segments - w : width;
+        for (uint32_t k = 0; k < nw; k++) {
+            jobs[k].session = s;
+            jobs[k].segment = w + k;
+            jobs[k].tokens = tok + (size_t)k * (size_t)cp->n_ctx;
+            jobs[k].cap = (size_t)cp->n_ctx;
+        }
+        if ((rc = skv_session_restore_batch(m, jobs, nw, p))) {
+            for (uint32_t k = 0; k < nw; k++)
+                if (jobs[k].status) cli_error("segment %u: %s", w + k, jobs[k].err);
+            break;
+        }
+        for (uint32_t k = 0; k < nw; k++) {
+            uint32_t nt = 0;
+            skv_session_segment_info(s, w + k, &nt, NULL, NULL);
+            if (tf) write_text(tf, m, info, jobs[k].tokens, nt, after_bos);
+            rp->base += nt;
+        }
+    }
+    for (uint32_t k = 0; jobs && k < width; k++) skv_ctx_free(jobs[k].ctx);
+    free(jobs);
+    free(tok);
+    return rc;
+}
+
 int cmd_restore(int argc, char **argv)
 {
     const char *model = NULL, *in = NULL, *out = NULL, *kv = NULL;
-    long threads = 1, draft_max = 0;
+    long threads = 1, draft_max = 0, batch = 16;
     int verify = 1, draft = SKV_DRAFT_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -353,6 +401,9 @@ int cmd_restore(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--draft-max")) {
             if (cli_parse_int(a, v, 1, 256, &draft_max)) return CLI_USAGE;
+            i++;
+        } else if (!strcmp(a, "--batch")) {
+            if (cli_parse_int(a, v, 1, 64, &batch)) return CLI_USAGE;
             i++;
         } else if (!strcmp(a, "--draft")) {
             if (v && !strcmp(v, "none")) draft = SKV_DRAFT_NONE;
@@ -426,7 +477,13 @@ int cmd_restore(int argc, char **argv)
                             .draft_max = (int)draft_max, .stats = &rs};
     cli_progress_start(&rp.pr, "restore");
     double t0 = cli_now();
-    for (uint32_t i = 0; i < si.n_segments; i++) {
+    /* several model-coded segments: decoded together unless drafts were asked for */
+    int batched = si.codec == SKV_CODEC_MODEL && si.n_segments > 1 && batch > 1 && draft == SKV_DRAFT_AUTO && !kv;
+    if (batched && restore_waves(s, m, &cp, (uint32_t)batch, &p, tf, &info, &after_bos)) {
+        cli_progress_end(&rp.pr);
+        goto done;
+    }
+    for (uint32_t i = 0; !batched && i < si.n_segments; i++) {
         uint32_t nt;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
         int st = skv_session_restore_segment(s, m, i, c, &p, tok, longest, err, sizeof err);
