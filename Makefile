@@ -101,6 +101,12 @@ san:
 bench: all
 	bench/run.sh $(BUILD)
 
+# seqkv bench (issue 8): every KV representation compared, report + CSVs + plots in
+# bench/results/report/ (docs/bench.md); a few minutes on 2 cores.
+.PHONY: report
+report: $(BUILD)/seqkv
+	nice $(BUILD)/seqkv bench --out bench/results/report
+
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT='-O1 -g' \
 	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link' lib
