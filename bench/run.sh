@@ -17,7 +17,7 @@ trap 'rm -f "$kjv_text" "$stories_text"' EXIT
 head -c 60000 tests/data/model_ref/heldout.txt >"$kjv_text" # KJV books held out from kjv-4m's training
 if [ -f "$shared/corpus/stories260K_samples.txt" ]; then head -c 60000 "$shared/corpus/stories260K_samples.txt" >"$stories_text"; else : >"$stories_text"; fi
 
-# BENCH_ONLY="engine quant" runs only those blocks (engine session coder quant restore).
+# BENCH_ONLY="engine quant" runs only those blocks (engine session coder quant restore store).
 want() {
     [ -z "${BENCH_ONLY:-}" ] && return 0
     case " $BENCH_ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac
@@ -123,4 +123,19 @@ if want restore; then
     done
 } >"$out/restore.md"
 echo "wrote $out/restore.md"
+fi
+
+# --- session store (issue 5): workload through the CLI + bench_store -----------------
+if want store; then
+{
+    echo "# Session store: a multi-session workload, throughput, lookups"
+    echo
+    stamp
+    /usr/bin/python3 scripts/gen_workload.py --report "$build/seqkv" --sessions 60 --seed 1 --budgets 64M,4M,0
+    echo
+    echo "## Throughput (bench/bench_store.c: what is measured is described in its header)"
+    echo
+    "$build/bench/bench_store" models/kjv-4m.gguf tests/data/model_ref/heldout.txt 24 100000
+} >"$out/store.md"
+echo "wrote $out/store.md"
 fi

@@ -386,6 +386,117 @@ SKV_API int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_se
 SKV_API int skv_session_restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens,
                                    size_t tok_cap, int verify, char *err, size_t errcap);
 
+/* ---- Session store: the probabilistic-language-trie store (docs/store.md) ----
+ * A directory (an LMDB environment) holding many named sessions' token sequences in a
+ * radix trie over token ids, so a prefix shared by several sessions is stored once. Each
+ * trie node carries the model's cumulative surprisal of its prefix (d_T, bits) and may
+ * hold its span's KV materialised (exact f32, zstd). A restore loads the longest
+ * materialised prefix and recomputes the rest, bit-identical to a fresh run. A placement
+ * policy keeps the most valuable prefixes materialised within a byte budget. ACID,
+ * crash-safe (every put/remove is one LMDB transaction), many readers and one writer at
+ * a time, across threads (one handle) and processes (one handle each). */
+
+typedef struct skv_store skv_store;
+
+enum { SKV_STORE_CREATE = 1, SKV_STORE_READONLY = 2 };
+
+typedef struct skv_store_params {
+    uint64_t map_size;  /* LMDB map size (upper bound of the store; sparse); 0 = 64 GiB */
+    int64_t budget;     /* bytes of materialised KV; < 0: keep the stored one (64 MiB on create) */
+    int n_threads;      /* threads for the model runs of put/get; 0 = 1 */
+} skv_store_params;
+
+SKV_API skv_store_params skv_store_default_params(void);
+/* Opens (or with SKV_STORE_CREATE creates) the store in directory dir for model m (which
+ * must outlive the handle). Errors: SKV_ERR_IO (no store there), SKV_ERR_FORMAT (a foreign
+ * or damaged file), SKV_ERR_MISMATCH (the store was made with another model: both named). */
+SKV_API int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
+                           char *err, size_t errcap);
+SKV_API void skv_store_close(skv_store *st);
+/* The last error of this handle (threads sharing a handle may overwrite each other's). */
+SKV_API const char *skv_store_last_error(const skv_store *st);
+
+typedef struct skv_store_put_report {
+    uint32_t n_tokens;
+    uint32_t n_shared;     /* tokens already stored (longest stored prefix) */
+    uint32_t n_loaded;     /* positions loaded from materialised KV to continue from */
+    uint32_t n_computed;   /* positions run through the model */
+    uint32_t n_materialised, n_demoted; /* nodes the placement policy changed */
+    double bits;           /* surprisal of the whole session, bits */
+    double seconds;
+} skv_store_put_report;
+
+/* Stores tokens (1 .. model context) under name (1..255 bytes, unique: SKV_ERR_INVALID_ARG
+ * if taken). One transaction: all or nothing. rep may be NULL. */
+SKV_API int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n,
+                          skv_store_put_report *rep);
+
+enum { SKV_STORE_VERIFY = 1 };
+
+typedef struct skv_store_get_report {
+    uint32_t n_tokens, n_loaded, n_computed;
+    double load_seconds, compute_seconds;
+    int verified;          /* 1: the KV digest was checked and matched */
+    uint32_t n_materialised; /* nodes of its path the policy materialised from this restore */
+} skv_store_get_report;
+
+/* Restores session name into ctx (cleared; kv_quant must be off; capacity >= its length):
+ * tokens[0..n) receive its tokens (cap of room; *n_tokens the length, also on
+ * SKV_ERR_RANGE). flags: SKV_STORE_VERIFY compares the KV digest (SKV_ERR_MISMATCH).
+ * SKV_ERR_INVALID_ARG (with a message) when no such session. Unless the store is
+ * read-only, the access is then recorded and the placement policy may materialise nodes
+ * of the session's path from ctx (a short write transaction). */
+SKV_API int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap,
+                          size_t *n_tokens, skv_store_get_report *rep);
+
+typedef struct skv_store_match_result {
+    uint32_t n_matched;    /* longest stored prefix, tokens */
+    double bits;           /* its d_T = -log2 P_M(prefix), bits */
+    uint32_t n_load, n_compute; /* a restore of that prefix: positions loaded vs recomputed */
+} skv_store_match_result;
+SKV_API int skv_store_match(skv_store *st, const int32_t *tokens, size_t n, skv_store_match_result *r);
+
+/* Removes a session; nodes no other session needs (and their KV) go. */
+SKV_API int skv_store_remove(skv_store *st, const char *name);
+
+typedef struct skv_store_session_info {
+    const char *name;      /* valid during the callback */
+    uint32_t n_tokens;
+    uint8_t digest[16];    /* XXH3-128 of the session's KV (skv_ctx_kv_digest) */
+    uint64_t put_time;     /* unix seconds */
+} skv_store_session_info;
+/* Calls cb for each session in name order (one read snapshot) until it returns nonzero. */
+SKV_API int skv_store_list(skv_store *st, int (*cb)(void *user, const skv_store_session_info *s), void *user);
+
+typedef struct skv_store_stats {
+    char model_name[96];
+    uint64_t n_sessions, session_tokens;   /* total tokens over all sessions */
+    uint64_t n_nodes, unique_positions;    /* trie nodes, sum of their spans */
+    double dedup_ratio;                    /* session_tokens / unique_positions */
+    uint64_t disk_bytes;                   /* LMDB pages in use x page size */
+    uint64_t mat_nodes, mat_positions, mat_bytes; /* materialised KV */
+    double bits_per_position;              /* disk_bytes * 8 / session_tokens */
+    double token_floor_bits;               /* sum of the unique positions' surprisal */
+    double f16_bytes, tq35_bytes;          /* the sessions' KV as f16 / TurboQuant-3.5 */
+    /* policy */
+    uint64_t budget;
+    double prefill_tps;                    /* measured recompute speed, tokens/s */
+    double load_bps;                       /* measured KV load speed, bytes/s */
+    double prior_weight;                   /* kappa: pseudo-operations given to the model prior */
+    uint64_t clock;                        /* operations so far (puts + gets) */
+} skv_store_stats;
+SKV_API int skv_store_get_stats(skv_store *st, skv_store_stats *s);
+
+typedef struct skv_store_gc_report {
+    uint32_t n_demoted;
+    uint64_t bytes_freed;
+    uint64_t mat_bytes;    /* materialised KV after */
+} skv_store_gc_report;
+/* Applies the placement policy now (demotes to the budget) and checks the trie's invariants. */
+SKV_API int skv_store_gc(skv_store *st, skv_store_gc_report *r);
+/* Changes the budget (stored); takes effect at the next put or gc. */
+SKV_API int skv_store_set_budget(skv_store *st, uint64_t bytes);
+
 /* @@API-END@@ */
 #ifdef __cplusplus
 }
