@@ -25,3 +25,17 @@ echo "== restore both, regenerating the KV cache and checking it against the sto
 "$seqkv" restore "$work/tokens.skv" --verify -o "$work/tokens.txt"
 cmp "$work/session.txt" "$work/model.txt" && cmp "$work/session.txt" "$work/tokens.txt" &&
     echo "restored texts are identical to the input"
+echo
+echo "== the same KV cache as TurboQuant-3.5 (k=tq4, v=tq3), the per-vector baseline (lossy)"
+"$seqkv" compress -f "$work/session.txt" -o "$work/tq35.skv" --codec kvq --kv-quant k=tq4,v=tq3 |
+    grep -E '^(file|bits per position|vs f16 KV|KV relative MSE)'
+echo
+echo "== a store of sessions sharing a prefix: two conversations that start with the same passage"
+head -c 2400 "$text" >"$work/chat-a.txt"
+{ head -c 2400 "$text"; tail -c +20000 "$text" | head -c 600; } >"$work/chat-b.txt"
+"$seqkv" store init "$work/store" --budget 8M
+"$seqkv" store put "$work/store" -f "$work/chat-a.txt"
+"$seqkv" store put "$work/store" -f "$work/chat-b.txt"
+"$seqkv" store get "$work/store" chat-b.txt --verify -o "$work/chat-b.back"
+cmp "$work/chat-b.txt" "$work/chat-b.back" && echo "restored chat-b.txt is identical to the input"
+"$seqkv" store stats "$work/store"

@@ -598,45 +598,6 @@ static void api_errors(void)
     free(tdata);
 }
 
-/* Restoring a quantized-KV file needs no forward pass: it is much faster than the
- * prefill that regenerates the same cache from the tokens (printed, and checked loosely). */
-static void faster_than_prefill(void)
-{
-    NEED_SETUP();
-    uint8_t *data = NULL;
-    size_t size = 0;
-    skv_session *s = NULL;
-    float *kv = malloc(g_nf * sizeof *kv);
-    int32_t tok[N_TOK];
-    skv_ctx *c = NULL;
-    skv_ctx_params cp = skv_ctx_default_params();
-    cp.n_ctx = N_TOK;
-    CHECK(kv);
-    CHECK_EQ_INT(encode(SKV_CODEC_TQ3, NULL, g_tok, g_n, 0, &data, &size), SKV_OK);
-    CHECK_EQ_INT(skv_session_open(data, size, &s, NULL, 0), SKV_OK);
-    CHECK_EQ_INT(skv_ctx_create(g_m, &cp, &c), SKV_OK);
-    double best_kv = 1e9, best_pf = 1e9;
-    for (int r = 0; r < 2; r++) {
-        double t0 = (double)clock();
-        int rc = skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1, NULL, 0);
-        double t1 = (double)clock();
-        if (!rc) rc = skv_ctx_truncate(c, 0);
-        if (!rc) rc = skv_prefill(c, g_tok, g_n, SKV_LOGITS_NONE, NULL);
-        double t2 = (double)clock();
-        if (rc) skv_ctx_free(c);
-        CHECK_EQ_INT(rc, SKV_OK);
-        best_kv = t1 - t0 < best_kv ? t1 - t0 : best_kv;
-        best_pf = t2 - t1 < best_pf ? t2 - t1 : best_pf;
-    }
-    skv_ctx_free(c);
-    printf("  %zu tokens: tq3 model-free restore + verify %.2f ms, prefill %.2f ms (CPU time)\n", g_n,
-           1e3 * best_kv / CLOCKS_PER_SEC, 1e3 * best_pf / CLOCKS_PER_SEC);
-    CHECK_MSG(best_kv < best_pf, "model-free restore is not faster than prefill");
-    skv_session_free(s);
-    free(data);
-    free(kv);
-}
-
 int main(void)
 {
     TEST_BEGIN("test_session_kv");
@@ -654,7 +615,6 @@ int main(void)
     RUN(crafted_payloads);
     RUN(geometry_mismatch);
     RUN(api_errors);
-    RUN(faster_than_prefill);
     free(g_exact);
     skv_model_free(g_m);
     TEST_END();
