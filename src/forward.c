@@ -555,22 +555,11 @@ int skv_ctx_kv_digest(const skv_ctx *c, int n_pos, uint8_t out[16])
     if (!(st = XXH3_createState())) return SKV_ERR_NOMEM;
     XXH3_128bits_reset(st);
     size_t hd = (size_t)c->m->info.head_dim;
-    uint8_t buf[1024];
     for (int l = 0; l < c->m->info.n_layer; l++)
         for (int kind = 0; kind < 2; kind++)
-            for (int hh = 0; hh < c->m->info.n_head_kv; hh++) {
-                const float *p = kv_ptr(attn_cache(c, l, kind), c, l, hh);
-                size_t n = (size_t)n_pos * hd;
-                for (size_t i = 0; i < n;) {
-                    size_t k = 0;
-                    for (; k < sizeof buf / 4 && i < n; k++, i++) skv_wrf32(buf + 4 * k, p[i]);
-                    XXH3_128bits_update(st, buf, 4 * k);
-                }
-            }
-    XXH128_canonical_t cn;
-    XXH128_canonicalFromHash(&cn, XXH3_128bits_digest(st));
-    memcpy(out, cn.digest, 16);
-    XXH3_freeState(st);
+            for (int hh = 0; hh < c->m->info.n_head_kv; hh++)
+                skv_digest_f32_update(st, kv_ptr(attn_cache(c, l, kind), c, l, hh), (size_t)n_pos * hd);
+    skv_digest_finish(st, out);
     return SKV_OK;
 }
 

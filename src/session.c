@@ -272,18 +272,10 @@ static int put_varints(uint8_t *dst, const int32_t *t, size_t n, size_t *len)
 static int digest_f32(const float *x, size_t n, uint8_t out[16])
 {
     XXH3_state_t *st = XXH3_createState();
-    uint8_t buf[1024];
     if (!st) return SKV_ERR_NOMEM;
     XXH3_128bits_reset(st);
-    for (size_t i = 0; i < n;) {
-        size_t k = 0;
-        for (; k < sizeof buf / 4 && i < n; k++, i++) skv_wrf32(buf + 4 * k, x[i]);
-        XXH3_128bits_update(st, buf, 4 * k);
-    }
-    XXH128_canonical_t cn;
-    XXH128_canonicalFromHash(&cn, XXH3_128bits_digest(st));
-    memcpy(out, cn.digest, 16);
-    XXH3_freeState(st);
+    skv_digest_f32_update(st, x, n);
+    skv_digest_finish(st, out);
     return SKV_OK;
 }
 

@@ -1,4 +1,6 @@
 /* Shared helpers: status names, error formatting, logging, file mapping. */
+#include <xxhash.h>
+
 #include "util.h"
 
 #include <errno.h>
@@ -101,4 +103,22 @@ double skv_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void skv_digest_f32_update(void *xxh3_state, const float *x, size_t n)
+{
+    uint8_t buf[1024];
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < sizeof buf / 4 && i < n; k++, i++) skv_wrf32(buf + 4 * k, x[i]);
+        XXH3_128bits_update(xxh3_state, buf, 4 * k);
+    }
+}
+
+void skv_digest_finish(void *xxh3_state, uint8_t out[16])
+{
+    XXH128_canonical_t cn;
+    XXH128_canonicalFromHash(&cn, XXH3_128bits_digest(xxh3_state));
+    memcpy(out, cn.digest, 16);
+    XXH3_freeState(xxh3_state);
 }

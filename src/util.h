@@ -55,6 +55,13 @@ static inline void skv_wrf32(uint8_t *p, float f)
     skv_wr32(p, u);
 }
 
+/* The XXH3-128 digests of KV (docs/format.md section 3): n floats hashed as little-endian
+ * binary32, so the digest is the same on any host. skv_digest_f32_update feeds a running
+ * XXH3 state (an XXH3_state_t *, passed as void * to keep xxhash.h out of this header);
+ * skv_digest_finish writes the canonical 16 bytes and frees the state. */
+void skv_digest_f32_update(void *xxh3_state, const float *x, size_t n);
+void skv_digest_finish(void *xxh3_state, uint8_t out[16]);
+
 /* Read-only memory map of a whole file (falls back to reading into memory). */
 typedef struct skv_mmap {
     const uint8_t *data;
