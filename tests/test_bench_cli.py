@@ -14,43 +14,14 @@ import csv
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BUILD = os.environ.get("SEQKV_BUILD", "build")
-SEQKV = os.path.join(ROOT, BUILD, "seqkv") if not os.path.isabs(BUILD) else os.path.join(BUILD, "seqkv")
+from clitest import SEQKV, Fail, Reporter, Skip, check, run
+
 NAME = "test_bench_cli"
-
-failed = 0
-
-
-def report(case, status, why=""):
-    global failed
-    if status == "FAIL":
-        failed += 1
-    print("%s %s:%s%s" % (status, NAME, case, ": " + why if why else ""))
-    sys.stdout.flush()
-
-
-class Skip(Exception):
-    pass
-
-
-class Fail(Exception):
-    pass
-
-
-def check(cond, why):
-    if not cond:
-        raise Fail(why)
-
-
-def run(*args, timeout=300):
-    p = subprocess.run([SEQKV] + [str(a) for a in args], capture_output=True, timeout=timeout, cwd=ROOT)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+REPORTER = Reporter(NAME)
+report = REPORTER.report
 
 
 def need_binary():
@@ -75,7 +46,7 @@ def quick_run(tmp):
     if "dir" not in QUICK:
         need_binary()
         out = os.path.join(tmp, "quick")
-        rc, so, se = run("bench", "--quick", "--out", out)
+        rc, so, se = run("bench", "--quick", "--out", out, timeout=300)
         check(rc == 0, "bench --quick: exit %d: %s" % (rc, se.strip()[-400:]))
         check("report:" in so, "bench --quick printed no summary: %r" % so)
         QUICK["dir"], QUICK["stdout"] = out, so
@@ -183,7 +154,7 @@ def custom_text(tmp):
     with open(src, "w") as f:
         f.write("The quick brown fox jumps over the lazy dog. " * 8)
     out = os.path.join(tmp, "o")
-    rc, so, se = run("bench", "--quick", "--no-plots", "-f", src, "--tokens", "40", "--out", out)
+    rc, so, se = run("bench", "--quick", "--no-plots", "-f", src, "--tokens", "40", "--out", out, timeout=300)
     check(rc == 0, "bench -f: exit %d: %s" % (rc, se.strip()[-300:]))
     reps = rows_of(os.path.join(out, "representations.csv"))
     check(reps and all(r["text"] == "t" and r["tokens"] == "40" for r in reps), "rows do not name text 't' at 40 tokens")
@@ -222,7 +193,7 @@ def main():
                 report(case.__name__, "FAIL", "%s: %s" % (type(e).__name__, e))
     finally:
         shutil.rmtree(shared_tmp, ignore_errors=True)
-    return 1 if failed else 0
+    return 1 if REPORTER.failed else 0
 
 
 if __name__ == "__main__":

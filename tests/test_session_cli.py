@@ -20,21 +20,11 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BUILD = os.environ.get("SEQKV_BUILD", "build")
-SEQKV = os.path.join(ROOT, BUILD, "seqkv") if not os.path.isabs(BUILD) else os.path.join(BUILD, "seqkv")
+from clitest import ROOT, SEQKV, Fail, Reporter, Skip, check, run
+
 NAME = "test_session_cli"
-
-failed = 0
-
-
-def report(case, status, why=""):
-    global failed
-    if status == "FAIL":
-        failed += 1
-    print("%s %s:%s%s" % (status, NAME, case, ": " + why if why else ""))
-    sys.stdout.flush()
+REPORTER = Reporter(NAME)
+report = REPORTER.report
 
 
 def shared_dir():
@@ -51,30 +41,11 @@ SHARED = shared_dir()
 MODEL = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf") if SHARED else None
 
 
-def run(*args, stdin=None):
-    """-> (exit code, stdout, stderr) of seqkv ARGS (text mode)."""
-    p = subprocess.run([SEQKV] + [str(a) for a in args], input=stdin, capture_output=True, timeout=120)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-
-
 def bible(ref):
     out = subprocess.run(["bible", "-f", ref], capture_output=True, timeout=60)
     if out.returncode != 0 or not out.stdout:
         raise RuntimeError("bible -f %s failed" % ref)
     return out.stdout
-
-
-class Skip(Exception):
-    pass
-
-
-class Fail(Exception):
-    pass
-
-
-def check(cond, why):
-    if not cond:
-        raise Fail(why)
 
 
 def need_model():
@@ -435,7 +406,7 @@ def main():
             report(case.__name__, "FAIL", "%s: %s" % (type(e).__name__, e))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if failed else 0
+    return 1 if REPORTER.failed else 0
 
 
 if __name__ == "__main__":

@@ -10,29 +10,14 @@ Runs in a few seconds.
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BUILD = os.environ.get("SEQKV_BUILD", "build")
-SEQKV = os.path.join(ROOT, BUILD, "seqkv") if not os.path.isabs(BUILD) else os.path.join(BUILD, "seqkv")
+from clitest import ROOT, SEQKV, Reporter, run
+
 NAME = "test_store_cli"
-failed = 0
-
-
-def report(case, status, why=""):
-    global failed
-    if status == "FAIL":
-        failed += 1
-    print("%s %s:%s%s" % (status, NAME, case, ": " + why if why else ""))
-    sys.stdout.flush()
-
-
-def run(*args):
-    p = subprocess.run([SEQKV] + [str(a) for a in args], capture_output=True, timeout=120, cwd=ROOT)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+REPORTER = Reporter(NAME)
+report = REPORTER.report
 
 
 def case(fn):
@@ -149,4 +134,4 @@ try:
         case(fn)
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
-sys.exit(1 if failed else 0)
+sys.exit(1 if REPORTER.failed else 0)
