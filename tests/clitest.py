@@ -45,3 +45,15 @@ class Reporter:
             self.failed += 1
         print("%s %s:%s%s" % (status, self.name, case, ": " + why if why else ""))
         sys.stdout.flush()
+
+    def run_case(self, case, *args):
+        """Runs case(*args): PASS, or SKIP / FAIL with the reason; a crash of the case is a FAIL."""
+        try:
+            case(*args)
+            self.report(case.__name__, "PASS")
+        except Skip as e:
+            self.report(case.__name__, "SKIP", str(e))
+        except Fail as e:
+            self.report(case.__name__, "FAIL", str(e))
+        except Exception as e:  # a crash of the test itself is a failure too
+            self.report(case.__name__, "FAIL", "%s: %s" % (type(e).__name__, e))

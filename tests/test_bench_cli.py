@@ -181,16 +181,8 @@ def main():
     try:
         for case in CASES:
             tmp = tempfile.mkdtemp(prefix="case_", dir=shared_tmp)
-            try:
-                case(shared_tmp if case in (outputs_exist, representation_invariants, corollary5_and_floor,
-                                            store_and_projection) else tmp)
-                report(case.__name__, "PASS")
-            except Skip as e:
-                report(case.__name__, "SKIP", str(e))
-            except Fail as e:
-                report(case.__name__, "FAIL", str(e))
-            except Exception as e:  # a crash of the test itself is a failure too
-                report(case.__name__, "FAIL", "%s: %s" % (type(e).__name__, e))
+            shared = case in (outputs_exist, representation_invariants, corollary5_and_floor, store_and_projection)
+            REPORTER.run_case(case, shared_tmp if shared else tmp)
     finally:
         shutil.rmtree(shared_tmp, ignore_errors=True)
     return 1 if REPORTER.failed else 0

@@ -396,14 +396,7 @@ def main():
     for case in CASES:
         tmp = tempfile.mkdtemp(prefix="seqkv_cli_")
         try:
-            case(tmp)
-            report(case.__name__, "PASS")
-        except Skip as e:
-            report(case.__name__, "SKIP", str(e))
-        except Fail as e:
-            report(case.__name__, "FAIL", str(e))
-        except Exception as e:  # a crash of the test itself is a failure too
-            report(case.__name__, "FAIL", "%s: %s" % (type(e).__name__, e))
+            REPORTER.run_case(case, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return 1 if REPORTER.failed else 0
