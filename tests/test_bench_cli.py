@@ -17,7 +17,7 @@ import shutil
 import sys
 import tempfile
 
-from clitest import SEQKV, Fail, Reporter, Skip, check, run
+from clitest import SEQKV, Reporter, Skip, check, run
 
 NAME = "test_bench_cli"
 REPORTER = Reporter(NAME)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from clitest import ROOT, SEQKV, Fail, Reporter, Skip, check, run
+from clitest import ROOT, SEQKV, Reporter, Skip, check, run
 
 NAME = "test_session_cli"
 REPORTER = Reporter(NAME)
