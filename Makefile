@@ -106,6 +106,7 @@ bench: all
 .PHONY: report
 report: $(BUILD)/seqkv
 	nice $(BUILD)/seqkv bench --out bench/results/report
+	scripts/sync_readme_results.py bench/results/report/report.md README.md
 
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT='-O1 -g' \
