@@ -233,6 +233,10 @@ static void matmul_task(void *arg, size_t task, int thread)
     const skv_weight *w = j->w;
     size_t r0 = task * ROW_BLOCK, nr = w->N - r0 < ROW_BLOCK ? w->N - r0 : ROW_BLOCK;
     const float *W;
+    if (j->T == 1 && w->type == SKV_GGML_F16 && j->c->k->matvec_f16) { /* decode: no f32 copy */
+        j->c->k->matvec_f16(j->y + r0, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->x, nr);
+        return;
+    }
     if (w->type == SKV_GGML_F32) {
         W = (const float *)(const void *)(w->data + r0 * w->row_bytes);
     } else {

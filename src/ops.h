@@ -47,6 +47,12 @@ typedef struct skv_kernels {
                  const float *V, size_t hd, float scale, float *scores, size_t n_max);
     /* skv_dequant_rows, with SIMD conversions where they exist (exact: same values) */
     void (*dequant)(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst);
+    /* Optional (NULL: not provided). y[r] = dot(f32(W_r), x, K) for n_rows binary16 rows W_r
+     * of row_bytes each: exactly dequant + matmul with T = 1 (same products, same order),
+     * without the f32 copy of the rows. Token-by-token decoding of f16 models is bound by
+     * that copy; its twin is the dequant + matmul path, compared bit for bit by
+     * tests/test_engine.c (scalar kernels, which lack it, vs AVX2, single-token decodes). */
+    void (*matvec_f16)(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows);
 } skv_kernels;
 
 /* Largest nq the attn kernels accept. */

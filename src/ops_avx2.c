@@ -1,6 +1,7 @@
 /* AVX2+FMA kernels: bit-identical to the scalar reference in ops.c (same
  * per-element operation sequence; see ops.h). Compiled with -mavx2 -mfma. */
 #include "ops.h"
+#include "f16.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 #include <cpuid.h>
@@ -107,6 +108,44 @@ static void matmul_avx2(float *y, size_t ldy, const float *W, size_t K, const fl
         size_t r = 0;
         for (; r + 8 <= n_rows; r += 8) tile_8x1(y + t * ldy + r, W + r * K, K, x + t * ldx);
         for (; r < n_rows; r++) y[t * ldy + r] = dot_avx2(W + r * K, x + t * ldx, K);
+    }
+}
+
+/* Eight binary16 -> binary32 values (exact). */
+static inline __m256 load_h8(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+
+/* matvec over f16 rows: per row the operations of dot8 / dot_avx2 on the converted row. */
+static void matvec_f16_avx2(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows)
+{
+    size_t n8 = K & ~(size_t)7, r = 0, j;
+    for (; r + 8 <= n_rows; r += 8) {
+        const uint16_t *w[8];
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            w[i] = (const uint16_t *)(const void *)((const uint8_t *)W + (r + (size_t)i) * row_bytes);
+            acc[i] = _mm256_setzero_ps();
+        }
+        for (j = 0; j < n8; j += 8) {
+            __m256 xv = _mm256_loadu_ps(x + j);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(load_h8(w[i] + j), xv, acc[i]);
+        }
+        _mm256_storeu_ps(y + r, reduce8(acc));
+        if (n8 != K)
+            for (int i = 0; i < 8; i++)
+                for (j = n8; j < K; j++) y[r + (size_t)i] = fmaf(skv_f16_to_f32(w[i][j]), x[j], y[r + (size_t)i]);
+    }
+    for (; r < n_rows; r++) {
+        const uint16_t *w = (const uint16_t *)(const void *)((const uint8_t *)W + r * row_bytes);
+        __m256 acc = _mm256_setzero_ps();
+        for (j = 0; j < n8; j += 8) acc = _mm256_fmadd_ps(load_h8(w + j), _mm256_loadu_ps(x + j), acc);
+        float sum = hsum8(acc);
+        for (; j < K; j++) sum = fmaf(skv_f16_to_f32(w[j]), x[j], sum);
+        y[r] = sum;
     }
 }
 
@@ -315,6 +354,7 @@ static const skv_kernels k_avx2 = {
     .rope = rope_avx2,
     .attn = attn_avx2,
     .dequant = dequant_avx2,
+    .matvec_f16 = matvec_f16_avx2,
 };
 
 const skv_kernels *skv_kernels_avx2(void)

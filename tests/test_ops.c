@@ -1,0 +1,92 @@
+/* Kernel twins: every AVX2 kernel that the engine's results depend on is compared bit for
+ * bit with the scalar reference on random inputs of awkward sizes (tails of the 8-lane
+ * loops, row counts that are not multiples of the tiles), including the fused f16
+ * matrix-vector product against its definition (dequant + matmul with one token).
+ * tests/test_engine.c covers the same kernels end to end through whole models. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "f16.h"
+#include "ops.h"
+#include "test.h"
+
+static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
+
+static uint32_t rnd(void)
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+
+static float rnd_float(void) { return ((float)(rnd() & 0xffffff) / 16777216.0f - 0.5f) * 4.0f; }
+
+/* Random binary16 values, a few of them subnormal or zero. */
+static uint16_t rnd_half(void)
+{
+    uint32_t r = rnd();
+    if (r % 50 == 0) return (uint16_t)(r >> 16 & 0x83ff); /* subnormal / signed zero */
+    return skv_f32_to_f16(rnd_float());
+}
+
+static const skv_kernels *avx2_or_skip(void) { return skv_kernels_avx2(); }
+
+static void matvec_f16_equals_dequant_matmul(void)
+{
+    const skv_kernels *ref = skv_kernels_scalar(), *fast = avx2_or_skip();
+    if (!fast) SKIP("no AVX2+FMA+F16C on this CPU");
+    CHECK(fast->matvec_f16 != NULL);
+    static const size_t Ks[] = {1, 5, 8, 13, 16, 31, 64, 67, 256, 769};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
+        for (size_t n = 1; n <= 19; n += (n < 9 ? 1 : 5)) {
+            size_t K = Ks[ki], row_bytes = 2 * K + 2 * (n % 3); /* rows need not be packed */
+            uint8_t *W = calloc(n, row_bytes);
+            float *x = malloc(K * sizeof *x), *Wf = malloc(n * K * sizeof *Wf);
+            float *y1 = malloc(n * sizeof *y1), *y2 = malloc(n * sizeof *y2), *y3 = malloc(n * sizeof *y3);
+            CHECK(W && x && Wf && y1 && y2 && y3);
+            for (size_t r = 0; r < n; r++)
+                for (size_t j = 0; j < K; j++) {
+                    uint16_t h = rnd_half();
+                    memcpy(W + r * row_bytes + 2 * j, &h, 2);
+                }
+            for (size_t j = 0; j < K; j++) x[j] = rnd_float();
+            ref->dequant(1 /* f16 */, W, row_bytes, K, n, Wf);
+            ref->matmul(y1, n, Wf, K, x, K, 1, n);
+            fast->matmul(y2, n, Wf, K, x, K, 1, n);
+            fast->matvec_f16(y3, W, row_bytes, K, x, n);
+            CHECK_MSG(!memcmp(y1, y2, n * sizeof *y1), "AVX2 matmul differs from scalar (K %zu, rows %zu)", K, n);
+            CHECK_MSG(!memcmp(y1, y3, n * sizeof *y1), "matvec_f16 differs from dequant+matmul (K %zu, rows %zu)", K,
+                      n);
+            free(W), free(x), free(Wf), free(y1), free(y2), free(y3);
+        }
+}
+
+static void matmul_tiles_equal_scalar(void)
+{
+    const skv_kernels *ref = skv_kernels_scalar(), *fast = avx2_or_skip();
+    if (!fast) SKIP("no AVX2+FMA+F16C on this CPU");
+    for (size_t K = 1; K <= 70; K += 3)
+        for (size_t T = 1; T <= 5; T++) {
+            size_t n = 1 + rnd() % 21;
+            float *W = malloc(n * K * sizeof *W), *x = malloc(T * K * sizeof *x);
+            float *y1 = malloc(T * n * sizeof *y1), *y2 = malloc(T * n * sizeof *y2);
+            CHECK(W && x && y1 && y2);
+            for (size_t i = 0; i < n * K; i++) W[i] = rnd_float();
+            for (size_t i = 0; i < T * K; i++) x[i] = rnd_float();
+            ref->matmul(y1, n, W, K, x, K, T, n);
+            fast->matmul(y2, n, W, K, x, K, T, n);
+            CHECK_MSG(!memcmp(y1, y2, T * n * sizeof *y1), "matmul differs (K %zu, T %zu, rows %zu)", K, T, n);
+            free(W), free(x), free(y1), free(y2);
+        }
+}
+
+int main(void)
+{
+    TEST_BEGIN("test_ops");
+    RUN(matvec_f16_equals_dequant_matmul);
+    RUN(matmul_tiles_equal_scalar);
+    TEST_END();
+}
