@@ -304,8 +304,10 @@ static const char restore_help[] =
     "              Both restore exactly the same tokens and KV; only the speed differs.\n"
     "  --draft-max N  most tokens verified per pass, 1..256 (default 16)\n"
     "  --batch N   codec model, several segments: decode up to N segments together, one\n"
-    "              forward pass per step for all of them (default 16; 1 = one at a time;\n"
-    "              not combined with --draft). Same tokens and KV; memory: N contexts.\n"
+    "              forward pass per step for all of them (default 1: one at a time; not\n"
+    "              combined with --draft). Same tokens and KV; memory: N contexts. Pays\n"
+    "              when reading the weights bounds a pass (large models), not when they\n"
+    "              fit in cache (bench/results/restore.md).\n"
     "The model must be the one the session was written with (checked by fingerprint).\n";
 
 typedef struct {
@@ -380,7 +382,7 @@ static int restore_waves(const skv_session *s, skv_model *m, const skv_ctx_param
 int cmd_restore(int argc, char **argv)
 {
     const char *model = NULL, *in = NULL, *out = NULL, *kv = NULL;
-    long threads = 1, draft_max = 0, batch = 16;
+    long threads = 1, draft_max = 0, batch = 1;
     int verify = 1, draft = SKV_DRAFT_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -477,7 +479,7 @@ int cmd_restore(int argc, char **argv)
                             .draft_max = (int)draft_max, .stats = &rs};
     cli_progress_start(&rp.pr, "restore");
     double t0 = cli_now();
-    /* several model-coded segments: decoded together unless drafts were asked for */
+    /* several model-coded segments and --batch N > 1: decoded together */
     int batched = si.codec == SKV_CODEC_MODEL && si.n_segments > 1 && batch > 1 && draft == SKV_DRAFT_AUTO && !kv;
     if (batched && restore_waves(s, m, &cp, (uint32_t)batch, &p, tf, &info, &after_bos)) {
         cli_progress_end(&rp.pr);
