@@ -1,0 +1,123 @@
+/* Fuzz target for the session store's trie (src/trie.c), model-based.
+ *
+ * Input byte 0 selects the mode:
+ *   even: the rest is a node record: decoding must not crash; a record it accepts must
+ *         re-encode to exactly the same bytes (one canonical form per node).
+ *   odd:  the rest is a program of trie operations over a 4-token alphabet (so prefixes
+ *         collide all the time), run against the in-memory node storage and a trivial
+ *         model, a list of the inserted sequences:
+ *           op & 3 == 0, 1: insert the sequence given by the next bytes (length 1..16);
+ *           op & 3 == 2:    remove the session (op >> 2) mod count;
+ *           op & 3 == 3:    match the next sequence: the matched length must equal the
+ *                           longest common prefix with any stored sequence.
+ *         After every operation skv_trie_check must hold; at the end every stored
+ *         sequence must be found whole. Any violation aborts. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trie.h"
+
+#define MAXS 64
+#define MAXL 16
+
+typedef struct {
+    int32_t tok[MAXL];
+    size_t n;
+    uint64_t end;
+} seq;
+
+static size_t lcp(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    size_t k = 0;
+    while (k < na && k < nb && a[k] == b[k]) k++;
+    return k;
+}
+
+static void fuzz_record(const uint8_t *data, size_t size)
+{
+    skv_trie_node n;
+    memset(&n, 0, sizeof n);
+    if (skv_trie_node_decode(data, size, &n, NULL, 0) == SKV_OK) {
+        size_t sz = skv_trie_node_size(n.len);
+        uint8_t *again = malloc(sz);
+        if (!again) abort();
+        skv_trie_node_encode(&n, again);
+        if (sz != size || memcmp(again, data, size)) abort();
+        free(again);
+    }
+    skv_trie_node_clear(&n);
+}
+
+/* Reads a sequence: a length byte, then one byte per token (2 bits used). */
+static size_t read_seq(const uint8_t **p, const uint8_t *end, int32_t *tok)
+{
+    if (*p >= end) return 0;
+    size_t n = 1 + **p % MAXL;
+    (*p)++;
+    for (size_t i = 0; i < n; i++) tok[i] = *p < end ? (int32_t)(*(*p)++ & 3) : 0;
+    return n;
+}
+
+static void fuzz_program(const uint8_t *p, const uint8_t *end)
+{
+    static seq s[MAXS];
+    size_t count = 0;
+    float surprisal[MAXL];
+    skv_trie_mem *mem;
+    skv_trie_io io;
+    char err[256];
+    for (int i = 0; i < MAXL; i++) surprisal[i] = 1.0f;
+    if (skv_trie_mem_create(&mem)) abort();
+    skv_trie_mem_io(mem, &io);
+    for (uint64_t clock = 1; p < end; clock++) {
+        uint8_t op = *p++;
+        int32_t tok[MAXL];
+        size_t n;
+        skv_trie_path path;
+        memset(&path, 0, sizeof path);
+        switch (op & 3) {
+        case 0:
+        case 1:
+            if (count == MAXS || !(n = read_seq(&p, end, tok))) break;
+            if (skv_trie_insert(&io, tok, n, surprisal, clock, &s[count].end)) abort();
+            memcpy(s[count].tok, tok, n * sizeof *tok);
+            s[count++].n = n;
+            break;
+        case 2:
+            if (!count) break;
+            {
+                size_t k = (size_t)(op >> 2) % count;
+                if (skv_trie_remove(&io, s[k].end)) abort();
+                s[k] = s[--count];
+            }
+            break;
+        default:
+            if (!(n = read_seq(&p, end, tok))) break;
+            if (skv_trie_match(&io, tok, n, &path)) abort();
+            size_t best = 0;
+            for (size_t k = 0; k < count; k++) {
+                size_t l = lcp(tok, n, s[k].tok, s[k].n);
+                best = l > best ? l : best;
+            }
+            if (path.matched != best) abort();
+            skv_trie_path_free(&path);
+        }
+        if (skv_trie_check(&io, err, sizeof err)) abort();
+    }
+    for (size_t k = 0; k < count; k++) {
+        skv_trie_path path;
+        memset(&path, 0, sizeof path);
+        if (skv_trie_match(&io, s[k].tok, s[k].n, &path) || path.matched != s[k].n) abort();
+        skv_trie_path_free(&path);
+    }
+    skv_trie_mem_free(mem);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    if (data[0] & 1) fuzz_program(data + 1, data + size);
+    else fuzz_record(data + 1, size - 1);
+    return 0;
+}
