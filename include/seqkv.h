@@ -8,6 +8,10 @@
  *   (which accepts NULL).
  * - The library never prints and never exits; diagnostics go through the
  *   optional log callback set by skv_set_log().
+ * - Parameter structs (skv_ctx_params, skv_encoder_params, skv_restore_params,
+ *   skv_store_params) gain fields at their end in later versions, zero meaning "the
+ *   default": start from the *_default_params() function or a designated initializer
+ *   ({.verify = 1}), never a positional one.
  */
 #ifndef SEQKV_H
 #define SEQKV_H
