@@ -388,8 +388,33 @@ def batch_restore_of_segments(tmp):
     check(rc == 2, "--ctx 0: exit %d, want 2" % rc)
 
 
+def generation_stored_as_it_runs(tmp):
+    """generate -o stores the prompt + generation through the encoder; the session restores
+    verified to exactly the printed text, and the text is the same as without -o."""
+    if not os.access(SEQKV, os.X_OK):
+        raise Skip("%s not built" % SEQKV)
+    kjv = os.path.join(ROOT, "models", "kjv-4m.gguf")
+    args = ["generate", "-m", kjv, "-p", "And the LORD said", "-n", "60", "--temp", "0.9", "--seed", "7"]
+    rc, plain, err = run(*args)
+    check(rc == 0, "generate: exit %d: %s" % (rc, err.strip()))
+    for codec in ("model", "tq3"):
+        skv = os.path.join(tmp, "g_%s.skv" % codec)
+        rc, out, err = run(*(args + ["-o", skv, "--codec", codec]))
+        check(rc == 0, "generate -o: exit %d: %s" % (rc, err.strip()))
+        check(out == plain, "the text changed when the session is stored (%s)" % codec)
+        check("stored the session" in err, "no report of the stored session: %r" % err)
+        back = os.path.join(tmp, "g.txt")
+        rc, o2, err = run("restore", "-m", kjv, skv, "-o", back)
+        check(rc == 0 and "verified" in o2, "restore of the generation: exit %d: %s" % (rc, err.strip()))
+        check(open(back, encoding="utf-8").read() == plain.rstrip("\n"), "restored text differs (%s)" % codec)
+    rc, out, err = run("generate", "-m", kjv, "-p", "x", "--codec", "model")
+    check(rc == 2 and "-o" in err, "--codec without -o: exit %d" % rc)
+    rc, out, err = run("generate", "-m", kjv, "-p", "x", "-o", os.path.join(tmp, "y.skv"), "--codec", "zip")
+    check(rc == 2 and "codec" in err, "bad --codec: exit %d, want 2" % rc)
+
+
 CASES = [help_and_usage_errors, roundtrip_text_and_kv, other_inputs, segments, corrupt_files, wrong_model,
-         quantized_kv_codec, batch_restore_of_segments]
+         quantized_kv_codec, batch_restore_of_segments, generation_stored_as_it_runs]
 
 
 def main():

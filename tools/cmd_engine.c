@@ -9,7 +9,7 @@
 
 /* Options shared by the commands below. */
 typedef struct {
-    const char *model, *prompt, *file, *out, *logits, *kv_quant;
+    const char *model, *prompt, *file, *out, *logits, *kv_quant, *codec;
     long n_predict, ctx, threads, seed;
     double temp, top_p;
     int f16, truncate, no_bos;
@@ -44,6 +44,9 @@ static int parse_opts(int argc, char **argv, opts *o, const char *allowed, const
         } else if (IS("--kv-quant")) {
             if (!v) goto missing;
             o->kv_quant = argv[++i];
+        } else if (IS("--codec")) {
+            if (!v) goto missing;
+            o->codec = argv[++i];
         } else if (IS("-n")) {
             if (cli_parse_int(a, v, 0, 1 << 24, &o->n_predict)) return -1;
             i++;
@@ -161,21 +164,86 @@ static int32_t sample(const float *logits, int n, double temp, double top_p, uin
 }
 
 static const char gen_help[] =
-    "usage: seqkv generate [-m MODEL] -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S] [-t THREADS]\n\n"
+    "usage: seqkv generate [-m MODEL] -p PROMPT [-n N] [--temp T] [--top-p P] [--seed S] [-t THREADS]\n"
+    "                      [-o OUT.skv [--codec CODEC]]\n\n"
     "Generates up to N tokens (default 128) after PROMPT and prints the text.\n"
     "  --temp T    temperature; 0 (default) = greedy\n"
     "  --top-p P   nucleus sampling mass (default 0.95)\n"
     "  --seed S    sampling seed (default 42); same seed, same text\n"
     "  -t THREADS  worker threads (default 1)\n"
+    "  -o OUT.skv  also store the session (prompt + generation) as it is generated: the\n"
+    "              .skv encoder is the inference loop's context (docs/format.md)\n"
+    "  --codec C   codec of OUT.skv: model (default), tokens, f16, q8, q4, tq2, tq3, tq4\n"
     "Stops at the end-of-sequence token or when the context is full.\n";
+
+/* The context a generation runs in: a plain one, or a .skv encoder's when the session is
+ * stored (same logits either way: the encoder runs the same engine). */
+typedef struct {
+    skv_ctx *ctx;
+    skv_encoder *enc;
+} gen_sink;
+
+static int sink_open(gen_sink *g, skv_model *m, const opts *o)
+{
+    if (!o->out) return (g->ctx = make_ctx(m, 0, o->threads)) ? SKV_OK : SKV_ERR_NOMEM;
+    skv_encoder_params ep = skv_encoder_default_params();
+    ep.codec = skv_codec_parse(o->codec ? o->codec : "model"); /* checked by cmd_generate */
+    ep.n_threads = (int)o->threads;
+    int rc = skv_encoder_create(m, &ep, &g->enc);
+    if (rc) cli_error("cannot create the session encoder: %s", skv_status_str(rc));
+    return rc;
+}
+
+/* Appends tokens and returns the next-token logits. */
+static int sink_append(gen_sink *g, const int32_t *t, size_t n, float *logits)
+{
+    if (g->enc) return skv_encoder_append(g->enc, t, n, logits);
+    return n == 1 ? skv_decode(g->ctx, t[0], logits) : skv_prefill(g->ctx, t, n, SKV_LOGITS_LAST, logits);
+}
+
+static const skv_ctx *sink_ctx(const gen_sink *g) { return g->enc ? skv_encoder_ctx(g->enc) : g->ctx; }
+
+/* Writes OUT.skv (the encoder's bytes) and reports its size. */
+static int sink_finish(gen_sink *g, const char *out)
+{
+    uint8_t *data = NULL;
+    size_t size = 0;
+    skv_encoder_stats st;
+    if (!g->enc) return CLI_OK;
+    skv_encoder_get_stats(g->enc, &st);
+    if (skv_encoder_finish(g->enc, &data, &size)) {
+        cli_error("cannot finish the session: %s", skv_encoder_last_error(g->enc));
+        return CLI_FAIL;
+    }
+    FILE *f = fopen(out, "wb");
+    int ok = f && fwrite(data, 1, size, f) == size;
+    if (f && fclose(f) != 0) ok = 0;
+    free(data);
+    if (!ok) {
+        cli_error("cannot write '%s'", out);
+        remove(out);
+        return CLI_FAIL;
+    }
+    fprintf(stderr, "stored the session (%llu tokens) in %s: %zu bytes, %.2f bits/position\n",
+            (unsigned long long)st.n_tokens, out, size, 8.0 * (double)size / (double)(st.n_tokens ? st.n_tokens : 1));
+    return CLI_OK;
+}
 
 int cmd_generate(int argc, char **argv)
 {
     opts o = {.n_predict = 128, .threads = 1, .seed = 42, .top_p = 0.95};
-    int r = parse_opts(argc, argv, &o, " -m -p -n --temp --top-p --seed -t ", gen_help);
+    int r = parse_opts(argc, argv, &o, " -m -p -n --temp --top-p --seed -t -o --codec ", gen_help);
     if (r) return r > 0 ? CLI_OK : CLI_USAGE;
     if (!o.prompt) {
         cli_error("generate needs a prompt (-p TEXT)");
+        return CLI_USAGE;
+    }
+    if (o.codec && !o.out) {
+        cli_error("--codec needs -o OUT.skv");
+        return CLI_USAGE;
+    }
+    if (o.codec && (skv_codec_parse(o.codec) < 0 || skv_codec_parse(o.codec) == SKV_CODEC_KVQ)) {
+        cli_error("--codec '%s' is not one of model tokens f16 q8 q4 tq2 tq3 tq4", o.codec);
         return CLI_USAGE;
     }
     skv_model *m = cli_load_model(o.model);
@@ -184,32 +252,35 @@ int cmd_generate(int argc, char **argv)
     skv_model_get_info(m, &info);
     size_t n = 0;
     int32_t *tok = cli_tokenize(m, o.prompt, strlen(o.prompt), 1, &n);
-    skv_ctx *c = tok ? make_ctx(m, 0, o.threads) : NULL;
+    gen_sink g = {NULL, NULL};
     float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
     cand *buf = malloc((size_t)info.n_vocab * sizeof *buf);
     int rc = CLI_FAIL;
-    if (!c || !logits || !buf) goto done;
-    if ((size_t)skv_ctx_n_ctx(c) <= n) {
-        cli_error("the prompt (%zu tokens) does not fit the context of %d", n, skv_ctx_n_ctx(c));
+    if (!tok || !logits || !buf || sink_open(&g, m, &o)) goto done;
+    int n_ctx = skv_ctx_n_ctx(sink_ctx(&g));
+    if ((size_t)n_ctx <= n) {
+        cli_error("the prompt (%zu tokens) does not fit the context of %d", n, n_ctx);
         goto done;
     }
-    if (skv_prefill(c, tok, n, SKV_LOGITS_LAST, logits)) goto done;
+    if (sink_append(&g, tok, n, logits)) goto done;
     fputs(o.prompt, stdout);
     uint64_t rng = (uint64_t)o.seed;
-    for (long i = 0; i < o.n_predict && skv_ctx_n_pos(c) < skv_ctx_n_ctx(c); i++) {
+    for (long i = 0; i < o.n_predict && skv_ctx_n_pos(sink_ctx(&g)) < n_ctx; i++) {
         int32_t next = sample(logits, info.n_vocab, o.temp, o.top_p, &rng, buf);
         if (next == info.eos_id) break;
         print_piece(m, next);
         fflush(stdout);
-        if (skv_ctx_n_pos(c) + 1 > skv_ctx_n_ctx(c) || skv_decode(c, next, logits)) break;
+        if (sink_append(&g, &next, 1, logits)) break;
     }
     putchar('\n');
-    rc = CLI_OK;
+    fflush(stdout);
+    rc = sink_finish(&g, o.out);
 done:
     free(tok);
     free(logits);
     free(buf);
-    skv_ctx_free(c);
+    skv_encoder_free(g.enc);
+    skv_ctx_free(g.ctx);
     skv_model_free(m);
     return rc;
 }
