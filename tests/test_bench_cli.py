@@ -173,7 +173,26 @@ def errors(tmp):
     check(rc == 1 and "no_such.txt" in err, "missing text: exit %d, message %r" % (rc, err.strip()))
 
 
-CASES = [outputs_exist, representation_invariants, corollary5_and_floor, store_and_projection, custom_text, errors]
+def info_sizes_exact(tmp):
+    """seqkv info's bits per position for every scheme, from the bundled model's geometry
+    (16 vectors of 64 values per position): scales and norms counted."""
+    rc, out, err = run("info")
+    check(rc == 0, "info: exit %d" % rc)
+    got = dict(re.findall(r"^  (\S+)\s+[0-9.]+\s+(\d+)\s+[0-9.]+x$", out, re.M))
+    vec, d = 16, 64
+    want = {"f32": 32 * vec * d, "f16": 16 * vec * d, "q8_0": vec * (d * 8 + 2 * 16), "q4_0": vec * (d * 4 + 2 * 16)}
+    for b in (1, 2, 3, 4):
+        want["tq%d" % b] = vec * (b * d + 16)                       # codes + fp16 norm
+    for b in (2, 3, 4):
+        want["tq%dp" % b] = vec * ((b - 1) * d + d + 2 * 16)        # MSE codes + sketch + 2 norms
+    want["tq3.5"] = (want["tq3"] + want["tq4"]) // 2
+    for k, v in want.items():
+        check(k in got, "info does not list %s" % k)
+        check(int(got[k]) == v, "%s: info says %s bits, geometry gives %d" % (k, got[k], v))
+
+
+CASES = [outputs_exist, representation_invariants, corollary5_and_floor, store_and_projection, custom_text, errors,
+         info_sizes_exact]
 
 
 def main():

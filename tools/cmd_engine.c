@@ -470,7 +470,7 @@ int cmd_info(int argc, char **argv)
     for (int i = 0; i < 16; i++) printf("%02x", fp[i]);
     printf("\n\nKV cache per token position (%d layers x 2 x %d heads x %d values = %d scalars):\n", h.n_layer,
            h.n_head_kv, h.head_dim, 2 * h.n_layer * h.n_head_kv * h.head_dim);
-    const char *schemes[] = {"f32", "f16", "q8_0", "tq4", "tq3.5", "tq3"};
+    const char *schemes[] = {"f32", "f16", "q8_0", "q4_0", "tq4p", "tq4", "tq3.5", "tq3p", "tq3", "tq2p", "tq2", "tq1"};
     double f16 = 0;
     skv_kv_position_bytes(m, "f16", &f16);
     printf("  %-8s %12s %12s %10s\n", "scheme", "bytes", "bits", "vs f16");
@@ -479,7 +479,9 @@ int cmd_info(int argc, char **argv)
         if (skv_kv_position_bytes(m, schemes[i], &b)) continue;
         printf("  %-8s %12.1f %12.0f %9.2fx\n", schemes[i], b, b * 8, f16 / b);
     }
-    printf("  (TurboQuant sizes include one fp16 norm per vector; tq3.5 = half the vectors at 3, half at 4 bits)\n");
+    printf("  (every stored byte counted: q8_0/q4_0 one fp16 scale per 32 values; TurboQuant one fp16\n"
+           "   norm per vector, the prod variants tqNp also a residual norm and a 1-bit sketch;\n"
+           "   tq3.5 = half the vectors at 3, half at 4 bits)\n");
     skv_model_free(m);
     return CLI_OK;
 }
