@@ -14,14 +14,12 @@
  * leaves the step set and the next queued job joins it, at most MAX_ACTIVE at a time.
  * Each row's logits and KV are bit-identical to a solo decode (the engine guarantees it),
  * so every job restores exactly what skv_session_restore_segment restores; segments of
- * other codecs are handed to skv_session_restore_segment directly. The stream decoding
- * mirrors src/session.c (docs/format.md section 2.2). */
+ * other codecs are handed to skv_session_restore_segment directly. The stream format is
+ * session.c's: this module only schedules its steps (src/session_int.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "probq.h"
-#include "rangecoder.h"
 #include "session_int.h"
 #include "util.h"
 
@@ -31,7 +29,6 @@ typedef struct {
     skv_restore_job *job;
     skv_rangecoder_dec dec;
     uint32_t n, i;     /* segment tokens; tok[0..i) decoded, tok[0..i-1) in the cache */
-    uint8_t digest[16];
 } active_job;
 
 typedef struct {
@@ -51,107 +48,46 @@ static int job_fail(skv_restore_job *j, int status, const char *msg)
     return status;
 }
 
-static void hex16(const uint8_t *d, char *out)
-{
-    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
-}
-
-static unsigned bits_for(uint32_t n_vocab)
-{
-    unsigned b = 1;
-    while (b < 32 && ((uint64_t)1 << b) < n_vocab) b++;
-    return b;
-}
-
 /* Everything about a job that can be checked before any model pass. */
-static int job_validate(batch *b, skv_restore_job *j, const uint8_t fp[16])
+static int job_validate(batch *b, skv_restore_job *j)
 {
     skv_session_info si;
-    skv_model_info mi;
     uint32_t n = 0;
-    char a[33], c[33];
     if (!j->session || !j->ctx || !j->tokens || skv_ctx_model(j->ctx) != b->m)
         return job_fail(j, SKV_ERR_INVALID_ARG, "invalid job (session, context of this model and token buffer required)");
     skv_session_get_info(j->session, &si);
-    skv_model_get_info(b->m, &mi);
     if (j->segment >= si.n_segments) return job_fail(j, SKV_ERR_INVALID_ARG, "segment index out of range");
-    if (memcmp(si.fingerprint, fp, 16) || si.n_vocab != (uint32_t)mi.n_vocab) {
-        hex16(si.fingerprint, a);
-        hex16(fp, c);
-        j->status = skv_errf(j->err, sizeof j->err, SKV_ERR_MISMATCH,
-                             "wrong model: session written with '%.40s' (%s), model given '%.40s' (%s)", si.model_name,
-                             a, mi.name, c);
-        return j->status;
-    }
+    if ((j->status = skv_session_check_model(j->session, b->m, j->err, sizeof j->err))) return j->status;
     skv_session_segment_info(j->session, j->segment, &n, NULL, NULL);
     if (j->cap < n || (uint32_t)skv_ctx_n_ctx(j->ctx) < n)
         return job_fail(j, SKV_ERR_RANGE, "token buffer or context too small for the segment");
     return SKV_OK;
 }
 
-static int job_start(batch *b, active_job *a, skv_restore_job *j)
+static int job_start(active_job *a, skv_restore_job *j)
 {
-    const uint8_t *payload;
-    size_t bytes;
-    uint32_t v = 0;
     a->job = j;
-    skv_session_segment_payload(j->session, j->segment, &payload, &bytes);
-    skv_session_segment_info(j->session, j->segment, &a->n, NULL, a->digest);
+    skv_session_segment_info(j->session, j->segment, &a->n, NULL, NULL);
     skv_ctx_truncate(j->ctx, 0);
-    skv_rangecoder_dec_init(&a->dec, payload, bytes);
-    if (skv_rangecoder_dec_get_bits(&a->dec, bits_for(b->V), &v) || v >= b->V)
-        return job_fail(j, SKV_ERR_FORMAT, "not a valid .skv file: corrupt model-coded stream (first token)");
-    j->tokens[0] = (int32_t)v;
     a->i = 1;
-    return SKV_OK;
+    return j->status = skv_session_stream_open(j->session, j->segment, &a->dec, j->tokens, j->err, sizeof j->err);
 }
 
 /* The segment is decoded and its cache complete: check the stream's end and the digest. */
 static int job_finish(batch *b, active_job *a)
 {
     skv_restore_job *j = a->job;
-    uint8_t d[16];
-    char x[33], y[33];
     if (skv_rangecoder_dec_finish(&a->dec))
         return job_fail(j, SKV_ERR_FORMAT, "not a valid .skv file: model-coded stream has trailing or missing bytes");
-    if (b->p && b->p->verify) {
-        if (skv_ctx_kv_digest(j->ctx, (int)a->n, d)) return job_fail(j, SKV_ERR_INTERNAL, "digest failed");
-        if (memcmp(d, a->digest, 16)) {
-            hex16(a->digest, x);
-            hex16(d, y);
-            j->status = skv_errf(j->err, sizeof j->err, SKV_ERR_MISMATCH,
-                                 "KV verification failed for segment %u: stored digest %s, regenerated %s", j->segment,
-                                 x, y);
-            return j->status;
-        }
-    }
+    if (b->p && b->p->verify && (j->status = skv_session_verify_segment(j->session, j->segment, j->ctx, j->err,
+                                                                         sizeof j->err)))
+        return j->status;
     b->st.n_tokens += a->n;
-    j->status = SKV_OK;
-    j->err[0] = 0;
-    return SKV_OK;
-}
-
-/* Decodes the job's next token from its logits row (as session.c's decode_symbol). */
-static int job_symbol(batch *b, active_job *a, const float *logits)
-{
-    unsigned tb;
-    uint32_t target = 0;
-    skv_session_info si;
-    skv_session_get_info(a->job->session, &si);
-    tb = si.total_bits;
-    if (skv_probq_freqs(logits, b->V, tb, b->freq, b->cum))
-        return job_fail(a->job, SKV_ERR_MISMATCH, "the model produced non-finite logits");
-    if (skv_rangecoder_dec_get_freq_pow2(&a->dec, tb, &target))
-        return job_fail(a->job, SKV_ERR_FORMAT, "not a valid .skv file: corrupt model-coded stream");
-    size_t sym = skv_probq_find(b->cum, b->V, target);
-    if (skv_rangecoder_dec_update(&a->dec, b->cum[sym], b->freq[sym]))
-        return job_fail(a->job, SKV_ERR_FORMAT, "not a valid .skv file: corrupt model-coded stream");
-    a->job->tokens[a->i++] = (int32_t)sym;
     return SKV_OK;
 }
 
 /* One step of every active job; finished or failed jobs are removed (order kept). */
-static int step(batch *b, active_job *act, size_t *n_act)
+static void step(batch *b, active_job *act, size_t *n_act)
 {
     skv_ctx *ctxs[MAX_ACTIVE];
     int32_t toks[MAX_ACTIVE];
@@ -174,25 +110,26 @@ static int step(batch *b, active_job *act, size_t *n_act)
             job_finish(b, a);
             continue;
         }
-        if (job_symbol(b, a, b->logits + r * (size_t)b->V)) continue;
+        if ((a->job->status = skv_session_stream_next(a->job->session, &a->dec, b->logits + r * (size_t)b->V, b->freq,
+                                                      b->cum, &a->job->tokens[a->i], a->job->err, sizeof a->job->err)))
+            continue;
+        a->i++;
         act[k++] = *a;
     }
     *n_act = k;
     if (b->p && b->p->progress && (b->st.n_passes & 63) == 0) b->p->progress(b->p->user, b->done, b->total);
-    return rc;
 }
 
-static int run_model_jobs(batch *b, skv_restore_job **queue, size_t nq)
+static void run_model_jobs(batch *b, skv_restore_job **queue, size_t nq)
 {
     active_job act[MAX_ACTIVE];
     size_t n_act = 0, next = 0;
     while (next < nq || n_act > 0) {
         while (n_act < MAX_ACTIVE && next < nq)
-            if (job_start(b, &act[n_act], queue[next++]) == SKV_OK) n_act++;
+            if (job_start(&act[n_act], queue[next++]) == SKV_OK) n_act++;
         if (n_act == 0) continue;
         step(b, act, &n_act);
     }
-    return SKV_OK;
 }
 
 static int alloc_batch(batch *b)
@@ -248,16 +185,13 @@ int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, con
     batch b = {.m = m, .p = p};
     skv_restore_job **queue;
     skv_model_info mi;
-    uint8_t fp[16];
     size_t nq = 0;
-    int rc = SKV_OK;
     if (!m || (!jobs && n)) return SKV_ERR_INVALID_ARG;
     for (size_t i = 0; i < n; i++) jobs[i].status = SKV_OK, jobs[i].err[0] = 0;
     if (distinct_contexts(jobs, n)) return SKV_ERR_INVALID_ARG;
-    if ((rc = skv_model_fingerprint(m, fp))) return rc;
     skv_model_get_info(m, &mi);
     b.V = (uint32_t)mi.n_vocab;
-    for (size_t i = 0; i < n; i++) job_validate(&b, &jobs[i], fp);
+    for (size_t i = 0; i < n; i++) job_validate(&b, &jobs[i]);
     if (!(queue = malloc((n ? n : 1) * sizeof *queue)) || alloc_batch(&b)) {
         free(queue);
         free_batch(&b);

@@ -627,14 +627,6 @@ int skv_session_segment_info(const skv_session *s, uint32_t i, uint32_t *n_token
     return SKV_OK;
 }
 
-int skv_session_segment_payload(const skv_session *s, uint32_t i, const uint8_t **payload, size_t *bytes)
-{
-    if (!s || !payload || !bytes || i >= s->info.n_segments) return SKV_ERR_INVALID_ARG;
-    *payload = s->segs[i].payload;
-    *bytes = (size_t)s->segs[i].payload_bytes;
-    return SKV_OK;
-}
-
 static void hex16(const uint8_t *d, char *out)
 {
     for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
@@ -649,7 +641,7 @@ static int digest_mismatch(const uint8_t *stored, const uint8_t *got, uint32_t i
                     what, b);
 }
 
-static int check_model(const skv_session *s, skv_model *m, char *err, size_t cap)
+int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_t cap)
 {
     uint8_t fp[16];
     char a[33], b[33];
@@ -834,6 +826,29 @@ static int start_stream(skv_rangecoder_dec *d, const seg_view *g, uint32_t V, in
     return SKV_OK;
 }
 
+int skv_session_stream_open(const skv_session *s, uint32_t i, skv_rangecoder_dec *d, int32_t *tok0, char *err,
+                            size_t cap)
+{
+    return start_stream(d, &s->segs[i], s->info.n_vocab, tok0, err, cap);
+}
+
+int skv_session_stream_next(const skv_session *s, skv_rangecoder_dec *d, const float *logits, uint32_t *freq,
+                            uint32_t *cum, int32_t *tok, char *err, size_t cap)
+{
+    return decode_symbol(d, logits, s->info.n_vocab, s->info.total_bits, freq, cum, tok, err, cap);
+}
+
+int skv_session_verify_segment(const skv_session *s, uint32_t i, const skv_ctx *ctx, char *err, size_t cap)
+{
+    const seg_view *g = &s->segs[i];
+    uint8_t d[16];
+    int rc = skv_ctx_kv_digest(ctx, (int)g->n_tokens, d);
+    if (rc) return skv_errf(err, cap, rc, "digest failed");
+    if (memcmp(d, g->digest, 16))
+        return digest_mismatch(g->digest, d, i, is_kv_codec(s->info.codec) ? "decoded" : "regenerated", err, cap);
+    return SKV_OK;
+}
+
 /* Token by token: one forward pass per token. */
 static int restore_model_codec(const skv_session *s, const seg_view *g, skv_ctx *ctx, const skv_restore_params *p,
                                int32_t *tok, skv_restore_stats *st, char *err, size_t cap)
@@ -993,7 +1008,7 @@ int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, 
     if ((uint32_t)skv_ctx_n_ctx(ctx) < g->n_tokens)
         return skv_errf(err, errcap, SKV_ERR_RANGE, "context of %d positions cannot hold a segment of %u tokens",
                         skv_ctx_n_ctx(ctx), g->n_tokens);
-    if ((rc = check_model(s, m, err, errcap))) return rc;
+    if ((rc = skv_session_check_model(s, m, err, errcap))) return rc;
     skv_ctx_truncate(ctx, 0);
     if (s->info.codec == SKV_CODEC_TOKENS) {
         if ((rc = decode_tokens_payload(g, s->info.n_vocab, tokens, err, errcap))) return rc;
@@ -1010,12 +1025,7 @@ int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, 
         if (rc) return rc;
     }
     report(p, g->n_tokens, g->n_tokens);
-    if (p && p->verify) {
-        uint8_t d[16];
-        if ((rc = skv_ctx_kv_digest(ctx, (int)g->n_tokens, d))) return skv_errf(err, errcap, rc, "digest failed");
-        if (memcmp(d, g->digest, 16))
-            return digest_mismatch(g->digest, d, i, is_kv_codec(s->info.codec) ? "decoded" : "regenerated", err, errcap);
-    }
+    if (p && p->verify && (rc = skv_session_verify_segment(s, i, ctx, err, errcap))) return rc;
     stats.n_tokens = g->n_tokens;
     if (p && p->stats) {
         p->stats->n_tokens += stats.n_tokens;
