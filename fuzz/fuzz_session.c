@@ -40,6 +40,7 @@
 #include <xxhash.h>
 
 #include "seqkv.h"
+#include "util.h"
 
 #define HDR 128
 #define SEGHDR 32
@@ -75,27 +76,15 @@ static void load_model(void)
     }
 }
 
-static void wr64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
 static void fix_checksums(uint8_t *d, size_t size)
 {
     size_t pos = HDR;
     if (size < HDR) return;
-    wr64(d + 120, XXH3_64bits(d, 120));
+    skv_wr64(d + 120, XXH3_64bits(d, 120));
     while (size - pos >= SEGHDR + 8) {
-        uint64_t plen = rd64(d + pos + 8);
+        uint64_t plen = skv_rd64(d + pos + 8);
         if (plen > size - pos - SEGHDR - 8) return;
-        wr64(d + pos + SEGHDR + plen, XXH3_64bits(d + pos, SEGHDR + (size_t)plen));
+        skv_wr64(d + pos + SEGHDR + plen, XXH3_64bits(d + pos, SEGHDR + (size_t)plen));
         pos += SEGHDR + (size_t)plen + 8;
     }
 }
@@ -193,7 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         skv_model_get_info(g_model, &mi);
         memcpy(d + 48, g_fp, 16);
         for (int i = 0; i < 4; i++) d[36 + i] = (uint8_t)((uint32_t)mi.n_vocab >> (8 * i));
-        wr64(d + 120, XXH3_64bits(d, 120));
+        skv_wr64(d + 120, XXH3_64bits(d, 120));
     }
     if (mode & 1) fix_checksums(d, n);
     err[0] = 0;

@@ -36,6 +36,7 @@
 
 #include "seqkv.h"
 #include "test.h"
+#include "util.h"
 
 /* Under AddressSanitizer the engine runs ~15x slower: the costliest loops sample less. */
 #if defined(__SANITIZE_ADDRESS__)
@@ -87,14 +88,9 @@ static uint64_t rng(void) /* splitmix64 */
     return z ^ (z >> 31);
 }
 
-static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-static uint64_t rd64(const uint8_t *p) { return rd32(p) | (uint64_t)rd32(p + 4) << 32; }
-static void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-static void wr32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void wr64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
 
 /* Recomputes the header checksum (XXH3-64 of bytes 0..119, at 120). */
-static void fix_header_checksum(uint8_t *d) { wr64(d + 120, XXH3_64bits(d, 120)); }
+static void fix_header_checksum(uint8_t *d) { skv_wr64(d + 120, XXH3_64bits(d, 120)); }
 
 /* Recomputes the header checksum and the checksum of every segment record that fits. */
 static void fix_checksums(uint8_t *d, size_t size)
@@ -103,9 +99,9 @@ static void fix_checksums(uint8_t *d, size_t size)
     if (size < HDR) return;
     fix_header_checksum(d);
     while (size - pos >= SEGHDR + 8) {
-        uint64_t plen = rd64(d + pos + 8);
+        uint64_t plen = skv_rd64(d + pos + 8);
         if (plen > size - pos - SEGHDR - 8) return;
-        wr64(d + pos + SEGHDR + plen, XXH3_64bits(d + pos, SEGHDR + (size_t)plen));
+        skv_wr64(d + pos + SEGHDR + plen, XXH3_64bits(d + pos, SEGHDR + (size_t)plen));
         pos += SEGHDR + (size_t)plen + 8;
     }
 }
@@ -114,7 +110,7 @@ static void fix_checksums(uint8_t *d, size_t size)
 static size_t seg_offset(const uint8_t *d, uint32_t i)
 {
     size_t pos = HDR;
-    while (i--) pos += SEGHDR + (size_t)rd64(d + pos + 8) + 8;
+    while (i--) pos += SEGHDR + (size_t)skv_rd64(d + pos + 8) + 8;
     return pos;
 }
 
@@ -1017,15 +1013,15 @@ static void hostile_random_bytes(void)
         int mode = it % 3;
         if (mode >= 1 && len >= 8) memcpy(buf, "\x89SKV\r\n\x1a\n", 8);
         if (mode == 2 && len >= HDR) { /* a plausible header with a valid checksum */
-            wr16(buf + 8, 1);
-            wr16(buf + 10, HDR);
-            wr32(buf + 12, (uint32_t)(rng() % 2));
-            wr32(buf + 16, (uint32_t)(rng() % 2));
-            wr32(buf + 20, (uint32_t)(rng() % 4));
-            wr64(buf + 24, rng() % 64);
-            wr32(buf + 32, (uint32_t)(1 + rng() % 64));
-            wr32(buf + 36, (uint32_t)g_info.n_vocab);
-            wr32(buf + 40, rd32(buf + 12) ? 24u : 0u);
+            skv_wr16(buf + 8, 1);
+            skv_wr16(buf + 10, HDR);
+            skv_wr32(buf + 12, (uint32_t)(rng() % 2));
+            skv_wr32(buf + 16, (uint32_t)(rng() % 2));
+            skv_wr32(buf + 20, (uint32_t)(rng() % 4));
+            skv_wr64(buf + 24, rng() % 64);
+            skv_wr32(buf + 32, (uint32_t)(1 + rng() % 64));
+            skv_wr32(buf + 36, (uint32_t)g_info.n_vocab);
+            skv_wr32(buf + 40, skv_rd32(buf + 12) ? 24u : 0u);
             fix_checksums(buf, len);
         }
         int res = try_restore(buf, len, c, tok, 0, 1, 0, err, sizeof err);
@@ -1097,7 +1093,7 @@ static void hostile_absurd_counts(void)
         memcpy(d, base, size);
         for (int b = 0; b < cases[k].width; b++) d[cases[k].off + (size_t)b] = (uint8_t)(cases[k].v >> (8 * b));
         fix_header_checksum(d);
-        if (cases[k].fix_seg) wr64(d + s1 - 8, XXH3_64bits(d + HDR, s1 - 8 - HDR));
+        if (cases[k].fix_seg) skv_wr64(d + s1 - 8, XXH3_64bits(d + HDR, s1 - 8 - HDR));
         skv_session *s = NULL;
         int rc = skv_session_open(d, size, &s, err, sizeof err);
         skv_session_free(s);
@@ -1114,12 +1110,12 @@ static void hostile_absurd_counts(void)
     int res1 = -1, res2 = -1;
     if (c) {
         memcpy(d, base, size);
-        wr32(d + 36, (1u << 24));
+        skv_wr32(d + 36, (1u << 24));
         fix_header_checksum(d);
         res1 = try_restore(d, size, c, tok, ntok, 1, 0, err, sizeof err);
         int named = strstr(err, "wrong model") != NULL;
         memcpy(d, base, size);
-        wr32(d + 32, (1u << 24));
+        skv_wr32(d + 32, (1u << 24));
         fix_header_checksum(d);
         res2 = try_restore(d, size, c, tok, ntok, 1, 0, err, sizeof err);
         if (!named) res1 = -2;
@@ -1138,11 +1134,11 @@ static uint8_t *assemble(const uint8_t *hdr, uint32_t n_tokens, const uint8_t *d
     uint8_t *d = malloc(HDR + SEGHDR + plen + 8);
     if (!d) return NULL;
     memcpy(d, hdr, HDR);
-    wr32(d + 20, 1);
-    wr64(d + 24, n_tokens);
+    skv_wr32(d + 20, 1);
+    skv_wr64(d + 24, n_tokens);
     memcpy(d + HDR, "SKVS", 4);
-    wr32(d + HDR + 4, n_tokens);
-    wr64(d + HDR + 8, plen);
+    skv_wr32(d + HDR + 4, n_tokens);
+    skv_wr64(d + HDR + 8, plen);
     memcpy(d + HDR + 16, digest, 16);
     if (plen) memcpy(d + HDR + SEGHDR, payload, plen);
     *size = HDR + SEGHDR + plen + 8;
@@ -1259,7 +1255,7 @@ static void hostile_model_payload_length(void)
         uint8_t *good = NULL;
         encode(g_kjv + start, n, &p, 0, &good, &gsize, NULL);
         if (test_cur_failed) break;
-        size_t plen = (size_t)rd64(good + HDR + 8);
+        size_t plen = (size_t)skv_rd64(good + HDR + 8);
         memcpy(digest, good + HDR + 16, 16);
         memcpy(buf, good + HDR + SEGHDR, plen);
         for (size_t i = 0; i < 8; i++) buf[plen + i] = (uint8_t)(0x5A + 77 * i);
@@ -1305,7 +1301,7 @@ static void wrong_model_is_refused(void)
     /* The tensor data (all f32, 32-byte aligned) ends the file: flip the lowest mantissa bit
      * of the last non-zero word. */
     size_t off = (len & ~(size_t)3) - 4;
-    while (off > 64 && !rd32((const uint8_t *)bytes + off)) off -= 4;
+    while (off > 64 && !skv_rd32((const uint8_t *)bytes + off)) off -= 4;
     bytes[off] ^= 1;
     FILE *f = fopen(path, "wb");
     if (f) {

@@ -9,13 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <xxhash.h>
 
 #include "kvquant.h"
 #include "quant.h"
 #include "seqkv.h"
 #include "test.h"
+#include "util.h"
 
 #define MODEL "models/kjv-4m.gguf"
 #define TEXT "tests/data/model_ref/heldout.txt"
@@ -33,26 +33,11 @@ static size_t g_nf;    /* floats in g_exact */
 static char g_why[400];
 static uint64_t g_tokens_payload; /* payload bytes of the codec-tokens file of g_tok */
 
-static void wr32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void wr64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
 /* Recomputes the header checksum and that of a single-segment file's segment. */
 static void fix_checksums(uint8_t *d, size_t size)
 {
-    wr64(d + 120, XXH3_64bits(d, 120));
-    wr64(d + size - 8, XXH3_64bits(d + HDR, size - 8 - HDR));
+    skv_wr64(d + 120, XXH3_64bits(d, 120));
+    skv_wr64(d + size - 8, XXH3_64bits(d + HDR, size - 8 - HDR));
 }
 
 static int setup(void)
@@ -437,7 +422,7 @@ static void crafted_subheaders_refused(void)
     }
     /* token/KV split moved by one byte: the sizes no longer add up, or the frame breaks */
     memcpy(d, data, size);
-    wr64(d + HDR + SEGHDR + 32, rd64(d + HDR + SEGHDR + 32) + 1);
+    skv_wr64(d + HDR + SEGHDR + 32, skv_rd64(d + HDR + SEGHDR + 32) + 1);
     fix_checksums(d, size);
     int rc = open_status(d, size, err, sizeof err);
     free(d);
@@ -489,13 +474,13 @@ static void crafted_payloads(void)
     CHECK_MSG(rc != SKV_OK || memcmp(tok, g_tok, 40 * sizeof *tok) == 0, "a changed token frame restored other tokens");
     /* codec id -> tq4: schemes disagree with the codec; -> kvq: valid (the sub-header rules) */
     memcpy(d, data, size);
-    wr32(d + 12, SKV_CODEC_TQ4);
+    skv_wr32(d + 12, SKV_CODEC_TQ4);
     fix_checksums(d, size);
     CHECK_EQ_INT(open_status(d, size, err, sizeof err), SKV_ERR_FORMAT);
-    wr32(d + 12, SKV_CODEC_KVQ);
+    skv_wr32(d + 12, SKV_CODEC_KVQ);
     fix_checksums(d, size);
     CHECK_EQ_INT(open_status(d, size, err, sizeof err), SKV_OK);
-    wr32(d + 12, 9);
+    skv_wr32(d + 12, 9);
     fix_checksums(d, size);
     CHECK_EQ_INT(open_status(d, size, err, sizeof err), SKV_ERR_UNSUPPORTED);
     CHECK(strstr(err, "unknown codec id 9") != NULL);
@@ -521,8 +506,8 @@ static void geometry_mismatch(void)
     CHECK(kv);
     if (g_info.n_head_kv != 2) SKIP("the test model is expected to have 2 KV heads");
     CHECK_EQ_INT(small_file(SKV_CODEC_TQ3, NULL, &data, &size), SKV_OK);
-    wr32(data + HDR + SEGHDR + 8, (uint32_t)g_info.n_layer * 2);
-    wr32(data + HDR + SEGHDR + 12, 1);
+    skv_wr32(data + HDR + SEGHDR + 8, (uint32_t)g_info.n_layer * 2);
+    skv_wr32(data + HDR + SEGHDR + 12, 1);
     fix_checksums(data, size);
     CHECK_MSG(skv_session_open(data, size, &s, err, sizeof err) == SKV_OK, "%s", err);
     cp.n_ctx = 64;
