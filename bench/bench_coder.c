@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "probq.h"
 #include "rangecoder.h"
+#include "util.h"
 
 static uint64_t rng_state = 0x853C49E6748FEA9Bu;
 
@@ -30,13 +30,6 @@ static uint64_t rng(void) /* splitmix64 */
 
 static double urand(void) { return ((double)(rng() >> 11) + 0.5) / 9007199254740992.0; }
 static double gauss(void) { return sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()); }
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static double softmax_entropy(const float *l, size_t n, double *p)
 {
@@ -107,11 +100,11 @@ static void bench_coder(double scale)
         for (int rep = 0; rep < 3; rep++) {
             skv_rangecoder_enc e;
             skv_rangecoder_dec d;
-            double t0 = now(), t1, t2;
+            double t0 = skv_now(), t1, t2;
             skv_rangecoder_enc_init(&e, buf, skv_rangecoder_bound(nsym, bits));
             for (size_t i = 0; i < nsym; i++) skv_rangecoder_enc_put_pow2(&e, cum[syms[i]], f[syms[i]], bits);
             ok &= skv_rangecoder_enc_finish(&e, &size) == SKV_OK;
-            t1 = now();
+            t1 = skv_now();
             skv_rangecoder_dec_init(&d, buf, size);
             for (size_t i = 0; i < nsym; i++) {
                 uint32_t t = 0;
@@ -122,7 +115,7 @@ static void bench_coder(double scale)
                 back[i] = (uint32_t)s;
             }
             ok &= skv_rangecoder_dec_finish(&d) == SKV_OK;
-            t2 = now();
+            t2 = skv_now();
             if (t1 - t0 < best_enc) best_enc = t1 - t0;
             if (t2 - t1 < best_dec) best_dec = t2 - t1;
         }
@@ -156,12 +149,12 @@ static void bench_probq(double scale)
         lm_logits(l, n, 3.0, p);
         free(p);
         for (int round = 0; round < 3; round++) {
-            double t0 = now();
+            double t0 = skv_now();
             for (int r = 0; r < reps; r++) {
                 l[(size_t)r % n] += 0.01f; /* a slightly different token each call */
                 if (skv_probq_freqs(l, n, 24, f, cum) != SKV_OK) exit(1);
             }
-            if (now() - t0 < best) best = now() - t0;
+            if (skv_now() - t0 < best) best = skv_now() - t0;
         }
         printf("| skv_probq_freqs (+cum) | %zu | 2^24 | %.1f | %.1f |\n", n, (double)n * reps / best / 1e6,
                best / reps * 1e6);

@@ -10,13 +10,7 @@
 #include <time.h>
 
 #include "seqkv.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "util.h"
 
 static double peak_rss_mib(void)
 {
@@ -70,12 +64,12 @@ int main(int argc, char **argv)
             int r_used = kk == 1 ? 1 : reps;
             for (int r = 0; r < r_used; r++) {
                 skv_ctx_truncate(c, 0);
-                double t0 = now();
+                double t0 = skv_now();
                 skv_prefill(c, tok, (size_t)n_prompt, SKV_LOGITS_LAST, logits);
-                double t1 = now();
+                double t1 = skv_now();
                 skv_ctx_truncate(c, 0);
                 for (int i = 0; i < n_dec; i++) skv_decode(c, tok[n_prompt + i], logits);
-                double t2 = now();
+                double t2 = skv_now();
                 if (t1 - t0 < best_pf) best_pf = t1 - t0;
                 if (t2 - t1 < best_dec) best_dec = t2 - t1;
             }

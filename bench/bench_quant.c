@@ -11,15 +11,9 @@
 
 #include "quant.h"
 #include "seqkv.h"
+#include "util.h"
 
 #define NVEC 4096
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Vectors per second of enc (1) or dec (0), repeating for at least budget s. */
 static double rate(skv_quant_ctx *c, int enc, const float *x, uint8_t *buf, size_t cap, float *y,
@@ -27,13 +21,13 @@ static double rate(skv_quant_ctx *c, int enc, const float *x, uint8_t *buf, size
 {
     size_t d = skv_quant_ctx_dim(c);
     long reps = 0;
-    double t0 = now_s(), t;
+    double t0 = skv_now(), t;
     do {
         int rc = enc ? skv_quant_ctx_encode(c, x, NVEC, buf, cap)
                      : skv_quant_ctx_decode(c, buf, cap, NVEC, y, NVEC * d);
         if (rc != SKV_OK) return -1.0;
         reps++;
-        t = now_s() - t0;
+        t = skv_now() - t0;
     } while (t < budget);
     return (double)reps * NVEC / t;
 }

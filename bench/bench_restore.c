@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "seqkv.h"
 
 /* CPU time of the process: on a shared, loaded machine it tracks the work done far
@@ -24,21 +25,6 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static char *slurp(const char *path, size_t max, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *b;
-    if (!f) return NULL;
-    if (!(b = malloc(max + 1))) {
-        fclose(f);
-        return NULL;
-    }
-    *n = fread(b, 1, max, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
 }
 
 static int encode(skv_model *m, int codec, const int32_t *tok, size_t n, int n_ctx, int threads, uint8_t **data,
@@ -166,7 +152,7 @@ int main(int argc, char **argv)
     int n_ctx = argc > 5 ? atoi(argv[5]) : 0, threads = argc > 6 ? atoi(argv[6]) : 1;
     int repeat = argc > 7 ? atoi(argv[7]) : 1;
     int no_spec = argc > 8 && !strcmp(argv[8], "nospec"); /* skip the speculative rows */
-    char *text = slurp(argv[2], max_bytes ? max_bytes : 24000, &len);
+    char *text = bench_slurp(argv[2], max_bytes ? max_bytes : 24000, &len);
     if (text && repeat > 1 && repeat < 100) {
         char *r = malloc(len * (size_t)repeat + 1);
         if (!r) return 1;

@@ -6,30 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench.h"
 #include "seqkv.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    char *b = NULL;
-    long len;
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (b = malloc((size_t)len + 1))) {
-        *n = fread(b, 1, (size_t)len, f);
-        b[*n] = 0;
-    }
-    fclose(f);
-    return b;
-}
+#include "util.h"
 
 static void row(const char *what, size_t n, double secs, double bits)
 {
@@ -49,7 +29,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int n_ctx = argc > 3 ? atoi(argv[3]) : 0, threads = argc > 4 ? atoi(argv[4]) : 1;
-    char *text = slurp(argv[2], &len);
+    char *text = bench_slurp(argv[2], 0, &len);
     if (!text || skv_model_load(argv[1], NULL, &m, err, sizeof err)) {
         fprintf(stderr, "bench_session: cannot load %s\n", text ? argv[1] : argv[2]);
         return 1;
@@ -64,21 +44,21 @@ int main(int argc, char **argv)
     if (skv_ctx_create(m, &cp, &c)) return 1;
     size_t S = (size_t)skv_ctx_n_ctx(c);
     /* plain engine over the same segments */
-    double t0 = now();
+    double t0 = skv_now();
     for (size_t s0 = 0; s0 < n; s0 += S) {
         size_t k = n - s0 < S ? n - s0 : S;
         skv_ctx_truncate(c, 0);
         skv_prefill(c, tok + s0, k, SKV_LOGITS_NONE, NULL);
     }
-    row("plain prefill (engine)", n, now() - t0, 0);
+    row("plain prefill (engine)", n, skv_now() - t0, 0);
     float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
-    t0 = now();
+    t0 = skv_now();
     for (size_t s0 = 0; s0 < n; s0 += S) {
         size_t k = n - s0 < S ? n - s0 : S;
         skv_ctx_truncate(c, 0);
         for (size_t i = 0; i < k; i++) skv_decode(c, tok[s0 + i], i + 1 < k ? logits : NULL);
     }
-    row("plain decode, token by token (engine)", n, now() - t0, 0);
+    row("plain decode, token by token (engine)", n, skv_now() - t0, 0);
     for (int codec = 0; codec < 2; codec++) {
         skv_encoder_params ep = skv_encoder_default_params();
         skv_encoder *e;
@@ -89,10 +69,10 @@ int main(int argc, char **argv)
         ep.n_threads = threads;
         ep.segment = 1;
         skv_encoder_create(m, &ep, &e);
-        t0 = now();
+        t0 = skv_now();
         skv_encoder_append(e, tok, n, NULL);
         skv_encoder_finish(e, &data, &size);
-        double te = now() - t0;
+        double te = skv_now() - t0;
         const char *name = codec ? "model" : "tokens";
         char label[96];
         snprintf(label, sizeof label, "encode, codec %s", name);
@@ -103,14 +83,14 @@ int main(int argc, char **argv)
         skv_session_get_info(s, &si);
         int32_t *out = malloc(si.n_ctx * sizeof *out);
         skv_restore_params rp = {.verify = 1};
-        t0 = now();
+        t0 = skv_now();
         for (uint32_t i = 0; i < si.n_segments; i++)
             if (skv_session_restore_segment(s, m, i, c, &rp, out, si.n_ctx, err, sizeof err)) {
                 fprintf(stderr, "bench_session: %s\n", err);
                 return 1;
             }
         snprintf(label, sizeof label, "restore + verify, codec %s", name);
-        row(label, n, now() - t0, (double)size * 8);
+        row(label, n, skv_now() - t0, (double)size * 8);
         free(out);
         free(data);
         skv_session_free(s);
