@@ -449,19 +449,25 @@ typedef struct {
     size_t n, cap;
 } kid_list;
 
+/* Doubles the capacity of two parallel arrays (token, node id), first to `first`.
+ * Either array may have moved even on failure; *cap changes only on success. */
+static int grow_pairs(int32_t **tok, uint64_t **id, size_t *cap, size_t first)
+{
+    size_t c = *cap ? *cap * 2 : first;
+    int32_t *t = realloc(*tok, c * sizeof *t);
+    if (!t) return SKV_ERR_NOMEM;
+    *tok = t;
+    uint64_t *d = realloc(*id, c * sizeof *d);
+    if (!d) return SKV_ERR_NOMEM;
+    *id = d;
+    *cap = c;
+    return SKV_OK;
+}
+
 static int list_cb(void *cu, int32_t tok, uint64_t child)
 {
     kid_list *l = cu;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 8;
-        int32_t *t = realloc(l->tok, cap * sizeof *t);
-        if (!t) return SKV_ERR_NOMEM;
-        l->tok = t;
-        uint64_t *d = realloc(l->id, cap * sizeof *d);
-        if (!d) return SKV_ERR_NOMEM;
-        l->id = d;
-        l->cap = cap;
-    }
+    if (l->n == l->cap && grow_pairs(&l->tok, &l->id, &l->cap, 8)) return SKV_ERR_NOMEM;
     l->tok[l->n] = tok;
     l->id[l->n++] = child;
     return 0;
@@ -649,16 +655,7 @@ static int mem_put_child(void *u, uint64_t parent, int32_t tok, uint64_t child)
         s->kid_id[i] = child;
         return SKV_OK;
     }
-    if (s->n_kids == s->cap_kids) {
-        size_t cap = s->cap_kids ? s->cap_kids * 2 : 2;
-        int32_t *t = realloc(s->kid_tok, cap * sizeof *t);
-        if (!t) return SKV_ERR_NOMEM;
-        s->kid_tok = t;
-        uint64_t *d = realloc(s->kid_id, cap * sizeof *d);
-        if (!d) return SKV_ERR_NOMEM;
-        s->kid_id = d;
-        s->cap_kids = cap;
-    }
+    if (s->n_kids == s->cap_kids && grow_pairs(&s->kid_tok, &s->kid_id, &s->cap_kids, 2)) return SKV_ERR_NOMEM;
     memmove(s->kid_tok + i + 1, s->kid_tok + i, (s->n_kids - i) * sizeof *s->kid_tok);
     memmove(s->kid_id + i + 1, s->kid_id + i, (s->n_kids - i) * sizeof *s->kid_id);
     s->kid_tok[i] = tok;
