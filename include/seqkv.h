@@ -161,6 +161,10 @@ enum { SKV_LOGITS_NONE = 0, SKV_LOGITS_LAST = 1, SKV_LOGITS_ALL = 2 };
 SKV_API int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits);
 /* Appends one token; logits: NULL or room for n_vocab floats. */
 SKV_API int skv_decode(skv_ctx *c, int32_t token, float *logits);
+/* -log2 of token's probability under softmax(logits) (n_vocab values), computed in double:
+ * the bits a perfect coder would spend on it. For reports only: the model codec uses its
+ * own integer quantization of the logits (docs/coder.md), never this. */
+SKV_API double skv_token_surprisal(const float *logits, int n_vocab, int32_t token);
 /* One decoding step of n independent sequences at once: token i is appended to ctxs[i]
  * (distinct contexts of the same model, without kv_quant) and logits row i (NULL, or room
  * for n * n_vocab floats) is that context's next-token logits. The weights are read once

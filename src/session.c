@@ -228,20 +228,11 @@ int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **
     return SKV_OK;
 }
 
-/* -log2 softmax(logits)[t] in double (reporting only: never feeds the coder). */
-static double model_bits(const float *logits, uint32_t V, int32_t t)
-{
-    double mx = logits[0], z = 0.0;
-    for (uint32_t i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
-    for (uint32_t i = 0; i < V; i++) z += exp((double)logits[i] - mx);
-    return (log(z) - ((double)logits[t] - mx)) / log(2.0);
-}
-
 /* Codes token t under the distribution `logits` (the model's prediction for it). */
 static int code_token(skv_encoder *e, const float *logits, int32_t t)
 {
     int rc;
-    e->st.model_bits += model_bits(logits, e->V, t);
+    e->st.model_bits += skv_token_surprisal(logits, (int)e->V, t);
     e->st.n_model_coded++;
     if (e->p.codec != SKV_CODEC_MODEL) return SKV_OK;
     if ((rc = skv_probq_freqs(logits, e->V, e->p.total_bits, e->freq, e->cum)))

@@ -800,16 +800,6 @@ static int load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ct
     return rc;
 }
 
-/* -log2 softmax(logits)[tok], in double. */
-static float surprisal_bits(const float *logits, int n_vocab, int32_t tok)
-{
-    double mx = logits[0], s = 0;
-    for (int i = 1; i < n_vocab; i++) if (logits[i] > mx) mx = logits[i];
-    for (int i = 0; i < n_vocab; i++) s += exp((double)logits[i] - mx);
-    double v = (log(s) - ((double)logits[tok] - mx)) / log(2.0);
-    return (float)(v > 0 ? v : 0);
-}
-
 /* ---- placement policy --------------------------------------------------- */
 
 typedef struct cand {
@@ -1027,7 +1017,7 @@ static int compute_new(tx *t, const skv_trie_path *p, const int32_t *tokens, siz
         rc = set_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
         goto out;
     }
-    for (size_t j = m; j < n; j++) sur[j] = j ? surprisal_bits(logits + (j - 1 - start) * (size_t)V, V, tokens[j]) : 0;
+    for (size_t j = m; j < n; j++) sur[j] = j ? (float)fmax(0.0, skv_token_surprisal(logits + (j - 1 - start) * (size_t)V, V, tokens[j])) : 0;
     r->n_loaded = start;
     r->n_computed = (uint32_t)(n - start);
 out:

@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,4 +122,12 @@ void skv_digest_finish(void *xxh3_state, uint8_t out[16])
     XXH128_canonicalFromHash(&cn, XXH3_128bits_digest(xxh3_state));
     memcpy(out, cn.digest, 16);
     XXH3_freeState(xxh3_state);
+}
+
+double skv_token_surprisal(const float *logits, int n_vocab, int32_t token)
+{
+    double mx = logits[0], z = 0.0;
+    for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < n_vocab; i++) z += exp((double)logits[i] - mx);
+    return (log(z) - ((double)logits[token] - mx)) / log(2.0);
 }

@@ -175,15 +175,6 @@ static void base_label(const char *path, char *out, size_t cap)
     if (dot && dot != out) *dot = 0;
 }
 
-/* -log2 softmax(logits)[target], in double. */
-static double surprisal_bits(const float *lg, int V, int32_t target)
-{
-    double mx = lg[0], z = 0.0;
-    for (int i = 1; i < V; i++) mx = lg[i] > mx ? lg[i] : mx;
-    for (int i = 0; i < V; i++) z += exp((double)lg[i] - mx);
-    return (log(z) - ((double)lg[target] - mx)) / log(2.0);
-}
-
 /* IEEE binary16 from binary32, round to nearest even (our own: no dependency on src/). */
 static uint16_t f32_to_f16(float f)
 {
@@ -486,7 +477,7 @@ static int c5_measure(const bench_run *r, const int32_t *all, size_t n_all, int 
             src = lg;
         }
         const int32_t *t = w > 0 ? win : r->tok;
-        for (size_t p = 1; !rc && p < n; p++) mean[p] += surprisal_bits(src + (p - 1) * V, r->info.n_vocab, t[p]);
+        for (size_t p = 1; !rc && p < n; p++) mean[p] += skv_token_surprisal(src + (p - 1) * V, r->info.n_vocab, t[p]);
     }
     for (size_t p = 1; w && p < n; p++) mean[p] /= w;
     *used = w;
@@ -733,7 +724,7 @@ static int store_workload(const bench_run *r, bench_case *bc, const int32_t *all
         memcpy(t + P + A, all + P - 1 + (size_t)G * A + (g * (size_t)K + k) * (size_t)B, (size_t)B * sizeof *t);
         skv_ctx_truncate(c, 0);
         if (skv_prefill(c, t, (size_t)len, SKV_LOGITS_ALL, lg)) rc = -1;
-        for (int p = 1; !rc && p < len; p++) sur[i * (size_t)len + (size_t)p] = surprisal_bits(lg + (size_t)(p - 1) * V, (int)V, t[p]);
+        for (int p = 1; !rc && p < len; p++) sur[i * (size_t)len + (size_t)p] = skv_token_surprisal(lg + (size_t)(p - 1) * V, (int)V, t[p]);
         ss[i] = (wl_session){.t = t, .n = (size_t)len, .s = sur + i * (size_t)len};
     }
     if (!rc) {
@@ -830,7 +821,7 @@ static int run_case(skv_model *m, const char *model, const char *mlabel, const b
         size_t V = (size_t)r.info.n_vocab;
         for (size_t j = 0; j + 1 < n; j++) {
             cli_score_row(r.lf + j * V, r.lf + j * V, r.info.n_vocab, r.tok[j + 1], &sc);
-            xs += surprisal_bits(r.lf + j * V, r.info.n_vocab, r.tok[j + 1]);
+            xs += skv_token_surprisal(r.lf + j * V, r.info.n_vocab, r.tok[j + 1]);
         }
         bc->ppl = exp(sc.nll / (double)sc.n);
         bc->xent = xs / (double)(n - 1);
