@@ -1017,10 +1017,8 @@ static int compute_new(tx *t, const skv_trie_path *p, const int32_t *tokens, siz
         rc = set_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
         goto out;
     }
-    for (size_t j = m; j < n; j++) { /* position 0 has no prediction; rounding never makes a cost negative */
-        const float *row = logits + (j - 1 - start) * (size_t)V;
-        sur[j] = j ? (float)fmax(0.0, skv_token_surprisal(row, V, tokens[j])) : 0.0f;
-    }
+    for (size_t j = m; j < n; j++) /* position 0 has no prediction; rounding never makes a cost negative */
+        sur[j] = j ? (float)fmax(0.0, skv_token_surprisal(logits + (j - 1 - start) * (size_t)V, V, tokens[j])) : 0.0f;
     r->n_loaded = start;
     r->n_computed = (uint32_t)(n - start);
 out:
