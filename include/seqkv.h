@@ -262,12 +262,16 @@ typedef struct skv_encoder_params {
     /* codec SKV_CODEC_KVQ: k=SCHEME, v=SCHEME (or kv=/bare SCHEME) and seed=S of the kv_quant
      * grammar (skv_ctx_params), both kinds given; NULL for the other codecs (their seed is 0) */
     const char *kv_quant;
+    /* 1: leave skv_encoder_stats.model_bits at 0 and save its double-precision softmax over
+     * the vocabulary per token (an inference loop that stores as it generates needs no
+     * cross-entropy report); 0 = measure it */
+    int skip_entropy;
 } skv_encoder_params;
 
 typedef struct skv_encoder_stats {
     uint64_t n_tokens;      /* tokens appended */
     uint64_t n_model_coded; /* tokens coded under the model (all but each segment's first) */
-    double model_bits;      /* sum of -log2 p(token) of those under the model's softmax */
+    double model_bits;      /* sum of -log2 p(token) of those under the model's softmax (0 with skip_entropy) */
     double coded_bits;      /* sum of -log2(freq/total) actually coded (model codec) */
 } skv_encoder_stats;
 

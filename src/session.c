@@ -232,7 +232,7 @@ int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **
 static int code_token(skv_encoder *e, const float *logits, int32_t t)
 {
     int rc;
-    e->st.model_bits += skv_token_surprisal(logits, (int)e->V, t);
+    if (!e->p.skip_entropy) e->st.model_bits += skv_token_surprisal(logits, (int)e->V, t);
     e->st.n_model_coded++;
     if (e->p.codec != SKV_CODEC_MODEL) return SKV_OK;
     if ((rc = skv_probq_freqs(logits, e->V, e->p.total_bits, e->freq, e->cum)))

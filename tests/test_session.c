@@ -1481,6 +1481,24 @@ static void api_misuse(void)
     CHECK(!memcmp(tok, g_kjv, 10 * sizeof *tok));
 }
 
+/* skip_entropy drops only the reported cross-entropy: the same file, the same coded bits. */
+static void skip_entropy_changes_only_the_report(void)
+{
+    NEED_KJV();
+    skv_encoder_params p = enc_params(SKV_CODEC_MODEL, 256, 1, 1);
+    skv_encoder_stats a, b;
+    uint8_t *da = NULL, *db = NULL;
+    size_t na = 0, nb = 0, n = g_kjv_n < 600 ? g_kjv_n : 600;
+    SUB(encode(g_kjv, n, &p, 0, &da, &na, &a));
+    p.skip_entropy = 1;
+    SUB(encode(g_kjv, n, &p, 0, &db, &nb, &b));
+    CHECK(na == nb && !memcmp(da, db, na));
+    CHECK(a.model_bits > 0 && b.model_bits == 0);
+    CHECK(a.coded_bits == b.coded_bits && a.n_model_coded == b.n_model_coded);
+    free(da);
+    free(db);
+}
+
 /* ---- setup -------------------------------------------------------------------------- */
 
 static void load_assets(void)
@@ -1545,6 +1563,7 @@ int main(void)
     RUN(hostile_model_payload_length);
     RUN(wrong_model_is_refused);
     RUN(api_misuse);
+    RUN(skip_entropy_changes_only_the_report);
     skv_model_free(g_m);
     free(g_kjv);
     free(g_sto);

@@ -188,6 +188,7 @@ static int sink_open(gen_sink *g, skv_model *m, const opts *o)
     if (!o->out) return (g->ctx = make_ctx(m, 0, o->threads)) ? SKV_OK : SKV_ERR_NOMEM;
     skv_encoder_params ep = skv_encoder_default_params();
     ep.codec = skv_codec_parse(o->codec ? o->codec : "model"); /* checked by cmd_generate */
+    ep.skip_entropy = 1; /* the loop reports the file's size, not the cross-entropy */
     ep.n_threads = (int)o->threads;
     int rc = skv_encoder_create(m, &ep, &g->enc);
     if (rc) cli_error("cannot create the session encoder: %s", skv_status_str(rc));
