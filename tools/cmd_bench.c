@@ -32,6 +32,7 @@
 #include <zstd.h>
 
 #include "cli.h"
+#include "f16.h" /* header-only binary16 conversions (src/): the engine's own rounding */
 
 #define MAX_MODELS 4
 #define MAX_TEXTS 8
@@ -173,45 +174,6 @@ static void base_label(const char *path, char *out, size_t cap)
     snprintf(out, cap, "%s", b ? b + 1 : path);
     char *dot = strrchr(out, '.');
     if (dot && dot != out) *dot = 0;
-}
-
-/* IEEE binary16 from binary32, round to nearest even (our own: no dependency on src/). */
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu, m = x & 0x7fffffu;
-    if (e == 0xff) return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0));
-    int ee = (int)e - 127 + 15;
-    if (ee >= 31) return (uint16_t)(sign | 0x7c00u);
-    if (ee <= 0) {
-        if (ee < -10) return (uint16_t)sign;
-        m |= 0x800000u;
-        int shift = 14 - ee;
-        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (h & 1))) h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = ((uint32_t)ee << 10) | (m >> 13), rem = m & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++; /* may carry into the exponent: correct */
-    return (uint16_t)(sign | h);
-}
-
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0x1f) x = sign | 0x7f800000u | (m << 13);
-    else if (e) x = sign | ((e - 15 + 127) << 23) | (m << 13);
-    else if (!m) x = sign;
-    else {
-        int k = -1;
-        do m <<= 1, k++;
-        while (!(m & 0x400u));
-        x = sign | ((uint32_t)(127 - 15 - k) << 23) | ((m & 0x3ffu) << 13);
-    }
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
 }
 
 /* ---- the exact run and everything measured against it ----------------------------- */
@@ -358,7 +320,7 @@ static int zstd_row(const bench_run *r, bench_case *bc, int f16, int level, floa
     snprintf(label, sizeof label, "zstd -%d (%s KV)", level, f16 ? "f16" : "f32");
     bench_row *w = new_row(bc, label, "generic");
     if (!z || !back || (f16 && !h)) goto done;
-    for (size_t i = 0; f16 && i < r->kv_len; i++) h[i] = f32_to_f16(r->kv[i]);
+    for (size_t i = 0; f16 && i < r->kv_len; i++) h[i] = skv_f32_to_f16(r->kv[i]);
     size_t zn = ZSTD_compress(z, cap, src, nb, level);
     if (ZSTD_isError(zn)) goto done;
     w->bits = (double)zn * 8.0 / (double)r->n;
@@ -369,7 +331,7 @@ static int zstd_row(const bench_run *r, bench_case *bc, int f16, int level, floa
         size_t got = ZSTD_decompress(back, nb, z, zn);
         if (ZSTD_isError(got) || got != nb || memcmp(back, src, nb)) goto done;
         const uint16_t *hb = (const uint16_t *)(const void *)back;
-        for (size_t i = 0; f16 && i < r->kv_len; i++) y[i] = f16_to_f32(hb[i]);
+        for (size_t i = 0; f16 && i < r->kv_len; i++) y[i] = skv_f16_to_f32(hb[i]);
         double t = cli_now() - t0;
         if ((same = load_kv(r, f16 ? y : (const float *)(const void *)back, &load)) < 0) goto done;
         best = t + load < best ? t + load : best;
