@@ -3,6 +3,7 @@
 #define SKV_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "seqkv.h"
@@ -21,6 +22,10 @@ const char *cli_default_model(void);
 skv_model *cli_load_model(const char *path);
 /* Tokenizes text (add_special as the model says); malloc'ed ids. */
 int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_special, size_t *n);
+/* Writes tokens as text to f. BOS tokens are dropped, and with SentencePiece the one space
+ * the tokenizer put after BOS too, so tokenize -> write gives the text back. *after_bos
+ * carries that state across calls (start with 1 if a BOS came before, else 0). */
+void cli_write_tokens(FILE *f, const skv_model *m, const int32_t *tok, size_t n, int *after_bos);
 
 /* Progress line on stderr, shown only when stderr is a terminal. */
 typedef struct {

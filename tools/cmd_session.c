@@ -322,27 +322,10 @@ static void on_progress(void *user, uint64_t done, uint64_t total)
     cli_progress_update(&rp->pr, (size_t)(rp->base + done), (size_t)rp->total);
 }
 
-static void write_text(FILE *f, const skv_model *m, const skv_model_info *info, const int32_t *tok, size_t n, int *after_bos)
-{
-    char buf[512];
-    for (size_t i = 0; i < n; i++) {
-        size_t len = 0;
-        if (tok[i] == info->bos_id) {
-            *after_bos = 1;
-            continue;
-        }
-        if (skv_token_piece(m, tok[i], buf, sizeof buf, &len) != SKV_OK) continue;
-        /* the tokenizer added one leading space after BOS (SentencePiece dummy prefix) */
-        size_t skip = *after_bos && info->tokenizer_kind == SKV_TOKENIZER_KIND_SPM && len && buf[0] == ' ';
-        fwrite(buf + skip, 1, len - skip, f);
-        *after_bos = 0;
-    }
-}
-
 /* Restores every segment of s in waves of up to `width` segments decoded together
  * (skv_session_restore_batch), writing the text in order. Prints its own errors. */
 static int restore_waves(const skv_session *s, skv_model *m, const skv_ctx_params *cp, uint32_t width,
-                         const skv_restore_params *p, FILE *tf, const skv_model_info *info, int *after_bos)
+                         const skv_restore_params *p, FILE *tf, int *after_bos)
 {
     skv_session_info si;
     skv_session_get_info(s, &si);
@@ -369,7 +352,7 @@ static int restore_waves(const skv_session *s, skv_model *m, const skv_ctx_param
         for (uint32_t k = 0; k < nw; k++) {
             uint32_t nt = 0;
             skv_session_segment_info(s, w + k, &nt, NULL, NULL);
-            if (tf) write_text(tf, m, info, jobs[k].tokens, nt, after_bos);
+            if (tf) cli_write_tokens(tf, m, jobs[k].tokens, nt, after_bos);
             rp->base += nt;
         }
     }
@@ -481,7 +464,7 @@ int cmd_restore(int argc, char **argv)
     double t0 = cli_now();
     /* several model-coded segments and --batch N > 1: decoded together */
     int batched = si.codec == SKV_CODEC_MODEL && si.n_segments > 1 && batch > 1 && draft == SKV_DRAFT_AUTO && !kv;
-    if (batched && restore_waves(s, m, &cp, (uint32_t)batch, &p, tf, &info, &after_bos)) {
+    if (batched && restore_waves(s, m, &cp, (uint32_t)batch, &p, tf, &after_bos)) {
         cli_progress_end(&rp.pr);
         goto done;
     }
@@ -494,7 +477,7 @@ int cmd_restore(int argc, char **argv)
             cli_error("%s", err);
             goto done;
         }
-        if (tf) write_text(tf, m, &info, tok, nt, &after_bos);
+        if (tf) cli_write_tokens(tf, m, tok, nt, &after_bos);
         if (kv && skv_kvdump_write(c, tok, nt, SKV_KVDUMP_F32, kv, err, sizeof err)) {
             cli_progress_end(&rp.pr);
             cli_error("%s", err);

@@ -209,29 +209,15 @@ static int do_put(const opts *o, skv_model *m, skv_store *st)
     return CLI_OK;
 }
 
-static int write_text(skv_model *m, const int32_t *tok, size_t n, const char *path)
+static int write_text(const skv_model *m, const int32_t *tok, size_t n, const char *path)
 {
     FILE *f = strcmp(path, "-") ? fopen(path, "wb") : stdout;
-    char piece[512];
-    skv_model_info info;
     int after_bos = 0;
     if (!f) {
         cli_error("cannot create '%s': %s", path, strerror(errno));
         return -1;
     }
-    skv_model_get_info(m, &info);
-    for (size_t i = 0; i < n; i++) {
-        size_t len = 0;
-        if (tok[i] == info.bos_id) {
-            after_bos = 1;
-            continue;
-        }
-        if (skv_token_piece(m, tok[i], piece, sizeof piece, &len) != SKV_OK) continue;
-        /* the tokenizer put one space after BOS (SentencePiece dummy prefix): not the text's */
-        size_t skip = after_bos && info.tokenizer_kind == SKV_TOKENIZER_KIND_SPM && len && piece[0] == ' ';
-        fwrite(piece + skip, 1, len - skip, f);
-        after_bos = 0;
-    }
+    cli_write_tokens(f, m, tok, n, &after_bos);
     if (f != stdout && fclose(f) != 0) {
         cli_error("cannot write '%s'", path);
         return -1;

@@ -232,3 +232,22 @@ void cli_progress_end(cli_progress *p)
 {
     if (p->enabled) fputs("\r\033[K", stderr);
 }
+
+void cli_write_tokens(FILE *f, const skv_model *m, const int32_t *tok, size_t n, int *after_bos)
+{
+    skv_model_info info;
+    char buf[512];
+    skv_model_get_info(m, &info);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        if (tok[i] == info.bos_id) {
+            *after_bos = 1;
+            continue;
+        }
+        if (skv_token_piece(m, tok[i], buf, sizeof buf, &len) != SKV_OK) continue;
+        /* the tokenizer added one leading space after BOS (SentencePiece dummy prefix) */
+        size_t skip = *after_bos && info.tokenizer_kind == SKV_TOKENIZER_KIND_SPM && len && buf[0] == ' ';
+        fwrite(buf + skip, 1, len - skip, f);
+        *after_bos = 0;
+    }
+}
