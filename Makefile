@@ -31,8 +31,11 @@ BASE := -std=c11 -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 -ffp-contract=off -fno
 ALL_CFLAGS = $(BASE) $(WARN) $(WERROR) $(OPT) $(SANFLAGS) $(CFLAGS)
 LIBS := -llmdb -lzstd -lxxhash -lpthread -lm
 
-SRC     := $(sort $(wildcard src/*.c))
+# src/ is layered (README "Layout"); every src/<layer>/*.c is part of the library.
+LAYERS  := core tokenizer quant coder engine container store
+SRC     := $(sort $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c)))
 OBJ     := $(SRC:src/%.c=$(BUILD)/obj/%.o)
+DEP     := $(OBJ:.o=.d)
 TESTSRC := $(sort $(wildcard tests/test_*.c))
 TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 FUZZSRC := $(sort $(wildcard fuzz/fuzz_*.c))
@@ -51,9 +54,13 @@ lib: $(BUILD)/libseqkv.a $(BUILD)/libseqkv.so $(BUILD)/seqkv.pc
 # V=1 shows full command lines.
 Q := $(if $(V),,@)
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/seqkv.h | $(BUILD)/obj
+# Header dependencies come from the compiler (-MMD -MP), one .d file per object.
+$(BUILD)/obj/%.o: src/%.c Makefile
+	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+-include $(DEP)
 
 $(BUILD)/libseqkv.a: $(OBJ)
 	rm -f $@; ar rcs $@ $^
@@ -61,19 +68,19 @@ $(BUILD)/libseqkv.a: $(OBJ)
 $(BUILD)/libseqkv.so: $(OBJ)
 	$(CC) -shared -Wl,-soname,libseqkv.so.0 $(SANFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/seqkv: $(TOOLSRC) $(wildcard tools/*.h) $(BUILD)/libseqkv.a Makefile
+$(BUILD)/seqkv: $(TOOLSRC) $(wildcard tools/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a Makefile
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -Itools -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(BUILD)/libseqkv.a $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libseqkv.a | $(BUILD)/tests
+$(BUILD)/tests/%: tests/%.c tests/test.h $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
 
-$(BUILD)/tests/test_fuzz_%: fuzz/fuzz_%.c tests/fuzz_replay.c $(BUILD)/libseqkv.a | $(BUILD)/tests
+$(BUILD)/tests/test_fuzz_%: fuzz/fuzz_%.c tests/fuzz_replay.c $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -DFUZZ_NAME='"$*"' -o $@ $< tests/fuzz_replay.c $(BUILD)/libseqkv.a $(LIBS)
 
-$(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(BUILD)/libseqkv.a | $(BUILD)/bench
+$(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/bench
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
 
@@ -82,7 +89,7 @@ PC_TEXT = prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include
 $(BUILD)/seqkv.pc: Makefile | $(BUILD)
 	printf '$(PC_TEXT)' > $@
 
-$(BUILD) $(BUILD)/obj $(BUILD)/tests $(BUILD)/bench:
+$(BUILD) $(BUILD)/tests $(BUILD)/bench:
 	mkdir -p $@
 
 test: all

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "probq.h"
-#include "rangecoder.h"
-#include "util.h"
+#include "coder/probq.h"
+#include "coder/rangecoder.h"
+#include "core/util.h"
 
 static uint64_t rng_state = 0x853C49E6748FEA9Bu;
 

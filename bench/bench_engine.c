@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "seqkv.h"
-#include "util.h"
+#include "core/util.h"
 
 static double peak_rss_mib(void)
 {

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "quant.h"
+#include "quant/quant.h"
 #include "seqkv.h"
-#include "util.h"
+#include "core/util.h"
 
 #define NVEC 4096
 

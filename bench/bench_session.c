@@ -9,7 +9,7 @@
 
 #include "bench.h"
 #include "seqkv.h"
-#include "util.h"
+#include "core/util.h"
 
 static void row(const char *what, size_t n, double secs, double bits)
 {

@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "seqkv.h"
-#include "trie.h"
-#include "util.h"
+#include "store/trie.h"
+#include "core/util.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static uint32_t rnd(uint32_t n)

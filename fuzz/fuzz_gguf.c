@@ -1,4 +1,4 @@
-/* Fuzz target for the GGUF reader (src/gguf.c).
+/* Fuzz target for the GGUF reader (src/engine/gguf.c).
  *
  * Opens the input with skv_gguf_open_mem (on an exact-size copy, so every
  * read past the end is an ASan report). When the reader refuses, the handle
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 #include "seqkv.h"
-#include "util.h"
+#include "core/util.h"
 
 #define CHECK(c)                                                                                   \
     do {                                                                                           \
@@ -119,7 +119,7 @@ static void exercise_key(const skv_gguf *g, const span *s, const char *key, uint
 
 #define PROBE "\x01no such key"
 
-/* Walks the metadata section again (independently of src/gguf.c); returns 1 if
+/* Walks the metadata section again (independently of src/engine/gguf.c); returns 1 if
  * one of the keys is PROBE. */
 static int walk_kvs(const skv_gguf *g, const span *s)
 {

@@ -1,4 +1,4 @@
-/* Fuzz target for the KV dump reader (src/kvdump.c, docs/kvdump.md).
+/* Fuzz target for the KV dump reader (src/engine/kvdump.c, docs/kvdump.md).
  *
  * Writes the input to a private temporary file and reads it with
  * skv_kvdump_read. A refusal must leave *out NULL with a message. An accepted
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "f16.h"
+#include "core/f16.h"
 #include "seqkv.h"
 
 #define CHECK(c)                                                                                   \

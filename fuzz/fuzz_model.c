@@ -1,4 +1,4 @@
-/* Fuzz target for model loading (src/model.c over src/gguf.c, and the llama2.c
+/* Fuzz target for model loading (src/engine/model.c over src/engine/gguf.c, and the llama2.c
  * checkpoint parser) and a first forward pass over whatever loads.
  *
  * The input is written to a file in a private temporary directory and loaded

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "probq.h"
-#include "rangecoder.h"
+#include "coder/probq.h"
+#include "coder/rangecoder.h"
 
 #define MAXV 4096
 #define MAXSYM 600

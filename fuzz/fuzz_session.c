@@ -1,4 +1,4 @@
-/* Fuzz target for .skv sessions (src/session.c, docs/format.md).
+/* Fuzz target for .skv sessions (src/container/session.c, docs/format.md).
  *
  * Input: one mode byte, then the file.
  *   mode bit 0: recompute the header checksum and the checksum of every segment record
@@ -40,7 +40,7 @@
 #include <xxhash.h>
 
 #include "seqkv.h"
-#include "util.h"
+#include "core/util.h"
 
 #define HDR 128
 #define SEGHDR 32

@@ -1,4 +1,4 @@
-/* Fuzz target for src/tokenizer.c (and the pre-tokenizers in src/unicode.c).
+/* Fuzz target for src/tokenizer/tokenizer.c (and the pre-tokenizers in src/tokenizer/unicode.c).
  *
  * The first byte picks a mode:
  *   0  SPM encode of the rest with a built-in vocabulary (byte tokens, pieces
@@ -13,8 +13,8 @@
  * and naive merge paths agree; pieces give the text back (SPM: modulo the
  * U+2581 escaping, GPT2: modulo llama.cpp's U+FFFD for invalid UTF-8). */
 #include "seqkv.h"
-#include "tokenizer.h"
-#include "unicode.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Fuzz target for the session store's trie (src/trie.c), model-based.
+/* Fuzz target for the session store's trie (src/store/trie.c), model-based.
  *
  * Input byte 0 selects the mode:
  *   even: the rest is a node record: decoding must not crash; a record it accepts must
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "trie.h"
+#include "store/trie.h"
 
 #define MAXS 64
 #define MAXL 16

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <xxhash.h>
 
-#include "detmath.h"
+#include "core/detmath.h"
 #include "test.h"
 
 static void accurate_against_libm(void)

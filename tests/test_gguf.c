@@ -1,5 +1,5 @@
-/* Hostile-input tests for the GGUF reader (src/gguf.c) and the model loader
- * (src/model.c, GGUF and llama2.c forms).
+/* Hostile-input tests for the GGUF reader (src/engine/gguf.c) and the model loader
+ * (src/engine/model.c, GGUF and llama2.c forms).
  *
  * Every file is built in memory by the small GGUF writer below, so each case
  * states exactly which bytes are wrong. Refusals are checked on the status
@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "f16.h"
-#include "gguf.h"
+#include "core/f16.h"
+#include "engine/gguf.h"
 #include "seqkv.h"
 #include "test.h"
 

@@ -1,4 +1,4 @@
-/* Raw KV dumps (src/kvdump.c, docs/kvdump.md) and the KV digest.
+/* Raw KV dumps (src/engine/kvdump.c, docs/kvdump.md) and the KV digest.
  *
  * With stories260K: a dump written through the public API reads back with the
  * same tokens and values (f32 bit-exact, f16 equal to the f16 rounding), and
@@ -17,10 +17,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "f16.h"
+#include "core/f16.h"
 #include "seqkv.h"
 #include "test.h"
-#include "util.h"
+#include "core/util.h"
 
 #define NPOS 20
 
@@ -103,7 +103,7 @@ static skv_ctx *prefilled(const int32_t *tok, size_t n)
     return c;
 }
 
-/* ---- spec-following writer (independent of src/kvdump.c) ------------------------- */
+/* ---- spec-following writer (independent of src/engine/kvdump.c) ------------------------- */
 
 typedef struct {
     uint32_t dtype, n_layer, n_head_kv, head_dim, n_pos;

@@ -1,4 +1,4 @@
-/* Quantized KV cache in the engine (src/kvquant.c, kv_quant in skv_ctx_params): spec
+/* Quantized KV cache in the engine (src/quant/kvquant.c, kv_quant in skv_ctx_params): spec
  * parsing, bit-exact invariance to batching/chunking/threads with quantization on, the
  * window / keep-layer rules, truncation, and a quality-ordering sanity check on the bundled
  * model. Every engine comparison is bit-for-bit. */
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvquant.h"
-#include "quant.h"
+#include "quant/kvquant.h"
+#include "quant/quant.h"
 #include "seqkv.h"
 #include "test.h"
 

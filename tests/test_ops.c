@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "f16.h"
-#include "ops.h"
+#include "core/f16.h"
+#include "engine/ops.h"
 #include "test.h"
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;

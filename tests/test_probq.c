@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "probq.h"
-#include "rangecoder.h"
+#include "coder/probq.h"
+#include "coder/rangecoder.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3u;

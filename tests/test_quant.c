@@ -1,4 +1,4 @@
-/* Tests for src/quant.c: layouts, hostile input, baselines against a plain
+/* Tests for src/quant/quant.c: layouts, hostile input, baselines against a plain
  * reference, the rotation, SIMD == scalar, TurboQuant distortion and the
  * unbiasedness of the inner-product variant. */
 #include <math.h>
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "f16.h"
-#include "quant.h"
+#include "core/f16.h"
+#include "quant/quant.h"
 #include "seqkv.h"
 #include "test.h"
 

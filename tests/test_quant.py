@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Cross-checks src/tq_codebooks.h against tools/gen_codebooks.py (numpy).
+"""Cross-checks src/quant/tq_codebooks.h against tools/gen_codebooks.py (numpy).
 
 Prints `PASS test_quant_py:<case>` / `FAIL test_quant_py:<case>: <why>` lines
 (counted by tests/run.sh).  The C library is not loaded: its quantizer symbols
@@ -48,7 +48,7 @@ def main():
         report("import", False, repr(e))
         return 1
     trapz = getattr(np, "trapezoid", None) or np.trapz
-    cb, mse = parse_header(os.path.join(ROOT, "src", "tq_codebooks.h"))
+    cb, mse = parse_header(os.path.join(ROOT, "src", "quant", "tq_codebooks.h"))
     report("header_shape", len(cb) == len(gen.DIMS) + 1 and all(len(v) == 30 for v in cb.values()),
            "rows %d" % len(cb))
     off = {1: 0, 2: 2, 3: 6, 4: 14}

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rangecoder.h"
+#include "coder/rangecoder.h"
 #include "test.h"
 
 /* ---- helpers ---------------------------------------------------------- */

@@ -1,4 +1,4 @@
-/* Tests of .skv sessions (src/session.c, docs/format.md) through the public API.
+/* Tests of .skv sessions (src/container/session.c, docs/format.md) through the public API.
  *
  * Texts no one here wrote: the KJV Bible (Debian bible-kjv, `bible -f ...`) and the
  * stories260K samples in ../shared/corpus; the model is stories260K (cases SKIP when
@@ -36,7 +36,7 @@
 
 #include "seqkv.h"
 #include "test.h"
-#include "util.h"
+#include "core/util.h"
 
 /* Under AddressSanitizer the engine runs ~15x slower: the costliest loops sample less. */
 #if defined(__SANITIZE_ADDRESS__)

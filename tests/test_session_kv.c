@@ -11,11 +11,11 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "kvquant.h"
-#include "quant.h"
+#include "quant/kvquant.h"
+#include "quant/quant.h"
 #include "seqkv.h"
 #include "test.h"
-#include "util.h"
+#include "core/util.h"
 
 #define MODEL "models/kjv-4m.gguf"
 #define TEXT "tests/data/model_ref/heldout.txt"

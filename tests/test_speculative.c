@@ -14,7 +14,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "draft.h"
+#include "engine/draft.h"
 #include "seqkv.h"
 #include "test.h"
 

@@ -1,4 +1,4 @@
-/* The session store (src/store.c) on the bundled model: bit-identical restores with
+/* The session store (src/store/store.c) on the bundled model: bit-identical restores with
  * shared prefixes, splits, eviction and reopening; remove + gc; match; wrong model;
  * corrupt and foreign files; concurrent readers; SIGKILLed writers. */
 #include <errno.h>
@@ -18,7 +18,7 @@
 #include "seqkv.h"
 #include "test.h"
 
-double skv_now(void); /* src/util.h */
+double skv_now(void); /* src/core/util.h */
 
 #define MODEL "models/kjv-4m.gguf"
 

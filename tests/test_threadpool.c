@@ -1,4 +1,4 @@
-/* The fork-join pool (src/threadpool.h): every task of every job runs exactly
+/* The fork-join pool (src/core/threadpool.h): every task of every job runs exactly
  * once, on a valid thread index, and is finished when skv_pool_run returns;
  * pools of 1..4 threads (and more threads than cores), a job straight after
  * create (a bug there once deadlocked), thousands of back-to-back jobs, task
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "threadpool.h"
+#include "core/threadpool.h"
 
 #define WATCHDOG_S 120 /* per case */
 #define STR_(x) #x

@@ -1,4 +1,4 @@
-/* Tests for src/tokenizer.c and src/unicode.c.
+/* Tests for src/tokenizer/tokenizer.c and src/tokenizer/unicode.c.
  *
  * Expected ids come from tests/test_tokenizer.py, an independent Python
  * reference (llama.cpp semantics, real regexes for the pre-tokenizers,
@@ -11,8 +11,8 @@
  * that the heap, unsegmented and naive reference paths agree. */
 #include "seqkv.h"
 #include "test.h"
-#include "tokenizer.h"
-#include "unicode.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent reference for src/tokenizer.c (llama.cpp-compatible tokenizers).
+"""Independent reference for src/tokenizer/tokenizer.c (llama.cpp-compatible tokenizers).
 
 Written from llama.cpp's documented behaviour, sharing no code with the C
 module: SentencePiece-style merging over characters, byte-level BPE with the
@@ -11,7 +11,7 @@ encoder, and llama.cpp's llama2.c vocabulary conversion.
 
 Checks:
   expected_ids_reproducible  tests/data/tokenizer/expected.txt equals what this reference computes
-  unicode_table_matches_regex  src/unicode_tables.h classes == regex \\p{..}/\\s (Unicode 14 chars)
+  unicode_table_matches_regex  src/tokenizer/unicode_tables.h classes == regex \\p{..}/\\s (Unicode 14 chars)
   llama2c_conversion_matches_gguf  tok512.bin converted == stories260K.gguf vocabulary
   pretokenizer_splits_vs_regex  random strings: C pre-tokenizer words (--split) == python3-regex
   differential_vs_c          random strings: C ids ($SEQKV_BUILD/tests/test_tokenizer --dump) == reference
@@ -514,7 +514,7 @@ def check_expected():
 def check_unicode_table():
     if regex is None:
         return report('SKIP', 'unicode_table_matches_regex', 'python3-regex not installed')
-    src = open(os.path.join(ROOT, 'src', 'unicode_tables.h')).read()
+    src = open(os.path.join(ROOT, 'src', 'tokenizer', 'unicode_tables.h')).read()
     shift = int(src.split('#define SKV_UC_SHIFT ')[1].split()[0])
 
     def array(name):

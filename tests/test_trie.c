@@ -1,4 +1,4 @@
-/* Radix trie (src/trie.c) against a trivial model: a list of stored sequences.
+/* Radix trie (src/store/trie.c) against a trivial model: a list of stored sequences.
  * No LMDB, no model: the in-memory node storage. */
 #include <math.h>
 #include <stdint.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "test.h"
-#include "trie.h"
+#include "store/trie.h"
 
 #define MAXLEN 48
 #if defined(__SANITIZE_ADDRESS__)

@@ -32,7 +32,7 @@
 #include <zstd.h>
 
 #include "cli.h"
-#include "f16.h" /* header-only binary16 conversions (src/): the engine's own rounding */
+#include "core/f16.h" /* header-only binary16 conversions (src/): the engine's own rounding */
 
 #define MAX_MODELS 4
 #define MAX_TEXTS 8

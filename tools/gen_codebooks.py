@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generate src/tq_codebooks.h: Lloyd-Max scalar codebooks for TurboQuant.
+"""Generate src/quant/tq_codebooks.h: Lloyd-Max scalar codebooks for TurboQuant.
 
 For a uniformly random unit vector in R^d, one coordinate X has density
     f_d(x) = (1 - x^2)^((d-3)/2) / Z_d      on [-1, 1].
@@ -22,7 +22,7 @@ The header is a format constant: the committed file is the spec, this script
 documents how it was made.  tests/test_quant.py regenerates it and checks the
 committed values agree to 1e-6.
 
-Usage: /usr/bin/python3 tools/gen_codebooks.py [out.h]   (default src/tq_codebooks.h)
+Usage: /usr/bin/python3 tools/gen_codebooks.py [out.h]   (default src/quant/tq_codebooks.h)
 """
 import sys
 
@@ -149,4 +149,4 @@ def emit(path):
 
 
 if __name__ == "__main__":
-    emit(sys.argv[1] if len(sys.argv) > 1 else "src/tq_codebooks.h")
+    emit(sys.argv[1] if len(sys.argv) > 1 else "src/quant/tq_codebooks.h")

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Generates src/unicode_tables.h: the Unicode character classes the tokenizer's
+"""Generates src/tokenizer/unicode_tables.h: the Unicode character classes the tokenizer's
 pre-tokenizers need (llama.cpp's unicode_cpt_flags, reduced to what we use).
 
-    /usr/bin/python3 tools/gen/gen_unicode_tables.py > src/unicode_tables.h
+    /usr/bin/python3 tools/gen/gen_unicode_tables.py > src/tokenizer/unicode_tables.h
 
 Per code point (0 .. 0x10FFFF) one byte:
     bits 0-2  general category group: 1 N, 2 L, 3 Z, 4 M, 5 P, 6 S, 7 C (Cc Cf Cs Co Cn)

@@ -4,16 +4,16 @@
  *   0 "SKVQ" | 4 u16 size (56) | 6 u8 scheme K | 7 u8 scheme V | 8 u32 n_layer
  *   12 u32 n_head_kv | 16 u32 head_dim | 20 u32 reserved 0 | 24 u64 seed
  *   32 u64 tokens_bytes | 40 u64 kv_bytes | 48 f32 rel_mse K | 52 f32 rel_mse V */
-#include "kvcodec.h"
+#include "container/kvcodec.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvquant.h"
-#include "quant.h"
+#include "quant/kvquant.h"
+#include "quant/quant.h"
 #include "seqkv.h"
-#include "util.h"
+#include "core/util.h"
 
 #define KVC_MAGIC "SKVQ"
 

@@ -12,11 +12,11 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "detmath.h"
-#include "kvquant.h"
-#include "model.h"
-#include "ops.h"
-#include "threadpool.h"
+#include "core/detmath.h"
+#include "quant/kvquant.h"
+#include "engine/model.h"
+#include "engine/ops.h"
+#include "core/threadpool.h"
 
 #define ROW_BLOCK 16 /* weight rows per matmul task (dequantised together) */
 

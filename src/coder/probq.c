@@ -20,7 +20,7 @@
  *   L  < S / 2^35 + n <= n 17/16 < 2^29;        L 2^35 < 2^64
  *   w m2 <= L 2^35 < 2^64;  D < n 17/16, so base = floor(D / n) <= 1.
  */
-#include "probq.h"
+#include "coder/probq.h"
 
 #include <float.h>
 #include <math.h>

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "f16.h"
-#include "model.h"
+#include "core/f16.h"
+#include "engine/model.h"
 
 #define KVD_MAGIC "SKVDUMP\0"
 #define KVD_VERSION 1

@@ -1,11 +1,11 @@
 /* GGUF reader: structure validation and typed metadata access. See gguf.h. */
-#include "gguf.h"
+#include "engine/gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "core/util.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define GGUF_DEFAULT_ALIGNMENT 32

@@ -28,8 +28,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "trie.h"
-#include "util.h"
+#include "store/trie.h"
+#include "core/util.h"
 
 #define NODE_MAGIC 0x4e564b53u /* "SKVN" */
 #define NODE_VERSION 1

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rangecoder.h"
+#include "coder/rangecoder.h"
 #include "seqkv.h"
 
 /* SKV_OK if m is the model s was written with (fingerprint and vocabulary), else

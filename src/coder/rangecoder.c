@@ -1,7 +1,7 @@
 /* rangecoder.c - the range coder's cold paths: init, carry, flush, checks.
  * The per-symbol hot paths are static inline in rangecoder.h, which also
  * holds the derivation; docs/coder.md specifies the byte stream. */
-#include "rangecoder.h"
+#include "coder/rangecoder.h"
 
 #include <string.h>
 

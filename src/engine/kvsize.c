@@ -1,8 +1,8 @@
 /* Per-position KV sizes under the per-vector schemes of quant.c. */
 #include <string.h>
 
-#include "model.h"
-#include "quant.h"
+#include "engine/model.h"
+#include "quant/quant.h"
 
 int skv_kv_position_bytes(const skv_model *m, const char *scheme, double *bytes)
 {

@@ -7,7 +7,7 @@
  *
  * Workers watch `gen`: they spin (with a pause) up to SPIN_ITERS polls, then sleep
  * on the condition variable. */
-#include "threadpool.h"
+#include "core/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -29,10 +29,10 @@
  *   both shortcuts; tests and the fuzzer check that all paths agree.
  * - Every count and byte in a skv_tokenizer_desc is validated in create().
  */
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include "seqkv.h"
-#include "unicode.h"
+#include "tokenizer/unicode.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -13,10 +13,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "engine/gguf.h"
 #include "seqkv.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "tokenizer/tokenizer.h"
+#include "core/util.h"
 
 typedef struct skv_weight {
     uint32_t type;        /* SKV_GGML_* */

@@ -1,5 +1,5 @@
 /* Draft models for speculative restore: see draft.h. */
-#include "draft.h"
+#include "engine/draft.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Quantized KV cache: spec parsing and per-vector round trips (kvquant.h). */
-#include "kvquant.h"
+#include "quant/kvquant.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant.h"
+#include "quant/quant.h"
 #include "seqkv.h"
 
 struct skv_kvquant {

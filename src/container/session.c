@@ -25,14 +25,14 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "draft.h"
-#include "kvcodec.h"
-#include "kvquant.h"
-#include "model.h"
-#include "probq.h"
-#include "quant.h"
-#include "rangecoder.h"
-#include "session_int.h"
+#include "engine/draft.h"
+#include "container/kvcodec.h"
+#include "quant/kvquant.h"
+#include "engine/model.h"
+#include "coder/probq.h"
+#include "quant/quant.h"
+#include "coder/rangecoder.h"
+#include "container/session_int.h"
 
 #define SKV_MAGIC "\x89SKV\r\n\x1a\n"
 #define SKV_VERSION 1

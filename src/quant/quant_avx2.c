@@ -3,7 +3,7 @@
  * only called after skv_quant_simd_available() said yes.  Each function
  * performs the same IEEE operations on the same operands as its *_ref twin,
  * element by element, so the results are bit-identical (tests compare). */
-#include "quant.h"
+#include "quant/quant.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX2__)
 

@@ -1,5 +1,5 @@
 /* Model loading (GGUF and llama2.c checkpoints), validation, info, fingerprint. */
-#include "model.h"
+#include "engine/model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -7,9 +7,9 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "detmath.h"
-#include "f16.h"
-#include "ops.h"
+#include "core/detmath.h"
+#include "core/f16.h"
+#include "engine/ops.h"
 
 #define MAX_DIM (1 << 20)
 

@@ -34,8 +34,8 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "trie.h"
-#include "util.h"
+#include "store/trie.h"
+#include "core/util.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the KV blobs store host floats: little-endian hosts only"

@@ -7,16 +7,16 @@
  * Every float operation below is a plain IEEE binary32 (or binary64 in the
  * PRNG) operation in a fixed order; reductions use the 8-lane striped order
  * of skv_quant_dot_ref() so that the AVX2 twin computes the same bits. */
-#include "quant.h"
+#include "quant/quant.h"
 
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "f16.h"
+#include "core/f16.h"
 #include "seqkv.h"
-#include "tq_codebooks.h"
+#include "quant/tq_codebooks.h"
 
 /* ---- layouts, pinned ------------------------------------------------------ */
 

@@ -1,13 +1,13 @@
 /* Scalar reference kernels (the specification of every numeric result) and
  * dequantization. See ops.h for the determinism contract. */
-#include "ops.h"
+#include "engine/ops.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "f16.h"
-#include "gguf.h"
-#include "util.h"
+#include "core/f16.h"
+#include "engine/gguf.h"
+#include "core/util.h"
 
 /* ---- exp ------------------------------------------------------------------
  * exp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k*ln2 in [-ln2/2, ln2/2].

@@ -1,9 +1,9 @@
 /* unicode - UTF-8, character classes, GPT-2 byte alphabet, pre-tokenizers.
  * See unicode.h for the contract; docs/tokenizer.md for how each pre-tokenizer
  * maps onto llama.cpp's regexes. */
-#include "unicode.h"
+#include "tokenizer/unicode.h"
 
-#include "unicode_tables.h"
+#include "tokenizer/unicode_tables.h"
 
 uint8_t skv_unicode_class(uint32_t cp)
 {

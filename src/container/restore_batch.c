@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "session_int.h"
-#include "util.h"
+#include "container/session_int.h"
+#include "core/util.h"
 
 #define MAX_ACTIVE 64
 

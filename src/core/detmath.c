@@ -6,7 +6,7 @@
  *      |s| < 0.172, series to s^33 (error < 1e-26).
  * sin/cos: a = k pi/2 + r with a three-part pi/2 (Cody-Waite), |r| <= pi/4; Taylor series
  *      to r^21 / r^20 (error < 1e-20); quadrant from k mod 4. */
-#include "detmath.h"
+#include "core/detmath.h"
 
 #include <float.h>
 #include <stdint.h>

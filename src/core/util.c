@@ -1,7 +1,7 @@
 /* Shared helpers: status names, error formatting, logging, file mapping. */
 #include <xxhash.h>
 
-#include "util.h"
+#include "core/util.h"
 
 #include <errno.h>
 #include <math.h>
