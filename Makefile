@@ -47,7 +47,7 @@ BENCHBIN := $(BENCHSRC:bench/%.c=$(BUILD)/bench/%)
 # Kernels compiled for AVX2+FMA+F16C; chosen at run time by CPU detection.
 $(BUILD)/obj/%_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mf16c
 
-.PHONY: all lib test san bench fuzz install uninstall clean demo
+.PHONY: all lib test san bench fuzz install uninstall clean demo check-layers funclen
 all: lib $(BUILD)/seqkv $(TESTBIN) $(REPLAYBIN) $(BENCHBIN)
 lib: $(BUILD)/libseqkv.a $(BUILD)/libseqkv.so $(BUILD)/seqkv.pc
 
@@ -94,6 +94,14 @@ $(BUILD) $(BUILD)/tests $(BUILD)/bench:
 
 test: all
 	tests/run.sh $(BUILD)
+
+# Fails when a file includes a header of a higher layer (scripts/check_layers.sh).
+check-layers:
+	scripts/check_layers.sh .
+
+# Function-length figures of src/ and tools/ (docs/metrics.md records them).
+funclen:
+	scripts/funclen.py --list 20 src tools
 
 # The main job on the bundled model: store a session both ways, restore it verified.
 demo: all
