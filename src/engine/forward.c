@@ -14,6 +14,7 @@
 
 #include "core/detmath.h"
 #include "quant/kvquant.h"
+#include "engine/arch.h"
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "core/threadpool.h"
@@ -40,6 +41,7 @@ struct skv_ctx {
     float *kq_cache, *vq_cache; /* same layout as k_cache / v_cache */
     int kvq_done;
     float *rope_cos, *rope_sin; /* [S][rope_dim/2] */
+    float *rope_tmp;            /* [rope_dim]: one head's rotated pairs gathered (skv_rope_apply) */
     float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2; /* activations for max_batch tokens */
     float *thread_scratch; /* per thread: ROW_BLOCK*kmax dequant rows + S attention scores */
     size_t scratch_stride;
@@ -93,6 +95,19 @@ skv_ctx_params skv_ctx_default_params(void)
     return p;
 }
 
+/* cos / sin of every (position, pair) angle the context can need. */
+static void rope_tables(skv_ctx *c)
+{
+    size_t S = (size_t)c->n_ctx, np = (size_t)c->m->info.rope_dim / 2;
+    for (size_t p = 0; p < S; p++)
+        for (size_t i = 0; i < np; i++) {
+            double a = (double)p * c->m->rope_scale * c->m->rope_freq[i], sn, cs;
+            skv_det_sincos(a, &sn, &cs); /* not libm: identical on every machine */
+            c->rope_cos[p * np + i] = (float)cs;
+            c->rope_sin[p * np + i] = (float)sn;
+        }
+}
+
 static int ctx_alloc(skv_ctx *c)
 {
     const skv_model_info *h = &c->m->info;
@@ -110,6 +125,7 @@ static int ctx_alloc(skv_ctx *c)
         return SKV_ERR_NOMEM;
     c->rope_cos = malloc(S * np * sizeof(float));
     c->rope_sin = malloc(S * np * sizeof(float));
+    c->rope_tmp = malloc(2 * np * sizeof(float));
     c->x = malloc(B * D * sizeof(float));
     c->xb = malloc(B * D * sizeof(float));
     c->q = malloc(B * Q * sizeof(float));
@@ -120,17 +136,37 @@ static int ctx_alloc(skv_ctx *c)
     c->hb2 = malloc(B * F * sizeof(float));
     c->scratch_stride = ROW_BLOCK * c->kmax + SKV_ATTN_MAX_Q * S + 16;
     c->thread_scratch = malloc((size_t)skv_pool_size(c->pool) * c->scratch_stride * sizeof(float));
-    if (!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->x || !c->xb || !c->q || !c->kk ||
+    if (!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->rope_tmp || !c->x || !c->xb || !c->q || !c->kk ||
         !c->vv || !c->att || !c->hb || !c->hb2 || !c->thread_scratch)
         return SKV_ERR_NOMEM;
-    for (size_t p = 0; p < S; p++)
-        for (size_t i = 0; i < np; i++) {
-            double a = (double)p * c->m->rope_scale * c->m->rope_freq[i], sn, cs;
-            skv_det_sincos(a, &sn, &cs); /* not libm: identical on every machine */
-            c->rope_cos[p * np + i] = (float)cs;
-            c->rope_sin[p * np + i] = (float)sn;
-        }
+    rope_tables(c);
     return SKV_OK;
+}
+
+static int ctx_params_ok(const skv_ctx_params *p)
+{
+    return p->n_ctx >= 0 && p->n_ctx <= (1 << 24) && p->n_threads >= 0 && p->n_threads <= 1024 && p->max_batch >= 0 &&
+           p->max_batch <= 65536;
+}
+
+static int ctx_kernels(skv_ctx *c, int kernels)
+{
+    switch (kernels) {
+    case SKV_KERNELS_AUTO: c->k = skv_kernels_best(); break;
+    case SKV_KERNELS_SCALAR: c->k = skv_kernels_scalar(); break;
+    case SKV_KERNELS_AVX2: c->k = skv_kernels_avx2(); break;
+    default: return SKV_ERR_INVALID_ARG;
+    }
+    return c->k ? SKV_OK : SKV_ERR_UNSUPPORTED; /* AVX2 asked for on a CPU without it */
+}
+
+static int ctx_kv_quant(skv_ctx *c, const char *spec_text)
+{
+    skv_kvq_spec spec;
+    int rc;
+    if (!spec_text || !spec_text[0]) return SKV_OK;
+    if ((rc = skv_kvquant_parse(spec_text, &spec, NULL, 0))) return rc;
+    return skv_kvquant_create(&c->kvq, &spec, c->m->info.n_layer, (size_t)c->m->info.head_dim);
 }
 
 int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
@@ -141,38 +177,17 @@ int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
     if (!m || !out) return SKV_ERR_INVALID_ARG;
     *out = NULL;
     if (!p) p = &d;
-    if (p->n_ctx < 0 || p->n_ctx > (1 << 24) || p->n_threads < 0 || p->n_threads > 1024 || p->max_batch < 0 ||
-        p->max_batch > 65536)
-        return SKV_ERR_INVALID_ARG;
+    if (!ctx_params_ok(p)) return SKV_ERR_INVALID_ARG;
     if (!(c = calloc(1, sizeof *c))) return SKV_ERR_NOMEM;
     c->m = m;
     c->n_ctx = p->n_ctx ? p->n_ctx : m->info.n_ctx_train;
     c->max_batch = p->max_batch ? p->max_batch : 512;
     if (c->max_batch > c->n_ctx) c->max_batch = c->n_ctx;
-    switch (p->kernels) {
-    case SKV_KERNELS_AUTO: c->k = skv_kernels_best(); break;
-    case SKV_KERNELS_SCALAR: c->k = skv_kernels_scalar(); break;
-    case SKV_KERNELS_AVX2: c->k = skv_kernels_avx2(); break;
-    default: c->k = NULL;
-    }
-    if (!c->k) {
-        free(c);
-        return p->kernels == SKV_KERNELS_AVX2 ? SKV_ERR_UNSUPPORTED : SKV_ERR_INVALID_ARG;
-    }
-    if (p->n_threads > 1 && !(c->pool = skv_pool_create(p->n_threads))) {
-        free(c);
-        return SKV_ERR_NOMEM;
-    }
-    if (p->kv_quant && p->kv_quant[0]) {
-        skv_kvq_spec spec;
-        if ((rc = skv_kvquant_parse(p->kv_quant, &spec, NULL, 0)) == SKV_OK)
-            rc = skv_kvquant_create(&c->kvq, &spec, m->info.n_layer, (size_t)m->info.head_dim);
-        if (rc) {
-            skv_ctx_free(c);
-            return rc;
-        }
-    }
-    if ((rc = ctx_alloc(c)) != SKV_OK) {
+    if ((rc = ctx_kernels(c, p->kernels)) == SKV_OK && p->n_threads > 1 && !(c->pool = skv_pool_create(p->n_threads)))
+        rc = SKV_ERR_NOMEM;
+    if (rc == SKV_OK) rc = ctx_kv_quant(c, p->kv_quant);
+    if (rc == SKV_OK) rc = ctx_alloc(c);
+    if (rc) {
         skv_ctx_free(c);
         return rc;
     }
@@ -191,6 +206,7 @@ void skv_ctx_free(skv_ctx *c)
     skv_kvquant_free(c->kvq);
     free(c->rope_cos);
     free(c->rope_sin);
+    free(c->rope_tmp);
     free(c->x);
     free(c->xb);
     free(c->q);
@@ -383,7 +399,8 @@ static void rope_rows(skv_ctx *c, skv_ctx *const *seq, float *x, size_t T, size_
     for (size_t t = 0; t < T; t++) {
         size_t pos = row_pos(seq, t, p0);
         for (size_t hh = 0; hh < n_heads; hh++)
-            c->k->rope(x + (t * n_heads + hh) * hd, c->rope_cos + pos * np, c->rope_sin + pos * np, np);
+            skv_rope_apply(c->m->arch->rope, c->k->rope, x + (t * n_heads + hh) * hd, c->rope_cos + pos * np,
+                           c->rope_sin + pos * np, np, c->rope_tmp);
     }
 }
 

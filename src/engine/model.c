@@ -117,60 +117,100 @@ static int gguf_f(const skv_gguf *g, const char *key, float *out, float dflt, ch
     return SKV_OK;
 }
 
-static int gguf_hparams(skv_model *m, char *err, size_t cap)
+/* Arch-prefixed metadata ("llama.block_count"): the key prefix is the row's name. */
+static const char *arch_key(const skv_model *m, const char *suffix, char *buf, size_t cap)
 {
-    const skv_gguf *g = m->gguf;
-    skv_model_info *h = &m->info;
-    skv_gguf_str s;
+    snprintf(buf, cap, "%s.%s", m->arch->name, suffix);
+    return buf;
+}
+
+static int arch_i(const skv_model *m, const char *suffix, int *out, int dflt, int required, char *err, size_t cap)
+{
     char key[128];
-    int rc, key_len = 0, val_len = 0;
-    if (skv_gguf_get_str(g, "general.architecture", &s) != SKV_OK)
+    return gguf_i(m->gguf, arch_key(m, suffix, key, sizeof key), out, dflt, required, err, cap);
+}
+
+static int arch_f(const skv_model *m, const char *suffix, float *out, float dflt, char *err, size_t cap)
+{
+    char key[128];
+    return gguf_f(m->gguf, arch_key(m, suffix, key, sizeof key), out, dflt, err, cap);
+}
+
+/* general.architecture picks the table row; general.name is only shown. */
+static int gguf_arch(skv_model *m, char *err, size_t cap)
+{
+    skv_gguf_str s;
+    char names[256];
+    if (skv_gguf_get_str(m->gguf, "general.architecture", &s) != SKV_OK)
         return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: missing general.architecture");
-    if (!(s.len == 5 && !memcmp(s.ptr, "llama", 5)))
-        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
-                        "architecture '%.*s' is not supported (seqkv runs the Llama family: 'llama')",
-                        (int)(s.len > 40 ? 40 : s.len), s.ptr);
-    snprintf(h->arch, sizeof h->arch, "llama");
-    if (skv_gguf_get_str(g, "general.name", &s) == SKV_OK)
-        snprintf(h->name, sizeof h->name, "%.*s", (int)(s.len > 90 ? 90 : s.len), s.ptr);
-#define GI(k, f, d, req) if ((rc = gguf_i(g, "llama." k, &h->f, d, req, err, cap))) return rc
-    GI("block_count", n_layer, 0, 1);
-    GI("embedding_length", n_embd, 0, 1);
-    GI("feed_forward_length", n_ff, 0, 1);
-    GI("attention.head_count", n_head, 0, 1);
-    GI("attention.head_count_kv", n_head_kv, h->n_head, 0);
-    GI("context_length", n_ctx_train, 2048, 0);
-#undef GI
+    if (!(m->arch = skv_arch_find(s.ptr, s.len))) {
+        skv_arch_list(names, sizeof names);
+        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (seqkv runs: %s)",
+                        (int)(s.len > 40 ? 40 : s.len), s.ptr, names);
+    }
+    snprintf(m->info.arch, sizeof m->info.arch, "%s", m->arch->name);
+    if (skv_gguf_get_str(m->gguf, "general.name", &s) == SKV_OK)
+        snprintf(m->info.name, sizeof m->info.name, "%.*s", (int)(s.len > 90 ? 90 : s.len), s.ptr);
+    return SKV_OK;
+}
+
+static int gguf_sizes(skv_model *m, char *err, size_t cap)
+{
+    skv_model_info *h = &m->info;
+    int rc, key_len = 0, val_len = 0;
+    if ((rc = arch_i(m, "block_count", &h->n_layer, 0, 1, err, cap)) ||
+        (rc = arch_i(m, "embedding_length", &h->n_embd, 0, 1, err, cap)) ||
+        (rc = arch_i(m, "feed_forward_length", &h->n_ff, 0, 1, err, cap)) ||
+        (rc = arch_i(m, "attention.head_count", &h->n_head, 0, 1, err, cap)) ||
+        (rc = arch_i(m, "attention.head_count_kv", &h->n_head_kv, h->n_head, 0, err, cap)) ||
+        (rc = arch_i(m, "context_length", &h->n_ctx_train, 2048, 0, err, cap)))
+        return rc;
     if (h->n_head < 1) return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: head count is 0");
-    if ((rc = gguf_i(g, "llama.attention.key_length", &key_len, h->n_embd / h->n_head, 0, err, cap)) ||
-        (rc = gguf_i(g, "llama.attention.value_length", &val_len, key_len, 0, err, cap)))
+    if ((rc = arch_i(m, "attention.key_length", &key_len, h->n_embd / h->n_head, 0, err, cap)) ||
+        (rc = arch_i(m, "attention.value_length", &val_len, key_len, 0, err, cap)))
         return rc;
     if (key_len != val_len)
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "different key (%d) and value (%d) head sizes", key_len, val_len);
     h->head_dim = key_len;
-    if ((rc = gguf_i(g, "llama.rope.dimension_count", &h->rope_dim, h->head_dim, 0, err, cap))) return rc;
-    if ((rc = gguf_f(g, "llama.rope.freq_base", &h->rope_base, 10000.0f, err, cap)) ||
-        (rc = gguf_f(g, "llama.attention.layer_norm_rms_epsilon", &h->norm_eps, 1e-5f, err, cap)))
+    return SKV_OK;
+}
+
+/* Rotary dimension, base and scaling (none or linear), and the RMSNorm epsilon. */
+static int gguf_rope(skv_model *m, char *err, size_t cap)
+{
+    skv_model_info *h = &m->info;
+    skv_gguf_str s;
+    char key[128];
+    float factor = 1.0f;
+    int rc;
+    if ((rc = arch_i(m, "rope.dimension_count", &h->rope_dim, h->head_dim, 0, err, cap)) ||
+        (rc = arch_f(m, "rope.freq_base", &h->rope_base, 10000.0f, err, cap)) ||
+        (rc = arch_f(m, "attention.layer_norm_rms_epsilon", &h->norm_eps, 1e-5f, err, cap)))
         return rc;
     m->rope_scale = 1.0;
-    if (skv_gguf_get_str(g, "llama.rope.scaling.type", &s) == SKV_OK && !(s.len == 4 && !memcmp(s.ptr, "none", 4))) {
-        float factor = 1.0f;
-        if (!(s.len == 6 && !memcmp(s.ptr, "linear", 6)))
-            return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "rope scaling '%.*s' is not supported (none, linear are)",
-                            (int)(s.len > 20 ? 20 : s.len), s.ptr);
-        if ((rc = gguf_f(g, "llama.rope.scaling.factor", &factor, 1.0f, err, cap))) return rc;
-        if (!(factor >= 1.0f && factor < 1e6f)) return skv_errf(err, cap, SKV_ERR_FORMAT, "bad rope scaling factor");
-        m->rope_scale = 1.0 / factor;
-    }
-    snprintf(key, sizeof key, "tokenizer.ggml.tokens");
-    {
-        uint32_t et;
-        size_t n;
-        if (skv_gguf_get_arr(g, key, &et, &n) != SKV_OK || et != SKV_GGUF_STRING || n == 0 || n > (1u << 24))
-            return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: missing or invalid tokenizer.ggml.tokens");
-        h->n_vocab = (int)n;
-    }
-    return check_hparams(h, err, cap);
+    if (skv_gguf_get_str(m->gguf, arch_key(m, "rope.scaling.type", key, sizeof key), &s) != SKV_OK ||
+        (s.len == 4 && !memcmp(s.ptr, "none", 4)))
+        return SKV_OK;
+    if (!(s.len == 6 && !memcmp(s.ptr, "linear", 6)))
+        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "rope scaling '%.*s' is not supported (none, linear are)",
+                        (int)(s.len > 20 ? 20 : s.len), s.ptr);
+    if ((rc = arch_f(m, "rope.scaling.factor", &factor, 1.0f, err, cap))) return rc;
+    if (!(factor >= 1.0f && factor < 1e6f)) return skv_errf(err, cap, SKV_ERR_FORMAT, "bad rope scaling factor");
+    m->rope_scale = 1.0 / factor;
+    return SKV_OK;
+}
+
+static int gguf_hparams(skv_model *m, char *err, size_t cap)
+{
+    uint32_t et;
+    size_t n;
+    int rc;
+    if ((rc = gguf_arch(m, err, cap)) || (rc = gguf_sizes(m, err, cap)) || (rc = gguf_rope(m, err, cap))) return rc;
+    if (skv_gguf_get_arr(m->gguf, "tokenizer.ggml.tokens", &et, &n) != SKV_OK || et != SKV_GGUF_STRING || n == 0 ||
+        n > (1u << 24))
+        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: missing or invalid tokenizer.ggml.tokens");
+    m->info.n_vocab = (int)n;
+    return check_hparams(&m->info, err, cap);
 }
 
 /* A special token id: absent -> the tokenizer's default; -1 or 0xFFFFFFFF -> none;
@@ -184,153 +224,215 @@ static int32_t special_id(const skv_gguf *g, const char *key)
     return v < INT32_MIN || v > INT32_MAX ? INT32_MAX : (int32_t)v;
 }
 
-static int gguf_tokenizer(skv_model *m, char *err, size_t cap)
+/* The arrays a GGUF tokenizer is built from (owned; the strings point into the mapping). */
+typedef struct {
+    skv_strref *toks, *merges;
+    float *scores;
+    int32_t *types;
+    size_t n_merges;
+    char pre[64];
+} tok_arrays;
+
+static int tokenizer_kind(const skv_gguf *g, skv_tokenizer_desc *d, tok_arrays *a, char *err, size_t cap)
 {
-    const skv_gguf *g = m->gguf;
-    skv_tokenizer_desc d;
-    skv_gguf_str s, pre;
-    size_t n = (size_t)m->info.n_vocab, nm = 0;
-    uint32_t et;
-    int64_t v;
-    int rc = SKV_ERR_NOMEM, b;
-    skv_strref *toks = NULL, *merges = NULL;
-    float *scores = NULL;
-    int32_t *types = NULL;
-    memset(&d, 0, sizeof d);
-    (void)v;
+    skv_gguf_str s;
     if (skv_gguf_get_str(g, "tokenizer.ggml.model", &s) != SKV_OK)
         return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: missing tokenizer.ggml.model");
-    if (s.len == 5 && !memcmp(s.ptr, "llama", 5)) d.kind = SKV_TOKENIZER_SPM;
-    else if (s.len == 4 && !memcmp(s.ptr, "gpt2", 4)) d.kind = SKV_TOKENIZER_GPT2;
+    if (s.len == 5 && !memcmp(s.ptr, "llama", 5)) d->kind = SKV_TOKENIZER_SPM;
+    else if (s.len == 4 && !memcmp(s.ptr, "gpt2", 4)) d->kind = SKV_TOKENIZER_GPT2;
     else
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "tokenizer '%.*s' is not supported (llama, gpt2 are)",
                         (int)(s.len > 20 ? 20 : s.len), s.ptr);
-    char prebuf[64] = "default";
-    if (skv_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == SKV_OK)
-        snprintf(prebuf, sizeof prebuf, "%.*s", (int)(pre.len > 60 ? 60 : pre.len), pre.ptr);
-    d.pre = prebuf;
-    toks = malloc(n * sizeof *toks);
-    if (!toks) goto done;
-    {
-        skv_gguf_str *tmp = (skv_gguf_str *)toks; /* identical layout: {ptr, len} */
-        _Static_assert(sizeof(skv_gguf_str) == sizeof(skv_strref), "string ref layouts must match");
-        if (skv_gguf_arr_strings(g, "tokenizer.ggml.tokens", tmp, n) != SKV_OK) {
-            rc = skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.tokens");
-            goto done;
-        }
-    }
+    snprintf(a->pre, sizeof a->pre, "default");
+    if (skv_gguf_get_str(g, "tokenizer.ggml.pre", &s) == SKV_OK)
+        snprintf(a->pre, sizeof a->pre, "%.*s", (int)(s.len > 60 ? 60 : s.len), s.ptr);
+    d->pre = a->pre;
+    return SKV_OK;
+}
+
+/* tokens (required), scores and token types (optional), merges (optional). */
+static int tokenizer_arrays(const skv_gguf *g, size_t n, tok_arrays *a, char *err, size_t cap)
+{
+    uint32_t et;
+    _Static_assert(sizeof(skv_gguf_str) == sizeof(skv_strref), "string ref layouts must match"); /* {ptr, len} */
+    if (!(a->toks = malloc(n * sizeof *a->toks))) return SKV_ERR_NOMEM;
+    if (skv_gguf_arr_strings(g, "tokenizer.ggml.tokens", (skv_gguf_str *)a->toks, n) != SKV_OK)
+        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.tokens");
     if (skv_gguf_has(g, "tokenizer.ggml.scores")) {
-        if (!(scores = malloc(n * sizeof *scores))) goto done;
-        if (skv_gguf_arr_f32(g, "tokenizer.ggml.scores", scores, n) != SKV_OK) {
-            rc = skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: tokenizer.ggml.scores must be %zu f32 values", n);
-            goto done;
-        }
+        if (!(a->scores = malloc(n * sizeof *a->scores))) return SKV_ERR_NOMEM;
+        if (skv_gguf_arr_f32(g, "tokenizer.ggml.scores", a->scores, n) != SKV_OK)
+            return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: tokenizer.ggml.scores must be %zu f32 values", n);
     }
     if (skv_gguf_has(g, "tokenizer.ggml.token_type")) {
-        if (!(types = malloc(n * sizeof *types))) goto done;
-        if (skv_gguf_arr_i32(g, "tokenizer.ggml.token_type", types, n) != SKV_OK) {
-            rc = skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: tokenizer.ggml.token_type must be %zu integers", n);
-            goto done;
-        }
+        if (!(a->types = malloc(n * sizeof *a->types))) return SKV_ERR_NOMEM;
+        if (skv_gguf_arr_i32(g, "tokenizer.ggml.token_type", a->types, n) != SKV_OK)
+            return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: tokenizer.ggml.token_type must be %zu integers", n);
     }
-    if (skv_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &nm) == SKV_OK) {
-        if (et != SKV_GGUF_STRING || nm > (1u << 24) || !(merges = malloc((nm ? nm : 1) * sizeof *merges)) ||
-            skv_gguf_arr_strings(g, "tokenizer.ggml.merges", (skv_gguf_str *)merges, nm) != SKV_OK) {
-            rc = skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.merges");
-            goto done;
-        }
+    if (skv_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &a->n_merges) != SKV_OK) return SKV_OK;
+    if (et != SKV_GGUF_STRING || a->n_merges > (1u << 24)) return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.merges");
+    if (!(a->merges = malloc((a->n_merges ? a->n_merges : 1) * sizeof *a->merges))) return SKV_ERR_NOMEM;
+    if (skv_gguf_arr_strings(g, "tokenizer.ggml.merges", (skv_gguf_str *)a->merges, a->n_merges) != SKV_OK)
+        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.merges");
+    return SKV_OK;
+}
+
+static void tokenizer_specials(const skv_gguf *g, skv_tokenizer_desc *d)
+{
+    int b;
+    d->bos_id = special_id(g, "tokenizer.ggml.bos_token_id");
+    d->eos_id = special_id(g, "tokenizer.ggml.eos_token_id");
+    d->unk_id = special_id(g, "tokenizer.ggml.unknown_token_id");
+    d->pad_id = special_id(g, "tokenizer.ggml.padding_token_id");
+    d->add_bos = skv_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == SKV_OK ? b : -1;
+    d->add_eos = skv_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == SKV_OK ? b : -1;
+    d->add_space_prefix = skv_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == SKV_OK ? b : -1;
+}
+
+static int gguf_tokenizer(skv_model *m, char *err, size_t cap)
+{
+    skv_tokenizer_desc d;
+    tok_arrays a;
+    size_t n = (size_t)m->info.n_vocab;
+    int rc;
+    memset(&d, 0, sizeof d);
+    memset(&a, 0, sizeof a);
+    if ((rc = tokenizer_kind(m->gguf, &d, &a, err, cap))) return rc;
+    if ((rc = tokenizer_arrays(m->gguf, n, &a, err, cap)) == SKV_OK) {
+        d.n_vocab = n;
+        d.tokens = a.toks;
+        d.scores = a.scores;
+        d.types = a.types;
+        d.n_merges = a.n_merges;
+        d.merges = a.merges;
+        tokenizer_specials(m->gguf, &d);
+        rc = skv_tokenizer_create(&d, &m->tok, err, cap);
     }
-    d.n_vocab = n;
-    d.tokens = toks;
-    d.scores = scores;
-    d.types = types;
-    d.n_merges = nm;
-    d.merges = merges;
-    d.bos_id = special_id(g, "tokenizer.ggml.bos_token_id");
-    d.eos_id = special_id(g, "tokenizer.ggml.eos_token_id");
-    d.unk_id = special_id(g, "tokenizer.ggml.unknown_token_id");
-    d.pad_id = special_id(g, "tokenizer.ggml.padding_token_id");
-    d.add_bos = skv_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == SKV_OK ? b : -1;
-    d.add_eos = skv_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == SKV_OK ? b : -1;
-    d.add_space_prefix = skv_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == SKV_OK ? b : -1;
-    rc = skv_tokenizer_create(&d, &m->tok, err, cap);
-done:
     if (rc == SKV_ERR_NOMEM) skv_errf(err, cap, rc, "out of memory loading the tokenizer");
-    free(toks);
-    free(merges);
-    free(scores);
-    free(types);
+    free(a.toks);
+    free(a.merges);
+    free(a.scores);
+    free(a.types);
     return rc;
 }
 
-static int load_gguf(skv_model *m, const char *path, char *err, size_t cap)
+/* ---- layer tensors, by the table (arch.h) -------------------------------------- */
+
+static skv_weight *layer_matrix(skv_layer *L, const skv_tensor_desc *d)
 {
-    skv_model_info *h = &m->info;
-    const skv_gguf *g;
-    float *freq_factors = NULL;
+    return (skv_weight *)(void *)((char *)L + d->field);
+}
+
+static float **layer_vector(skv_layer *L, const skv_tensor_desc *d)
+{
+    return (float **)(void *)((char *)L + d->field);
+}
+
+static int is_vector(const skv_tensor_desc *d) { return d->n == SKV_DIM_1; }
+
+/* Stores w (a view of tensor t of layer L) in its field: matrices as the view, vectors
+ * as an f32 copy of their k values. */
+static int layer_store(skv_layer *L, skv_layer_tensor t, const skv_weight *w, char *err, size_t cap)
+{
+    const skv_tensor_desc *d = &skv_layer_tensors[t];
+    int rc = SKV_OK;
+    if (!is_vector(d)) *layer_matrix(L, d) = *w;
+    else if (!(*layer_vector(L, d) = norm_copy(w, err, cap, &rc))) return rc;
+    return SKV_OK;
+}
+
+static const void *layer_cfield(const skv_layer *L, const skv_tensor_desc *d)
+{
+    return (const char *)L + d->field;
+}
+
+/* Tensor t of layer L is present (an optional one the file lacked is not). */
+static int layer_has(const skv_layer *L, skv_layer_tensor t)
+{
+    const skv_tensor_desc *d = &skv_layer_tensors[t];
+    if (is_vector(d)) return *(float *const *)layer_cfield(L, d) != NULL;
+    return ((const skv_weight *)layer_cfield(L, d))->data != NULL;
+}
+
+static void layer_free(skv_layer *L)
+{
+    for (int t = 0; t < SKV_LT_COUNT; t++)
+        if (is_vector(&skv_layer_tensors[t])) free(*layer_vector(L, &skv_layer_tensors[t]));
+}
+
+/* ---- GGUF tensors ------------------------------------------------------------------ */
+
+static int gguf_layer(skv_model *m, int l, char *err, size_t cap)
+{
     char name[96];
-    int rc;
-    if ((rc = skv_gguf_open(path, &m->gguf, err, cap))) return rc;
-    g = m->gguf;
-    snprintf(h->format, sizeof h->format, "gguf");
-    if ((rc = gguf_hparams(m, err, cap))) return rc;
-    size_t D = (size_t)h->n_embd, F = (size_t)h->n_ff, V = (size_t)h->n_vocab;
-    size_t Q = (size_t)h->n_head * (size_t)h->head_dim, KV = (size_t)h->n_head_kv * (size_t)h->head_dim;
+    for (int t = 0; t < SKV_LT_COUNT; t++) {
+        const skv_tensor_desc *d = &skv_layer_tensors[t];
+        skv_weight w;
+        int rc;
+        if (m->arch->use[t] == SKV_USE_NONE) continue;
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, d->gguf);
+        if (m->arch->use[t] == SKV_USE_OPTIONAL && !skv_gguf_find_tensor(m->gguf, name)) continue;
+        if ((rc = gguf_weight(m->gguf, name, skv_dim_size(&m->info, d->k), skv_dim_size(&m->info, d->n), &w, err,
+                              cap)) ||
+            (rc = layer_store(&m->layers[l], (skv_layer_tensor)t, &w, err, cap)))
+            return rc;
+    }
+    return SKV_OK;
+}
+
+/* token_embd, output (absent: tied to token_embd) and output_norm: every architecture's. */
+static int gguf_model_tensors(skv_model *m, char *err, size_t cap)
+{
+    const skv_gguf *g = m->gguf;
+    size_t D = (size_t)m->info.n_embd, V = (size_t)m->info.n_vocab;
     skv_weight nw;
+    int rc;
     if ((rc = gguf_weight(g, "token_embd.weight", D, V, &m->tok_embd, err, cap))) return rc;
     if (skv_gguf_find_tensor(g, "output.weight")) {
         if ((rc = gguf_weight(g, "output.weight", D, V, &m->output, err, cap))) return rc;
     } else {
         m->output = m->tok_embd;
-        h->tied_output = 1;
+        m->info.tied_output = 1;
     }
-    {
-        const skv_gguf_tensor *t = skv_gguf_find_tensor(g, "output_norm.weight");
-        if (!t || t->n_elements != D || !skv_dequant_supported(t->type) || t->ne[0] != D)
-            return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: missing or malformed output_norm.weight");
-        nw = (skv_weight){t->type, t->data, t->nbytes, D, 1};
-        if (!(m->output_norm = norm_copy(&nw, err, cap, &rc))) return rc;
+    if ((rc = gguf_weight(g, "output_norm.weight", D, 1, &nw, err, cap))) return rc;
+    if (!(m->output_norm = norm_copy(&nw, err, cap, &rc))) return rc;
+    return SKV_OK;
+}
+
+/* Optional per-pair frequency divisors (llama3-style RoPE); *out stays NULL without them. */
+static int gguf_rope_factors(const skv_model *m, float **out, char *err, size_t cap)
+{
+    const skv_gguf_tensor *t = skv_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    int np = m->info.rope_dim / 2;
+    *out = NULL;
+    if (!t) return SKV_OK;
+    if (t->type != SKV_GGML_F32 || t->n_elements != (uint64_t)np)
+        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: rope_freqs.weight must be %d f32 values", np);
+    if (!(*out = malloc((size_t)np * sizeof **out))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < np; i++) {
+        (*out)[i] = skv_rdf32(t->data + 4 * (size_t)i); /* byte reads: any alignment */
+        if (!((*out)[i] > 0.0f) || !isfinite((*out)[i]))
+            return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: rope_freqs.weight holds a non-positive factor");
     }
-    if (!(m->layers = calloc((size_t)h->n_layer, sizeof *m->layers))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-    for (int l = 0; l < h->n_layer; l++) {
-        skv_layer *L = &m->layers[l];
-#define W(field, nm, K_, N_)                                                          \
-    snprintf(name, sizeof name, "blk.%d." nm ".weight", l);                           \
-    if ((rc = gguf_weight(g, name, K_, N_, &L->field, err, cap))) return rc
-        W(wq, "attn_q", D, Q);
-        W(wk, "attn_k", D, KV);
-        W(wv, "attn_v", D, KV);
-        W(wo, "attn_output", Q, D);
-        W(w1, "ffn_gate", D, F);
-        W(w3, "ffn_up", D, F);
-        W(w2, "ffn_down", F, D);
-        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
-        if ((rc = gguf_weight(g, name, D, 1, &nw, err, cap)) || !(L->attn_norm = norm_copy(&nw, err, cap, &rc))) return rc;
-        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
-        if ((rc = gguf_weight(g, name, D, 1, &nw, err, cap)) || !(L->ffn_norm = norm_copy(&nw, err, cap, &rc))) return rc;
-#undef W
-    }
-    {
-        const skv_gguf_tensor *t = skv_gguf_find_tensor(g, "rope_freqs.weight");
-        if (t) {
-            if (t->type != SKV_GGML_F32 || t->n_elements != (uint64_t)h->rope_dim / 2)
-                return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: rope_freqs.weight must be %d f32 values", h->rope_dim / 2);
-            if (!(freq_factors = malloc((size_t)h->rope_dim / 2 * sizeof *freq_factors)))
-                return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-            for (int i = 0; i < h->rope_dim / 2; i++) {
-                freq_factors[i] = skv_rdf32(t->data + 4 * (size_t)i); /* byte reads: any alignment */
-                if (!(freq_factors[i] > 0.0f) || !isfinite(freq_factors[i])) {
-                    free(freq_factors);
-                    return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: rope_freqs.weight holds a non-positive factor");
-                }
-            }
-        }
-    }
-    rc = init_rope(m, freq_factors, err, cap);
+    return SKV_OK;
+}
+
+static int load_gguf(skv_model *m, const char *path, char *err, size_t cap)
+{
+    skv_model_info *h = &m->info;
+    float *freq_factors = NULL;
+    int rc;
+    if ((rc = skv_gguf_open(path, &m->gguf, err, cap))) return rc;
+    snprintf(h->format, sizeof h->format, "gguf");
+    if ((rc = gguf_hparams(m, err, cap)) || (rc = gguf_model_tensors(m, err, cap))) return rc;
+    if (!(m->layers = calloc((size_t)h->n_layer, sizeof *m->layers)))
+        return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < h->n_layer; l++)
+        if ((rc = gguf_layer(m, l, err, cap))) return rc;
+    if ((rc = gguf_rope_factors(m, &freq_factors, err, cap)) == SKV_OK) rc = init_rope(m, freq_factors, err, cap);
     free(freq_factors);
     if (rc) return rc;
     h->weight_type = (int)m->layers[0].wq.type;
-    h->file_bytes = skv_gguf_file_size(g);
+    h->file_bytes = skv_gguf_file_size(m->gguf);
     return gguf_tokenizer(m, err, cap);
 }
 
@@ -377,21 +479,25 @@ static int find_l2c_tokenizer(const char *path, int vocab, const char *given, ch
     return 0;
 }
 
-static int load_l2c(skv_model *m, const char *path, const char *tok_path, char *err, size_t cap)
+/* The per-layer arrays of a checkpoint in file order, each [n_layer][n][k] (shapes from
+ * skv_layer_tensors: the layout is the llama row's, with Q = n_embd). */
+static const skv_layer_tensor l2c_order[] = {SKV_LT_ATTN_NORM, SKV_LT_Q, SKV_LT_K, SKV_LT_V, SKV_LT_O,
+                                             SKV_LT_FFN_NORM, SKV_LT_GATE, SKV_LT_DOWN, SKV_LT_UP};
+
+/* Where each array starts in the mapping. */
+typedef struct {
+    const float *emb, *layer[SKV_LT_COUNT], *rms_final, *wcls;
+} l2c_layout;
+
+static int l2c_header(skv_model *m, const char *path, char *err, size_t cap)
 {
     skv_model_info *h = &m->info;
-    const uint8_t *p, *end;
-    const float *emb, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final, *fr, *fi, *wcls;
     int32_t hdr[7];
-    int rc;
-    if ((rc = skv_mmap_open(path, &m->map, err, cap))) return rc;
-    p = m->map.data;
-    end = p + m->map.size;
     if (m->map.size < 28) return skv_errf(err, cap, SKV_ERR_FORMAT, "'%s' is neither GGUF nor a llama2.c checkpoint (too short)", path);
-    for (int i = 0; i < 7; i++) hdr[i] = (int32_t)skv_rd32(p + 4 * i);
-    p += 28;
+    for (int i = 0; i < 7; i++) hdr[i] = (int32_t)skv_rd32(m->map.data + 4 * i);
+    m->arch = skv_arch_llama2c();
     snprintf(h->format, sizeof h->format, "llama2c");
-    snprintf(h->arch, sizeof h->arch, "llama");
+    snprintf(h->arch, sizeof h->arch, "%s", m->arch->name);
     h->n_embd = hdr[0];
     h->n_ff = hdr[1];
     h->n_layer = hdr[2];
@@ -407,67 +513,98 @@ static int load_l2c(skv_model *m, const char *path, const char *tok_path, char *
     m->rope_scale = 1.0;
     if (h->n_head < 1 || h->n_embd % h->n_head)
         return skv_errf(err, cap, SKV_ERR_FORMAT, "'%s': not a GGUF file, and as a llama2.c checkpoint its header is invalid", path);
-    if ((rc = check_hparams(h, err, cap))) return rc;
-    size_t D = (size_t)h->n_embd, F = (size_t)h->n_ff, V = (size_t)h->n_vocab, L = (size_t)h->n_layer;
-    size_t KV = (size_t)h->n_head_kv * (size_t)h->head_dim, S = (size_t)h->n_ctx_train, hd2 = (size_t)h->head_dim / 2;
-    /* all products below are < 2^20 * 2^20 * 2^12: no overflow in size_t */
-    if (!l2c_take(&p, end, V * D, &emb) || !l2c_take(&p, end, L * D, &rms_att) || !l2c_take(&p, end, L * D * D, &wq) ||
-        !l2c_take(&p, end, L * KV * D, &wk) || !l2c_take(&p, end, L * KV * D, &wv) || !l2c_take(&p, end, L * D * D, &wo) ||
-        !l2c_take(&p, end, L * D, &rms_ffn) || !l2c_take(&p, end, L * F * D, &w1) || !l2c_take(&p, end, L * D * F, &w2) ||
-        !l2c_take(&p, end, L * F * D, &w3) || !l2c_take(&p, end, D, &rms_final) || !l2c_take(&p, end, S * hd2, &fr) ||
-        !l2c_take(&p, end, S * hd2, &fi))
+    return check_hparams(h, err, cap);
+}
+
+/* Walks the arrays after the header; the file must end exactly after the last one. */
+static int l2c_walk(const skv_model *m, const char *path, l2c_layout *lo, char *err, size_t cap)
+{
+    const skv_model_info *h = &m->info;
+    const uint8_t *p = m->map.data + 28, *end = m->map.data + m->map.size;
+    const float *freq_cis;
+    size_t D = (size_t)h->n_embd, L = (size_t)h->n_layer, S = (size_t)h->n_ctx_train, hd2 = (size_t)h->head_dim / 2;
+    /* all sizes below are < 2^12 * 2^20 * 2^20 (check_hparams): no overflow in size_t */
+    int ok = l2c_take(&p, end, (size_t)h->n_vocab * D, &lo->emb);
+    for (size_t i = 0; i < sizeof l2c_order / sizeof l2c_order[0] && ok; i++) {
+        const skv_tensor_desc *d = &skv_layer_tensors[l2c_order[i]];
+        ok = l2c_take(&p, end, L * skv_dim_size(h, d->k) * skv_dim_size(h, d->n), &lo->layer[l2c_order[i]]);
+    }
+    /* freq_cis_real, freq_cis_imag [S][hd/2]: unused, RoPE is recomputed */
+    if (!ok || !l2c_take(&p, end, D, &lo->rms_final) || !l2c_take(&p, end, 2 * S * hd2, &freq_cis))
         return skv_errf(err, cap, SKV_ERR_FORMAT, "llama2.c checkpoint '%s' is truncated for its header's sizes", path);
-    wcls = emb;
-    if (!h->tied_output && !l2c_take(&p, end, V * D, &wcls))
+    lo->wcls = lo->emb;
+    if (!h->tied_output && !l2c_take(&p, end, (size_t)h->n_vocab * D, &lo->wcls))
         return skv_errf(err, cap, SKV_ERR_FORMAT, "llama2.c checkpoint '%s' is truncated (classifier)", path);
     if (p != end) return skv_errf(err, cap, SKV_ERR_FORMAT, "llama2.c checkpoint '%s' has %zu unexpected trailing bytes", path, (size_t)(end - p));
-    (void)fr;
-    (void)fi;
-    l2c_weight(&m->tok_embd, emb, D, V);
-    l2c_weight(&m->output, wcls, D, V);
-    if (!(m->layers = calloc(L, sizeof *m->layers)) || !(m->output_norm = malloc(D * sizeof(float))))
+    return SKV_OK;
+}
+
+/* Points the model's weights at the arrays (vectors are copied, as for GGUF). */
+static int l2c_bind(skv_model *m, const l2c_layout *lo, char *err, size_t cap)
+{
+    const skv_model_info *h = &m->info;
+    size_t D = (size_t)h->n_embd, V = (size_t)h->n_vocab;
+    skv_weight w;
+    int rc;
+    l2c_weight(&m->tok_embd, lo->emb, D, V);
+    l2c_weight(&m->output, lo->wcls, D, V);
+    l2c_weight(&w, lo->rms_final, D, 1);
+    if (!(m->layers = calloc((size_t)h->n_layer, sizeof *m->layers)) || !(m->output_norm = norm_copy(&w, err, cap, &rc)))
         return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-    memcpy(m->output_norm, rms_final, D * sizeof(float));
-    for (size_t l = 0; l < L; l++) {
-        skv_layer *ly = &m->layers[l];
-        l2c_weight(&ly->wq, wq + l * D * D, D, D);
-        l2c_weight(&ly->wk, wk + l * KV * D, D, KV);
-        l2c_weight(&ly->wv, wv + l * KV * D, D, KV);
-        l2c_weight(&ly->wo, wo + l * D * D, D, D);
-        l2c_weight(&ly->w1, w1 + l * F * D, D, F);
-        l2c_weight(&ly->w2, w2 + l * D * F, F, D);
-        l2c_weight(&ly->w3, w3 + l * F * D, D, F);
-        if (!(ly->attn_norm = malloc(D * sizeof(float))) || !(ly->ffn_norm = malloc(D * sizeof(float))))
-            return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-        memcpy(ly->attn_norm, rms_att + l * D, D * sizeof(float));
-        memcpy(ly->ffn_norm, rms_ffn + l * D, D * sizeof(float));
+    for (size_t i = 0; i < sizeof l2c_order / sizeof l2c_order[0]; i++) {
+        const skv_tensor_desc *d = &skv_layer_tensors[l2c_order[i]];
+        size_t K = skv_dim_size(h, d->k), N = skv_dim_size(h, d->n);
+        for (int l = 0; l < h->n_layer; l++) {
+            l2c_weight(&w, lo->layer[l2c_order[i]] + (size_t)l * N * K, K, N);
+            if ((rc = layer_store(&m->layers[l], l2c_order[i], &w, err, cap))) return rc;
+        }
     }
-    if ((rc = init_rope(m, NULL, err, cap))) return rc;
+    return SKV_OK;
+}
+
+static int l2c_tokenizer(skv_model *m, const char *path, const char *tok_path, char *err, size_t cap)
+{
+    char tp[4096];
+    skv_mmap tm;
+    int rc;
+    if (!find_l2c_tokenizer(path, m->info.n_vocab, tok_path, tp, sizeof tp))
+        return skv_errf(err, cap, SKV_ERR_IO, "llama2.c checkpoint '%s': no tokenizer found (looked for tok%d.bin and tokenizer.bin beside it; pass one explicitly)",
+                        path, m->info.n_vocab);
+    if ((rc = skv_mmap_open(tp, &tm, err, cap))) return rc;
+    rc = skv_tokenizer_load_llama2c(tm.data, tm.size, (size_t)m->info.n_vocab, &m->tok, err, cap);
+    skv_mmap_close(&tm);
+    return rc;
+}
+
+static int load_l2c(skv_model *m, const char *path, const char *tok_path, char *err, size_t cap)
+{
+    skv_model_info *h = &m->info;
+    const char *base = strrchr(path, '/');
+    l2c_layout lo = {0};
+    int rc;
+    if ((rc = skv_mmap_open(path, &m->map, err, cap)) || (rc = l2c_header(m, path, err, cap)) ||
+        (rc = l2c_walk(m, path, &lo, err, cap)) || (rc = l2c_bind(m, &lo, err, cap)) ||
+        (rc = init_rope(m, NULL, err, cap)))
+        return rc;
     h->weight_type = SKV_DTYPE_F32;
     h->file_bytes = m->map.size;
-    {
-        char tp[4096];
-        skv_mmap tm;
-        const char *base = strrchr(path, '/');
-        snprintf(h->name, sizeof h->name, "%s", base ? base + 1 : path);
-        if (!find_l2c_tokenizer(path, h->n_vocab, tok_path, tp, sizeof tp))
-            return skv_errf(err, cap, SKV_ERR_IO, "llama2.c checkpoint '%s': no tokenizer found (looked for tok%d.bin and tokenizer.bin beside it; pass one explicitly)",
-                            path, h->n_vocab);
-        if ((rc = skv_mmap_open(tp, &tm, err, cap))) return rc;
-        rc = skv_tokenizer_load_llama2c(tm.data, tm.size, V, &m->tok, err, cap);
-        skv_mmap_close(&tm);
-        return rc;
-    }
+    snprintf(h->name, sizeof h->name, "%s", base ? base + 1 : path);
+    return l2c_tokenizer(m, path, tok_path, err, cap);
 }
 
 /* ---- public ---------------------------------------------------------------- */
 
-static int64_t count_params(const skv_model_info *h)
+static int64_t count_params(const skv_model *m)
 {
-    int64_t D = h->n_embd, F = h->n_ff, V = h->n_vocab, Q = (int64_t)h->n_head * h->head_dim;
-    int64_t KV = (int64_t)h->n_head_kv * h->head_dim;
-    int64_t per = D * Q * 2 + D * KV * 2 + 3 * D * F + 2 * D;
-    return V * D * (h->tied_output ? 1 : 2) + D + per * h->n_layer;
+    const skv_model_info *h = &m->info;
+    int64_t D = h->n_embd, V = h->n_vocab, n = V * D * (h->tied_output ? 1 : 2) + D;
+    for (int l = 0; l < h->n_layer; l++)
+        for (int t = 0; t < SKV_LT_COUNT; t++) {
+            const skv_tensor_desc *d = &skv_layer_tensors[t];
+            if (layer_has(&m->layers[l], (skv_layer_tensor)t))
+                n += (int64_t)skv_dim_size(h, d->k) * (int64_t)skv_dim_size(h, d->n);
+        }
+    return n;
 }
 
 int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out, char *err, size_t errcap)
@@ -492,7 +629,7 @@ int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out
         skv_model_free(m);
         return rc;
     }
-    m->info.n_params = count_params(&m->info);
+    m->info.n_params = count_params(m);
     m->info.tokenizer_kind = skv_tokenizer_kind(m->tok);
     m->info.bos_id = skv_tokenizer_bos(m->tok);
     m->info.eos_id = skv_tokenizer_eos(m->tok);
@@ -510,10 +647,7 @@ void skv_model_free(skv_model *m)
     if (!m) return;
     pthread_mutex_destroy(&m->fp_mu);
     if (m->layers)
-        for (int l = 0; l < m->info.n_layer; l++) {
-            free(m->layers[l].attn_norm);
-            free(m->layers[l].ffn_norm);
-        }
+        for (int l = 0; l < m->info.n_layer; l++) layer_free(&m->layers[l]);
     free(m->layers);
     free(m->output_norm);
     free(m->rope_freq);
@@ -558,61 +692,79 @@ static int fp_weight(XXH3_state_t *st, const skv_weight *w, float *row)
     return SKV_OK;
 }
 
-static int compute_fingerprint(skv_model *m)
+/* Hyper-parameters and RoPE as the forward pass uses them. */
+static void fp_hparams(XXH3_state_t *st, const skv_model *m)
 {
-    const skv_model_info *h;
-    XXH3_state_t *st;
-    float *row;
-    size_t maxk;
-    h = &m->info;
-    maxk = (size_t)(h->n_ff > h->n_embd ? h->n_ff : h->n_embd);
-    if ((size_t)h->n_head * (size_t)h->head_dim > maxk) maxk = (size_t)h->n_head * (size_t)h->head_dim;
-    st = XXH3_createState();
-    row = malloc(maxk * sizeof *row);
-    if (!st || !row) {
-        XXH3_freeState(st);
-        free(row);
-        return SKV_ERR_NOMEM;
-    }
-    XXH3_128bits_reset(st);
-    XXH3_128bits_update(st, "seqkv-model-fp-1", 16);
+    const skv_model_info *h = &m->info;
     int32_t hp[] = {h->n_layer, h->n_embd, h->n_head, h->n_head_kv, h->head_dim, h->n_ff, h->n_vocab, h->rope_dim};
+    float f = (float)m->rope_scale;
+    XXH3_128bits_update(st, "seqkv-model-fp-1", 16);
     for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++) fp_u32(st, (uint32_t)hp[i]);
     fp_f32s(st, &h->norm_eps, 1);
-    {
-        float fq[2] = {(float)m->rope_scale, 0.0f};
-        fp_f32s(st, fq, 1);
-        for (int i = 0; i < h->rope_dim / 2; i++) {
-            fq[0] = (float)m->rope_freq[i];
-            fp_f32s(st, fq, 1);
-        }
+    fp_f32s(st, &f, 1);
+    for (int i = 0; i < h->rope_dim / 2; i++) {
+        f = (float)m->rope_freq[i];
+        fp_f32s(st, &f, 1);
     }
-    fp_weight(st, &m->tok_embd, row);
-    for (int l = 0; l < h->n_layer; l++) {
-        const skv_layer *L = &m->layers[l];
-        fp_f32s(st, L->attn_norm, (size_t)h->n_embd);
-        fp_weight(st, &L->wq, row);
-        fp_weight(st, &L->wk, row);
-        fp_weight(st, &L->wv, row);
-        fp_weight(st, &L->wo, row);
-        fp_f32s(st, L->ffn_norm, (size_t)h->n_embd);
-        fp_weight(st, &L->w1, row);
-        fp_weight(st, &L->w2, row);
-        fp_weight(st, &L->w3, row);
+    /* Forward-pass behaviour beyond llama's: hashed only when present, so llama models
+     * keep the fingerprints their .skv files carry. */
+    if (m->arch->rope != SKV_ROPE_NORM || m->arch->flags != SKV_ARCH_NONE) {
+        XXH3_128bits_update(st, "arch", 4);
+        fp_u32(st, (uint32_t)m->arch->rope);
+        fp_u32(st, m->arch->flags);
     }
-    fp_f32s(st, m->output_norm, (size_t)h->n_embd);
-    fp_weight(st, &m->output, row); /* hashed even when tied: the values are what count */
-    /* vocabulary: the bytes each token id stands for */
-    for (int32_t t = 0; t < h->n_vocab; t++) {
+}
+
+/* The layer's present tensors in table order: vectors as values, matrices with their shape. */
+static void fp_layer(XXH3_state_t *st, const skv_model *m, const skv_layer *L, float *row)
+{
+    for (int t = 0; t < SKV_LT_COUNT; t++) {
+        const skv_tensor_desc *d = &skv_layer_tensors[t];
+        if (!layer_has(L, (skv_layer_tensor)t)) continue;
+        if (is_vector(d)) fp_f32s(st, *(float *const *)layer_cfield(L, d), skv_dim_size(&m->info, d->k));
+        else fp_weight(st, (const skv_weight *)layer_cfield(L, d), row);
+    }
+}
+
+/* The vocabulary: the bytes each token id stands for. */
+static void fp_vocab(XXH3_state_t *st, const skv_model *m)
+{
+    for (int32_t t = 0; t < m->info.n_vocab; t++) {
         char piece[512];
         size_t len = 0;
         if (skv_tokenizer_piece(m->tok, t, piece, sizeof piece, &len) != SKV_OK) len = 0;
         fp_u32(st, (uint32_t)len);
         XXH3_128bits_update(st, piece, len);
     }
-    XXH128_hash_t hv = XXH3_128bits_digest(st);
+}
+
+/* Longest input row of any matrix (the scratch row fp_weight expands into). */
+static size_t fp_row_len(const skv_model_info *h)
+{
+    size_t k = (size_t)h->n_embd;
+    for (int t = 0; t < SKV_LT_COUNT; t++)
+        if (skv_dim_size(h, skv_layer_tensors[t].k) > k) k = skv_dim_size(h, skv_layer_tensors[t].k);
+    return k;
+}
+
+static int compute_fingerprint(skv_model *m)
+{
+    XXH3_state_t *st = XXH3_createState();
+    float *row = malloc(fp_row_len(&m->info) * sizeof *row);
     XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, hv);
+    if (!st || !row) {
+        XXH3_freeState(st);
+        free(row);
+        return SKV_ERR_NOMEM;
+    }
+    XXH3_128bits_reset(st);
+    fp_hparams(st, m);
+    fp_weight(st, &m->tok_embd, row);
+    for (int l = 0; l < m->info.n_layer; l++) fp_layer(st, m, &m->layers[l], row);
+    fp_f32s(st, m->output_norm, (size_t)m->info.n_embd);
+    fp_weight(st, &m->output, row); /* hashed even when tied: the values are what count */
+    fp_vocab(st, m);
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
     memcpy(m->fp, c.digest, 16);
     m->fp_done = 1;
     XXH3_freeState(st);

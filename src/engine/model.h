@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/arch.h"
 #include "engine/gguf.h"
 #include "seqkv.h"
 #include "tokenizer/tokenizer.h"
@@ -25,6 +26,8 @@ typedef struct skv_weight {
     size_t K, N;
 } skv_weight;
 
+/* One decoder layer. Every field is described by a row of skv_layer_tensors (arch.c),
+ * which is how the loaders fill it; an optional tensor the file lacks stays zero. */
 typedef struct skv_layer {
     skv_weight wq, wk, wv, wo, w1, w2, w3;
     float *attn_norm, *ffn_norm; /* [n_embd], owned */
@@ -32,6 +35,7 @@ typedef struct skv_layer {
 
 struct skv_model {
     skv_model_info info;
+    const skv_arch *arch; /* row of the architecture table (arch.c) */
     skv_gguf *gguf;       /* GGUF form */
     skv_mmap map;         /* llama2.c form */
     skv_weight tok_embd, output;
