@@ -62,21 +62,9 @@ static int write_values(hashed_writer *w, const skv_ctx *c, size_t n, int dtype)
     return w->failed ? SKV_ERR_IO : SKV_OK;
 }
 
-int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtype, const char *path, char *err,
-                     size_t errcap)
+static void header_fill(uint8_t hdr[KVD_HEADER], const skv_model *m, size_t n, int dtype, const uint8_t fp[16])
 {
-    const skv_model *m;
-    uint8_t hdr[KVD_HEADER] = {0}, fp[16], trailer[8];
-    char tmp[4096];
-    hashed_writer w = {0};
-    int rc;
-    if (!c || (!tokens && n) || !path || (dtype != SKV_KVDUMP_F32 && dtype != SKV_KVDUMP_F16))
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
-    if (n > (size_t)skv_ctx_n_pos(c))
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "asked to dump %zu positions but the cache holds %d", n,
-                        skv_ctx_n_pos(c));
-    m = skv_ctx_model(c);
-    if ((rc = skv_model_fingerprint((skv_model *)(uintptr_t)m, fp))) return skv_errf(err, errcap, rc, "fingerprint failed");
+    memset(hdr, 0, KVD_HEADER);
     memcpy(hdr, KVD_MAGIC, 8);
     skv_wr32(hdr + 8, KVD_VERSION);
     skv_wr32(hdr + 12, KVD_HEADER);
@@ -87,6 +75,41 @@ int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtyp
     skv_wr32(hdr + 32, (uint32_t)n);
     memcpy(hdr + 40, fp, 16);
     skv_wr64(hdr + 56, XXH3_64bits(hdr, 56));
+}
+
+/* Header, tokens, values and trailer into the open w.f; SKV_ERR_IO on a short write. */
+static int write_body(hashed_writer *w, const skv_ctx *c, const uint8_t *hdr, const int32_t *tokens, size_t n,
+                      int dtype)
+{
+    uint8_t b[8];
+    int rc;
+    XXH3_64bits_reset(w->st);
+    if (fwrite(hdr, 1, KVD_HEADER, w->f) != KVD_HEADER) w->failed = 1;
+    for (size_t i = 0; i < n; i++) {
+        skv_wr32(b, (uint32_t)tokens[i]);
+        hw_put(w, b, 4);
+    }
+    if ((rc = write_values(w, c, n, dtype))) return rc;
+    skv_wr64(b, XXH3_64bits_digest(w->st));
+    return fwrite(b, 1, 8, w->f) == 8 ? SKV_OK : SKV_ERR_IO;
+}
+
+int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtype, const char *path, char *err,
+                     size_t errcap)
+{
+    const skv_model *m;
+    uint8_t hdr[KVD_HEADER], fp[16];
+    char tmp[4096];
+    hashed_writer w = {0};
+    int rc;
+    if (!c || (!tokens && n) || !path || (dtype != SKV_KVDUMP_F32 && dtype != SKV_KVDUMP_F16))
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    if (n > (size_t)skv_ctx_n_pos(c))
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "asked to dump %zu positions but the cache holds %d", n,
+                        skv_ctx_n_pos(c));
+    m = skv_ctx_model(c);
+    if ((rc = skv_model_fingerprint((skv_model *)(uintptr_t)m, fp))) return skv_errf(err, errcap, rc, "fingerprint failed");
+    header_fill(hdr, m, n, dtype, fp);
     int tlen = snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (tlen < 0 || (size_t)tlen >= sizeof tmp) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "output path too long");
     if (!(w.f = fopen(tmp, "wb"))) return skv_errf(err, errcap, SKV_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
@@ -95,16 +118,7 @@ int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtyp
         remove(tmp);
         return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
     }
-    XXH3_64bits_reset(w.st);
-    if (fwrite(hdr, 1, sizeof hdr, w.f) != sizeof hdr) w.failed = 1;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t b[4];
-        skv_wr32(b, (uint32_t)tokens[i]);
-        hw_put(&w, b, 4);
-    }
-    rc = write_values(&w, c, n, dtype);
-    skv_wr64(trailer, XXH3_64bits_digest(w.st));
-    if (!rc && fwrite(trailer, 1, 8, w.f) != 8) rc = SKV_ERR_IO;
+    rc = write_body(&w, c, hdr, tokens, n, dtype);
     XXH3_freeState(w.st);
     if (fclose(w.f) != 0) rc = SKV_ERR_IO;
     if (rc || rename(tmp, path) != 0) {
@@ -114,67 +128,88 @@ int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtyp
     return SKV_OK;
 }
 
-int skv_kvdump_read(const char *path, skv_kvdump **out, char *err, size_t errcap)
+/* Magic, version, header size and header checksum. */
+static int check_header(const skv_mmap *map, const char *path, char *err, size_t errcap)
 {
-    skv_mmap map;
-    skv_kvdump *d = NULL;
-    const uint8_t *p;
-    int rc;
-    if (!path || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
-    *out = NULL;
-    if ((rc = skv_mmap_open(path, &map, err, errcap))) return rc;
-    p = map.data;
-    rc = SKV_ERR_FORMAT;
-    if (map.size < KVD_HEADER + 8 || memcmp(p, KVD_MAGIC, 8)) {
-        skv_errf(err, errcap, rc, "'%s' is not a seqkv KV dump (bad magic)", path);
-        goto fail;
-    }
-    if (skv_rd32(p + 8) != KVD_VERSION) {
-        rc = skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "'%s': KV dump version %u is not supported (1 is)", path,
-                      skv_rd32(p + 8));
-        goto fail;
-    }
-    if (skv_rd32(p + 12) != KVD_HEADER) {
-        skv_errf(err, errcap, rc, "'%s': header size %u is not %d (corrupt file)", path, skv_rd32(p + 12), KVD_HEADER);
-        goto fail;
-    }
-    if (skv_rd64(p + 56) != XXH3_64bits(p, 56)) {
-        skv_errf(err, errcap, rc, "'%s': header checksum mismatch (corrupt file)", path);
-        goto fail;
-    }
+    const uint8_t *p = map->data;
+    if (map->size < KVD_HEADER + 8 || memcmp(p, KVD_MAGIC, 8))
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is not a seqkv KV dump (bad magic)", path);
+    if (skv_rd32(p + 8) != KVD_VERSION)
+        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "'%s': KV dump version %u is not supported (1 is)", path,
+                        skv_rd32(p + 8));
+    if (skv_rd32(p + 12) != KVD_HEADER)
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s': header size %u is not %d (corrupt file)", path,
+                        skv_rd32(p + 12), KVD_HEADER);
+    if (skv_rd64(p + 56) != XXH3_64bits(p, 56))
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s': header checksum mismatch (corrupt file)", path);
+    return SKV_OK;
+}
+
+/* The header's geometry into d (no arrays yet); the file must be exactly that long and
+ * its data checksum must hold. *nval receives the number of values. */
+static int check_geometry(const skv_mmap *map, const char *path, skv_kvdump *d, size_t *nval, char *err,
+                          size_t errcap)
+{
+    const uint8_t *p = map->data;
     uint32_t dtype = skv_rd32(p + 16), L = skv_rd32(p + 20), H = skv_rd32(p + 24), hd = skv_rd32(p + 28);
     uint32_t n = skv_rd32(p + 32);
-    size_t vsz = dtype == SKV_KVDUMP_F16 ? 2 : 4, nval, need;
+    size_t vsz = dtype == SKV_KVDUMP_F16 ? 2 : 4, need;
     if (dtype > 1 || !L || !H || !hd || L > 4096 || H > 4096 || hd > 4096 || n > KVD_MAX_DIM * 16u ||
-        !skv_mul_ok((size_t)L * 2 * H * hd, n, &nval) || !skv_mul_ok(nval, vsz, &need) ||
-        !skv_add_ok(need, KVD_HEADER + 8 + (size_t)n * 4, &need) || need != map.size) {
-        skv_errf(err, errcap, rc, "'%s': header sizes do not match the file (%zu bytes): truncated or corrupt", path,
-                 map.size);
-        goto fail;
-    }
-    if (skv_rd64(p + map.size - 8) != XXH3_64bits(p + KVD_HEADER, map.size - KVD_HEADER - 8)) {
-        skv_errf(err, errcap, rc, "'%s': data checksum mismatch (corrupt file)", path);
-        goto fail;
-    }
-    rc = SKV_ERR_NOMEM;
-    if (!(d = calloc(1, sizeof *d)) || !(d->tokens = malloc(((size_t)n + 1) * 4)) || !(d->kv = malloc((nval + 1) * 4))) {
-        skv_errf(err, errcap, rc, "out of memory reading '%s'", path);
-        goto fail;
-    }
+        !skv_mul_ok((size_t)L * 2 * H * hd, n, nval) || !skv_mul_ok(*nval, vsz, &need) ||
+        !skv_add_ok(need, KVD_HEADER + 8 + (size_t)n * 4, &need) || need != map->size)
+        return skv_errf(err, errcap, SKV_ERR_FORMAT,
+                        "'%s': header sizes do not match the file (%zu bytes): truncated or corrupt", path, map->size);
+    if (skv_rd64(p + map->size - 8) != XXH3_64bits(p + KVD_HEADER, map->size - KVD_HEADER - 8))
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s': data checksum mismatch (corrupt file)", path);
     d->dtype = (int)dtype;
     d->n_layer = (int)L;
     d->n_head_kv = (int)H;
     d->head_dim = (int)hd;
     d->n_pos = n;
     memcpy(d->fingerprint, p + 40, 16);
-    for (size_t i = 0; i < n; i++) d->tokens[i] = (int32_t)skv_rd32(p + KVD_HEADER + 4 * i);
-    const uint8_t *v = p + KVD_HEADER + (size_t)n * 4;
-    for (size_t i = 0; i < nval; i++) d->kv[i] = vsz == 2 ? skv_f16_to_f32(skv_rd16(v + 2 * i)) : skv_rdf32(v + 4 * i);
-    skv_mmap_close(&map);
-    *out = d;
     return SKV_OK;
-fail:
+}
+
+/* Tokens and values (f16 widened to f32) from a checked file into d's arrays. */
+static void read_arrays(const uint8_t *p, skv_kvdump *d, size_t nval)
+{
+    const uint8_t *v = p + KVD_HEADER + (size_t)d->n_pos * 4;
+    for (size_t i = 0; i < d->n_pos; i++) d->tokens[i] = (int32_t)skv_rd32(p + KVD_HEADER + 4 * i);
+    for (size_t i = 0; i < nval; i++)
+        d->kv[i] = d->dtype == SKV_KVDUMP_F16 ? skv_f16_to_f32(skv_rd16(v + 2 * i)) : skv_rdf32(v + 4 * i);
+}
+
+/* A dump with geom's fields and room for its tokens and nval values. */
+static skv_kvdump *dump_alloc(const skv_kvdump *geom, size_t nval)
+{
+    skv_kvdump *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    *d = *geom;
+    d->tokens = malloc(((size_t)d->n_pos + 1) * sizeof *d->tokens);
+    d->kv = malloc((nval + 1) * sizeof *d->kv);
+    if (d->tokens && d->kv) return d;
     skv_kvdump_free(d);
+    return NULL;
+}
+
+int skv_kvdump_read(const char *path, skv_kvdump **out, char *err, size_t errcap)
+{
+    skv_mmap map;
+    skv_kvdump geom = {0}, *d;
+    size_t nval = 0;
+    int rc;
+    if (!path || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    *out = NULL;
+    if ((rc = skv_mmap_open(path, &map, err, errcap))) return rc;
+    if ((rc = check_header(&map, path, err, errcap)) == SKV_OK &&
+        (rc = check_geometry(&map, path, &geom, &nval, err, errcap)) == SKV_OK) {
+        if ((d = dump_alloc(&geom, nval))) {
+            read_arrays(map.data, d, nval);
+            *out = d;
+        } else {
+            rc = skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading '%s'", path);
+        }
+    }
     skv_mmap_close(&map);
     return rc;
 }
