@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/arch.h"
+#include "engine/ops.h"
 #include "seqkv.h"
 #include "test.h"
 
@@ -87,6 +89,7 @@ static void gguf_and_llama2c_forms_agree(void)
     CHECK_EQ_INT(ig.n_vocab, ib.n_vocab);
     CHECK_EQ_INT(ig.n_layer, ib.n_layer);
     CHECK_EQ_INT(ig.n_head_kv, ib.n_head_kv);
+    CHECK_MSG(!strcmp(ig.arch, "llama") && !strcmp(ib.arch, "llama"), "arch names %s / %s", ig.arch, ib.arch);
     make_tokens(tok, NTOK, ig.n_vocab, 1);
     CHECK(run(g, tok, NTOK, 1, SKV_KERNELS_AUTO, NULL, &rg) == 0);
     CHECK(run(b, tok, NTOK, 1, SKV_KERNELS_AUTO, NULL, &rb) == 0);
@@ -288,6 +291,58 @@ static void kv_read_write_continue_exactly(void)
     skv_model_free(m);
 }
 
+/* The table: lookups by exact name, the llama row, and tensor descriptions that name
+ * distinct fields with sane shapes. */
+static void architecture_table_rows(void)
+{
+    const skv_arch *a = skv_arch_find("llama", 5);
+    char list[128];
+    CHECK(a != NULL && !strcmp(a->name, "llama") && a->rope == SKV_ROPE_NORM && a->flags == SKV_ARCH_NONE);
+    CHECK(skv_arch_llama2c() == a);
+    CHECK(skv_arch_find("llama2", 6) == NULL && skv_arch_find("llam", 4) == NULL && skv_arch_find("", 0) == NULL);
+    CHECK(skv_arch_find("llamaX", 5) == a); /* a length-delimited name, as GGUF strings are */
+    skv_arch_list(list, sizeof list);
+    CHECK_MSG(!strcmp(list, "llama"), "list '%s'", list);
+    skv_arch_list(list, 3);
+    CHECK(!strcmp(list, "ll"));
+    for (int t = 0; t < SKV_LT_COUNT; t++) {
+        const skv_tensor_desc *d = &skv_layer_tensors[t];
+        CHECK_MSG(d->gguf && d->k != SKV_DIM_1, "tensor %d", t);
+        CHECK_MSG(a->use[t] == SKV_USE_REQUIRED, "llama needs tensor %s", d->gguf);
+        for (int u = 0; u < t; u++)
+            CHECK_MSG(skv_layer_tensors[u].field != d->field && strcmp(skv_layer_tensors[u].gguf, d->gguf),
+                      "tensors %d and %d share a field or name", u, t);
+    }
+}
+
+/* NEOX rotates pairs (i, i + n/2) by pair i's angle with the same arithmetic as the
+ * kernel's adjacent pairs; NORM is the kernel itself. Both bit-exact. */
+static void rope_styles(void)
+{
+    enum { NP = 8, HD = 20 };
+    const skv_kernels *k = skv_kernels_scalar();
+    float x[HD], y[HD], ref[HD], cs[NP], sn[NP], tmp[2 * NP];
+    for (int i = 0; i < HD; i++) x[i] = (float)(i * 37 % 11) - 5.25f;
+    for (int i = 0; i < NP; i++) {
+        cs[i] = 0.125f * (float)(i + 1) - 0.5f;
+        sn[i] = 0.75f - 0.0625f * (float)(i * i);
+    }
+    memcpy(ref, x, sizeof x);
+    for (int i = 0; i < NP; i++) {
+        float x0 = x[i], x1 = x[i + NP];
+        ref[i] = x0 * cs[i] - x1 * sn[i];
+        ref[i + NP] = x0 * sn[i] + x1 * cs[i];
+    }
+    memcpy(y, x, sizeof x);
+    skv_rope_apply(SKV_ROPE_NEOX, k->rope, y, cs, sn, NP, tmp);
+    CHECK_MSG(!memcmp(y, ref, sizeof y), "NEOX rotation differs from its definition");
+    memcpy(y, x, sizeof x);
+    memcpy(ref, x, sizeof x);
+    k->rope(ref, cs, sn, NP);
+    skv_rope_apply(SKV_ROPE_NORM, k->rope, y, cs, sn, NP, tmp);
+    CHECK_MSG(!memcmp(y, ref, sizeof y), "NORM rotation is not the kernel's");
+}
+
 int main(void)
 {
     TEST_BEGIN("test_engine");
@@ -297,5 +352,7 @@ int main(void)
     RUN(bundled_model_kernels_and_chunking_agree);
     RUN(context_limits_and_bad_tokens);
     RUN(kv_read_write_continue_exactly);
+    RUN(architecture_table_rows);
+    RUN(rope_styles);
     TEST_END();
 }

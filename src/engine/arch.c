@@ -9,15 +9,15 @@
 #define LT(name, k_, n_, member) {name, SKV_DIM_##k_, SKV_DIM_##n_, offsetof(skv_layer, member)}
 
 const skv_tensor_desc skv_layer_tensors[SKV_LT_COUNT] = {
-    [SKV_LT_ATTN_NORM] = LT("attn_norm", EMBD, 1, attn_norm),
-    [SKV_LT_Q] = LT("attn_q", EMBD, Q, wq),
-    [SKV_LT_K] = LT("attn_k", EMBD, KV, wk),
-    [SKV_LT_V] = LT("attn_v", EMBD, KV, wv),
-    [SKV_LT_O] = LT("attn_output", Q, EMBD, wo),
-    [SKV_LT_FFN_NORM] = LT("ffn_norm", EMBD, 1, ffn_norm),
-    [SKV_LT_GATE] = LT("ffn_gate", EMBD, FF, w1),
-    [SKV_LT_DOWN] = LT("ffn_down", FF, EMBD, w2),
-    [SKV_LT_UP] = LT("ffn_up", EMBD, FF, w3),
+    [SKV_LT_ATTN_NORM] = LT("attn_norm.weight", EMBD, 1, attn_norm),
+    [SKV_LT_Q] = LT("attn_q.weight", EMBD, Q, wq),
+    [SKV_LT_K] = LT("attn_k.weight", EMBD, KV, wk),
+    [SKV_LT_V] = LT("attn_v.weight", EMBD, KV, wv),
+    [SKV_LT_O] = LT("attn_output.weight", Q, EMBD, wo),
+    [SKV_LT_FFN_NORM] = LT("ffn_norm.weight", EMBD, 1, ffn_norm),
+    [SKV_LT_GATE] = LT("ffn_gate.weight", EMBD, FF, w1),
+    [SKV_LT_DOWN] = LT("ffn_down.weight", FF, EMBD, w2),
+    [SKV_LT_UP] = LT("ffn_up.weight", EMBD, FF, w3),
 };
 
 #undef LT

@@ -55,7 +55,7 @@ typedef enum {
 } skv_tensor_use;
 
 typedef struct {
-    const char *gguf; /* GGUF name without "blk.<l>." and ".weight" */
+    const char *gguf; /* GGUF name after "blk.<l>." ("attn_q.weight", "attn_q.bias") */
     skv_dim k, n;     /* shape: [n][k]; n == SKV_DIM_1 for a vector of k values */
     size_t field;     /* offsetof(skv_layer, ...): an skv_weight, or a float * for a vector */
 } skv_tensor_desc;

@@ -52,7 +52,8 @@ static int init_rope(skv_model *m, const float *freq_factors, char *err, size_t 
     return SKV_OK;
 }
 
-static float *norm_copy(const skv_weight *w, char *err, size_t cap, int *rc)
+/* An f32 copy of a vector tensor (norm weights): the forward pass reads them often. */
+static float *vector_copy(const skv_weight *w, char *err, size_t cap, int *rc)
 {
     float *v = malloc(w->K * sizeof *v);
     if (!v) {
@@ -336,7 +337,7 @@ static int layer_store(skv_layer *L, skv_layer_tensor t, const skv_weight *w, ch
     const skv_tensor_desc *d = &skv_layer_tensors[t];
     int rc = SKV_OK;
     if (!is_vector(d)) *layer_matrix(L, d) = *w;
-    else if (!(*layer_vector(L, d) = norm_copy(w, err, cap, &rc))) return rc;
+    else if (!(*layer_vector(L, d) = vector_copy(w, err, cap, &rc))) return rc;
     return SKV_OK;
 }
 
@@ -369,7 +370,7 @@ static int gguf_layer(skv_model *m, int l, char *err, size_t cap)
         skv_weight w;
         int rc;
         if (m->arch->use[t] == SKV_USE_NONE) continue;
-        snprintf(name, sizeof name, "blk.%d.%s.weight", l, d->gguf);
+        snprintf(name, sizeof name, "blk.%d.%s", l, d->gguf);
         if (m->arch->use[t] == SKV_USE_OPTIONAL && !skv_gguf_find_tensor(m->gguf, name)) continue;
         if ((rc = gguf_weight(m->gguf, name, skv_dim_size(&m->info, d->k), skv_dim_size(&m->info, d->n), &w, err,
                               cap)) ||
@@ -394,7 +395,7 @@ static int gguf_model_tensors(skv_model *m, char *err, size_t cap)
         m->info.tied_output = 1;
     }
     if ((rc = gguf_weight(g, "output_norm.weight", D, 1, &nw, err, cap))) return rc;
-    if (!(m->output_norm = norm_copy(&nw, err, cap, &rc))) return rc;
+    if (!(m->output_norm = vector_copy(&nw, err, cap, &rc))) return rc;
     return SKV_OK;
 }
 
@@ -549,7 +550,7 @@ static int l2c_bind(skv_model *m, const l2c_layout *lo, char *err, size_t cap)
     l2c_weight(&m->tok_embd, lo->emb, D, V);
     l2c_weight(&m->output, lo->wcls, D, V);
     l2c_weight(&w, lo->rms_final, D, 1);
-    if (!(m->layers = calloc((size_t)h->n_layer, sizeof *m->layers)) || !(m->output_norm = norm_copy(&w, err, cap, &rc)))
+    if (!(m->layers = calloc((size_t)h->n_layer, sizeof *m->layers)) || !(m->output_norm = vector_copy(&w, err, cap, &rc)))
         return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < sizeof l2c_order / sizeof l2c_order[0]; i++) {
         const skv_tensor_desc *d = &skv_layer_tensors[l2c_order[i]];
