@@ -9,6 +9,7 @@
 
 #include "core/f16.h"
 #include "quant/quant.h"
+#include "quant/types_kernels.h"
 #include "seqkv.h"
 #include "test.h"
 
@@ -490,12 +491,12 @@ static void simd_kernels_match_reference(void)
             bits = (uint32_t)(u >> 63) << 31 | e << 23 | man;
             memcpy(&c1[i], &bits, 4);
         }
-        int b1 = skv_quant_f16enc_ref(c1, h1, n), b2 = skv_quant_f16enc_avx2(c1, h2, n);
+        int b1 = skv_f16enc_ref(c1, h1, n), b2 = skv_f16enc_avx2(c1, h2, n);
         CHECK_EQ_INT(b1, b2);
         CHECK_MSG(memcmp(h1, h2, 2 * n) == 0, "f16enc round %d", round);
         for (size_t i = 0; i < 2 * n; i++) h1[i] = (uint8_t)skv_quant_splitmix64(&r.st);
-        b1 = skv_quant_f16dec_ref(h1, c1, n);
-        b2 = skv_quant_f16dec_avx2(h1, c2, n);
+        b1 = skv_f16dec_ref(h1, c1, n);
+        b2 = skv_f16dec_avx2(h1, c2, n);
         CHECK_EQ_INT(b1, b2);
         if (!b1) CHECK(memcmp(c1, c2, n * 4) == 0);
     }
