@@ -12,36 +12,39 @@
 #include "core/f16.h"
 #include "quant/simd_avx2.h"
 
+/* bad | (lanes of the eight halves h whose exponent is all ones: inf / NaN). */
+static inline __m128i mark_nonfinite(__m128i bad, __m128i h)
+{
+    const __m128i em = _mm_set1_epi16(0x7c00);
+    return _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+}
+
 /* F16C's VCVTPS2PH with imm 0 rounds to nearest even, like skv_f32_to_f16. */
 int skv_f16enc_avx2(const float *x, uint8_t *out, size_t n)
 {
-    const __m128i em = _mm_set1_epi16(0x7c00);
     __m128i bad = _mm_setzero_si128();
-    int badf = 0;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), 0);
-        bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+        bad = mark_nonfinite(bad, h);
         _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), h);
     }
-    if (i < n) badf = skv_f16enc_ref(x + i, out + 2 * i, n - i);
-    return badf | (_mm_movemask_epi8(bad) != 0);
+    int tail = i < n ? skv_f16enc_ref(x + i, out + 2 * i, n - i) : 0;
+    return tail | (_mm_movemask_epi8(bad) != 0);
 }
 
 /* Half -> single is exact, so this equals the scalar conversion. */
 int skv_f16dec_avx2(const uint8_t *in, float *y, size_t n)
 {
-    const __m128i em = _mm_set1_epi16(0x7c00);
     __m128i bad = _mm_setzero_si128();
-    int badf = 0;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(in + 2 * i));
-        bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
+        bad = mark_nonfinite(bad, h);
         _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
     }
-    if (i < n) badf = skv_f16dec_ref(in + 2 * i, y + i, n - i);
-    return badf | (_mm_movemask_epi8(bad) != 0);
+    int tail = i < n ? skv_f16dec_ref(in + 2 * i, y + i, n - i) : 0;
+    return tail | (_mm_movemask_epi8(bad) != 0);
 }
 
 void skv_f16_to_float_avx2(const void *src, float *dst, size_t n) { (void)skv_f16dec_avx2(src, dst, n); }

@@ -121,6 +121,21 @@ size_t skv_q8_0_short_bytes(size_t L) { return 2 + L; }
 /* Values in the block that starts at value i of a row of n. */
 static size_t block_len(size_t i, size_t n) { return n - i < QK ? n - i : QK; }
 
+/* A row of n values block by block: enc codes L <= 32 values into
+ * bytes(L) bytes.  Non-finite input is refused before anything is written. */
+static int encode_blocks(const float *src, uint8_t *out, size_t n, int (*enc)(const float *, size_t, uint8_t *),
+                         size_t (*bytes)(size_t))
+{
+    int rc = SKV_OK;
+    if (skv_any_nonfinite(src, n)) return SKV_ERR_INVALID_ARG;
+    for (size_t i = 0; i < n && rc == SKV_OK; i += QK) {
+        size_t L = block_len(i, n);
+        rc = enc(src + i, L, out);
+        out += bytes(L);
+    }
+    return rc;
+}
+
 /* roundf() for |v| <= 2^24 without a libm call: t = trunc(v) and v - t are
  * exact, so comparing the fraction with 1/2 rounds exactly (ties away). */
 static inline int round_half_away(float v)
@@ -157,15 +172,7 @@ static int q8_block_encode(const float *x, size_t L, uint8_t *out)
 
 int skv_q8_0_from_float_ref(const float *src, void *dst, size_t n)
 {
-    uint8_t *out = dst;
-    int rc = SKV_OK;
-    if (skv_any_nonfinite(src, n)) return SKV_ERR_INVALID_ARG;
-    for (size_t i = 0; i < n && rc == SKV_OK; i += QK) {
-        size_t L = block_len(i, n);
-        rc = q8_block_encode(src + i, L, out);
-        out += skv_q8_0_short_bytes(L);
-    }
-    return rc;
+    return encode_blocks(src, dst, n, q8_block_encode, skv_q8_0_short_bytes);
 }
 
 void skv_q8_0_to_float_ref(const void *src, float *dst, size_t n)
@@ -241,15 +248,7 @@ static int q4_block_encode(const float *x, size_t L, uint8_t *out)
 
 int skv_q4_0_from_float_ref(const float *src, void *dst, size_t n)
 {
-    uint8_t *out = dst;
-    int rc = SKV_OK;
-    if (skv_any_nonfinite(src, n)) return SKV_ERR_INVALID_ARG;
-    for (size_t i = 0; i < n && rc == SKV_OK; i += QK) {
-        size_t L = block_len(i, n);
-        rc = q4_block_encode(src + i, L, out);
-        out += skv_q4_0_short_bytes(L);
-    }
-    return rc;
+    return encode_blocks(src, dst, n, q4_block_encode, skv_q4_0_short_bytes);
 }
 
 void skv_q4_0_to_float_ref(const void *src, float *dst, size_t n)
