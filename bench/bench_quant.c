@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/cpu.h"
 #include "quant/quant.h"
 #include "seqkv.h"
 #include "core/util.h"
@@ -44,8 +45,8 @@ int main(int argc, char **argv)
     if (!x || !y || !buf) return 1;
     if (budget <= 0) budget = 0.2;
     for (size_t i = 0; i < NVEC * 128; i++) x[i] = (float)skv_quant_gauss(&st, &spare, &has);
-    printf("Quantizer throughput (AVX2 path: %s), %d vectors per call.\n\n",
-           skv_quant_simd_available() ? "yes" : "no", NVEC);
+    printf("Quantizer throughput (AVX2 path: %s, CPU level %s), %d vectors per call.\n\n",
+           skv_quant_simd_available() ? "yes" : "no", skv_cpu_level(), NVEC);
     printf("| scheme | d | bits/value | encode vec/s | decode vec/s | encode GB/s of f32 | decode GB/s of f32 | encode ns/vec | rel. MSE |\n");
     printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (size_t di = 0; di < 2; di++) {

@@ -1243,6 +1243,7 @@ static void model_refuses_architecture_and_types(void)
     s.retype = "blk.0.ffn_down.weight";
     s.retype_to = SKV_GGML_Q4_K;
     CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, "'blk.0.ffn_down.weight' has type q4_k");
+    CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, "seqkv supports f32, f16, q4_0, q8_0, bf16"); /* the type table's */
     s.retype_to = SKV_GGML_Q6_K;
     CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, "has type q6_k");
     s = lspec_default();

@@ -1,7 +1,8 @@
 /* Kernel twins: every AVX2 kernel that the engine's results depend on is compared bit for
  * bit with the scalar reference on random inputs of awkward sizes (tails of the 8-lane
  * loops, row counts that are not multiples of the tiles), including the fused f16
- * matrix-vector product against its definition (dequant + matmul with one token).
+ * matrix-vector product against its definition (dequant + matmul with one token) and
+ * the dequantization of every weight type the type table can read.
  * tests/test_engine.c covers the same kernels end to end through whole models. */
 #include <math.h>
 #include <stdint.h>
@@ -9,7 +10,9 @@
 #include <string.h>
 
 #include "core/f16.h"
+#include "core/cpu.h"
 #include "engine/ops.h"
+#include "quant/types.h"
 #include "test.h"
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
@@ -83,10 +86,52 @@ static void matmul_tiles_equal_scalar(void)
         }
 }
 
+/* Random stored bytes of a row, with finite f32 / f16 values and fp16 scales. */
+static void random_weights(uint32_t type, uint8_t *W, size_t n_bytes)
+{
+    for (size_t i = 0; i < n_bytes; i++) W[i] = (uint8_t)rnd();
+    if (type == SKV_GGML_F32)
+        for (size_t i = 3; i < n_bytes; i += 4) W[i] &= 0xbf;
+    if (type == SKV_GGML_F16 || type == SKV_GGML_BF16)
+        for (size_t i = 1; i < n_bytes; i += 2) W[i] &= 0xbb;
+}
+
+/* The AVX2 kernels' dequant (the type table's SIMD to_float where a row has one)
+ * equals the scalar one for every type the engine reads, rows padded or not. */
+static void dequant_twins_every_type(void)
+{
+    const skv_kernels *ref = skv_kernels_scalar(), *fast = avx2_or_skip();
+    if (!fast) SKIP("no AVX2+FMA+F16C on this CPU");
+    for (uint32_t type = 0; type < SKV_GGML_NTYPES; type++) {
+        if (!skv_dequant_supported(type)) continue;
+        for (size_t K = 32; K <= 320; K += 96) {
+            size_t n = 5, row_bytes = skv_type_row_bytes(type, K) + 4 * (K % 3);
+            uint8_t *W = malloc(n * row_bytes);
+            float *y1 = malloc(n * K * sizeof *y1), *y2 = malloc(n * K * sizeof *y2);
+            CHECK(W && y1 && y2);
+            random_weights(type, W, n * row_bytes);
+            ref->dequant(type, W, row_bytes, K, n, y1);
+            fast->dequant(type, W, row_bytes, K, n, y2);
+            CHECK_MSG(!memcmp(y1, y2, n * K * sizeof *y1), "%s K %zu: dequant differs", skv_ggml_type_name(type), K);
+            free(W), free(y1), free(y2);
+        }
+    }
+}
+
+/* The AVX2 kernel set exists exactly when the CPU has all it is compiled for. */
+static void kernels_follow_cpu_features(void)
+{
+    CHECK((skv_kernels_avx2() != NULL) == skv_cpu_has(SKV_CPU_AVX2_SET));
+    CHECK(skv_kernels_best() == (skv_kernels_avx2() ? skv_kernels_avx2() : skv_kernels_scalar()));
+    CHECK(skv_dequant_supported(SKV_GGML_Q8_0) && !skv_dequant_supported(SKV_GGML_Q4_K) && !skv_dequant_supported(99));
+}
+
 int main(void)
 {
     TEST_BEGIN("test_ops");
     RUN(matvec_f16_equals_dequant_matmul);
     RUN(matmul_tiles_equal_scalar);
+    RUN(dequant_twins_every_type);
+    RUN(kernels_follow_cpu_features);
     TEST_END();
 }

@@ -9,6 +9,9 @@
 
 #include "core/f16.h"
 #include "quant/quant.h"
+#include "quant/types.h"
+#include "quant/types_kernels.h"
+#include "core/cpu.h"
 #include "seqkv.h"
 #include "test.h"
 
@@ -490,12 +493,12 @@ static void simd_kernels_match_reference(void)
             bits = (uint32_t)(u >> 63) << 31 | e << 23 | man;
             memcpy(&c1[i], &bits, 4);
         }
-        int b1 = skv_quant_f16enc_ref(c1, h1, n), b2 = skv_quant_f16enc_avx2(c1, h2, n);
+        int b1 = skv_f16enc_ref(c1, h1, n), b2 = skv_f16enc_avx2(c1, h2, n);
         CHECK_EQ_INT(b1, b2);
         CHECK_MSG(memcmp(h1, h2, 2 * n) == 0, "f16enc round %d", round);
         for (size_t i = 0; i < 2 * n; i++) h1[i] = (uint8_t)skv_quant_splitmix64(&r.st);
-        b1 = skv_quant_f16dec_ref(h1, c1, n);
-        b2 = skv_quant_f16dec_avx2(h1, c2, n);
+        b1 = skv_f16dec_ref(h1, c1, n);
+        b2 = skv_f16dec_avx2(h1, c2, n);
         CHECK_EQ_INT(b1, b2);
         if (!b1) CHECK(memcmp(c1, c2, n * 4) == 0);
     }
@@ -539,6 +542,105 @@ static void simd_codec_matches_scalar(void)
             skv_quant_ctx_free(c);
         }
     }
+}
+
+/* ---- the type table ------------------------------------------------------------- */
+
+/* Every row is consistent: a SIMD twin comes with its reference and says which
+ * features it runs; the KV schemes' sizes are the table's row sizes. */
+static void type_table_rows(void)
+{
+    static const uint32_t readable[] = {SKV_GGML_F32, SKV_GGML_F16, SKV_GGML_BF16, SKV_GGML_Q8_0, SKV_GGML_Q4_0};
+    char names[64];
+    for (uint32_t id = 0; id < SKV_GGML_NTYPES + 3; id++) {
+        const skv_type_traits *t = skv_type_traits_of(id);
+        if (!t) continue;
+        CHECK_MSG(t->blck_size > 0 && t->type_size > 0, "row %u", id);
+        CHECK_MSG(!t->to_float_simd || t->to_float, "%s: SIMD to_float without a reference", t->name);
+        CHECK_MSG(!t->from_float_simd || t->from_float, "%s: SIMD from_float without a reference", t->name);
+        CHECK_MSG(!(t->to_float_simd || t->from_float_simd || t->matvec_simd) || t->simd_needs == SKV_CPU_AVX2_SET,
+                  "%s: the AVX2 twins need AVX2+FMA+F16C", t->name);
+        CHECK_MSG(!t->from_float || t->to_float, "%s: stored but not readable", t->name);
+    }
+    for (size_t i = 0; i < sizeof readable / sizeof readable[0]; i++) CHECK(skv_type_readable(readable[i]));
+    CHECK(!skv_type_readable(SKV_GGML_Q4_K) && !skv_type_readable(SKV_GGML_I32) && !skv_type_readable(4));
+    CHECK(skv_type_traits_of(SKV_GGML_NTYPES) == NULL && skv_type_traits_of(0xFFFFFFFFu) == NULL);
+    CHECK_EQ_INT(skv_type_row_bytes(SKV_GGML_Q8_0, 64), 68);
+    CHECK_EQ_INT(skv_type_row_bytes(SKV_GGML_Q4_0, 33), 18 + 3);
+    CHECK_EQ_INT(skv_type_row_bytes(SKV_GGML_Q4_K, 300), 0); /* no short blocks */
+    CHECK_EQ_INT(skv_type_row_bytes(SKV_GGML_Q4_K, 512), 288);
+    for (size_t d = 1; d <= 200; d += 7) {
+        CHECK_EQ_INT(skv_quant_bytes(SKV_QUANT_Q8_0, d), skv_type_row_bytes(SKV_GGML_Q8_0, d));
+        CHECK_EQ_INT(skv_quant_bytes(SKV_QUANT_Q4_0, d), skv_type_row_bytes(SKV_GGML_Q4_0, d));
+        CHECK_EQ_INT(skv_quant_bytes(SKV_QUANT_F16, d), skv_type_row_bytes(SKV_GGML_F16, d));
+    }
+    CHECK_EQ_INT(skv_type_readable_names(names, sizeof names), strlen("f32, f16, q4_0, q8_0, bf16"));
+    CHECK(!strcmp(names, "f32, f16, q4_0, q8_0, bf16"));
+    CHECK_EQ_INT(skv_type_readable_names(names, 12), strlen("f32, f16, q4_0, q8_0, bf16"));
+    CHECK(!strcmp(names, "f32, f16")); /* whole names only, and no later one */
+}
+
+/* Random stored rows with finite fp16 scales / values (check() accepts them). */
+static void random_row(rng *r, uint32_t type, uint8_t *buf, size_t n)
+{
+    size_t bytes = skv_type_row_bytes(type, n);
+    for (size_t i = 0; i < bytes; i++) buf[i] = (uint8_t)skv_quant_splitmix64(&r->st);
+    if (type == SKV_GGML_F32)
+        for (size_t i = 0; i < n; i++) buf[4 * i + 3] &= 0xbf; /* exponent never all ones */
+    if (type == SKV_GGML_F16)
+        for (size_t i = 0; i < n; i++) buf[2 * i + 1] &= 0xbb;
+    if (type == SKV_GGML_Q8_0 || type == SKV_GGML_Q4_0)
+        for (size_t i = 0, o = 0; i < n; i += 32) {
+            size_t L = n - i < 32 ? n - i : 32;
+            buf[o + 1] &= 0xbb;
+            o += skv_type_row_bytes(type, L);
+        }
+    if (type == SKV_GGML_Q4_0 && n % 32 % 2) buf[bytes - 1] &= 0x0f; /* pad nibble */
+}
+
+/* Each row's SIMD twins give the reference's bits, with tails and short blocks. */
+static void type_simd_twins_match(void)
+{
+    static float x[700], y1[700], y2[700];
+    static uint8_t b1[3000], b2[3000];
+    rng r = rng_make(77);
+    if (!skv_quant_simd_available()) SKIP("no AVX2+FMA+F16C on this CPU");
+    for (uint32_t id = 0; id < SKV_GGML_NTYPES; id++) {
+        const skv_type_traits *t = skv_type_traits_of(id);
+        if (!t || !t->to_float) continue;
+        for (size_t n = t->blck_size; n <= 700; n += (n < 70 ? t->blck_size : 97 * t->blck_size)) {
+            if (!skv_type_row_bytes(id, n)) continue;
+            random_row(&r, id, b1, n);
+            CHECK_MSG(!t->check || t->check(b1, n) == SKV_OK, "%s n=%zu: valid row refused", t->name, n);
+            t->to_float(b1, y1, n);
+            skv_type_to_float(t, 1)(b1, y2, n);
+            CHECK_MSG(!memcmp(y1, y2, n * sizeof *y1), "%s n=%zu: to_float twins differ", t->name, n);
+            if (!t->from_float) continue;
+            gauss_vec(&r, x, n, 3.0);
+            CHECK_EQ_INT(t->from_float(x, b1, n), SKV_OK);
+            CHECK_EQ_INT(skv_type_from_float(t, 1)(x, b2, n), SKV_OK);
+            CHECK_MSG(!memcmp(b1, b2, skv_type_row_bytes(id, n)), "%s n=%zu: from_float twins differ", t->name, n);
+        }
+        CHECK(skv_type_to_float(t, 0) == t->to_float && skv_type_matvec(t, 0) == NULL);
+    }
+}
+
+/* The CPU report is one consistent answer; SIMD twins are only offered with
+ * every feature they are compiled for. */
+static void cpu_features_consistent(void)
+{
+    uint32_t f = skv_cpu_features();
+    const char *lvl = skv_cpu_level();
+    CHECK(f == skv_cpu_features());
+    CHECK(skv_cpu_has(0));
+    CHECK_EQ_INT(skv_quant_simd_available(), skv_cpu_has(SKV_CPU_AVX2_SET));
+    if (skv_cpu_has(SKV_CPU_AVX2_SET | SKV_CPU_AVX512F)) CHECK(!strcmp(lvl, "avx512"));
+    else if (skv_cpu_has(SKV_CPU_AVX2_SET)) CHECK(!strcmp(lvl, "avx2"));
+    else CHECK(!strcmp(lvl, "scalar"));
+    const char *cap = getenv("SEQKV_CPU");
+    if (cap && !strcmp(cap, "scalar")) CHECK_EQ_INT(f, 0);
+    if (cap && !strcmp(cap, "avx2")) CHECK_EQ_INT(f & ~SKV_CPU_AVX2_SET, 0);
+    fprintf(stderr, "# cpu level %s (features 0x%x, SEQKV_CPU %s)\n", lvl, (unsigned)f, cap ? cap : "unset");
 }
 
 /* ---- TurboQuant quality --------------------------------------------------------- */
@@ -906,6 +1008,9 @@ int main(void)
     RUN(rotation_orthonormal);
     RUN(simd_kernels_match_reference);
     RUN(simd_codec_matches_scalar);
+    RUN(type_table_rows);
+    RUN(type_simd_twins_match);
+    RUN(cpu_features_consistent);
     RUN(tq_mse_matches_theory);
     RUN(tq_mse_other_dims);
     RUN(tq_outlier_vectors);

@@ -1,13 +1,18 @@
 #!/usr/bin/python3
-"""Cross-checks src/quant/tq_codebooks.h against tools/gen_codebooks.py (numpy).
+"""Cross-checks src/quant/tq_codebooks.h against tools/gen_codebooks.py (numpy),
+and runs the same work under every SEQKV_CPU cap (core/cpu.h): the scalar
+references and the SIMD twins must write the same bytes.
 
 Prints `PASS test_quant_py:<case>` / `FAIL test_quant_py:<case>: <why>` lines
 (counted by tests/run.sh).  The C library is not loaded: its quantizer symbols
 are internal (hidden); tests/test_quant.c covers the runtime.
 """
+import filecmp
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -40,7 +45,45 @@ def parse_header(path):
     return cb, mse
 
 
+CAPS = ("native", "avx2", "scalar")
+
+
+def run_capped(cap, argv):
+    env = dict(os.environ, SEQKV_CPU=cap)
+    return subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
+
+
+def cpu_paths():
+    """The kernel twins' tests pass under each cap, and a session compressed
+    with each cap (f16 weights, q8_0/f16 KV rows) is the same file."""
+    build = os.environ.get("SEQKV_BUILD", "build")
+    for name in ("test_quant", "test_ops"):
+        bad = []
+        for cap in CAPS[1:]:  # native: the suite runs them already
+            p = run_capped(cap, [os.path.join(build, "tests", name)])
+            if p.returncode != 0 or "FAIL" in p.stdout:
+                bad.append("%s: %s" % (cap, [l for l in p.stdout.splitlines() if l.startswith("FAIL")][:2]))
+        report("%s_under_capped_cpu" % name, not bad, "; ".join(bad))
+    seqkv = os.path.join(build, "seqkv")
+    with tempfile.TemporaryDirectory() as work:
+        text = os.path.join(work, "s.txt")
+        with open(os.path.join(ROOT, "tests", "data", "model_ref", "heldout.txt"), "rb") as f:
+            open(text, "wb").write(f.read(120))
+        for codec, extra in (("model", []), ("kvq", ["--kv-quant", "k=q8_0,v=f16"])):
+            outs, why = [], ""
+            for cap in CAPS:
+                out = os.path.join(work, "%s-%s.skv" % (codec, cap))
+                p = run_capped(cap, [seqkv, "compress", "-f", text, "-o", out, "--codec", codec] + extra)
+                if p.returncode != 0:
+                    why = "%s: exit %d: %s" % (cap, p.returncode, p.stderr.strip()[-200:])
+                outs.append(out)
+            same = not why and all(filecmp.cmp(outs[0], o, shallow=False) for o in outs[1:])
+            report("compress_%s_same_bytes_every_cpu_cap" % codec, same, why or "files differ")
+
+
 def main():
+    cpu_paths()
     try:
         import numpy as np
         import gen_codebooks as gen

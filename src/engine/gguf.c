@@ -31,41 +31,6 @@ struct skv_gguf {
     skv_gguf_tensor *tensors;
 };
 
-static const struct {
-    const char *name;
-    uint8_t blck;
-    uint16_t size;
-} type_traits[SKV_GGML_NTYPES] = {
-    [SKV_GGML_F32] = {"f32", 1, 4},      [SKV_GGML_F16] = {"f16", 1, 2},
-    [SKV_GGML_Q4_0] = {"q4_0", 32, 18},  [SKV_GGML_Q4_1] = {"q4_1", 32, 20},
-    [SKV_GGML_Q5_0] = {"q5_0", 32, 22},  [SKV_GGML_Q5_1] = {"q5_1", 32, 24},
-    [SKV_GGML_Q8_0] = {"q8_0", 32, 34},  [SKV_GGML_Q8_1] = {"q8_1", 32, 36},
-    [SKV_GGML_Q2_K] = {"q2_k", 0, 84},   [SKV_GGML_Q3_K] = {"q3_k", 0, 110},
-    [SKV_GGML_Q4_K] = {"q4_k", 0, 144},  [SKV_GGML_Q5_K] = {"q5_k", 0, 176},
-    [SKV_GGML_Q6_K] = {"q6_k", 0, 210},  [SKV_GGML_Q8_K] = {"q8_k", 0, 292},
-    [SKV_GGML_I8] = {"i8", 1, 1},        [SKV_GGML_I16] = {"i16", 1, 2},
-    [SKV_GGML_I32] = {"i32", 1, 4},      [SKV_GGML_I64] = {"i64", 1, 8},
-    [SKV_GGML_F64] = {"f64", 1, 8},      [SKV_GGML_BF16] = {"bf16", 1, 2},
-};
-
-size_t skv_ggml_blck_size(uint32_t type)
-{
-    if (type >= SKV_GGML_NTYPES || !type_traits[type].name) return 0;
-    return type_traits[type].blck ? type_traits[type].blck : 256; /* K-quants: 256 */
-}
-
-size_t skv_ggml_type_size(uint32_t type)
-{
-    if (type >= SKV_GGML_NTYPES || !type_traits[type].name) return 0;
-    return type_traits[type].size;
-}
-
-const char *skv_ggml_type_name(uint32_t type)
-{
-    if (type >= SKV_GGML_NTYPES || !type_traits[type].name) return "unknown";
-    return type_traits[type].name;
-}
-
 /* Size of one scalar metadata value of a fixed-size type; 0 for STRING/ARRAY/unknown. */
 static size_t scalar_size(uint32_t t)
 {

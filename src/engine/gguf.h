@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "quant/types.h"
+
 enum skv_gguf_type {
     SKV_GGUF_U8 = 0, SKV_GGUF_I8 = 1, SKV_GGUF_U16 = 2, SKV_GGUF_I16 = 3,
     SKV_GGUF_U32 = 4, SKV_GGUF_I32 = 5, SKV_GGUF_F32 = 6, SKV_GGUF_BOOL = 7,
@@ -25,15 +27,7 @@ enum skv_gguf_type {
     SKV_GGUF_F64 = 12, SKV_GGUF_NTYPES
 };
 
-/* GGML tensor types this reader knows the storage size of. */
-enum skv_ggml_type {
-    SKV_GGML_F32 = 0, SKV_GGML_F16 = 1, SKV_GGML_Q4_0 = 2, SKV_GGML_Q4_1 = 3,
-    SKV_GGML_Q5_0 = 6, SKV_GGML_Q5_1 = 7, SKV_GGML_Q8_0 = 8, SKV_GGML_Q8_1 = 9,
-    SKV_GGML_Q2_K = 10, SKV_GGML_Q3_K = 11, SKV_GGML_Q4_K = 12, SKV_GGML_Q5_K = 13,
-    SKV_GGML_Q6_K = 14, SKV_GGML_Q8_K = 15, SKV_GGML_I8 = 24, SKV_GGML_I16 = 25,
-    SKV_GGML_I32 = 26, SKV_GGML_I64 = 27, SKV_GGML_F64 = 28, SKV_GGML_BF16 = 30,
-    SKV_GGML_NTYPES = 31
-};
+/* Tensor types (ids, names, block sizes) are the type table's: quant/types.h. */
 
 typedef struct { const char *ptr; size_t len; } skv_gguf_str;
 
@@ -73,10 +67,5 @@ int skv_gguf_get_arr(const skv_gguf *g, const char *key, uint32_t *elem_type, si
 int skv_gguf_arr_strings(const skv_gguf *g, const char *key, skv_gguf_str *out, size_t n);
 int skv_gguf_arr_f32(const skv_gguf *g, const char *key, float *out, size_t n);
 int skv_gguf_arr_i32(const skv_gguf *g, const char *key, int32_t *out, size_t n);
-
-/* Type traits: elements per block and bytes per block; 0 for unknown types. */
-size_t skv_ggml_blck_size(uint32_t type);
-size_t skv_ggml_type_size(uint32_t type);
-const char *skv_ggml_type_name(uint32_t type);
 
 #endif

@@ -74,10 +74,12 @@ static int gguf_weight(const skv_gguf *g, const char *name, size_t K, size_t N, 
         return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF tensor '%s' has shape [%llu, %llu, %llu], expected [%zu, %zu]",
                         name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                         (unsigned long long)t->ne[2], K, N);
-    if (!skv_dequant_supported(t->type))
-        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
-                        "GGUF tensor '%s' has type %s; seqkv supports f32, f16, bf16, q8_0 and q4_0", name,
-                        skv_ggml_type_name(t->type));
+    if (!skv_dequant_supported(t->type)) {
+        char names[160];
+        skv_type_readable_names(names, sizeof names);
+        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "GGUF tensor '%s' has type %s; seqkv supports %s", name,
+                        skv_ggml_type_name(t->type), names);
+    }
     if (t->type == SKV_GGML_F32 && ((uintptr_t)t->data & 3))
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
                         "GGUF tensor '%s': f32 data at an offset that is not a multiple of 4 (general.alignment too small)",

@@ -5,9 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/f16.h"
-#include "engine/gguf.h"
-#include "core/util.h"
+#include "quant/types.h"
 
 /* ---- exp ------------------------------------------------------------------
  * exp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k*ln2 in [-ln2/2, ln2/2].
@@ -165,46 +163,22 @@ const skv_kernels *skv_kernels_best(void)
 
 /* ---- dequantization --------------------------------------------------------- */
 
-int skv_dequant_supported(uint32_t type)
-{
-    return type == SKV_GGML_F32 || type == SKV_GGML_F16 || type == SKV_GGML_BF16 ||
-           type == SKV_GGML_Q8_0 || type == SKV_GGML_Q4_0;
-}
+int skv_dequant_supported(uint32_t type) { return skv_type_readable(type); }
 
-static void dequant_row(uint32_t type, const uint8_t *s, size_t K, float *d)
+void skv_dequant_rows_simd(int simd, uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows,
+                           float *dst)
 {
-    switch (type) {
-    case SKV_GGML_F32: memcpy(d, s, K * sizeof(float)); break;
-    case SKV_GGML_F16:
-        for (size_t i = 0; i < K; i++) d[i] = skv_f16_to_f32(skv_rd16(s + 2 * i));
-        break;
-    case SKV_GGML_BF16:
-        for (size_t i = 0; i < K; i++) {
-            uint32_t u = (uint32_t)skv_rd16(s + 2 * i) << 16;
-            memcpy(&d[i], &u, 4);
-        }
-        break;
-    case SKV_GGML_Q8_0: /* blocks of 32: f16 scale, 32 x int8 */
-        for (size_t b = 0; b < K / 32; b++, s += 34) {
-            float sc = skv_f16_to_f32(skv_rd16(s));
-            for (int i = 0; i < 32; i++) d[b * 32 + (size_t)i] = sc * (float)(int8_t)s[2 + i];
-        }
-        break;
-    case SKV_GGML_Q4_0: /* blocks of 32: f16 scale, 16 bytes; low nibbles = 0..15, high = 16..31 */
-        for (size_t b = 0; b < K / 32; b++, s += 18) {
-            float sc = skv_f16_to_f32(skv_rd16(s));
-            for (int i = 0; i < 16; i++) {
-                d[b * 32 + (size_t)i] = sc * (float)((s[2 + i] & 0x0f) - 8);
-                d[b * 32 + (size_t)i + 16] = sc * (float)((s[2 + i] >> 4) - 8);
-            }
-        }
-        break;
-    default: memset(d, 0, K * sizeof(float)); break; /* callers check skv_dequant_supported */
+    const skv_type_traits *t = skv_type_traits_of(type);
+    const uint8_t *s = src;
+    if (!t || !t->to_float) { /* callers check skv_dequant_supported */
+        memset(dst, 0, n_rows * K * sizeof *dst);
+        return;
     }
+    skv_to_float_fn to_float = skv_type_to_float(t, simd);
+    for (size_t r = 0; r < n_rows; r++) to_float(s + r * row_bytes, dst + r * K, K);
 }
 
 void skv_dequant_rows(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst)
 {
-    const uint8_t *s = src;
-    for (size_t r = 0; r < n_rows; r++) dequant_row(type, s + r * row_bytes, K, dst + r * K);
+    skv_dequant_rows_simd(0, type, src, row_bytes, K, n_rows, dst);
 }

@@ -59,7 +59,8 @@ typedef struct skv_kernels {
 #define SKV_ATTN_MAX_Q 16
 
 const skv_kernels *skv_kernels_scalar(void);
-/* NULL when the CPU lacks AVX2/FMA (or the build lacks them). */
+/* NULL when the CPU lacks AVX2, FMA or F16C (core/cpu.h; SEQKV_CPU=scalar
+ * hides them), or the build lacks them. */
 const skv_kernels *skv_kernels_avx2(void);
 /* AVX2 when available, else scalar. */
 const skv_kernels *skv_kernels_best(void);
@@ -68,9 +69,13 @@ const skv_kernels *skv_kernels_best(void);
  * exp(x) for x in [-87, 88]; 0 below -87, +inf above 88; about 2 ulp. */
 float skv_exp_ref(float x);
 
-/* Dequantizes n_rows rows of K elements of a GGML-typed matrix into f32.
- * Supported: F32, F16, BF16, Q8_0, Q4_0 (skv_dequant_supported). */
+/* Dequantizes n_rows rows of K elements of a GGML-typed matrix into f32 with
+ * the type table's to_float (quant/types.h).  Supported: every type with a
+ * to_float (skv_dequant_supported); others give zeros.  The _simd form uses
+ * the row's SIMD twin where simd is set and the CPU allows (same values). */
 int skv_dequant_supported(uint32_t type);
 void skv_dequant_rows(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst);
+void skv_dequant_rows_simd(int simd, uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows,
+                           float *dst);
 
 #endif

@@ -1,29 +1,23 @@
 /* AVX2+FMA kernels: bit-identical to the scalar reference in ops.c (same
  * per-element operation sequence; see ops.h). Compiled with -mavx2 -mfma. */
 #include "engine/ops.h"
-#include "core/f16.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
-#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-/* Canonical 8 -> 1 reduction: h = lo + hi; g = h[0,1] + h[2,3]; s = g[0] + g[1]. */
-static inline float hsum8(__m256 v)
-{
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    __m128 g = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    __m128 s = _mm_add_ss(g, _mm_shuffle_ps(g, g, 1));
-    return _mm_cvtss_f32(s);
-}
+#include "core/cpu.h"
+#include "quant/simd_avx2.h"
+#include "quant/types.h"
+
 
 static float dot_avx2(const float *a, const float *b, size_t n)
 {
     __m256 acc = _mm256_setzero_ps();
     size_t n8 = n & ~(size_t)7, j;
     for (j = 0; j < n8; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), acc);
-    float s = hsum8(acc);
+    float s = skv_hsum8_avx2(acc);
     for (; j < n; j++) s = fmaf(a[j], b[j], s);
     return s;
 }
@@ -33,27 +27,9 @@ static float sum_avx2(const float *a, size_t n)
     __m256 acc = _mm256_setzero_ps();
     size_t n8 = n & ~(size_t)7, j;
     for (j = 0; j < n8; j += 8) acc = _mm256_add_ps(_mm256_loadu_ps(a + j), acc);
-    float s = hsum8(acc);
+    float s = skv_hsum8_avx2(acc);
     for (; j < n; j++) s = a[j] + s;
     return s;
-}
-
-/* Eight canonical 8 -> 1 reductions at once: lane r of the result is the reduction of
- * a[r], pairing exactly the operands hsum8 pairs (addition commutes bit-exactly). */
-static inline __m256 reduce8(const __m256 a[8])
-{
-    __m256 h04 = _mm256_add_ps(_mm256_permute2f128_ps(a[0], a[4], 0x20), _mm256_permute2f128_ps(a[0], a[4], 0x31));
-    __m256 h15 = _mm256_add_ps(_mm256_permute2f128_ps(a[1], a[5], 0x20), _mm256_permute2f128_ps(a[1], a[5], 0x31));
-    __m256 h26 = _mm256_add_ps(_mm256_permute2f128_ps(a[2], a[6], 0x20), _mm256_permute2f128_ps(a[2], a[6], 0x31));
-    __m256 h37 = _mm256_add_ps(_mm256_permute2f128_ps(a[3], a[7], 0x20), _mm256_permute2f128_ps(a[3], a[7], 0x31));
-    /* h_r = lo(a_r) + hi(a_r); hXY = [h_X | h_Y] */
-    __m256 g0145 = _mm256_add_ps(_mm256_shuffle_ps(h04, h15, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm256_shuffle_ps(h04, h15, _MM_SHUFFLE(3, 2, 3, 2)));
-    __m256 g2367 = _mm256_add_ps(_mm256_shuffle_ps(h26, h37, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm256_shuffle_ps(h26, h37, _MM_SHUFFLE(3, 2, 3, 2)));
-    /* g_r = (h_r[0] + h_r[2], h_r[1] + h_r[3]) */
-    return _mm256_add_ps(_mm256_shuffle_ps(g0145, g2367, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm256_shuffle_ps(g0145, g2367, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 /* Eight dots sharing K: out lane r = dot(a[r], b[r], K) for pointer pairs, tails included. */
@@ -67,7 +43,7 @@ static inline __attribute__((always_inline)) void dot8(float out[8], const float
     for (j = 0; j < n8; j += 8)
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r] + j), _mm256_loadu_ps(b[r] + j), acc[r]);
-    _mm256_storeu_ps(out, reduce8(acc));
+    _mm256_storeu_ps(out, skv_reduce8_avx2(acc));
     if (n8 != K)
         for (int r = 0; r < 8; r++)
             for (j = n8; j < K; j++) out[r] = fmaf(a[r][j], b[r][j], out[r]);
@@ -111,42 +87,10 @@ static void matmul_avx2(float *y, size_t ldy, const float *W, size_t K, const fl
     }
 }
 
-/* Eight binary16 -> binary32 values (exact). */
-static inline __m256 load_h8(const uint16_t *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
-}
-
-/* matvec over f16 rows: per row the operations of dot8 / dot_avx2 on the converted row. */
+/* The f16 rows' dot kernel of the type table (quant/types_avx2.c). */
 static void matvec_f16_avx2(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows)
 {
-    size_t n8 = K & ~(size_t)7, r = 0, j;
-    for (; r + 8 <= n_rows; r += 8) {
-        const uint16_t *w[8];
-        __m256 acc[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            w[i] = (const uint16_t *)(const void *)((const uint8_t *)W + (r + (size_t)i) * row_bytes);
-            acc[i] = _mm256_setzero_ps();
-        }
-        for (j = 0; j < n8; j += 8) {
-            __m256 xv = _mm256_loadu_ps(x + j);
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(load_h8(w[i] + j), xv, acc[i]);
-        }
-        _mm256_storeu_ps(y + r, reduce8(acc));
-        if (n8 != K)
-            for (int i = 0; i < 8; i++)
-                for (j = n8; j < K; j++) y[r + (size_t)i] = fmaf(skv_f16_to_f32(w[i][j]), x[j], y[r + (size_t)i]);
-    }
-    for (; r < n_rows; r++) {
-        const uint16_t *w = (const uint16_t *)(const void *)((const uint8_t *)W + r * row_bytes);
-        __m256 acc = _mm256_setzero_ps();
-        for (j = 0; j < n8; j += 8) acc = _mm256_fmadd_ps(load_h8(w + j), _mm256_loadu_ps(x + j), acc);
-        float sum = hsum8(acc);
-        for (; j < K; j++) sum = fmaf(skv_f16_to_f32(w[j]), x[j], sum);
-        y[r] = sum;
-    }
+    skv_type_matvec(skv_type_traits_of(SKV_GGML_F16), 1)(y, W, row_bytes, K, x, n_rows);
 }
 
 static void axpy_avx2(float *y, float a, const float *x, size_t n)
@@ -324,20 +268,10 @@ static void attn_avx2(float *const *out, const float *const *q, const size_t *n,
     }
 }
 
-/* F16 rows through F16C (half -> single is exact, so identical to the scalar path). */
+/* The type table's SIMD to_float where a row has one (exact: same values). */
 static void dequant_avx2(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst)
 {
-    if (type != 1 /* SKV_GGML_F16 */) {
-        skv_dequant_rows(type, src, row_bytes, K, n_rows, dst);
-        return;
-    }
-    for (size_t r = 0; r < n_rows; r++) {
-        const uint8_t *s = (const uint8_t *)src + r * row_bytes;
-        float *d = dst + r * K;
-        size_t i = 0;
-        for (; i + 8 <= K; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i))));
-        if (i < K) skv_dequant_rows(type, s + 2 * i, row_bytes, K - i, 1, d + i);
-    }
+    skv_dequant_rows_simd(1, type, src, row_bytes, K, n_rows, dst);
 }
 
 static const skv_kernels k_avx2 = {
@@ -357,18 +291,8 @@ static const skv_kernels k_avx2 = {
     .matvec_f16 = matvec_f16_avx2,
 };
 
-const skv_kernels *skv_kernels_avx2(void)
-{
-    static int have = -1;
-    if (have < 0) {
-        unsigned a, b, c, d;
-        __builtin_cpu_init();
-        /* F16C via CPUID (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports lacks it */
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-               (c >> 29 & 1);
-    }
-    return have ? &k_avx2 : NULL;
-}
+/* The file is compiled for AVX2 + FMA + F16C: all three must be there. */
+const skv_kernels *skv_kernels_avx2(void) { return skv_cpu_has(SKV_CPU_AVX2_SET) ? &k_avx2 : NULL; }
 
 #else
 const skv_kernels *skv_kernels_avx2(void) { return NULL; }

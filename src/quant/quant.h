@@ -129,7 +129,8 @@ double skv_quant_tq_expected_mse(size_t d, int bits);
 
 /* ---- implementation selection (tests, benchmarks) ---------------------- */
 
-/* 1 when the AVX2 path was compiled in and the CPU supports it. */
+/* 1 when the AVX2 path was compiled in and the CPU has every feature it is
+ * compiled for (AVX2, FMA, F16C; core/cpu.h, SEQKV_CPU caps it). */
 int skv_quant_simd_available(void);
 /* Force the scalar reference path (1) or allow SIMD (0) for one context;
  * outputs are identical either way.  Not thread-safe against concurrent use
@@ -151,8 +152,8 @@ double skv_quant_gauss(uint64_t *state, double *spare, int *has_spare);
  *      index order, then skv_quant_hsum8.  fwht: unnormalised, m a power of
  *      two (avx2: m >= 8).  index: idx[i] = #{k < nb : y[i] > bound[k]}.
  *      qjl_signs: z[i] = (dot(S_i, r) >= 0).  qjl_accum: acc = sum over rows
- *      i in order of +-S_i (sign z[i]).  f16enc/f16dec: RNE conversion to /
- *      from little-endian binary16, returning 1 if any value is inf/NaN. */
+ *      i in order of +-S_i (sign z[i]).  (The baselines' kernels, binary16
+ *      conversion included, are the type table's: quant/types_kernels.h.) */
 static inline float skv_quant_hsum8(const float l[8])
 {
     float t0 = l[0] + l[4], t1 = l[1] + l[5], t2 = l[2] + l[6], t3 = l[3] + l[7];
@@ -167,8 +168,6 @@ void skv_quant_index_ref(const float *y, const float *bound, int nb, uint8_t *id
 void skv_quant_lookup_ref(const uint8_t *idx, const float *cent, int levels, float *v, size_t n);
 void skv_quant_qjl_signs_ref(const float *S, const float *r, size_t d, uint8_t *z);
 void skv_quant_qjl_accum_ref(const float *S, const uint8_t *z, size_t d, float *acc);
-int skv_quant_f16enc_ref(const float *x, uint8_t *out, size_t n);
-int skv_quant_f16dec_ref(const uint8_t *in, float *y, size_t n);
 
 float skv_quant_dot_avx2(const float *a, const float *b, size_t n);
 void skv_quant_fwht_avx2(float *v, size_t m);
@@ -178,7 +177,5 @@ void skv_quant_index_avx2(const float *y, const float *bound, int nb, uint8_t *i
 void skv_quant_lookup_avx2(const uint8_t *idx, const float *cent, int levels, float *v, size_t n);
 void skv_quant_qjl_signs_avx2(const float *S, const float *r, size_t d, uint8_t *z);
 void skv_quant_qjl_accum_avx2(const float *S, const uint8_t *z, size_t d, float *acc);
-int skv_quant_f16enc_avx2(const float *x, uint8_t *out, size_t n);
-int skv_quant_f16dec_avx2(const uint8_t *in, float *y, size_t n);
 
 #endif

@@ -1,8 +1,9 @@
-/* AVX2 twins of the quantizer kernels in quant.c.  Compiled with
+/* AVX2 twins of the quantizer kernels in quant_ref.c.  Compiled with
  * -mavx2 -mfma -mf16c (and -ffp-contract=off, so no multiply-add is fused);
- * only called after skv_quant_simd_available() said yes.  Each function
- * performs the same IEEE operations on the same operands as its *_ref twin,
- * element by element, so the results are bit-identical (tests compare). */
+ * only called after skv_quant_simd_available() said yes (the CPU has all
+ * three).  Each function performs the same IEEE operations on the same
+ * operands as its *_ref twin, element by element, so the results are
+ * bit-identical (tests compare). */
 #include "quant/quant.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX2__)
@@ -176,37 +177,6 @@ void skv_quant_qjl_accum_avx2(const float *S, const uint8_t *z, size_t d, float 
         for (size_t i = 0; i < d; i++) a = z[i] ? a + S[i * d + j] : a - S[i * d + j];
         acc[j] = a;
     }
-}
-
-/* F16C's VCVTPS2PH with imm 0 rounds to nearest even, like skv_f32_to_f16. */
-int skv_quant_f16enc_avx2(const float *x, uint8_t *out, size_t n)
-{
-    const __m128i em = _mm_set1_epi16(0x7c00);
-    __m128i bad = _mm_setzero_si128();
-    int badf = 0;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), 0);
-        bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
-        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), h);
-    }
-    if (i < n) badf = skv_quant_f16enc_ref(x + i, out + 2 * i, n - i);
-    return badf | (_mm_movemask_epi8(bad) != 0);
-}
-
-int skv_quant_f16dec_avx2(const uint8_t *in, float *y, size_t n)
-{
-    const __m128i em = _mm_set1_epi16(0x7c00);
-    __m128i bad = _mm_setzero_si128();
-    int badf = 0;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(in + 2 * i));
-        bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, em), em));
-        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
-    }
-    if (i < n) badf = skv_quant_f16dec_ref(in + 2 * i, y + i, n - i);
-    return badf | (_mm_movemask_epi8(bad) != 0);
 }
 
 #else

@@ -1,0 +1,46 @@
+/* The kernels behind the rows of the type table (types.c): scalar references
+ * in types_ref.c, AVX2 twins in types_avx2.c (compiled with -mavx2 -mfma
+ * -mf16c, so they need SKV_CPU_AVX2_SET).  Internal to the quant layer and
+ * its tests; everything else goes through skv_type_traits_of(). */
+#ifndef SKV_TYPES_KERNELS_H
+#define SKV_TYPES_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- binary16 conversion: RNE to / from little-endian binary16; each
+ * returns 1 if any value (result / input) is infinite or NaN, else 0 ---- */
+int skv_f16enc_ref(const float *x, uint8_t *out, size_t n);
+int skv_f16dec_ref(const uint8_t *in, float *y, size_t n);
+int skv_f16enc_avx2(const float *x, uint8_t *out, size_t n);
+int skv_f16dec_avx2(const uint8_t *in, float *y, size_t n);
+
+/* ---- rows (signatures of skv_to_float_fn / skv_from_float_fn / skv_check_fn) ---- */
+void skv_f32_to_float_ref(const void *src, float *dst, size_t n);
+int skv_f32_from_float_ref(const float *src, void *dst, size_t n);
+int skv_f32_check(const void *src, size_t n);
+
+void skv_f16_to_float_ref(const void *src, float *dst, size_t n);
+int skv_f16_from_float_ref(const float *src, void *dst, size_t n);
+int skv_f16_check(const void *src, size_t n);
+void skv_f16_to_float_avx2(const void *src, float *dst, size_t n);
+int skv_f16_from_float_avx2(const float *src, void *dst, size_t n);
+/* The f16 weight matrix-vector product (skv_matvec_fn). */
+void skv_f16_matvec_avx2(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows);
+
+void skv_bf16_to_float_ref(const void *src, float *dst, size_t n);
+
+/* q8_0: blocks of 32 = fp16 scale + 32 x int8; short block of L: 2 + L bytes. */
+size_t skv_q8_0_short_bytes(size_t L);
+void skv_q8_0_to_float_ref(const void *src, float *dst, size_t n);
+int skv_q8_0_from_float_ref(const float *src, void *dst, size_t n);
+int skv_q8_0_check(const void *src, size_t n);
+
+/* q4_0: blocks of 32 = fp16 scale + 16 bytes of nibbles; short block of L:
+ * 2 + ceil(L/2) bytes. */
+size_t skv_q4_0_short_bytes(size_t L);
+void skv_q4_0_to_float_ref(const void *src, float *dst, size_t n);
+int skv_q4_0_from_float_ref(const float *src, void *dst, size_t n);
+int skv_q4_0_check(const void *src, size_t n);
+
+#endif
