@@ -43,15 +43,11 @@ typedef enum skv_status {
     SKV_ERR_INTERNAL = -8     /* a bug: please report */
 } skv_status;
 
+/* "SKV_ERR_FORMAT" for SKV_ERR_FORMAT (the enumerator's name; "SKV_ERR_UNKNOWN" for any
+ * other value) and a short text ("malformed input"). Both are static strings. */
+SKV_API const char *skv_status_name(int status);
 SKV_API const char *skv_status_str(int status);
 SKV_API const char *skv_version(void);
-
-/* ---- Logging ------------------------------------------------------------ */
-
-enum { SKV_LOG_ERROR = 0, SKV_LOG_WARN = 1, SKV_LOG_INFO = 2, SKV_LOG_DEBUG = 3 };
-typedef void (*skv_log_fn)(void *user, int level, const char *msg);
-/* Process-wide log sink (default: none). Not thread-safe against concurrent logging; set it once at start. */
-SKV_API void skv_set_log(skv_log_fn fn, void *user);
 
 /* ---- Models ------------------------------------------------------------- */
 
