@@ -114,40 +114,43 @@ void skv_encoder_free(skv_encoder *e)
     free(e);
 }
 
-int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out)
+/* Codec, frequency total and KV schemes of p, checked; the encoder's copy of them. */
+static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
 {
-    skv_encoder_params d = skv_encoder_default_params();
-    skv_ctx_params cp = skv_ctx_default_params();
-    skv_encoder *e;
+    const skv_model_info *mi = &e->m->info;
     int rc;
-    if (!m || !out) return SKV_ERR_INVALID_ARG;
-    *out = NULL;
-    if (!p) p = &d;
     if (!skv_codec_name(p->codec) || (p->total_bits && (p->total_bits < 16 || p->total_bits > 28)))
-        return SKV_ERR_INVALID_ARG;
-    if (!(e = calloc(1, sizeof *e))) return SKV_ERR_NOMEM;
-    e->m = m;
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "unknown codec %d or total_bits %u outside 16..28", p->codec,
+                        p->total_bits);
     e->p = *p;
     e->p.kv_quant = NULL; /* parsed now: the string need not outlive this call */
-    e->V = (uint32_t)m->info.n_vocab;
+    e->V = (uint32_t)mi->n_vocab;
+    if (skv_codec_is_kv(p->codec) && (rc = kv_codec_setup(e, p)))
+        return skv_errf(err, errcap, rc, "codec %s: kv_quant must be %s", skv_codec_name(p->codec),
+                        p->codec == SKV_CODEC_KVQ ? "k=SCHEME,v=SCHEME[,seed=S] (no keep-first/keep-last/window)"
+                                                  : "NULL (the codec names its scheme)");
     if (skv_codec_is_kv(p->codec) &&
-        ((rc = kv_codec_setup(e, p)) ||
-         (rc = skv_kvcodec_create(&e->kvc, e->kv_scheme, e->kv_seed, (uint32_t)m->info.n_layer,
-                                  (uint32_t)m->info.n_head_kv, (uint32_t)m->info.head_dim)))) {
-        free(e);
-        return rc;
-    }
+        (rc = skv_kvcodec_create(&e->kvc, e->kv_scheme, e->kv_seed, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv,
+                                 (uint32_t)mi->head_dim)))
+        return skv_errf(err, errcap, rc, "the KV schemes do not support this model's head size %d: %s", mi->head_dim,
+                        skv_status_str(rc));
     if (!e->p.total_bits) e->p.total_bits = auto_total_bits(e->V);
     if (e->p.codec != SKV_CODEC_MODEL) e->p.total_bits = 0;
     else if (((uint64_t)1 << e->p.total_bits) < e->V) e->p.total_bits = auto_total_bits(e->V);
     e->first_bits = bits_for(e->V);
+    return SKV_OK;
+}
+
+/* The encoder's context (its live KV cache) and its buffers for segments of n_ctx tokens. */
+static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
+{
+    skv_ctx_params cp = skv_ctx_default_params();
+    int rc;
     cp.n_ctx = p->n_ctx;
     cp.n_threads = p->n_threads;
-    if ((rc = skv_ctx_create(m, &cp, &e->ctx))) {
-        skv_kvcodec_free(e->kvc);
-        free(e);
-        return rc;
-    }
+    if ((rc = skv_ctx_create(e->m, &cp, &e->ctx)))
+        return skv_errf(err, errcap, rc, "cannot create the context (n_ctx %d, n_threads %d): %s", p->n_ctx,
+                        p->n_threads, skv_status_str(rc));
     e->p.n_ctx = skv_ctx_n_ctx(e->ctx);
     e->batch = 256;
     size_t V = e->V, S = (size_t)e->p.n_ctx;
@@ -158,12 +161,27 @@ int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **
     e->cum = malloc((V + 1) * sizeof(uint32_t));
     e->seg_tok = malloc(S * sizeof(int32_t));
     e->rc_buf = malloc(e->rc_cap);
-    if (!e->logits || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE)) {
-        skv_encoder_free(e);
-        return SKV_ERR_NOMEM;
-    }
+    if (!e->logits || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE))
+        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory for the encoder's buffers");
     e->out_len = HDR_SIZE;
     skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
+    return SKV_OK;
+}
+
+int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out, char *err, size_t errcap)
+{
+    skv_encoder_params d = skv_encoder_default_params();
+    skv_encoder *e;
+    int rc;
+    if (!m || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "skv_encoder_create: NULL model or out");
+    *out = NULL;
+    if (!p) p = &d;
+    if (!(e = calloc(1, sizeof *e))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    e->m = m;
+    if ((rc = setup_codec(e, p, err, errcap)) || (rc = setup_buffers(e, p, err, errcap))) {
+        skv_encoder_free(e);
+        return rc;
+    }
     *out = e;
     return SKV_OK;
 }
@@ -319,7 +337,9 @@ static int append_chunk(skv_encoder *e, const int32_t *t, size_t k)
 int skv_encoder_append(skv_encoder *e, const int32_t *tokens, size_t n, float *next_logits)
 {
     int rc;
-    if (!e || (!tokens && n)) return SKV_ERR_INVALID_ARG;
+    if (!e) return SKV_ERR_INVALID_ARG;
+    e->err[0] = 0;
+    if (!tokens && n) return enc_fail(e, SKV_ERR_INVALID_ARG, "NULL tokens");
     if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->V) return enc_fail(e, SKV_ERR_INVALID_ARG, "token id outside the vocabulary");
@@ -347,7 +367,9 @@ int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
 {
     uint8_t fp[16];
     int rc;
-    if (!e || !data || !size) return SKV_ERR_INVALID_ARG;
+    if (!e) return SKV_ERR_INVALID_ARG;
+    e->err[0] = 0;
+    if (!data || !size) return enc_fail(e, SKV_ERR_INVALID_ARG, "NULL data or size");
     if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
     if ((rc = flush_segment(e))) return rc;
     if ((rc = skv_model_fingerprint(e->m, fp))) return enc_fail(e, rc, "model fingerprint failed");

@@ -127,6 +127,109 @@ done:
 #define LOGITS_BUDGET ((size_t)1 << 22) /* floats of logits rows per block (16 MiB) */
 #define GATE_PCT 60 /* draft only from match lengths whose first drafts were right >= this often */
 
+/* Drafting state of one speculative restore. Per match-length class (1, 2, 3, 4..7, 8+):
+ * first drafts tried / confirmed (starting optimistic) and skips since the last probe. */
+typedef struct spec {
+    size_t kmax, k_cur;   /* block size limit, current block size */
+    uint32_t gate_try[5], gate_hit[5], gate_skip[5];
+    skv_draft *dr;
+    float *logits;        /* [kmax][V] */
+    uint32_t *freq, *cum; /* [V], [V + 1] */
+    int32_t *batch;       /* [kmax] */
+} spec;
+
+static int spec_init(spec *sp, const skv_restore_params *p, uint32_t V, uint32_t n)
+{
+    *sp = (spec){.kmax = p && p->draft_max > 0 ? (size_t)p->draft_max : DRAFT_MAX_DEFAULT, .k_cur = 4,
+                 .gate_try = {1, 1, 1, 1, 1}, .gate_hit = {1, 1, 1, 1, 1}};
+    if (sp->kmax * V > LOGITS_BUDGET) sp->kmax = V >= LOGITS_BUDGET ? 1 : LOGITS_BUDGET / V; /* huge vocabularies */
+    if (sp->k_cur > sp->kmax) sp->k_cur = sp->kmax;
+    sp->freq = malloc(V * sizeof(uint32_t));
+    sp->cum = malloc(((size_t)V + 1) * sizeof(uint32_t));
+    sp->logits = malloc(sp->kmax * V * sizeof(float));
+    sp->batch = malloc(sp->kmax * sizeof *sp->batch);
+    if (!sp->logits || !sp->freq || !sp->cum || !sp->batch || skv_draft_create(n, &sp->dr)) return SKV_ERR_NOMEM;
+    return SKV_OK;
+}
+
+static void spec_free(spec *sp)
+{
+    skv_draft_free(sp->dr);
+    free(sp->logits);
+    free(sp->freq);
+    free(sp->cum);
+    free(sp->batch);
+}
+
+/* Fills batch = [tok[pos], drafts...] for a block of at most k rows; returns the number of
+ * drafts and in *cls their match-length class (-1: none, or not counted). */
+static size_t spec_propose(spec *sp, const int32_t *tok, uint32_t pos, size_t k, int *cls)
+{
+    unsigned ml = 0;
+    /* the history is tok[0..pos]: push what is not in the draft yet */
+    for (size_t i = skv_draft_len(sp->dr); i <= pos; i++) skv_draft_push(sp->dr, tok[i]);
+    sp->batch[0] = tok[pos];
+    size_t nd = k > 1 ? skv_draft_propose(sp->dr, sp->batch + 1, k - 1, &ml) : 0;
+    *cls = -1;
+    if (nd) {
+        /* Gate by how often drafts of this match length were right lately: a wrong
+         * draft costs a batch row. Gated-off classes still get an occasional probe. */
+        *cls = ml >= 8 ? 4 : ml >= 4 ? 3 : (int)ml - 1;
+        if (sp->gate_try[*cls] * GATE_PCT > sp->gate_hit[*cls] * 100) {
+            if (++sp->gate_skip[*cls] & 15) nd = 0, *cls = -1;
+            else nd = 1; /* a probe: one draft token */
+        }
+    }
+    return nd;
+}
+
+/* After a block of nd drafts of which j were confirmed: the gate's counts and the block size. */
+static void spec_adapt(spec *sp, int cls, size_t nd, size_t j)
+{
+    if (cls >= 0) {
+        sp->gate_try[cls]++;
+        sp->gate_hit[cls] += j > 0;
+        if (sp->gate_try[cls] >= 64) sp->gate_try[cls] /= 2, sp->gate_hit[cls] /= 2; /* recent history weighs more */
+    }
+    if (nd > 0 && j == nd) sp->k_cur = sp->k_cur * 2 > sp->kmax ? sp->kmax : sp->k_cur * 2;
+    else if (nd > 0) sp->k_cur = j + 2 > 2 ? j + 2 : 2;
+    if (sp->k_cur > sp->kmax) sp->k_cur = sp->kmax;
+}
+
+/* Decodes from the block's rows while the drafts are confirmed; *j = drafts confirmed. */
+static int spec_decode_rows(spec *sp, const skv_session *s, skv_rangecoder_dec *d, int32_t *next, size_t k, size_t *j,
+                            char *err, size_t cap)
+{
+    uint32_t V = s->info.n_vocab;
+    int rc;
+    for (*j = 0;; ++*j) { /* row j decodes next[j] */
+        rc = decode_symbol(d, sp->logits + *j * V, V, s->info.total_bits, sp->freq, sp->cum, &next[*j], err, cap);
+        if (rc || *j + 1 >= k || next[*j] != sp->batch[*j + 1]) return rc;
+    }
+}
+
+/* One block at pos: one pass over [tok[pos], drafts...], then the rows it confirms;
+ * *adv = tokens the cache advanced by (drafts confirmed + 1). */
+static int spec_block(spec *sp, const skv_session *s, skv_rangecoder_dec *d, skv_ctx *ctx, int32_t *tok, uint32_t pos,
+                      uint32_t n, skv_restore_stats *st, size_t *adv, char *err, size_t cap)
+{
+    size_t k = sp->k_cur, left = (size_t)(n - 1 - pos), j; /* tokens still to decode */
+    int cls, rc;
+    if (k > left) k = left;
+    size_t nd = spec_propose(sp, tok, pos, k, &cls);
+    k = nd + 1;
+    if ((rc = skv_prefill(ctx, sp->batch, k, SKV_LOGITS_ALL, sp->logits))) return forward_failed(ctx, rc, err, cap);
+    st->n_passes++;
+    st->n_drafted += nd;
+    if ((rc = spec_decode_rows(sp, s, d, tok + pos + 1, k, &j, err, cap))) return rc;
+    /* confirmed: batch[0..j] = tok[pos..pos+j]; tok[pos+j+1] decoded */
+    st->n_accepted += j;
+    spec_adapt(sp, cls, nd, j);
+    if (j + 1 < k && (rc = skv_ctx_truncate(ctx, (int)(pos + j + 1)))) return forward_failed(ctx, rc, err, cap);
+    *adv = j + 1;
+    return SKV_OK;
+}
+
 /* Speculative: invariant at the top of the loop: the cache holds tok[0..pos) and tok[pos]
  * is decoded (its logits row is the one that was used; no model call needed for it).
  * One pass runs [tok[pos], drafts...] with every logits row; row j decodes tok[pos+j+1],
@@ -140,75 +243,19 @@ static int restore_model_codec_spec(const skv_session *s, const seg_view *g, skv
                                     const skv_restore_params *p, int32_t *tok, skv_restore_stats *st, char *err,
                                     size_t cap)
 {
-    uint32_t V = s->info.n_vocab, n = g->n_tokens;
-    unsigned tb = s->info.total_bits;
-    size_t kmax = p && p->draft_max > 0 ? (size_t)p->draft_max : DRAFT_MAX_DEFAULT, k_cur = 4;
+    uint32_t n = g->n_tokens, next_report = 256, pos = 0; /* cache holds tok[0..pos); tok[pos] decoded */
     skv_rangecoder_dec d;
-    skv_draft *dr = NULL;
-    float *logits = NULL;
-    uint32_t *freq = malloc(V * sizeof(uint32_t)), *cum = malloc(((size_t)V + 1) * sizeof(uint32_t));
-    int32_t *batch = NULL;
-    uint32_t next_report = 256;
-    /* per match-length class (1, 2, 3, 4..7, 8+): first drafts tried / confirmed; starts optimistic */
-    uint32_t gate_try[5] = {1, 1, 1, 1, 1}, gate_hit[5] = {1, 1, 1, 1, 1}, gate_skip[5] = {0, 0, 0, 0, 0};
-    int rc = SKV_ERR_NOMEM;
-    if (kmax * V > LOGITS_BUDGET) kmax = V >= LOGITS_BUDGET ? 1 : LOGITS_BUDGET / V; /* huge vocabularies */
-    if (k_cur > kmax) k_cur = kmax;
-    logits = malloc(kmax * V * sizeof(float));
-    batch = malloc(kmax * sizeof *batch);
-    if (!logits || !freq || !cum || !batch || skv_draft_create(n, &dr)) {
+    spec sp;
+    int rc = spec_init(&sp, p, s->info.n_vocab, n);
+    if (rc) {
         skv_errf(err, cap, rc, "out of memory");
         goto done;
     }
-    if ((rc = start_stream(&d, g, V, tok, err, cap))) goto done;
-    uint32_t pos = 0; /* cache holds tok[0..pos); tok[pos] decoded */
+    if ((rc = start_stream(&d, g, s->info.n_vocab, tok, err, cap))) goto done;
     while (pos + 1 < n) {
-        size_t k = k_cur, left = (size_t)(n - 1 - pos); /* tokens still to decode */
-        if (k > left) k = left;
-        /* the history is tok[0..pos]: push what is not in the draft yet */
-        for (size_t i = skv_draft_len(dr); i <= pos; i++) skv_draft_push(dr, tok[i]);
-        batch[0] = tok[pos];
-        unsigned ml = 0;
-        size_t nd = k > 1 ? skv_draft_propose(dr, batch + 1, k - 1, &ml) : 0;
-        int cls = -1;
-        if (nd) {
-            /* Gate by how often drafts of this match length were right lately: a wrong
-             * draft costs a batch row. Gated-off classes still get an occasional probe. */
-            cls = ml >= 8 ? 4 : ml >= 4 ? 3 : (int)ml - 1;
-            if (gate_try[cls] * GATE_PCT > gate_hit[cls] * 100) {
-                if (++gate_skip[cls] & 15) nd = 0, cls = -1;
-                else nd = 1; /* a probe: one draft token */
-            }
-        }
-        k = nd + 1;
-        if ((rc = skv_prefill(ctx, batch, k, SKV_LOGITS_ALL, logits))) {
-            rc = forward_failed(ctx, rc, err, cap);
-            goto done;
-        }
-        st->n_passes++;
-        st->n_drafted += nd;
-        size_t j = 0; /* row j decodes tok[pos + 1 + j] */
-        for (;;) {
-            if ((rc = decode_symbol(&d, logits + j * V, V, tb, freq, cum, &tok[pos + 1 + j], err, cap))) goto done;
-            if (j + 1 >= k || tok[pos + 1 + j] != batch[j + 1]) break;
-            j++; /* draft confirmed: its row is valid */
-        }
-        /* confirmed: batch[0..j] = tok[pos..pos+j]; tok[pos+j+1] decoded */
-        st->n_accepted += j;
-        if (cls >= 0) {
-            gate_try[cls]++;
-            gate_hit[cls] += j > 0;
-            if (gate_try[cls] >= 64) gate_try[cls] /= 2, gate_hit[cls] /= 2; /* recent history weighs more */
-        }
-        if (j + 1 < k && (rc = skv_ctx_truncate(ctx, (int)(pos + j + 1)))) {
-            rc = forward_failed(ctx, rc, err, cap);
-            goto done;
-        }
-        /* adapt the block to the recent acceptance */
-        if (nd > 0 && j == nd) k_cur = k_cur * 2 > kmax ? kmax : k_cur * 2;
-        else if (nd > 0) k_cur = j + 2 > 2 ? j + 2 : 2;
-        if (k_cur > kmax) k_cur = kmax;
-        pos += (uint32_t)j + 1;
+        size_t adv = 0;
+        if ((rc = spec_block(&sp, s, &d, ctx, tok, pos, n, st, &adv, err, cap))) goto done;
+        pos += (uint32_t)adv;
         if (pos >= next_report) {
             report(p, pos, n);
             next_report = (pos | 255) + 1;
@@ -222,55 +269,69 @@ static int restore_model_codec_spec(const skv_session *s, const seg_view *g, skv
     st->n_passes++;
     if (skv_rangecoder_dec_finish(&d)) rc = skv_session_bad(err, cap, "model-coded stream has trailing or missing bytes");
 done:
-    skv_draft_free(dr);
-    free(logits);
-    free(freq);
-    free(cum);
-    free(batch);
+    spec_free(&sp);
     return rc;
 }
 
-int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
-                                const skv_restore_params *p, int32_t *tokens, size_t cap, char *err, size_t errcap)
+/* The arguments of a restore of segment i into ctx, before anything is changed. */
+static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx, const skv_restore_params *p,
+                         int32_t *tokens, size_t cap, char *err, size_t errcap)
 {
-    const seg_view *g;
-    skv_restore_stats stats = {0, 0, 0, 0}, *st = &stats;
-    int rc;
-    if (!s || !m || !ctx || !tokens || i >= s->info.n_segments || skv_ctx_model(ctx) != m)
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    if (!s || !m || !tokens || i >= s->info.n_segments || skv_ctx_model(ctx) != m)
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
+                        "invalid argument (NULL session, model or tokens, segment out of range, or a context of another model)");
     if (p && (p->draft < SKV_DRAFT_AUTO || p->draft > SKV_DRAFT_NGRAM || p->draft_max < 0 ||
               p->draft_max > DRAFT_MAX_LIMIT))
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid restore parameters (draft %d, draft_max %d)",
                         p->draft, p->draft_max);
-    g = &s->segs[i];
+    const seg_view *g = &s->segs[i];
     if (cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
     if ((uint32_t)skv_ctx_n_ctx(ctx) < g->n_tokens)
         return skv_errf(err, errcap, SKV_ERR_RANGE, "context of %d positions cannot hold a segment of %u tokens",
                         skv_ctx_n_ctx(ctx), g->n_tokens);
-    if ((rc = skv_session_check_model(s, m, err, errcap))) return rc;
-    skv_ctx_truncate(ctx, 0);
+    return skv_session_check_model(s, m, err, errcap);
+}
+
+/* Regenerates segment g into the cleared ctx as its codec says. */
+static int restore_codec(const skv_session *s, const seg_view *g, skv_model *m, skv_ctx *ctx,
+                         const skv_restore_params *p, int32_t *tokens, skv_restore_stats *st, char *err, size_t errcap)
+{
+    int rc;
     if (s->info.codec == SKV_CODEC_TOKENS) {
         if ((rc = skv_session_decode_tokens(g, s->info.n_vocab, tokens, err, errcap))) return rc;
-        if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL)))
-            return skv_errf(err, errcap, rc, "forward pass failed: %s", skv_ctx_last_error(ctx));
-        stats.n_passes = 1;
-    } else if (skv_codec_is_kv(s->info.codec)) {
-        if ((rc = load_kv_segment(s, g, m, ctx, tokens, err, errcap))) return rc;
-    } else {
-        int draft = p ? p->draft : SKV_DRAFT_AUTO;
-        /* AUTO = token by token: measured faster than n-gram drafts on non-repetitive text */
-        rc = draft == SKV_DRAFT_NGRAM ? restore_model_codec_spec(s, g, ctx, p, tokens, st, err, errcap)
-                                      : restore_model_codec(s, g, ctx, p, tokens, st, err, errcap);
-        if (rc) return rc;
+        if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL))) return forward_failed(ctx, rc, err, errcap);
+        st->n_passes = 1;
+        return SKV_OK;
     }
-    report(p, g->n_tokens, g->n_tokens);
-    if (p && p->verify && (rc = skv_session_verify_segment(s, i, ctx, err, errcap))) return rc;
-    stats.n_tokens = g->n_tokens;
-    if (p && p->stats) {
-        p->stats->n_tokens += stats.n_tokens;
-        p->stats->n_passes += stats.n_passes;
-        p->stats->n_drafted += stats.n_drafted;
-        p->stats->n_accepted += stats.n_accepted;
-    }
+    if (skv_codec_is_kv(s->info.codec)) return load_kv_segment(s, g, m, ctx, tokens, err, errcap);
+    /* AUTO = token by token: measured faster than n-gram drafts on non-repetitive text */
+    if (p && p->draft == SKV_DRAFT_NGRAM) return restore_model_codec_spec(s, g, ctx, p, tokens, st, err, errcap);
+    return restore_model_codec(s, g, ctx, p, tokens, st, err, errcap);
+}
+
+static void add_stats(skv_restore_stats *to, const skv_restore_stats *st)
+{
+    to->n_tokens += st->n_tokens;
+    to->n_passes += st->n_passes;
+    to->n_drafted += st->n_drafted;
+    to->n_accepted += st->n_accepted;
+}
+
+int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
+                                const skv_restore_params *p, int32_t *tokens, size_t cap)
+{
+    skv_restore_stats st = {0, 0, 0, 0};
+    char err[512];
+    int rc;
+    if (!ctx) return SKV_ERR_INVALID_ARG;
+    if ((rc = check_restore(s, m, i, ctx, p, tokens, cap, err, sizeof err))) return skv_ctx_set_error(ctx, rc, err);
+    skv_ctx_truncate(ctx, 0); /* clears ctx's last error too */
+    if ((rc = restore_codec(s, &s->segs[i], m, ctx, p, tokens, &st, err, sizeof err)))
+        return skv_ctx_set_error(ctx, rc, err);
+    report(p, s->segs[i].n_tokens, s->segs[i].n_tokens);
+    if (p && p->verify && (rc = skv_session_verify_segment(s, i, ctx, err, sizeof err)))
+        return skv_ctx_set_error(ctx, rc, err);
+    st.n_tokens = s->segs[i].n_tokens;
+    if (p && p->stats) add_stats(p->stats, &st);
     return SKV_OK;
 }

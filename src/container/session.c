@@ -18,6 +18,7 @@
  *                                              KV sub-header (src/kvcodec.h) | zstd(LEB128
  *                                              ids) | per-vector encoded KV, canonical order
  * Every segment is an independent KV cache: it starts from an empty context. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,8 @@ int skv_session_bad(char *err, size_t cap, const char *what)
     return skv_errf(err, cap, SKV_ERR_FORMAT, "not a valid .skv file: %s", what);
 }
 
-static int parse_header(skv_session *s, char *err, size_t cap)
+/* The header's fields into s->info (magic, version, size and checksum verified first). */
+static int read_header(skv_session *s, uint32_t *flags, char *err, size_t cap)
 {
     const uint8_t *h = s->data;
     skv_session_info *in = &s->info;
@@ -85,8 +87,8 @@ static int parse_header(skv_session *s, char *err, size_t cap)
     if (skv_rd64(h + 120) != XXH3_64bits(h, 120)) return skv_session_bad(err, cap, "header checksum mismatch (corrupt)");
     in->version = SKV_VERSION;
     in->codec = (int)skv_rd32(h + 12);
-    uint32_t flags = skv_rd32(h + 16);
-    in->segmented = (int)(flags & 1);
+    *flags = skv_rd32(h + 16);
+    in->segmented = (int)(*flags & 1);
     in->n_segments = skv_rd32(h + 20);
     in->n_tokens = skv_rd64(h + 24);
     in->n_ctx = skv_rd32(h + 32);
@@ -96,7 +98,13 @@ static int parse_header(skv_session *s, char *err, size_t cap)
     memcpy(in->fingerprint, h + 48, 16);
     memcpy(in->model_name, h + 64, 48);
     in->model_name[48] = 0;
-    /* the name is printed by tools: printable bytes, NUL-padded; reserved bytes zero */
+    in->file_bytes = s->size;
+    return SKV_OK;
+}
+
+/* The name is printed by tools: printable bytes, NUL-padded; reserved bytes zero. */
+static int check_name_field(const uint8_t *h, char *err, size_t cap)
+{
     for (size_t i = 0, end = 0; i < 48; i++) {
         uint8_t ch = h[64 + i];
         if (!ch) end = 1;
@@ -104,7 +112,15 @@ static int parse_header(skv_session *s, char *err, size_t cap)
     }
     for (size_t i = 112; i < 120; i++)
         if (h[i]) return skv_session_bad(err, cap, "reserved header bytes are not zero");
-    in->file_bytes = s->size;
+    return SKV_OK;
+}
+
+static int parse_header(skv_session *s, char *err, size_t cap)
+{
+    skv_session_info *in = &s->info;
+    uint32_t flags = 0;
+    int rc;
+    if ((rc = read_header(s, &flags, err, cap)) || (rc = check_name_field(s->data, err, cap))) return rc;
     if (!skv_codec_name(in->codec))
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "unknown codec id %d", in->codec);
     if (flags & ~1u) return skv_session_bad(err, cap, "unknown flags");
@@ -181,8 +197,8 @@ int skv_session_open(const void *data, size_t size, skv_session **out, char *err
     int rc;
     if (!out || (!data && size)) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
     *out = NULL;
-    if (!(s = calloc(1, sizeof *s)) || !(s->data = malloc(size ? size : 1))) {
-        free(s);
+    if (!(s = calloc(1, sizeof *s)) || !(s->data = malloc(size ? size : 1)) || !(s->err = skv_errbox_create())) {
+        skv_session_free(s);
         return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
     }
     if (size) memcpy(s->data, data, size);
@@ -200,24 +216,48 @@ void skv_session_free(skv_session *s)
     if (!s) return;
     free(s->data);
     free(s->segs);
+    skv_errbox_free(s->err);
     free(s);
+}
+
+const char *skv_session_last_error(const skv_session *s) { return s ? skv_errbox_get(s->err) : "NULL session"; }
+
+/* Every call on a session ends in one of these: "" after a success, else the message. */
+static int ses_ok(const skv_session *s)
+{
+    skv_errbox_clear(s->err);
+    return SKV_OK;
+}
+
+static int ses_status(const skv_session *s, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int ses_status(const skv_session *s, int status, const char *fmt, ...)
+{
+    va_list ap;
+    if (status == SKV_OK) return ses_ok(s);
+    va_start(ap, fmt);
+    skv_errbox_vset(s->err, status, fmt, ap);
+    va_end(ap);
+    return status;
 }
 
 int skv_session_get_info(const skv_session *s, skv_session_info *info)
 {
-    if (!s || !info) return SKV_ERR_INVALID_ARG;
+    if (!s) return SKV_ERR_INVALID_ARG;
+    if (!info) return ses_status(s, SKV_ERR_INVALID_ARG, "get_info: NULL info");
     *info = s->info;
-    return SKV_OK;
+    return ses_ok(s);
 }
 
 int skv_session_segment_info(const skv_session *s, uint32_t i, uint32_t *n_tokens, uint64_t *payload_bytes,
                              uint8_t kv_digest[16])
 {
-    if (!s || i >= s->info.n_segments) return SKV_ERR_INVALID_ARG;
+    if (!s) return SKV_ERR_INVALID_ARG;
+    if (i >= s->info.n_segments)
+        return ses_status(s, SKV_ERR_INVALID_ARG, "segment %u out of range (%u segments)", i, s->info.n_segments);
     if (n_tokens) *n_tokens = s->segs[i].n_tokens;
     if (payload_bytes) *payload_bytes = s->segs[i].payload_bytes;
     if (kv_digest) memcpy(kv_digest, s->segs[i].digest, 16);
-    return SKV_OK;
+    return ses_ok(s);
 }
 
 static void hex16(const uint8_t *d, char *out)
@@ -250,50 +290,53 @@ int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_
     return SKV_OK;
 }
 
+/* The canonical LEB128 varint at raw[*k] (ids < 2^24 take at most 4 bytes; only the
+ * shortest encoding is valid): NULL, or what is wrong with it. */
+static const char *read_varint(const uint8_t *raw, size_t raw_len, size_t *k, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+        if (*k >= raw_len || shift > 21) return "token payload is truncated or has an over-long varint";
+        uint8_t byte = raw[(*k)++];
+        v |= (uint32_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            if (byte == 0 && shift) return "token payload has a padded (non-canonical) varint";
+            *out = v;
+            return NULL;
+        }
+    }
+}
+
+/* The n ids of raw[0..raw_len), each < V, and nothing after them. */
+static int parse_varints(const uint8_t *raw, size_t raw_len, uint32_t n, uint32_t V, int32_t *tok, char *err,
+                         size_t cap)
+{
+    size_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t v = 0;
+        const char *why = read_varint(raw, raw_len, &k, &v);
+        if (why) return skv_session_bad(err, cap, why);
+        if (v >= V) return skv_session_bad(err, cap, "token id outside the vocabulary");
+        tok[i] = (int32_t)v;
+    }
+    return k != raw_len ? skv_session_bad(err, cap, "trailing bytes in the token payload") : SKV_OK;
+}
+
 int skv_session_decode_tokens(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap)
 {
     size_t maxraw = (size_t)g->n_tokens * 5, raw_len;
     unsigned long long content = ZSTD_getFrameContentSize(g->payload, g->payload_bytes);
     uint8_t *raw;
+    int rc;
     if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > maxraw ||
         ZSTD_findFrameCompressedSize(g->payload, g->payload_bytes) != g->payload_bytes)
         return skv_session_bad(err, cap, "token payload is not exactly one zstd frame of the expected size");
     if (!(raw = malloc(maxraw))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     raw_len = ZSTD_decompress(raw, maxraw, g->payload, g->payload_bytes);
-    if (ZSTD_isError(raw_len) || raw_len != content) {
-        free(raw);
-        return skv_session_bad(err, cap, "token payload does not decompress");
-    }
-    size_t k = 0;
-    for (uint32_t i = 0; i < g->n_tokens; i++) {
-        uint32_t v = 0;
-        unsigned shift = 0;
-        for (;;) {
-            /* ids < 2^24 take at most 4 bytes; only the shortest (canonical) encoding is valid */
-            if (k >= raw_len || shift > 21) {
-                free(raw);
-                return skv_session_bad(err, cap, "token payload is truncated or has an over-long varint");
-            }
-            uint8_t byte = raw[k++];
-            v |= (uint32_t)(byte & 0x7f) << shift;
-            if (!(byte & 0x80)) {
-                if (byte == 0 && shift) {
-                    free(raw);
-                    return skv_session_bad(err, cap, "token payload has a padded (non-canonical) varint");
-                }
-                break;
-            }
-            shift += 7;
-        }
-        if (v >= V) {
-            free(raw);
-            return skv_session_bad(err, cap, "token id outside the vocabulary");
-        }
-        tok[i] = (int32_t)v;
-    }
+    if (ZSTD_isError(raw_len) || raw_len != content) rc = skv_session_bad(err, cap, "token payload does not decompress");
+    else rc = parse_varints(raw, raw_len, g->n_tokens, V, tok, err, cap);
     free(raw);
-    if (k != raw_len) return skv_session_bad(err, cap, "trailing bytes in the token payload");
-    return SKV_OK;
+    return rc;
 }
 
 /* ---- quantized-KV codecs: decoded without the model ---------------------------- */
@@ -327,8 +370,11 @@ int skv_session_decode_kv(const skv_session *s, const seg_view *g, float *kv, si
 
 int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv_info *out)
 {
-    if (!s || !out || i >= s->info.n_segments) return SKV_ERR_INVALID_ARG;
-    if (!skv_codec_is_kv(s->info.codec)) return SKV_ERR_UNSUPPORTED;
+    if (!s) return SKV_ERR_INVALID_ARG;
+    if (!out || i >= s->info.n_segments)
+        return ses_status(s, SKV_ERR_INVALID_ARG, "segment_kv_info: NULL out or segment %u out of range", i);
+    if (!skv_codec_is_kv(s->info.codec))
+        return ses_status(s, SKV_ERR_UNSUPPORTED, "codec %s stores no KV", skv_codec_name(s->info.codec));
     const skv_kvc_header *h = &s->segs[i].kvh;
     memset(out, 0, sizeof *out);
     for (int k = 0; k < 2; k++) {
@@ -342,25 +388,35 @@ int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv
     out->position_bytes = skv_kvc_position_bytes(h->scheme, h->n_layer, h->n_head_kv, h->head_dim);
     out->tokens_bytes = h->tokens_bytes;
     out->kv_bytes = h->kv_bytes;
-    return SKV_OK;
+    return ses_ok(s);
 }
 
-int skv_session_restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens,
-                           size_t tok_cap, int verify, char *err, size_t errcap)
+static int restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens, size_t tok_cap,
+                      int verify, char *err, size_t errcap)
 {
     const seg_view *g;
     uint8_t d[16];
     int rc;
-    if (!s || !kv || !tokens || i >= s->info.n_segments) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    if (!kv || !tokens || i >= s->info.n_segments)
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument (NULL buffer or segment out of range)");
     if (!skv_codec_is_kv(s->info.codec))
         return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "codec %s stores no KV: restore it with the model",
                         skv_codec_name(s->info.codec));
     g = &s->segs[i];
     if (tok_cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
-    if (kv_cap < skv_session_kv_floats(g)) return skv_errf(err, errcap, SKV_ERR_RANGE, "KV buffer too small (%zu floats needed)", skv_session_kv_floats(g));
+    if (kv_cap < skv_session_kv_floats(g))
+        return skv_errf(err, errcap, SKV_ERR_RANGE, "KV buffer too small (%zu floats needed)", skv_session_kv_floats(g));
     if ((rc = skv_session_decode_kv(s, g, kv, kv_cap, tokens, err, errcap))) return rc;
     if (!verify) return SKV_OK;
     if ((rc = skv_digest_f32(kv, skv_session_kv_floats(g), d))) return skv_errf(err, errcap, rc, "digest failed");
     return memcmp(d, g->digest, 16) ? skv_session_digest_mismatch(g->digest, d, i, "decoded", err, errcap) : SKV_OK;
+}
+
+int skv_session_restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens,
+                           size_t tok_cap, int verify)
+{
+    char err[512];
+    if (!s) return SKV_ERR_INVALID_ARG;
+    return ses_status(s, restore_kv(s, i, kv, kv_cap, tokens, tok_cap, verify, err, sizeof err), "%s", err);
 }
 

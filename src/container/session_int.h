@@ -16,6 +16,7 @@
 
 #include "coder/rangecoder.h"
 #include "container/kvcodec.h"
+#include "core/util.h"
 #include "seqkv.h"
 
 #define SKV_MAGIC "\x89SKV\r\n\x1a\n"
@@ -46,6 +47,7 @@ struct skv_session {
     size_t size;
     skv_session_info info;
     seg_view *segs;
+    skv_errbox *err;        /* last error, per thread (skv_session_last_error) */
 };
 
 /* ---- session.c ---- */
