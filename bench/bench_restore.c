@@ -37,7 +37,7 @@ static int encode(skv_model *m, int codec, const int32_t *tok, size_t n, int n_c
     ep.n_ctx = n_ctx;
     ep.n_threads = threads;
     ep.segment = 1;
-    if ((rc = skv_encoder_create(m, &ep, &e))) return rc;
+    if ((rc = skv_encoder_create(m, &ep, &e, NULL, 0))) return rc;
     if (!(rc = skv_encoder_append(e, tok, n, NULL))) rc = skv_encoder_finish(e, data, size);
     skv_encoder_free(e);
     return rc;
@@ -51,7 +51,7 @@ static double restore_once(skv_model *m, const uint8_t *data, size_t size, skv_c
     skv_session *s;
     skv_session_info si;
     if (skv_session_open(data, size, &s, err, sizeof err)) {
-        fprintf(stderr, "bench_restore: %s\n", err);
+        fprintf(stderr, "bench_restore: %s\n", skv_ctx_last_error(c));
         return -1;
     }
     skv_session_get_info(s, &si);
@@ -67,8 +67,8 @@ static double restore_once(skv_model *m, const uint8_t *data, size_t size, skv_c
     for (uint32_t i = 0; i < si.n_segments; i++) {
         uint32_t nt = 0;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
-        if (skv_session_restore_segment(s, m, i, c, &rp, out + at, si.n_tokens - at, err, sizeof err)) {
-            fprintf(stderr, "bench_restore: %s\n", err);
+        if (skv_session_restore_segment(s, m, i, c, &rp, out + at, si.n_tokens - at)) {
+            fprintf(stderr, "bench_restore: %s\n", skv_ctx_last_error(c));
             skv_session_free(s);
             return -1;
         }
@@ -124,7 +124,7 @@ static double restore_batch(skv_model *m, const uint8_t *data, size_t size, size
         double t0 = now();
         if (skv_session_restore_batch(m, jobs, si.n_segments, &rp)) {
             for (uint32_t i = 0; i < si.n_segments; i++)
-                if (jobs[i].status) fprintf(stderr, "bench_restore: batch job %u: %s\n", i, jobs[i].err);
+                if (jobs[i].status) fprintf(stderr, "bench_restore: batch job %u: %s\n", i, skv_ctx_last_error(jobs[i].ctx));
             best = -1;
             break;
         }

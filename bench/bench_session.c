@@ -68,7 +68,7 @@ int main(int argc, char **argv)
         ep.n_ctx = n_ctx;
         ep.n_threads = threads;
         ep.segment = 1;
-        skv_encoder_create(m, &ep, &e);
+        skv_encoder_create(m, &ep, &e, NULL, 0);
         t0 = skv_now();
         skv_encoder_append(e, tok, n, NULL);
         skv_encoder_finish(e, &data, &size);
@@ -85,8 +85,8 @@ int main(int argc, char **argv)
         skv_restore_params rp = {.verify = 1};
         t0 = skv_now();
         for (uint32_t i = 0; i < si.n_segments; i++)
-            if (skv_session_restore_segment(s, m, i, c, &rp, out, si.n_ctx, err, sizeof err)) {
-                fprintf(stderr, "bench_session: %s\n", err);
+            if (skv_session_restore_segment(s, m, i, c, &rp, out, si.n_ctx)) {
+                fprintf(stderr, "bench_session: %s\n", skv_ctx_last_error(c));
                 return 1;
             }
         snprintf(label, sizeof label, "restore + verify, codec %s", name);

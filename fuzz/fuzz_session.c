@@ -98,7 +98,6 @@ static int known_status(int rc)
 static void restore_all(const skv_session *s, const skv_session_info *si, int draft_max)
 {
     static int32_t tok1[CTX], tok2[CTX];
-    char err[512];
     uint64_t budget = MAX_TOKENS;
     for (uint32_t i = 0; i < si->n_segments; i++) {
         uint32_t nt = 0;
@@ -108,21 +107,21 @@ static void restore_all(const skv_session *s, const skv_session_info *si, int dr
         budget -= nt;
         skv_restore_params p1 = {.verify = 0, .draft = SKV_DRAFT_NONE};
         skv_restore_params p2 = {.verify = 1, .draft = SKV_DRAFT_NGRAM, .draft_max = draft_max};
-        err[0] = 0;
-        int rc1 = skv_session_restore_segment(s, g_model, i, g_ctx, &p1, tok1, CTX, err, sizeof err);
+        int rc1 = skv_session_restore_segment(s, g_model, i, g_ctx, &p1, tok1, CTX);
         int match = 0;
         if (rc1 == SKV_OK) {
             if (skv_ctx_n_pos(g_ctx) != (int)nt || skv_ctx_kv_digest(g_ctx, (int)nt, got) != SKV_OK) abort();
             for (uint32_t k = 0; k < nt; k++)
                 if (tok1[k] < 0 || (uint32_t)tok1[k] >= si->n_vocab) abort();
             match = !memcmp(got, stored, 16);
-        } else if (!known_status(rc1) || !err[0]) {
+        } else if (!known_status(rc1) || !skv_ctx_last_error(g_ctx)[0]) { /* a failure says why */
             abort();
         }
-        err[0] = 0;
-        int rc2 = skv_session_restore_segment(s, g_model, i, g_ctx, &p2, tok2, CTX, err, sizeof err);
+        if (rc1 == SKV_OK && skv_ctx_last_error(g_ctx)[0]) abort(); /* a success leaves no message */
+        int rc2 = skv_session_restore_segment(s, g_model, i, g_ctx, &p2, tok2, CTX);
 #ifdef FUZZ_SESSION_VERBOSE /* outcomes, to see what a corpus exercises */
-        fprintf(stderr, "  segment %u (%u tokens): token by token %d, speculative+verify %d %s\n", i, nt, rc1, rc2, err);
+        fprintf(stderr, "  segment %u (%u tokens): token by token %d, speculative+verify %d %s\n", i, nt, rc1, rc2,
+                skv_ctx_last_error(g_ctx));
 #endif
         if (rc1 != SKV_OK) {
             if (rc2 != rc1) abort(); /* both decoders fail at the same place */
@@ -139,7 +138,6 @@ static void restore_all(const skv_session *s, const skv_session_info *si, int dr
 static void restore_kv_all(const skv_session *s, const skv_session_info *si)
 {
     static int32_t tok[1 << 16];
-    char err[512];
     for (uint32_t i = 0; i < si->n_segments; i++) {
         skv_session_kv_info ki;
         uint32_t nt = 0;
@@ -150,12 +148,13 @@ static void restore_kv_all(const skv_session *s, const skv_session_info *si)
         if (nf > ((size_t)1 << 24)) continue; /* speed: bounded by the input size anyway */
         float *a = malloc(nf * sizeof *a), *b = malloc(nf * sizeof *b);
         if (!a || !b) abort();
-        err[0] = 0;
-        int rc = skv_session_restore_kv(s, i, a, nf, tok, nt, 1, err, sizeof err);
-        if (rc != SKV_OK && (!known_status(rc) || !err[0])) abort();
+        int rc = skv_session_restore_kv(s, i, a, nf, tok, nt, 1);
+        /* a failure says why; a success clears the message */
+        if (rc != SKV_OK && (!known_status(rc) || !skv_session_last_error(s)[0])) abort();
+        if (rc == SKV_OK && skv_session_last_error(s)[0]) abort();
         for (uint32_t k = 0; rc == SKV_OK && k < nt; k++)
             if (tok[k] < 0 || (uint32_t)tok[k] >= si->n_vocab) abort();
-        int rc2 = skv_session_restore_kv(s, i, b, nf, tok, nt, 0, err, sizeof err);
+        int rc2 = skv_session_restore_kv(s, i, b, nf, tok, nt, 0);
         if (rc == SKV_OK && (rc2 != SKV_OK || memcmp(a, b, nf * sizeof *a))) abort(); /* deterministic */
         free(a);
         free(b);
@@ -192,7 +191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fprintf(stderr, "mode %u, %zu bytes: open %d %s\n", mode, n, rc, rc ? err : "");
 #endif
     if (rc != SKV_OK) {
-        if (!known_status(rc) || !err[0]) abort();
+        if (!known_status(rc) || !skv_session_last_error(s)[0]) abort();
         return 0;
     }
     if (skv_session_get_info(s, &si) != SKV_OK) abort();

@@ -1,13 +1,43 @@
 /* seqkv - store transformer KV caches as sequences.
  *
- * The only public header. Conventions:
- * - Every function that can fail returns an int status: SKV_OK (0) or a
- *   negative skv_status. skv_status_str() names it; handles keep the detail
- *   of their last error (skv_*_last_error()).
- * - Handles are opaque, created by the _create or _load functions and released by _free
- *   (which accepts NULL).
- * - The library never prints and never exits; diagnostics go through the
- *   optional log callback set by skv_set_log().
+ * The only public header.
+ *
+ * ERRORS: one convention everywhere.
+ * - Every function that can fail returns an int status: SKV_OK (0) or a negative
+ *   skv_status. skv_status_name() gives the enumerator's name ("SKV_ERR_FORMAT"),
+ *   skv_status_str() a short text ("malformed input").
+ * - The message (what failed and what to do) is kept by the handle the call works on:
+ *     skv_ctx_last_error(ctx)         skv_ctx_* calls, skv_prefill, skv_decode,
+ *                                     skv_decode_multi (on ctxs[0]), and the restores,
+ *                                     which report on the context they fill:
+ *                                     skv_session_restore_segment, and each job of
+ *                                     skv_session_restore_batch (job.status + its ctx)
+ *     skv_encoder_last_error(e)       skv_encoder_append / skv_encoder_finish
+ *     skv_session_last_error(s)       skv_session_get_info, skv_session_segment_info,
+ *                                     skv_session_segment_kv_info, skv_session_restore_kv
+ *     skv_store_last_error(st)        every skv_store_* call on an open store
+ *   A failure sets it; a success leaves "" (calls that only read a const context --
+ *   skv_ctx_kv_view/kv_digest/kv_read, the skv_*_get_stats getters -- fail only on
+ *   NULL or out-of-range arguments and leave the message as it was).
+ * - Calls with no handle to keep a message take (char *err, size_t errcap) and write it
+ *   there when err is non-NULL: the creations (skv_model_load, skv_encoder_create,
+ *   skv_session_open, skv_store_open), the file calls skv_kvdump_read / skv_kvdump_write
+ *   and the spec check skv_kv_quant_check. (skv_ctx_create returns its status only:
+ *   SKV_ERR_INVALID_ARG for a parameter out of range or a bad kv_quant spec -- check it
+ *   with skv_kv_quant_check --, SKV_ERR_UNSUPPORTED for AVX2 kernels the CPU lacks,
+ *   SKV_ERR_NOMEM.)
+ * - A model is immutable and shared: calls on it (get_info, fingerprint, tokenize,
+ *   token_piece, kv_position_bytes) keep no message; each documents its few statuses.
+ * - Threads: a context or an encoder is used by one thread at a time, so its message is
+ *   that thread's. A session and a store may be shared by threads: their message is kept
+ *   per handle AND per thread, so each thread reads the message of its own last call,
+ *   whatever the others do. Read it right after the call: the next call on the handle
+ *   from the same thread replaces it.
+ *
+ * Other conventions:
+ * - Handles are opaque, created by the _create, _open or _load functions and released by
+ *   _free / _close (which accept NULL).
+ * - The library never prints and never exits.
  * - Parameter structs (skv_ctx_params, skv_encoder_params, skv_restore_params,
  *   skv_store_params) gain fields at their end in later versions, zero meaning "the
  *   default": start from the *_default_params() function or a designated initializer
@@ -43,15 +73,11 @@ typedef enum skv_status {
     SKV_ERR_INTERNAL = -8     /* a bug: please report */
 } skv_status;
 
+/* "SKV_ERR_FORMAT" for SKV_ERR_FORMAT (the enumerator's name; "SKV_ERR_UNKNOWN" for any
+ * other value) and a short text ("malformed input"). Both are static strings. */
+SKV_API const char *skv_status_name(int status);
 SKV_API const char *skv_status_str(int status);
 SKV_API const char *skv_version(void);
-
-/* ---- Logging ------------------------------------------------------------ */
-
-enum { SKV_LOG_ERROR = 0, SKV_LOG_WARN = 1, SKV_LOG_INFO = 2, SKV_LOG_DEBUG = 3 };
-typedef void (*skv_log_fn)(void *user, int level, const char *msg);
-/* Process-wide log sink (default: none). Not thread-safe against concurrent logging; set it once at start. */
-SKV_API void skv_set_log(skv_log_fn fn, void *user);
 
 /* ---- Models ------------------------------------------------------------- */
 
@@ -276,8 +302,11 @@ typedef struct skv_encoder_stats {
 } skv_encoder_stats;
 
 SKV_API skv_encoder_params skv_encoder_default_params(void);
-/* The encoder owns a context that runs the model; it is the session's live KV cache. */
-SKV_API int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out);
+/* The encoder owns a context that runs the model; it is the session's live KV cache.
+ * A failure (unknown codec, a kv_quant spec the codec does not take, no memory) is
+ * described in err. */
+SKV_API int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out, char *err,
+                               size_t errcap);
 SKV_API void skv_encoder_free(skv_encoder *e);
 SKV_API const char *skv_encoder_last_error(const skv_encoder *e);
 /* Appends tokens (runs them through the model). next_logits (optional, n_vocab floats)
@@ -310,6 +339,8 @@ typedef struct skv_session_info {
 /* Parses and validates a .skv file (structure and checksums); copies what it needs. */
 SKV_API int skv_session_open(const void *data, size_t size, skv_session **out, char *err, size_t errcap);
 SKV_API void skv_session_free(skv_session *s);
+/* The calling thread's message of its last call on s (a session may be shared by threads). */
+SKV_API const char *skv_session_last_error(const skv_session *s);
 SKV_API int skv_session_get_info(const skv_session *s, skv_session_info *info);
 SKV_API int skv_session_segment_info(const skv_session *s, uint32_t i, uint32_t *n_tokens, uint64_t *payload_bytes,
                                      uint8_t kv_digest[16]);
@@ -346,10 +377,10 @@ typedef struct skv_restore_params {
 
 /* Restores segment i into ctx (cleared first; its capacity must hold the segment):
  * the KV cache is regenerated and the segment's tokens written to tokens[0..n).
- * Refuses (SKV_ERR_MISMATCH, naming both) a model other than the one that wrote the file. */
+ * Refuses (SKV_ERR_MISMATCH, naming both) a model other than the one that wrote the file.
+ * The message of a failure is skv_ctx_last_error(ctx) (ctx NULL: SKV_ERR_INVALID_ARG only). */
 SKV_API int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
-                                        const skv_restore_params *p, int32_t *tokens, size_t cap,
-                                        char *err, size_t errcap);
+                                        const skv_restore_params *p, int32_t *tokens, size_t cap);
 
 /* Batch restore: one job per segment to restore, each with its own context. */
 typedef struct skv_restore_job {
@@ -358,8 +389,7 @@ typedef struct skv_restore_job {
     skv_ctx *ctx;       /* distinct per job; cleared first; must hold the segment */
     int32_t *tokens;    /* receives the segment's tokens */
     size_t cap;         /* room in tokens */
-    int status;         /* out: SKV_OK or this job's error */
-    char err[192];      /* out: this job's error text */
+    int status;         /* out: SKV_OK or this job's error (its message: skv_ctx_last_error(ctx)) */
 } skv_restore_job;
 
 /* Restores a queue of segments (any sessions written with model m) as
@@ -370,8 +400,9 @@ typedef struct skv_restore_job {
  * for the next queued one. Other codecs are restored on their own. p: verify, progress
  * (tokens of the whole queue) and stats (n_passes counts steps) are honoured; draft
  * settings are not used. Returns SKV_OK when every job succeeded, else the first failed
- * job's status (every job's own status and err are set; a failed job's context is left
- * undefined, the others are unaffected). */
+ * job's status (every job's own status is set, and a failed job's message is
+ * skv_ctx_last_error(job.ctx); a failed job's context is left undefined, the others are
+ * unaffected). */
 SKV_API int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, const skv_restore_params *p);
 
 /* Quantized-KV sessions (codecs SKV_CODEC_F16 .. SKV_CODEC_KVQ). */
@@ -392,11 +423,12 @@ SKV_API int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_se
  * n_layer*2*n_head_kv*n_tokens*head_dim floats, kv_cap floats of room) and tokens its
  * tokens (tok_cap of room). verify: compare the digest of the decoded KV with the stored
  * one (SKV_ERR_MISMATCH if not equal). SKV_ERR_UNSUPPORTED for codecs tokens/model,
- * SKV_ERR_RANGE for short buffers, SKV_ERR_FORMAT for a payload that does not decode.
+ * SKV_ERR_RANGE for short buffers, SKV_ERR_FORMAT for a payload that does not decode
+ * (messages: skv_session_last_error(s)).
  * (skv_session_restore_segment also restores these codecs: it decodes the same way and
  * loads the KV into the context with skv_ctx_kv_write, never running the model.) */
 SKV_API int skv_session_restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens,
-                                   size_t tok_cap, int verify, char *err, size_t errcap);
+                                   size_t tok_cap, int verify);
 
 /* ---- Session store: the probabilistic-language-trie store (docs/store.md) ----
  * A directory (an LMDB environment) holding many named sessions' token sequences in a
@@ -425,7 +457,8 @@ SKV_API skv_store_params skv_store_default_params(void);
 SKV_API int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
                            char *err, size_t errcap);
 SKV_API void skv_store_close(skv_store *st);
-/* The last error of this handle (threads sharing a handle may overwrite each other's). */
+/* The calling thread's message of its last call on st ("" after a success; threads
+ * sharing the handle each read their own). */
 SKV_API const char *skv_store_last_error(const skv_store *st);
 
 typedef struct skv_store_put_report {

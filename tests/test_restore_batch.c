@@ -158,7 +158,7 @@ static skv_session *encode(const int32_t *tok, size_t n, int codec, int n_ctx)
     ep.codec = codec;
     ep.n_ctx = n_ctx;
     ep.segment = 1;
-    if (skv_encoder_create(g_m, &ep, &e) == SKV_OK && skv_encoder_append(e, tok, n, NULL) == SKV_OK &&
+    if (skv_encoder_create(g_m, &ep, &e, NULL, 0) == SKV_OK && skv_encoder_append(e, tok, n, NULL) == SKV_OK &&
         skv_encoder_finish(e, &data, &size) == SKV_OK)
         skv_session_open(data, size, &s, err, sizeof err);
     skv_encoder_free(e);
@@ -179,7 +179,6 @@ static void batch_restore_equals_solo(void)
     skv_restore_params rp = {.verify = 1, .stats = &st};
     enum { NC = 24 };
     int32_t solo_tok[NC];
-    char err[256];
     CHECK_MSG(tok && n == 2400, "held-out text missing or short");
     CHECK((s[0] = encode(tok, 1800, SKV_CODEC_MODEL, NC)) != NULL);
     CHECK((s[1] = encode(tok + 1800, 600, SKV_CODEC_MODEL, 17)) != NULL); /* last segment is short */
@@ -197,7 +196,7 @@ static void batch_restore_equals_solo(void)
             jobs[j].cap = NC;
             CHECK(jobs[j].ctx && jobs[j].tokens);
         }
-    CHECK_MSG(skv_session_restore_batch(g_m, jobs, nj, &rp) == SKV_OK, "%s", jobs[0].err);
+    CHECK_MSG(skv_session_restore_batch(g_m, jobs, nj, &rp) == SKV_OK, "%s", skv_ctx_last_error(jobs[0].ctx));
     CHECK_EQ_INT(st.n_tokens, 2450);
     CHECK(st.n_passes < 2450 / 4); /* steps, not tokens */
     skv_ctx *solo = new_ctx(NC, 1, 0);
@@ -208,8 +207,7 @@ static void batch_restore_equals_solo(void)
         skv_restore_params sp = {.verify = 1};
         CHECK_EQ_INT(jobs[j].status, SKV_OK);
         skv_session_segment_info(jobs[j].session, jobs[j].segment, &nt, NULL, NULL);
-        CHECK(skv_session_restore_segment(jobs[j].session, g_m, jobs[j].segment, solo, &sp, solo_tok, NC, err,
-                                          sizeof err) == SKV_OK);
+        CHECK(skv_session_restore_segment(jobs[j].session, g_m, jobs[j].segment, solo, &sp, solo_tok, NC) == SKV_OK);
         CHECK_MSG(memcmp(solo_tok, jobs[j].tokens, nt * sizeof(int32_t)) == 0, "job %zu: tokens differ", j);
         CHECK(skv_ctx_kv_digest(solo, (int)nt, a) == SKV_OK && skv_ctx_kv_digest(jobs[j].ctx, (int)nt, b) == SKV_OK);
         CHECK_MSG(memcmp(a, b, 16) == 0, "job %zu: KV differs", j);
@@ -246,13 +244,15 @@ static void batch_restore_job_errors_are_per_job(void)
     CHECK_EQ_INT(rc, SKV_ERR_RANGE);
     CHECK_EQ_INT(jobs[0].status, SKV_OK);
     CHECK_EQ_INT(jobs[1].status, SKV_ERR_RANGE);
-    CHECK(strstr(jobs[1].err, "too small") != NULL);
+    CHECK(strstr(skv_ctx_last_error(jobs[1].ctx), "too small") != NULL);
+    CHECK(skv_ctx_last_error(jobs[0].ctx)[0] == 0); /* a job that succeeded: cleared */
+    CHECK(strstr(skv_ctx_last_error(jobs[3].ctx), "segment") != NULL);
     CHECK_EQ_INT(jobs[2].status, SKV_ERR_RANGE); /* a 16-position context cannot hold 50 tokens */
     CHECK_EQ_INT(jobs[3].status, SKV_ERR_INVALID_ARG);
     CHECK(memcmp(out[0], tok, 50 * sizeof(int32_t)) == 0);
     jobs[1].ctx = c[0]; /* the same context twice */
     CHECK(skv_session_restore_batch(g_m, jobs, 2, &rp) == SKV_ERR_INVALID_ARG);
-    CHECK(strstr(jobs[1].err, "same context") != NULL);
+    CHECK(strstr(skv_ctx_last_error(jobs[1].ctx), "same context") != NULL);
     CHECK(skv_session_restore_batch(g_m, jobs, 0, &rp) == SKV_OK);
     CHECK(skv_session_restore_batch(NULL, jobs, 1, &rp) == SKV_ERR_INVALID_ARG);
     for (int j = 0; j < 4; j++) skv_ctx_free(c[j]);

@@ -26,6 +26,7 @@
  *   SKV_ERR_MISMATCH naming both; the llama2.c form of the same model is accepted;
  * - API misuse: NULLs, append after finish, token ids outside the vocabulary. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,7 +213,7 @@ static void encode(const int32_t *tok, size_t n, const skv_encoder_params *p, lo
     int rc;
     *data = NULL;
     *size = 0;
-    CHECK_EQ_INT(skv_encoder_create(g_m, p, &e), SKV_OK);
+    CHECK_EQ_INT(skv_encoder_create(g_m, p, &e, NULL, 0), SKV_OK);
     for (size_t done = 0; done < n;) {
         size_t k = chunk == 0 ? n - done : chunk > 0 ? (size_t)chunk : 1 + (size_t)(rng() % (uint64_t)-chunk);
         if (k > n - done) k = n - done;
@@ -277,8 +278,8 @@ static void restore_all(const uint8_t *data, size_t size, const restore_opts *o,
             skv_ctx_truncate(c, 0);
             skv_prefill(c, junk, maxseg < 3 ? maxseg : 3, SKV_LOGITS_NONE, NULL);
         }
-        if ((rc = skv_session_restore_segment(s, g_m, i, c, &rp, tok + n, si.n_tokens - n, err, sizeof err))) {
-            test_fail_at(__FILE__, __LINE__, "restore segment %u: %s: %s", i, skv_status_str(rc), err);
+        if ((rc = skv_session_restore_segment(s, g_m, i, c, &rp, tok + n, si.n_tokens - n))) {
+            test_fail_at(__FILE__, __LINE__, "restore segment %u: %s: %s", i, skv_status_str(rc), skv_ctx_last_error(c));
             goto done;
         }
         if (skv_ctx_n_pos(c) != (int)nt) {
@@ -437,7 +438,7 @@ static void restore_with_llama2c_form(void)
     if (!test_cur_failed && back) {
         rc = skv_session_open(data, size, &s, err, sizeof err);
         if (!rc) rc = skv_ctx_create(m2, NULL, &c);
-        if (!rc) rc = skv_session_restore_segment(s, m2, 0, c, &rp, back, n, err, sizeof err);
+        if (!rc) rc = skv_session_restore_segment(s, m2, 0, c, &rp, back, n);
     }
     int same = !test_cur_failed && rc == SKV_OK && !memcmp(back, g_kjv, n * sizeof *back);
     free(data);
@@ -493,7 +494,7 @@ static void unsegmented_overflow_is_range(void)
         skv_encoder *e = NULL;
         uint8_t *data = NULL;
         size_t size = 0;
-        CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_OK);
+        CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_OK);
         int rc = skv_encoder_append(e, g_kjv, 65, NULL); /* one call past the end */
         const char *msg = skv_encoder_last_error(e);
         int ok = rc == SKV_ERR_RANGE && strstr(msg, "64") && strstr(msg, "context") && strstr(msg, "segment");
@@ -501,7 +502,7 @@ static void unsegmented_overflow_is_range(void)
         CHECK_MSG(ok, "append of 65 tokens into 64: %s, '%s'", skv_status_str(rc), msg);
         /* Filling the context exactly works; one more token is refused and the session
          * stays finishable with what it holds. */
-        CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_OK);
+        CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_OK);
         rc = skv_encoder_append(e, g_kjv, 64, NULL);
         int rc2 = skv_encoder_append(e, g_kjv + 64, 1, NULL);
         int rc3 = skv_encoder_finish(e, &data, &size);
@@ -638,7 +639,7 @@ static void incremental_greedy_loop(void)
         size_t size = 0, n = 0;
         int bad = -1;
         cp.n_ctx = SEG;
-        if (skv_encoder_create(g_m, &p, &e) || skv_ctx_create(g_m, &cp, &ref)) bad = -2;
+        if (skv_encoder_create(g_m, &p, &e, NULL, 0) || skv_ctx_create(g_m, &cp, &ref)) bad = -2;
         tok[n++] = g_info.bos_id >= 0 ? g_info.bos_id : 1;
         for (int step = 0; bad == -1; step++) {
             if (skv_ctx_n_pos(ref) == SEG) skv_ctx_truncate(ref, 0);
@@ -797,7 +798,7 @@ static void progress_is_monotone_and_complete(void)
         encode(g_kjv, n, &p, 0, &data, &size, NULL);
         if (!test_cur_failed && back && !skv_session_open(data, size, &s, NULL, 0) && !skv_ctx_create(g_m, &cp, &c)) {
             skv_session_segment_info(s, 0, &nt, NULL, NULL);
-            rc = skv_session_restore_segment(s, g_m, 0, c, &rp, back, 512, NULL, 0);
+            rc = skv_session_restore_segment(s, g_m, 0, c, &rp, back, 512);
         }
         free(data);
         free(back);
@@ -823,7 +824,7 @@ static void empty_session(void)
         skv_session *s = NULL;
         skv_session_info si;
         char err[256] = "";
-        CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_OK);
+        CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_OK);
         CHECK_EQ_INT(skv_encoder_append(e, NULL, 0, NULL), SKV_OK);
         int rc = skv_encoder_finish(e, &data, &size);
         skv_encoder_free(e);
@@ -862,8 +863,8 @@ static int try_restore(const uint8_t *data, size_t size, skv_ctx *c, const int32
         skv_restore_params rp = {.verify = verify, .draft = draft};
         uint32_t nt = 0;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
-        if ((g_last_rc = skv_session_restore_segment(s, g_m, i, c, &rp, tok, sizeof tok / sizeof tok[0], err,
-                                                     errcap))) {
+        if ((g_last_rc = skv_session_restore_segment(s, g_m, i, c, &rp, tok, sizeof tok / sizeof tok[0]))) {
+            if (err && errcap) snprintf(err, errcap, "%s", skv_ctx_last_error(c));
             res = R_RESTORE;
             break;
         }
@@ -1334,12 +1335,12 @@ static void wrong_model_is_refused(void)
             size_t size = 0;
             int32_t back[128];
             skv_restore_params rp = {.verify = 1};
-            rc = skv_encoder_create(wm, &p, &e);
+            rc = skv_encoder_create(wm, &p, &e, NULL, 0);
             if (!rc) rc = skv_encoder_append(e, g_kjv, n, NULL);
             if (!rc) rc = skv_encoder_finish(e, &data, &size);
             if (!rc) rc = skv_session_open(data, size, &s, err, sizeof err);
             if (!rc) rc = skv_ctx_create(rm, NULL, &c);
-            if (!rc) rc = skv_session_restore_segment(s, rm, 0, c, &rp, back, 128, err, sizeof err);
+            if (!rc && (rc = skv_session_restore_segment(s, rm, 0, c, &rp, back, 128))) snprintf(err, sizeof err, "%s", skv_ctx_last_error(c));
             skv_encoder_free(e);
             skv_session_free(s);
             skv_ctx_free(c);
@@ -1364,22 +1365,22 @@ static void api_misuse(void)
     int32_t bad[2] = {5, 0};
     char err[256];
 
-    CHECK_EQ_INT(skv_encoder_create(NULL, &p, &e), SKV_ERR_INVALID_ARG);
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, NULL), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_encoder_create(NULL, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, NULL, NULL, 0), SKV_ERR_INVALID_ARG);
     p.codec = SKV_CODEC_KVQ + 1; /* the first unknown id (2..8: quantized-KV codecs, tests/test_session_kv.c) */
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG);
     CHECK(e == NULL);
     p.codec = -1;
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG);
     p = enc_params(SKV_CODEC_MODEL, 32, 1, 0);
     p.total_bits = 15;
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG);
     p.total_bits = 29;
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG);
     p = enc_params(SKV_CODEC_MODEL, -1, 1, 0);
-    CHECK(skv_encoder_create(g_m, &p, &e) < 0 && e == NULL);
+    CHECK(skv_encoder_create(g_m, &p, &e, NULL, 0) < 0 && e == NULL);
     p = enc_params(SKV_CODEC_MODEL, 32, -3, 0);
-    CHECK(skv_encoder_create(g_m, &p, &e) < 0 && e == NULL);
+    CHECK(skv_encoder_create(g_m, &p, &e, NULL, 0) < 0 && e == NULL);
     skv_encoder_free(NULL);
     CHECK(skv_encoder_last_error(NULL) != NULL);
     CHECK(skv_encoder_ctx(NULL) == NULL);
@@ -1387,10 +1388,10 @@ static void api_misuse(void)
     CHECK_EQ_INT(skv_encoder_get_stats(NULL, &st), SKV_ERR_INVALID_ARG);
     CHECK_EQ_INT(skv_encoder_finish(NULL, &data, &size), SKV_ERR_INVALID_ARG);
 
-    CHECK_EQ_INT(skv_encoder_create(g_m, NULL, &e), SKV_OK); /* NULL params: defaults */
+    CHECK_EQ_INT(skv_encoder_create(g_m, NULL, &e, NULL, 0), SKV_OK); /* NULL params: defaults */
     skv_encoder_free(e);
     p = enc_params(SKV_CODEC_MODEL, 32, 1, 0);
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_OK);
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_OK);
     CHECK(skv_encoder_ctx(e) != NULL);
     int r1 = skv_encoder_append(e, NULL, 1, NULL);
     int r2 = skv_encoder_get_stats(e, NULL);
@@ -1447,19 +1448,19 @@ static void api_misuse(void)
     if (!rc) rc = skv_model_load(g_gguf, NULL, &m2, err, sizeof err);
     if (!rc) rc = skv_ctx_create(m2, NULL, &c_other);
     int q[10];
-    q[0] = skv_session_restore_segment(NULL, g_m, 0, c, &rp, tok, 32, err, sizeof err);
-    q[1] = skv_session_restore_segment(s, NULL, 0, c, &rp, tok, 32, err, sizeof err);
-    q[2] = skv_session_restore_segment(s, g_m, 0, NULL, &rp, tok, 32, err, sizeof err);
-    q[3] = skv_session_restore_segment(s, g_m, 0, c, &rp, NULL, 32, err, sizeof err);
-    q[4] = skv_session_restore_segment(s, g_m, 1, c, &rp, tok, 32, err, sizeof err);
-    q[5] = skv_session_restore_segment(s, g_m, 0, c, &rp, tok, 9, err, sizeof err);        /* buffer too small */
-    q[6] = skv_session_restore_segment(s, g_m, 0, c_small, &rp, tok, 32, err, sizeof err); /* context too small */
-    q[7] = skv_session_restore_segment(s, g_m, 0, c_other, &rp, tok, 32, err, sizeof err); /* ctx of another model */
-    q[8] = skv_session_restore_segment(s, g_m, 0, c, NULL, tok, 32, NULL, 0);              /* NULL params: fine */
-    q[9] = skv_session_restore_segment(s, m2, 0, c_other, &rp, tok, 32, err, sizeof err);  /* same weights, own ctx */
+    q[0] = skv_session_restore_segment(NULL, g_m, 0, c, &rp, tok, 32);
+    q[1] = skv_session_restore_segment(s, NULL, 0, c, &rp, tok, 32);
+    q[2] = skv_session_restore_segment(s, g_m, 0, NULL, &rp, tok, 32);
+    q[3] = skv_session_restore_segment(s, g_m, 0, c, &rp, NULL, 32);
+    q[4] = skv_session_restore_segment(s, g_m, 1, c, &rp, tok, 32);
+    q[5] = skv_session_restore_segment(s, g_m, 0, c, &rp, tok, 9);        /* buffer too small */
+    q[6] = skv_session_restore_segment(s, g_m, 0, c_small, &rp, tok, 32); /* context too small */
+    q[7] = skv_session_restore_segment(s, g_m, 0, c_other, &rp, tok, 32); /* ctx of another model */
+    q[8] = skv_session_restore_segment(s, g_m, 0, c, NULL, tok, 32);              /* NULL params: fine */
+    q[9] = skv_session_restore_segment(s, m2, 0, c_other, &rp, tok, 32);  /* same weights, own ctx */
     skv_restore_params bad_p[4] = {{.draft = -1}, {.draft = SKV_DRAFT_NGRAM + 1}, {.draft_max = -1}, {.draft_max = 257}};
     int qd[4];
-    for (int k = 0; k < 4; k++) qd[k] = skv_session_restore_segment(s, g_m, 0, c, &bad_p[k], tok, 32, err, sizeof err);
+    for (int k = 0; k < 4; k++) qd[k] = skv_session_restore_segment(s, g_m, 0, c, &bad_p[k], tok, 32);
     skv_ctx_free(c);
     skv_ctx_free(c_small);
     skv_ctx_free(c_other);
@@ -1500,6 +1501,87 @@ static void skip_entropy_changes_only_the_report(void)
 }
 
 /* ---- setup -------------------------------------------------------------------------- */
+
+#define CHECK_EQ_STR0(msg) CHECK_MSG((msg)[0] == 0, "message left after a success: '%s'", (msg))
+
+/* ---- the error convention ---------------------------------------------------------- */
+
+typedef struct {
+    const skv_session *s;
+    uint32_t seg; /* a segment index: out of range -> every call fails */
+    int problems;
+} ses_err_arg;
+
+static void *ses_err_thread(void *a_)
+{
+    ses_err_arg *a = a_;
+    for (int i = 0; i < 2000; i++) {
+        uint32_t nt;
+        int rc = skv_session_segment_info(a->s, a->seg, &nt, NULL, NULL);
+        const char *msg = skv_session_last_error(a->s);
+        a->problems += rc == SKV_OK ? msg[0] != 0 : strstr(msg, "out of range") == NULL;
+    }
+    return NULL;
+}
+
+/* Every call returns a status; the message is the handle's last error (set on failure,
+ * "" after a success), per thread for shared handles; creation failures say why in err. */
+static void errors_one_convention(void)
+{
+    if (!g_m) SKIP("no model");
+    int32_t tok[40], bad_tok[1] = {-3}, back[40];
+    for (int i = 0; i < 40; i++) tok[i] = (int32_t)(1 + (i * 37) % (g_info.n_vocab - 1));
+    CHECK(!strcmp(skv_status_name(SKV_ERR_FORMAT), "SKV_ERR_FORMAT") && !strcmp(skv_status_name(SKV_OK), "SKV_OK"));
+    CHECK(!strcmp(skv_status_name(SKV_ERR_INTERNAL), "SKV_ERR_INTERNAL") && !strcmp(skv_status_name(-99), "SKV_ERR_UNKNOWN"));
+    /* creation failure: a message in err */
+    skv_encoder_params p = enc_params(77, 64, 1, 0);
+    skv_encoder *e = NULL;
+    char err[256] = "";
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(err, "codec") != NULL, "'%s'", err);
+    p = enc_params(SKV_CODEC_Q8, 64, 1, 0);
+    p.kv_quant = "tq3";
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(err, "kv_quant") != NULL, "'%s'", err);
+    /* encoder: set on failure, cleared by the next success */
+    p = enc_params(SKV_CODEC_MODEL, 64, 1, 0);
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(skv_encoder_append(e, bad_tok, 1, NULL), SKV_ERR_INVALID_ARG);
+    CHECK(strstr(skv_encoder_last_error(e), "vocabulary") != NULL);
+    CHECK_EQ_INT(skv_encoder_append(e, tok, 40, NULL), SKV_OK);
+    CHECK_EQ_STR0(skv_encoder_last_error(e));
+    uint8_t *data = NULL;
+    size_t size = 0;
+    skv_session *s = NULL;
+    CHECK_EQ_INT(skv_encoder_finish(e, &data, &size), SKV_OK);
+    skv_encoder_free(e);
+    CHECK_EQ_INT(skv_session_open(data, size, &s, err, sizeof err), SKV_OK);
+    /* session: per thread */
+    CHECK_EQ_INT(skv_session_segment_info(s, 5, NULL, NULL, NULL), SKV_ERR_INVALID_ARG);
+    CHECK(strstr(skv_session_last_error(s), "out of range") != NULL);
+    pthread_t th[2];
+    ses_err_arg a[2] = {{.s = s, .seg = 9}, {.s = s, .seg = 0}};
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, ses_err_thread, &a[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK_MSG(a[0].problems == 0 && a[1].problems == 0, "%d / %d", a[0].problems, a[1].problems);
+    CHECK(strstr(skv_session_last_error(s), "out of range") != NULL); /* this thread's own, untouched */
+    /* a restore reports on the context it fills */
+    skv_ctx_params cp = skv_ctx_default_params();
+    skv_ctx *c = NULL;
+    cp.n_ctx = 64;
+    CHECK_EQ_INT(skv_ctx_create(g_m, &cp, &c), SKV_OK);
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_m, 0, c, NULL, back, 10), SKV_ERR_RANGE);
+    CHECK(strstr(skv_ctx_last_error(c), "too small") != NULL);
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_m, 0, c, NULL, back, 40), SKV_OK);
+    CHECK_EQ_STR0(skv_ctx_last_error(c));
+    CHECK_EQ_INT(skv_prefill(c, bad_tok, 1, SKV_LOGITS_NONE, NULL), SKV_ERR_INVALID_ARG);
+    CHECK(skv_ctx_last_error(c)[0] != 0);
+    CHECK_EQ_INT(skv_ctx_truncate(c, 0), SKV_OK);
+    CHECK_EQ_STR0(skv_ctx_last_error(c));
+    skv_ctx_free(c);
+    skv_session_free(s);
+    free(data);
+}
 
 static void load_assets(void)
 {
@@ -1564,6 +1646,7 @@ int main(void)
     RUN(wrong_model_is_refused);
     RUN(api_misuse);
     RUN(skip_entropy_changes_only_the_report);
+    RUN(errors_one_convention);
     skv_model_free(g_m);
     free(g_kjv);
     free(g_sto);

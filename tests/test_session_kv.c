@@ -98,7 +98,7 @@ static int encode(int codec, const char *kvq, const int32_t *tok, size_t n, int 
     p.kv_quant = kvq;
     p.n_ctx = n_ctx;
     p.segment = 1;
-    if ((rc = skv_encoder_create(g_m, &p, &e))) return rc;
+    if ((rc = skv_encoder_create(g_m, &p, &e, NULL, 0))) return rc;
     if (!(rc = skv_encoder_append(e, tok, n, NULL))) rc = skv_encoder_finish(e, data, size);
     skv_encoder_free(e);
     return rc;
@@ -166,7 +166,7 @@ static void check_codec(int codec, const char *kvq, const int scheme[2], uint64_
     CHECK(ki.kv_bytes == g_n * ki.position_bytes);
     CHECK_EQ_INT(size, HDR + SEGHDR + KVHDR + tpb + g_n * ki.position_bytes + 8);
     /* restore without a model, against the reference round trip */
-    CHECK_MSG(skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1, err, sizeof err) == SKV_OK, "%s", err);
+    CHECK_MSG(skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1) == SKV_OK, "%s", skv_session_last_error(s));
     CHECK(!memcmp(tok, g_tok, g_n * sizeof *tok));
     CHECK_EQ_INT(reference(g_exact, g_n, scheme, seed, ref), SKV_OK);
     CHECK_MSG(!memcmp(kv, ref, g_nf * sizeof *kv), "restored KV differs from the reference round trip");
@@ -177,7 +177,8 @@ static void check_codec(int codec, const char *kvq, const int scheme[2], uint64_
     skv_restore_params rp = {.verify = 1, .stats = &st};
     cp.n_ctx = N_TOK;
     CHECK_EQ_INT(skv_ctx_create(g_m, &cp, &c), SKV_OK);
-    int rc = skv_session_restore_segment(s, g_m, 0, c, &rp, tok, N_TOK, err, sizeof err);
+    int rc = skv_session_restore_segment(s, g_m, 0, c, &rp, tok, N_TOK);
+    if (rc) snprintf(err, sizeof err, "%s", skv_ctx_last_error(c));
     if (rc == SKV_OK) rc = skv_ctx_kv_read(c, 0, (int)g_n, back);
     if (rc == SKV_OK) rc = skv_ctx_kv_digest(c, (int)g_n, dg);
     skv_ctx_free(c);
@@ -265,7 +266,7 @@ static void codec_kvq_f32_is_exact(void)
     CHECK(kv);
     CHECK_EQ_INT(encode(SKV_CODEC_KVQ, "f32", g_tok, g_n, 0, &data, &size), SKV_OK);
     CHECK_EQ_INT(skv_session_open(data, size, &s, NULL, 0), SKV_OK);
-    CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1, NULL, 0), SKV_OK);
+    CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1), SKV_OK);
     CHECK(!memcmp(kv, g_exact, g_nf * sizeof *kv));
     CHECK_EQ_INT(skv_ctx_create(g_m, &cp, &c), SKV_OK);
     int rc = skv_prefill(c, g_tok, g_n, SKV_LOGITS_NONE, NULL);
@@ -306,7 +307,7 @@ static void segmented(void)
         if (!rc) rc = skv_prefill(c, g_tok + i * seg, n, SKV_LOGITS_NONE, NULL);
         if (!rc) rc = skv_ctx_kv_read(c, 0, (int)n, ex);
         if (!rc) rc = reference(ex, n, sc, 0, ref);
-        if (!rc) rc = skv_session_restore_kv(s, i, kv, per * seg, tok, 128, 1, NULL, 0);
+        if (!rc) rc = skv_session_restore_kv(s, i, kv, per * seg, tok, 128, 1);
         if (rc) skv_ctx_free(c);
         CHECK_EQ_INT(rc, SKV_OK);
         if (memcmp(kv, ref, per * n * sizeof *kv) || memcmp(tok, g_tok + i * seg, n * sizeof *tok)) {
@@ -457,7 +458,7 @@ static void crafted_payloads(void)
         fix_checksums(d, size);
         s = NULL;
         int rc = skv_session_open(d, size, &s, err, sizeof err);
-        if (!rc) rc = skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1, err, sizeof err);
+        if (!rc) rc = skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1);
         skv_session_free(s);
         if (rc == SKV_ERR_MISMATCH || rc == SKV_ERR_FORMAT) caught++;
         else silent++;
@@ -469,7 +470,7 @@ static void crafted_payloads(void)
     fix_checksums(d, size);
     s = NULL;
     int rc = skv_session_open(d, size, &s, err, sizeof err);
-    if (!rc) rc = skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1, err, sizeof err);
+    if (!rc) rc = skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1);
     skv_session_free(s);
     CHECK_MSG(rc != SKV_OK || memcmp(tok, g_tok, 40 * sizeof *tok) == 0, "a changed token frame restored other tokens");
     /* codec id -> tq4: schemes disagree with the codec; -> kvq: valid (the sub-header rules) */
@@ -513,11 +514,12 @@ static void geometry_mismatch(void)
     cp.n_ctx = 64;
     CHECK_EQ_INT(skv_ctx_create(g_m, &cp, &c), SKV_OK);
     skv_restore_params rp = {.verify = 1};
-    int rc = skv_session_restore_segment(s, g_m, 0, c, &rp, tok, N_TOK, err, sizeof err);
+    int rc = skv_session_restore_segment(s, g_m, 0, c, &rp, tok, N_TOK);
+    snprintf(err, sizeof err, "%s", skv_ctx_last_error(c));
     skv_ctx_free(c);
     CHECK_MSG(rc == SKV_ERR_MISMATCH && strstr(err, "geometry"), "%s: %s", skv_status_str(rc), err);
-    CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1, err, sizeof err), SKV_ERR_MISMATCH);
-    CHECK(strstr(err, "KV verification failed") != NULL);
+    CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv, g_nf, tok, N_TOK, 1), SKV_ERR_MISMATCH);
+    CHECK(strstr(skv_session_last_error(s), "KV verification failed") != NULL);
     skv_session_free(s);
     free(data);
     free(kv);
@@ -545,16 +547,16 @@ static void api_errors(void)
     CHECK_EQ_INT(skv_codec_parse(NULL), SKV_ERR_INVALID_ARG);
     /* encoder parameters */
     p.codec = SKV_CODEC_KVQ;
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG); /* no spec */
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG); /* no spec */
     p.kv_quant = "k=tq4";
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG); /* one kind only */
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG); /* one kind only */
     p.kv_quant = "tq4,window=8";
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG); /* not a storage option */
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG); /* not a storage option */
     p.kv_quant = "tq9";
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG);
     p.codec = SKV_CODEC_TQ3;
     p.kv_quant = "tq3";
-    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e), SKV_ERR_INVALID_ARG); /* fixed codecs take no spec */
+    CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG); /* fixed codecs take no spec */
     CHECK(e == NULL);
     /* restore_kv on a token codec, short buffers */
     CHECK_EQ_INT(small_file(SKV_CODEC_Q4, NULL, &data, &size), SKV_OK);
@@ -562,19 +564,20 @@ static void api_errors(void)
     CHECK_EQ_INT(skv_session_open(data, size, &s, NULL, 0), SKV_OK);
     CHECK_EQ_INT(skv_session_open(tdata, tsize, &ts, NULL, 0), SKV_OK);
     CHECK_EQ_INT(skv_session_segment_kv_info(ts, 0, &ki), SKV_ERR_UNSUPPORTED);
-    CHECK_EQ_INT(skv_session_restore_kv(ts, 0, kv, 16, tok, N_TOK, 1, err, sizeof err), SKV_ERR_UNSUPPORTED);
-    CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv, 16, tok, N_TOK, 1, err, sizeof err), SKV_ERR_RANGE);
-    CHECK(strstr(err, "KV buffer too small") != NULL);
-    CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv, 16, tok, 39, 1, err, sizeof err), SKV_ERR_RANGE);
-    CHECK_EQ_INT(skv_session_restore_kv(s, 1, kv, 16, tok, N_TOK, 1, err, sizeof err), SKV_ERR_INVALID_ARG);
-    CHECK_EQ_INT(skv_session_restore_kv(NULL, 0, kv, 16, tok, N_TOK, 1, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_session_restore_kv(ts, 0, kv, 16, tok, N_TOK, 1), SKV_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv, 16, tok, N_TOK, 1), SKV_ERR_RANGE);
+    CHECK(strstr(skv_session_last_error(s), "KV buffer too small") != NULL);
+    CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv, 16, tok, 39, 1), SKV_ERR_RANGE);
+    CHECK_EQ_INT(skv_session_restore_kv(s, 1, kv, 16, tok, N_TOK, 1), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_session_restore_kv(NULL, 0, kv, 16, tok, N_TOK, 1), SKV_ERR_INVALID_ARG);
     CHECK_EQ_INT(skv_session_segment_kv_info(s, 1, &ki), SKV_ERR_INVALID_ARG);
     /* a context with a quantized cache cannot be loaded */
     cp.n_ctx = 64;
     cp.kv_quant = "tq3";
     CHECK_EQ_INT(skv_ctx_create(g_m, &cp, &c), SKV_OK);
     skv_restore_params rp = {.verify = 1};
-    int rc = skv_session_restore_segment(s, g_m, 0, c, &rp, tok, N_TOK, err, sizeof err);
+    int rc = skv_session_restore_segment(s, g_m, 0, c, &rp, tok, N_TOK);
+    snprintf(err, sizeof err, "%s", skv_ctx_last_error(c));
     skv_ctx_free(c);
     CHECK_MSG(rc == SKV_ERR_UNSUPPORTED, "%s: %s", skv_status_str(rc), err);
     skv_session_free(s);

@@ -68,7 +68,7 @@ static int encode(skv_model *m, const int32_t *tok, size_t n, int n_ctx, uint8_t
     ep.codec = SKV_CODEC_MODEL;
     ep.n_ctx = n_ctx;
     ep.segment = 1;
-    if ((rc = skv_encoder_create(m, &ep, &e))) return rc;
+    if ((rc = skv_encoder_create(m, &ep, &e, NULL, 0))) return rc;
     if (!(rc = skv_encoder_append(e, tok, n, NULL))) rc = skv_encoder_finish(e, data, size);
     skv_encoder_free(e);
     return rc;
@@ -122,8 +122,10 @@ static void restore_all(const skv_session *s, skv_model *m, int draft, int draft
     for (uint32_t i = 0; i < si.n_segments; i++) {
         uint32_t nt = 0;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
-        if ((r->rc = skv_session_restore_segment(s, m, i, c, &rp, r->tok + at, si.n_tokens - at, r->err, sizeof r->err)))
+        if ((r->rc = skv_session_restore_segment(s, m, i, c, &rp, r->tok + at, si.n_tokens - at))) {
+            snprintf(r->err, sizeof r->err, "%s", skv_ctx_last_error(c));
             break;
+        }
         if (skv_ctx_n_pos(c) != (int)nt) {
             r->rc = SKV_ERR_INTERNAL;
             snprintf(r->err, sizeof r->err, "segment %u: context holds %d positions, expected %u", i, skv_ctx_n_pos(c), nt);
@@ -348,20 +350,20 @@ static void bad_params_rejected(void)
     skv_restore_params rp;
     memset(&rp, 0, sizeof rp);
     rp.draft = 3;
-    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256), SKV_ERR_INVALID_ARG);
     rp.draft = -1;
-    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256), SKV_ERR_INVALID_ARG);
     rp.draft = SKV_DRAFT_NGRAM;
     rp.draft_max = 257;
-    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256), SKV_ERR_INVALID_ARG);
     rp.draft_max = -1;
-    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256), SKV_ERR_INVALID_ARG);
     rp.draft_max = 256;
     rp.verify = 1;
-    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, &rp, out, 256), SKV_OK);
     CHECK(memcmp(out, tok, n * sizeof *tok) == 0);
     /* NULL params: the default (speculative) decoder */
-    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, NULL, out, 256, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_kjv, 0, c, NULL, out, 256), SKV_OK);
     CHECK(memcmp(out, tok, n * sizeof *tok) == 0);
     skv_ctx_free(c);
     skv_session_free(s);

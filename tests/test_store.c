@@ -514,6 +514,56 @@ static int collect(void *user, const skv_store_session_info *si)
     return 0;
 }
 
+/* The error convention on a shared handle: each thread reads the message of its own
+ * last call (a failure's message; "" after a success), whatever the other threads do. */
+typedef struct {
+    skv_store *st;
+    int fail;      /* 1: this thread's calls fail (no such session), 0: they succeed */
+    int problems;
+} err_arg;
+
+static void *err_thread(void *a_)
+{
+    err_arg *a = a_;
+    skv_store_match_result r;
+    for (int i = 0; i < 200; i++) {
+        if (a->fail) {
+            a->problems += skv_store_remove(a->st, "no-such-session") != SKV_ERR_INVALID_ARG;
+            a->problems += strstr(skv_store_last_error(a->st), "no-such-session") == NULL;
+        } else {
+            a->problems += skv_store_match(a->st, g_text, 30, &r) != SKV_OK;
+            a->problems += skv_store_last_error(a->st)[0] != 0;
+        }
+    }
+    return NULL;
+}
+
+static void test_last_error_per_thread(void)
+{
+    char dir[300], err[512];
+    skv_store *st;
+    store_dir(dir, sizeof dir, "errs");
+    /* creation failure: says why, through err */
+    err[0] = 0;
+    CHECK(skv_store_open(dir, g_m, 0, NULL, &st, err, sizeof err) == SKV_ERR_IO);
+    CHECK_MSG(strstr(err, "no seqkv store") != NULL, "%s", err);
+    CHECK(skv_store_open(dir, g_m, SKV_STORE_CREATE, NULL, &st, err, sizeof err) == SKV_OK);
+    /* set on failure, cleared on success, on one thread */
+    CHECK(skv_store_remove(st, "nobody") == SKV_ERR_INVALID_ARG);
+    CHECK(strstr(skv_store_last_error(st), "nobody") != NULL);
+    CHECK(skv_store_put(st, "a", g_text, 40, NULL) == SKV_OK);
+    CHECK_MSG(skv_store_last_error(st)[0] == 0, "after a success: '%s'", skv_store_last_error(st));
+    /* two threads sharing the handle: a failing one and a succeeding one */
+    pthread_t th[2];
+    err_arg a[2] = {{.st = st, .fail = 1}, {.st = st, .fail = 0}};
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, err_thread, &a[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    CHECK_MSG(a[0].problems == 0 && a[1].problems == 0, "failing thread %d, succeeding thread %d problems",
+              a[0].problems, a[1].problems);
+    CHECK(skv_store_last_error(st)[0] == 0); /* this thread's own last call succeeded */
+    skv_store_close(st);
+}
+
 static void test_crash(void)
 {
     char dir[300], err[512];
@@ -622,6 +672,7 @@ int main(void)
     RUN(test_wrong_model);
     RUN(test_corrupt);
     RUN(test_concurrent_readers);
+    RUN(test_last_error_per_thread);
     RUN(test_crash);
     rm_rf(g_root);
     free(g_text);

@@ -359,7 +359,7 @@ static int encode(const bench_run *r, int codec, uint8_t **data, size_t *size, s
     skv_encoder *e = NULL;
     ep.codec = codec;
     ep.n_threads = (int)r->threads;
-    int rc = skv_encoder_create(r->m, &ep, &e) || skv_encoder_append(e, r->tok, r->n, NULL) ||
+    int rc = skv_encoder_create(r->m, &ep, &e, NULL, 0) || skv_encoder_append(e, r->tok, r->n, NULL) ||
              skv_encoder_get_stats(e, st) || skv_encoder_finish(e, data, size) ? -1 : 0;
     if (rc) cli_error("encoding failed: %s", e ? skv_encoder_last_error(e) : "cannot create the encoder");
     skv_encoder_free(e);
@@ -371,15 +371,14 @@ static int restore_once(const bench_run *r, const skv_session *s, int draft, dou
 {
     skv_ctx *c = new_ctx(r, NULL);
     int32_t *tok = malloc((r->n + 1) * sizeof *tok);
-    char err[512] = "";
     uint8_t d[16];
     skv_restore_params p = {.verify = 1, .draft = draft};
     double t0 = cli_now();
-    int rc = c && tok ? skv_session_restore_segment(s, r->m, 0, c, &p, tok, r->n + 1, err, sizeof err) : -1;
+    int rc = c && tok ? skv_session_restore_segment(s, r->m, 0, c, &p, tok, r->n + 1) : -1;
     *secs = cli_now() - t0;
     int ok = rc == SKV_OK && skv_ctx_n_pos(c) == (int)r->n && !memcmp(tok, r->tok, r->n * sizeof *tok) &&
              !skv_ctx_kv_digest(c, (int)r->n, d) && !memcmp(d, r->digest, 16);
-    if (rc) cli_error("restore failed: %s", err[0] ? err : skv_status_str(rc));
+    if (rc) cli_error("restore failed: %s", c ? skv_ctx_last_error(c) : skv_status_str(rc));
     skv_ctx_free(c);
     free(tok);
     return rc && rc != SKV_ERR_MISMATCH ? -1 : ok;

@@ -190,7 +190,7 @@ static int sink_open(gen_sink *g, skv_model *m, const opts *o)
     ep.codec = skv_codec_parse(o->codec ? o->codec : "model"); /* checked by cmd_generate */
     ep.skip_entropy = 1; /* the loop reports the file's size, not the cross-entropy */
     ep.n_threads = (int)o->threads;
-    int rc = skv_encoder_create(m, &ep, &g->enc);
+    int rc = skv_encoder_create(m, &ep, &g->enc, NULL, 0);
     if (rc) cli_error("cannot create the session encoder: %s", skv_status_str(rc));
     return rc;
 }

@@ -203,7 +203,7 @@ int cmd_compress(int argc, char **argv)
     ep.n_threads = (int)threads;
     ep.segment = segment;
     ep.n_ctx = (int)n_ctx;
-    int st = skv_encoder_create(m, &ep, &e);
+    int st = skv_encoder_create(m, &ep, &e, NULL, 0);
     if (st) {
         cli_error("cannot create the encoder: %s%s", skv_status_str(st),
                   codec_id == SKV_CODEC_KVQ ? " (the spec may give only k=, v=, kv= and seed=, both kinds, with schemes "
@@ -346,7 +346,7 @@ static int restore_waves(const skv_session *s, skv_model *m, const skv_ctx_param
         }
         if ((rc = skv_session_restore_batch(m, jobs, nw, p))) {
             for (uint32_t k = 0; k < nw; k++)
-                if (jobs[k].status) cli_error("segment %u: %s", w + k, jobs[k].err);
+                if (jobs[k].status) cli_error("segment %u: %s", w + k, skv_ctx_last_error(jobs[k].ctx));
             break;
         }
         for (uint32_t k = 0; k < nw; k++) {
@@ -471,10 +471,10 @@ int cmd_restore(int argc, char **argv)
     for (uint32_t i = 0; !batched && i < si.n_segments; i++) {
         uint32_t nt;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
-        int st = skv_session_restore_segment(s, m, i, c, &p, tok, longest, err, sizeof err);
+        int st = skv_session_restore_segment(s, m, i, c, &p, tok, longest);
         if (st) {
             cli_progress_end(&rp.pr);
-            cli_error("%s", err);
+            cli_error("%s", skv_ctx_last_error(c));
             goto done;
         }
         if (tf) cli_write_tokens(tf, m, tok, nt, &after_bos);

@@ -22,6 +22,7 @@
 
 #include "container/session_int.h"
 #include "core/util.h"
+#include "engine/model.h"
 
 #define MAX_ACTIVE 64
 
@@ -41,23 +42,28 @@ typedef struct {
     skv_restore_stats st;
 } batch;
 
+/* A job's error: its status, and the message in its context's last error. */
 static int job_fail(skv_restore_job *j, int status, const char *msg)
 {
     j->status = status;
-    snprintf(j->err, sizeof j->err, "%s", msg);
+    if (j->ctx) skv_ctx_set_error(j->ctx, status, msg);
     return status;
 }
+
+/* job_fail for a step that wrote its message into e (nothing when rc is SKV_OK). */
+static int job_check(skv_restore_job *j, int rc, const char *e) { return rc ? job_fail(j, rc, e) : SKV_OK; }
 
 /* Everything about a job that can be checked before any model pass. */
 static int job_validate(batch *b, skv_restore_job *j)
 {
     skv_session_info si;
     uint32_t n = 0;
+    char e[512];
     if (!j->session || !j->ctx || !j->tokens || skv_ctx_model(j->ctx) != b->m)
         return job_fail(j, SKV_ERR_INVALID_ARG, "invalid job (session, context of this model and token buffer required)");
     skv_session_get_info(j->session, &si);
     if (j->segment >= si.n_segments) return job_fail(j, SKV_ERR_INVALID_ARG, "segment index out of range");
-    if ((j->status = skv_session_check_model(j->session, b->m, j->err, sizeof j->err))) return j->status;
+    if (job_check(j, skv_session_check_model(j->session, b->m, e, sizeof e), e)) return j->status;
     skv_session_segment_info(j->session, j->segment, &n, NULL, NULL);
     if (j->cap < n || (uint32_t)skv_ctx_n_ctx(j->ctx) < n)
         return job_fail(j, SKV_ERR_RANGE, "token buffer or context too small for the segment");
@@ -66,21 +72,22 @@ static int job_validate(batch *b, skv_restore_job *j)
 
 static int job_start(active_job *a, skv_restore_job *j)
 {
+    char e[256];
     a->job = j;
     skv_session_segment_info(j->session, j->segment, &a->n, NULL, NULL);
     skv_ctx_truncate(j->ctx, 0);
     a->i = 1;
-    return j->status = skv_session_stream_open(j->session, j->segment, &a->dec, j->tokens, j->err, sizeof j->err);
+    return job_check(j, skv_session_stream_open(j->session, j->segment, &a->dec, j->tokens, e, sizeof e), e);
 }
 
 /* The segment is decoded and its cache complete: check the stream's end and the digest. */
 static int job_finish(batch *b, active_job *a)
 {
     skv_restore_job *j = a->job;
+    char e[256];
     if (skv_rangecoder_dec_finish(&a->dec))
         return job_fail(j, SKV_ERR_FORMAT, "not a valid .skv file: model-coded stream has trailing or missing bytes");
-    if (b->p && b->p->verify && (j->status = skv_session_verify_segment(j->session, j->segment, j->ctx, j->err,
-                                                                         sizeof j->err)))
+    if (b->p && b->p->verify && job_check(j, skv_session_verify_segment(j->session, j->segment, j->ctx, e, sizeof e), e))
         return j->status;
     b->st.n_tokens += a->n;
     return SKV_OK;
@@ -96,13 +103,14 @@ static void step(batch *b, active_job *act, size_t *n_act)
         ctxs[r] = act[r].job->ctx;
         toks[r] = act[r].job->tokens[act[r].i - 1];
     }
+    char e[256];
     int rc = skv_decode_multi(ctxs, toks, n, b->logits);
     b->st.n_passes++;
+    if (rc) snprintf(e, sizeof e, "forward pass failed: %.200s", skv_ctx_last_error(ctxs[0]));
     for (size_t r = 0; r < n; r++) {
         active_job *a = &act[r];
         if (rc) {
-            a->job->status = skv_errf(a->job->err, sizeof a->job->err, rc, "forward pass failed: %.100s",
-                                      skv_ctx_last_error(ctxs[0]));
+            job_fail(a->job, rc, e);
             continue;
         }
         b->done++;
@@ -110,8 +118,10 @@ static void step(batch *b, active_job *act, size_t *n_act)
             job_finish(b, a);
             continue;
         }
-        if ((a->job->status = skv_session_stream_next(a->job->session, &a->dec, b->logits + r * (size_t)b->V, b->freq,
-                                                      b->cum, &a->job->tokens[a->i], a->job->err, sizeof a->job->err)))
+        if (job_check(a->job,
+                      skv_session_stream_next(a->job->session, &a->dec, b->logits + r * (size_t)b->V, b->freq, b->cum,
+                                              &a->job->tokens[a->i], e, sizeof e),
+                      e))
             continue;
         a->i++;
         act[k++] = *a;
@@ -174,8 +184,7 @@ static void dispatch(batch *b, skv_restore_job *jobs, size_t n, skv_restore_job 
             queue[(*nq)++] = j;
             continue;
         }
-        j->status = skv_session_restore_segment(j->session, b->m, j->segment, j->ctx, &solo, j->tokens, j->cap, j->err,
-                                                sizeof j->err);
+        j->status = skv_session_restore_segment(j->session, b->m, j->segment, j->ctx, &solo, j->tokens, j->cap);
         b->done += nt;
     }
 }
@@ -187,7 +196,7 @@ int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, con
     skv_model_info mi;
     size_t nq = 0;
     if (!m || (!jobs && n)) return SKV_ERR_INVALID_ARG;
-    for (size_t i = 0; i < n; i++) jobs[i].status = SKV_OK, jobs[i].err[0] = 0;
+    for (size_t i = 0; i < n; i++) jobs[i].status = SKV_OK;
     if (distinct_contexts(jobs, n)) return SKV_ERR_INVALID_ARG;
     skv_model_get_info(m, &mi);
     b.V = (uint32_t)mi.n_vocab;

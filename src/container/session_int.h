@@ -1,7 +1,13 @@
-/* Library-internal access to an opened .skv session (src/session.c) for modules that
- * drive the decoding of model-coded segments themselves (src/restore_batch.c decodes
- * many segments in lockstep). The stream format lives in session.c only: these are its
- * steps, exactly as skv_session_restore_segment uses them. Not part of the public API. */
+/* Library-internal parts of the .skv format (src/container/): the layout constants, the
+ * opened session, and the steps the files share. The stream format lives here and in
+ * session.c / encoder.c / restore.c only; restore_batch.c drives the decoding of many
+ * model-coded segments in lockstep through the stream steps below, exactly as
+ * skv_session_restore_segment uses them. Not part of the public API.
+ *
+ *   session.c   codec names; the reader: parse and validate, info, token/KV payloads
+ *   encoder.c   the encoder: tokens -> file bytes
+ *   restore.c   restore of a segment into a context (model codec: plain or speculative)
+ */
 #ifndef SKV_SESSION_INT_H
 #define SKV_SESSION_INT_H
 
@@ -9,8 +15,57 @@
 #include <stdint.h>
 
 #include "coder/rangecoder.h"
+#include "container/kvcodec.h"
+#include "core/util.h"
 #include "seqkv.h"
 
+#define SKV_MAGIC "\x89SKV\r\n\x1a\n"
+#define SKV_VERSION 1
+#define HDR_SIZE 128
+#define SEG_HDR 32
+#define SEG_MAGIC "SKVS"
+#define ZSTD_LEVEL 19
+
+/* Bits of a raw token id: ceil(log2 n_vocab), at least 1. */
+static inline unsigned bits_for(uint32_t n_vocab)
+{
+    unsigned b = 1;
+    while (b < 32 && ((uint64_t)1 << b) < n_vocab) b++;
+    return b;
+}
+
+typedef struct {
+    uint32_t n_tokens;
+    uint64_t payload_bytes;
+    const uint8_t *payload;
+    uint8_t digest[16];
+    skv_kvc_header kvh;     /* quantized-KV codecs: the validated sub-header */
+} seg_view;
+
+struct skv_session {
+    uint8_t *data;          /* a copy of the file */
+    size_t size;
+    skv_session_info info;
+    seg_view *segs;
+    skv_errbox *err;        /* last error, per thread (skv_session_last_error) */
+};
+
+/* ---- session.c ---- */
+int skv_codec_is_kv(int codec);     /* SKV_CODEC_F16 .. SKV_CODEC_KVQ */
+int skv_codec_scheme(int codec);    /* the one scheme of a fixed KV codec; -1 for KVQ and the others */
+/* XXH3-128 (canonical bytes) of n floats as little-endian binary32. */
+int skv_digest_f32(const float *x, size_t n, uint8_t out[16]);
+int skv_session_bad(char *err, size_t cap, const char *what); /* SKV_ERR_FORMAT "not a valid .skv file: ..." */
+int skv_session_digest_mismatch(const uint8_t *stored, const uint8_t *got, uint32_t i, const char *what, char *err,
+                                size_t cap);
+/* A tokens payload (zstd of LEB128 ids) of g's n_tokens ids < V into tok. */
+int skv_session_decode_tokens(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap);
+size_t skv_session_kv_floats(const seg_view *g); /* floats of a KV segment, canonical order */
+/* Tokens and dequantized KV (skv_session_kv_floats(g) floats) of a quantized-KV segment. */
+int skv_session_decode_kv(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok, char *err,
+                          size_t cap);
+
+/* ---- restore.c: the steps restore_batch.c shares ---- */
 /* SKV_OK if m is the model s was written with (fingerprint and vocabulary), else
  * SKV_ERR_MISMATCH naming both. */
 int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_t cap);

@@ -1,4 +1,4 @@
-/* Shared helpers: status names, error formatting, logging, file mapping. */
+/* Shared helpers: status names, error formatting, per-thread error boxes, file mapping. */
 #include <xxhash.h>
 
 #include "core/util.h"
@@ -6,15 +6,13 @@
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static skv_log_fn g_log_fn;
-static void *g_log_user;
 
 const char *skv_status_str(int status)
 {
@@ -34,21 +32,94 @@ const char *skv_status_str(int status)
 
 const char *skv_version(void) { return SEQKV_VERSION_STRING; }
 
-void skv_set_log(skv_log_fn fn, void *user)
+/* The symbolic names, indexed by -status. */
+static const char *const status_names[] = {
+    "SKV_OK", "SKV_ERR_INVALID_ARG", "SKV_ERR_NOMEM", "SKV_ERR_IO", "SKV_ERR_FORMAT",
+    "SKV_ERR_UNSUPPORTED", "SKV_ERR_MISMATCH", "SKV_ERR_RANGE", "SKV_ERR_INTERNAL",
+};
+
+const char *skv_status_name(int status)
 {
-    g_log_fn = fn;
-    g_log_user = user;
+    int n = (int)(sizeof status_names / sizeof status_names[0]);
+    return status <= 0 && status > -n ? status_names[-status] : "SKV_ERR_UNKNOWN";
 }
 
-void skv_log(int level, const char *fmt, ...)
+/* ---- per-thread error boxes ------------------------------------------------ */
+
+typedef struct errslot {
+    pthread_t owner;
+    struct errslot *next;
+    char msg[512];
+} errslot;
+
+struct skv_errbox {
+    pthread_mutex_t mu; /* guards the list; each slot's msg is written by its owner only */
+    errslot *slots;
+};
+
+skv_errbox *skv_errbox_create(void)
 {
-    char buf[1024];
+    skv_errbox *b = calloc(1, sizeof *b);
+    if (b && pthread_mutex_init(&b->mu, NULL)) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void skv_errbox_free(skv_errbox *b)
+{
+    if (!b) return;
+    for (errslot *s = b->slots, *next; s; s = next) {
+        next = s->next;
+        free(s);
+    }
+    pthread_mutex_destroy(&b->mu);
+    free(b);
+}
+
+/* The calling thread's slot; created when `make` (NULL if that fails or !make). */
+static errslot *own_slot(skv_errbox *b, int make)
+{
+    pthread_t self = pthread_self();
+    errslot *s;
+    pthread_mutex_lock(&b->mu);
+    for (s = b->slots; s && !pthread_equal(s->owner, self); s = s->next) {}
+    if (!s && make && (s = calloc(1, sizeof *s))) {
+        s->owner = self;
+        s->next = b->slots;
+        b->slots = s;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return s;
+}
+
+int skv_errbox_vset(skv_errbox *b, int status, const char *fmt, va_list ap)
+{
+    errslot *s = b ? own_slot(b, 1) : NULL;
+    if (s) vsnprintf(s->msg, sizeof s->msg, fmt, ap);
+    return status;
+}
+
+int skv_errbox_set(skv_errbox *b, int status, const char *fmt, ...)
+{
     va_list ap;
-    if (!g_log_fn) return;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    skv_errbox_vset(b, status, fmt, ap);
     va_end(ap);
-    g_log_fn(g_log_user, level, buf);
+    return status;
+}
+
+void skv_errbox_clear(skv_errbox *b)
+{
+    errslot *s = b ? own_slot(b, 0) : NULL;
+    if (s) s->msg[0] = 0;
+}
+
+const char *skv_errbox_get(skv_errbox *b)
+{
+    errslot *s = b ? own_slot(b, 0) : NULL;
+    return s ? s->msg : "";
 }
 
 int skv_errf(char *err, size_t errcap, int status, const char *fmt, ...)

@@ -1,4 +1,5 @@
-/* Small shared helpers: error text, logging, checked arithmetic, little-endian access. */
+/* Small shared helpers: error text, per-thread error boxes, checked arithmetic,
+ * little-endian access. */
 #ifndef SKV_UTIL_H
 #define SKV_UTIL_H
 
@@ -13,7 +14,22 @@
  *   return skv_errf(err, cap, SKV_ERR_FORMAT, "tensor %s: offset past end", name); */
 int skv_errf(char *err, size_t errcap, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-void skv_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The last-error message of a handle that several threads may share (skv_session,
+ * skv_store): one slot per thread that has called it, so each thread reads the message of
+ * its own last call and never another thread's. A thread writes only its own slot; the
+ * list of slots is guarded by a mutex and lives until skv_errbox_free. */
+typedef struct skv_errbox skv_errbox;
+skv_errbox *skv_errbox_create(void);
+void skv_errbox_free(skv_errbox *b);
+/* Sets the calling thread's message and returns status (if no slot can be allocated the
+ * message is lost: the status still tells the error). */
+int skv_errbox_set(skv_errbox *b, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int skv_errbox_vset(skv_errbox *b, int status, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
+/* Clears the calling thread's message (a call that succeeds leaves ""). */
+void skv_errbox_clear(skv_errbox *b);
+/* The calling thread's message: "" if none; valid until this thread's next call on the box. */
+const char *skv_errbox_get(skv_errbox *b);
 
 /* Checked size arithmetic: return 0 and leave *r untouched on overflow. */
 static inline int skv_mul_ok(size_t a, size_t b, size_t *r)

@@ -45,7 +45,7 @@ struct skv_ctx {
     float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2; /* activations for max_batch tokens */
     float *thread_scratch; /* per thread: ROW_BLOCK*kmax dequant rows + S attention scores */
     size_t scratch_stride;
-    char err[256];
+    char err[512];         /* last error: set on failure, "" after a success */
 };
 
 static size_t kv_block(const skv_ctx *c) { return (size_t)c->n_ctx * (size_t)c->m->info.head_dim; }
@@ -220,13 +220,20 @@ void skv_ctx_free(skv_ctx *c)
 }
 
 const char *skv_ctx_last_error(const skv_ctx *c) { return c ? c->err : "NULL context"; }
+
+int skv_ctx_set_error(skv_ctx *c, int status, const char *msg)
+{
+    snprintf(c->err, sizeof c->err, "%s", msg);
+    return status;
+}
 const skv_model *skv_ctx_model(const skv_ctx *c) { return c ? c->m : NULL; }
 int skv_ctx_n_pos(const skv_ctx *c) { return c ? c->n_pos : 0; }
 int skv_ctx_n_ctx(const skv_ctx *c) { return c ? c->n_ctx : 0; }
 
 int skv_ctx_truncate(skv_ctx *c, int n_pos)
 {
-    if (!c || n_pos < 0) return SKV_ERR_INVALID_ARG;
+    if (!c || n_pos < 0) return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "truncate: negative position") : SKV_ERR_INVALID_ARG;
+    c->err[0] = 0;
     if (n_pos < c->n_pos) c->n_pos = n_pos;
     if (c->kvq) kvq_truncate(c);
     return SKV_OK;
@@ -481,7 +488,9 @@ int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, fl
     int rc;
     if (!c || (!tokens && n) || logits_mode < SKV_LOGITS_NONE || logits_mode > SKV_LOGITS_ALL ||
         (logits_mode != SKV_LOGITS_NONE && !logits))
-        return SKV_ERR_INVALID_ARG;
+        return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "prefill: NULL tokens or logits, or a bad logits mode")
+                 : SKV_ERR_INVALID_ARG;
+    c->err[0] = 0;
     if ((rc = check_tokens(c, tokens, n))) return rc;
     size_t V = (size_t)c->m->info.n_vocab;
     for (size_t done = 0; done < n;) {
@@ -553,6 +562,7 @@ int skv_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, floa
     skv_ctx *c;
     int rc;
     if (!ctxs || !tokens || n == 0) return n == 0 && ctxs && tokens ? SKV_OK : SKV_ERR_INVALID_ARG;
+    if (ctxs[0]) ctxs[0]->err[0] = 0;
     if ((rc = multi_check(ctxs, tokens, n, &c))) return rc;
     size_t B = (size_t)c->max_batch, V = (size_t)c->m->info.n_vocab;
     for (size_t r = 0; r < n; r += B) /* rows are independent: chunking changes nothing */
@@ -605,7 +615,10 @@ int skv_ctx_kv_read(const skv_ctx *c, int pos0, int n, float *out)
 
 int skv_ctx_kv_write(skv_ctx *c, int pos0, int n, const float *kv)
 {
-    if (!kv_range_ok(c, pos0, n, c ? c->n_pos : 0) || (!kv && n > 0)) return SKV_ERR_INVALID_ARG;
+    if (!kv_range_ok(c, pos0, n, c ? c->n_pos : 0) || (!kv && n > 0))
+        return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "kv_write: positions out of range or NULL data")
+                 : SKV_ERR_INVALID_ARG;
+    c->err[0] = 0;
     if (c->kvq) {
         snprintf(c->err, sizeof c->err, "KV cannot be loaded into a context with a quantized cache");
         return SKV_ERR_UNSUPPORTED;

@@ -51,5 +51,8 @@ struct skv_model {
 
 /* Expands one row of a weight to f32. */
 void skv_weight_row(const skv_weight *w, size_t row, float *dst);
+/* Sets c's last error (skv_ctx_last_error) to msg and returns status: for library calls
+ * that report on a context they fill (restores). */
+int skv_ctx_set_error(skv_ctx *c, int status, const char *msg);
 
 #endif

@@ -1,0 +1,400 @@
+/* The .skv encoder: runs the tokens through the model (its context is the live KV cache)
+ * and writes each segment as the codec says (layout in session.c, docs/format.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "core/util.h"
+#include "quant/kvquant.h"
+#include "quant/quant.h"
+#include "engine/model.h"
+#include "coder/probq.h"
+#include "container/session_int.h"
+
+static unsigned auto_total_bits(uint32_t n_vocab)
+{
+    unsigned b = bits_for(n_vocab) + 8; /* the freq >= 1 floor then costs < 2^-8 of the mass */
+    return b < 24 ? 24 : b > 28 ? 28 : b;
+}
+
+/* ---- encoder ------------------------------------------------------------------ */
+
+struct skv_encoder {
+    skv_model *m;
+    skv_encoder_params p;
+    skv_ctx *ctx;
+    uint32_t V;
+    unsigned first_bits;
+    size_t batch;
+    float *logits;          /* [batch][V] */
+    float *prev;            /* [V] logits after the segment's last token */
+    uint32_t *freq, *cum;   /* [V], [V+1] */
+    int32_t *seg_tok;       /* current segment's tokens, [n_ctx] */
+    size_t seg_n;
+    skv_rangecoder_enc rc;
+    uint8_t *rc_buf;
+    size_t rc_cap;
+    uint8_t *out;           /* header placeholder + finished segments */
+    size_t out_len, out_cap;
+    uint32_t n_segments;
+    skv_encoder_stats st;
+    skv_kvcodec *kvc;       /* quantized-KV codecs: the per-(layer, kind) quantizers */
+    int kv_scheme[2];
+    uint64_t kv_seed;
+    int finished;
+    char err[256];
+};
+
+skv_encoder_params skv_encoder_default_params(void)
+{
+    skv_encoder_params p = {.codec = SKV_CODEC_MODEL, .n_threads = 1};
+    return p;
+}
+
+/* Schemes and seed of a KV codec: fixed, or from the kv_quant spec (kinds and seed only). */
+static int kv_codec_setup(skv_encoder *e, const skv_encoder_params *p)
+{
+    skv_kvq_spec sp;
+    char err[160];
+    e->kv_scheme[0] = e->kv_scheme[1] = skv_codec_scheme(p->codec);
+    e->kv_seed = 0;
+    if (p->codec != SKV_CODEC_KVQ) return p->kv_quant ? SKV_ERR_INVALID_ARG : SKV_OK;
+    if (!p->kv_quant || skv_kvquant_parse(p->kv_quant, &sp, err, sizeof err)) return SKV_ERR_INVALID_ARG;
+    if (sp.scheme[0] < 0 || sp.scheme[1] < 0 || sp.keep_first || sp.keep_last || sp.window) return SKV_ERR_INVALID_ARG;
+    e->kv_scheme[0] = sp.scheme[0];
+    e->kv_scheme[1] = sp.scheme[1];
+    e->kv_seed = sp.seed;
+    return SKV_OK;
+}
+
+const char *skv_encoder_last_error(const skv_encoder *e) { return e ? e->err : "NULL encoder"; }
+const skv_ctx *skv_encoder_ctx(const skv_encoder *e) { return e ? e->ctx : NULL; }
+
+int skv_encoder_get_stats(const skv_encoder *e, skv_encoder_stats *st)
+{
+    if (!e || !st) return SKV_ERR_INVALID_ARG;
+    *st = e->st;
+    return SKV_OK;
+}
+
+static int enc_fail(skv_encoder *e, int rc, const char *msg)
+{
+    snprintf(e->err, sizeof e->err, "%s", msg);
+    return rc;
+}
+
+static int out_reserve(skv_encoder *e, size_t more)
+{
+    size_t need;
+    if (!skv_add_ok(e->out_len, more, &need)) return SKV_ERR_NOMEM;
+    if (need <= e->out_cap) return SKV_OK;
+    size_t cap = e->out_cap ? e->out_cap : 4096;
+    while (cap < need) cap *= 2;
+    uint8_t *nb = realloc(e->out, cap);
+    if (!nb) return SKV_ERR_NOMEM;
+    e->out = nb;
+    e->out_cap = cap;
+    return SKV_OK;
+}
+
+void skv_encoder_free(skv_encoder *e)
+{
+    if (!e) return;
+    skv_ctx_free(e->ctx);
+    skv_kvcodec_free(e->kvc);
+    free(e->logits);
+    free(e->prev);
+    free(e->freq);
+    free(e->cum);
+    free(e->seg_tok);
+    free(e->rc_buf);
+    free(e->out);
+    free(e);
+}
+
+/* Codec, frequency total and KV schemes of p, checked; the encoder's copy of them. */
+static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
+{
+    const skv_model_info *mi = &e->m->info;
+    int rc;
+    if (!skv_codec_name(p->codec) || (p->total_bits && (p->total_bits < 16 || p->total_bits > 28)))
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "unknown codec %d or total_bits %u outside 16..28", p->codec,
+                        p->total_bits);
+    e->p = *p;
+    e->p.kv_quant = NULL; /* parsed now: the string need not outlive this call */
+    e->V = (uint32_t)mi->n_vocab;
+    if (skv_codec_is_kv(p->codec) && (rc = kv_codec_setup(e, p)))
+        return skv_errf(err, errcap, rc, "codec %s: kv_quant must be %s", skv_codec_name(p->codec),
+                        p->codec == SKV_CODEC_KVQ ? "k=SCHEME,v=SCHEME[,seed=S] (no keep-first/keep-last/window)"
+                                                  : "NULL (the codec names its scheme)");
+    if (skv_codec_is_kv(p->codec) &&
+        (rc = skv_kvcodec_create(&e->kvc, e->kv_scheme, e->kv_seed, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv,
+                                 (uint32_t)mi->head_dim)))
+        return skv_errf(err, errcap, rc, "the KV schemes do not support this model's head size %d: %s", mi->head_dim,
+                        skv_status_str(rc));
+    if (!e->p.total_bits) e->p.total_bits = auto_total_bits(e->V);
+    if (e->p.codec != SKV_CODEC_MODEL) e->p.total_bits = 0;
+    else if (((uint64_t)1 << e->p.total_bits) < e->V) e->p.total_bits = auto_total_bits(e->V);
+    e->first_bits = bits_for(e->V);
+    return SKV_OK;
+}
+
+/* The encoder's context (its live KV cache) and its buffers for segments of n_ctx tokens. */
+static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
+{
+    skv_ctx_params cp = skv_ctx_default_params();
+    int rc;
+    cp.n_ctx = p->n_ctx;
+    cp.n_threads = p->n_threads;
+    if ((rc = skv_ctx_create(e->m, &cp, &e->ctx)))
+        return skv_errf(err, errcap, rc, "cannot create the context (n_ctx %d, n_threads %d): %s", p->n_ctx,
+                        p->n_threads, skv_status_str(rc));
+    e->p.n_ctx = skv_ctx_n_ctx(e->ctx);
+    e->batch = 256;
+    size_t V = e->V, S = (size_t)e->p.n_ctx;
+    e->rc_cap = skv_rangecoder_bound(S, e->p.total_bits > e->first_bits ? e->p.total_bits : e->first_bits);
+    e->logits = malloc(e->batch * V * sizeof(float));
+    e->prev = malloc(V * sizeof(float));
+    e->freq = malloc(V * sizeof(uint32_t));
+    e->cum = malloc((V + 1) * sizeof(uint32_t));
+    e->seg_tok = malloc(S * sizeof(int32_t));
+    e->rc_buf = malloc(e->rc_cap);
+    if (!e->logits || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE))
+        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory for the encoder's buffers");
+    e->out_len = HDR_SIZE;
+    skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
+    return SKV_OK;
+}
+
+int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out, char *err, size_t errcap)
+{
+    skv_encoder_params d = skv_encoder_default_params();
+    skv_encoder *e;
+    int rc;
+    if (!m || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "skv_encoder_create: NULL model or out");
+    *out = NULL;
+    if (!p) p = &d;
+    if (!(e = calloc(1, sizeof *e))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    e->m = m;
+    if ((rc = setup_codec(e, p, err, errcap)) || (rc = setup_buffers(e, p, err, errcap))) {
+        skv_encoder_free(e);
+        return rc;
+    }
+    *out = e;
+    return SKV_OK;
+}
+
+/* Codes token t under the distribution `logits` (the model's prediction for it). */
+static int code_token(skv_encoder *e, const float *logits, int32_t t)
+{
+    int rc;
+    if (!e->p.skip_entropy) e->st.model_bits += skv_token_surprisal(logits, (int)e->V, t);
+    e->st.n_model_coded++;
+    if (e->p.codec != SKV_CODEC_MODEL) return SKV_OK;
+    if ((rc = skv_probq_freqs(logits, e->V, e->p.total_bits, e->freq, e->cum)))
+        return enc_fail(e, rc, "the model produced non-finite logits: cannot code under it");
+    e->st.coded_bits += skv_probq_cost_bits(e->freq[t], e->p.total_bits);
+    if ((rc = skv_rangecoder_enc_put_pow2(&e->rc, e->cum[t], e->freq[t], e->p.total_bits)))
+        return enc_fail(e, rc, "range coder output overflow (internal bound violated)");
+    return SKV_OK;
+}
+
+static int put_varints(uint8_t *dst, const int32_t *t, size_t n, size_t *len)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)t[i];
+        while (v >= 0x80) {
+            dst[k++] = (uint8_t)(v | 0x80);
+            v >>= 7;
+        }
+        dst[k++] = (uint8_t)v;
+    }
+    *len = k;
+    return SKV_OK;
+}
+
+/* zstd(LEB128 ids) of the current segment into e->rc_buf (codec tokens and the KV codecs). */
+static int zstd_tokens(skv_encoder *e, size_t *plen)
+{
+    uint8_t *raw = malloc(e->seg_n * 5);
+    size_t rlen = 0, bound;
+    if (!raw) return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
+    put_varints(raw, e->seg_tok, e->seg_n, &rlen);
+    bound = ZSTD_compressBound(rlen);
+    if (bound > e->rc_cap) {
+        uint8_t *nb = realloc(e->rc_buf, bound);
+        if (!nb) {
+            free(raw);
+            return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
+        }
+        e->rc_buf = nb;
+        e->rc_cap = bound;
+    }
+    *plen = ZSTD_compress(e->rc_buf, e->rc_cap, raw, rlen, ZSTD_LEVEL);
+    free(raw);
+    if (ZSTD_isError(*plen)) return enc_fail(e, SKV_ERR_INTERNAL, "zstd compression failed");
+    return SKV_OK;
+}
+
+/* Quantized-KV payload (malloc'ed): sub-header | the token frame (e->rc_buf, tlen bytes) |
+ * the segment's exact KV encoded per vector. digest = that of the dequantized KV. */
+static int kv_payload(skv_encoder *e, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16])
+{
+    const skv_model_info *mi = &e->m->info;
+    size_t n = e->seg_n, nf = (size_t)mi->n_layer * 2 * (size_t)mi->n_head_kv * n * (size_t)mi->head_dim;
+    size_t kvb = skv_kvcodec_position_bytes(e->kvc) * n;
+    float *kv = malloc(nf * sizeof *kv), *deq = malloc(nf * sizeof *deq);
+    uint8_t *buf = malloc(SKV_KVC_HDR + tlen + kvb);
+    double mse[2] = {0, 0};
+    skv_kvc_header h;
+    int rc = SKV_ERR_NOMEM;
+    if (!kv || !deq || !buf) goto done;
+    if ((rc = skv_ctx_kv_read(e->ctx, 0, (int)n, kv))) goto done;
+    if ((rc = skv_kvcodec_encode(e->kvc, kv, n, buf + SKV_KVC_HDR + tlen, kvb, deq, mse))) goto done;
+    if ((rc = skv_digest_f32(deq, nf, digest))) goto done;
+    h = (skv_kvc_header){.scheme = {e->kv_scheme[0], e->kv_scheme[1]}, .n_layer = (uint32_t)mi->n_layer,
+                        .n_head_kv = (uint32_t)mi->n_head_kv, .head_dim = (uint32_t)mi->head_dim, .seed = e->kv_seed,
+                        .tokens_bytes = tlen, .kv_bytes = kvb, .rel_mse = {(float)mse[0], (float)mse[1]}};
+    skv_kvc_header_write(&h, buf);
+    memcpy(buf + SKV_KVC_HDR, e->rc_buf, tlen);
+    *out = buf;
+    *plen = SKV_KVC_HDR + tlen + kvb;
+    buf = NULL;
+done:
+    free(kv);
+    free(deq);
+    free(buf);
+    if (rc == SKV_ERR_NOMEM) return enc_fail(e, rc, "out of memory");
+    if (rc) {
+        snprintf(e->err, sizeof e->err, "the KV cannot be stored as k=%s,v=%s (non-finite values or an fp16 overflow): %s",
+                 skv_quant_name(e->kv_scheme[0]), skv_quant_name(e->kv_scheme[1]), skv_status_str(rc));
+    }
+    return rc;
+}
+
+static int flush_segment(skv_encoder *e)
+{
+    uint8_t digest[16], *payload = NULL, *owned = NULL;
+    size_t plen = 0;
+    int rc;
+    if (!e->seg_n) return SKV_OK;
+    if (e->p.codec == SKV_CODEC_MODEL) {
+        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
+        if ((rc = skv_rangecoder_enc_finish(&e->rc, &plen))) return enc_fail(e, rc, "range coder finish failed");
+        payload = e->rc_buf;
+    } else if ((rc = zstd_tokens(e, &plen))) {
+        return rc;
+    } else if (!e->kvc) {
+        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
+        payload = e->rc_buf;
+    } else {
+        if ((rc = kv_payload(e, plen, &owned, &plen, digest))) return rc;
+        payload = owned;
+    }
+    if ((rc = out_reserve(e, SEG_HDR + plen + 8))) {
+        free(owned);
+        return enc_fail(e, rc, "out of memory");
+    }
+    uint8_t *s = e->out + e->out_len;
+    memcpy(s, SEG_MAGIC, 4);
+    skv_wr32(s + 4, (uint32_t)e->seg_n);
+    skv_wr64(s + 8, plen);
+    memcpy(s + 16, digest, 16);
+    memcpy(s + SEG_HDR, payload, plen);
+    skv_wr64(s + SEG_HDR + plen, XXH3_64bits(s, SEG_HDR + plen));
+    free(owned);
+    e->out_len += SEG_HDR + plen + 8;
+    e->n_segments++;
+    e->seg_n = 0;
+    skv_ctx_truncate(e->ctx, 0);
+    skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
+    return SKV_OK;
+}
+
+/* Appends k tokens that fit in the current segment and in one batch. */
+static int append_chunk(skv_encoder *e, const int32_t *t, size_t k)
+{
+    int rc;
+    if (e->seg_n == 0) {
+        if (e->p.codec == SKV_CODEC_MODEL && (rc = skv_rangecoder_enc_put_bits(&e->rc, (uint32_t)t[0], e->first_bits)))
+            return enc_fail(e, rc, "range coder output overflow");
+    } else if ((rc = code_token(e, e->prev, t[0]))) {
+        return rc;
+    }
+    if ((rc = skv_prefill(e->ctx, t, k, SKV_LOGITS_ALL, e->logits))) return enc_fail(e, rc, skv_ctx_last_error(e->ctx));
+    for (size_t j = 1; j < k; j++)
+        if ((rc = code_token(e, e->logits + (j - 1) * e->V, t[j]))) return rc;
+    memcpy(e->prev, e->logits + (k - 1) * e->V, e->V * sizeof(float));
+    memcpy(e->seg_tok + e->seg_n, t, k * sizeof *t);
+    e->seg_n += k;
+    e->st.n_tokens += k;
+    return SKV_OK;
+}
+
+int skv_encoder_append(skv_encoder *e, const int32_t *tokens, size_t n, float *next_logits)
+{
+    int rc;
+    if (!e) return SKV_ERR_INVALID_ARG;
+    e->err[0] = 0;
+    if (!tokens && n) return enc_fail(e, SKV_ERR_INVALID_ARG, "NULL tokens");
+    if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->V) return enc_fail(e, SKV_ERR_INVALID_ARG, "token id outside the vocabulary");
+    for (size_t done = 0; done < n;) {
+        if (e->seg_n == (size_t)e->p.n_ctx) {
+            if (!e->p.segment) {
+                snprintf(e->err, sizeof e->err,
+                         "the session exceeds the context of %d tokens (enable segmenting to store consecutive independent segments)",
+                         e->p.n_ctx);
+                return SKV_ERR_RANGE;
+            }
+            if ((rc = flush_segment(e))) return rc;
+        }
+        size_t k = n - done, room = (size_t)e->p.n_ctx - e->seg_n;
+        if (k > room) k = room;
+        if (k > e->batch) k = e->batch;
+        if ((rc = append_chunk(e, tokens + done, k))) return rc;
+        done += k;
+    }
+    if (next_logits && e->seg_n) memcpy(next_logits, e->prev, e->V * sizeof(float));
+    return SKV_OK;
+}
+
+int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
+{
+    uint8_t fp[16];
+    int rc;
+    if (!e) return SKV_ERR_INVALID_ARG;
+    e->err[0] = 0;
+    if (!data || !size) return enc_fail(e, SKV_ERR_INVALID_ARG, "NULL data or size");
+    if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
+    if ((rc = flush_segment(e))) return rc;
+    if ((rc = skv_model_fingerprint(e->m, fp))) return enc_fail(e, rc, "model fingerprint failed");
+    uint8_t *h = e->out;
+    memset(h, 0, HDR_SIZE);
+    memcpy(h, SKV_MAGIC, 8);
+    skv_wr16(h + 8, SKV_VERSION);
+    skv_wr16(h + 10, HDR_SIZE);
+    skv_wr32(h + 12, (uint32_t)e->p.codec);
+    skv_wr32(h + 16, e->p.segment ? 1u : 0u);
+    skv_wr32(h + 20, e->n_segments);
+    skv_wr64(h + 24, e->st.n_tokens);
+    skv_wr32(h + 32, (uint32_t)e->p.n_ctx);
+    skv_wr32(h + 36, e->V);
+    skv_wr32(h + 40, e->p.total_bits);
+    skv_wr32(h + 44, (uint32_t)e->m->info.bos_id);
+    memcpy(h + 48, fp, 16);
+    size_t name_len = strlen(e->m->info.name);
+    memcpy(h + 64, e->m->info.name, name_len < 47 ? name_len : 47);
+    skv_wr64(h + 120, XXH3_64bits(h, 120));
+    e->finished = 1;
+    *data = e->out;
+    *size = e->out_len;
+    e->out = NULL;
+    e->out_len = e->out_cap = 0;
+    return SKV_OK;
+}
+

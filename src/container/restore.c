@@ -1,0 +1,337 @@
+/* Restore of one segment into a context: codec tokens by one batched prefill, the
+ * quantized-KV codecs by decoding the stored KV (the model is not run), codec model one
+ * forward pass per token or per verified block of drafted tokens. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "engine/draft.h"
+#include "engine/model.h"
+#include "coder/probq.h"
+#include "container/session_int.h"
+
+/* Decodes a quantized-KV segment into ctx (skv_ctx_kv_write: the model is not run). */
+static int load_kv_segment(const skv_session *s, const seg_view *g, skv_model *m, skv_ctx *ctx, int32_t *tok,
+                           char *err, size_t cap)
+{
+    const skv_kvc_header *h = &g->kvh;
+    size_t nf = skv_session_kv_floats(g);
+    float *kv;
+    int rc;
+    if (h->n_layer != (uint32_t)m->info.n_layer || h->n_head_kv != (uint32_t)m->info.n_head_kv ||
+        h->head_dim != (uint32_t)m->info.head_dim)
+        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+                        "KV geometry mismatch: the session stores %u layers x %u KV heads x %u, the model has %d x %d x %d",
+                        h->n_layer, h->n_head_kv, h->head_dim, m->info.n_layer, m->info.n_head_kv, m->info.head_dim);
+    if (!(kv = malloc(nf * sizeof *kv))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    if (!(rc = skv_session_decode_kv(s, g, kv, nf, tok, err, cap)) && (rc = skv_ctx_kv_write(ctx, 0, (int)g->n_tokens, kv)))
+        rc = skv_errf(err, cap, rc, "cannot load the KV into the context: %s", skv_ctx_last_error(ctx));
+    free(kv);
+    return rc;
+}
+
+static void report(const skv_restore_params *p, uint64_t done, uint64_t total)
+{
+    if (p && p->progress) p->progress(p->user, done, total);
+}
+
+/* Decodes one token under the frequencies of one logits row. */
+static int decode_symbol(skv_rangecoder_dec *d, const float *logits, uint32_t V, unsigned tb, uint32_t *freq,
+                         uint32_t *cum, int32_t *tok, char *err, size_t cap)
+{
+    uint32_t target = 0;
+    if (skv_probq_freqs(logits, V, tb, freq, cum))
+        return skv_errf(err, cap, SKV_ERR_MISMATCH, "the model produced non-finite logits");
+    if (skv_rangecoder_dec_get_freq_pow2(d, tb, &target)) return skv_session_bad(err, cap, "corrupt model-coded stream");
+    size_t sym = skv_probq_find(cum, V, target);
+    if (skv_rangecoder_dec_update(d, cum[sym], freq[sym])) return skv_session_bad(err, cap, "corrupt model-coded stream");
+    *tok = (int32_t)sym;
+    return SKV_OK;
+}
+
+static int forward_failed(skv_ctx *ctx, int rc, char *err, size_t cap)
+{
+    return skv_errf(err, cap, rc, "forward pass failed: %s", skv_ctx_last_error(ctx));
+}
+
+/* Opens a segment's model-coded stream and reads its first token (raw bits). */
+static int start_stream(skv_rangecoder_dec *d, const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap)
+{
+    uint32_t v = 0;
+    skv_rangecoder_dec_init(d, g->payload, g->payload_bytes);
+    if (skv_rangecoder_dec_get_bits(d, bits_for(V), &v) || v >= V)
+        return skv_session_bad(err, cap, "corrupt model-coded stream (first token)");
+    tok[0] = (int32_t)v;
+    return SKV_OK;
+}
+
+int skv_session_stream_open(const skv_session *s, uint32_t i, skv_rangecoder_dec *d, int32_t *tok0, char *err,
+                            size_t cap)
+{
+    return start_stream(d, &s->segs[i], s->info.n_vocab, tok0, err, cap);
+}
+
+int skv_session_stream_next(const skv_session *s, skv_rangecoder_dec *d, const float *logits, uint32_t *freq,
+                            uint32_t *cum, int32_t *tok, char *err, size_t cap)
+{
+    return decode_symbol(d, logits, s->info.n_vocab, s->info.total_bits, freq, cum, tok, err, cap);
+}
+
+int skv_session_verify_segment(const skv_session *s, uint32_t i, const skv_ctx *ctx, char *err, size_t cap)
+{
+    const seg_view *g = &s->segs[i];
+    uint8_t d[16];
+    int rc = skv_ctx_kv_digest(ctx, (int)g->n_tokens, d);
+    if (rc) return skv_errf(err, cap, rc, "digest failed");
+    if (memcmp(d, g->digest, 16))
+        return skv_session_digest_mismatch(g->digest, d, i, skv_codec_is_kv(s->info.codec) ? "decoded" : "regenerated", err, cap);
+    return SKV_OK;
+}
+
+/* Token by token: one forward pass per token. */
+static int restore_model_codec(const skv_session *s, const seg_view *g, skv_ctx *ctx, const skv_restore_params *p,
+                               int32_t *tok, skv_restore_stats *st, char *err, size_t cap)
+{
+    uint32_t V = s->info.n_vocab;
+    unsigned tb = s->info.total_bits;
+    skv_rangecoder_dec d;
+    float *logits = malloc(V * sizeof(float));
+    uint32_t *freq = malloc(V * sizeof(uint32_t)), *cum = malloc(((size_t)V + 1) * sizeof(uint32_t));
+    int rc = SKV_ERR_NOMEM;
+    if (!logits || !freq || !cum) {
+        skv_errf(err, cap, rc, "out of memory");
+        goto done;
+    }
+    if ((rc = start_stream(&d, g, V, tok, err, cap))) goto done;
+    for (uint32_t i = 1; i <= g->n_tokens; i++) {
+        int last = i == g->n_tokens;
+        if ((rc = skv_decode(ctx, tok[i - 1], last ? NULL : logits))) {
+            rc = forward_failed(ctx, rc, err, cap);
+            goto done;
+        }
+        st->n_passes++;
+        if (last) break;
+        if ((rc = decode_symbol(&d, logits, V, tb, freq, cum, &tok[i], err, cap))) goto done;
+        if ((i & 255) == 0) report(p, i, g->n_tokens);
+    }
+    if (skv_rangecoder_dec_finish(&d)) rc = skv_session_bad(err, cap, "model-coded stream has trailing or missing bytes");
+done:
+    free(logits);
+    free(freq);
+    free(cum);
+    return rc;
+}
+
+#define DRAFT_MAX_DEFAULT 16
+#define DRAFT_MAX_LIMIT 256
+#define LOGITS_BUDGET ((size_t)1 << 22) /* floats of logits rows per block (16 MiB) */
+#define GATE_PCT 60 /* draft only from match lengths whose first drafts were right >= this often */
+
+/* Drafting state of one speculative restore. Per match-length class (1, 2, 3, 4..7, 8+):
+ * first drafts tried / confirmed (starting optimistic) and skips since the last probe. */
+typedef struct spec {
+    size_t kmax, k_cur;   /* block size limit, current block size */
+    uint32_t gate_try[5], gate_hit[5], gate_skip[5];
+    skv_draft *dr;
+    float *logits;        /* [kmax][V] */
+    uint32_t *freq, *cum; /* [V], [V + 1] */
+    int32_t *batch;       /* [kmax] */
+} spec;
+
+static int spec_init(spec *sp, const skv_restore_params *p, uint32_t V, uint32_t n)
+{
+    *sp = (spec){.kmax = p && p->draft_max > 0 ? (size_t)p->draft_max : DRAFT_MAX_DEFAULT, .k_cur = 4,
+                 .gate_try = {1, 1, 1, 1, 1}, .gate_hit = {1, 1, 1, 1, 1}};
+    if (sp->kmax * V > LOGITS_BUDGET) sp->kmax = V >= LOGITS_BUDGET ? 1 : LOGITS_BUDGET / V; /* huge vocabularies */
+    if (sp->k_cur > sp->kmax) sp->k_cur = sp->kmax;
+    sp->freq = malloc(V * sizeof(uint32_t));
+    sp->cum = malloc(((size_t)V + 1) * sizeof(uint32_t));
+    sp->logits = malloc(sp->kmax * V * sizeof(float));
+    sp->batch = malloc(sp->kmax * sizeof *sp->batch);
+    if (!sp->logits || !sp->freq || !sp->cum || !sp->batch || skv_draft_create(n, &sp->dr)) return SKV_ERR_NOMEM;
+    return SKV_OK;
+}
+
+static void spec_free(spec *sp)
+{
+    skv_draft_free(sp->dr);
+    free(sp->logits);
+    free(sp->freq);
+    free(sp->cum);
+    free(sp->batch);
+}
+
+/* Fills batch = [tok[pos], drafts...] for a block of at most k rows; returns the number of
+ * drafts and in *cls their match-length class (-1: none, or not counted). */
+static size_t spec_propose(spec *sp, const int32_t *tok, uint32_t pos, size_t k, int *cls)
+{
+    unsigned ml = 0;
+    /* the history is tok[0..pos]: push what is not in the draft yet */
+    for (size_t i = skv_draft_len(sp->dr); i <= pos; i++) skv_draft_push(sp->dr, tok[i]);
+    sp->batch[0] = tok[pos];
+    size_t nd = k > 1 ? skv_draft_propose(sp->dr, sp->batch + 1, k - 1, &ml) : 0;
+    *cls = -1;
+    if (nd) {
+        /* Gate by how often drafts of this match length were right lately: a wrong
+         * draft costs a batch row. Gated-off classes still get an occasional probe. */
+        *cls = ml >= 8 ? 4 : ml >= 4 ? 3 : (int)ml - 1;
+        if (sp->gate_try[*cls] * GATE_PCT > sp->gate_hit[*cls] * 100) {
+            if (++sp->gate_skip[*cls] & 15) nd = 0, *cls = -1;
+            else nd = 1; /* a probe: one draft token */
+        }
+    }
+    return nd;
+}
+
+/* After a block of nd drafts of which j were confirmed: the gate's counts and the block size. */
+static void spec_adapt(spec *sp, int cls, size_t nd, size_t j)
+{
+    if (cls >= 0) {
+        sp->gate_try[cls]++;
+        sp->gate_hit[cls] += j > 0;
+        if (sp->gate_try[cls] >= 64) sp->gate_try[cls] /= 2, sp->gate_hit[cls] /= 2; /* recent history weighs more */
+    }
+    if (nd > 0 && j == nd) sp->k_cur = sp->k_cur * 2 > sp->kmax ? sp->kmax : sp->k_cur * 2;
+    else if (nd > 0) sp->k_cur = j + 2 > 2 ? j + 2 : 2;
+    if (sp->k_cur > sp->kmax) sp->k_cur = sp->kmax;
+}
+
+/* Decodes from the block's rows while the drafts are confirmed; *j = drafts confirmed. */
+static int spec_decode_rows(spec *sp, const skv_session *s, skv_rangecoder_dec *d, int32_t *next, size_t k, size_t *j,
+                            char *err, size_t cap)
+{
+    uint32_t V = s->info.n_vocab;
+    int rc;
+    for (*j = 0;; ++*j) { /* row j decodes next[j] */
+        rc = decode_symbol(d, sp->logits + *j * V, V, s->info.total_bits, sp->freq, sp->cum, &next[*j], err, cap);
+        if (rc || *j + 1 >= k || next[*j] != sp->batch[*j + 1]) return rc;
+    }
+}
+
+/* One block at pos: one pass over [tok[pos], drafts...], then the rows it confirms;
+ * *adv = tokens the cache advanced by (drafts confirmed + 1). */
+static int spec_block(spec *sp, const skv_session *s, skv_rangecoder_dec *d, skv_ctx *ctx, int32_t *tok, uint32_t pos,
+                      uint32_t n, skv_restore_stats *st, size_t *adv, char *err, size_t cap)
+{
+    size_t k = sp->k_cur, left = (size_t)(n - 1 - pos), j; /* tokens still to decode */
+    int cls, rc;
+    if (k > left) k = left;
+    size_t nd = spec_propose(sp, tok, pos, k, &cls);
+    k = nd + 1;
+    if ((rc = skv_prefill(ctx, sp->batch, k, SKV_LOGITS_ALL, sp->logits))) return forward_failed(ctx, rc, err, cap);
+    st->n_passes++;
+    st->n_drafted += nd;
+    if ((rc = spec_decode_rows(sp, s, d, tok + pos + 1, k, &j, err, cap))) return rc;
+    /* confirmed: batch[0..j] = tok[pos..pos+j]; tok[pos+j+1] decoded */
+    st->n_accepted += j;
+    spec_adapt(sp, cls, nd, j);
+    if (j + 1 < k && (rc = skv_ctx_truncate(ctx, (int)(pos + j + 1)))) return forward_failed(ctx, rc, err, cap);
+    *adv = j + 1;
+    return SKV_OK;
+}
+
+/* Speculative: invariant at the top of the loop: the cache holds tok[0..pos) and tok[pos]
+ * is decoded (its logits row is the one that was used; no model call needed for it).
+ * One pass runs [tok[pos], drafts...] with every logits row; row j decodes tok[pos+j+1],
+ * and while that equals the draft at j+1 the next row is valid too. At the first mismatch
+ * the cache is truncated after the last confirmed token. The stream, and so the tokens,
+ * never depend on the drafts: only the number of passes does. Drafting is gated per
+ * match-length class by its recent hit rate (a wrong draft costs a batch row, about as
+ * much as a token of prefill), and the block grows while whole blocks are confirmed.
+ * A decoder-side change only: the file format and the encoder are untouched. */
+static int restore_model_codec_spec(const skv_session *s, const seg_view *g, skv_ctx *ctx,
+                                    const skv_restore_params *p, int32_t *tok, skv_restore_stats *st, char *err,
+                                    size_t cap)
+{
+    uint32_t n = g->n_tokens, next_report = 256, pos = 0; /* cache holds tok[0..pos); tok[pos] decoded */
+    skv_rangecoder_dec d;
+    spec sp;
+    int rc = spec_init(&sp, p, s->info.n_vocab, n);
+    if (rc) {
+        skv_errf(err, cap, rc, "out of memory");
+        goto done;
+    }
+    if ((rc = start_stream(&d, g, s->info.n_vocab, tok, err, cap))) goto done;
+    while (pos + 1 < n) {
+        size_t adv = 0;
+        if ((rc = spec_block(&sp, s, &d, ctx, tok, pos, n, st, &adv, err, cap))) goto done;
+        pos += (uint32_t)adv;
+        if (pos >= next_report) {
+            report(p, pos, n);
+            next_report = (pos | 255) + 1;
+        }
+    }
+    /* the last token needs no logits */
+    if ((rc = skv_decode(ctx, tok[n - 1], NULL))) {
+        rc = forward_failed(ctx, rc, err, cap);
+        goto done;
+    }
+    st->n_passes++;
+    if (skv_rangecoder_dec_finish(&d)) rc = skv_session_bad(err, cap, "model-coded stream has trailing or missing bytes");
+done:
+    spec_free(&sp);
+    return rc;
+}
+
+/* The arguments of a restore of segment i into ctx, before anything is changed. */
+static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx, const skv_restore_params *p,
+                         int32_t *tokens, size_t cap, char *err, size_t errcap)
+{
+    if (!s || !m || !tokens || i >= s->info.n_segments || skv_ctx_model(ctx) != m)
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
+                        "invalid argument (NULL session, model or tokens, segment out of range, or a context of another model)");
+    if (p && (p->draft < SKV_DRAFT_AUTO || p->draft > SKV_DRAFT_NGRAM || p->draft_max < 0 ||
+              p->draft_max > DRAFT_MAX_LIMIT))
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid restore parameters (draft %d, draft_max %d)",
+                        p->draft, p->draft_max);
+    const seg_view *g = &s->segs[i];
+    if (cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
+    if ((uint32_t)skv_ctx_n_ctx(ctx) < g->n_tokens)
+        return skv_errf(err, errcap, SKV_ERR_RANGE, "context of %d positions cannot hold a segment of %u tokens",
+                        skv_ctx_n_ctx(ctx), g->n_tokens);
+    return skv_session_check_model(s, m, err, errcap);
+}
+
+/* Regenerates segment g into the cleared ctx as its codec says. */
+static int restore_codec(const skv_session *s, const seg_view *g, skv_model *m, skv_ctx *ctx,
+                         const skv_restore_params *p, int32_t *tokens, skv_restore_stats *st, char *err, size_t errcap)
+{
+    int rc;
+    if (s->info.codec == SKV_CODEC_TOKENS) {
+        if ((rc = skv_session_decode_tokens(g, s->info.n_vocab, tokens, err, errcap))) return rc;
+        if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL))) return forward_failed(ctx, rc, err, errcap);
+        st->n_passes = 1;
+        return SKV_OK;
+    }
+    if (skv_codec_is_kv(s->info.codec)) return load_kv_segment(s, g, m, ctx, tokens, err, errcap);
+    /* AUTO = token by token: measured faster than n-gram drafts on non-repetitive text */
+    if (p && p->draft == SKV_DRAFT_NGRAM) return restore_model_codec_spec(s, g, ctx, p, tokens, st, err, errcap);
+    return restore_model_codec(s, g, ctx, p, tokens, st, err, errcap);
+}
+
+static void add_stats(skv_restore_stats *to, const skv_restore_stats *st)
+{
+    to->n_tokens += st->n_tokens;
+    to->n_passes += st->n_passes;
+    to->n_drafted += st->n_drafted;
+    to->n_accepted += st->n_accepted;
+}
+
+int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
+                                const skv_restore_params *p, int32_t *tokens, size_t cap)
+{
+    skv_restore_stats st = {0, 0, 0, 0};
+    char err[512];
+    int rc;
+    if (!ctx) return SKV_ERR_INVALID_ARG;
+    if ((rc = check_restore(s, m, i, ctx, p, tokens, cap, err, sizeof err))) return skv_ctx_set_error(ctx, rc, err);
+    skv_ctx_truncate(ctx, 0); /* clears ctx's last error too */
+    if ((rc = restore_codec(s, &s->segs[i], m, ctx, p, tokens, &st, err, sizeof err)))
+        return skv_ctx_set_error(ctx, rc, err);
+    report(p, s->segs[i].n_tokens, s->segs[i].n_tokens);
+    if (p && p->verify && (rc = skv_session_verify_segment(s, i, ctx, err, sizeof err)))
+        return skv_ctx_set_error(ctx, rc, err);
+    st.n_tokens = s->segs[i].n_tokens;
+    if (p && p->stats) add_stats(p->stats, &st);
+    return SKV_OK;
+}

@@ -1,0 +1,134 @@
+/* Internal to the session store (src/store/store*.c): the handle, a transaction, the
+ * records and the steps the files share. Not part of the public API.
+ *
+ *   store.c          handle, errors, meta records, transactions, open/close
+ *   store_kv.c       KV blobs and the trie's storage (skv_trie_io) over LMDB
+ *   store_policy.c   placement policy: which nodes keep their KV materialised
+ *   store_session.c  session records, put, get
+ *   store_admin.c    match, remove, list, stats, gc, bulk insert
+ */
+#ifndef SKV_STORE_INT_H
+#define SKV_STORE_INT_H
+
+#include <lmdb.h>
+#include <stdint.h>
+
+#include "core/util.h"
+#include "store/trie.h"
+
+#define STORE_MAGIC "SKVSTORE"
+#define STORE_VERSION 1
+#define HEADER_SIZE 168
+#define STATE_SIZE 64
+#define SESSION_SIZE 56
+#define BLOB_HDR 16
+#define KV_MAGIC 0x4b564b53u   /* "SKVK" */
+#define SES_MAGIC 0x53564b53u  /* "SKVS" */
+#define DEFAULT_BUDGET (64ull << 20)
+#define DEFAULT_MAP (64ull << 30)
+#define ZSTD_KV_LEVEL 3
+
+typedef struct store_state {
+    uint64_t next_id, clock, budget;
+    double prefill_tps, load_bps, prior_weight, comp_ratio;
+} store_state;
+
+struct skv_store {
+    MDB_env *env;
+    MDB_dbi meta, nodes, children, sessions, kv;
+    skv_model *model;
+    skv_model_info info;
+    uint8_t fp[16];
+    int readonly, n_threads;
+    size_t blocks, head_dim; /* KV of one position = blocks x head_dim floats */
+    skv_ctx *work;           /* put's context: used only inside the write transaction */
+    skv_errbox *err;         /* last error, per thread (skv_store_last_error) */
+};
+
+/* One transaction with its trie view. */
+typedef struct tx {
+    skv_store *st;
+    MDB_txn *txn;
+    store_state s;
+    skv_trie_io io;
+} tx;
+
+typedef struct ses_rec {
+    uint64_t end;
+    uint32_t n_tokens;
+    uint8_t digest[16];
+    uint64_t put_time;
+} ses_rec;
+
+typedef struct cand {
+    uint64_t id, parent;
+    double score;
+    uint64_t bytes;
+    int on_path, alive;
+} cand;
+
+typedef struct mat_set {
+    cand *c;
+    size_t n, cap;
+    uint64_t total;
+} mat_set;
+
+
+static inline void be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+static inline void be32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+static inline uint64_t rbe64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+/* ---- store.c: errors and transactions ---- */
+/* Sets the calling thread's message of st and returns status. */
+int store_err(skv_store *st, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An LMDB failure as a status with its text. */
+int store_lmdb_err(skv_store *st, int rc, const char *what);
+/* A trie error either set a message already or is a bare status from trie.c. */
+int store_trie_err(skv_store *st, int rc, const char *what);
+/* Begins a (read or write) transaction, loads the state record and clears the calling
+ * thread's message: every public call starts here, so a success leaves "". */
+int store_tx_begin(skv_store *st, int write, tx *t);
+void store_tx_abort(tx *t);
+int store_tx_commit(tx *t); /* saves the state record, then commits */
+
+/* ---- store_kv.c: KV blobs, trie storage ---- */
+void store_io_init(tx *t); /* t->io: the trie's storage callbacks over t's transaction */
+size_t store_pos_floats(const skv_store *st);
+/* Copies positions [p0, p0+n) of a [blocks][len][head_dim] array into dst (its own
+ * [blocks][dlen][head_dim] layout at position d0). */
+void store_kv_copy(const skv_store *st, const float *src, size_t len, size_t p0, size_t n, float *dst, size_t dlen,
+                   size_t d0);
+int store_blob_put(tx *t, uint64_t id, const float *kv, uint32_t len, uint64_t *bytes);
+int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out); /* malloc'ed array */
+int store_blob_del(tx *t, uint64_t id);
+int store_io_get_node(void *u, uint64_t id, skv_trie_node *out); /* 1 = absent */
+int store_io_put_node(void *u, const skv_trie_node *n);
+
+/* ---- store_policy.c ---- */
+int store_mat_load(tx *t, mat_set *m); /* the materialised set with scores */
+int store_evict_to(tx *t, mat_set *m, uint64_t budget, uint32_t *n_demoted);
+/* Materialises path nodes from ctx (which holds the whole path's KV) as the budget allows. */
+int store_place(tx *t, const skv_trie_path *p, skv_ctx *ctx, uint32_t *n_mat, uint32_t *n_dem);
+
+/* ---- store_session.c: session records ---- */
+void store_ses_encode(const ses_rec *r, uint8_t *p);
+int store_ses_decode(const MDB_val *v, ses_rec *r);
+MDB_val store_name_key(const char *name);
+int store_check_name(skv_store *st, const char *name);
+int store_check_tokens(skv_store *st, const int32_t *tokens, size_t n);
+int store_ses_get(tx *t, const char *name, ses_rec *r); /* 1 = absent */
+uint32_t store_loadable(const skv_trie_path *p, uint32_t upto);
+int store_work_ctx(skv_store *st); /* creates st->work on first use */
+
+#endif

@@ -1,0 +1,309 @@
+/* Session records and the two operations that run the model: put (store a session:
+ * longest stored prefix, compute the rest, insert, place) and get (restore a session:
+ * load the longest materialised prefix, recompute the rest, record the access). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "store/store_int.h"
+
+/* ---- sessions ----------------------------------------------------------- */
+
+
+void store_ses_encode(const ses_rec *r, uint8_t *p)
+{
+    memset(p, 0, SESSION_SIZE);
+    skv_wr32(p, SES_MAGIC);
+    skv_wr32(p + 4, 1);
+    skv_wr64(p + 8, r->end);
+    skv_wr32(p + 16, r->n_tokens);
+    memcpy(p + 24, r->digest, 16);
+    skv_wr64(p + 40, r->put_time);
+    skv_wr64(p + 48, XXH3_64bits(p, 48));
+}
+
+int store_ses_decode(const MDB_val *v, ses_rec *r)
+{
+    const uint8_t *p = v->mv_data;
+    if (v->mv_size != SESSION_SIZE || skv_rd32(p) != SES_MAGIC || skv_rd32(p + 4) != 1 ||
+        XXH3_64bits(p, 48) != skv_rd64(p + 48))
+        return SKV_ERR_FORMAT;
+    r->end = skv_rd64(p + 8);
+    r->n_tokens = skv_rd32(p + 16);
+    memcpy(r->digest, p + 24, 16);
+    r->put_time = skv_rd64(p + 40);
+    return SKV_OK;
+}
+
+/* LMDB takes keys as non-const pointers but never writes through them. */
+MDB_val store_name_key(const char *name)
+{
+    MDB_val k = {strlen(name), NULL};
+    memcpy(&k.mv_data, &name, sizeof name);
+    return k;
+}
+
+int store_check_name(skv_store *st, const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n < 1 || n > 255) return store_err(st, SKV_ERR_INVALID_ARG, "session names are 1..255 bytes");
+    return SKV_OK;
+}
+
+/* 1 = absent. */
+int store_ses_get(tx *t, const char *name, ses_rec *r)
+{
+    MDB_val k = store_name_key(name), v;
+    int rc = mdb_get(t->txn, t->st->sessions, &k, &v);
+    if (rc == MDB_NOTFOUND) return 1;
+    if (rc) return store_lmdb_err(t->st, rc, "read session");
+    if (store_ses_decode(&v, r)) return store_err(t->st, SKV_ERR_FORMAT, "session '%s': record damaged", name);
+    return SKV_OK;
+}
+
+/* Positions a restore of the path's first `upto` positions can load: the contiguous run
+ * of materialised nodes from the root. */
+uint32_t store_loadable(const skv_trie_path *p, uint32_t upto)
+{
+    uint32_t l = 0;
+    for (size_t i = 0; i < p->n && (p->nodes[i].flags & SKV_TRIE_MAT); i++) {
+        uint32_t end = p->nodes[i].depth;
+        l = end < upto ? end : upto;
+        if (end >= upto) break;
+    }
+    return l;
+}
+
+/* Loads positions [0, upto) of the path into ctx from materialised KV. */
+static int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx)
+{
+    int rc = skv_ctx_truncate(ctx, 0);
+    for (size_t i = 0; !rc && i < p->n; i++) {
+        const skv_trie_node *nd = &p->nodes[i];
+        uint32_t p0 = nd->depth - nd->len, use = nd->depth <= upto ? nd->len : upto - p0;
+        float *kv, *part;
+        if (p0 >= upto) break;
+        if ((rc = store_blob_get(t, nd->id, nd->len, &kv))) return rc;
+        part = kv;
+        if (use < nd->len && (part = malloc((size_t)use * store_pos_floats(t->st) * sizeof *part)))
+            store_kv_copy(t->st, kv, nd->len, 0, use, part, use, 0);
+        rc = part ? skv_ctx_kv_write(ctx, (int)p0, (int)use, part) : SKV_ERR_NOMEM;
+        if (part != kv) free(part);
+        free(kv);
+        if (rc) return store_err(t->st, rc, "loading KV: %s", skv_ctx_last_error(ctx));
+    }
+    return rc;
+}
+
+
+/* ---- put ---------------------------------------------------------------- */
+
+int store_work_ctx(skv_store *st)
+{
+    if (st->work) return SKV_OK;
+    skv_ctx_params cp = skv_ctx_default_params();
+    cp.n_threads = st->n_threads;
+    int rc = skv_ctx_create(st->model, &cp, &st->work);
+    return rc ? store_err(st, rc, "cannot create a context for the model") : SKV_OK;
+}
+
+int store_check_tokens(skv_store *st, const int32_t *tokens, size_t n)
+{
+    if (!tokens || n < 1) return store_err(st, SKV_ERR_INVALID_ARG, "a session needs at least one token");
+    if (n > (size_t)st->info.n_ctx_train)
+        return store_err(st, SKV_ERR_RANGE, "session of %zu tokens exceeds the model's context of %d", n,
+                       st->info.n_ctx_train);
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= st->info.n_vocab)
+            return store_err(st, SKV_ERR_INVALID_ARG, "token %zu (%d) is outside the vocabulary", i, (int)tokens[i]);
+    return SKV_OK;
+}
+
+/* Runs the model so ctx holds positions [0, n) and sur[m..n) the new tokens' surprisal. */
+static int compute_new(tx *t, const skv_trie_path *p, const int32_t *tokens, size_t n, float *sur,
+                       skv_store_put_report *r)
+{
+    skv_store *st = t->st;
+    uint32_t m = p->matched, lm = store_loadable(p, m);
+    uint32_t start = m ? (lm < m - 1 ? lm : m - 1) : 0; /* logits predicting token m need m-1 run */
+    int V = st->info.n_vocab, rc;
+    float *logits = malloc((n - start) * (size_t)V * sizeof *logits);
+    if (!logits) return store_err(st, SKV_ERR_NOMEM, "out of memory");
+    /* put's prefill computes every row of logits, so its speed is not a restore's: the
+     * cost model's recompute speed comes from the store's creation and from gets */
+    if ((rc = store_load_prefix(t, p, start, st->work))) goto out;
+    if ((rc = skv_prefill(st->work, tokens + start, n - start, SKV_LOGITS_ALL, logits))) {
+        rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
+        goto out;
+    }
+    for (size_t j = m; j < n; j++) /* position 0 has no prediction; rounding never makes a cost negative */
+        sur[j] = j ? (float)fmax(0.0, skv_token_surprisal(logits + (j - 1 - start) * (size_t)V, V, tokens[j])) : 0.0f;
+    r->n_loaded = start;
+    r->n_computed = (uint32_t)(n - start);
+out:
+    free(logits);
+    return rc;
+}
+
+static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *r)
+{
+    skv_store *st = t->st;
+    skv_trie_path p = {0};
+    ses_rec sr = {0};
+    float *sur = calloc(n, sizeof *sur);
+    int rc;
+    if (!sur) return store_err(st, SKV_ERR_NOMEM, "out of memory");
+    if ((rc = store_ses_get(t, name, &sr)) <= 0) {
+        if (!rc) rc = store_err(st, SKV_ERR_INVALID_ARG, "a session named '%s' exists already", name);
+        goto out;
+    }
+    if ((rc = skv_trie_match(&t->io, tokens, n, &p))) { rc = store_trie_err(st, rc, "lookup"); goto out; }
+    r->n_shared = p.matched;
+    if ((rc = compute_new(t, &p, tokens, n, sur, r))) goto out;
+    skv_trie_path_free(&p);
+    if ((rc = skv_trie_insert(&t->io, tokens, n, sur, ++t->s.clock, &sr.end))) { rc = store_trie_err(st, rc, "insert"); goto out; }
+    if ((rc = skv_ctx_kv_digest(st->work, (int)n, sr.digest))) goto out;
+    sr.n_tokens = (uint32_t)n;
+    sr.put_time = (uint64_t)time(NULL);
+    uint8_t rec[SESSION_SIZE];
+    store_ses_encode(&sr, rec);
+    MDB_val k = store_name_key(name), v = {SESSION_SIZE, rec};
+    if ((rc = mdb_put(t->txn, st->sessions, &k, &v, 0))) { rc = store_lmdb_err(st, rc, "write session"); goto out; }
+    if ((rc = skv_trie_path_to(&t->io, sr.end, &p))) { rc = store_trie_err(st, rc, "path"); goto out; }
+    r->bits = p.bits;
+    rc = store_place(t, &p, st->work, &r->n_materialised, &r->n_demoted);
+out:
+    skv_trie_path_free(&p);
+    free(sur);
+    return rc;
+}
+
+int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
+{
+    skv_store_put_report r = {.n_tokens = (uint32_t)n};
+    tx t;
+    double t0 = skv_now();
+    int rc;
+    if (!st) return SKV_ERR_INVALID_ARG;
+    if ((rc = store_check_name(st, name)) || (rc = store_check_tokens(st, tokens, n))) return rc;
+    if ((rc = store_tx_begin(st, 1, &t))) return rc;
+    if ((rc = store_work_ctx(st)) || (rc = put_tx(&t, name, tokens, n, &r))) {
+        store_tx_abort(&t);
+        return rc;
+    }
+    if ((rc = store_tx_commit(&t))) return rc;
+    r.seconds = skv_now() - t0;
+    if (rep) *rep = r;
+    return SKV_OK;
+}
+
+/* ---- get ---------------------------------------------------------------- */
+
+/* Checks the session's path against its record and the caller's room, and copies its tokens. */
+static int path_tokens(tx *t, const char *name, const skv_trie_path *p, const ses_rec *sr, skv_ctx *ctx,
+                       int32_t *tokens, size_t cap, size_t *n_out)
+{
+    if (p->matched != sr->n_tokens)
+        return store_err(t->st, SKV_ERR_FORMAT, "session '%s': path of %u tokens, record says %u", name, p->matched,
+                         sr->n_tokens);
+    if (n_out) *n_out = p->matched;
+    if (p->matched > cap || p->matched > (uint32_t)skv_ctx_n_ctx(ctx))
+        return store_err(t->st, SKV_ERR_RANGE, "session '%s' has %u tokens: buffer %zu / context %d too small", name,
+                         p->matched, cap, skv_ctx_n_ctx(ctx));
+    for (size_t i = 0, k = 0; i < p->n; i++)
+        for (uint32_t j = 0; j < p->nodes[i].len; j++) tokens[k++] = p->nodes[i].tokens[j];
+    return SKV_OK;
+}
+
+/* Compares ctx's first n positions with the session's stored KV digest. */
+static int verify_digest(skv_store *st, const char *name, skv_ctx *ctx, uint32_t n, const ses_rec *sr)
+{
+    uint8_t d[16];
+    int rc = skv_ctx_kv_digest(ctx, (int)n, d);
+    if (rc) return rc;
+    if (memcmp(d, sr->digest, 16) != 0)
+        return store_err(st, SKV_ERR_MISMATCH, "session '%s': restored KV digest differs from the stored one", name);
+    return SKV_OK;
+}
+
+static int get_tx(tx *t, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_out,
+                  skv_store_get_report *r, ses_rec *sr)
+{
+    skv_store *st = t->st;
+    skv_trie_path p;
+    int rc = store_ses_get(t, name, sr);
+    if (rc == 1) return store_err(st, SKV_ERR_INVALID_ARG, "no session named '%s'", name);
+    if (rc) return rc;
+    if ((rc = skv_trie_path_to(&t->io, sr->end, &p))) return store_trie_err(st, rc, "session path");
+    if ((rc = path_tokens(t, name, &p, sr, ctx, tokens, cap, n_out))) goto out;
+    uint32_t l = store_loadable(&p, p.matched);
+    double t0 = skv_now();
+    if ((rc = store_load_prefix(t, &p, l, ctx))) goto out;
+    double t1 = skv_now();
+    if (p.matched > l && (rc = skv_prefill(ctx, tokens + l, p.matched - l, SKV_LOGITS_NONE, NULL))) {
+        rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(ctx));
+        goto out;
+    }
+    double t2 = skv_now();
+    *r = (skv_store_get_report){.n_tokens = p.matched, .n_loaded = l, .n_computed = p.matched - l,
+                                .load_seconds = t1 - t0, .compute_seconds = t2 - t1};
+    if ((flags & SKV_STORE_VERIFY) && !(rc = verify_digest(st, name, ctx, p.matched, sr))) r->verified = 1;
+out:
+    skv_trie_path_free(&p);
+    return rc;
+}
+
+/* Records the access (hits, clock) and the measured speeds, and lets the placement policy
+ * promote nodes of the session's path now that ctx holds its whole KV (the session's
+ * tokens never change, so the KV fits whatever splits happened meanwhile): a short write
+ * transaction after the read. */
+static int touch(skv_store *st, const char *name, const ses_rec *seen, skv_store_get_report *r, skv_ctx *ctx)
+{
+    tx t;
+    ses_rec now;
+    skv_trie_path p;
+    uint32_t n_dem = 0;
+    int rc = store_tx_begin(st, 1, &t);
+    if (rc) return rc;
+    if (store_ses_get(&t, name, &now) != 0 || now.end != seen->end) { /* removed meanwhile */
+        store_tx_abort(&t);
+        return SKV_OK;
+    }
+    if ((rc = skv_trie_touch(&t.io, now.end, ++t.s.clock)) || (rc = skv_trie_path_to(&t.io, now.end, &p))) {
+        store_tx_abort(&t);
+        return store_trie_err(st, rc, "touch");
+    }
+    if (r->n_loaded >= 16 && r->load_seconds > 0)
+        t.s.load_bps = 0.5 * t.s.load_bps +
+                       0.5 * (double)r->n_loaded * (double)store_pos_floats(st) * 4.0 * t.s.comp_ratio / r->load_seconds;
+    if (r->n_computed >= 16 && r->compute_seconds > 0)
+        t.s.prefill_tps = 0.5 * t.s.prefill_tps + 0.5 * (double)r->n_computed / r->compute_seconds;
+    rc = store_place(&t, &p, ctx, &r->n_materialised, &n_dem);
+    skv_trie_path_free(&p);
+    if (rc) {
+        store_tx_abort(&t);
+        return rc;
+    }
+    return store_tx_commit(&t);
+}
+
+int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap,
+                  size_t *n_tokens, skv_store_get_report *rep)
+{
+    skv_store_get_report r = {0};
+    ses_rec sr;
+    tx t;
+    int rc;
+    if (!st) return SKV_ERR_INVALID_ARG;
+    if (!ctx || !tokens || skv_ctx_model(ctx) != st->model)
+        return store_err(st, SKV_ERR_INVALID_ARG, "skv_store_get needs a context of the store's model and a buffer");
+    if ((rc = store_check_name(st, name)) || (rc = store_tx_begin(st, 0, &t))) return rc;
+    rc = get_tx(&t, name, ctx, flags, tokens, cap, n_tokens, &r, &sr);
+    store_tx_abort(&t);
+    if (!rc && !st->readonly) rc = touch(st, name, &sr, &r, ctx);
+    if (!rc && rep) *rep = r;
+    return rc;
+}
+
