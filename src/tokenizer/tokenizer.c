@@ -17,17 +17,10 @@
 void skv_tokenizer_free(skv_tokenizer *t)
 {
     if (!t) return;
-    free(t->blob);
-    free(t->off);
-    free(t->score);
-    free(t->attr);
-    free(t->slots);
+    void *owned[] = {t->blob, t->off, t->score, t->attr, t->slots, t->merge_res, t->nocut, t->ud, t->trie_ud};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) free(owned[i]);
     tok_map_free(&t->merges);
-    free(t->merge_res);
-    free(t->nocut);
-    free(t->ud);
     tok_map_free(&t->trie);
-    free(t->trie_ud);
     free(t);
 }
 
