@@ -1,4 +1,4 @@
-/* Fuzz target for src/tokenizer/tokenizer.c (and the pre-tokenizers in src/tokenizer/unicode.c).
+/* Fuzz target for the tokenizer in src/tokenizer/ (and the pre-tokenizers in src/tokenizer/unicode.c).
  *
  * The first byte picks a mode:
  *   0  SPM encode of the rest with a built-in vocabulary (byte tokens, pieces
@@ -27,6 +27,22 @@
 
 static skv_tokenizer *g_spm, *g_bpe[5];
 
+/* One token of a built-in vocabulary: text, score (when scores is given), type. */
+static void add(skv_strref *toks, float *scores, int32_t *types, size_t *n, const char *text, size_t len, int32_t type)
+{
+    toks[*n] = (skv_strref){text, len};
+    if (scores) scores[*n] = 0;
+    types[(*n)++] = type;
+}
+
+/* Creates the built-in tokenizer that d describes (it must succeed). */
+static skv_tokenizer *create(const skv_tokenizer_desc *d)
+{
+    skv_tokenizer *t = NULL;
+    CHECK(skv_tokenizer_create(d, &t, NULL, 0) == SKV_OK);
+    return t;
+}
+
 static skv_tokenizer *make_spm(void)
 {
     static const char *const pieces[] = {
@@ -38,47 +54,26 @@ static skv_tokenizer *make_spm(void)
     skv_strref toks[N];
     float scores[N];
     int32_t types[N];
-    skv_tokenizer_desc d;
-    skv_tokenizer *t = NULL;
     size_t n = 0;
-    const char *sp[3] = {"<unk>", "<s>", "</s>"};
-    for (int i = 0; i < 3; i++, n++) {
-        toks[n].ptr = sp[i];
-        toks[n].len = strlen(sp[i]);
-        scores[n] = 0;
-        types[n] = i ? SKV_TOKEN_TYPE_CONTROL : SKV_TOKEN_TYPE_UNKNOWN;
-    }
-    for (int b = 0; b < 256; b++, n++) {
+    add(toks, scores, types, &n, "<unk>", 5, SKV_TOKEN_TYPE_UNKNOWN);
+    add(toks, scores, types, &n, "<s>", 3, SKV_TOKEN_TYPE_CONTROL);
+    add(toks, scores, types, &n, "</s>", 4, SKV_TOKEN_TYPE_CONTROL);
+    for (int b = 0; b < 256; b++) {
         memcpy(bytes[b], "<0x", 3);
         bytes[b][3] = "0123456789ABCDEF"[b >> 4];
         bytes[b][4] = "0123456789ABCDEF"[b & 15];
         bytes[b][5] = '>';
-        toks[n].ptr = bytes[b];
-        toks[n].len = 6;
-        scores[n] = 0;
-        types[n] = SKV_TOKEN_TYPE_BYTE;
+        add(toks, scores, types, &n, bytes[b], 6, SKV_TOKEN_TYPE_BYTE);
     }
-    for (size_t i = 0; i < NP; i++, n++) {
-        toks[n].ptr = pieces[i];
-        toks[n].len = strlen(pieces[i]);
+    for (size_t i = 0; i < NP; i++) {
         scores[n] = -(float)(i % 7);
-        types[n] = SKV_TOKEN_TYPE_NORMAL;
+        add(toks, NULL, types, &n, pieces[i], strlen(pieces[i]), SKV_TOKEN_TYPE_NORMAL);
     }
-    toks[n].ptr = "<u>";
-    toks[n].len = 3;
-    scores[n] = 0;
-    types[n++] = SKV_TOKEN_TYPE_USER_DEFINED;
-    memset(&d, 0, sizeof d);
-    d.kind = SKV_TOKENIZER_SPM;
-    d.n_vocab = n;
-    d.tokens = toks;
-    d.scores = scores;
-    d.types = types;
-    d.bos_id = d.eos_id = d.unk_id = SKV_TOKEN_DEFAULT;
-    d.pad_id = SKV_TOKEN_NONE;
-    d.add_bos = d.add_eos = d.add_space_prefix = -1;
-    CHECK(skv_tokenizer_create(&d, &t, NULL, 0) == SKV_OK);
-    return t;
+    add(toks, scores, types, &n, "<u>", 3, SKV_TOKEN_TYPE_USER_DEFINED);
+    return create(&(skv_tokenizer_desc){
+        .kind = SKV_TOKENIZER_SPM, .n_vocab = n, .tokens = toks, .scores = scores, .types = types,
+        .bos_id = SKV_TOKEN_DEFAULT, .eos_id = SKV_TOKEN_DEFAULT, .unk_id = SKV_TOKEN_DEFAULT,
+        .pad_id = SKV_TOKEN_NONE, .add_bos = -1, .add_eos = -1, .add_space_prefix = -1});
 }
 
 static skv_tokenizer *make_bpe(const char *pre)
@@ -91,44 +86,24 @@ static skv_tokenizer *make_bpe(const char *pre)
     static char joined[NM][16];
     skv_strref toks[N], mref[NM];
     int32_t types[N];
-    skv_tokenizer_desc d;
-    skv_tokenizer *t = NULL;
     size_t n = 0;
-    for (int b = 0; b < 256; b++, n++) {
+    for (int b = 0; b < 256; b++) {
         size_t l = skv_utf8_encode(skv_unicode_byte_to_cp((uint8_t)b), (uint8_t *)chars[b]);
-        toks[n].ptr = chars[b];
-        toks[n].len = l;
-        types[n] = SKV_TOKEN_TYPE_NORMAL;
+        add(toks, NULL, types, &n, chars[b], l, SKV_TOKEN_TYPE_NORMAL);
     }
-    for (size_t i = 0; i < NM; i++, n++) {
+    for (size_t i = 0; i < NM; i++) {
         size_t l = strlen(merges[i]), k = 0;
         for (size_t j = 0; j < l; j++)
             if (merges[i][j] != ' ') joined[i][k++] = merges[i][j];
-        toks[n].ptr = joined[i];
-        toks[n].len = k;
-        types[n] = SKV_TOKEN_TYPE_NORMAL;
-        mref[i].ptr = merges[i];
-        mref[i].len = l;
+        add(toks, NULL, types, &n, joined[i], k, SKV_TOKEN_TYPE_NORMAL);
+        mref[i] = (skv_strref){merges[i], l};
     }
-    toks[n].ptr = "<|endoftext|>";
-    toks[n].len = 13;
-    types[n++] = SKV_TOKEN_TYPE_CONTROL;
-    toks[n].ptr = "<u>";
-    toks[n].len = 3;
-    types[n++] = SKV_TOKEN_TYPE_USER_DEFINED;
-    memset(&d, 0, sizeof d);
-    d.kind = SKV_TOKENIZER_GPT2;
-    d.pre = pre;
-    d.n_vocab = n;
-    d.tokens = toks;
-    d.types = types;
-    d.n_merges = NM;
-    d.merges = mref;
-    d.bos_id = d.eos_id = (int32_t)n - 2;
-    d.unk_id = d.pad_id = SKV_TOKEN_NONE;
-    d.add_bos = d.add_eos = d.add_space_prefix = -1;
-    CHECK(skv_tokenizer_create(&d, &t, NULL, 0) == SKV_OK);
-    return t;
+    add(toks, NULL, types, &n, "<|endoftext|>", 13, SKV_TOKEN_TYPE_CONTROL);
+    add(toks, NULL, types, &n, "<u>", 3, SKV_TOKEN_TYPE_USER_DEFINED);
+    return create(&(skv_tokenizer_desc){
+        .kind = SKV_TOKENIZER_GPT2, .pre = pre, .n_vocab = n, .tokens = toks, .types = types,
+        .n_merges = NM, .merges = mref, .bos_id = (int32_t)n - 2, .eos_id = (int32_t)n - 2,
+        .unk_id = SKV_TOKEN_NONE, .pad_id = SKV_TOKEN_NONE, .add_bos = -1, .add_eos = -1, .add_space_prefix = -1});
 }
 
 static int32_t *encode(const skv_tokenizer *t, const uint8_t *s, size_t n, unsigned flags, size_t *n_ids)
@@ -241,6 +216,7 @@ static void fuzz_create(const uint8_t *s, size_t n)
     int in_merges = 0;
     skv_tokenizer_desc d;
     skv_tokenizer *t = NULL;
+    int32_t special;
     char err[128];
     for (; i <= n && nm < 64 && nt < 64; i++) {
         if (i < n && s[i] != '\n' && s[i] != 0) continue;
@@ -249,15 +225,12 @@ static void fuzz_create(const uint8_t *s, size_t n)
         if (i < n && s[i] == 0) in_merges = 1;
         start = i + 1;
     }
-    memset(&d, 0, sizeof d);
-    d.kind = n && (s[0] & 1) ? SKV_TOKENIZER_GPT2 : SKV_TOKENIZER_SPM;
-    d.pre = n > 1 && (s[1] & 1) ? "qwen2" : NULL;
-    d.n_vocab = nt;
-    d.tokens = toks;
-    d.n_merges = nm;
-    d.merges = merges;
-    d.bos_id = d.eos_id = d.unk_id = d.pad_id = n > 2 ? (int32_t)(s[2] % 8) - 2 : -1;
-    d.add_bos = d.add_eos = d.add_space_prefix = -1;
+    special = n > 2 ? (int32_t)(s[2] % 8) - 2 : -1;
+    d = (skv_tokenizer_desc){.kind = n && (s[0] & 1) ? SKV_TOKENIZER_GPT2 : SKV_TOKENIZER_SPM,
+                             .pre = n > 1 && (s[1] & 1) ? "qwen2" : NULL,
+                             .n_vocab = nt, .tokens = toks, .n_merges = nm, .merges = merges,
+                             .bos_id = special, .eos_id = special, .unk_id = special, .pad_id = special,
+                             .add_bos = -1, .add_eos = -1, .add_space_prefix = -1};
     if (skv_tokenizer_create(&d, &t, err, sizeof err) != SKV_OK) {
         CHECK(t == NULL);
         return;

@@ -266,6 +266,41 @@ static skv_tokenizer *load_tok512(void)
     return t;
 }
 
+/* A description with flags "absent" (-1) and no pad token; the caller's
+ * arrays are used, not copied. */
+static skv_tokenizer_desc vocab_desc(int kind, size_t n, const skv_strref *toks, const float *scores,
+                                     const int32_t *types, int32_t bos, int32_t eos, int32_t unk)
+{
+    skv_tokenizer_desc d = {.kind = kind, .n_vocab = n, .tokens = toks, .scores = scores, .types = types,
+                            .bos_id = bos, .eos_id = eos, .unk_id = unk, .pad_id = -1,
+                            .add_bos = -1, .add_eos = -1, .add_space_prefix = -1};
+    return d;
+}
+
+/* A GPT2 description over merges, without special tokens. */
+static skv_tokenizer_desc merges_desc(size_t n, const skv_strref *toks, size_t n_merges, const skv_strref *merges)
+{
+    skv_tokenizer_desc d = vocab_desc(SKV_TOKENIZER_GPT2, n, toks, NULL, NULL, -1, -1, -1);
+    d.n_merges = n_merges;
+    d.merges = merges;
+    return d;
+}
+
+/* Appends one token to parallel arrays being filled. */
+typedef struct {
+    skv_strref *toks;
+    float *scores;
+    int32_t *types;
+    size_t n;
+} vocab_w;
+
+static void vw_add(vocab_w *w, const char *text, size_t len, float score, int32_t type)
+{
+    w->toks[w->n] = (skv_strref){text, len};
+    w->scores[w->n] = score;
+    w->types[w->n++] = type;
+}
+
 /* A small SPM vocabulary built here: specials, all 256 byte tokens, a few
  * pieces (also with spaces inside tokens, to exercise the segmentation). */
 static skv_tokenizer *builtin_spm(int with_bytes, int unk)
@@ -284,41 +319,20 @@ static skv_tokenizer *builtin_spm(int with_bytes, int unk)
     float scores[3 + 256 + NP];
     int32_t types[3 + 256 + NP];
     char bytes[256][8];
+    vocab_w w = {toks, scores, types, 0};
     skv_tokenizer_desc d;
     skv_tokenizer *t = NULL;
-    size_t n = 0;
     char err[256];
-    const char *sp[3] = {"<unk>", "<s>", "</s>"};
-    for (int i = 0; i < 3; i++) {
-        toks[n].ptr = sp[i];
-        toks[n].len = strlen(sp[i]);
-        scores[n] = 0;
-        types[n++] = i == 0 ? SKV_TOKEN_TYPE_UNKNOWN : SKV_TOKEN_TYPE_CONTROL;
-    }
+    vw_add(&w, "<unk>", 5, 0, SKV_TOKEN_TYPE_UNKNOWN);
+    vw_add(&w, "<s>", 3, 0, SKV_TOKEN_TYPE_CONTROL);
+    vw_add(&w, "</s>", 4, 0, SKV_TOKEN_TYPE_CONTROL);
     for (int b = 0; with_bytes && b < 256; b++) {
         snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
-        toks[n].ptr = bytes[b];
-        toks[n].len = 6;
-        scores[n] = 0;
-        types[n++] = SKV_TOKEN_TYPE_BYTE;
+        vw_add(&w, bytes[b], 6, 0, SKV_TOKEN_TYPE_BYTE);
     }
-    for (size_t i = 0; i < NP; i++) {
-        toks[n].ptr = pieces[i].text;
-        toks[n].len = strlen(pieces[i].text);
-        scores[n] = pieces[i].score;
-        types[n++] = SKV_TOKEN_TYPE_NORMAL;
-    }
-    memset(&d, 0, sizeof d);
-    d.kind = SKV_TOKENIZER_SPM;
-    d.n_vocab = n;
-    d.tokens = toks;
-    d.scores = scores;
-    d.types = types;
-    d.bos_id = 1;
-    d.eos_id = 2;
-    d.unk_id = unk ? 0 : -1;
-    d.pad_id = -1;
-    d.add_bos = d.add_eos = d.add_space_prefix = -1;
+    for (size_t i = 0; i < NP; i++)
+        vw_add(&w, pieces[i].text, strlen(pieces[i].text), pieces[i].score, SKV_TOKEN_TYPE_NORMAL);
+    d = vocab_desc(SKV_TOKENIZER_SPM, w.n, toks, scores, types, 1, 2, unk ? 0 : -1);
     if (skv_tokenizer_create(&d, &t, err, sizeof err) != SKV_OK) {
         fprintf(stderr, "builtin_spm: %s\n", err);
         return NULL;
@@ -748,17 +762,9 @@ static void test_create_rejects(void)
     skv_strref merges[2] = {{"a b", 3}, {"a zz", 4}};
     skv_strref dup[2] = {{"a", 1}, {"a", 1}};
     skv_strref bad_merge[1] = {{"ab", 2}};
-    skv_tokenizer_desc d;
+    skv_tokenizer_desc d = merges_desc(4, toks, 1, merges);
     char err[256];
-    memset(&d, 0, sizeof d);
-    d.kind = SKV_TOKENIZER_GPT2;
-    d.n_vocab = 4;
-    d.tokens = toks;
-    d.n_merges = 1;
-    d.merges = merges;
     d.bos_id = d.eos_id = 3;
-    d.unk_id = d.pad_id = -1;
-    d.add_bos = d.add_eos = d.add_space_prefix = -1;
     CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_OK);
 
     d.n_vocab = 0;
@@ -946,16 +952,8 @@ static void test_ties_go_left(void)
     {
         skv_strref toks[2] = {{"a", 1}, {"aa", 2}};
         skv_strref merges[1] = {{"a a", 3}};
-        skv_tokenizer_desc d;
+        skv_tokenizer_desc d = merges_desc(2, toks, 1, merges);
         char err[256];
-        memset(&d, 0, sizeof d);
-        d.kind = SKV_TOKENIZER_GPT2;
-        d.n_vocab = 2;
-        d.tokens = toks;
-        d.n_merges = 1;
-        d.merges = merges;
-        d.bos_id = d.eos_id = d.unk_id = d.pad_id = -1;
-        d.add_bos = d.add_eos = d.add_space_prefix = -1;
         CHECK_EQ_INT(skv_tokenizer_create(&d, &t, err, sizeof err), SKV_OK);
         CHECK_EQ_INT(skv_tokenizer_encode(t, "aaa", 3, 0, out, 16, &n), SKV_OK);
         CHECK(n == 2 && out[0] == 1 && out[1] == 0);
@@ -1009,22 +1007,11 @@ static void test_user_defined_and_fixups(void)
                           {"<|im_end|>", 10}, {"\xe2\x96\x81", 3}, {"x", 1}, {"\xe2\x96\x81x", 4}};
     int32_t types[8] = {2, 3, 3, 4, 4, 1, 1, 1};
     float scores[8] = {0, 0, 0, 0, 0, -1, -1, -0.5f};
-    skv_tokenizer_desc d;
+    skv_tokenizer_desc d = vocab_desc(SKV_TOKENIZER_SPM, 8, toks, scores, types, 1, 2, 0);
     skv_tokenizer *t;
     int32_t out[32];
     size_t n;
     char err[256];
-    memset(&d, 0, sizeof d);
-    d.kind = SKV_TOKENIZER_SPM;
-    d.n_vocab = 8;
-    d.tokens = toks;
-    d.types = types;
-    d.scores = scores;
-    d.bos_id = 1;
-    d.eos_id = 2;
-    d.unk_id = 0;
-    d.pad_id = -1;
-    d.add_bos = d.add_eos = d.add_space_prefix = -1;
     CHECK_EQ_INT(skv_tokenizer_create(&d, &t, err, sizeof err), SKV_OK);
     CHECK_EQ_INT(skv_tokenizer_token_type(t, 3), SKV_TOKEN_TYPE_USER_DEFINED);
     CHECK_EQ_INT(skv_tokenizer_token_type(t, 4), SKV_TOKEN_TYPE_CONTROL); /* llama.cpp's EOG list */
@@ -1058,17 +1045,9 @@ static void test_fallbacks(void)
         /* vocabulary: 'a', 'b', 'c' (byte-level = themselves); merge "a b" -> "ab" missing */
         skv_strref toks[3] = {{"a", 1}, {"b", 1}, {"c", 1}};
         skv_strref merges[1] = {{"a b", 3}};
-        skv_tokenizer_desc d;
+        skv_tokenizer_desc d = merges_desc(3, toks, 1, merges);
         char err[256];
-        memset(&d, 0, sizeof d);
-        d.kind = SKV_TOKENIZER_GPT2;
         d.pre = "gpt2";
-        d.n_vocab = 3;
-        d.tokens = toks;
-        d.n_merges = 1;
-        d.merges = merges;
-        d.bos_id = d.eos_id = d.unk_id = d.pad_id = -1;
-        d.add_bos = d.add_eos = d.add_space_prefix = -1;
         CHECK_EQ_INT(skv_tokenizer_create(&d, &t, err, sizeof err), SKV_OK);
         CHECK_EQ_INT(skv_tokenizer_encode(t, "abc", 3, 1, out, 32, &n), SKV_OK);
         CHECK(n == 3 && out[0] == 0 && out[1] == 1 && out[2] == 2);

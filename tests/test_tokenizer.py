@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent reference for src/tokenizer/tokenizer.c (llama.cpp-compatible tokenizers).
+"""Independent reference for src/tokenizer/ (llama.cpp-compatible tokenizers).
 
 Written from llama.cpp's documented behaviour, sharing no code with the C
 module: SentencePiece-style merging over characters, byte-level BPE with the
@@ -201,25 +201,38 @@ def spm_byte_token(v, byte):
     return v.tok2id.get(bytes([byte]), v.unk if v.unk >= 0 else None)
 
 
-def spm_merge(v, text):
-    syms = spm_chars(text)
+def merge_pairs(syms, priority):
+    """Merges the adjacent pair of lowest priority(a, b) (None: no merge;
+    ties: leftmost) until none is left; returns the symbols."""
     while True:
         best = None
         for i in range(len(syms) - 1):
-            tid = v.tok2id.get(syms[i] + syms[i + 1])
-            if tid is not None and (best is None or v.scores[tid] > best[0]):
-                best = (v.scores[tid], i)
+            p = priority(syms[i], syms[i + 1])
+            if p is not None and (best is None or p < best[0]):
+                best = (p, i)
         if best is None:
-            break
+            return syms
         i = best[1]
         syms[i:i + 2] = [syms[i] + syms[i + 1]]
+
+
+def symbol_ids(v, syms, fallback):
+    """Ids of the merged symbols; fallback(s) gives those of a non-token."""
     out = []
     for s in syms:
         if s in v.tok2id:
             out.append(v.tok2id[s])
         else:
-            out.extend(t for t in (spm_byte_token(v, c) for c in s) if t is not None)
+            out.extend(fallback(s))
     return out
+
+
+def spm_merge(v, text):
+    def priority(a, b):
+        tid = v.tok2id.get(a + b)
+        return None if tid is None else -v.scores[tid]
+    syms = merge_pairs(spm_chars(text), priority)
+    return symbol_ids(v, syms, lambda s: [t for t in (spm_byte_token(v, c) for c in s) if t is not None])
 
 
 def spm_encode(v, text, add_special):
@@ -314,24 +327,8 @@ def bpe_word(v, w):
     enc = b''.join(BYTE_LEVEL[c] for c in w)
     if v.ignore_merges and enc in v.tok2id:
         return [v.tok2id[enc]]
-    syms = [BYTE_LEVEL[c] for c in w]
-    while True:
-        best = None
-        for i in range(len(syms) - 1):
-            r = v.ranks.get((syms[i], syms[i + 1]))
-            if r is not None and (best is None or r < best[0]):
-                best = (r, i)
-        if best is None:
-            break
-        i = best[1]
-        syms[i:i + 2] = [syms[i] + syms[i + 1]]
-    out = []
-    for s in syms:
-        if s in v.tok2id:
-            out.append(v.tok2id[s])
-        else:
-            out.extend(v.tok2id[bytes([c])] for c in s if bytes([c]) in v.tok2id)
-    return out
+    syms = merge_pairs([BYTE_LEVEL[c] for c in w], lambda a, b: v.ranks.get((a, b)))
+    return symbol_ids(v, syms, lambda s: [v.tok2id[bytes([c])] for c in s if bytes([c]) in v.tok2id])
 
 
 def gpt2_encode(v, text, add_special):
@@ -600,13 +597,29 @@ def random_text(rnd):
     return s
 
 
+def c_binary():
+    """The C test binary and why it cannot be used ('' when it can)."""
+    exe = os.path.join(os.environ.get('SEQKV_BUILD', os.path.join(ROOT, 'build')), 'tests', 'test_tokenizer')
+    if regex is None:
+        return exe, 'python3-regex not installed'
+    if not os.path.exists(exe):
+        return exe, 'C test binary %s not built' % exe
+    return exe, ''
+
+
+def write_inputs(tmp, texts):
+    """The inputs file for --dump / --split: one hex line per text."""
+    inp = os.path.join(tmp, 'in.txt')
+    with open(inp, 'w') as f:
+        f.write(''.join((t.hex() or '-') + '\n' for t in texts))
+    return inp
+
+
 def check_differential():
     name = 'differential_vs_c'
-    if regex is None:
-        return report('SKIP', name, 'python3-regex not installed')
-    exe = os.path.join(os.environ.get('SEQKV_BUILD', os.path.join(ROOT, 'build')), 'tests', 'test_tokenizer')
-    if not os.path.exists(exe):
-        return report('SKIP', name, 'C test binary %s not built' % exe)
+    exe, why = c_binary()
+    if why:
+        return report('SKIP', name, why)
     cp_ok = [c for c in ALPHABET if all(unicodedata.category(x) != 'Cn' for x in c)]
     assert cp_ok == ALPHABET
     rnd = random.Random(20240611)
@@ -623,9 +636,7 @@ def check_differential():
             ud.scores.append(0.0)
         vocabs.append(('spm+user', ud.finish()))
     with tempfile.TemporaryDirectory() as tmp:
-        inp = os.path.join(tmp, 'in.txt')
-        with open(inp, 'w') as f:
-            f.write(''.join((t.hex() or '-') + '\n' for t in texts))
+        inp = write_inputs(tmp, texts)
         for label, v in vocabs:
             desc = os.path.join(tmp, 'v.tokdesc')
             v.write(desc)
@@ -644,17 +655,13 @@ def check_differential():
 
 def check_splits():
     name = 'pretokenizer_splits_vs_regex'
-    if regex is None:
-        return report('SKIP', name, 'python3-regex not installed')
-    exe = os.path.join(os.environ.get('SEQKV_BUILD', os.path.join(ROOT, 'build')), 'tests', 'test_tokenizer')
-    if not os.path.exists(exe):
-        return report('SKIP', name, 'C test binary %s not built' % exe)
+    exe, why = c_binary()
+    if why:
+        return report('SKIP', name, why)
     rnd = random.Random(7)
     texts = [random_text(rnd) for _ in range(2000)] + CASES
     with tempfile.TemporaryDirectory() as tmp:
-        inp = os.path.join(tmp, 'in.txt')
-        with open(inp, 'w') as f:
-            f.write(''.join((t.hex() or '-') + '\n' for t in texts))
+        inp = write_inputs(tmp, texts)
         for pre in PRE_STAGES:
             r = subprocess.run([exe, '--split', pre, inp], capture_output=True, text=True)
             if r.returncode != 0:

@@ -170,13 +170,24 @@ static size_t ws_run(const split_state *s, size_t pos, size_t *after_nl)
     return n;
 }
 
+/* The whitespace alternatives that end every pattern, at pos:
+ * \s*[\r\n]+ (only when newlines is set), then \s+(?!\S), then \s+. */
+static size_t ws_match(const split_state *s, size_t pos, int newlines)
+{
+    size_t after_nl, nws = ws_run(s, pos, &after_nl);
+    if (newlines && after_nl > 0) return after_nl;           /* \s*[\r\n]+ */
+    if (nws > 1 && pos + nws < s->end) return pos + nws - 1; /* \s+(?!\S) */
+    if (nws > 0) return pos + nws;                           /* \s+ */
+    return pos + 1;                                          /* unreachable */
+}
+
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  * One match starting at pos; returns its end. */
 static size_t gpt2_match(const split_state *s, size_t pos)
 {
     uint32_t c = s->cp[pos];
     uint8_t f2 = c == ' ' ? cls_at(s, pos + 1) : s->cls[pos];
-    size_t p = pos + (c == ' '), m, nws, after_nl;
+    size_t p = pos + (c == ' '), m;
 
     if ((m = match_contraction(s, pos, 0)) != 0) return pos + m;
     if (c_is_l(f2)) {
@@ -191,10 +202,22 @@ static size_t gpt2_match(const split_state *s, size_t pos)
         while (c_is_other(cls_at(s, p))) p++;
         return p;
     }
-    nws = ws_run(s, pos, &after_nl);
-    if (nws > 1 && pos + nws < s->end) return pos + nws - 1; /* \s+(?!\S) */
-    if (nws > 0) return pos + nws;                             /* \s+ */
-    return pos + 1;                                           /* unreachable */
+    return ws_match(s, pos, 0);
+}
+
+/* \p{N}{1,digits} repeated over a run of digits at pos: every full group
+ * but the last is emitted here; returns the end of the last. */
+static size_t digit_groups(split_state *s, size_t pos, int digits)
+{
+    size_t start = pos, p = pos;
+    while (c_is_n(cls_at(s, p))) {
+        p++;
+        if (p - start >= (size_t)digits) {
+            emit(s, p);
+            start = p;
+        }
+    }
+    return p;
 }
 
 /* Llama-3 (digits = 3) and Qwen2 (digits = 1):
@@ -207,7 +230,7 @@ static size_t llama3_match(split_state *s, size_t pos, int digits)
     uint32_t c = s->cp[pos];
     uint8_t f = s->cls[pos];
     uint8_t f2 = c == ' ' ? cls_at(s, pos + 1) : f;
-    size_t p, m, nws, after_nl;
+    size_t p, m;
 
     if ((m = match_contraction(s, pos, 1)) != 0) return pos + m;
     if (!(c == '\r' || c == '\n' || c_is_n(f)) && (c_is_l(f) || c_is_l(cls_at(s, pos + 1)))) {
@@ -215,18 +238,7 @@ static size_t llama3_match(split_state *s, size_t pos, int digits)
         while (c_is_l(cls_at(s, p))) p++;
         return p;
     }
-    if (c_is_n(f)) {
-        size_t start = pos;
-        p = pos;
-        while (c_is_n(cls_at(s, p))) {
-            p++;
-            if (p - start >= (size_t)digits) {
-                emit(s, p);
-                start = p;
-            }
-        }
-        return p;
-    }
+    if (c_is_n(f)) return digit_groups(s, pos, digits);
     if (!c_is_ws(f2) && !c_is_l(f2) && !c_is_n(f2)) {
         /* f2 may be 0 (a space ending the chunk): then only the space matches,
          * which is also what \s+ would give. */
@@ -235,11 +247,7 @@ static size_t llama3_match(split_state *s, size_t pos, int digits)
         while (cp_at(s, p) == '\r' || cp_at(s, p) == '\n') p++;
         return p;
     }
-    nws = ws_run(s, pos, &after_nl);
-    if (after_nl > 0) return after_nl;                         /* \s*[\r\n]+ */
-    if (nws > 1 && pos + nws < s->end) return pos + nws - 1;  /* \s+(?!\S) */
-    if (nws > 0) return pos + nws;                             /* \s+ */
-    return pos + 1;                                           /* unreachable */
+    return ws_match(s, pos, 1);
 }
 
 typedef enum { STAGE_GPT2, STAGE_LLAMA3, STAGE_QWEN2 } word_stage;
