@@ -236,12 +236,19 @@ def quick_keeps_committed_report(tmp):
     check(m.group(1) in se, "stderr does not say where the report goes")
 
 
+def small_model():
+    """stories260K when the shared data is there (5x faster through the store workload), else the bundled model."""
+    shared = os.environ.get("SEQKV_SHARED") or os.path.join(ROOT, "..", "shared")
+    p = os.path.join(shared, "models", "stories260K", "stories260K.gguf")
+    return p if os.path.isfile(p) else os.path.join(ROOT, "models", "kjv-4m.gguf")
+
+
 def every_row(tmp):
     """A short non-quick run (one model, 32 tokens): the quantized-KV .skv rows and the real store's
     rows, both measured through the library."""
     need_binary()
     text = os.path.join(ROOT, "tests", "data", "model_ref", "heldout.txt")
-    model = os.path.join(ROOT, "models", "kjv-4m.gguf")
+    model = small_model()
     out = os.path.join(tmp, "full")
     rc, so, se = run("bench", "-m", model, "-f", text, "--tokens", "32", "--windows", "1", "--no-plots", "--out", out,
                      timeout=600)
