@@ -2,22 +2,27 @@
 """seqkv bench --quick end to end, through the built CLI ($SEQKV_BUILD/seqkv).
 
 Prints `PASS test_bench_cli:<case>` / `FAIL ...: <why>` / `SKIP ...: <why>` lines like the C
-harness (counted by tests/run.sh). Runs `seqkv bench --quick` once (the bundled model and the
-held-out KJV text, both always present; ~2 s, ~20 s under the sanitizers) and checks that the
+harness (counted by tests/run.sh). Runs `seqkv bench --quick` once for the report cases (the
+bundled model and the held-out KJV text, both always present; ~2 s, ~20 s under the
+sanitizers) and checks that the
 report, the CSVs and (with gnuplot) the plots exist and that the numbers are consistent:
 f16 bits/position = 16 x the model's scalars per position, model-coded < raw tokens < f16,
 every sequential restore verified bit-exact, the ratio columns equal the bits columns' ratios,
 the model-coded file is not smaller than its own cross-entropy floor, the computed store
-workload dedups. Also option errors (exit 2) and a missing text file (exit 1).
+workload dedups. Also option errors (exit 2) and a missing text file (exit 1); that `--quick`
+without `--out` writes a fresh temporary directory and leaves the committed bench/results/report/
+as it was; and one short run with every row (the quantized-KV .skv files and the real store,
+measured through the library).
 """
 import csv
+import hashlib
 import os
 import re
 import shutil
 import sys
 import tempfile
 
-from clitest import SEQKV, Reporter, Skip, check, run
+from clitest import ROOT, SEQKV, Reporter, Skip, check, run
 
 NAME = "test_bench_cli"
 REPORTER = Reporter(NAME)
@@ -191,8 +196,86 @@ def info_sizes_exact(tmp):
         check(int(got[k]) == v, "%s: info says %s bits, geometry gives %d" % (k, got[k], v))
 
 
+def tree_digest(path):
+    """SHA-256 over the names and bytes of every file below path; None if path is absent."""
+    if not os.path.isdir(path):
+        return None
+    h = hashlib.sha256()
+    for top, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            p = os.path.join(top, name)
+            h.update(os.path.relpath(p, path).encode() + b"\0")
+            with open(p, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def quick_keeps_committed_report(tmp):
+    """`seqkv bench --quick` with no --out: a fresh directory under $TMPDIR, named in its summary,
+    and bench/results/report/ (the committed report, PNGs included) left byte for byte as it was."""
+    need_binary()
+    committed = os.path.join(ROOT, "bench", "results", "report")
+    before = tree_digest(committed)
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = tmp
+    try:
+        rc, so, se = run("bench", "--quick", timeout=300)
+    finally:
+        if old is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = old
+    check(tree_digest(committed) == before, "bench --quick without --out changed bench/results/report/")
+    check(rc == 0, "bench --quick: exit %d: %s" % (rc, se.strip()[-400:]))
+    m = re.search(r"report: (\S+)/report\.md", so)
+    check(m, "bench --quick printed no report path: %r" % so)
+    out = os.path.realpath(m.group(1))
+    check(out.startswith(os.path.realpath(tmp) + os.sep), "--quick wrote to %s, not a fresh directory in $TMPDIR" % out)
+    check(os.path.isfile(os.path.join(out, "report.md")), "no report.md in %s" % out)
+    check(m.group(1) in se, "stderr does not say where the report goes")
+
+
+def small_model():
+    """stories260K when the shared data is there (5x faster through the store workload), else the bundled model."""
+    shared = os.environ.get("SEQKV_SHARED") or os.path.join(ROOT, "..", "shared")
+    p = os.path.join(shared, "models", "stories260K", "stories260K.gguf")
+    return p if os.path.isfile(p) else os.path.join(ROOT, "models", "kjv-4m.gguf")
+
+
+def every_row(tmp):
+    """A short non-quick run (one model, 32 tokens): the quantized-KV .skv rows and the real store's
+    rows, both measured through the library."""
+    need_binary()
+    text = os.path.join(ROOT, "tests", "data", "model_ref", "heldout.txt")
+    model = small_model()
+    out = os.path.join(tmp, "full")
+    rc, so, se = run("bench", "-m", model, "-f", text, "--tokens", "32", "--windows", "1", "--no-plots", "--out", out,
+                     timeout=600)
+    check(rc == 0, "bench: exit %d: %s" % (rc, se.strip()[-400:]))
+    by = {r["representation"]: r for r in rows_of(os.path.join(out, "representations.csv"))}
+    kv = [k for k, r in by.items() if r["family"] == "stored KV"]
+    check(len(kv) == 7, "want 7 quantized-KV .skv rows, got %s" % kv)
+    exact = by[".skv codec kvq kv=f32"]
+    check(exact["lossless"] == "yes" and exact["verified_bit_exact"] == "yes", "kvq kv=f32 must restore the exact KV")
+    check(float(exact["bits_per_position"]) > float(by["f32"]["bits_per_position"]), "kv=f32 file smaller than its KV")
+    for k in kv:
+        check(float(by[k]["restore_tokens_per_s"]) > 0, "%s: no restore speed" % k)
+        if k != ".skv codec kvq kv=f32":
+            check(by[k]["lossless"] == "no" and by[k]["kl_nats_per_token"] != "", "%s: lossy row without quality" % k)
+    st = {r["representation"]: r for r in rows_of(os.path.join(out, "store_workload.csv"))}
+    zero, full = st.get("seqkv store, budget 0 (bytes on disk)"), st.get("seqkv store, default budget (bytes on disk)")
+    check(zero and full, "no real store rows: %s" % sorted(st))
+    f16 = st["f16 KV per session"]
+    check(abs(int(zero["session_positions"]) - int(f16["session_positions"])) <= 2 * int(f16["sessions"]),
+          "the store holds %s session tokens, the workload %s" % (zero["session_positions"], f16["session_positions"]))
+    check(0 < float(zero["total_bytes"]) < float(full["total_bytes"]), "budget 0 store not smaller than the default one")
+    check(float(zero["total_bytes"]) < float(st["exact prefix sharing, TQ-3.5 KV"]["total_bytes"]),
+          "a tokens-only store is larger than the shared TQ-3.5 KV")
+
+
 CASES = [outputs_exist, representation_invariants, corollary5_and_floor, store_and_projection, custom_text, errors,
-         info_sizes_exact]
+         info_sizes_exact, quick_keeps_committed_report, every_row]
 
 
 def main():
