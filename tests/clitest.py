@@ -4,8 +4,10 @@ Where the built `seqkv` is ($SEQKV_BUILD, default build/), the PASS/FAIL/SKIP li
 protocol that tests/run.sh counts, and running the binary from the repository root.
 """
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -57,3 +59,28 @@ class Reporter:
             self.report(case.__name__, "FAIL", str(e))
         except Exception as e:  # a crash of the test itself is a failure too
             self.report(case.__name__, "FAIL", "%s: %s" % (type(e).__name__, e))
+
+
+def run_cases(reporter, cases, prefix):
+    """Runs each case(tmp) in a fresh temporary directory; returns the exit status (1 if any failed)."""
+    for case in cases:
+        tmp = tempfile.mkdtemp(prefix=prefix)
+        try:
+            reporter.run_case(case, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if reporter.failed else 0
+
+
+def perturbed_copy(model, out):
+    """Writes a copy of the GGUF model with the lowest bit of its last non-zero weight word
+    flipped (tensor data, f32/f16 aligned, ends the file): another fingerprint. Returns out."""
+    with open(model, "rb") as f:
+        data = bytearray(f.read())
+    off = (len(data) & ~3) - 4
+    while off > 64 and data[off:off + 4] == b"\0\0\0\0":
+        off -= 4
+    data[off] ^= 1
+    with open(out, "wb") as f:
+        f.write(bytes(data))
+    return out

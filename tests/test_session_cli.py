@@ -18,9 +18,8 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 
-from clitest import ROOT, SEQKV, Reporter, Skip, check, run
+from clitest import ROOT, SEQKV, Reporter, Skip, check, perturbed_copy, run, run_cases
 
 NAME = "test_session_cli"
 REPORTER = Reporter(NAME)
@@ -245,13 +244,7 @@ def corrupt_files(tmp):
 def wrong_model(tmp):
     """One weight changed in a copy of the GGUF: restore refuses it, naming both fingerprints."""
     need_texts()
-    data = bytearray(open(MODEL, "rb").read())
-    off = (len(data) & ~3) - 4  # tensor data (f32, aligned) ends the file: last non-zero word
-    while off > 64 and data[off:off + 4] == b"\0\0\0\0":
-        off -= 4
-    data[off] ^= 1  # lowest mantissa bit
-    other = os.path.join(tmp, "perturbed.gguf")
-    open(other, "wb").write(bytes(data))
+    other = perturbed_copy(MODEL, os.path.join(tmp, "perturbed.gguf"))
     fp1, fp2 = fingerprint_of(MODEL), fingerprint_of(other)
     check(fp1 != fp2, "one weight changed but the fingerprint did not")
     src = os.path.join(tmp, "w.txt")
@@ -417,15 +410,5 @@ CASES = [help_and_usage_errors, roundtrip_text_and_kv, other_inputs, segments, c
          quantized_kv_codec, batch_restore_of_segments, generation_stored_as_it_runs]
 
 
-def main():
-    for case in CASES:
-        tmp = tempfile.mkdtemp(prefix="seqkv_cli_")
-        try:
-            REPORTER.run_case(case, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return 1 if REPORTER.failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases(REPORTER, CASES, "seqkv_cli_"))

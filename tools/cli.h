@@ -6,16 +6,48 @@
 #include <stdio.h>
 #include <stdint.h>
 
+#include "cli_opt.h"
 #include "seqkv.h"
 
 /* Exit codes: 0 ok, 1 failure (bad input, mismatch), 2 usage error. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One value of option opt (tools/cli_opt.c; commands use the table-driven cli_parse). */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out);
 /* Reads a whole file ("-" = stdin); NUL-terminated; NULL + message on error. */
 char *cli_read_file(const char *path, size_t *len);
+/* An output file (tools/cli_out.c). Written to a temporary file in the destination's
+ * directory, created by cli_out_open (so an unwritable path fails before any long work),
+ * and renamed over the destination by cli_out_commit only when the command succeeds: a
+ * failed command leaves an existing file as it was. The new file keeps the mode of the one
+ * it replaces; a read-only file is refused. "-" writes stdout directly; an existing device
+ * or FIFO is written in place. A zeroed or NULL-opened cli_out is inert. */
+typedef struct {
+    const char *dest; /* the path asked for; NULL = none (every call a no-op) */
+    FILE *f;          /* where to write */
+    char tmp[4096];   /* the temporary file ("" when writing stdout or a device) */
+    char target[4096]; /* what tmp is renamed to: dest, or the file a link at dest points to */
+    int scratch;      /* tmp is a scratch file copied to f on commit (cli_out_path on stdout) */
+} cli_out;
+/* 0, or -1 after a message; dest NULL: nothing to open (0). */
+int cli_out_open(cli_out *o, const char *dest);
+/* A file name for writers that open files themselves (skv_kvdump_write); o->f is then
+ * unused. NULL after a message. */
+const char *cli_out_path(cli_out *o);
+/* Moves the written file into place (or copies a scratch file to stdout); 0, or -1 after a
+ * message (the temporary file removed). */
+int cli_out_commit(cli_out *o);
+/* Removes the temporary file; the destination is untouched. */
+void cli_out_discard(cli_out *o);
+/* The whole of data to dest, atomically as above. */
+int cli_write_file(const char *dest, const void *data, size_t n);
+/* Where a command's report goes: stdout, or stderr when out1 or out2 is "-" (data on stdout). */
+FILE *cli_report_stream(const char *out1, const char *out2);
+/* 1 after a usage message if out1 and out2 are both "-". */
+int cli_stdout_clash(const cli_cmd *cmd, const char *what1, const char *out1, const char *what2, const char *out2);
+
 /* Default model path when -m is not given (SEQKV_MODEL, then the bundled model). */
 const char *cli_default_model(void);
 /* Loads the model named by path (NULL = default), printing an error on failure. */
@@ -46,6 +78,12 @@ typedef struct {
     size_t n, top1;
 } cli_score;
 void cli_score_row(const float *ref, const float *q, int n_vocab, int32_t target, cli_score *s);
+/* Scores rows [from, to) of a window's logits (row j predicts win[j + 1]). */
+void cli_score_rows(const float *ref, const float *q, int n_vocab, const int32_t *win, size_t from, size_t to,
+                    cli_score *s);
+/* Runs win = [bos] + tok[0..k) through c from an empty cache, every position's logits into
+ * logits (k + 1 rows). */
+int cli_bos_window(skv_ctx *c, int32_t bos, const int32_t *tok, size_t k, int32_t *win, float *logits);
 
 /* Commands */
 int cmd_generate(int argc, char **argv);

@@ -8,16 +8,17 @@
 
 void cli_score_row(const float *ref, const float *q, int n_vocab, int32_t target, cli_score *s)
 {
-    double mr = ref[0], mq = q[0], zr = 0.0, zq = 0.0, kl = 0.0;
+    double mr, mq, zr = 0.0, zq = 0.0, kl = 0.0;
     int ar = 0, aq = 0;
     for (int i = 1; i < n_vocab; i++) {
         if (ref[i] > ref[ar]) ar = i;
         if (q[i] > q[aq]) aq = i;
     }
     mr = ref[ar], mq = q[aq];
-    for (int i = 0; i < n_vocab; i++) zr += exp((double)ref[i] - mr), zq += exp((double)q[i] - mq);
-    double lzr = log(zr), lzq = log(zq);
-    for (int i = 0; i < n_vocab; i++) {
+    for (int i = 0; i < n_vocab; i++) zr += exp((double)ref[i] - mr);
+    for (int i = 0; q != ref && i < n_vocab; i++) zq += exp((double)q[i] - mq);
+    double lzr = log(zr), lzq = q != ref ? log(zq) : lzr;
+    for (int i = 0; q != ref && i < n_vocab; i++) { /* KL(ref || q); 0 against itself */
         double lp = (double)ref[i] - mr - lzr, lq = (double)q[i] - mq - lzq;
         kl += exp(lp) * (lp - lq);
     }
@@ -27,22 +28,20 @@ void cli_score_row(const float *ref, const float *q, int n_vocab, int32_t target
     s->n++;
 }
 
-static const char quality_help[] =
-    "usage: seqkv kv-quality [-m MODEL] -f TEXT [--schemes LIST] [--with OPTS] [-c CTX] [-n TOKENS] [-t THREADS]\n\n"
-    "Measures per-vector KV quantization schemes on the model's real KV cache of TEXT and prints a\n"
-    "Markdown table, one row per scheme:\n"
-    "  bits/value     stored bits per cached value, norms and scales included\n"
-    "  K/V rel. MSE   sum ||x - x~||^2 / sum ||x||^2 over every head vector of the first window\n"
-    "  logit err      RMS error of the attention logits q.k/sqrt(d) relative to their RMS, with the\n"
-    "                 cached keys themselves as queries (q = k_i exact, keys k_j~ for j <= i, same head)\n"
-    "  ppl, KL, top-1 the text coded as in `perplexity` protocol (b) (segments of CTX-1 tokens after\n"
-    "                 BOS, every token scored) with the whole KV cache held in the scheme (kv=SCHEME),\n"
-    "                 against the full-precision run: perplexity, mean KL(p_full || p_quant) in nats\n"
-    "                 per token, top-1 agreement\n"
-    "  --schemes LIST comma-separated (default f16,q8_0,q4_0,tq2,tq3,tq4,tq2p,tq3p,tq4p)\n"
-    "  --with OPTS    kv_quant options appended to every scheme, e.g. keep-first=1,keep-last=1,window=64\n"
-    "  -c CTX         window length (default: the model's context)\n"
-    "  -n TOKENS      text tokens used (default 4096; 0 = all)\n";
+void cli_score_rows(const float *ref, const float *q, int n_vocab, const int32_t *win, size_t from, size_t to,
+                    cli_score *s)
+{
+    for (size_t j = from; j < to; j++)
+        cli_score_row(ref + j * (size_t)n_vocab, q + j * (size_t)n_vocab, n_vocab, win[j + 1], s);
+}
+
+int cli_bos_window(skv_ctx *c, int32_t bos, const int32_t *tok, size_t k, int32_t *win, float *logits)
+{
+    win[0] = bos;
+    memcpy(win + 1, tok, k * sizeof *win);
+    skv_ctx_truncate(c, 0);
+    return skv_prefill(c, win, k + 1, SKV_LOGITS_ALL, logits);
+}
 
 #define MAX_SCHEMES 16
 
@@ -136,111 +135,151 @@ static void print_table(const scheme_row *rows, int n_rows, double full_nll, siz
     }
 }
 
-int cmd_kvquality(int argc, char **argv)
-{
-    const char *model = NULL, *file = NULL, *schemes = "f16,q8_0,q4_0,tq2,tq3,tq4,tq2p,tq3p,tq4p", *with = NULL;
-    long ctx = 0, threads = 1, max_tok = 4096;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(quality_help, stdout);
-            return CLI_OK;
-        }
-        int takes = !strcmp(a, "-m") || !strcmp(a, "-f") || !strcmp(a, "--schemes") || !strcmp(a, "--with") ||
-                    !strcmp(a, "-c") || !strcmp(a, "-t") || !strcmp(a, "-n");
-        if (!takes) {
-            cli_error("unknown option '%s' (see --help)", a);
-            return CLI_USAGE;
-        }
-        if (!v) {
-            cli_error("option %s needs a value", a);
-            return CLI_USAGE;
-        }
-        i++;
-        if (!strcmp(a, "-m")) model = v;
-        else if (!strcmp(a, "-f")) file = v;
-        else if (!strcmp(a, "--schemes")) schemes = v;
-        else if (!strcmp(a, "--with")) with = v;
-        else if (!strcmp(a, "-c") ? cli_parse_int(a, v, 2, 1 << 24, &ctx)
-                 : !strcmp(a, "-t") ? cli_parse_int(a, v, 1, 256, &threads)
-                                    : cli_parse_int(a, v, 0, 1 << 30, &max_tok))
-            return CLI_USAGE;
-    }
-    if (!file) {
-        cli_error("kv-quality needs a text file (-f FILE)");
-        return CLI_USAGE;
-    }
-    scheme_row rows[MAX_SCHEMES];
-    int n_rows = 0;
-    if (parse_schemes(schemes, with, rows, &n_rows)) return CLI_USAGE;
-    size_t len = 0, n = 0;
-    char *text = cli_read_file(file, &len);
-    skv_model *m = text ? cli_load_model(model) : NULL;
-    int32_t *tok = m ? cli_tokenize(m, text, len, 0, &n) : NULL, *win = NULL;
-    float *lf = NULL, *lq = NULL;
-    skv_ctx *c = NULL;
-    int rc = CLI_FAIL;
+typedef struct {
+    const char *model, *file, *schemes, *with;
+    long ctx, threads, max_tok;
+} quality_opts;
+
+#define F(x) offsetof(quality_opts, x)
+
+static const cli_opt quality_opts_table[] = {
+    CLI_OPT_MODEL(F(model)),
+    CLI_OPT_FILE(F(file), "TEXT", "the text ('-' = stdin)"),
+    {"schemes", 0, CLI_STR, "LIST", 0, 0, F(schemes), "comma-separated (default f16,q8_0,q4_0,tq2,tq3,tq4,tq2p,tq3p,tq4p)"},
+    {"with", 0, CLI_STR, "OPTS", 0, 0, F(with), "kv_quant options appended to every scheme, e.g.\n"
+                                                "keep-first=1,keep-last=1,window=64"},
+    CLI_OPT_CTX(F(ctx), 2, "window length (default: the model's context)"),
+    {"tokens", 'n', CLI_INT, "N", -1, 1 << 30, F(max_tok), "text tokens used (default 4096; -1 or 0 = all)"},
+    CLI_OPT_THREADS(F(threads)),
+    {0},
+};
+
+static const cli_cmd quality_cmd = {
+    "kv-quality", "[-m MODEL] -f TEXT [--schemes LIST] [--with OPTS] [-c N] [-n N] [-t N]\n",
+    "Measures per-vector KV quantization schemes on the model's real KV cache of TEXT and prints a\n"
+    "Markdown table, one row per scheme:\n"
+    "  bits/value     stored bits per cached value, norms and scales included\n"
+    "  K/V rel. MSE   sum ||x - x~||^2 / sum ||x||^2 over every head vector of the first window\n"
+    "  logit err      RMS error of the attention logits q.k/sqrt(d) relative to their RMS, with the\n"
+    "                 cached keys themselves as queries (q = k_i exact, keys k_j~ for j <= i, same head)\n"
+    "  ppl, KL, top-1 the text coded as in `perplexity` protocol (b) (segments of CTX-1 tokens after\n"
+    "                 BOS, every token scored) with the whole KV cache held in the scheme (kv=SCHEME),\n"
+    "                 against the full-precision run: perplexity, mean KL(p_full || p_quant) in nats\n"
+    "                 per token, top-1 agreement\n",
+    quality_opts_table, 0, NULL};
+
+/* One kv-quality run: the full-precision context, one per scheme, shared buffers. */
+typedef struct {
     skv_model_info info;
-    cli_score full = {0};
-    cli_progress pr;
-    if (!tok) goto done;
-    skv_model_get_info(m, &info);
-    if (!ctx) ctx = info.n_ctx_train;
-    if (max_tok && n > (size_t)max_tok) n = (size_t)max_tok;
-    if (info.bos_id < 0 || n == 0) {
-        cli_error(n ? "the model has no BOS token" : "the text has no tokens");
-        goto done;
-    }
-    size_t V = (size_t)info.n_vocab, seg = (size_t)ctx - 1;
+    size_t seg;
+    skv_ctx *c;
+    int32_t *win;
+    float *lf, *lq;
+    scheme_row rows[MAX_SCHEMES];
+    int n_rows;
+    cli_score full;
+} quality_run;
+
+static int quality_setup(quality_run *r, const skv_model *m, long ctx, long threads)
+{
     skv_ctx_params p = skv_ctx_default_params();
+    size_t V = (size_t)r->info.n_vocab;
     p.n_ctx = (int)ctx;
     p.n_threads = (int)threads;
-    win = malloc((size_t)ctx * sizeof *win);
-    lf = malloc((size_t)ctx * V * sizeof *lf);
-    lq = malloc((size_t)ctx * V * sizeof *lq);
-    if (!win || !lf || !lq || skv_ctx_create(m, &p, &c)) goto done;
-    for (int s = 0; s < n_rows; s++) {
+    r->seg = (size_t)ctx - 1;
+    r->win = malloc((size_t)ctx * sizeof *r->win);
+    r->lf = malloc((size_t)ctx * V * sizeof *r->lf);
+    r->lq = malloc((size_t)ctx * V * sizeof *r->lq);
+    if (!r->win || !r->lf || !r->lq || skv_ctx_create(m, &p, &r->c)) {
+        cli_error("cannot create a context of %ld positions", ctx);
+        return -1;
+    }
+    for (int s = 0; s < r->n_rows; s++) {
         char err[256] = "cannot create a context";
-        p.kv_quant = rows[s].spec;
-        if (skv_kv_quant_check(rows[s].spec, m, err, sizeof err) || skv_ctx_create(m, &p, &rows[s].c)) {
-            cli_error("%s: %s", rows[s].spec, err);
-            goto done;
+        p.kv_quant = r->rows[s].spec;
+        if (skv_kv_quant_check(r->rows[s].spec, m, err, sizeof err) || skv_ctx_create(m, &p, &r->rows[s].c)) {
+            cli_error("%s: %s", r->rows[s].spec, err);
+            return -1;
         }
     }
-    double t0 = cli_now();
+    return 0;
+}
+
+/* Protocol (b) over the text, every scheme against the full-precision run. */
+static int quality_segments(quality_run *r, const int32_t *tok, size_t n)
+{
+    cli_progress pr;
+    int V = r->info.n_vocab, bos = r->info.bos_id;
     cli_progress_start(&pr, "kv-quality");
-    for (size_t s0 = 0; s0 < n; s0 += seg) {
-        size_t k = n - s0 < seg ? n - s0 : seg;
-        win[0] = info.bos_id;
-        memcpy(win + 1, tok + s0, k * sizeof *win);
-        skv_ctx_truncate(c, 0);
-        if (skv_prefill(c, win, k + 1, SKV_LOGITS_ALL, lf)) goto done;
-        if (s0 == 0 && kv_errors(c, &info, rows, n_rows)) goto done;
-        for (size_t j = 0; j < k; j++) cli_score_row(lf + j * V, lf + j * V, info.n_vocab, win[j + 1], &full);
-        for (int s = 0; s < n_rows; s++) {
-            skv_ctx_truncate(rows[s].c, 0);
-            if (skv_prefill(rows[s].c, win, k + 1, SKV_LOGITS_ALL, lq)) goto done;
-            for (size_t j = 0; j < k; j++) cli_score_row(lf + j * V, lq + j * V, info.n_vocab, win[j + 1], &rows[s].s);
+    for (size_t s0 = 0; s0 < n; s0 += r->seg) {
+        size_t k = n - s0 < r->seg ? n - s0 : r->seg;
+        if (cli_bos_window(r->c, bos, tok + s0, k, r->win, r->lf)) return -1;
+        if (s0 == 0 && kv_errors(r->c, &r->info, r->rows, r->n_rows)) return -1;
+        cli_score_rows(r->lf, r->lf, V, r->win, 0, k, &r->full);
+        for (int s = 0; s < r->n_rows; s++) {
+            if (cli_bos_window(r->rows[s].c, bos, tok + s0, k, r->win, r->lq)) return -1;
+            cli_score_rows(r->lf, r->lq, V, r->win, 0, k, &r->rows[s].s);
         }
         cli_progress_update(&pr, s0 + k, n);
     }
     cli_progress_end(&pr);
-    printf("model: %s, head_dim %d; text: %s, %zu tokens in segments of %zu after BOS\n", info.name, info.head_dim,
-           file, n, seg);
+    return 0;
+}
+
+static void quality_report(const quality_run *r, const quality_opts *o, size_t n, double secs)
+{
+    printf("model: %s, head_dim %d; text: %s, %zu tokens in segments of %zu after BOS\n", r->info.name,
+           r->info.head_dim, o->file, n, r->seg);
     printf("vector errors and logit errors: the first segment's KV cache (%d layers x 2 x %d heads x %zu positions)\n\n",
-           info.n_layer, info.n_head_kv, (n < seg ? n : seg) + 1);
-    if (with) printf("(bits and errors are those of the scheme on every vector; '%s' applies to ppl/KL/top-1 only)\n\n", with);
-    print_table(rows, n_rows, full.nll, full.n);
-    printf("\ntime: %.1f s\n", cli_now() - t0);
-    rc = CLI_OK;
-done:
-    for (int s = 0; s < n_rows; s++) skv_ctx_free(rows[s].c);
-    skv_ctx_free(c);
+           r->info.n_layer, r->info.n_head_kv, (n < r->seg ? n : r->seg) + 1);
+    if (o->with)
+        printf("(bits and errors are those of the scheme on every vector; '%s' applies to ppl/KL/top-1 only)\n\n",
+               o->with);
+    print_table(r->rows, r->n_rows, r->full.nll, r->full.n);
+    printf("\ntime: %.1f s\n", secs);
+}
+
+/* The text's tokens (no BOS), cut to -n; NULL after a message. */
+static int32_t *quality_tokens(const quality_opts *o, const skv_model *m, const skv_model_info *info, size_t *n)
+{
+    size_t len = 0;
+    char *text = cli_read_file(o->file, &len);
+    int32_t *tok = text ? cli_tokenize(m, text, len, 0, n) : NULL;
     free(text);
+    if (tok && o->max_tok > 0 && *n > (size_t)o->max_tok) *n = (size_t)o->max_tok;
+    if (tok && (info->bos_id < 0 || *n == 0)) {
+        cli_error(*n ? "the model has no BOS token" : "the text has no tokens");
+        free(tok);
+        return NULL;
+    }
+    return tok;
+}
+
+int cmd_kvquality(int argc, char **argv)
+{
+    quality_opts o = {.schemes = "f16,q8_0,q4_0,tq2,tq3,tq4,tq2p,tq3p,tq4p", .threads = 1, .max_tok = 4096};
+    quality_run r = {.n_rows = 0};
+    int rc = cli_parse(&quality_cmd, argc, argv, &o, NULL, NULL);
+    if (rc != CLI_CONTINUE) return rc;
+    if (!o.file) return cli_usage(&quality_cmd, "needs a text file (-f FILE)");
+    if (parse_schemes(o.schemes, o.with, r.rows, &r.n_rows)) return CLI_USAGE;
+    size_t n = 0;
+    skv_model *m = cli_load_model(o.model);
+    int32_t *tok = NULL;
+    double t0 = cli_now();
+    rc = CLI_FAIL;
+    if (m) skv_model_get_info(m, &r.info);
+    if (m && (tok = quality_tokens(&o, m, &r.info, &n)) &&
+        !quality_setup(&r, m, o.ctx ? o.ctx : r.info.n_ctx_train, o.threads) && !quality_segments(&r, tok, n)) {
+        quality_report(&r, &o, n, cli_now() - t0);
+        rc = CLI_OK;
+    }
+    for (int s = 0; s < r.n_rows; s++) skv_ctx_free(r.rows[s].c);
+    skv_ctx_free(r.c);
     free(tok);
-    free(win);
-    free(lf);
-    free(lq);
+    free(r.win);
+    free(r.lf);
+    free(r.lq);
     skv_model_free(m);
     return rc;
 }

@@ -7,136 +7,64 @@
 
 #include "cli.h"
 
-static const char store_help[] =
-    "usage: seqkv store COMMAND DIR [options]   (seqkv store COMMAND --help for each)\n\n"
-    "A persistent store of many sessions' KV caches in directory DIR (LMDB). Shared prefixes\n"
-    "are stored once (a radix trie over token ids whose nodes carry the model's surprisal);\n"
-    "valuable prefixes keep their KV materialised within a byte budget, the rest is\n"
-    "recomputed from tokens on restore, bit-identical to a fresh run.\n\n"
-    "  init DIR [-m MODEL] [--budget BYTES]      create a store for a model\n"
-    "  put DIR -f TEXT [--name NAME]             store a text's session ('-' = stdin)\n"
-    "  put DIR --generate N --prompt TEXT --name NAME   store a greedy generation\n"
-    "  get DIR NAME [-o TEXT] [--kv OUT.kv] [--verify]  restore a session\n"
-    "  match DIR -f TEXT                         longest stored prefix, d_T, load vs compute\n"
-    "  ls DIR | stats DIR | rm DIR NAME | gc DIR [--budget BYTES]\n"
-    "Every command takes -m MODEL (default: the bundled model) and refuses a store made\n"
-    "with another model. BYTES accepts K, M, G suffixes (powers of 1024).\n";
-
-static const char *const sub_help[][2] = {
-    {"init", "usage: seqkv store init DIR [-m MODEL] [--budget BYTES]\n"
-             "Creates the store (or opens an existing one of the same model). --budget: bytes of\n"
-             "materialised KV the placement policy may keep (default 64M).\n"},
-    {"put", "usage: seqkv store put DIR (-f TEXT | --generate N --prompt TEXT) [--name NAME] [-m MODEL] [-t THREADS]\n"
-            "Stores the session of a text (tokenized with BOS; '-' = stdin) under NAME (default:\n"
-            "the file's base name). --generate N stores the prompt followed by N greedily generated\n"
-            "tokens. Prints what was shared with stored sessions and what the policy changed.\n"},
-    {"get", "usage: seqkv store get DIR NAME [-o TEXT] [--kv OUT.kv] [--verify] [-m MODEL] [-t THREADS]\n"
-            "Restores a session: loads its longest materialised prefix, recomputes the rest.\n"
-            "-o writes its text, --kv a KV dump (docs/kvdump.md), --verify checks the KV digest.\n"},
-    {"match", "usage: seqkv store match DIR -f TEXT [-m MODEL]\n"
-              "The longest stored prefix of the text's tokens, its d_T = -log2 P_M(prefix) in bits,\n"
-              "and how many positions a restore of that prefix would load vs recompute.\n"},
-    {"ls", "usage: seqkv store ls DIR [-m MODEL]\nLists sessions: name, tokens, put time (UTC), KV digest.\n"},
-    {"stats", "usage: seqkv store stats DIR [-m MODEL]\nSizes, dedup, bits per position, the policy's parameters.\n"},
-    {"rm", "usage: seqkv store rm DIR NAME [-m MODEL]\nRemoves a session (and the nodes only it needed).\n"},
-    {"gc", "usage: seqkv store gc DIR [--budget BYTES] [-m MODEL]\n"
-           "Checks the trie and applies the placement policy now (after changing the budget).\n"},
-};
-
-typedef struct opts {
-    const char *cmd, *dir, *name, *model, *file, *out, *kv, *prompt;
+typedef struct {
+    const char *dir, *name, *model, *file, *out, *kv, *prompt;
     long long budget; /* -1: not given */
     long threads, generate;
     int verify;
-} opts;
+} store_opts;
 
-static int parse_bytes(const char *s, long long *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    double mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
-    else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
-    if (end == s || errno || *end || v < 0 || v * mul > 9e18) {
-        cli_error("--budget: '%s' is not a byte count (e.g. 64M)", s);
-        return -1;
-    }
-    *out = (long long)(v * mul);
-    return 0;
-}
+#define F(x) offsetof(store_opts, x)
+#define STORE_COMMON CLI_OPT_MODEL(F(model)), CLI_OPT_THREADS(F(threads))
+#define STORE_BUDGET {"budget", 0, CLI_BYTES, "BYTES", 0, 9e18, F(budget), \
+                      "bytes of materialised KV the placement policy may keep (default 64M;\n" \
+                      "suffixes K, M, G = powers of 1024)"}
 
-static const char *sub_usage(const char *cmd)
-{
-    for (size_t i = 0; i < sizeof sub_help / sizeof sub_help[0]; i++)
-        if (!strcmp(sub_help[i][0], cmd)) return sub_help[i][1];
-    return NULL;
-}
+static const cli_opt init_opts[] = {STORE_COMMON, STORE_BUDGET, {0}};
+static const cli_opt gc_opts[] = {STORE_COMMON, STORE_BUDGET, {0}};
+static const cli_opt plain_opts[] = {STORE_COMMON, {0}};
+static const cli_opt match_opts[] = {STORE_COMMON, CLI_OPT_FILE(F(file), "TEXT", "the text ('-' = stdin)"), {0}};
+static const cli_opt put_opts[] = {
+    STORE_COMMON,
+    CLI_OPT_FILE(F(file), "TEXT", "the text, tokenized with BOS ('-' = stdin)"),
+    {"name", 0, CLI_STR, "NAME", 0, 0, F(name), "the session's name (default: the file's base name)"},
+    {"generate", 0, CLI_INT, "N", -1, 1 << 20, F(generate), "store the prompt followed by N greedily generated tokens\n"
+                                                            "(-1: until the end-of-sequence token or a full context)"},
+    CLI_OPT_PROMPT(F(prompt), "the prompt of --generate"),
+    {0},
+};
+static const cli_opt get_opts[] = {
+    STORE_COMMON,
+    CLI_OPT_OUTPUT(F(out), "TEXT", "write the session's text ('-' = stdout; the report then goes to stderr)"),
+    {"kv", 0, CLI_PATH, "OUT.kv", 0, 0, F(kv), "write the KV cache as a raw dump (docs/kvdump.md; '-' = stdout)"},
+    CLI_OPT_VERIFY(F(verify), "check the restored KV against the session's digest", NULL),
+    {0},
+};
 
-/* 0 ok, 1 help printed, -1 usage error. */
-static int parse_opts(int argc, char **argv, opts *o)
-{
-    const char *pos[2] = {NULL, NULL};
-    int n_pos = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(sub_usage(o->cmd), stdout);
-            return 1;
-        }
-        const char **dst = !strcmp(a, "-m") ? &o->model : !strcmp(a, "-f") ? &o->file : !strcmp(a, "--name") ? &o->name
-                         : !strcmp(a, "-o") ? &o->out : !strcmp(a, "--kv") ? &o->kv : !strcmp(a, "--prompt") ? &o->prompt
-                         : NULL;
-        if (dst || !strcmp(a, "--budget") || !strcmp(a, "-t") || !strcmp(a, "--generate")) {
-            if (!v) {
-                cli_error("option %s needs a value", a);
-                return -1;
-            }
-            i++;
-            if (dst) *dst = v;
-            else if (!strcmp(a, "--budget") && parse_bytes(v, &o->budget)) return -1;
-            else if (!strcmp(a, "-t") && cli_parse_int(a, v, 1, 256, &o->threads)) return -1;
-            else if (!strcmp(a, "--generate") && cli_parse_int(a, v, 1, 1 << 20, &o->generate)) return -1;
-        } else if (!strcmp(a, "--verify")) {
-            o->verify = 1;
-        } else if (a[0] == '-' && a[1]) {
-            cli_error("unknown option '%s' (see seqkv store %s --help)", a, o->cmd);
-            return -1;
-        } else if (n_pos < 2) {
-            pos[n_pos++] = a;
-        } else {
-            cli_error("unexpected argument '%s' (see seqkv store %s --help)", a, o->cmd);
-            return -1;
-        }
-    }
-    o->dir = pos[0];
-    if (pos[1]) o->name = pos[1];
-    if (!o->dir) {
-        cli_error("seqkv store %s needs the store directory", o->cmd);
-        return -1;
-    }
-    int wants_name = !strcmp(o->cmd, "get") || !strcmp(o->cmd, "rm");
-    if ((wants_name && !o->name) || (pos[1] && !wants_name)) {
-        cli_error(wants_name ? "seqkv store %s needs DIR NAME" : "seqkv store %s takes only DIR", o->cmd);
-        return -1;
-    }
-    return 0;
-}
+#undef F
 
-static skv_store *open_store(const opts *o, skv_model *m, int flags)
-{
-    skv_store_params p = skv_store_default_params();
-    skv_store *st = NULL;
-    char err[600];
-    p.budget = o->budget;
-    p.n_threads = (int)o->threads;
-    if (skv_store_open(o->dir, m, flags, &p, &st, err, sizeof err) != SKV_OK) {
-        cli_error("%s", err);
-        return NULL;
-    }
-    return st;
-}
+static const cli_cmd init_cmd = {"store init", "DIR [-m MODEL] [--budget BYTES]\n",
+                                 "Creates the store (or opens an existing one of the same model).\n", init_opts, 1, NULL};
+static const cli_cmd put_cmd = {
+    "store put", "DIR (-f TEXT | --generate N -p TEXT) [--name NAME] [-m MODEL] [-t N]\n",
+    "Stores the session of a text under NAME. Prints what was shared with stored sessions\n"
+    "and what the placement policy changed.\n", put_opts, 1, NULL};
+static const cli_cmd get_cmd = {"store get", "DIR NAME [-o TEXT] [--kv OUT.kv] [--verify] [-m MODEL] [-t N]\n",
+                                "Restores a session: loads its longest materialised prefix, recomputes the rest.\n"
+                                "Output files are replaced only when the restore succeeds.\n", get_opts, 2, NULL};
+static const cli_cmd match_cmd = {"store match", "DIR -f TEXT [-m MODEL]\n",
+                                  "The longest stored prefix of the text's tokens, its d_T = -log2 P_M(prefix) in bits,\n"
+                                  "and how many positions a restore of that prefix would load vs recompute.\n",
+                                  match_opts, 1, NULL};
+static const cli_cmd ls_cmd = {"store ls", "DIR [-m MODEL]\n",
+                               "Lists sessions: name, tokens, put time (UTC), KV digest.\n", plain_opts, 1, NULL};
+static const cli_cmd stats_cmd = {"store stats", "DIR [-m MODEL]\n",
+                                  "Sizes, dedup, bits per position, the policy's parameters.\n", plain_opts, 1, NULL};
+static const cli_cmd rm_cmd = {"store rm", "DIR NAME [-m MODEL]\n",
+                               "Removes a session (and the nodes only it needed).\n", plain_opts, 2, NULL};
+static const cli_cmd gc_cmd = {"store gc", "DIR [--budget BYTES] [-m MODEL]\n",
+                               "Checks the trie and applies the placement policy now (after changing the budget).\n",
+                               gc_opts, 1, NULL};
 
 static int fail(skv_store *st) { cli_error("%s", skv_store_last_error(st)); return CLI_FAIL; }
 
@@ -146,17 +74,20 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-/* The prompt followed by n greedily generated tokens. */
+/* The prompt followed by n greedily generated tokens (n = -1: until the end-of-sequence
+ * token or a full context). */
 static int32_t *generate(skv_model *m, const char *prompt, long n, int threads, size_t *n_out)
 {
     skv_model_info info;
     skv_ctx_params cp = skv_ctx_default_params();
     skv_ctx *c = NULL;
-    size_t np = 0;
+    size_t np = 0, i = 0;
+    int until_eos = n < 0;
     skv_model_get_info(m, &info);
     int32_t *p = cli_tokenize(m, prompt, strlen(prompt), 1, &np);
+    if (until_eos) n = (long)info.n_ctx_train - (long)np;
     float *lg = malloc((size_t)info.n_vocab * sizeof *lg);
-    int32_t *t = p ? realloc(p, (np + (size_t)n) * sizeof *t) : NULL;
+    int32_t *t = p && n > 0 ? realloc(p, (np + (size_t)n) * sizeof *t) : NULL;
     cp.n_threads = threads;
     if (!t || !lg || np + (size_t)n > (size_t)info.n_ctx_train || skv_ctx_create(m, &cp, &c) ||
         skv_prefill(c, t, np, SKV_LOGITS_LAST, lg)) {
@@ -164,31 +95,28 @@ static int32_t *generate(skv_model *m, const char *prompt, long n, int threads, 
         free(t ? t : p);
         t = NULL;
     }
-    for (long i = 0; t && i < n; i++) {
+    for (i = 0; t && i < (size_t)n; i++) {
         int32_t best = 0;
         for (int v = 1; v < info.n_vocab; v++) if (lg[v] > lg[best]) best = v;
-        t[np + (size_t)i] = best;
-        if (i + 1 < n && skv_decode(c, best, lg)) { free(t); t = NULL; }
+        if (until_eos && best == info.eos_id) break;
+        t[np + i] = best;
+        if (i + 1 < (size_t)n && skv_decode(c, best, lg)) { free(t); t = NULL; }
     }
     skv_ctx_free(c);
     free(lg);
-    *n_out = np + (size_t)n;
+    *n_out = np + i;
     return t;
 }
 
-static int do_put(const opts *o, skv_model *m, skv_store *st)
+static int do_put(const store_opts *o, skv_model *m, skv_store *st)
 {
     size_t n = 0, len;
     int32_t *tok = NULL;
     const char *name = o->name;
-    if (!!o->file == !!o->generate || (o->generate && !o->prompt)) {
-        cli_error("store put needs -f TEXT, or --generate N with --prompt TEXT");
-        return CLI_USAGE;
-    }
-    if (!name && (!o->file || !strcmp(o->file, "-"))) {
-        cli_error("store put needs --name NAME (no file name to default to)");
-        return CLI_USAGE;
-    }
+    if (!!o->file == !!o->generate || (o->generate && !o->prompt))
+        return cli_usage(&put_cmd, "needs -f TEXT, or --generate N with -p TEXT");
+    if (!name && (!o->file || !strcmp(o->file, "-")))
+        return cli_usage(&put_cmd, "needs --name NAME (no file name to default to)");
     if (!name) name = base_name(o->file);
     if (o->file) {
         char *text = cli_read_file(o->file, &len);
@@ -209,33 +137,34 @@ static int do_put(const opts *o, skv_model *m, skv_store *st)
     return CLI_OK;
 }
 
-static int write_text(const skv_model *m, const int32_t *tok, size_t n, const char *path)
+/* Writes the restored session's text and KV dump (opened before the restore), then commits both. */
+static int get_outputs(const skv_model *m, const skv_ctx *c, const int32_t *tok, size_t n, cli_out *text, cli_out *kv)
 {
-    FILE *f = strcmp(path, "-") ? fopen(path, "wb") : stdout;
+    char err[512];
+    const char *path = NULL;
     int after_bos = 0;
-    if (!f) {
-        cli_error("cannot create '%s': %s", path, strerror(errno));
+    if (text->dest) cli_write_tokens(text->f, m, tok, n, &after_bos);
+    if (kv->dest && !(path = cli_out_path(kv))) return -1;
+    if (kv->dest && skv_kvdump_write(c, tok, n, SKV_KVDUMP_F32, path, err, sizeof err)) {
+        cli_error("%s", err);
         return -1;
     }
-    cli_write_tokens(f, m, tok, n, &after_bos);
-    if (f != stdout && fclose(f) != 0) {
-        cli_error("cannot write '%s'", path);
-        return -1;
-    }
-    return 0;
+    return cli_out_commit(text) || cli_out_commit(kv) ? -1 : 0;
 }
 
-static int do_get(const opts *o, skv_model *m, skv_store *st)
+static int do_get(const store_opts *o, skv_model *m, skv_store *st)
 {
     skv_ctx_params cp = skv_ctx_default_params();
     skv_model_info info;
     skv_ctx *c = NULL;
     skv_store_get_report r;
+    cli_out text = {0}, kv = {0};
     size_t n = 0;
     int ret = CLI_FAIL;
     skv_model_get_info(m, &info);
     int32_t *tok = malloc((size_t)info.n_ctx_train * sizeof *tok);
     cp.n_threads = (int)o->threads;
+    if (cli_out_open(&text, o->out) || cli_out_open(&kv, o->kv)) goto done;
     if (!tok || skv_ctx_create(m, &cp, &c)) {
         cli_error("out of memory");
         goto done;
@@ -244,33 +173,26 @@ static int do_get(const opts *o, skv_model *m, skv_store *st)
         ret = fail(st);
         goto done;
     }
-    printf("restored '%s': %u tokens: %u positions loaded from materialised KV (%.1f ms), %u recomputed (%.1f ms)%s\n",
-           o->name, r.n_tokens, r.n_loaded, r.load_seconds * 1e3, r.n_computed, r.compute_seconds * 1e3,
-           r.verified ? "; KV digest verified" : "");
-    if (r.n_materialised) printf("policy: materialised %u nodes of its path from this restore\n", r.n_materialised);
-    if (o->out && write_text(m, tok, n, o->out)) goto done;
-    if (o->kv) {
-        char err[512];
-        if (skv_kvdump_write(c, tok, n, SKV_KVDUMP_F32, o->kv, err, sizeof err)) {
-            cli_error("%s", err);
-            goto done;
-        }
-    }
+    if (get_outputs(m, c, tok, n, &text, &kv)) goto done;
+    FILE *rep = cli_report_stream(o->out, o->kv);
+    fprintf(rep, "restored '%s': %u tokens: %u positions loaded from materialised KV (%.1f ms), %u recomputed (%.1f ms)%s\n",
+            o->name, r.n_tokens, r.n_loaded, r.load_seconds * 1e3, r.n_computed, r.compute_seconds * 1e3,
+            r.verified ? "; KV digest verified" : "");
+    if (r.n_materialised) fprintf(rep, "policy: materialised %u nodes of its path from this restore\n", r.n_materialised);
     ret = CLI_OK;
 done:
+    cli_out_discard(&text);
+    cli_out_discard(&kv);
     skv_ctx_free(c);
     free(tok);
     return ret;
 }
 
-static int do_match(const opts *o, skv_model *m, skv_store *st)
+static int do_match(const store_opts *o, skv_model *m, skv_store *st)
 {
     size_t n = 0, len;
     skv_store_match_result r;
-    if (!o->file) {
-        cli_error("store match needs -f TEXT");
-        return CLI_USAGE;
-    }
+    if (!o->file) return cli_usage(&match_cmd, "needs -f TEXT");
     char *text = cli_read_file(o->file, &len);
     int32_t *tok = text ? cli_tokenize(m, text, len, 1, &n) : NULL;
     free(text);
@@ -327,62 +249,115 @@ static void print_stats(const skv_store_stats *s)
            "        reuse = (hits + refcount + prior_weight x 2^-d_T) / (clock + prior_weight)\n");
 }
 
-static int run_cmd(const opts *o, skv_model *m, skv_store *st)
+static int do_init(const store_opts *o, skv_model *m, skv_store *st)
 {
-    const char *c = o->cmd;
-    if (!strcmp(c, "init")) {
-        skv_store_stats s;
-        if (skv_store_get_stats(st, &s)) return fail(st);
-        printf("store '%s' ready for model '%s' (%llu sessions, budget %llu bytes)\n", o->dir, s.model_name,
-               (unsigned long long)s.n_sessions, (unsigned long long)s.budget);
-        return CLI_OK;
-    }
-    if (!strcmp(c, "put")) return do_put(o, m, st);
-    if (!strcmp(c, "get")) return do_get(o, m, st);
-    if (!strcmp(c, "match")) return do_match(o, m, st);
-    if (!strcmp(c, "ls")) return skv_store_list(st, print_session, NULL) ? fail(st) : CLI_OK;
-    if (!strcmp(c, "rm")) {
-        if (skv_store_remove(st, o->name)) return fail(st);
-        printf("removed '%s'\n", o->name);
-        return CLI_OK;
-    }
-    if (!strcmp(c, "gc")) {
-        skv_store_gc_report g;
-        if (skv_store_gc(st, &g)) return fail(st);
-        printf("trie checked; demoted %u nodes to tokens, freed %llu bytes; materialised KV now %llu bytes\n",
-               g.n_demoted, (unsigned long long)g.bytes_freed, (unsigned long long)g.mat_bytes);
-        return CLI_OK;
-    }
     skv_store_stats s;
+    (void)m;
+    if (skv_store_get_stats(st, &s)) return fail(st);
+    printf("store '%s' ready for model '%s' (%llu sessions, budget %llu bytes)\n", o->dir, s.model_name,
+           (unsigned long long)s.n_sessions, (unsigned long long)s.budget);
+    return CLI_OK;
+}
+
+static int do_ls(const store_opts *o, skv_model *m, skv_store *st)
+{
+    (void)o, (void)m;
+    return skv_store_list(st, print_session, NULL) ? fail(st) : CLI_OK;
+}
+
+static int do_stats(const store_opts *o, skv_model *m, skv_store *st)
+{
+    skv_store_stats s;
+    (void)o, (void)m;
     if (skv_store_get_stats(st, &s)) return fail(st);
     print_stats(&s);
     return CLI_OK;
 }
 
-int cmd_store(int argc, char **argv)
+static int do_rm(const store_opts *o, skv_model *m, skv_store *st)
 {
-    opts o = {.budget = -1, .threads = 1};
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-        fputs(store_help, argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_USAGE : CLI_OK;
-    }
-    o.cmd = argv[1];
-    if (!sub_usage(o.cmd)) {
-        cli_error("unknown store command '%s' (see seqkv store --help)", o.cmd);
-        return CLI_USAGE;
-    }
-    int pr = parse_opts(argc, argv, &o);
-    if (pr) return pr > 0 ? CLI_OK : CLI_USAGE;
-    if (o.budget >= 0 && strcmp(o.cmd, "init") && strcmp(o.cmd, "gc")) {
-        cli_error("--budget goes with store init or store gc");
-        return CLI_USAGE;
-    }
-    skv_model *m = cli_load_model(o.model);
-    if (!m) return CLI_FAIL;
-    int ro = !strcmp(o.cmd, "ls") || !strcmp(o.cmd, "stats") || !strcmp(o.cmd, "match");
-    skv_store *st = open_store(&o, m, !strcmp(o.cmd, "init") ? SKV_STORE_CREATE : ro ? SKV_STORE_READONLY : 0);
-    int rc = st ? run_cmd(&o, m, st) : CLI_FAIL;
+    (void)m;
+    if (skv_store_remove(st, o->name)) return fail(st);
+    printf("removed '%s'\n", o->name);
+    return CLI_OK;
+}
+
+static int do_gc(const store_opts *o, skv_model *m, skv_store *st)
+{
+    skv_store_gc_report g;
+    (void)o, (void)m;
+    if (skv_store_gc(st, &g)) return fail(st);
+    printf("trie checked; demoted %u nodes to tokens, freed %llu bytes; materialised KV now %llu bytes\n", g.n_demoted,
+           (unsigned long long)g.bytes_freed, (unsigned long long)g.mat_bytes);
+    return CLI_OK;
+}
+
+static const struct {
+    const cli_cmd *cmd;
+    int (*run)(const store_opts *o, skv_model *m, skv_store *st);
+    int flags; /* skv_store_open's */
+    const char *what;
+} subs[] = {
+    {&init_cmd, do_init, SKV_STORE_CREATE, "create a store for a model"},
+    {&put_cmd, do_put, 0, "store a text's session, or a greedy generation"},
+    {&get_cmd, do_get, 0, "restore a session"},
+    {&match_cmd, do_match, SKV_STORE_READONLY, "longest stored prefix, d_T, load vs compute"},
+    {&ls_cmd, do_ls, SKV_STORE_READONLY, "list the sessions"},
+    {&stats_cmd, do_stats, SKV_STORE_READONLY, "sizes, dedup, bits per position, policy"},
+    {&rm_cmd, do_rm, 0, "remove a session"},
+    {&gc_cmd, do_gc, 0, "check the trie, apply the placement policy"},
+};
+
+static void store_help(FILE *f)
+{
+    fprintf(f, "usage: seqkv store COMMAND DIR [options]   (seqkv store COMMAND --help for each)\n\n"
+               "A persistent store of many sessions' KV caches in directory DIR (LMDB). Shared prefixes\n"
+               "are stored once (a radix trie over token ids whose nodes carry the model's surprisal);\n"
+               "valuable prefixes keep their KV materialised within a byte budget, the rest is\n"
+               "recomputed from tokens on restore, bit-identical to a fresh run.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof subs / sizeof *subs; i++)
+        fprintf(f, "  %s %.*s\n      %s\n", subs[i].cmd->name + 6, (int)strcspn(subs[i].cmd->usage, "\n"),
+                subs[i].cmd->usage, subs[i].what);
+    fprintf(f, "\nEvery command takes -m MODEL (default: the bundled model) and refuses a store made\n"
+               "with another model.\n");
+}
+
+static int open_and_run(size_t k, const store_opts *o)
+{
+    skv_store_params p = skv_store_default_params();
+    skv_store *st = NULL;
+    char err[600];
+    skv_model *m = cli_load_model(o->model);
+    int rc = CLI_FAIL;
+    p.budget = o->budget;
+    p.n_threads = (int)o->threads;
+    if (m && skv_store_open(o->dir, m, subs[k].flags, &p, &st, err, sizeof err) != SKV_OK) cli_error("%s", err);
+    else if (m) rc = subs[k].run(o, m, st);
     skv_store_close(st);
     skv_model_free(m);
     return rc;
+}
+
+int cmd_store(int argc, char **argv)
+{
+    store_opts o = {.budget = -1, .threads = 1};
+    const char *pos[2] = {NULL, NULL};
+    size_t k = 0, n_subs = sizeof subs / sizeof *subs;
+    int n_pos = 0;
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        store_help(argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    while (k < n_subs && strcmp(subs[k].cmd->name + 6, argv[1])) k++;
+    if (k == n_subs) {
+        cli_error("unknown store command '%s' (see seqkv store --help)", argv[1]);
+        return CLI_USAGE;
+    }
+    const cli_cmd *cmd = subs[k].cmd;
+    int rc = cli_parse(cmd, argc - 1, argv + 1, &o, pos, &n_pos);
+    if (rc != CLI_CONTINUE) return rc;
+    if (n_pos < cmd->max_pos) return cli_usage(cmd, cmd->max_pos == 2 ? "needs DIR NAME" : "needs the store directory");
+    o.dir = pos[0];
+    o.name = n_pos == 2 ? pos[1] : o.name;
+    return open_and_run(k, &o);
 }

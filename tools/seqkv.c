@@ -69,42 +69,6 @@ void cli_error(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    long v;
-    if (!s) {
-        cli_error("%s needs a value", opt);
-        return -1;
-    }
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        cli_error("%s: '%s' is not an integer in [%ld, %ld]", opt, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double v;
-    if (!s) {
-        cli_error("%s needs a value", opt);
-        return -1;
-    }
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        cli_error("%s: '%s' is not a number in [%g, %g]", opt, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 char *cli_read_file(const char *path, size_t *len)
 {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
