@@ -120,7 +120,7 @@ bench: all
 # bench/results/report/ (docs/bench.md); a few minutes on 2 cores.
 .PHONY: report
 report: $(BUILD)/seqkv
-	nice $(BUILD)/seqkv bench --out bench/results/report
+	nice $(BUILD)/seqkv bench -o bench/results/report
 	scripts/sync_readme_results.py bench/results/report/report.md README.md
 
 fuzz:

@@ -148,11 +148,11 @@ static int run_case(skv_model *m, const char *mlabel, const bench_text *tx, cons
 int bench_run_all(bench_opts *o, const bench_text *tx, int n_tx, bench_case *cs, int *n_cases)
 {
     *n_cases = 0;
-    for (int mi = 0; mi < o->n_models; mi++) {
-        skv_model *m = cli_load_model(o->models[mi]);
+    for (int mi = 0; mi < o->models.n; mi++) {
+        skv_model *m = cli_load_model(o->models.v[mi]);
         char label[64];
         if (!m) return -1;
-        bench_base_label(o->models[mi], label, sizeof label);
+        bench_base_label(o->models.v[mi], label, sizeof label);
         for (int ti = 0; ti < n_tx; ti++)
             if (run_case(m, label, &tx[ti], o, &cs[(*n_cases)++])) {
                 skv_model_free(m);

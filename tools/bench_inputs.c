@@ -101,17 +101,17 @@ static int default_texts(bench_opts *o, bench_text *tx, int *n)
 
 int bench_load_texts(bench_opts *o, bench_text *tx, int *n_tx)
 {
-    if (!o->n_files) return default_texts(o, tx, n_tx);
-    for (*n_tx = 0; *n_tx < o->n_files; (*n_tx)++)
-        if (text_from_file(&tx[*n_tx], o->files[*n_tx])) return -1;
+    if (!o->files.n) return default_texts(o, tx, n_tx);
+    for (*n_tx = 0; *n_tx < o->files.n; (*n_tx)++)
+        if (text_from_file(&tx[*n_tx], o->files.v[*n_tx])) return -1;
     return 0;
 }
 
 void bench_default_models(bench_opts *o, char *buf, size_t cap)
 {
-    o->models[o->n_models++] = cli_default_model();
+    o->models.v[o->models.n++] = cli_default_model();
     if (o->quick) return;
     const char *p = shared_path(STORIES_MODEL, buf, cap);
-    if (p) o->models[o->n_models++] = p;
+    if (p) o->models.v[o->models.n++] = p;
     else bench_note(o, "stories260K model skipped: ../shared/" STORIES_MODEL " absent");
 }

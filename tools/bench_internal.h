@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "cli_opt.h"
 
 #define BENCH_MAX_MODELS 4
 #define BENCH_MAX_TEXTS 8
@@ -80,10 +81,8 @@ typedef struct {
 } bench_case;
 
 typedef struct {
-    const char *models[BENCH_MAX_MODELS];
-    int n_models;
-    const char *files[BENCH_MAX_TEXTS];
-    int n_files;
+    cli_list models;  /* -m, repeatable (at most BENCH_MAX_MODELS) */
+    cli_list files;   /* -f, repeatable (at most BENCH_MAX_TEXTS) */
     const char *out;
     int quick, plots, store, kv_files;
     long threads, tokens, windows;
