@@ -20,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-from clitest import ROOT, SEQKV, Reporter, Skip, check, run
+from clitest import ROOT, SEQKV, Fail, Reporter, Skip, check, run
+from testenv import missing
 
 NAME = "test_session_cli"
 REPORTER = Reporter(NAME)
@@ -52,7 +53,7 @@ def need_model():
     if not os.access(SEQKV, os.X_OK):
         raise Skip("%s not built" % SEQKV)
     if not MODEL:
-        raise Skip("stories260K not found (../shared/models/stories260K)")
+        raise missing(Skip, Fail)("stories260K not found (../shared/models/stories260K)")
 
 
 def need_texts():

@@ -8,6 +8,7 @@
  * PRNG) operation in a fixed order; reductions use the 8-lane striped order
  * of skv_quant_dot_ref() so that the AVX2 twin computes the same bits. */
 #include "quant/quant.h"
+#include "core/fpguard.h"
 
 #include <assert.h>
 #include <math.h>

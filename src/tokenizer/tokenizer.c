@@ -30,6 +30,7 @@
  * - Every count and byte in a skv_tokenizer_desc is validated in create().
  */
 #include "tokenizer/tokenizer.h"
+#include "core/fpguard.h"
 
 #include "seqkv.h"
 #include "tokenizer/unicode.h"
