@@ -28,7 +28,18 @@ WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
 BASE := -std=c11 -D_DEFAULT_SOURCE -D_FILE_OFFSET_BITS=64 -ffp-contract=off -fno-math-errno \
         -fno-fast-math -fno-strict-aliasing -fvisibility=hidden -fPIC \
         -Iinclude -Isrc
-ALL_CFLAGS = $(BASE) $(WARN) $(WERROR) $(OPT) $(SANFLAGS) $(CFLAGS)
+# PIN comes after the user's CFLAGS so that it always wins (-ffp-contract=fast in CFLAGS
+# is overridden, not obeyed). Flags that break the contract stop the build: the
+# preprocessor guard src/core/fpguard.h catches those that announce themselves
+# (-ffast-math, -Ofast, ...); UNSAFE_FP names the rest, which announce nothing.
+PIN := -ffp-contract=off
+ALL_CFLAGS = $(BASE) $(WARN) $(WERROR) $(OPT) $(SANFLAGS) $(CFLAGS) $(PIN)
+UNSAFE_FP := -ffast-math -Ofast -ffinite-math-only -funsafe-math-optimizations \
+        -fassociative-math -freciprocal-math -fno-signed-zeros -fno-honor-nans \
+        -fno-honor-infinities -ffp-model=fast -ffp-model=aggressive
+ifneq ($(filter $(UNSAFE_FP),$(OPT) $(SANFLAGS) $(CFLAGS)),)
+$(error $(filter $(UNSAFE_FP),$(OPT) $(SANFLAGS) $(CFLAGS)) breaks the determinism contract (docs/determinism.md): build without it)
+endif
 LIBS := -llmdb -lzstd -lxxhash -lpthread -lm
 
 # src/ is layered (README "Layout"); every src/<layer>/*.c is part of the library.

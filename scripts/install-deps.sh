@@ -1,11 +1,11 @@
 #!/bin/sh
 # Install the Debian packages seqkv needs to build and test.
-#   scripts/install-deps.sh          build + test dependencies
+#   scripts/install-deps.sh          build + test dependencies (gcc and clang: CI tests both)
 #   scripts/install-deps.sh --train  also the training toolchain (tools/train/)
 #   scripts/install-deps.sh --corpus also the evaluation texts (KJV Bible, fortunes)
 # Idempotent: packages already present are skipped; run as root (or via sudo).
 set -eu
-pkgs="build-essential pkg-config python3 python3-numpy bible-kjv python3-regex liblmdb-dev libzstd-dev libxxhash-dev"
+pkgs="build-essential clang pkg-config python3 python3-numpy bible-kjv python3-regex liblmdb-dev libzstd-dev libxxhash-dev"
 for arg in "$@"; do
     case "$arg" in
         --train)  pkgs="$pkgs python3-torch python3-sentencepiece sentencepiece libopenblas0-pthread bible-kjv" ;;

@@ -3,6 +3,10 @@
 # Debian's python3), prints their PASS/FAIL/SKIP lines, and ends with the
 # summary line "N passed, M failed". Exit status 0 iff nothing failed.
 # Usage: tests/run.sh [BUILD_DIR]   (default: build)
+# Shared assets (README "Tests"): $SEQKV_SHARED, else ../shared. With
+# SEQKV_REQUIRE_SHARED=1 (CI) their absence fails the run: tests/test.h and
+# tests/testenv.py turn such skips into FAIL lines, and this script also
+# counts any remaining SKIP line that names them as a failure.
 build=${1:-build}
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here" || exit 2
@@ -11,6 +15,14 @@ py=/usr/bin/python3
 log=$(mktemp) || exit 2
 trap 'rm -f "$log"' EXIT
 crashed=0
+# shared_missing: prints why SEQKV_REQUIRE_SHARED=1 cannot be met here, if it cannot.
+shared_missing() {
+    [ "${SEQKV_REQUIRE_SHARED:-}" = 1 ] || return 0
+    d=${SEQKV_SHARED:-../shared}
+    [ -f "$d/models/stories260K/stories260K.gguf" ] && return 0
+    echo "FAIL run.sh:shared: SEQKV_REQUIRE_SHARED=1 but $d/models/stories260K/stories260K.gguf is missing (set SEQKV_SHARED)"
+}
+shared_missing | tee -a "$log"
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
     SEQKV_BUILD="$build" "$t" >"$t.out" 2>"$t.err"
@@ -34,6 +46,12 @@ for t in tests/test_*.py; do
         crashed=$((crashed + 1))
     fi
 done
+if [ "${SEQKV_REQUIRE_SHARED:-}" = 1 ]; then
+    # a skip for a missing shared asset that no helper turned into a FAIL
+    req='^SKIP (.*(\.\./shared|stories260K|SEQKV_SHARED))'
+    sed -i -E "s#$req#FAIL (SEQKV_REQUIRE_SHARED=1 forbids this skip) \\1#" "$log"
+    grep '^FAIL (SEQKV_REQUIRE_SHARED' "$log"
+fi
 pass=$(grep -c '^PASS' "$log")
 fail=$(( $(grep -c '^FAIL' "$log") + crashed ))
 skip=$(grep -c '^SKIP' "$log")

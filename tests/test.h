@@ -32,11 +32,39 @@ static void test_fail_at(const char *file, int line, const char *fmt, ...)
     test_cur_failed = 1;
 }
 
+/* SEQKV_REQUIRE_SHARED=1 (set by .ci/run) forbids skipping for missing shared assets:
+ * a SKIP whose reason names them ("../shared", "stories260K" or "SEQKV_SHARED") is then
+ * a FAIL, so CI cannot pass by silently running less. Other skips (no AVX2, no `bible`)
+ * stay skips. */
+__attribute__((unused)) static int test_shared_required(void)
+{
+    const char *e = getenv("SEQKV_REQUIRE_SHARED");
+    return e && strcmp(e, "1") == 0;
+}
+
+__attribute__((unused)) static int test_reason_names_shared(const char *why)
+{
+    return strstr(why, "../shared") || strstr(why, "stories260K") || strstr(why, "SEQKV_SHARED");
+}
+
+/* The SKIP of the running case, whose reason is in test_cur_msg. */
+__attribute__((unused)) static void test_skip_at(const char *file, int line)
+{
+    char why[sizeof test_cur_msg];
+    if (!(test_shared_required() && test_reason_names_shared(test_cur_msg))) {
+        test_cur_skipped = 1;
+        return;
+    }
+    memcpy(why, test_cur_msg, sizeof why);
+    test_fail_at(file, line, "SEQKV_REQUIRE_SHARED=1 forbids this skip (point SEQKV_SHARED at the shared assets): %s",
+                 why);
+}
+
 /* Mark the running case as skipped (e.g. ../shared/ is absent) and return. */
 #define SKIP(...)                                                              \
     do {                                                                       \
         snprintf(test_cur_msg, sizeof test_cur_msg, __VA_ARGS__);              \
-        test_cur_skipped = 1;                                                  \
+        test_skip_at(__FILE__, __LINE__);                                      \
         return;                                                                \
     } while (0)
 

@@ -44,8 +44,9 @@ sys.path.insert(0, os.path.join(HERE, "ref"))
 NAME = "test_reference"
 TOL = 1e-5      # max relative error accepted for logits, K and V
 BUG_MIN = 1e-2  # a deliberately broken reference must be at least this far off
-STORIES = os.path.join(ROOT, "..", "shared", "models", "stories260K", "stories260K.gguf")
-STORIES_TEXT = os.path.join(ROOT, "..", "shared", "corpus", "stories260K_samples.txt")
+from testenv import missing, shared_path  # noqa: E402 ($SEQKV_SHARED, else ../shared)
+STORIES = shared_path("models", "stories260K", "stories260K.gguf")
+STORIES_TEXT = shared_path("corpus", "stories260K_samples.txt")
 
 failed = 0
 
@@ -141,7 +142,7 @@ def check_against_reference(case, model_path, text_path, tmp, expect_pos):
 def case_stories(tmp):
     case = "stories260K"
     if not (os.path.exists(STORIES) and os.path.exists(STORIES_TEXT)):
-        report(case, None, "../shared/models/stories260K not present")
+        report(case, missing(None, False), "../shared/models/stories260K not present")
         return
     with open(STORIES_TEXT, "rb") as f:
         text = f.read(1200)  # > 512 tokens: the dump covers the whole trained context

@@ -19,7 +19,8 @@ import shutil
 import subprocess
 import sys
 
-from clitest import ROOT, SEQKV, Reporter, Skip, check, perturbed_copy, run, run_cases
+from clitest import ROOT, SEQKV, Fail, Reporter, Skip, check, perturbed_copy, run, run_cases
+from testenv import missing
 
 NAME = "test_session_cli"
 REPORTER = Reporter(NAME)
@@ -51,7 +52,7 @@ def need_model():
     if not os.access(SEQKV, os.X_OK):
         raise Skip("%s not built" % SEQKV)
     if not MODEL:
-        raise Skip("stories260K not found (../shared/models/stories260K)")
+        raise missing(Skip, Fail)("stories260K not found (../shared/models/stories260K)")
 
 
 def need_texts():

@@ -24,6 +24,8 @@ import sys
 import tempfile
 import unicodedata
 
+from testenv import missing
+
 try:
     import regex
 except ImportError:  # python3-regex (scripts/install-deps.sh)
@@ -572,7 +574,7 @@ def read_gguf_tokens(path):
 def check_llama2c_conversion():
     d = shared_dir()
     if not d:
-        return report('SKIP', 'llama2c_conversion_matches_gguf', 'no ../shared (stories260K)')
+        return report(missing('SKIP', 'FAIL'), 'llama2c_conversion_matches_gguf', 'no ../shared (stories260K)')
     kv = read_gguf_tokens(os.path.join(d, 'models', 'stories260K', 'stories260K.gguf'))
     v = llama2c_to_vocab(read_llama2c(tok512_path(), 512))
     same = (v.texts == kv['tokenizer.ggml.tokens'] and v.scores == kv['tokenizer.ggml.scores'] and

@@ -21,6 +21,7 @@
  *   w m2 <= L 2^35 < 2^64;  D < n 17/16, so base = floor(D / n) <= 1.
  */
 #include "coder/probq.h"
+#include "core/fpguard.h"
 
 #include <float.h>
 #include <math.h>

@@ -2,6 +2,7 @@
  * The per-symbol hot paths are static inline in rangecoder.h, which also
  * holds the derivation; docs/coder.md specifies the byte stream. */
 #include "coder/rangecoder.h"
+#include "core/fpguard.h"
 
 #include <string.h>
 

@@ -1,6 +1,7 @@
 /* The .skv encoder: runs the tokens through the model (its context is the live KV cache)
  * and writes each segment as the codec says (layout in session.c, docs/format.md). */
 #include <stdio.h>
+#include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>

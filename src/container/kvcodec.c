@@ -5,6 +5,7 @@
  *   12 u32 n_head_kv | 16 u32 head_dim | 20 u32 reserved 0 | 24 u64 seed
  *   32 u64 tokens_bytes | 40 u64 kv_bytes | 48 f32 rel_mse K | 52 f32 rel_mse V */
 #include "container/kvcodec.h"
+#include "core/fpguard.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,6 +2,7 @@
  * quantized-KV codecs by decoding the stored KV (the model is not run), codec model one
  * forward pass per token or per verified block of drafted tokens. */
 #include <stdlib.h>
+#include "core/fpguard.h"
 #include <string.h>
 
 #include "core/util.h"

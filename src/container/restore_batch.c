@@ -17,6 +17,7 @@
  * other codecs are handed to skv_session_restore_segment directly. The stream format is
  * session.c's: this module only schedules its steps (src/session_int.h). */
 #include <stdio.h>
+#include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 

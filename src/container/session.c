@@ -19,6 +19,7 @@
  *                                              ids) | per-vector encoded KV, canonical order
  * Every segment is an independent KV cache: it starts from an empty context. */
 #include <stdarg.h>
+#include "core/fpguard.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

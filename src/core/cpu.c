@@ -1,5 +1,6 @@
 /* CPU feature detection, once per process (cpu.h). */
 #include "core/cpu.h"
+#include "core/fpguard.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -7,6 +7,7 @@
  * sin/cos: a = k pi/2 + r with a three-part pi/2 (Cody-Waite), |r| <= pi/4; Taylor series
  *      to r^21 / r^20 (error < 1e-20); quadrant from k mod 4. */
 #include "core/detmath.h"
+#include "core/fpguard.h"
 
 #include <float.h>
 #include <stdint.h>

@@ -8,6 +8,7 @@
  * Workers watch `gen`: they spin (with a pause) up to SPIN_ITERS polls, then sleep
  * on the condition variable. */
 #include "core/threadpool.h"
+#include "core/fpguard.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,5 +1,6 @@
 /* Shared helpers: status names, error formatting, per-thread error boxes, file mapping. */
 #include <xxhash.h>
+#include "core/fpguard.h"
 
 #include "core/util.h"
 

@@ -1,5 +1,6 @@
 /* The architecture table and the per-layer tensor descriptions (arch.h). */
 #include "engine/arch.h"
+#include "core/fpguard.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,6 @@
 /* Draft models for speculative restore: see draft.h. */
 #include "engine/draft.h"
+#include "core/fpguard.h"
 
 #include <stdlib.h>
 #include <string.h>

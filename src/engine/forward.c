@@ -7,6 +7,7 @@
  * KV cache layout, one f32 block per (layer, kind, kv head), rows = positions:
  *   k_cache[l][h][pos][hd], v_cache[l][h][pos][hd]   (S rows reserved per block) */
 #include <math.h>
+#include "core/fpguard.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

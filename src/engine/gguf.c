@@ -1,5 +1,6 @@
 /* GGUF reader: structure validation and typed metadata access. See gguf.h. */
 #include "engine/gguf.h"
+#include "core/fpguard.h"
 
 #include <stdio.h>
 #include <stdlib.h>

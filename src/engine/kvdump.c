@@ -7,6 +7,7 @@
  *             values [n_layer][2 (K,V)][n_head_kv][n_pos][head_dim] as f32 or f16
  *   last 8    u64 XXH3-64 of everything between the header and this trailer */
 #include <errno.h>
+#include "core/fpguard.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,6 @@
 /* Per-position KV sizes under the per-vector schemes of quant.c. */
 #include <string.h>
+#include "core/fpguard.h"
 
 #include "engine/model.h"
 #include "quant/quant.h"

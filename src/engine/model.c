@@ -1,5 +1,6 @@
 /* Model loading (GGUF and llama2.c checkpoints), validation, info, fingerprint. */
 #include "engine/model.h"
+#include "core/fpguard.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
 /* Scalar reference kernels (the specification of every numeric result) and
  * dequantization. See ops.h for the determinism contract. */
 #include "engine/ops.h"
+#include "core/fpguard.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /* AVX2+FMA kernels: bit-identical to the scalar reference in ops.c (same
  * per-element operation sequence; see ops.h). Compiled with -mavx2 -mfma. */
 #include "engine/ops.h"
+#include "core/fpguard.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -1,5 +1,6 @@
 /* Bit streams of b-bit fields, b = 1..4, LSB-first (quant_int.h). */
 #include "quant/quant_int.h"
+#include "core/fpguard.h"
 
 #include <string.h>
 

@@ -1,5 +1,6 @@
 /* Quantized KV cache: spec parsing and per-vector round trips (kvquant.h). */
 #include "quant/kvquant.h"
+#include "core/fpguard.h"
 
 #include <stdarg.h>
 #include <stdint.h>

@@ -2,6 +2,7 @@
  * + - * / and sqrt only (docs/quant.md), so every IEEE machine draws the
  * same rotation signs, permutations and QJL matrices. */
 #include <math.h>
+#include "core/fpguard.h"
 #include <string.h>
 
 #include "quant/quant.h"

@@ -8,6 +8,7 @@
  * (quant/types.h): each vector is one row of that type, its last block
  * possibly short.  The tq schemes live in tq.c (quant_int.h lists the files). */
 #include "quant/quant_int.h"
+#include "core/fpguard.h"
 
 #include <assert.h>
 #include <stdlib.h>

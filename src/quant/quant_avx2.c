@@ -5,6 +5,7 @@
  * operands as its *_ref twin, element by element, so the results are
  * bit-identical (tests compare). */
 #include "quant/quant.h"
+#include "core/fpguard.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__AVX2__)
 

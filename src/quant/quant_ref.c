@@ -2,6 +2,7 @@
  * every result; the AVX2 twins in quant_avx2.c compute the same bits.
  * Reductions use the 8-lane striped order of skv_quant_dot_ref(). */
 #include "quant/quant.h"
+#include "core/fpguard.h"
 #include "quant/fbits.h"
 
 float skv_quant_dot_ref(const float *a, const float *b, size_t n)

@@ -1,5 +1,6 @@
 /* The seeded orthogonal rotation of the tq schemes (docs/quant.md). */
 #include "quant/quant_int.h"
+#include "core/fpguard.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,6 +2,7 @@
  * (MSE variant: norm + b-bit indices of the rotated unit vector; prod
  * variant: (b-1)-bit indices + the QJL signs of the residual). */
 #include "quant/quant_int.h"
+#include "core/fpguard.h"
 
 #include <math.h>
 #include <stdlib.h>

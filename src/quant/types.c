@@ -1,5 +1,6 @@
 /* The type table (types.h): one row per ggml tensor type. */
 #include "quant/types.h"
+#include "core/fpguard.h"
 
 #include <assert.h>
 #include <string.h>

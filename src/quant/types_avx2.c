@@ -4,6 +4,7 @@
  * Each computes the same bits as its reference (tests/test_quant.c and
  * tests/test_ops.c compare). */
 #include "quant/types_kernels.h"
+#include "core/fpguard.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>

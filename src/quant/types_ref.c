@@ -6,6 +6,7 @@
  * be short (L = n % 32 values) and is then stored short: q8_0 2 + L bytes,
  * q4_0 2 + ceil(L/2) bytes.  Whole blocks are byte-identical to ggml's. */
 #include "quant/types_kernels.h"
+#include "core/fpguard.h"
 
 #include <assert.h>
 #include <math.h>

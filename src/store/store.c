@@ -22,6 +22,7 @@
  * one writer.
  */
 #include <errno.h>
+#include "core/fpguard.h"
 #include <lmdb.h>
 #include <stdarg.h>
 #include <stdio.h>

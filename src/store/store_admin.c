@@ -1,6 +1,7 @@
 /* The store's read and maintenance calls: match, remove, list, stats, gc, and the
  * model-free bulk insert the benchmarks use. */
 #include <stdio.h>
+#include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

@@ -2,6 +2,7 @@
  * checksummed: layout in store.c) and the trie's storage (skv_trie_io) over the nodes,
  * children and kv databases of one LMDB transaction. */
 #include <stdlib.h>
+#include "core/fpguard.h"
 #include <string.h>
 #include <xxhash.h>
 #include <zstd.h>

@@ -3,6 +3,7 @@
  * (recompute - load) / bytes); new path nodes are materialised while the budget allows or
  * lower-scoring leaves can be demoted to make room. */
 #include <math.h>
+#include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 

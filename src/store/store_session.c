@@ -2,6 +2,7 @@
  * longest stored prefix, compute the rest, insert, place) and get (restore a session:
  * load the longest materialised prefix, recompute the rest, record the access). */
 #include <math.h>
+#include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

@@ -24,6 +24,7 @@
  * Merge is the inverse: U (no session ends there, one child) folds into its child.
  */
 #include <math.h>
+#include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>

@@ -7,6 +7,7 @@
  * into blocks where every pre-tokenizer ends a word (READ ME FIRST in
  * tok_encode.c). */
 #include "tokenizer/tok_int.h"
+#include "core/fpguard.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,7 @@
 /* tok_common.c - hashing, the uint64 map, vocabulary lookup and scratch
  * buffers shared by the tokenizer's files. */
 #include "tokenizer/tok_int.h"
+#include "core/fpguard.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -31,6 +31,7 @@
  *   per-call memo and the merge heap that tok_spm.c and tok_bpe.c share.
  */
 #include "tokenizer/tok_int.h"
+#include "core/fpguard.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,6 +5,7 @@
  * Layout: u32 max_token_length, then per token f32 score, u32 len, len bytes
  * (little-endian). */
 #include "tokenizer/tok_int.h"
+#include "core/fpguard.h"
 
 #include <stdlib.h>
 #include <string.h>

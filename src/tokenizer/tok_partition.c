@@ -5,6 +5,7 @@
  * At create time their texts go into a byte trie, so that one pass over the
  * text tells which of them occur at all; only those are searched for. */
 #include "tokenizer/tok_int.h"
+#include "core/fpguard.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,6 +3,7 @@
  * characters -> bytes; user-defined tokens -> their text; control, unknown
  * and unused tokens -> nothing. */
 #include "tokenizer/tok_int.h"
+#include "core/fpguard.h"
 
 #include <stdio.h>
 #include <stdlib.h>

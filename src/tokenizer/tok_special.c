@@ -2,6 +2,7 @@
  * with llama.cpp's defaults, and llama.cpp's load-time type fix-ups that
  * depend on token texts. */
 #include "tokenizer/tok_int.h"
+#include "core/fpguard.h"
 
 /* Texts llama.cpp always treats as control tokens (llama-vocab.cpp, "auto-detect
  * special tokens by text" and the workarounds after it). The end-of-turn/FIM

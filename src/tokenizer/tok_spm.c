@@ -8,6 +8,7 @@
  * characters that no token joins to their left neighbour (`nocut`), so that
  * each segment merges alone (READ ME FIRST in tok_encode.c). */
 #include "tokenizer/tok_int.h"
+#include "core/fpguard.h"
 
 #include <stdio.h>
 #include <stdlib.h>

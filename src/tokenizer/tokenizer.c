@@ -8,6 +8,7 @@
  * validated here.
  */
 #include "tokenizer/tok_int.h"
+#include "core/fpguard.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -2,6 +2,7 @@
  * See unicode.h for the contract; docs/tokenizer.md for how each pre-tokenizer
  * maps onto llama.cpp's regexes. */
 #include "tokenizer/unicode.h"
+#include "core/fpguard.h"
 
 #include "tokenizer/unicode_tables.h"
 
