@@ -13,18 +13,14 @@
  * top1: one sequence, BOS + TEXT's tokens, cut to CTX; the argmax id of the
  *   logits at every position (lowest id on a tie) and its margin over the
  *   runner-up.
- * Only the AVX2 CPU variant is loaded (never the AMX one, see load_cpu_backend). */
+ * Only the AVX2 CPU variant is loaded (never the AMX one, see common.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ggml-backend.h"
+#include "common.h"
 #include "llama.h"
-
-#ifndef SKV_ORACLE_CPU_LIB
-#define SKV_ORACLE_CPU_LIB "libggml-cpu-haswell.so"
-#endif
 
 struct opts {
     const char *mode, *model, *text;
@@ -39,28 +35,6 @@ struct oracle {
     llama_token *tok; /* (n_tok) TEXT's tokens, BOS first */
     int n_tok;
 };
-
-static void log_quiet(enum ggml_log_level level, const char *text, void *user)
-{
-    (void)user;
-    if (level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN)
-        fputs(text, stderr);
-}
-
-/* Loads one CPU backend variant before llama_backend_init (which then loads no
- * other): the AVX2 "haswell" build, never the AMX one (its matmul crashed on
- * quantized models on our Xeon). $SKV_ORACLE_CPU_LIB overrides the path. */
-static int load_cpu_backend(void)
-{
-    const char *path = getenv("SKV_ORACLE_CPU_LIB");
-    if (!path || !*path)
-        path = SKV_ORACLE_CPU_LIB;
-    if (!ggml_backend_load(path)) {
-        fprintf(stderr, "cannot load the CPU backend %s\n", path);
-        return -1;
-    }
-    return 0;
-}
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
@@ -267,8 +241,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: skv-oracle-eval ppl|top1 -m MODEL -f TEXT [-c CTX] [-t THREADS]\n");
         return 2;
     }
-    llama_log_set(log_quiet, NULL);
-    if (load_cpu_backend() != 0)
+    oracle_quiet_log();
+    if (oracle_load_cpu_backend() != 0)
         return 1;
     llama_backend_init();
     struct oracle or;

@@ -13,12 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ggml-backend.h"
+#include "common.h"
 #include "llama.h"
-
-#ifndef SKV_ORACLE_CPU_LIB
-#define SKV_ORACLE_CPU_LIB "libggml-cpu-haswell.so"
-#endif
 
 struct preset {
     const char *name;
@@ -50,34 +46,12 @@ static int preset_find(const char *name, enum llama_ftype *out)
     return -1;
 }
 
-/* Loads one CPU backend variant before llama_backend_init (which then loads no
- * other): the AVX2 "haswell" build, never the AMX one (its matmul crashed on
- * quantized models on our Xeon). $SKV_ORACLE_CPU_LIB overrides the path. */
-static int load_cpu_backend(void)
-{
-    const char *path = getenv("SKV_ORACLE_CPU_LIB");
-    if (!path || !*path)
-        path = SKV_ORACLE_CPU_LIB;
-    if (!ggml_backend_load(path)) {
-        fprintf(stderr, "cannot load the CPU backend %s\n", path);
-        return -1;
-    }
-    return 0;
-}
-
 static void usage(void)
 {
     fprintf(stderr, "usage: skv-oracle-quantize IN.gguf OUT.gguf PRESET [THREADS] [pure]\npresets:");
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         fprintf(stderr, " %s", presets[i].name);
     fprintf(stderr, "\n");
-}
-
-static void log_quiet(enum ggml_log_level level, const char *text, void *user)
-{
-    (void)user;
-    if (level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN)
-        fputs(text, stderr);
 }
 
 int main(int argc, char **argv)
@@ -88,8 +62,8 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
-    llama_log_set(log_quiet, NULL);
-    if (load_cpu_backend() != 0)
+    oracle_quiet_log();
+    if (oracle_load_cpu_backend() != 0)
         return 1;
     llama_backend_init();
     llama_model_quantize_params qp = llama_model_quantize_default_params();

@@ -35,7 +35,7 @@ cpu="$lib/libggml-cpu-haswell.so"
 for prog in quantize eval; do
     ${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra \
         -I src/include -I src/ggml/include -DSKV_ORACLE_CPU_LIB="\"$cpu\"" \
-        "$here/$prog.c" -o "bin/skv-oracle-$prog" \
+        "$here/$prog.c" "$here/common.c" -o "bin/skv-oracle-$prog" \
         -L"$lib" -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -l:libggml-base.so -lm \
         -Wl,-rpath,"$lib"
 done
