@@ -184,7 +184,7 @@ int cmd_compress(int argc, char **argv)
     } else {
         skv_kvdump *d = NULL;
         char err[512];
-        if (skv_kvdump_read(kv_in, &d, err, sizeof err)) {
+        if (skv_kvdump_read(kv_in, &d, err, sizeof err) || skv_kvdump_check_model(d, m, err, sizeof err)) {
             cli_error("%s", err);
         } else if ((tok = malloc((d->n_pos + 1) * sizeof *tok))) {
             memcpy(tok, d->tokens, d->n_pos * sizeof *tok);
