@@ -239,6 +239,11 @@ typedef struct skv_kvdump {
 /* Reads and validates a dump (checksum included). Free with skv_kvdump_free. */
 SKV_API int skv_kvdump_read(const char *path, skv_kvdump **out, char *err, size_t errcap);
 SKV_API void skv_kvdump_free(skv_kvdump *d);
+/* SKV_OK when d was written with model m: the same fingerprint and KV geometry (layers,
+ * KV heads, head_dim) and every token inside m's vocabulary; else SKV_ERR_MISMATCH with a
+ * message naming both (the KV and tokens of another model's dump mean nothing under m).
+ * SKV_ERR_INVALID_ARG for NULL arguments. */
+SKV_API int skv_kvdump_check_model(const skv_kvdump *d, skv_model *m, char *err, size_t errcap);
 
 /* ---- Sizes of per-vector representations -------------------------------- */
 
@@ -299,6 +304,10 @@ typedef struct skv_encoder_stats {
     uint64_t n_model_coded; /* tokens coded under the model (all but each segment's first) */
     double model_bits;      /* sum of -log2 p(token) of those under the model's softmax (0 with skip_entropy) */
     double coded_bits;      /* sum of -log2(freq/total) actually coded (model codec) */
+    /* Added in 0.1: rows of logits the model computed. Only the rows something reads are
+     * asked for: every token's for codec model or the model_bits report, else none but
+     * the last of an append given next_logits. */
+    uint64_t n_logit_rows;
 } skv_encoder_stats;
 
 SKV_API skv_encoder_params skv_encoder_default_params(void);
@@ -309,11 +318,17 @@ SKV_API int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_en
                                size_t errcap);
 SKV_API void skv_encoder_free(skv_encoder *e);
 SKV_API const char *skv_encoder_last_error(const skv_encoder *e);
-/* Appends tokens (runs them through the model). next_logits (optional, n_vocab floats)
+/* Appends tokens (runs them through the model). Memory is bounded per encoder, not by
+ * n: tokens are run in chunks, and logits are computed only where they are read (at most
+ * 16 MiB of them at a time). next_logits (optional, n_vocab floats)
  * receives the model's logits after the last token, for an inference loop that samples
  * the next token from them and appends it. SKV_ERR_RANGE when the context is full and
  * segmenting is off. */
 SKV_API int skv_encoder_append(skv_encoder *e, const int32_t *tokens, size_t n, float *next_logits);
+/* Appends the tokens of a KV dump (skv_kvdump_read) after checking it was written with
+ * this encoder's model: SKV_ERR_MISMATCH (message naming both) for another model's dump,
+ * as skv_kvdump_check_model says. */
+SKV_API int skv_encoder_append_kvdump(skv_encoder *e, const skv_kvdump *d);
 SKV_API const skv_ctx *skv_encoder_ctx(const skv_encoder *e);
 SKV_API int skv_encoder_get_stats(const skv_encoder *e, skv_encoder_stats *st);
 /* Produces the .skv file bytes (malloc'ed; free() them). The encoder cannot be appended to afterwards. */

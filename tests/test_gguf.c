@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -837,8 +838,8 @@ static void refuses_bad_offsets(void)
         skv_gguf *g = NULL;
         int rc;
         gb_init(&b, 3);
-        gb_tensor_info(&b, "t", 1, ne, SKV_GGML_F32, 32);
-        gb_tensor_info(&b, "overlap", 1, ne, SKV_GGML_F32, 32); /* tensors may share bytes */
+        gb_tensor_info(&b, "t", 1, ne, SKV_GGML_F32, 0);
+        gb_tensor_info(&b, "next", 1, ne, SKV_GGML_F32, 32); /* adjacent: ends where "t" begins */
         b_zeros(&b.data, 48);
         f = gb_finish(&b, &len, NULL);
         gb_free(&b);
@@ -847,6 +848,66 @@ static void refuses_bad_offsets(void)
         free(f);
         CHECK(rc == SKV_OK);
     }
+    /* tensors sharing bytes are refused: a small file could otherwise declare any number
+     * of layers over the same data (a model, its fingerprint and each forward pass would
+     * cost far more than the file's size) */
+    static const uint64_t second[] = {0, 32};
+    for (int k = 0; k < 2; k++) {
+        gguf_b b;
+        char why[512] = "";
+        const uint64_t big[1] = {16};
+        gb_init(&b, 3);
+        gb_tensor_info(&b, "t", 1, big, SKV_GGML_F32, 0); /* [0, 64) */
+        gb_tensor_info(&b, "alias", 1, ne, SKV_GGML_F32, second[k]);
+        b_zeros(&b.data, 96);
+        CHECK_MSG(gb_refused(&b, SKV_ERR_FORMAT, "share data bytes", why, sizeof why), "offset %llu: %s",
+                  (unsigned long long)second[k], why);
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Finding a tensor or key by name takes O(log n): 2^16 lookups in a file of 2^16 tensors
+ * took seconds with a linear search (a model load looks up every layer's tensors). */
+static void lookups_are_logarithmic(void)
+{
+    enum { N = 1 << 16 };
+    const uint64_t ne[1] = {8};
+    gguf_b b;
+    char name[32];
+    size_t len;
+    skv_gguf *g = NULL;
+    gb_init(&b, 3);
+    gb_u32(&b, "general.alignment", 32);
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "blk.%d.w", i);
+        gb_tensor_info(&b, name, 1, ne, SKV_GGML_F32, (uint64_t)i * 32);
+    }
+    b_zeros(&b.data, (size_t)N * 32);
+    uint8_t *f = gb_finish(&b, &len, NULL);
+    gb_free(&b);
+    int rc = skv_gguf_open_mem(f, len, &g, NULL, 0), found = 0;
+    double t0 = now_s();
+    for (int i = 0; rc == SKV_OK && i < N; i++) {
+        snprintf(name, sizeof name, "blk.%d.w", (i * 7919) % N);
+        const skv_gguf_tensor *t = skv_gguf_find_tensor(g, name);
+        found += t && t->name.len == strlen(name) && !memcmp(t->name.ptr, name, t->name.len);
+        found -= skv_gguf_find_tensor(g, "blk.x.w") != NULL || skv_gguf_has(g, name);
+    }
+    double secs = now_s() - t0;
+    int64_t a = 0;
+    if (rc == SKV_OK) skv_gguf_get_int(g, "general.alignment", &a);
+    skv_gguf_close(g);
+    free(f);
+    CHECK_EQ_INT(rc, SKV_OK);
+    CHECK_EQ_INT(found, N);
+    CHECK_EQ_INT(a, 32);
+    CHECK_MSG(secs < 0.5, "%d lookups took %.2f s", N, secs);
 }
 
 static void refuses_bad_alignment(void)
@@ -1657,6 +1718,7 @@ int main(void)
     RUN(refuses_bad_tensor_infos);
     RUN(refuses_bad_offsets);
     RUN(refuses_bad_alignment);
+    RUN(lookups_are_logarithmic);
     RUN(tiny_models_load_and_run);
     RUN(model_refuses_missing_and_misshapen_tensors);
     RUN(model_refuses_architecture_and_types);

@@ -599,6 +599,81 @@ static void write_corpus(const char *root)
     }
 }
 
+/* A dump read back and checked against the bundled model: 0 = SKV_OK, else the status
+ * with the message in err. */
+static int check_bytes(skv_model *m, const uint8_t *b, size_t n, char *err, size_t cap)
+{
+    skv_kvdump *d = NULL;
+    int rc = read_bytes(b, n, &d, err, cap);
+    if (rc == SKV_OK) rc = skv_kvdump_check_model(d, m, err, cap);
+    skv_kvdump_free(d);
+    return rc;
+}
+
+/* A dump made with one model is refused under another (geometry, fingerprint) and one
+ * with token ids outside the vocabulary, by skv_kvdump_check_model and by the encoder
+ * (skv_encoder_append_kvdump); the model's own dump is accepted. Model: the bundled one. */
+static void dump_of_another_model_refused(void)
+{
+    skv_model *m = NULL;
+    skv_model_info mi;
+    uint8_t fp[16], *b;
+    char err[512] = "";
+    size_t n = 0;
+    CHECK_MSG(skv_model_load("models/kjv-4m.gguf", NULL, &m, err, sizeof err) == SKV_OK, "%s", err);
+    skv_model_get_info(m, &mi);
+    skv_model_fingerprint(m, fp);
+    dump_hdr h = {SKV_KVDUMP_F16, (uint32_t)mi.n_layer, (uint32_t)mi.n_head_kv, (uint32_t)mi.head_dim, 4, {0}};
+    size_t nval = (size_t)h.n_layer * 2 * h.n_head_kv * 4 * h.head_dim;
+    float *v = calloc(3 * nval, sizeof *v); /* room for each case's larger geometry */
+    int32_t tok[4] = {1, 2, 3, 4};
+    struct { int field, delta; const char *phrase; } cases[] = {
+        {-1, 0, NULL}, {0, 1, "layers"}, {1, 1, "KV heads"}, {2, 2, "KV heads"}, {3, 0, "fingerprint"}, {4, 0, "vocabulary"},
+    };
+    for (size_t k = 0; v && k < sizeof cases / sizeof cases[0] && !test_cur_failed; k++) {
+        dump_hdr c = h;
+        int32_t t[4] = {1, 2, 3, 4};
+        memcpy(c.fp, fp, 16);
+        if (cases[k].field == 0) c.n_layer += (uint32_t)cases[k].delta;
+        if (cases[k].field == 1) c.n_head_kv += (uint32_t)cases[k].delta;
+        if (cases[k].field == 2) c.head_dim *= (uint32_t)cases[k].delta;
+        if (cases[k].field == 3) c.fp[5] ^= 1;
+        if (cases[k].field == 4) t[2] = mi.n_vocab;
+        b = spec_dump(&c, t, v, &n);
+        int rc = check_bytes(m, b, n, err, sizeof err);
+        free(b);
+        if (!cases[k].phrase) CHECK_MSG(rc == SKV_OK, "own dump: %s", err);
+        else CHECK_MSG(rc == SKV_ERR_MISMATCH && strstr(err, cases[k].phrase), "case %zu: %s: %s", k,
+                       skv_status_str(rc), err);
+    }
+    /* through the encoder: refused with its message, the model's own dump appended */
+    memcpy(h.fp, fp, 16);
+    skv_kvdump *own = NULL, *other = NULL;
+    skv_encoder *e = NULL;
+    skv_encoder_stats st;
+    skv_encoder_params p = skv_encoder_default_params();
+    p.codec = SKV_CODEC_TOKENS;
+    b = v ? spec_dump(&h, tok, v, &n) : NULL;
+    CHECK(b && read_bytes(b, n, &own, err, sizeof err) == SKV_OK);
+    b[40] ^= 0x80; /* another model's fingerprint */
+    resign_header(b);
+    int ro = read_bytes(b, n, &other, err, sizeof err);
+    free(b);
+    CHECK(ro == SKV_OK && skv_encoder_create(m, &p, &e, err, sizeof err) == SKV_OK);
+    CHECK_EQ_INT(skv_encoder_append_kvdump(e, other), SKV_ERR_MISMATCH);
+    CHECK_MSG(strstr(skv_encoder_last_error(e), "wrong model") != NULL, "%s", skv_encoder_last_error(e));
+    CHECK_EQ_INT(skv_encoder_append_kvdump(e, NULL), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_encoder_append_kvdump(e, own), SKV_OK);
+    skv_encoder_get_stats(e, &st);
+    CHECK_EQ_INT(st.n_tokens, 4);
+    CHECK_EQ_INT(skv_kvdump_check_model(NULL, m, NULL, 0), SKV_ERR_INVALID_ARG);
+    skv_encoder_free(e);
+    skv_kvdump_free(own);
+    skv_kvdump_free(other);
+    skv_model_free(m);
+    free(v);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR"), *corpus = getenv("SEQKV_WRITE_CORPUS");
@@ -625,6 +700,7 @@ int main(void)
     RUN(read_refuses_corruption);
     RUN(read_refuses_forged_headers);
     RUN(kv_digest_tracks_the_cache);
+    RUN(dump_of_another_model_refused);
     skv_model_free(g_model);
     tmp_path(path, sizeof path, "probe.skvd");
     unlink(path);

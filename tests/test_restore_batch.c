@@ -260,6 +260,48 @@ static void batch_restore_job_errors_are_per_job(void)
     free(tok);
 }
 
+/* A context with kv_quant is refused alone (SKV_ERR_UNSUPPORTED, before any pass): it
+ * neither joins a step (where it used to fail every job of the step) nor, for codec
+ * tokens, "succeeds" with its quantized view; the exact contexts restore. */
+static void batch_restore_refuses_kv_quant_contexts(void)
+{
+    size_t n = 0;
+    int32_t *tok = heldout_tokens(100, &n), out[4][64];
+    skv_session *sm = encode(tok, 100, SKV_CODEC_MODEL, 50), *st = encode(tok, 40, SKV_CODEC_TOKENS, 64);
+    skv_ctx_params qp = skv_ctx_default_params();
+    skv_ctx *c[4] = {new_ctx(64, 1, 0), NULL, new_ctx(64, 1, 0), NULL};
+    skv_restore_job jobs[4];
+    skv_restore_params rp = {.verify = 0};
+    qp.n_ctx = 64;
+    qp.kv_quant = "tq3";
+    CHECK(skv_ctx_create(g_m, &qp, &c[1]) == SKV_OK && skv_ctx_create(g_m, &qp, &c[3]) == SKV_OK);
+    CHECK(sm && st && c[0] && c[2]);
+    memset(jobs, 0, sizeof jobs);
+    for (int j = 0; j < 4; j++) {
+        jobs[j].session = j < 2 ? sm : st;
+        jobs[j].ctx = c[j];
+        jobs[j].tokens = out[j];
+        jobs[j].cap = 64;
+    }
+    CHECK_EQ_INT(skv_session_restore_batch(g_m, jobs, 4, &rp), SKV_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(jobs[0].status, SKV_OK);
+    CHECK_EQ_INT(jobs[2].status, SKV_OK);
+    for (int j = 1; j < 4; j += 2) {
+        CHECK_EQ_INT(jobs[j].status, SKV_ERR_UNSUPPORTED);
+        CHECK_MSG(strstr(skv_ctx_last_error(c[j]), "kv_quant") != NULL, "%s", skv_ctx_last_error(c[j]));
+        CHECK_EQ_INT(skv_ctx_n_pos(c[j]), 0);
+    }
+    CHECK(memcmp(out[0], tok, 50 * sizeof(int32_t)) == 0 && memcmp(out[2], tok, 40 * sizeof(int32_t)) == 0);
+    /* the solo restore refuses it the same way, for every codec */
+    CHECK_EQ_INT(skv_session_restore_segment(st, g_m, 0, c[1], &rp, out[1], 64), SKV_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(skv_session_restore_segment(sm, g_m, 0, c[1], &rp, out[1], 64), SKV_ERR_UNSUPPORTED);
+    CHECK(strstr(skv_ctx_last_error(c[1]), "kv_quant") != NULL);
+    for (int j = 0; j < 4; j++) skv_ctx_free(c[j]);
+    skv_session_free(sm);
+    skv_session_free(st);
+    free(tok);
+}
+
 int main(void)
 {
     char err[256];
@@ -275,6 +317,7 @@ int main(void)
     RUN(decode_multi_rejects_bad_calls);
     RUN(batch_restore_equals_solo);
     RUN(batch_restore_job_errors_are_per_job);
+    RUN(batch_restore_refuses_kv_quant_contexts);
     skv_model_free(g_m);
     return test_n_fail ? 1 : 0;
 }

@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include "quant/kvquant.h"
 #include "quant/quant.h"
@@ -586,6 +589,219 @@ static void api_errors(void)
     free(tdata);
 }
 
+/* ---- crafted geometry: what a model-free decode may cost ---------------------------- */
+
+/* A codec-kvq file from scratch: one segment of one token (id 0), K and V in `scheme` at
+ * head_dim d for L layers x H KV heads, every vector the all-zero code (valid: norm 0). */
+static uint8_t *craft_kvq(uint32_t L, uint32_t H, uint32_t d, int scheme, size_t *size)
+{
+    uint8_t raw = 0, tz[64];
+    size_t tl = ZSTD_compress(tz, sizeof tz, &raw, 1, 1), vb = skv_quant_bytes(scheme, d);
+    size_t kvb = (size_t)L * 2 * H * vb, pl = KVHDR + tl + kvb, n = HDR + SEGHDR + pl + 8;
+    uint8_t *f = ZSTD_isError(tl) || !vb ? NULL : calloc(1, n), *g = f + HDR, *q = g + SEGHDR;
+    if (!f) return NULL;
+    memcpy(f, "\x89SKV\r\n\x1a\n", 8);
+    skv_wr16(f + 8, 1);
+    skv_wr16(f + 10, HDR);
+    skv_wr32(f + 12, SKV_CODEC_KVQ);
+    skv_wr32(f + 20, 1);     /* segments */
+    skv_wr64(f + 24, 1);     /* tokens */
+    skv_wr32(f + 32, 1);     /* n_ctx */
+    skv_wr32(f + 36, 256);   /* n_vocab */
+    memcpy(f + 64, "crafted", 7);
+    skv_wr64(f + 120, XXH3_64bits(f, 120));
+    memcpy(g, "SKVS", 4);
+    skv_wr32(g + 4, 1);
+    skv_wr64(g + 8, pl);
+    memcpy(q, "SKVQ", 4);
+    skv_wr16(q + 4, KVHDR);
+    q[6] = q[7] = (uint8_t)scheme;
+    skv_wr32(q + 8, L);
+    skv_wr32(q + 12, H);
+    skv_wr32(q + 16, d);
+    skv_wr64(q + 32, tl);
+    skv_wr64(q + 40, kvb);
+    memcpy(q + KVHDR, tz, tl);
+    skv_wr64(g + SEGHDR + pl, XXH3_64bits(g, SEGHDR + pl));
+    *size = n;
+    return f;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* skv_session_restore_kv of a crafted file: its status, message and seconds. */
+static int crafted_restore(uint32_t L, uint32_t H, uint32_t d, int scheme, float **kv, char *err, size_t cap,
+                           double *secs)
+{
+    size_t size = 0, nf = (size_t)L * 2 * H * d;
+    uint8_t *f = craft_kvq(L, H, d, scheme, &size);
+    skv_session *s = NULL;
+    int32_t tok[1] = {-1};
+    int rc = f ? skv_session_open(f, size, &s, err, cap) : SKV_ERR_NOMEM;
+    *kv = malloc(nf * sizeof **kv);
+    if (rc == SKV_OK && !*kv) rc = SKV_ERR_NOMEM;
+    if (rc == SKV_OK) {
+        double t0 = now_s();
+        rc = skv_session_restore_kv(s, 0, *kv, nf, tok, 1, 0);
+        *secs = now_s() - t0;
+        snprintf(err, cap, "%s", skv_session_last_error(s));
+        if (rc == SKV_OK && tok[0] != 0) rc = SKV_ERR_INTERNAL;
+    }
+    skv_session_free(s);
+    free(f);
+    return rc;
+}
+
+/* A 33 KB file declaring 63 layers of tq2p at head_dim 1024 asked a model-free decode for
+ * 126 QJL matrices of 4 MiB (516 MB, ~4 s); a 2 MB one with 4096 layers for 32 GiB. Both
+ * are refused before any table is built, and quickly. */
+static void crafted_qjl_geometry_refused(void)
+{
+    static const uint32_t layers[] = {63, 4096};
+    for (int k = 0; k < 2; k++) {
+        float *kv = NULL;
+        char err[512] = "";
+        double secs = 0;
+        int rc = crafted_restore(layers[k], 1, 1024, SKV_QUANT_TQ2P, &kv, err, sizeof err, &secs);
+        free(kv);
+        CHECK_MSG(rc == SKV_ERR_RANGE && strstr(err, "with its model"), "%u layers: %s: %s", layers[k],
+                  skv_status_str(rc), err);
+        CHECK_MSG(secs < 0.5, "%u layers: refused after %.2f s", layers[k], secs);
+    }
+}
+
+/* Within the limit the same crafted shape decodes (to zeros), one table at a time. */
+static void crafted_qjl_geometry_within_limit(void)
+{
+    float *kv = NULL;
+    char err[512] = "";
+    double secs = 0;
+    int rc = crafted_restore(2, 2, 1024, SKV_QUANT_TQ3P, &kv, err, sizeof err, &secs);
+    int zero = 1;
+    for (size_t i = 0; rc == SKV_OK && i < (size_t)2 * 2 * 2 * 1024; i++) zero &= kv[i] == 0.0f;
+    free(kv);
+    CHECK_MSG(rc == SKV_OK, "%s: %s", skv_status_str(rc), err);
+    CHECK(zero);
+}
+
+/* ---- the model name field ---------------------------------------------------------- */
+
+/* A copy of the bundled model whose general.name (12 bytes in place: NULs end it early)
+ * is `name`; NULL if the file cannot be written or loaded. */
+static skv_model *model_named(const char *name, size_t len)
+{
+    FILE *f = fopen(MODEL, "rb");
+    char path[256], *b = malloc(16 << 20);
+    size_t n = f && b ? fread(b, 1, 16 << 20, f) : 0, at = 0;
+    skv_model *m = NULL;
+    if (f) fclose(f);
+    for (size_t i = 0; n > 40 && i + 36 < n && !at; i++)
+        if (!memcmp(b + i, "general.name", 12) && skv_rd64((const uint8_t *)b + i + 16) == 12) at = i + 24;
+    snprintf(path, sizeof path, "/tmp/seqkv_test_kvname_%ld.gguf", (long)getpid());
+    if (at && len <= 12 && (f = fopen(path, "wb"))) {
+        memset(b + at, 0, 12);
+        memcpy(b + at, name, len);
+        int ok = fwrite(b, 1, n, f) == n;
+        if (!fclose(f) && ok) skv_model_load(path, NULL, &m, NULL, 0);
+        remove(path);
+    }
+    free(b);
+    return m;
+}
+
+/* Names with control bytes (which the reader refuses) still write files that open: the
+ * writer puts '?' for each such byte; printable names are kept byte for byte. */
+static void odd_model_names_round_trip(void)
+{
+    NEED_SETUP();
+    static const struct { const char *name, *want; size_t len; } cases[] = {
+        {"seq\tkv-4m", "seq?kv-4m", 9}, {"a\nb\rc\x7f" "d\x01" "e\x1f", "a?b?c?d?e?", 10},
+        {"\t\t\t\t\t\t\t\t\t\t\t\t", "????????????", 12}, {"caf\xc3\xa9 kjv", "caf\xc3\xa9 kjv", 9},
+        {"x", "x", 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        skv_model *m = model_named(cases[k].name, cases[k].len);
+        skv_encoder_params p = skv_encoder_default_params();
+        skv_encoder *e = NULL;
+        skv_session *s = NULL;
+        skv_session_info si;
+        uint8_t *data = NULL;
+        size_t size = 0;
+        char err[512] = "";
+        p.codec = SKV_CODEC_TOKENS;
+        CHECK_MSG(m != NULL, "case %zu: cannot write or load the renamed model", k);
+        int rc = skv_encoder_create(m, &p, &e, err, sizeof err);
+        if (!rc && !(rc = skv_encoder_append(e, g_tok, 20, NULL))) rc = skv_encoder_finish(e, &data, &size);
+        if (!rc) rc = skv_session_open(data, size, &s, err, sizeof err);
+        if (!rc) skv_session_get_info(s, &si);
+        skv_session_free(s);
+        skv_encoder_free(e);
+        skv_model_free(m);
+        free(data);
+        CHECK_MSG(rc == SKV_OK, "case %zu: %s: %s", k, skv_status_str(rc), err);
+        CHECK_MSG(!strcmp(si.model_name, cases[k].want), "case %zu: name '%s'", k, si.model_name);
+    }
+}
+
+/* ---- the encoder asks only for the logits it reads ----------------------------------- */
+
+static int logit_rows(int codec, int skip, size_t chunk, int want_next, uint64_t *rows, uint8_t **data, size_t *size)
+{
+    skv_encoder_params p = skv_encoder_default_params();
+    skv_encoder *e = NULL;
+    skv_encoder_stats st;
+    float *next = want_next ? malloc((size_t)g_info.n_vocab * sizeof *next) : NULL;
+    int rc;
+    p.codec = codec;
+    p.skip_entropy = skip;
+    if ((rc = skv_encoder_create(g_m, &p, &e, NULL, 0))) return rc;
+    for (size_t done = 0; !rc && done < g_n; done += chunk)
+        rc = skv_encoder_append(e, g_tok + done, g_n - done < chunk ? g_n - done : chunk,
+                                 done && done + chunk < g_n ? next : NULL);
+    if (!rc && next) rc = skv_encoder_append(e, NULL, 0, next); /* again, with no tokens */
+    skv_encoder_get_stats(e, &st);
+    *rows = st.n_logit_rows;
+    if (!rc) rc = skv_encoder_finish(e, data, size);
+    skv_encoder_free(e);
+    free(next);
+    return rc;
+}
+
+/* Codec model and the entropy report read every row; codec tokens / KV codecs with
+ * skip_entropy read none but next_logits' (one per append asking -- all but the first and
+ * the last --, and an empty append after one that did not ask runs its last token again);
+ * the files are the same. */
+static void encoder_logits_only_when_read(void)
+{
+    NEED_SETUP();
+    static const int codecs[] = {SKV_CODEC_TOKENS, SKV_CODEC_Q8};
+    for (int k = 0; k < 2; k++) {
+        uint8_t *a = NULL, *b = NULL, *c = NULL;
+        size_t na = 0, nb = 0, nc = 0;
+        uint64_t ra = 0, rb = 0, rc = 0;
+        CHECK_EQ_INT(logit_rows(codecs[k], 0, 64, 0, &ra, &a, &na), SKV_OK);
+        CHECK_EQ_INT(logit_rows(codecs[k], 1, 64, 0, &rb, &b, &nb), SKV_OK);
+        CHECK_EQ_INT(logit_rows(codecs[k], 1, 50, 1, &rc, &c, &nc), SKV_OK);
+        int same = na == nb && nb == nc && !memcmp(a, b, na) && !memcmp(a, c, na);
+        free(a), free(b), free(c);
+        CHECK_EQ_INT(ra, g_n);
+        CHECK_EQ_INT(rb, 0);
+        CHECK_EQ_INT(rc, (g_n + 49) / 50 - 2 + 1); /* the appends asking, and the empty one */
+        CHECK(same);
+    }
+    uint8_t *m = NULL;
+    size_t nm = 0;
+    uint64_t rm = 0;
+    CHECK_EQ_INT(logit_rows(SKV_CODEC_MODEL, 1, 64, 0, &rm, &m, &nm), SKV_OK);
+    free(m);
+    CHECK_EQ_INT(rm, g_n);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_session_kv");
@@ -603,6 +819,10 @@ int main(void)
     RUN(crafted_payloads);
     RUN(geometry_mismatch);
     RUN(api_errors);
+    RUN(crafted_qjl_geometry_refused);
+    RUN(crafted_qjl_geometry_within_limit);
+    RUN(odd_model_names_round_trip);
+    RUN(encoder_logits_only_when_read);
     free(g_exact);
     skv_model_free(g_m);
     TEST_END();

@@ -107,7 +107,7 @@ static int compress_check(const compress_opts *o, int *codec)
 }
 
 /* The tokens of a KV dump. Dumps are read by name: stdin ("-") is spooled to a scratch file. */
-static int32_t *dump_tokens(const char *path, size_t *n)
+static int32_t *dump_tokens(const char *path, skv_model *m, size_t *n)
 {
     cli_out spool = {0};
     size_t len = 0;
@@ -118,7 +118,8 @@ static int32_t *dump_tokens(const char *path, size_t *n)
         path = cli_out_path(&spool);
     if (bytes && path && cli_write_file(path, bytes, len)) path = NULL;
     free(bytes);
-    if (path && skv_kvdump_read(path, &d, err, sizeof err)) cli_error("%s", err);
+    if (path && (skv_kvdump_read(path, &d, err, sizeof err) || skv_kvdump_check_model(d, m, err, sizeof err)))
+        cli_error("%s", err);
     else if (d && (tok = malloc((d->n_pos + 1) * sizeof *tok))) {
         memcpy(tok, d->tokens, d->n_pos * sizeof *tok);
         *n = d->n_pos;
@@ -129,12 +130,12 @@ static int32_t *dump_tokens(const char *path, size_t *n)
 }
 
 /* The input's tokens (-f, --ids or --kv-in); NULL after a message. */
-static int32_t *compress_input(const compress_opts *o, const skv_model *m, size_t *n)
+static int32_t *compress_input(const compress_opts *o, skv_model *m, size_t *n)
 {
     int32_t *tok = NULL;
     size_t len = 0;
     if (o->kv_in) {
-        tok = dump_tokens(o->kv_in, n);
+        tok = dump_tokens(o->kv_in, m, n);
     } else {
         char *text = cli_read_file(o->file ? o->file : o->ids, &len);
         if (text) tok = o->file ? cli_tokenize(m, text, len, 1, n) : parse_ids(text, n);

@@ -14,6 +14,11 @@
 #include "coder/probq.h"
 #include "container/session_int.h"
 
+/* Floats of logits rows one append holds at once (16 MiB): the prefill chunk shrinks for
+ * huge vocabularies instead of the buffer growing (chunking never changes a result). */
+#define LOGITS_BUDGET ((size_t)1 << 22)
+#define ENC_BATCH 256
+
 static unsigned auto_total_bits(uint32_t n_vocab)
 {
     unsigned b = bits_for(n_vocab) + 8; /* the freq >= 1 floor then costs < 2^-8 of the mass */
@@ -28,9 +33,10 @@ struct skv_encoder {
     skv_ctx *ctx;
     uint32_t V;
     unsigned first_bits;
-    size_t batch;
-    float *logits;          /* [batch][V] */
-    float *prev;            /* [V] logits after the segment's last token */
+    size_t batch;           /* tokens per prefill when every logits row is needed */
+    float *logits;          /* [batch][V], only when every row is needed (needs_all_logits) */
+    float *prev;            /* [V] logits after the segment's last token (valid: prev_valid) */
+    int prev_valid;
     uint32_t *freq, *cum;   /* [V], [V+1] */
     int32_t *seg_tok;       /* current segment's tokens, [n_ctx] */
     size_t seg_n;
@@ -45,7 +51,7 @@ struct skv_encoder {
     int kv_scheme[2];
     uint64_t kv_seed;
     int finished;
-    char err[256];
+    char err[512];
 };
 
 skv_encoder_params skv_encoder_default_params(void)
@@ -142,6 +148,10 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, s
     return SKV_OK;
 }
 
+/* Every token's logits are needed when tokens are coded under the model or their
+ * surprisal is measured; otherwise at most the last row (next_logits) is asked for. */
+static int needs_all_logits(const skv_encoder *e) { return e->p.codec == SKV_CODEC_MODEL || !e->p.skip_entropy; }
+
 /* The encoder's context (its live KV cache) and its buffers for segments of n_ctx tokens. */
 static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
 {
@@ -153,16 +163,16 @@ static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err,
         return skv_errf(err, errcap, rc, "cannot create the context (n_ctx %d, n_threads %d): %s", p->n_ctx,
                         p->n_threads, skv_status_str(rc));
     e->p.n_ctx = skv_ctx_n_ctx(e->ctx);
-    e->batch = 256;
     size_t V = e->V, S = (size_t)e->p.n_ctx;
+    e->batch = V > LOGITS_BUDGET / ENC_BATCH ? (V >= LOGITS_BUDGET ? 1 : LOGITS_BUDGET / V) : ENC_BATCH;
     e->rc_cap = skv_rangecoder_bound(S, e->p.total_bits > e->first_bits ? e->p.total_bits : e->first_bits);
-    e->logits = malloc(e->batch * V * sizeof(float));
+    e->logits = needs_all_logits(e) ? malloc(e->batch * V * sizeof(float)) : NULL;
     e->prev = malloc(V * sizeof(float));
     e->freq = malloc(V * sizeof(uint32_t));
     e->cum = malloc((V + 1) * sizeof(uint32_t));
     e->seg_tok = malloc(S * sizeof(int32_t));
     e->rc_buf = malloc(e->rc_cap);
-    if (!e->logits || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE))
+    if ((needs_all_logits(e) && !e->logits) || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE))
         return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory for the encoder's buffers");
     e->out_len = HDR_SIZE;
     skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
@@ -310,28 +320,48 @@ static int flush_segment(skv_encoder *e)
     e->out_len += SEG_HDR + plen + 8;
     e->n_segments++;
     e->seg_n = 0;
+    e->prev_valid = 0;
     skv_ctx_truncate(e->ctx, 0);
     skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
     return SKV_OK;
 }
 
-/* Appends k tokens that fit in the current segment and in one batch. */
-static int append_chunk(skv_encoder *e, const int32_t *t, size_t k)
+/* Appends k tokens that fit in the current segment (and in one batch when every logits
+ * row is needed); want_last: leave the logits after the last of them in e->prev. */
+static int append_chunk(skv_encoder *e, const int32_t *t, size_t k, int want_last)
 {
-    int rc;
+    int all = needs_all_logits(e), rc;
+    int mode = all ? SKV_LOGITS_ALL : want_last ? SKV_LOGITS_LAST : SKV_LOGITS_NONE;
     if (e->seg_n == 0) {
         if (e->p.codec == SKV_CODEC_MODEL && (rc = skv_rangecoder_enc_put_bits(&e->rc, (uint32_t)t[0], e->first_bits)))
             return enc_fail(e, rc, "range coder output overflow");
-    } else if ((rc = code_token(e, e->prev, t[0]))) {
+    } else if ((rc = code_token(e, e->prev, t[0]))) { /* reads e->prev only when all */
         return rc;
     }
-    if ((rc = skv_prefill(e->ctx, t, k, SKV_LOGITS_ALL, e->logits))) return enc_fail(e, rc, skv_ctx_last_error(e->ctx));
-    for (size_t j = 1; j < k; j++)
+    if ((rc = skv_prefill(e->ctx, t, k, mode, all ? e->logits : want_last ? e->prev : NULL)))
+        return enc_fail(e, rc, skv_ctx_last_error(e->ctx));
+    e->st.n_logit_rows += all ? k : want_last ? 1 : 0;
+    for (size_t j = 1; all && j < k; j++)
         if ((rc = code_token(e, e->logits + (j - 1) * e->V, t[j]))) return rc;
-    memcpy(e->prev, e->logits + (k - 1) * e->V, e->V * sizeof(float));
+    if (all) memcpy(e->prev, e->logits + (k - 1) * e->V, e->V * sizeof(float));
+    e->prev_valid = all || want_last;
     memcpy(e->seg_tok + e->seg_n, t, k * sizeof *t);
     e->seg_n += k;
     e->st.n_tokens += k;
+    return SKV_OK;
+}
+
+/* e->prev for next_logits when no chunk left it: the segment's last token is run again
+ * (the cache it rebuilds is bit-identical: docs/determinism.md). */
+static int ensure_prev(skv_encoder *e)
+{
+    int rc;
+    if (e->prev_valid || !e->seg_n) return SKV_OK;
+    if ((rc = skv_ctx_truncate(e->ctx, (int)e->seg_n - 1)) ||
+        (rc = skv_decode(e->ctx, e->seg_tok[e->seg_n - 1], e->prev)))
+        return enc_fail(e, rc, skv_ctx_last_error(e->ctx));
+    e->st.n_logit_rows++;
+    e->prev_valid = 1;
     return SKV_OK;
 }
 
@@ -356,12 +386,36 @@ int skv_encoder_append(skv_encoder *e, const int32_t *tokens, size_t n, float *n
         }
         size_t k = n - done, room = (size_t)e->p.n_ctx - e->seg_n;
         if (k > room) k = room;
-        if (k > e->batch) k = e->batch;
-        if ((rc = append_chunk(e, tokens + done, k))) return rc;
+        if (k > e->batch && needs_all_logits(e)) k = e->batch;
+        if ((rc = append_chunk(e, tokens + done, k, next_logits && done + k == n))) return rc;
         done += k;
     }
-    if (next_logits && e->seg_n) memcpy(next_logits, e->prev, e->V * sizeof(float));
+    if (next_logits && e->seg_n) {
+        if ((rc = ensure_prev(e))) return rc;
+        memcpy(next_logits, e->prev, e->V * sizeof(float));
+    }
     return SKV_OK;
+}
+
+int skv_encoder_append_kvdump(skv_encoder *e, const skv_kvdump *d)
+{
+    if (!e) return SKV_ERR_INVALID_ARG;
+    if (!d) return enc_fail(e, SKV_ERR_INVALID_ARG, "NULL KV dump");
+    int rc = skv_kvdump_check_model(d, e->m, e->err, sizeof e->err);
+    return rc ? rc : skv_encoder_append(e, d->tokens, d->n_pos, NULL);
+}
+
+/* The header's name field (48 bytes, zeroed): general.name cut to 47 bytes, each byte
+ * the reader refuses (a control byte: < 0x20 or 0x7f) written as '?', so that a model
+ * named with a tab still writes files that open. */
+static void put_model_name(uint8_t *dst, const char *name)
+{
+    size_t n = strlen(name);
+    if (n > 47) n = 47;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t ch = (uint8_t)name[i];
+        dst[i] = ch < 0x20 || ch == 0x7f ? (uint8_t)'?' : ch;
+    }
 }
 
 int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
@@ -388,8 +442,7 @@ int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
     skv_wr32(h + 40, e->p.total_bits);
     skv_wr32(h + 44, (uint32_t)e->m->info.bos_id);
     memcpy(h + 48, fp, 16);
-    size_t name_len = strlen(e->m->info.name);
-    memcpy(h + 64, e->m->info.name, name_len < 47 ? name_len : 47);
+    put_model_name(h + 64, e->m->info.name);
     skv_wr64(h + 120, XXH3_64bits(h, 120));
     e->finished = 1;
     *data = e->out;

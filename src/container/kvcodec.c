@@ -18,11 +18,16 @@
 
 #define KVC_MAGIC "SKVQ"
 
+/* Quantizers are built when first needed, never all at once up front: a tq*p quantizer
+ * holds a head_dim^2 QJL matrix (4 MiB at head_dim 1024), so the eager tables of a
+ * header's 4096 declared layers would be 32 GiB. The encoder keeps what it builds (one
+ * model, many segments); a decoder builds each one for its block and frees it. */
 struct skv_kvcodec {
     int scheme[2];
     uint32_t n_layer, n_head_kv, head_dim;
+    uint64_t seed;
     size_t vec_bytes[2];
-    skv_quant_ctx **qc; /* [n_layer][2] */
+    skv_quant_ctx **qc; /* [n_layer][2], NULL until built (encode) */
 };
 
 void skv_kvc_header_write(const skv_kvc_header *h, uint8_t *out)
@@ -128,18 +133,38 @@ int skv_kvcodec_create(skv_kvcodec **out, const int scheme[2], uint64_t seed, ui
     c->n_layer = n_layer;
     c->n_head_kv = n_head_kv;
     c->head_dim = head_dim;
+    c->seed = seed;
     for (int k = 0; k < 2; k++) {
         c->scheme[k] = scheme[k];
         c->vec_bytes[k] = skv_quant_bytes(scheme[k], head_dim);
     }
-    for (uint32_t l = 0; l < n_layer; l++)
-        for (int k = 0; k < 2; k++)
-            if ((rc = skv_quant_ctx_create(&c->qc[2 * l + k], scheme[k], head_dim, skv_kvquant_seed(seed, (int)l, k)))) {
-                skv_kvcodec_free(c);
-                return rc;
-            }
     *out = c;
     return SKV_OK;
+}
+
+/* Table entries (floats and words) building the quantizer of one scheme costs: the QJL
+ * matrix of tq*p (head_dim^2 Gaussian draws, the dominant cost) and the rotation. */
+static uint64_t setup_entries(int scheme, uint32_t d)
+{
+    uint64_t rot = skv_quant_tq_bits(scheme) ? (uint64_t)8 * d : 0; /* signs and permutations: <= 5 d */
+    return rot + (skv_quant_is_prod(scheme) ? (uint64_t)d * d : 0);
+}
+
+uint64_t skv_kvc_setup_entries(const int scheme[2], uint32_t n_layer, uint32_t head_dim)
+{
+    return (uint64_t)n_layer * (setup_entries(scheme[0], head_dim) + setup_entries(scheme[1], head_dim));
+}
+
+int skv_kvc_check_budget(const skv_kvc_header *h, char *err, size_t errcap)
+{
+    uint64_t need = skv_kvc_setup_entries(h->scheme, h->n_layer, h->head_dim);
+    uint64_t per = h->kv_bytes > UINT64_MAX / SKV_KVC_SETUP_PER_BYTE ? UINT64_MAX : h->kv_bytes * SKV_KVC_SETUP_PER_BYTE;
+    uint64_t limit = per > SKV_KVC_SETUP_FLOOR ? per : SKV_KVC_SETUP_FLOOR;
+    if (need <= limit) return SKV_OK;
+    return skv_errf(err, errcap, SKV_ERR_RANGE,
+                    "decoding this KV without the model would build %llu quantizer table entries (%u layers of %s/%s at head_dim %u) for %llu payload bytes, above the limit of %llu: restore it with its model (skv_session_restore_segment)",
+                    (unsigned long long)need, h->n_layer, skv_quant_name(h->scheme[0]), skv_quant_name(h->scheme[1]),
+                    h->head_dim, (unsigned long long)h->kv_bytes, (unsigned long long)limit);
 }
 
 size_t skv_kvcodec_position_bytes(const skv_kvcodec *c)
@@ -155,7 +180,32 @@ static int block_sizes(const skv_kvcodec *c, size_t n_pos, size_t *floats, size_
     return *bytes && skv_mul_ok(per, n_pos, floats) && skv_mul_ok(*bytes, n_pos, bytes);
 }
 
-int skv_kvcodec_encode(const skv_kvcodec *c, const float *kv, size_t n_pos, uint8_t *dst, size_t dst_cap, float *deq,
+/* The quantizer of block i = 2 * layer + kind: the cached one, else a new one, cached
+ * when keep, else returned in *tmp for the caller to free. */
+static int quant_get(skv_kvcodec *c, size_t i, int keep, const skv_quant_ctx **q, skv_quant_ctx **tmp)
+{
+    int k = (int)(i & 1), rc;
+    *tmp = NULL;
+    if (!c->qc[i]) {
+        if ((rc = skv_quant_ctx_create(tmp, c->scheme[k], c->head_dim, skv_kvquant_seed(c->seed, (int)(i >> 1), k))))
+            return rc;
+        if (keep) c->qc[i] = *tmp, *tmp = NULL;
+    }
+    *q = c->qc[i] ? c->qc[i] : *tmp;
+    return SKV_OK;
+}
+
+/* Adds block i's squared error and signal (x: the exact floats, y: their round trip). */
+static void add_error(const float *x, const float *y, size_t n, double *err2, double *sig2)
+{
+    for (size_t j = 0; j < n; j++) {
+        double v = x[j], e = v - (double)y[j];
+        *err2 += e * e;
+        *sig2 += v * v;
+    }
+}
+
+int skv_kvcodec_encode(skv_kvcodec *c, const float *kv, size_t n_pos, uint8_t *dst, size_t dst_cap, float *deq,
                        double rel_mse[2])
 {
     size_t nf, nb, nvec, vf, off_f = 0, off_b = 0;
@@ -167,27 +217,24 @@ int skv_kvcodec_encode(const skv_kvcodec *c, const float *kv, size_t n_pos, uint
     nvec = (size_t)c->n_head_kv * n_pos; /* fits: block_sizes checked n_pos * every head's floats */
     vf = nvec * c->head_dim;
     if (!deq && rel_mse && n_pos && !(y = malloc(vf * sizeof *y))) return SKV_ERR_NOMEM;
-    for (uint32_t l = 0; l < c->n_layer && !rc; l++)
-        for (int k = 0; k < 2 && !rc; k++) {
-            const skv_quant_ctx *q = c->qc[2 * l + k];
-            size_t bb = nvec * c->vec_bytes[k];
-            float *out = deq ? deq + off_f : y;
-            rc = skv_quant_ctx_encode(q, kv + off_f, nvec, dst + off_b, bb);
-            if (!rc && out) rc = skv_quant_ctx_decode(q, dst + off_b, bb, nvec, out, vf);
-            for (size_t i = 0; !rc && rel_mse && i < vf; i++) {
-                double x = kv[off_f + i], e = x - (double)out[i];
-                err2[k] += e * e;
-                sig2[k] += x * x;
-            }
-            off_f += vf;
-            off_b += bb;
-        }
+    for (size_t i = 0; i < 2 * (size_t)c->n_layer && !rc; i++) {
+        const skv_quant_ctx *q;
+        skv_quant_ctx *tmp;
+        size_t bb = nvec * c->vec_bytes[i & 1];
+        float *out = deq ? deq + off_f : y;
+        if ((rc = quant_get(c, i, 1, &q, &tmp))) break;
+        rc = skv_quant_ctx_encode(q, kv + off_f, nvec, dst + off_b, bb);
+        if (!rc && out) rc = skv_quant_ctx_decode(q, dst + off_b, bb, nvec, out, vf);
+        if (!rc && rel_mse) add_error(kv + off_f, out, vf, &err2[i & 1], &sig2[i & 1]);
+        off_f += vf;
+        off_b += bb;
+    }
     free(y);
     for (int k = 0; rel_mse && k < 2; k++) rel_mse[k] = sig2[k] > 0 ? err2[k] / sig2[k] : 0.0;
     return rc;
 }
 
-int skv_kvcodec_decode(const skv_kvcodec *c, const uint8_t *src, size_t src_size, size_t n_pos, float *kv, size_t kv_cap)
+int skv_kvcodec_decode(skv_kvcodec *c, const uint8_t *src, size_t src_size, size_t n_pos, float *kv, size_t kv_cap)
 {
     size_t nf, nb, nvec, vf, off_f = 0, off_b = 0;
     int rc = SKV_OK;
@@ -196,12 +243,15 @@ int skv_kvcodec_decode(const skv_kvcodec *c, const uint8_t *src, size_t src_size
     nvec = (size_t)c->n_head_kv * n_pos;
     vf = nvec * c->head_dim;
     if (src_size != nb) return SKV_ERR_FORMAT;
-    for (uint32_t l = 0; l < c->n_layer && !rc; l++)
-        for (int k = 0; k < 2 && !rc; k++) {
-            size_t bb = nvec * c->vec_bytes[k];
-            rc = skv_quant_ctx_decode(c->qc[2 * l + k], src + off_b, bb, nvec, kv + off_f, vf);
-            off_f += vf;
-            off_b += bb;
-        }
+    for (size_t i = 0; i < 2 * (size_t)c->n_layer && !rc; i++) {
+        const skv_quant_ctx *q;
+        skv_quant_ctx *tmp;
+        size_t bb = nvec * c->vec_bytes[i & 1];
+        if ((rc = quant_get(c, i, 0, &q, &tmp))) break;
+        rc = skv_quant_ctx_decode(q, src + off_b, bb, nvec, kv + off_f, vf);
+        skv_quant_ctx_free(tmp);
+        off_f += vf;
+        off_b += bb;
+    }
     return rc;
 }

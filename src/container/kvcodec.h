@@ -49,7 +49,22 @@ int skv_kvc_header_parse(const uint8_t *p, size_t size, uint32_t n_pos, skv_kvc_
  * not support head_dim or the size overflows. */
 size_t skv_kvc_position_bytes(const int scheme[2], uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim);
 
-/* Quantizers for one (schemes, seed, geometry). Immutable once created. */
+/* What a model-free decoder may spend building quantizers (mostly the head_dim^2 QJL
+ * matrix of each tq*p (layer, kind)): at most the larger of a floor that covers every
+ * real model's single-token session and a multiple of the payload bytes. A header that
+ * asks for more is refused before anything is built; with the model (whose geometry the
+ * header must match) the model's own size bounds it instead. */
+#define SKV_KVC_SETUP_FLOOR ((uint64_t)1 << 24) /* table entries (~0.5 s, never all held) */
+#define SKV_KVC_SETUP_PER_BYTE 16u             /* table entries per byte of encoded KV */
+
+/* Table entries building the quantizers of every (layer, kind) of a geometry takes. */
+uint64_t skv_kvc_setup_entries(const int scheme[2], uint32_t n_layer, uint32_t head_dim);
+/* SKV_OK, or SKV_ERR_RANGE with a message when h's setup exceeds the limit above. */
+int skv_kvc_check_budget(const skv_kvc_header *h, char *err, size_t errcap);
+
+/* Quantizers for one (schemes, seed, geometry), built on first use: encode keeps the
+ * ones it builds (for the next segments), decode builds one per (layer, kind) block and
+ * frees it, so a decoder holds one quantizer's tables at a time. One thread at a time. */
 typedef struct skv_kvcodec skv_kvcodec;
 
 /* SKV_ERR_INVALID_ARG (bad scheme/geometry), SKV_ERR_RANGE (head_dim unsupported), SKV_ERR_NOMEM. */
@@ -62,11 +77,11 @@ size_t skv_kvcodec_position_bytes(const skv_kvcodec *c);
  * same size as kv) receives the decoded values; rel_mse (optional) the relative squared
  * error per kind. Errors: SKV_ERR_RANGE (dst too small, fp16 overflow), SKV_ERR_INVALID_ARG
  * (non-finite values), SKV_ERR_NOMEM. */
-int skv_kvcodec_encode(const skv_kvcodec *c, const float *kv, size_t n_pos, uint8_t *dst, size_t dst_cap,
+int skv_kvcodec_encode(skv_kvcodec *c, const float *kv, size_t n_pos, uint8_t *dst, size_t dst_cap,
                        float *deq, double rel_mse[2]);
 /* src (exactly n_pos * position bytes) -> kv (canonical f32, kv_cap floats). SKV_ERR_FORMAT
  * for invalid bytes (a non-finite norm, non-zero padding), SKV_ERR_RANGE for a short buffer. */
-int skv_kvcodec_decode(const skv_kvcodec *c, const uint8_t *src, size_t src_size, size_t n_pos, float *kv,
+int skv_kvcodec_decode(skv_kvcodec *c, const uint8_t *src, size_t src_size, size_t n_pos, float *kv,
                        size_t kv_cap);
 
 #endif

@@ -25,7 +25,7 @@ static int load_kv_segment(const skv_session *s, const seg_view *g, skv_model *m
                         "KV geometry mismatch: the session stores %u layers x %u KV heads x %u, the model has %d x %d x %d",
                         h->n_layer, h->n_head_kv, h->head_dim, m->info.n_layer, m->info.n_head_kv, m->info.head_dim);
     if (!(kv = malloc(nf * sizeof *kv))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-    if (!(rc = skv_session_decode_kv(s, g, kv, nf, tok, err, cap)) && (rc = skv_ctx_kv_write(ctx, 0, (int)g->n_tokens, kv)))
+    if (!(rc = skv_session_decode_kv(s, g, 0, kv, nf, tok, err, cap)) && (rc = skv_ctx_kv_write(ctx, 0, (int)g->n_tokens, kv)))
         rc = skv_errf(err, cap, rc, "cannot load the KV into the context: %s", skv_ctx_last_error(ctx));
     free(kv);
     return rc;
@@ -274,6 +274,17 @@ done:
     return rc;
 }
 
+/* A context with kv_quant runs attention on round trips of its KV, not on the exact
+ * cache a session's digest and model codec were made from. The probe is a KV load of no
+ * positions: the engine refuses it for exactly those contexts (skv_ctx_kv_write,
+ * SKV_ERR_UNSUPPORTED) and it changes nothing in any other. */
+int skv_session_check_ctx(skv_ctx *ctx, char *err, size_t cap)
+{
+    if (skv_ctx_kv_write(ctx, skv_ctx_n_pos(ctx), 0, NULL) != SKV_ERR_UNSUPPORTED) return SKV_OK;
+    return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
+                    "the context has a quantized KV cache (kv_quant): a restore needs exact KV; create the context without kv_quant");
+}
+
 /* The arguments of a restore of segment i into ctx, before anything is changed. */
 static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx, const skv_restore_params *p,
                          int32_t *tokens, size_t cap, char *err, size_t errcap)
@@ -290,7 +301,8 @@ static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx
     if ((uint32_t)skv_ctx_n_ctx(ctx) < g->n_tokens)
         return skv_errf(err, errcap, SKV_ERR_RANGE, "context of %d positions cannot hold a segment of %u tokens",
                         skv_ctx_n_ctx(ctx), g->n_tokens);
-    return skv_session_check_model(s, m, err, errcap);
+    int rc = skv_session_check_ctx(ctx, err, errcap);
+    return rc ? rc : skv_session_check_model(s, m, err, errcap);
 }
 
 /* Regenerates segment g into the cleared ctx as its codec says. */

@@ -350,13 +350,14 @@ size_t skv_session_kv_floats(const seg_view *g)
 }
 
 /* Tokens and dequantized KV (skv_session_kv_floats(g) floats) of a quantized-KV segment. */
-int skv_session_decode_kv(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok,
-                             char *err, size_t cap)
+int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
+                          int32_t *tok, char *err, size_t cap)
 {
     const skv_kvc_header *h = &g->kvh;
     seg_view t = *g;
     skv_kvcodec *c = NULL;
     int rc;
+    if (model_free && (rc = skv_kvc_check_budget(h, err, cap))) return rc;
     t.payload = g->payload + SKV_KVC_HDR;
     t.payload_bytes = h->tokens_bytes;
     if ((rc = skv_session_decode_tokens(&t, s->info.n_vocab, tok, err, cap))) return rc;
@@ -407,7 +408,7 @@ static int restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap
     if (tok_cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
     if (kv_cap < skv_session_kv_floats(g))
         return skv_errf(err, errcap, SKV_ERR_RANGE, "KV buffer too small (%zu floats needed)", skv_session_kv_floats(g));
-    if ((rc = skv_session_decode_kv(s, g, kv, kv_cap, tokens, err, errcap))) return rc;
+    if ((rc = skv_session_decode_kv(s, g, 1, kv, kv_cap, tokens, err, errcap))) return rc;
     if (!verify) return SKV_OK;
     if ((rc = skv_digest_f32(kv, skv_session_kv_floats(g), d))) return skv_errf(err, errcap, rc, "digest failed");
     return memcmp(d, g->digest, 16) ? skv_session_digest_mismatch(g->digest, d, i, "decoded", err, errcap) : SKV_OK;

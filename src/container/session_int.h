@@ -61,14 +61,19 @@ int skv_session_digest_mismatch(const uint8_t *stored, const uint8_t *got, uint3
 /* A tokens payload (zstd of LEB128 ids) of g's n_tokens ids < V into tok. */
 int skv_session_decode_tokens(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap);
 size_t skv_session_kv_floats(const seg_view *g); /* floats of a KV segment, canonical order */
-/* Tokens and dequantized KV (skv_session_kv_floats(g) floats) of a quantized-KV segment. */
-int skv_session_decode_kv(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok, char *err,
-                          size_t cap);
+/* Tokens and dequantized KV (skv_session_kv_floats(g) floats) of a quantized-KV segment.
+ * model_free: refuse (SKV_ERR_RANGE) a header whose quantizer setup exceeds the limit of
+ * kvcodec.h (with a model, its geometry was checked against the model's first). */
+int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
+                          int32_t *tok, char *err, size_t cap);
 
 /* ---- restore.c: the steps restore_batch.c shares ---- */
 /* SKV_OK if m is the model s was written with (fingerprint and vocabulary), else
  * SKV_ERR_MISMATCH naming both. */
 int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_t cap);
+/* SKV_OK if ctx holds exact KV, else SKV_ERR_UNSUPPORTED (a context with kv_quant): every
+ * restore refuses such a context before changing it. */
+int skv_session_check_ctx(skv_ctx *ctx, char *err, size_t cap);
 /* Opens segment i's model-coded stream (i < n_segments) and reads its first token. */
 int skv_session_stream_open(const skv_session *s, uint32_t i, skv_rangecoder_dec *d, int32_t *tok0, char *err,
                             size_t cap);

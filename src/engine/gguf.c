@@ -30,6 +30,10 @@ struct skv_gguf {
     size_t n_kv, n_tensors;
     gguf_kv *kv;
     skv_gguf_tensor *tensors;
+    /* Lookups by name in O(log n): the keys and tensor names sorted (each points at the
+     * first member of its gguf_kv / skv_gguf_tensor). A linear search per lookup made a
+     * model load O(layers x tensors): minutes for a crafted 30 MB file. */
+    const skv_gguf_str **kv_idx, **t_idx;
 };
 
 /* Size of one scalar metadata value of a fixed-size type; 0 for STRING/ARRAY/unknown. */
@@ -229,38 +233,67 @@ static int str_cmp(const void *a, const void *b)
     return c ? c : (x->len > y->len) - (x->len < y->len);
 }
 
-/* names[i] at (char *)base + i*stride; returns the duplicate or NULL (NULL also on OOM: *oom set). */
-static const skv_gguf_str *find_duplicate(const void *base, size_t n, size_t stride, int *oom)
+/* names[i] at (char *)base + i*stride, sorted into *idx (malloc'ed); returns the first
+ * duplicate or NULL. */
+static int sort_names(const void *base, size_t n, size_t stride, const skv_gguf_str ***idx, const skv_gguf_str **dup)
 {
-    const skv_gguf_str **v;
-    const skv_gguf_str *dup = NULL;
-    *oom = 0;
-    if (n < 2) return NULL;
-    if (!(v = malloc(n * sizeof *v))) {
-        *oom = 1;
-        return NULL;
-    }
+    const skv_gguf_str **v = malloc((n ? n : 1) * sizeof *v);
+    *idx = v;
+    *dup = NULL;
+    if (!v) return SKV_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) v[i] = (const skv_gguf_str *)(const void *)((const char *)base + i * stride);
     qsort(v, n, sizeof *v, str_cmp);
-    for (size_t i = 1; i < n && !dup; i++)
-        if (!str_cmp(&v[i - 1], &v[i])) dup = v[i];
-    free(v);
-    return dup;
+    for (size_t i = 1; i < n && !*dup; i++)
+        if (!str_cmp(&v[i - 1], &v[i])) *dup = v[i];
+    return SKV_OK;
 }
 
-static int check_duplicates(const skv_gguf *g, char *err, size_t errcap)
+static int check_duplicates(skv_gguf *g, char *err, size_t errcap)
 {
-    int oom;
-    const skv_gguf_str *d = find_duplicate(&g->kv[0].key, g->n_kv, sizeof g->kv[0], &oom);
-    if (!oom && d)
+    const skv_gguf_str *d = NULL, *dt = NULL;
+    if (sort_names(&g->kv[0].key, g->n_kv, sizeof g->kv[0], &g->kv_idx, &d) ||
+        sort_names(&g->tensors[0].name, g->n_tensors, sizeof g->tensors[0], &g->t_idx, &dt))
+        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading GGUF");
+    if (d)
         return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF: duplicate key '%.*s'", (int)(d->len > 64 ? 64 : d->len),
                         d->ptr);
-    if (!oom) d = find_duplicate(&g->tensors[0].name, g->n_tensors, sizeof g->tensors[0], &oom);
-    if (oom) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading GGUF");
-    if (d)
+    if (dt)
         return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF: duplicate tensor name '%.*s'",
-                        (int)(d->len > 64 ? 64 : d->len), d->ptr);
+                        (int)(dt->len > 64 ? 64 : dt->len), dt->ptr);
     return SKV_OK;
+}
+
+/* The entry of a sorted index named z, or NULL. */
+static const skv_gguf_str *index_find(const skv_gguf_str *const *idx, size_t n, const char *z)
+{
+    skv_gguf_str key = {z, strlen(z)};
+    const skv_gguf_str *kp = &key;
+    const skv_gguf_str *const *hit = bsearch(&kp, idx, n, sizeof *idx, str_cmp);
+    return hit ? *hit : NULL;
+}
+
+static int by_data(const void *a, const void *b)
+{
+    const skv_gguf_tensor *x = *(const skv_gguf_tensor *const *)a, *y = *(const skv_gguf_tensor *const *)b;
+    return (x->data > y->data) - (x->data < y->data);
+}
+
+/* Tensor data may not overlap: otherwise a small file declares any number of layers over
+ * the same bytes, and a model's size (its load, fingerprint and every forward pass) is no
+ * longer bounded by the file's. */
+static int check_overlap(const skv_gguf *g, char *err, size_t errcap)
+{
+    const skv_gguf_tensor **v = malloc((g->n_tensors ? g->n_tensors : 1) * sizeof *v), *a = NULL, *b = NULL;
+    if (!v) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading GGUF");
+    for (size_t i = 0; i < g->n_tensors; i++) v[i] = &g->tensors[i];
+    qsort(v, g->n_tensors, sizeof *v, by_data);
+    for (size_t i = 1; i < g->n_tensors && !a; i++)
+        if ((size_t)(v[i]->data - v[i - 1]->data) < v[i - 1]->nbytes) a = v[i - 1], b = v[i];
+    free(v);
+    if (!a) return SKV_OK;
+    return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF tensors '%.*s' and '%.*s' share data bytes (overlapping offsets)",
+                    (int)(a->name.len > 64 ? 64 : a->name.len), a->name.ptr, (int)(b->name.len > 64 ? 64 : b->name.len),
+                    b->name.ptr);
 }
 
 static int parse(skv_gguf *g, char *err, size_t errcap)
@@ -299,7 +332,7 @@ static int parse(skv_gguf *g, char *err, size_t errcap)
         if (g->n_tensors) return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF truncated before the tensor data");
         data_start = g->size;
     }
-    if ((rc = resolve_tensors(g, &c, data_start, (size_t)align))) return rc;
+    if ((rc = resolve_tensors(g, &c, data_start, (size_t)align)) || (rc = check_overlap(g, err, errcap))) return rc;
     return check_duplicates(g, err, errcap);
 }
 
@@ -339,6 +372,8 @@ void skv_gguf_close(skv_gguf *g)
     if (!g) return;
     free(g->kv);
     free(g->tensors);
+    free(g->kv_idx);
+    free(g->t_idx);
     skv_mmap_close(&g->map);
     free(g);
 }
@@ -352,15 +387,16 @@ const skv_gguf_tensor *skv_gguf_tensor_at(const skv_gguf *g, size_t i)
     return i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
+/* (The index entries are the first members of their structs.) */
 const skv_gguf_tensor *skv_gguf_find_tensor(const skv_gguf *g, const char *name)
 {
-    for (size_t i = 0; i < g->n_tensors; i++)
-        if (str_eq(g->tensors[i].name, name)) return &g->tensors[i];
-    return NULL;
+    return (const skv_gguf_tensor *)(const void *)index_find(g->t_idx, g->n_tensors, name);
 }
 
+/* During parse (general.alignment) the index is not built yet: a linear search then. */
 static const gguf_kv *find_kv(const skv_gguf *g, const char *key)
 {
+    if (g->kv_idx) return (const gguf_kv *)(const void *)index_find(g->kv_idx, g->n_kv, key);
     for (size_t i = 0; i < g->n_kv; i++)
         if (str_eq(g->kv[i].key, key)) return &g->kv[i];
     return NULL;

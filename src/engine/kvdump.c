@@ -215,6 +215,44 @@ int skv_kvdump_read(const char *path, skv_kvdump **out, char *err, size_t errcap
     return rc;
 }
 
+static void hex16(const uint8_t *d, char *out)
+{
+    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+/* The first token of d outside [0, n_vocab), or -1. */
+static long long bad_token(const skv_kvdump *d, int n_vocab)
+{
+    for (uint32_t i = 0; i < d->n_pos; i++)
+        if (d->tokens[i] < 0 || d->tokens[i] >= n_vocab) return (long long)i;
+    return -1;
+}
+
+int skv_kvdump_check_model(const skv_kvdump *d, skv_model *m, char *err, size_t errcap)
+{
+    uint8_t fp[16];
+    char a[33], b[33];
+    long long bad;
+    int rc;
+    if (!d || !m) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "kvdump_check_model: NULL dump or model");
+    if ((rc = skv_model_fingerprint(m, fp))) return skv_errf(err, errcap, rc, "cannot fingerprint the model");
+    hex16(d->fingerprint, a);
+    hex16(fp, b);
+    if (d->n_layer != m->info.n_layer || d->n_head_kv != m->info.n_head_kv || d->head_dim != m->info.head_dim)
+        return skv_errf(err, errcap, SKV_ERR_MISMATCH,
+                        "wrong model: the KV dump holds %d layers x %d KV heads x %d (model fingerprint %s), the model '%s' has %d x %d x %d (fingerprint %s)",
+                        d->n_layer, d->n_head_kv, d->head_dim, a, m->info.name, m->info.n_layer, m->info.n_head_kv,
+                        m->info.head_dim, b);
+    if (memcmp(fp, d->fingerprint, 16))
+        return skv_errf(err, errcap, SKV_ERR_MISMATCH,
+                        "wrong model: the KV dump was written with model fingerprint %s, but the model given is '%s' (fingerprint %s)",
+                        a, m->info.name, b);
+    if ((bad = bad_token(d, m->info.n_vocab)) >= 0)
+        return skv_errf(err, errcap, SKV_ERR_MISMATCH, "KV dump token %lld (id %d) is outside the model's vocabulary of %d",
+                        bad, (int)d->tokens[bad], m->info.n_vocab);
+    return SKV_OK;
+}
+
 void skv_kvdump_free(skv_kvdump *d)
 {
     if (!d) return;
