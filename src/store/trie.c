@@ -570,7 +570,10 @@ static int walk_step(walker *w, int *stop)
     }
     skv_trie_node nd;
     size_t i = f->next++;
-    int rc = get_node_req(w->io, f->kids.id[i], &nd);
+    int rc = w->io->get_node(w->io->user, f->kids.id[i], &nd);
+    if (rc == 1)
+        return skv_errf(w->err, w->errcap, SKV_ERR_FORMAT, "node %llu: a child of node %llu, but missing",
+                        (unsigned long long)f->kids.id[i], (unsigned long long)f->nd.id);
     if (!rc && (rc = child_ok(w, f, &nd, f->kids.tok[i]))) skv_trie_node_clear(&nd);
     if (rc) return rc;
     memcpy(w->seq + f->nd.depth, nd.tokens, nd.len * sizeof *w->seq);
