@@ -149,3 +149,7 @@ uninstall:
 
 clean:
 	rm -rf build build-san build-fuzz
+
+# Fault injection (tests/test_store_faults.c): the library's allocations in this one test
+# binary go through the test's wrappers, which can fail them on purpose.
+$(BUILD)/tests/test_store_faults: private ALL_CFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc

@@ -41,6 +41,14 @@ int store_err(skv_store *st, int status, const char *fmt, ...)
     return status;
 }
 
+int store_done(skv_store *st, int status)
+{
+    if (status < 0 && !skv_errbox_get(st->err)[0])
+        store_err(st, status, "%s%s", skv_status_str(status),
+                  status == SKV_ERR_NOMEM ? " (nothing was changed; retry with more memory)" : "");
+    return status;
+}
+
 const char *skv_store_last_error(const skv_store *st) { return st ? skv_errbox_get(st->err) : "no store"; }
 
 skv_store_params skv_store_default_params(void)
@@ -66,6 +74,9 @@ int store_lmdb_err(skv_store *st, int rc, const char *what)
     if (rc == MDB_MAP_FULL)
         return store_err(st, SKV_ERR_RANGE, "%s: the store is full (its map size; nothing was changed): open it with "
                          "a larger skv_store_params.map_size, or lower the budget and run gc", what);
+    if (rc == EIO)
+        return store_err(st, SKV_ERR_IO, "%s: a write to the store failed (I/O error, or the disk is full: nothing "
+                         "was changed; reopen the store)", what);
     if (rc == ENOSPC)
         return store_err(st, SKV_ERR_IO, "%s: no space left on the device (nothing was changed): free space, then "
                          "retry", what);

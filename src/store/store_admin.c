@@ -26,7 +26,7 @@ int skv_store_match(skv_store *st, const int32_t *tokens, size_t n, skv_store_ma
     return rc ? store_trie_err(st, rc, "lookup") : SKV_OK;
 }
 
-int skv_store_remove(skv_store *st, const char *name)
+static int remove_call(skv_store *st, const char *name)
 {
     ses_rec sr;
     tx t;
@@ -204,7 +204,7 @@ static int gc_tx(tx *t, skv_store_gc_report *g)
     return rc;
 }
 
-int skv_store_gc(skv_store *st, skv_store_gc_report *r)
+static int gc_call(skv_store *st, skv_store_gc_report *r)
 {
     skv_store_gc_report g = {0};
     tx t;
@@ -248,4 +248,14 @@ int skv_store__put_tokens(skv_store *st, size_t n_sessions, const char *const *n
         return rc;
     }
     return store_tx_commit(&t);
+}
+
+int skv_store_remove(skv_store *st, const char *name)
+{
+    return st ? store_done(st, remove_call(st, name)) : SKV_ERR_INVALID_ARG;
+}
+
+int skv_store_gc(skv_store *st, skv_store_gc_report *r)
+{
+    return st ? store_done(st, gc_call(st, r)) : SKV_ERR_INVALID_ARG;
 }

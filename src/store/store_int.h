@@ -95,6 +95,8 @@ static inline uint64_t rbe64(const uint8_t *p)
 /* ---- store.c: errors and transactions ---- */
 /* Sets the calling thread's message of st and returns status. */
 int store_err(skv_store *st, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A public call's result: a failure without a message gets one from its status. */
+int store_done(skv_store *st, int status);
 /* An LMDB failure as a status with its text. */
 int store_lmdb_err(skv_store *st, int rc, const char *what);
 /* A trie error either set a message already or is a bare status from trie.c. */

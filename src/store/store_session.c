@@ -205,7 +205,7 @@ out:
     return rc;
 }
 
-int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
+static int put_call(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
 {
     skv_store_put_report r = {.n_tokens = (uint32_t)n};
     tx t;
@@ -327,8 +327,8 @@ static int ctx_exact(skv_store *st, skv_ctx *ctx)
     return SKV_OK;
 }
 
-int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap,
-                  size_t *n_tokens, skv_store_get_report *rep)
+static int get_call(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_tokens,
+                    skv_store_get_report *rep)
 {
     skv_store_get_report r = {0};
     ses_rec sr;
@@ -345,3 +345,14 @@ int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int3
     return rc;
 }
 
+
+int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
+{
+    return st ? store_done(st, put_call(st, name, tokens, n, rep)) : SKV_ERR_INVALID_ARG;
+}
+
+int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_tokens,
+                    skv_store_get_report *rep)
+{
+    return st ? store_done(st, get_call(st, name, ctx, flags, tokens, cap, n_tokens, rep)) : SKV_ERR_INVALID_ARG;
+}
