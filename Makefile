@@ -160,3 +160,16 @@ uninstall:
 
 clean:
 	rm -rf build build-san build-fuzz
+
+# Fault injection (tests/test_store_faults.c): the library's allocations in this one test
+# binary go through the test's wrappers, which can fail them on purpose.
+$(BUILD)/tests/test_store_faults: private ALL_CFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
+
+# Crash safety (docs/reliability.md): 1,000 SIGKILLs during concurrent puts, gets and gcs,
+# then every committed session restores verified. Minutes; not part of `make test`.
+.PHONY: crashtest
+crashtest: $(BUILD)/crashtest
+	nice $(BUILD)/crashtest 1000
+
+$(BUILD)/crashtest: tests/crashtest/crashtest.c include/seqkv.h $(BUILD)/libseqkv.a
+	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)

@@ -463,6 +463,10 @@ typedef struct skv_store_params {
     uint64_t map_size;  /* LMDB map size (upper bound of the store; sparse); 0 = 64 GiB */
     int64_t budget;     /* bytes of materialised KV; < 0: keep the stored one (64 MiB on create) */
     int n_threads;      /* threads for the model runs of put/get; 0 = 1 */
+    /* Added in 0.1 (issue 13): the file m was loaded from, recorded (as an absolute path)
+     * when the store is created or, for a store without one, at the next put; NULL = not
+     * known. skv_store_model_info reads it back. */
+    const char *model_path;
 } skv_store_params;
 
 SKV_API skv_store_params skv_store_default_params(void);
@@ -472,6 +476,19 @@ SKV_API skv_store_params skv_store_default_params(void);
 SKV_API int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
                            char *err, size_t errcap);
 SKV_API void skv_store_close(skv_store *st);
+
+/* The model a store was made with, read without loading any model (so a caller can open
+ * the right one, or say which to pass): the name and fingerprint every open checks, the
+ * geometry, and the model file's path when one was recorded (skv_store_params.model_path;
+ * "" for stores made without it: then name and fingerprint are all there is). Errors as
+ * skv_store_open's (err/errcap: no handle exists). */
+typedef struct skv_store_model {
+    char name[96];
+    uint8_t fingerprint[16];  /* skv_model_fingerprint of the model */
+    int n_layer, n_head_kv, head_dim, n_vocab, n_ctx_train;
+    char path[4096];          /* absolute path of the model file, or "" */
+} skv_store_model;
+SKV_API int skv_store_model_info(const char *dir, skv_store_model *out, char *err, size_t errcap);
 /* The calling thread's message of its last call on st ("" after a success; threads
  * sharing the handle each read their own). */
 SKV_API const char *skv_store_last_error(const skv_store *st);
@@ -551,8 +568,14 @@ typedef struct skv_store_gc_report {
     uint32_t n_demoted;
     uint64_t bytes_freed;
     uint64_t mat_bytes;    /* materialised KV after */
+    uint32_t n_materialised; /* nodes materialised (the budget allowed more) */
 } skv_store_gc_report;
-/* Applies the placement policy now (demotes to the budget) and checks the trie's invariants. */
+/* Checks the trie's invariants and every stored KV blob, then applies the placement policy
+ * in both directions: demotes the lowest-valued nodes while over the budget, and (running
+ * the model) materialises the most valuable token-only nodes next to materialised ones
+ * while they fit. A damaged trie or blob is SKV_ERR_FORMAT with a message saying what is
+ * damaged and how to repair it (damaged KV: gc with budget 0 drops all materialised KV,
+ * the sessions stay whole). One write transaction. */
 SKV_API int skv_store_gc(skv_store *st, skv_store_gc_report *r);
 /* Changes the budget (stored); takes effect at the next put or gc. */
 SKV_API int skv_store_set_budget(skv_store *st, uint64_t bytes);

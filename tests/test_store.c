@@ -644,6 +644,158 @@ static void test_crash(void)
     free(listed.names);
 }
 
+/* ---- hardening (issue 13) ------------------------------------------------ */
+
+/* Changes the first record of database db in dir's environment: flips a byte at `flip`
+ * (of the value), or deletes the record (flip < 0). */
+static int raw_damage(const char *dir, const char *db, long flip)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc = mdb_env_create(&env);
+    if (!rc) rc = mdb_env_set_maxdbs(env, 8);
+    if (!rc) rc = mdb_env_open(env, dir, 0, 0664);
+    if (!rc) rc = mdb_txn_begin(env, NULL, 0, &txn);
+    if (rc) return rc;
+    if (!(rc = mdb_dbi_open(txn, db, 0, &dbi)) && !(rc = mdb_cursor_open(txn, dbi, &cur))) {
+        rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        if (!rc && flip < 0) rc = mdb_cursor_del(cur, 0);
+        else if (!rc && (size_t)flip >= v.mv_size) rc = EINVAL;
+        else if (!rc) {
+            uint8_t *buf = malloc(v.mv_size);
+            memcpy(buf, v.mv_data, v.mv_size);
+            buf[flip] ^= 0x5a;
+            MDB_val nv = {v.mv_size, buf};
+            rc = mdb_cursor_put(cur, &k, &nv, MDB_CURRENT);
+            free(buf);
+        }
+        mdb_cursor_close(cur);
+    }
+    if (!rc) rc = mdb_txn_commit(txn);
+    else mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return rc;
+}
+
+static uint64_t mat_bytes(skv_store *st)
+{
+    skv_store_stats s;
+    return skv_store_get_stats(st, &s) ? UINT64_MAX : s.mat_bytes;
+}
+
+/* Item 4: a kv_quant context is refused; the store never takes its view for exact KV. */
+static void test_kvquant_ctx(void)
+{
+    char dir[300], err[512];
+    skv_store *st;
+    skv_store_params p = skv_store_default_params();
+    skv_store_get_report r;
+    sess s = {.name = "q"};
+    s.n = make_session(s.tok, 30, 300, 40);
+    store_dir(dir, sizeof dir, "kvq");
+    p.budget = 0; /* nothing materialised by the put: the get would be the first to */
+    CHECK(skv_store_open(dir, g_m, SKV_STORE_CREATE, &p, &st, err, sizeof err) == SKV_OK);
+    CHECK(skv_store_put(st, s.name, s.tok, s.n, NULL) == SKV_OK);
+    CHECK(skv_store_set_budget(st, 64u << 20) == SKV_OK);
+    skv_ctx_params cp = skv_ctx_default_params();
+    skv_ctx *q = NULL;
+    int32_t tok[256];
+    size_t n = 0;
+    cp.n_ctx = 256;
+    cp.kv_quant = "kv=tq3,window=0";
+    CHECK(skv_ctx_create(g_m, &cp, &q) == SKV_OK);
+    int rc = skv_store_get(st, s.name, q, 0, tok, 256, &n, &r);
+    skv_ctx_free(q);
+    CHECK_MSG(rc == SKV_ERR_UNSUPPORTED && strstr(skv_store_last_error(st), "kv_quant"), "%d %s", rc,
+              skv_store_last_error(st));
+    CHECK_EQ_INT(mat_bytes(st), 0);
+    CHECK(check_get(st, &s, &r) == SKV_OK); /* exact context: verified, and materialises */
+    CHECK(mat_bytes(st) > 0);
+    CHECK(check_get(st, &s, &r) == SKV_OK && r.n_loaded > 0 && r.verified);
+    skv_store_close(st);
+}
+
+/* Items 6 and 11: gc checks the KV blobs, says how to repair, and fills the budget back. */
+static void test_gc_blobs_both_ways(void)
+{
+    char dir[300], err[512];
+    skv_store *st;
+    skv_store_params p = skv_store_default_params();
+    skv_store_gc_report g;
+    skv_store_get_report r;
+    sess s[8];
+    build_sessions(s, 8);
+    store_dir(dir, sizeof dir, "gcblobs");
+    CHECK(skv_store_open(dir, g_m, SKV_STORE_CREATE, &p, &st, err, sizeof err) == SKV_OK);
+    for (int i = 0; i < 8; i++) CHECK(skv_store_put(st, s[i].name, s[i].tok, s[i].n, NULL) == SKV_OK);
+    uint64_t full = mat_bytes(st);
+    CHECK(full > 0 && full != UINT64_MAX);
+    skv_store_close(st);
+    CHECK(raw_damage(dir, "kv", 40) == 0); /* inside the first blob's zstd frame */
+    CHECK(skv_store_open(dir, g_m, 0, NULL, &st, err, sizeof err) == SKV_OK);
+    int rc = skv_store_gc(st, &g);
+    CHECK_MSG(rc == SKV_ERR_FORMAT && strstr(skv_store_last_error(st), "--budget 0"), "%d %s", rc,
+              skv_store_last_error(st));
+    CHECK(skv_store_set_budget(st, 0) == SKV_OK); /* the advice works */
+    CHECK_MSG(skv_store_gc(st, &g) == SKV_OK, "%s", skv_store_last_error(st));
+    CHECK(g.mat_bytes == 0 && g.n_materialised == 0);
+    CHECK(skv_store_set_budget(st, 64u << 20) == SKV_OK); /* raising it materialises again */
+    CHECK_MSG(skv_store_gc(st, &g) == SKV_OK, "%s", skv_store_last_error(st));
+    CHECK_MSG(g.n_materialised > 0 && g.mat_bytes > 0 && g.mat_bytes == mat_bytes(st), "%u %llu", g.n_materialised,
+              (unsigned long long)g.mat_bytes);
+    for (int i = 0; i < 8; i++) CHECK(check_get(st, &s[i], &r) == SKV_OK && r.verified);
+    CHECK(r.n_loaded > 0);
+    CHECK(skv_store_set_budget(st, g.mat_bytes / 2) == SKV_OK); /* and lowering it demotes */
+    CHECK(skv_store_gc(st, &g) == SKV_OK && g.n_demoted > 0 && g.mat_bytes <= mat_bytes(st) &&
+          mat_bytes(st) <= g.mat_bytes);
+    skv_store_close(st);
+    /* a node record gone (the check fails without text of its own): a real message */
+    CHECK(raw_damage(dir, "nodes", -1) == 0);
+    CHECK(skv_store_open(dir, g_m, 0, NULL, &st, err, sizeof err) == SKV_OK);
+    rc = skv_store_gc(st, &g);
+    const char *msg = skv_store_last_error(st);
+    CHECK_MSG(rc == SKV_ERR_FORMAT && strstr(msg, "missing") && strstr(msg, "damaged"), "%d %s", rc, msg);
+    for (const char *c = msg; *c; c++) CHECK((unsigned char)*c >= 32 && (unsigned char)*c < 127);
+    skv_store_close(st);
+}
+
+/* Item 10: the store remembers its model (name, fingerprint, path), readable without one. */
+static void test_model_info(void)
+{
+    char dir[300], dir2[300], err[512];
+    skv_store *st;
+    skv_store_params p = skv_store_default_params();
+    skv_store_model mi;
+    skv_model_info info;
+    uint8_t fp[16];
+    CHECK(skv_model_get_info(g_m, &info) == SKV_OK && skv_model_fingerprint(g_m, fp) == SKV_OK);
+    store_dir(dir, sizeof dir, "minfo");
+    p.model_path = MODEL;
+    CHECK(skv_store_open(dir, g_m, SKV_STORE_CREATE, &p, &st, err, sizeof err) == SKV_OK);
+    skv_store_close(st);
+    CHECK_MSG(skv_store_model_info(dir, &mi, err, sizeof err) == SKV_OK, "%s", err);
+    CHECK(!strcmp(mi.name, info.name) && !memcmp(mi.fingerprint, fp, 16) && mi.n_vocab == info.n_vocab &&
+          mi.n_layer == info.n_layer && mi.head_dim == info.head_dim);
+    size_t L = strlen(mi.path);
+    CHECK_MSG(mi.path[0] == '/' && L > strlen(MODEL) && !strcmp(mi.path + L - strlen(MODEL), MODEL), "%s", mi.path);
+    /* made without a path: none recorded; the first put of a handle that knows it records it */
+    store_dir(dir2, sizeof dir2, "minfo2");
+    CHECK(skv_store_open(dir2, g_m, SKV_STORE_CREATE, NULL, &st, err, sizeof err) == SKV_OK);
+    skv_store_close(st);
+    CHECK(skv_store_model_info(dir2, &mi, err, sizeof err) == SKV_OK && mi.path[0] == 0 && mi.name[0]);
+    CHECK(skv_store_open(dir2, g_m, 0, &p, &st, err, sizeof err) == SKV_OK);
+    CHECK(skv_store_put(st, "a", g_text, 20, NULL) == SKV_OK);
+    skv_store_close(st);
+    CHECK(skv_store_model_info(dir2, &mi, err, sizeof err) == SKV_OK && mi.path[0] == '/');
+    /* no store, a damaged record */
+    CHECK(skv_store_model_info("/nonexistent/store", &mi, err, sizeof err) == SKV_ERR_IO);
+    CHECK(raw_damage(dir, "meta", 3) == 0); /* the first meta record is "header" */
+    CHECK(skv_store_model_info(dir, &mi, err, sizeof err) == SKV_ERR_FORMAT);
+}
+
 int main(void)
 {
     char err[512];
@@ -673,6 +825,9 @@ int main(void)
     RUN(test_corrupt);
     RUN(test_concurrent_readers);
     RUN(test_last_error_per_thread);
+    RUN(test_kvquant_ctx);
+    RUN(test_gc_blobs_both_ways);
+    RUN(test_model_info);
     RUN(test_crash);
     rm_rf(g_root);
     free(g_text);

@@ -1,6 +1,7 @@
 /* Radix trie (src/store/trie.c) against a trivial model: a list of stored sequences.
  * No LMDB, no model: the in-memory node storage. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,11 +263,95 @@ static void test_codec(void)
     skv_trie_node_clear(&n);
 }
 
+/* ---- deep chains (issue 13 item 8) ------------------------------------- */
+
+#define CHAIN 40000
+
+typedef struct {
+    skv_trie_io io;
+    int check_rc, walk_rc;
+    size_t visited;
+    char err[256];
+} chain_arg;
+
+static int chain_visit(void *user, const skv_trie_node *n, const int32_t *prefix)
+{
+    chain_arg *a = user;
+    a->visited += prefix[n->depth - 1] == n->tokens[n->len - 1];
+    return 0;
+}
+
+static void *chain_main(void *p)
+{
+    chain_arg *a = p;
+    a->check_rc = skv_trie_check(&a->io, a->err, sizeof a->err);
+    a->walk_rc = skv_trie_walk(&a->io, chain_visit, a);
+    return NULL;
+}
+
+/* Runs check + walk on a thread with a 1 MiB stack: one C frame per path node would
+ * overflow it long before CHAIN nodes. */
+static int run_small_stack(chain_arg *a)
+{
+    pthread_attr_t at;
+    pthread_t th;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 1u << 20);
+    int rc = pthread_create(&th, &at, chain_main, a);
+    pthread_attr_destroy(&at);
+    return rc ? rc : pthread_join(th, NULL);
+}
+
+/* Node i (1..CHAIN) = one token at depth i, child of node i-1; a session ends at each. */
+static int build_chain(skv_trie_io *io)
+{
+    skv_trie_node nd;
+    int rc = skv_trie_node_alloc(&nd, 1);
+    double d = 0;
+    for (uint32_t i = 1; !rc && i <= CHAIN; i++) {
+        uint64_t id;
+        if ((rc = io->new_id(io->user, &id))) break;
+        nd.id = id;
+        nd.parent = i - 1;
+        nd.depth = i;
+        nd.tokens[0] = (int32_t)(i % 7);
+        nd.surprisal[0] = 0.5f;
+        d += 0.5;
+        nd.d_end = d;
+        nd.refcount = CHAIN - i + 1;
+        nd.n_end = 1;
+        if (!(rc = io->put_node(io->user, &nd))) rc = io->put_child(io->user, i - 1, nd.tokens[0], id);
+    }
+    skv_trie_node_clear(&nd);
+    return rc;
+}
+
+static void test_deep_chain(void)
+{
+    skv_trie_mem *mem;
+    chain_arg a = {0};
+    CHECK(skv_trie_mem_create(&mem) == SKV_OK);
+    skv_trie_mem_io(mem, &a.io);
+    CHECK(build_chain(&a.io) == SKV_OK);
+    CHECK(run_small_stack(&a) == 0);
+    CHECK_MSG(a.check_rc == SKV_OK, "%d %s", a.check_rc, a.err);
+    CHECK(a.walk_rc == SKV_OK);
+    CHECK_EQ_INT(a.visited, CHAIN);
+    /* a damaged link from the deepest node back to the first: an error, never a loop */
+    CHECK(a.io.put_child(a.io.user, CHAIN, 3, 1) == SKV_OK);
+    a.err[0] = 0;
+    CHECK(run_small_stack(&a) == 0);
+    CHECK_MSG(a.check_rc == SKV_ERR_INTERNAL && strstr(a.err, "inconsistent"), "%d %s", a.check_rc, a.err);
+    CHECK(a.walk_rc != SKV_OK);
+    skv_trie_mem_free(mem);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_trie");
     RUN(test_codec);
     RUN(test_split_merge);
     RUN(test_random_ops);
+    RUN(test_deep_chain);
     TEST_END();
 }

@@ -42,6 +42,14 @@ int store_err(skv_store *st, int status, const char *fmt, ...)
     return status;
 }
 
+int store_done(skv_store *st, int status)
+{
+    if (status < 0 && !skv_errbox_get(st->err)[0])
+        store_err(st, status, "%s%s", skv_status_str(status),
+                  status == SKV_ERR_NOMEM ? " (nothing was changed; retry with more memory)" : "");
+    return status;
+}
+
 const char *skv_store_last_error(const skv_store *st) { return st ? skv_errbox_get(st->err) : "no store"; }
 
 skv_store_params skv_store_default_params(void)
@@ -64,6 +72,15 @@ static int mdb_status(int rc)
 
 int store_lmdb_err(skv_store *st, int rc, const char *what)
 {
+    if (rc == MDB_MAP_FULL)
+        return store_err(st, SKV_ERR_RANGE, "%s: the store is full (its map size; nothing was changed): open it with "
+                         "a larger skv_store_params.map_size, or lower the budget and run gc", what);
+    if (rc == EIO)
+        return store_err(st, SKV_ERR_IO, "%s: a write to the store failed (I/O error, or the disk is full: nothing "
+                         "was changed; reopen the store)", what);
+    if (rc == ENOSPC)
+        return store_err(st, SKV_ERR_IO, "%s: no space left on the device (nothing was changed): free space, then "
+                         "retry", what);
     return store_err(st, mdb_status(rc), "%s: %s", what, mdb_strerror(rc));
 }
 
@@ -264,7 +281,7 @@ static int init_or_check(skv_store *st, MDB_txn *txn, int create, const skv_stor
         MDB_val hv = {HEADER_SIZE, hdr}, sk = {5, (void *)"state"}, sv = {STATE_SIZE, sb};
         if ((rc = mdb_put(txn, st->meta, &k, &hv, 0)) || (rc = mdb_put(txn, st->meta, &sk, &sv, 0)))
             return store_lmdb_err(st, rc, "write header");
-        return SKV_OK;
+        return store_model_init(st, txn);
     }
     if (rc == MDB_NOTFOUND)
         return store_err(st, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store (no header)", dir);
@@ -314,6 +331,14 @@ static int open_store(skv_store *st, const char *dir, int flags, const skv_store
     return SKV_OK;
 }
 
+/* The model file's absolute path (as given when it cannot be resolved); malloc'ed. */
+static char *abs_path(const char *path)
+{
+    char *r = realpath(path, NULL);
+    if (r || !(r = malloc(strlen(path) + 1))) return r;
+    return strcpy(r, path);
+}
+
 int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
                    char *err, size_t errcap)
 {
@@ -326,8 +351,8 @@ int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_par
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "skv_store_open: invalid arguments");
     if (!p) p = &dp;
     if (!(st = calloc(1, sizeof *st))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
-    if (!(st->err = skv_errbox_create())) {
-        free(st);
+    if (!(st->err = skv_errbox_create()) || (p->model_path && !(st->model_path = abs_path(p->model_path)))) {
+        skv_store_close(st);
         return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
     }
     st->model = m;
@@ -355,6 +380,7 @@ void skv_store_close(skv_store *st)
     if (st->env) mdb_env_close(st->env);
     skv_ctx_free(st->work);
     skv_errbox_free(st->err);
+    free(st->model_path);
     free(st);
 }
 

@@ -27,7 +27,7 @@ int skv_store_match(skv_store *st, const int32_t *tokens, size_t n, skv_store_ma
     return rc ? store_trie_err(st, rc, "lookup") : SKV_OK;
 }
 
-int skv_store_remove(skv_store *st, const char *name)
+static int remove_call(skv_store *st, const char *name)
 {
     ses_rec sr;
     tx t;
@@ -80,32 +80,18 @@ int skv_store_list(skv_store *st, int (*cb)(void *user, const skv_store_session_
 
 /* ---- stats and gc ------------------------------------------------------- */
 
-static int scan_nodes(tx *t, skv_store_stats *s)
+static int count_node(void *u, const skv_trie_node *nd)
 {
-    MDB_cursor *cur;
-    MDB_val k, v;
-    char e[128];
-    int rc = mdb_cursor_open(t->txn, t->st->nodes, &cur), r = SKV_OK;
-    if (rc) return store_lmdb_err(t->st, rc, "cursor");
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc && !r; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        skv_trie_node nd;
-        if ((r = skv_trie_node_decode(v.mv_data, v.mv_size, &nd, e, sizeof e))) {
-            r = store_err(t->st, r, "%s", e);
-            break;
-        }
-        s->n_nodes++;
-        s->unique_positions += nd.len;
-        for (uint32_t i = 0; i < nd.len; i++) s->token_floor_bits += nd.surprisal[i];
-        if (nd.flags & SKV_TRIE_MAT) {
-            s->mat_nodes++;
-            s->mat_positions += nd.len;
-            s->mat_bytes += nd.kv_bytes;
-        }
-        skv_trie_node_clear(&nd);
+    skv_store_stats *s = u;
+    s->n_nodes++;
+    s->unique_positions += nd->len;
+    for (uint32_t i = 0; i < nd->len; i++) s->token_floor_bits += nd->surprisal[i];
+    if (nd->flags & SKV_TRIE_MAT) {
+        s->mat_nodes++;
+        s->mat_positions += nd->len;
+        s->mat_bytes += nd->kv_bytes;
     }
-    mdb_cursor_close(cur);
-    if (!r && rc && rc != MDB_NOTFOUND) r = store_lmdb_err(t->st, rc, "scan nodes");
-    return r;
+    return 0;
 }
 
 static int sum_session(void *user, const skv_store_session_info *si)
@@ -145,7 +131,7 @@ int skv_store_get_stats(skv_store *st, skv_store_stats *s)
     memset(s, 0, sizeof *s);
     if ((rc = skv_store_list(st, sum_session, s))) return rc;
     if ((rc = store_tx_begin(st, 0, &t))) return rc;
-    rc = scan_nodes(&t, s);
+    rc = store_scan_nodes(&t, count_node, s);
     uint64_t unused = free_pages(&t);
     mdb_env_info(st->env, &ei);
     mdb_env_stat(st->env, &ms);
@@ -168,29 +154,65 @@ int skv_store_get_stats(skv_store *st, skv_store_stats *s)
     return SKV_OK;
 }
 
-int skv_store_gc(skv_store *st, skv_store_gc_report *r)
+/* The trie's invariants; a failure always carries a message (the check's own, the
+ * storage's, or a generic one). */
+static int gc_check_trie(tx *t)
+{
+    char e[256] = "";
+    int rc = skv_trie_check(&t->io, e, sizeof e);
+    if (!rc) return SKV_OK;
+    if (!e[0]) snprintf(e, sizeof e, "%s", skv_errbox_get(t->st->err)[0] ? skv_errbox_get(t->st->err)
+                                                                        : "the trie could not be read");
+    return store_err(t->st, rc == SKV_ERR_INTERNAL ? SKV_ERR_FORMAT : rc,
+                     "store check failed: %s (the store is damaged)", e);
+}
+
+/* Every KV blob left decodes (length, zstd frame, checksum) and belongs to a materialised node. */
+static int gc_check_blobs(tx *t, const mat_set *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        skv_trie_node nd;
+        float *kv;
+        if (!m->c[i].alive) continue;
+        int rc = store_io_get_node(t, m->c[i].id, &nd);
+        if (rc == 1) rc = store_err(t->st, SKV_ERR_FORMAT, "KV of missing node %llu", (unsigned long long)m->c[i].id);
+        if (!rc && !(nd.flags & SKV_TRIE_MAT))
+            rc = store_err(t->st, SKV_ERR_FORMAT, "node %llu holds KV but is not marked materialised",
+                           (unsigned long long)nd.id);
+        if (!rc && !(rc = store_blob_get(t, nd.id, nd.len, &kv))) free(kv);
+        skv_trie_node_clear(&nd);
+        if (rc)
+            return store_err(t->st, rc == SKV_ERR_NOMEM ? rc : SKV_ERR_FORMAT,
+                             "%.300s. The sessions are intact: 'seqkv store gc DIR --budget 0' drops the "
+                             "materialised KV (restores recompute it), then 'seqkv store gc DIR --budget BYTES' "
+                             "materialises again", skv_errbox_get(t->st->err));
+    }
+    return SKV_OK;
+}
+
+/* Check, demote down to the budget, check the KV left, materialise up to the budget. */
+static int gc_tx(tx *t, skv_store_gc_report *g)
+{
+    mat_set m;
+    int rc = gc_check_trie(t);
+    if (rc || (rc = store_mat_load(t, &m))) return rc;
+    uint64_t before = m.total;
+    if (!(rc = store_evict_to(t, &m, t->s.budget, &g->n_demoted)) && !(rc = gc_check_blobs(t, &m)))
+        rc = store_fill_to(t, &m, t->s.budget, &g->n_materialised, &g->n_demoted);
+    g->mat_bytes = m.total;
+    g->bytes_freed = before > m.total ? before - m.total : 0;
+    free(m.c);
+    return rc;
+}
+
+static int gc_call(skv_store *st, skv_store_gc_report *r)
 {
     skv_store_gc_report g = {0};
-    mat_set m;
-    char e[256];
     tx t;
     int rc;
     if (!st) return SKV_ERR_INVALID_ARG;
     if ((rc = store_tx_begin(st, 1, &t))) return rc;
-    if ((rc = skv_trie_check(&t.io, e, sizeof e))) {
-        store_tx_abort(&t);
-        return store_err(st, rc == SKV_ERR_INTERNAL ? SKV_ERR_FORMAT : rc, "store check failed: %s", e);
-    }
-    if ((rc = store_mat_load(&t, &m))) {
-        store_tx_abort(&t);
-        return rc;
-    }
-    uint64_t before = m.total;
-    rc = store_evict_to(&t, &m, t.s.budget, &g.n_demoted);
-    g.mat_bytes = m.total;
-    g.bytes_freed = before - m.total;
-    free(m.c);
-    if (rc) {
+    if ((rc = gc_tx(&t, &g))) {
         store_tx_abort(&t);
         return rc;
     }
@@ -227,4 +249,14 @@ int skv_store__put_tokens(skv_store *st, size_t n_sessions, const char *const *n
         return rc;
     }
     return store_tx_commit(&t);
+}
+
+int skv_store_remove(skv_store *st, const char *name)
+{
+    return st ? store_done(st, remove_call(st, name)) : SKV_ERR_INVALID_ARG;
+}
+
+int skv_store_gc(skv_store *st, skv_store_gc_report *r)
+{
+    return st ? store_done(st, gc_call(st, r)) : SKV_ERR_INVALID_ARG;
 }

@@ -22,6 +22,8 @@
 #define STATE_SIZE 64
 #define SESSION_SIZE 56
 #define BLOB_HDR 16
+#define MODEL_MAGIC 0x4d564b53u /* "SKVM" */
+#define MODEL_PATH_MAX 4095
 #define KV_MAGIC 0x4b564b53u   /* "SKVK" */
 #define SES_MAGIC 0x53564b53u  /* "SKVS" */
 #define DEFAULT_BUDGET (64ull << 20)
@@ -41,6 +43,7 @@ struct skv_store {
     uint8_t fp[16];
     int readonly, n_threads;
     size_t blocks, head_dim; /* KV of one position = blocks x head_dim floats */
+    char *model_path;        /* the model file (absolute) to record, or NULL */
     skv_ctx *work;           /* put's context: used only inside the write transaction */
     skv_errbox *err;         /* last error, per thread (skv_store_last_error) */
 };
@@ -92,6 +95,8 @@ static inline uint64_t rbe64(const uint8_t *p)
 /* ---- store.c: errors and transactions ---- */
 /* Sets the calling thread's message of st and returns status. */
 int store_err(skv_store *st, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A public call's result: a failure without a message gets one from its status. */
+int store_done(skv_store *st, int status);
 /* An LMDB failure as a status with its text. */
 int store_lmdb_err(skv_store *st, int rc, const char *what);
 /* A trie error either set a message already or is a bare status from trie.c. */
@@ -100,6 +105,9 @@ int store_trie_err(skv_store *st, int rc, const char *what);
  * thread's message: every public call starts here, so a success leaves "". */
 int store_tx_begin(skv_store *st, int write, tx *t);
 void store_tx_abort(tx *t);
+/* Records st->model_path in the "model" meta record if none is recorded yet. */
+int store_model_note(tx *t);
+int store_model_init(skv_store *st, MDB_txn *txn); /* the same at creation (store_model.c) */
 int store_tx_commit(tx *t); /* saves the state record, then commits */
 
 /* ---- store_kv.c: KV blobs, trie storage ---- */
@@ -114,12 +122,17 @@ int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out); /* malloc'ed 
 int store_blob_del(tx *t, uint64_t id);
 int store_io_get_node(void *u, uint64_t id, skv_trie_node *out); /* 1 = absent */
 int store_io_put_node(void *u, const skv_trie_node *n);
+/* Calls fn for every node record (decoded) until it returns nonzero (returned). */
+int store_scan_nodes(tx *t, int (*fn)(void *u, const skv_trie_node *nd), void *u);
 
 /* ---- store_policy.c ---- */
 int store_mat_load(tx *t, mat_set *m); /* the materialised set with scores */
 int store_evict_to(tx *t, mat_set *m, uint64_t budget, uint32_t *n_demoted);
 /* Materialises path nodes from ctx (which holds the whole path's KV) as the budget allows. */
 int store_place(tx *t, const skv_trie_path *p, skv_ctx *ctx, uint32_t *n_mat, uint32_t *n_dem);
+/* The other direction (gc): materialises the best-scoring token-only nodes whose parent is
+ * materialised (or the root) while they fit the budget, computing their KV with st->work. */
+int store_fill_to(tx *t, mat_set *m, uint64_t budget, uint32_t *n_mat, uint32_t *n_dem);
 
 /* ---- store_session.c: session records ---- */
 void store_ses_encode(const ses_rec *r, uint8_t *p);
@@ -129,6 +142,8 @@ int store_check_name(skv_store *st, const char *name);
 int store_check_tokens(skv_store *st, const int32_t *tokens, size_t n);
 int store_ses_get(tx *t, const char *name, ses_rec *r); /* 1 = absent */
 uint32_t store_loadable(const skv_trie_path *p, uint32_t upto);
+/* Loads positions [0, upto) of the path (materialised there) into ctx. */
+int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx);
 int store_work_ctx(skv_store *st); /* creates st->work on first use */
 
 #endif

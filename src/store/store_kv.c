@@ -133,6 +133,27 @@ int store_io_put_node(void *u, const skv_trie_node *n)
     return rc ? store_lmdb_err(t->st, rc, "write node") : SKV_OK;
 }
 
+int store_scan_nodes(tx *t, int (*fn)(void *u, const skv_trie_node *nd), void *u)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    char e[128];
+    int rc = mdb_cursor_open(t->txn, t->st->nodes, &cur), r = SKV_OK;
+    if (rc) return store_lmdb_err(t->st, rc, "cursor");
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc && !r; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        skv_trie_node nd;
+        if ((r = skv_trie_node_decode(v.mv_data, v.mv_size, &nd, e, sizeof e))) {
+            r = store_err(t->st, r, "%s", e);
+            break;
+        }
+        r = fn(u, &nd);
+        skv_trie_node_clear(&nd);
+    }
+    mdb_cursor_close(cur);
+    if (!r && rc && rc != MDB_NOTFOUND) r = store_lmdb_err(t->st, rc, "scan nodes");
+    return r;
+}
+
 static int io_del_node(void *u, uint64_t id)
 {
     tx *t = u;

@@ -178,3 +178,114 @@ int store_place(tx *t, const skv_trie_path *p, skv_ctx *ctx, uint32_t *n_mat, ui
     free(m.c);
     return rc;
 }
+
+/* ---- gc: filling up to the budget --------------------------------------- */
+
+/* A token-only node gc may materialise; ready = its parent is materialised (or the root). */
+typedef struct fill_cand {
+    uint64_t id, parent;
+    double score, est;
+    int ready, done;
+} fill_cand;
+
+typedef struct fill_set {
+    fill_cand *c;
+    size_t n, cap;
+} fill_set;
+
+static double est_bytes(const tx *t, uint32_t len)
+{
+    return (double)len * (double)store_pos_floats(t->st) * 4.0 * t->s.comp_ratio + BLOB_HDR;
+}
+
+static int fill_add(fill_set *f, const fill_cand *c)
+{
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 64;
+        fill_cand *nb = realloc(f->c, cap * sizeof *nb);
+        if (!nb) return SKV_ERR_NOMEM;
+        f->c = nb;
+        f->cap = cap;
+    }
+    f->c[f->n++] = *c;
+    return SKV_OK;
+}
+
+static int mat_has(const mat_set *m, uint64_t id)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->c[i].alive && m->c[i].id == id) return 1;
+    return 0;
+}
+
+typedef struct fill_scan {
+    tx *t;
+    const mat_set *m;
+    fill_set *f;
+} fill_scan;
+
+static int fill_visit(void *u, const skv_trie_node *nd)
+{
+    fill_scan *fs = u;
+    fill_cand c = {.id = nd->id, .parent = nd->parent, .est = est_bytes(fs->t, nd->len)};
+    c.score = node_score(&fs->t->s, nd, c.est);
+    c.ready = nd->parent == SKV_TRIE_ROOT || mat_has(fs->m, nd->parent);
+    if (!(nd->flags & SKV_TRIE_MAT) && c.score > 0 && fill_add(fs->f, &c))
+        return store_err(fs->t->st, SKV_ERR_NOMEM, "out of memory");
+    return 0;
+}
+
+/* Every token-only node that would save time (score > 0). */
+static int fill_load(tx *t, const mat_set *m, fill_set *f)
+{
+    fill_scan fs = {t, m, f};
+    return store_scan_nodes(t, fill_visit, &fs);
+}
+
+/* The ready candidate with the best score that fits in `room` bytes, or -1. */
+static long fill_best(const fill_set *f, double room)
+{
+    long best = -1;
+    for (size_t i = 0; i < f->n; i++) {
+        const fill_cand *c = &f->c[i];
+        if (c->ready && !c->done && c->est <= room && (best < 0 || c->score > f->c[best].score)) best = (long)i;
+    }
+    return best;
+}
+
+/* Computes node id's span in st->work (its whole path from materialised KV and a prefill
+ * of the span) and materialises it. */
+static int fill_one(tx *t, mat_set *m, uint64_t id, uint32_t *n_mat)
+{
+    skv_store *st = t->st;
+    skv_trie_path p;
+    int rc = skv_trie_path_to(&t->io, id, &p);
+    if (rc) return store_trie_err(st, rc, "gc path");
+    const skv_trie_node *nd = &p.nodes[p.n - 1];
+    uint32_t p0 = nd->depth - nd->len;
+    if (!(rc = store_load_prefix(t, &p, p0, st->work)) &&
+        (rc = skv_prefill(st->work, nd->tokens, nd->len, SKV_LOGITS_NONE, NULL)))
+        rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
+    if (!rc) rc = materialise(t, m, nd, st->work, n_mat);
+    skv_trie_path_free(&p);
+    return rc;
+}
+
+int store_fill_to(tx *t, mat_set *m, uint64_t budget, uint32_t *n_mat, uint32_t *n_dem)
+{
+    fill_set f = {0};
+    int rc = fill_load(t, m, &f);
+    while (!rc && m->total < budget) {
+        long i = fill_best(&f, (double)(budget - m->total));
+        if (i < 0) break;
+        f.c[i].done = 1;
+        if ((rc = store_work_ctx(t->st)) || (rc = fill_one(t, m, f.c[i].id, n_mat))) break;
+        if (m->total > budget) { /* measured size above the estimate: trim, and stop there */
+            rc = store_evict_to(t, m, budget, n_dem);
+            break;
+        }
+        for (size_t j = 0; j < f.n; j++) f.c[j].ready |= f.c[j].parent == f.c[i].id;
+    }
+    free(f.c);
+    return rc;
+}

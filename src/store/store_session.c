@@ -78,7 +78,7 @@ uint32_t store_loadable(const skv_trie_path *p, uint32_t upto)
 }
 
 /* Loads positions [0, upto) of the path into ctx from materialised KV. */
-static int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx)
+int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx)
 {
     int rc = skv_ctx_truncate(ctx, 0);
     for (size_t i = 0; !rc && i < p->n; i++) {
@@ -122,28 +122,52 @@ int store_check_tokens(skv_store *st, const int32_t *tokens, size_t n)
     return SKV_OK;
 }
 
-/* Runs the model so ctx holds positions [0, n) and sur[m..n) the new tokens' surprisal. */
+/* Rows of logits put computes at a time: put needs each row only for one token's
+ * surprisal, so the buffer is bounded (LOGIT_CHUNK_BYTES, at least LOGIT_MIN_ROWS rows)
+ * instead of n x n_vocab floats (4 GB for 8K tokens of a 128K vocabulary). Prefill gives
+ * the same logits and KV in any chunking (docs/determinism.md). */
+#define LOGIT_CHUNK_BYTES (4u << 20)
+#define LOGIT_MIN_ROWS 16u
+
+static size_t logit_rows(int n_vocab)
+{
+    size_t r = LOGIT_CHUNK_BYTES / ((size_t)n_vocab * sizeof(float));
+    return r < LOGIT_MIN_ROWS ? LOGIT_MIN_ROWS : r;
+}
+
+/* Prefills tokens[q0, q0+c) (ctx holds [0, q0)); row r predicts token q0+r+1, whose
+ * surprisal goes to sur[] for positions >= m (the new ones). */
+static int surprisal_chunk(skv_store *st, const int32_t *tokens, size_t n, size_t q0, size_t c, uint32_t m,
+                           float *logits, float *sur)
+{
+    int V = st->info.n_vocab, rc = skv_prefill(st->work, tokens + q0, c, SKV_LOGITS_ALL, logits);
+    if (rc) return store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
+    for (size_t r = 0; r < c; r++) { /* rounding never makes a cost negative */
+        size_t j = q0 + r + 1;
+        if (j >= m && j < n) sur[j] = (float)fmax(0.0, skv_token_surprisal(logits + r * (size_t)V, V, tokens[j]));
+    }
+    return SKV_OK;
+}
+
+/* Runs the model so ctx holds positions [0, n) and sur[m..n) the new tokens' surprisal
+ * (position 0 has no prediction: 0). */
 static int compute_new(tx *t, const skv_trie_path *p, const int32_t *tokens, size_t n, float *sur,
                        skv_store_put_report *r)
 {
     skv_store *st = t->st;
     uint32_t m = p->matched, lm = store_loadable(p, m);
     uint32_t start = m ? (lm < m - 1 ? lm : m - 1) : 0; /* logits predicting token m need m-1 run */
-    int V = st->info.n_vocab, rc;
-    float *logits = malloc((n - start) * (size_t)V * sizeof *logits);
+    size_t rows = logit_rows(st->info.n_vocab);
+    int rc;
+    float *logits = malloc(rows * (size_t)st->info.n_vocab * sizeof *logits);
     if (!logits) return store_err(st, SKV_ERR_NOMEM, "out of memory");
     /* put's prefill computes every row of logits, so its speed is not a restore's: the
      * cost model's recompute speed comes from the store's creation and from gets */
-    if ((rc = store_load_prefix(t, p, start, st->work))) goto out;
-    if ((rc = skv_prefill(st->work, tokens + start, n - start, SKV_LOGITS_ALL, logits))) {
-        rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
-        goto out;
-    }
-    for (size_t j = m; j < n; j++) /* position 0 has no prediction; rounding never makes a cost negative */
-        sur[j] = j ? (float)fmax(0.0, skv_token_surprisal(logits + (j - 1 - start) * (size_t)V, V, tokens[j])) : 0.0f;
+    rc = store_load_prefix(t, p, start, st->work);
+    for (size_t q = start; !rc && q < n; q += rows)
+        rc = surprisal_chunk(st, tokens, n, q, n - q < rows ? n - q : rows, m, logits, sur);
     r->n_loaded = start;
     r->n_computed = (uint32_t)(n - start);
-out:
     free(logits);
     return rc;
 }
@@ -156,6 +180,7 @@ static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_
     float *sur = calloc(n, sizeof *sur);
     int rc;
     if (!sur) return store_err(st, SKV_ERR_NOMEM, "out of memory");
+    if ((rc = store_model_note(t))) goto out;
     if ((rc = store_ses_get(t, name, &sr)) <= 0) {
         if (!rc) rc = store_err(st, SKV_ERR_INVALID_ARG, "a session named '%s' exists already", name);
         goto out;
@@ -181,7 +206,7 @@ out:
     return rc;
 }
 
-int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
+static int put_call(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
 {
     skv_store_put_report r = {.n_tokens = (uint32_t)n};
     tx t;
@@ -290,8 +315,21 @@ static int touch(skv_store *st, const char *name, const ses_rec *seen, skv_store
     return store_tx_commit(&t);
 }
 
-int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap,
-                  size_t *n_tokens, skv_store_get_report *rep)
+/* A context with kv_quant holds a quantized view of its KV, which the store would take
+ * for the exact KV (materialising lossy values that every later verified get rejects).
+ * Loading no positions is the public probe: refused (SKV_ERR_UNSUPPORTED) exactly for
+ * such a context, a no-op for any other. */
+static int ctx_exact(skv_store *st, skv_ctx *ctx)
+{
+    float none = 0;
+    if (skv_ctx_kv_write(ctx, skv_ctx_n_pos(ctx), 0, &none) == SKV_ERR_UNSUPPORTED)
+        return store_err(st, SKV_ERR_UNSUPPORTED,
+                         "skv_store_get needs a context without kv_quant: the store restores and keeps exact KV");
+    return SKV_OK;
+}
+
+static int get_call(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_tokens,
+                    skv_store_get_report *rep)
 {
     skv_store_get_report r = {0};
     ses_rec sr;
@@ -300,7 +338,7 @@ int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int3
     if (!st) return SKV_ERR_INVALID_ARG;
     if (!ctx || !tokens || skv_ctx_model(ctx) != st->model)
         return store_err(st, SKV_ERR_INVALID_ARG, "skv_store_get needs a context of the store's model and a buffer");
-    if ((rc = store_check_name(st, name)) || (rc = store_tx_begin(st, 0, &t))) return rc;
+    if ((rc = ctx_exact(st, ctx)) || (rc = store_check_name(st, name)) || (rc = store_tx_begin(st, 0, &t))) return rc;
     rc = get_tx(&t, name, ctx, flags, tokens, cap, n_tokens, &r, &sr);
     store_tx_abort(&t);
     if (!rc && !st->readonly) rc = touch(st, name, &sr, &r, ctx);
@@ -308,3 +346,14 @@ int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int3
     return rc;
 }
 
+
+int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
+{
+    return st ? store_done(st, put_call(st, name, tokens, n, rep)) : SKV_ERR_INVALID_ARG;
+}
+
+int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_tokens,
+                    skv_store_get_report *rep)
+{
+    return st ? store_done(st, get_call(st, name, ctx, flags, tokens, cap, n_tokens, rep)) : SKV_ERR_INVALID_ARG;
+}

@@ -474,67 +474,127 @@ static int list_cb(void *cu, int32_t tok, uint64_t child)
     return 0;
 }
 
+/* The walk is iterative: an explicit stack of frames, one per node of the current path
+ * (a recursion per node overflowed the C stack on long chains). Each frame holds its
+ * node, its children's (token, id) list and the sum of the refcounts of the children
+ * visited so far. Depth bound: a node's depth must be its parent's depth + its span
+ * (len >= 1), so depths strictly increase along the stack and a path is refused beyond
+ * WALK_MAX_DEPTH tokens: no damaged child link (even one pointing back up) can loop.
+ *
+ *   stack[0]      root (virtual; depth 0)
+ *   stack[1..n)   the path being visited; stack[n-1] is expanded child by child
+ */
+#define WALK_MAX_DEPTH (1u << 20)
+
+typedef struct {
+    skv_trie_node nd; /* zeroed for the root frame */
+    kid_list kids;
+    size_t next;      /* next child to visit */
+    uint64_t below;   /* sum of the visited children's refcounts */
+} walk_frame;
+
 typedef struct {
     const skv_trie_io *io;
     skv_trie_visit_fn cb;
     void *user;
-    int32_t *seq;
-    size_t seq_cap;
-    char *err;
+    int32_t *seq;     /* the token prefix of the current path (WALK_MAX_DEPTH) */
+    char *err;        /* NULL: a plain walk, no invariant checks */
     size_t errcap;
-    int stop;
+    walk_frame *st;
+    size_t n, cap;
 } walker;
 
-/* Visits the subtree below parent (which ends at depth, d bits); *refs receives the sum
- * of the children's refcounts (for the invariant check). */
-static int walk_rec(walker *w, uint64_t parent, uint32_t depth, double d, uint64_t *refs)
+static int frame_push(walker *w, skv_trie_node *nd)
 {
-    kid_list kids = {0};
-    int rc = w->io->children(w->io->user, parent, list_cb, &kids);
-    *refs = 0;
-    for (size_t i = 0; rc >= 0 && i < kids.n && !w->stop; i++) {
-        skv_trie_node nd;
-        uint64_t below;
-        if ((rc = get_node_req(w->io, kids.id[i], &nd))) break;
-        double want = d;
-        for (uint32_t j = 0; j < nd.len; j++) want += nd.surprisal[j];
-        if (nd.parent != parent || nd.tokens[0] != kids.tok[i] || nd.depth != depth + nd.len ||
-            fabs(nd.d_end - want) > 1e-6 * (1.0 + want))
-            rc = skv_errf(w->err, w->errcap, SKV_ERR_INTERNAL, "node %llu: parent/key/depth/d_end inconsistent",
-                          (unsigned long long)nd.id);
-        else if ((size_t)nd.depth > w->seq_cap) rc = SKV_ERR_FORMAT;
-        if (!rc) {
-            memcpy(w->seq + depth, nd.tokens, nd.len * sizeof *w->seq);
-            if (w->cb && w->cb(w->user, &nd, w->seq)) w->stop = 1;
-            rc = walk_rec(w, nd.id, nd.depth, nd.d_end, &below);
-        }
-        if (!rc && w->err && (nd.refcount != nd.n_end + below || nd.refcount == 0))
-            rc = skv_errf(w->err, w->errcap, SKV_ERR_INTERNAL, "node %llu: refcount %u != %u ending + %llu below",
-                          (unsigned long long)nd.id, nd.refcount, nd.n_end, (unsigned long long)below);
-        if (!rc && w->err && nd.n_end == 0) {
-            kid_count k;
-            if ((rc = count_children(w->io, nd.id, &k)) >= 0 && k.n < 2)
-                rc = skv_errf(w->err, w->errcap, SKV_ERR_INTERNAL, "node %llu: no session ends there and %d child(ren)",
-                              (unsigned long long)nd.id, k.n);
-        }
-        *refs += nd.refcount;
-        skv_trie_node_clear(&nd);
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        walk_frame *nb = realloc(w->st, cap * sizeof *nb);
+        if (!nb) return SKV_ERR_NOMEM;
+        w->st = nb;
+        w->cap = cap;
     }
-    free(kids.tok);
-    free(kids.id);
+    walk_frame *f = &w->st[w->n];
+    memset(f, 0, sizeof *f);
+    f->nd = *nd;
+    memset(nd, 0, sizeof *nd);
+    int rc = w->io->children(w->io->user, f->nd.id, list_cb, &f->kids);
+    w->n++; /* pushed even on failure, so the frame is freed with the stack */
     return rc < 0 ? rc : SKV_OK;
+}
+
+static void frame_free(walk_frame *f)
+{
+    skv_trie_node_clear(&f->nd);
+    free(f->kids.tok);
+    free(f->kids.id);
+}
+
+/* Checks a child's record against its parent frame (always: the walk relies on it). */
+static int child_ok(walker *w, const walk_frame *pf, const skv_trie_node *nd, int32_t key)
+{
+    double want = pf->nd.d_end;
+    for (uint32_t j = 0; j < nd->len; j++) want += nd->surprisal[j];
+    if (nd->parent != pf->nd.id || nd->tokens[0] != key || nd->depth != pf->nd.depth + nd->len ||
+        fabs(nd->d_end - want) > 1e-6 * (1.0 + want))
+        return skv_errf(w->err, w->errcap, SKV_ERR_INTERNAL, "node %llu: parent/key/depth/d_end inconsistent",
+                        (unsigned long long)nd->id);
+    if (nd->depth > WALK_MAX_DEPTH)
+        return skv_errf(w->err, w->errcap, SKV_ERR_FORMAT, "node %llu: path deeper than %u tokens",
+                        (unsigned long long)nd->id, WALK_MAX_DEPTH);
+    return SKV_OK;
+}
+
+/* The invariants of a node whose subtree is done (check only). */
+static int node_done_ok(walker *w, const walk_frame *f)
+{
+    const skv_trie_node *nd = &f->nd;
+    if (nd->refcount != nd->n_end + f->below || nd->refcount == 0)
+        return skv_errf(w->err, w->errcap, SKV_ERR_INTERNAL, "node %llu: refcount %u != %u ending + %llu below",
+                        (unsigned long long)nd->id, nd->refcount, nd->n_end, (unsigned long long)f->below);
+    if (nd->n_end == 0 && f->kids.n < 2)
+        return skv_errf(w->err, w->errcap, SKV_ERR_INTERNAL, "node %llu: no session ends there and %zu child(ren)",
+                        (unsigned long long)nd->id, f->kids.n);
+    return SKV_OK;
+}
+
+/* One step: visit the top frame's next child, or finish the top frame. 1 = done. */
+static int walk_step(walker *w, int *stop)
+{
+    walk_frame *f = &w->st[w->n - 1];
+    if (f->next == f->kids.n || *stop) {
+        int rc = w->n > 1 && w->err && !*stop ? node_done_ok(w, f) : SKV_OK;
+        uint32_t refs = f->nd.refcount;
+        frame_free(f);
+        if (--w->n == 0 || rc) return rc ? rc : 1;
+        w->st[w->n - 1].below += refs;
+        return SKV_OK;
+    }
+    skv_trie_node nd;
+    size_t i = f->next++;
+    int rc = w->io->get_node(w->io->user, f->kids.id[i], &nd);
+    if (rc == 1)
+        return skv_errf(w->err, w->errcap, SKV_ERR_FORMAT, "node %llu: a child of node %llu, but missing",
+                        (unsigned long long)f->kids.id[i], (unsigned long long)f->nd.id);
+    if (!rc && (rc = child_ok(w, f, &nd, f->kids.tok[i]))) skv_trie_node_clear(&nd);
+    if (rc) return rc;
+    memcpy(w->seq + f->nd.depth, nd.tokens, nd.len * sizeof *w->seq);
+    if (w->cb && w->cb(w->user, &nd, w->seq)) *stop = 1;
+    rc = frame_push(w, &nd);
+    skv_trie_node_clear(&nd);
+    return rc;
 }
 
 static int walk_run(walker *w)
 {
-    uint64_t refs;
-    /* the prefix buffer is shared by the whole recursion, so it is sized once for the
-     * deepest path walked (deeper paths are refused) */
-    w->seq_cap = 1u << 20;
-    if (!(w->seq = malloc(w->seq_cap * sizeof *w->seq))) return SKV_ERR_NOMEM;
-    int rc = walk_rec(w, SKV_TRIE_ROOT, 0, 0.0, &refs);
+    skv_trie_node root = {0};
+    int rc, stop = 0;
+    if (!(w->seq = malloc(WALK_MAX_DEPTH * sizeof *w->seq))) return SKV_ERR_NOMEM;
+    rc = frame_push(w, &root);
+    while (!rc && w->n) rc = walk_step(w, &stop);
+    while (w->n) frame_free(&w->st[--w->n]);
+    free(w->st);
     free(w->seq);
-    return rc;
+    return rc < 0 ? rc : SKV_OK;
 }
 
 int skv_trie_walk(const skv_trie_io *io, skv_trie_visit_fn cb, void *user)

@@ -1,0 +1,115 @@
+/* Which model a store was made with: the header's name, fingerprint and geometry (store.c)
+ * and the "model" meta record, the model file's path, so a caller can open the model
+ * without being told which (skv_store_model_info needs no model).
+ *
+ *   "model" record:  0 u32 "SKVM" | 4 u32 path length L (1..4095) | 8 path[L] (no NUL) |
+ *                    8+L u64 XXH3-64 of the bytes before it
+ *
+ * The path is recorded when the store is created, or by the first put of a handle that
+ * knows it (skv_store_params.model_path), and is never changed after. */
+#include <lmdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "store/store_int.h"
+
+static MDB_val model_key(void) { return (MDB_val){5, (void *)"model"}; }
+
+/* Writes st->model_path as the record unless one exists (or no path is known). */
+static int model_rec_write(skv_store *st, MDB_txn *txn)
+{
+    MDB_val k = model_key(), v;
+    size_t L = st->model_path ? strlen(st->model_path) : 0;
+    if (L == 0 || L > MODEL_PATH_MAX) return SKV_OK;
+    int rc = mdb_get(txn, st->meta, &k, &v);
+    if (rc != MDB_NOTFOUND) return rc ? store_lmdb_err(st, rc, "read model record") : SKV_OK;
+    uint8_t *buf = malloc(16 + L);
+    if (!buf) return store_err(st, SKV_ERR_NOMEM, "out of memory");
+    skv_wr32(buf, MODEL_MAGIC);
+    skv_wr32(buf + 4, (uint32_t)L);
+    memcpy(buf + 8, st->model_path, L);
+    skv_wr64(buf + 8 + L, XXH3_64bits(buf, 8 + L));
+    v = (MDB_val){16 + L, buf};
+    rc = mdb_put(txn, st->meta, &k, &v, 0);
+    free(buf);
+    return rc ? store_lmdb_err(st, rc, "write model record") : SKV_OK;
+}
+
+int store_model_note(tx *t) { return model_rec_write(t->st, t->txn); }
+
+int store_model_init(skv_store *st, MDB_txn *txn) { return model_rec_write(st, txn); }
+
+/* The recorded path into out ("" when none); SKV_ERR_FORMAT when damaged. */
+static int model_rec_read(MDB_txn *txn, MDB_dbi meta, char *out, size_t cap)
+{
+    MDB_val k = model_key(), v;
+    out[0] = 0;
+    int rc = mdb_get(txn, meta, &k, &v);
+    if (rc == MDB_NOTFOUND) return SKV_OK;
+    if (rc) return SKV_ERR_IO;
+    const uint8_t *p = v.mv_data;
+    if (v.mv_size < 17 || skv_rd32(p) != MODEL_MAGIC) return SKV_ERR_FORMAT;
+    size_t L = skv_rd32(p + 4);
+    if (L < 1 || L >= cap || v.mv_size != 16 + L || XXH3_64bits(p, 8 + L) != skv_rd64(p + 8 + L) ||
+        memchr(p + 8, 0, L))
+        return SKV_ERR_FORMAT;
+    memcpy(out, p + 8, L);
+    out[L] = 0;
+    return SKV_OK;
+}
+
+/* The header's model fields (layout in store.c). */
+static int header_read(const MDB_val *v, skv_store_model *out)
+{
+    const uint8_t *p = v->mv_data;
+    if (v->mv_size != HEADER_SIZE || memcmp(p, STORE_MAGIC, 8) != 0 || XXH3_64bits(p, 160) != skv_rd64(p + 160))
+        return SKV_ERR_FORMAT;
+    if (skv_rd32(p + 8) != STORE_VERSION) return SKV_ERR_UNSUPPORTED;
+    memcpy(out->fingerprint, p + 16, 16);
+    memcpy(out->name, p + 32, 95);
+    out->name[95] = 0;
+    out->n_layer = (int)skv_rd32(p + 128);
+    out->n_head_kv = (int)skv_rd32(p + 132);
+    out->head_dim = (int)skv_rd32(p + 136);
+    out->n_vocab = (int)skv_rd32(p + 140);
+    out->n_ctx_train = (int)skv_rd32(p + 144);
+    return SKV_OK;
+}
+
+static int info_txn(MDB_env *env, const char *dir, skv_store_model *out, char *err, size_t errcap)
+{
+    MDB_txn *txn;
+    MDB_dbi meta;
+    MDB_val hk = {6, (void *)"header"}, hv;
+    int rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
+    if (rc) return skv_errf(err, errcap, SKV_ERR_FORMAT, "store '%s' is damaged: %s", dir, mdb_strerror(rc));
+    if (mdb_dbi_open(txn, "meta", 0, &meta) || mdb_get(txn, meta, &hk, &hv))
+        rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store", dir);
+    else if ((rc = header_read(&hv, out)))
+        rc = skv_errf(err, errcap, rc, "store '%s': header damaged or of another version", dir);
+    else if ((rc = model_rec_read(txn, meta, out->path, sizeof out->path)))
+        rc = skv_errf(err, errcap, rc, "store '%s': model record damaged", dir);
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int skv_store_model_info(const char *dir, skv_store_model *out, char *err, size_t errcap)
+{
+    MDB_env *env;
+    char path[4096];
+    if (!dir || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "skv_store_model_info: invalid arguments");
+    memset(out, 0, sizeof *out);
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return skv_errf(err, errcap, SKV_ERR_IO, "no seqkv store in '%s'", dir);
+    fclose(f);
+    int rc = mdb_env_create(&env);
+    if (!rc) rc = mdb_env_set_maxdbs(env, 8);
+    if (!rc) rc = mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS, 0664);
+    if (rc) rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is not a seqkv store: %s", dir, mdb_strerror(rc));
+    else rc = info_txn(env, dir, out, err, errcap);
+    mdb_env_close(env);
+    return rc;
+}
