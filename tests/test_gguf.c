@@ -388,8 +388,8 @@ static void type_traits_table(void)
     CHECK(skv_ggml_blck_size(SKV_GGML_Q6_K) == 256 && skv_ggml_type_size(SKV_GGML_Q6_K) == 210);
     CHECK(skv_ggml_blck_size(SKV_GGML_BF16) == 1 && skv_ggml_type_size(SKV_GGML_BF16) == 2);
     CHECK(!strcmp(skv_ggml_type_name(SKV_GGML_Q4_K), "q4_k") && !strcmp(skv_ggml_type_name(SKV_GGML_F16), "f16"));
-    /* 4, 5 (removed Q4_2/Q4_3), gaps and out-of-range types are unknown */
-    static const uint32_t unknown[] = {4, 5, 16, 23, 29, 31, 1000, 0xFFFFFFFFu};
+    /* 4, 5 (removed Q4_2/Q4_3), 31..33 and 36..38 (removed repacked types) and out-of-range types are unknown */
+    static const uint32_t unknown[] = {4, 5, 31, 33, 36, 38, 43, 1000, 0xFFFFFFFFu};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         CHECK(skv_ggml_blck_size(unknown[i]) == 0 && skv_ggml_type_size(unknown[i]) == 0);
         CHECK(!strcmp(skv_ggml_type_name(unknown[i]), "unknown"));
@@ -802,7 +802,7 @@ static void refuses_bad_tensor_infos(void)
         const uint64_t ok[2] = {(uint64_t)1 << 40, (uint64_t)1 << 10};
         CHECK_TENSOR_REFUSED(2, ok, SKV_GGML_I8, 0, 64, SKV_ERR_FORMAT, "past the end of the file");
     }
-    static const uint32_t bad_types[] = {4, 5, 16, 31, 0xFFFFFFFFu};
+    static const uint32_t bad_types[] = {4, 5, 31, 37, 0xFFFFFFFFu};
     for (size_t i = 0; i < sizeof bad_types / sizeof bad_types[0]; i++) {
         char phrase[64];
         snprintf(phrase, sizeof phrase, "unknown tensor type %u", bad_types[i]);
@@ -1003,8 +1003,9 @@ static void fill_weights(buf *b, uint32_t t, uint64_t n, uint32_t *st, int ones)
             for (int k = 0; k < 16; k++) b_u8(b, (uint8_t)lcg(st));
             i += 32;
             break;
-        default: /* any other type: arbitrary bytes of the right size */
-            for (size_t k = 0; k < skv_ggml_type_size(t); k++) b_u8(b, (uint8_t)lcg(st));
+        default: /* any other type: arbitrary bytes of the right size; bits 2 and 6 of every
+                  * byte clear, so any binary16 field is finite and below 1/8 */
+            for (size_t k = 0; k < skv_ggml_type_size(t); k++) b_u8(b, (uint8_t)(lcg(st) & 0xbb));
             i += skv_ggml_blck_size(t);
             break;
         }
@@ -1204,7 +1205,9 @@ done:
 
 static void tiny_models_load_and_run(void)
 {
-    static const uint32_t types[] = {SKV_GGML_F32, SKV_GGML_F16, SKV_GGML_BF16, SKV_GGML_Q8_0, SKV_GGML_Q4_0};
+    static const uint32_t types[] = {SKV_GGML_F32,  SKV_GGML_F16,  SKV_GGML_BF16,   SKV_GGML_Q8_0,  SKV_GGML_Q4_0,
+                                     SKV_GGML_Q4_1, SKV_GGML_Q5_0, SKV_GGML_Q5_1,   SKV_GGML_Q2_K,  SKV_GGML_Q3_K,
+                                     SKV_GGML_Q4_K, SKV_GGML_Q5_K, SKV_GGML_Q6_K,   SKV_GGML_IQ4_NL, SKV_GGML_IQ4_XS};
     lspec s = lspec_default();
     CHECK_MODEL_RUNS(s);
     s.untied = 1;
@@ -1213,7 +1216,8 @@ static void tiny_models_load_and_run(void)
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         s = lspec_default();
         s.wtype = types[i];
-        s.D = 32, s.F = 32, s.n_head = 4, s.n_head_kv = 2; /* K of every matrix a multiple of 32 */
+        s.D = s.F = (int)skv_ggml_blck_size(types[i]) < 32 ? 32 : (int)skv_ggml_blck_size(types[i]);
+        s.n_head = 4, s.n_head_kv = 2; /* K of every matrix a multiple of the block size */
         s.untied = (int)(i & 1);
         CHECK_MODEL_RUNS(s);
     }
@@ -1298,15 +1302,17 @@ static void model_refuses_architecture_and_types(void)
     CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, "architecture ''");
     s.arch = NULL;
     CHECK_MODEL_REFUSED(s, SKV_ERR_FORMAT, "missing general.architecture");
-    /* Q4_K matrix: K = F must be a multiple of 256 for the file itself to be valid */
+    /* an i-quant matrix: K = F must be a multiple of 256 for the file itself to be valid */
     s = lspec_default();
     s.F = 256;
     s.retype = "blk.0.ffn_down.weight";
-    s.retype_to = SKV_GGML_Q4_K;
-    CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, "'blk.0.ffn_down.weight' has type q4_k");
-    CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, "seqkv supports f32, f16, q4_0, q8_0, bf16"); /* the type table's */
-    s.retype_to = SKV_GGML_Q6_K;
-    CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, "has type q6_k");
+    s.retype_to = SKV_GGML_IQ2_XXS;
+    CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, "'blk.0.ffn_down.weight' has type iq2_xxs");
+    CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, /* the type table's */
+                        "seqkv supports f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, "
+                        "iq4_nl, iq4_xs, bf16");
+    s.retype_to = SKV_GGML_TQ2_0;
+    CHECK_MODEL_REFUSED(s, SKV_ERR_UNSUPPORTED, "has type tq2_0");
     s = lspec_default();
     s.retype = "blk.0.attn_q.weight";
     s.retype_to = SKV_GGML_I32;

@@ -104,8 +104,9 @@ static void dequant_twins_every_type(void)
     if (!fast) SKIP("no AVX2+FMA+F16C on this CPU");
     for (uint32_t type = 0; type < SKV_GGML_NTYPES; type++) {
         if (!skv_dequant_supported(type)) continue;
-        for (size_t K = 32; K <= 320; K += 96) {
+        for (size_t K = 32; K <= 512; K += 96) { /* 512: two K-quant super-blocks */
             size_t n = 5, row_bytes = skv_type_row_bytes(type, K) + 4 * (K % 3);
+            if (!skv_type_row_bytes(type, K)) continue; /* not a whole number of blocks */
             uint8_t *W = malloc(n * row_bytes);
             float *y1 = malloc(n * K * sizeof *y1), *y2 = malloc(n * K * sizeof *y2);
             CHECK(W && y1 && y2);
@@ -123,7 +124,7 @@ static void kernels_follow_cpu_features(void)
 {
     CHECK((skv_kernels_avx2() != NULL) == skv_cpu_has(SKV_CPU_AVX2_SET));
     CHECK(skv_kernels_best() == (skv_kernels_avx2() ? skv_kernels_avx2() : skv_kernels_scalar()));
-    CHECK(skv_dequant_supported(SKV_GGML_Q8_0) && !skv_dequant_supported(SKV_GGML_Q4_K) && !skv_dequant_supported(99));
+    CHECK(skv_dequant_supported(SKV_GGML_Q8_0) && skv_dequant_supported(SKV_GGML_Q4_K) && !skv_dequant_supported(SKV_GGML_IQ2_XXS) && !skv_dequant_supported(99));
 }
 
 int main(void)

@@ -551,7 +551,8 @@ static void simd_codec_matches_scalar(void)
 static void type_table_rows(void)
 {
     static const uint32_t readable[] = {SKV_GGML_F32, SKV_GGML_F16, SKV_GGML_BF16, SKV_GGML_Q8_0, SKV_GGML_Q4_0};
-    char names[64];
+    static const char all[] = "f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, bf16";
+    char names[sizeof all];
     for (uint32_t id = 0; id < SKV_GGML_NTYPES + 3; id++) {
         const skv_type_traits *t = skv_type_traits_of(id);
         if (!t) continue;
@@ -563,7 +564,7 @@ static void type_table_rows(void)
         CHECK_MSG(!t->from_float || t->to_float, "%s: stored but not readable", t->name);
     }
     for (size_t i = 0; i < sizeof readable / sizeof readable[0]; i++) CHECK(skv_type_readable(readable[i]));
-    CHECK(!skv_type_readable(SKV_GGML_Q4_K) && !skv_type_readable(SKV_GGML_I32) && !skv_type_readable(4));
+    CHECK(!skv_type_readable(SKV_GGML_IQ2_XXS) && !skv_type_readable(SKV_GGML_I32) && !skv_type_readable(4));
     CHECK(skv_type_traits_of(SKV_GGML_NTYPES) == NULL && skv_type_traits_of(0xFFFFFFFFu) == NULL);
     CHECK_EQ_INT(skv_type_row_bytes(SKV_GGML_Q8_0, 64), 68);
     CHECK_EQ_INT(skv_type_row_bytes(SKV_GGML_Q4_0, 33), 18 + 3);
@@ -574,9 +575,9 @@ static void type_table_rows(void)
         CHECK_EQ_INT(skv_quant_bytes(SKV_QUANT_Q4_0, d), skv_type_row_bytes(SKV_GGML_Q4_0, d));
         CHECK_EQ_INT(skv_quant_bytes(SKV_QUANT_F16, d), skv_type_row_bytes(SKV_GGML_F16, d));
     }
-    CHECK_EQ_INT(skv_type_readable_names(names, sizeof names), strlen("f32, f16, q4_0, q8_0, bf16"));
-    CHECK(!strcmp(names, "f32, f16, q4_0, q8_0, bf16"));
-    CHECK_EQ_INT(skv_type_readable_names(names, 12), strlen("f32, f16, q4_0, q8_0, bf16"));
+    CHECK_EQ_INT(skv_type_readable_names(names, sizeof names), strlen(all));
+    CHECK(!strcmp(names, all));
+    CHECK_EQ_INT(skv_type_readable_names(names, 12), strlen(all));
     CHECK(!strcmp(names, "f32, f16")); /* whole names only, and no later one */
 }
 

@@ -254,10 +254,10 @@ def case_refusals(tmp):
     expect_refusal("refuses_arch_gpt2", mg.llama_gguf(arch="gpt2", **small),
                    os.path.join(tmp, "gpt2.gguf"), ["gpt2", "architecture"])
     w = mg.llama_gguf(**small)
-    ne = [256, 256]  # attn_q: 256 rows of 256 = one Q4_K super-block (144 bytes) per row
-    w.replace_tensor("blk.0.attn_q.weight", mg.GGML_Q4_K,
-                     rng.integers(0, 256, mg.tensor_nbytes(ne, mg.GGML_Q4_K), dtype=np.uint8).tobytes(), ne)
-    expect_refusal("refuses_type_q4_k", w, os.path.join(tmp, "q4k.gguf"), ["q4_k", "blk.0.attn_q.weight"])
+    ne = [256, 256]  # attn_q: 256 rows of 256 = one IQ2_XXS super-block (66 bytes) per row
+    w.replace_tensor("blk.0.attn_q.weight", mg.GGML_IQ2_XXS,
+                     rng.integers(0, 256, mg.tensor_nbytes(ne, mg.GGML_IQ2_XXS), dtype=np.uint8).tobytes(), ne)
+    expect_refusal("refuses_type_iq2_xxs", w, os.path.join(tmp, "iq2xxs.gguf"), ["iq2_xxs", "blk.0.attn_q.weight"])
     w = mg.llama_gguf(**dict(small, n_ff=688))
     ne = [688, 256]  # ffn_down as Q8_0 with rows of 688 (not a multiple of 32)
     w.replace_tensor("blk.0.ffn_down.weight", mg.GGML_Q8_0,

@@ -15,8 +15,11 @@
  *   friends, which pick the reference otherwise.
  * - to_float never fails: a weight file may hold any bits.  Stored KV rows are
  *   hostile and go through check() first.
- * - Adding a type is one row here plus its kernels (types_ref.c, and
- *   types_avx2.c for a SIMD twin); no switch anywhere else names types. */
+ * - Every id ggml defines has a row with its name and size, readable or not,
+ *   so a file is sized and a refusal names the type ("has type iq2_xxs").
+ * - Adding a type is one row here plus its kernels (types_ref.c, qlegacy.c,
+ *   kquants.c, block layouts in qblocks.h; types_avx2.c / kquants_avx2.c for
+ *   a SIMD twin); no switch anywhere else names types. */
 #ifndef SKV_TYPES_H
 #define SKV_TYPES_H
 
@@ -30,9 +33,13 @@ enum skv_ggml_type {
     SKV_GGML_F32 = 0, SKV_GGML_F16 = 1, SKV_GGML_Q4_0 = 2, SKV_GGML_Q4_1 = 3,
     SKV_GGML_Q5_0 = 6, SKV_GGML_Q5_1 = 7, SKV_GGML_Q8_0 = 8, SKV_GGML_Q8_1 = 9,
     SKV_GGML_Q2_K = 10, SKV_GGML_Q3_K = 11, SKV_GGML_Q4_K = 12, SKV_GGML_Q5_K = 13,
-    SKV_GGML_Q6_K = 14, SKV_GGML_Q8_K = 15, SKV_GGML_I8 = 24, SKV_GGML_I16 = 25,
-    SKV_GGML_I32 = 26, SKV_GGML_I64 = 27, SKV_GGML_F64 = 28, SKV_GGML_BF16 = 30,
-    SKV_GGML_NTYPES = 31
+    SKV_GGML_Q6_K = 14, SKV_GGML_Q8_K = 15, SKV_GGML_IQ2_XXS = 16, SKV_GGML_IQ2_XS = 17,
+    SKV_GGML_IQ3_XXS = 18, SKV_GGML_IQ1_S = 19, SKV_GGML_IQ4_NL = 20, SKV_GGML_IQ3_S = 21,
+    SKV_GGML_IQ2_S = 22, SKV_GGML_IQ4_XS = 23, SKV_GGML_I8 = 24, SKV_GGML_I16 = 25,
+    SKV_GGML_I32 = 26, SKV_GGML_I64 = 27, SKV_GGML_F64 = 28, SKV_GGML_IQ1_M = 29,
+    SKV_GGML_BF16 = 30, SKV_GGML_TQ1_0 = 34, SKV_GGML_TQ2_0 = 35, SKV_GGML_MXFP4 = 39,
+    SKV_GGML_NVFP4 = 40, SKV_GGML_Q1_0 = 41, SKV_GGML_Q2_0 = 42,
+    SKV_GGML_NTYPES = 43
 };
 
 /* dst[0..n) = the n values stored at src. */

@@ -43,4 +43,25 @@ void skv_q4_0_to_float_ref(const void *src, float *dst, size_t n);
 int skv_q4_0_from_float_ref(const float *src, void *dst, size_t n);
 int skv_q4_0_check(const void *src, size_t n);
 
+/* ---- weight-only block types (layouts in qblocks.h): rows of whole blocks;
+ * to_float of a row whose length is not a block multiple gives zeros for the
+ * partial block and reads nothing of it ---- */
+void skv_q4_1_to_float_ref(const void *src, float *dst, size_t n);   /* qlegacy.c */
+void skv_q5_0_to_float_ref(const void *src, float *dst, size_t n);
+void skv_q5_1_to_float_ref(const void *src, float *dst, size_t n);
+void skv_iq4_nl_to_float_ref(const void *src, float *dst, size_t n);
+void skv_iq4_xs_to_float_ref(const void *src, float *dst, size_t n);
+void skv_q2_k_to_float_ref(const void *src, float *dst, size_t n);   /* kquants.c */
+void skv_q3_k_to_float_ref(const void *src, float *dst, size_t n);
+void skv_q4_k_to_float_ref(const void *src, float *dst, size_t n);
+void skv_q5_k_to_float_ref(const void *src, float *dst, size_t n);
+void skv_q6_k_to_float_ref(const void *src, float *dst, size_t n);
+
+/* AVX2 twins (kquants_avx2.c); q8_0 / q4_0 handle short last blocks too. */
+void skv_q8_0_to_float_avx2(const void *src, float *dst, size_t n);
+void skv_q4_0_to_float_avx2(const void *src, float *dst, size_t n);
+void skv_q4_k_to_float_avx2(const void *src, float *dst, size_t n);
+void skv_q5_k_to_float_avx2(const void *src, float *dst, size_t n);
+void skv_q6_k_to_float_avx2(const void *src, float *dst, size_t n);
+
 #endif

@@ -28,8 +28,10 @@ U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
 
 # GGML tensor types: (elements per block, bytes per block)
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_BF16 = 0, 1, 2, 8, 12, 30
+GGML_IQ2_XXS = 16  # sized only (error-path tests: a type seqkv does not read)
 TYPE_LAYOUT = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_BF16: (1, 2),
-               GGML_Q8_0: (32, 34), GGML_Q4_0: (32, 18), GGML_Q4_K: (256, 144)}
+               GGML_Q8_0: (32, 34), GGML_Q4_0: (32, 18), GGML_Q4_K: (256, 144),
+               GGML_IQ2_XXS: (256, 66)}
 TYPE_BY_NAME = {"f32": GGML_F32, "f16": GGML_F16, "bf16": GGML_BF16,
                 "q8_0": GGML_Q8_0, "q4_0": GGML_Q4_0, "q4_k": GGML_Q4_K}
 
