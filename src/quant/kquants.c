@@ -20,6 +20,7 @@
  * and in q4_k / q5_k run s of 32: the low (s even) or high nibble of
  * qs[32(s/2) + l], q5_k's bit 4 at bit s of qh[l]. */
 #include "quant/types_kernels.h"
+#include "core/fpguard.h"
 
 #include "core/f16.h"
 #include "quant/fbits.h"

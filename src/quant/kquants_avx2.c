@@ -10,6 +10,7 @@
  * subtraction) in the same order, so every lane rounds as the scalar does.
  * tests/test_quant.c and tests/test_ops.c compare on random blocks. */
 #include "quant/types_kernels.h"
+#include "core/fpguard.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>

@@ -7,6 +7,7 @@
  * the engine's logits must match llama.cpp's bit for bit on the same file.
  * tests/test_types_oracle.c checks every type against llama.cpp's output. */
 #include "quant/types_kernels.h"
+#include "core/fpguard.h"
 
 #include "core/f16.h"
 #include "quant/fbits.h"

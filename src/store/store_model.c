@@ -8,6 +8,7 @@
  * The path is recorded when the store is created, or by the first put of a handle that
  * knows it (skv_store_params.model_path), and is never changed after. */
 #include <lmdb.h>
+#include "core/fpguard.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
