@@ -22,12 +22,13 @@
  * - Calls with no handle to keep a message take (char *err, size_t errcap) and write it
  *   there when err is non-NULL: the creations (skv_model_load, skv_encoder_create,
  *   skv_session_open, skv_store_open), the file calls skv_kvdump_read / skv_kvdump_write
- *   and the spec check skv_kv_quant_check. (skv_ctx_create returns its status only:
- *   SKV_ERR_INVALID_ARG for a parameter out of range or a bad kv_quant spec -- check it
- *   with skv_kv_quant_check --, SKV_ERR_UNSUPPORTED for AVX2 kernels the CPU lacks,
- *   SKV_ERR_NOMEM.)
- * - A model is immutable and shared: calls on it (get_info, fingerprint, tokenize,
- *   token_piece, kv_position_bytes) keep no message; each documents its few statuses.
+ *   and the spec check skv_kv_quant_check.
+ * - skv_ctx_create makes its context from a model, so its message is kept on the model:
+ *     skv_model_last_error(m)         skv_ctx_create (per model AND per thread, like a
+ *                                     store's; cleared by the next successful create)
+ * - A model is otherwise immutable and shared: the other calls on it (get_info,
+ *   fingerprint, tokenize, token_piece, kv_position_bytes) keep no message; each
+ *   documents its few statuses.
  * - Threads: a context or an encoder is used by one thread at a time, so its message is
  *   that thread's. A session and a store may be shared by threads: their message is kept
  *   per handle AND per thread, so each thread reads the message of its own last call,
@@ -121,6 +122,8 @@ SKV_API int skv_model_load(const char *path, const char *tokenizer_path, skv_mod
                            char *err, size_t errcap);
 SKV_API void skv_model_free(skv_model *m);
 SKV_API int skv_model_get_info(const skv_model *m, skv_model_info *info);
+/* Why this thread's last skv_ctx_create on m failed ("" after a success; never NULL). */
+SKV_API const char *skv_model_last_error(const skv_model *m);
 /* 128-bit fingerprint of everything that determines the model's outputs: hyper-parameters,
  * every weight value (as the f32 numbers the forward pass uses, so a GGUF and a llama2.c file
  * holding the same weights agree) and the vocabulary. Computed once (under a lock: safe

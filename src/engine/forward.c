@@ -170,6 +170,18 @@ static int ctx_kv_quant(skv_ctx *c, const char *spec_text)
     return skv_kvquant_create(&c->kvq, &spec, c->m->info.n_layer, (size_t)c->m->info.head_dim);
 }
 
+/* Why skv_ctx_create failed with status rc: the message kept on the model (per thread). */
+static int ctx_create_failed(const skv_model *m, const skv_ctx_params *p, int rc)
+{
+    const char *why = rc == SKV_ERR_NOMEM ? "out of memory for the context's buffers (try a smaller n_ctx or max_batch)"
+                      : rc == SKV_ERR_UNSUPPORTED ? "the requested AVX2 kernels need a CPU with AVX2, FMA and F16C"
+                      : !ctx_params_ok(p) ? "a parameter is out of range (n_ctx 0..2^24, n_threads 0..1024, "
+                                            "max_batch 0..65536)"
+                      : p->kernels < SKV_KERNELS_AUTO || p->kernels > SKV_KERNELS_AVX2 ? "unknown kernels value"
+                      : "bad kv_quant spec (skv_kv_quant_check says why)";
+    return skv_errbox_set(m->err, rc, "cannot create a context: %s", why);
+}
+
 int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
 {
     skv_ctx_params d = skv_ctx_default_params();
@@ -178,8 +190,8 @@ int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
     if (!m || !out) return SKV_ERR_INVALID_ARG;
     *out = NULL;
     if (!p) p = &d;
-    if (!ctx_params_ok(p)) return SKV_ERR_INVALID_ARG;
-    if (!(c = calloc(1, sizeof *c))) return SKV_ERR_NOMEM;
+    if (!ctx_params_ok(p)) return ctx_create_failed(m, p, SKV_ERR_INVALID_ARG);
+    if (!(c = calloc(1, sizeof *c))) return ctx_create_failed(m, p, SKV_ERR_NOMEM);
     c->m = m;
     c->n_ctx = p->n_ctx ? p->n_ctx : m->info.n_ctx_train;
     c->max_batch = p->max_batch ? p->max_batch : 512;
@@ -190,8 +202,9 @@ int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
     if (rc == SKV_OK) rc = ctx_alloc(c);
     if (rc) {
         skv_ctx_free(c);
-        return rc;
+        return ctx_create_failed(m, p, rc);
     }
+    skv_errbox_clear(m->err);
     *out = c;
     return SKV_OK;
 }

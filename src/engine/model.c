@@ -624,6 +624,10 @@ int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out
     fclose(f);
     if (!(m = calloc(1, sizeof *m))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&m->fp_mu, NULL);
+    if (!(m->err = skv_errbox_create())) {
+        skv_model_free(m);
+        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    }
     if (got == 4 && !memcmp(magic, "GGUF", 4)) rc = load_gguf(m, path, err, errcap);
     else rc = load_l2c(m, path, tokenizer_path, err, errcap);
     if (rc == SKV_OK && skv_tokenizer_n_vocab(m->tok) != (size_t)m->info.n_vocab)
@@ -650,6 +654,7 @@ void skv_model_free(skv_model *m)
 {
     if (!m) return;
     pthread_mutex_destroy(&m->fp_mu);
+    skv_errbox_free(m->err);
     if (m->layers)
         for (int l = 0; l < m->info.n_layer; l++) layer_free(&m->layers[l]);
     free(m->layers);
@@ -800,4 +805,9 @@ int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, si
     if (token < 0 || token >= m->info.n_vocab) return SKV_ERR_RANGE;
     int rc = skv_tokenizer_piece(m->tok, token, buf, cap, len);
     return rc < 0 ? rc : SKV_OK;
+}
+
+const char *skv_model_last_error(const skv_model *m)
+{
+    return m && m->err ? skv_errbox_get(m->err) : "";
 }

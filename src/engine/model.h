@@ -35,6 +35,7 @@ typedef struct skv_layer {
 
 struct skv_model {
     skv_model_info info;
+    skv_errbox *err;      /* per-thread message of calls made through the model (skv_ctx_create) */
     const skv_arch *arch; /* row of the architecture table (arch.c) */
     skv_gguf *gguf;       /* GGUF form */
     skv_mmap map;         /* llama2.c form */
