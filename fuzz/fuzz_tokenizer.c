@@ -4,7 +4,7 @@
  *   0  SPM encode of the rest with a built-in vocabulary (byte tokens, pieces
  *      containing U+2581, a user-defined token)
  *   1  GPT2 encode of data[2..] with a built-in byte-level vocabulary and
- *      merges; data[1] picks the pre-tokenizer
+ *      merges; data[1] picks the pre-tokenizer (one of N_BPE)
  *   2  skv_tokenizer_load_llama2c on data[2..]; data[1] picks vocab_size;
  *      encodes the file's own bytes with the result
  *   3  skv_tokenizer_create on a description parsed from data[1..]:
@@ -25,7 +25,8 @@
         if (!(c)) abort();                                                                         \
     } while (0)
 
-static skv_tokenizer *g_spm, *g_bpe[5];
+#define N_BPE 9 /* the pre-tokenizers: one built-in BPE vocabulary each */
+static skv_tokenizer *g_spm, *g_bpe[N_BPE];
 
 /* One token of a built-in vocabulary: text, score (when scores is given), type. */
 static void add(skv_strref *toks, float *scores, int32_t *types, size_t *n, const char *text, size_t len, int32_t type)
@@ -243,16 +244,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *const pres[5] = {NULL, "gpt2", "llama-bpe", "qwen2", "smollm"};
+    static const char *const pres[N_BPE] = {NULL,     "gpt2",   "llama-bpe",    "qwen2",         "smollm",
+                                            "falcon", "qwen35", "deepseek-llm", "deepseek-coder"};
     if (!g_spm) {
         g_spm = make_spm();
-        for (int i = 0; i < 5; i++) g_bpe[i] = make_bpe(pres[i]);
+        for (int i = 0; i < N_BPE; i++) g_bpe[i] = make_bpe(pres[i]);
     }
     if (size < 1) return 0;
     switch (data[0] % 4) {
     case 0: fuzz_spm(data + 1, size - 1); break;
     case 1:
-        if (size >= 2) fuzz_bpe(g_bpe[data[1] % 5], data + 2, size - 2);
+        if (size >= 2) fuzz_bpe(g_bpe[data[1] % N_BPE], data + 2, size - 2);
         break;
     case 2:
         if (size >= 2) fuzz_llama2c(data + 2, size - 2, 1 + data[1] % 64);

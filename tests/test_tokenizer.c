@@ -8,9 +8,12 @@
  * Extra mode for the Python differential test:
  *   test_tokenizer --dump DESC.tokdesc INPUTS.txt ADD_SPECIAL
  * prints, per hex-encoded input line, the ids ("-" if none), after checking
- * that the heap, unsegmented and naive reference paths agree. */
+ * that the heap, unsegmented and naive reference paths agree;
+ *   test_tokenizer --vocab-dump VOCAB.gguf INPUTS.txt ADD_SPECIAL
+ * does the same for a vocabulary-only GGUF (tests/test_vocab_llama.py). */
 #include "seqkv.h"
 #include "test.h"
+#include "engine/vocab_load.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -736,6 +739,15 @@ static void test_pretokenizer_splits(void)
         {SKV_PRETOK_LLAMA3, "a\xc2\xa0" "b", "a|\xc2\xa0" "b"},
         {SKV_PRETOK_GPT2, "x   ", "x|   "},
         {SKV_PRETOK_LLAMA3, "hello\r\n\r\nworld", "hello|\r\n\r\n|world"},
+        {SKV_PRETOK_FALCON, "a,b.c `d`", "a|,|b|.|c| |`|d|`"}, /* '`' is punctuation here */
+        {SKV_PRETOK_FALCON, "1234567 x", "123|456|7| x"},
+        {SKV_PRETOK_QWEN2, "cafe\xcc\x81s!", "cafe|\xcc\x81s|!"},
+        {SKV_PRETOK_QWEN35, "cafe\xcc\x81s!", "cafe\xcc\x81s|!"}, /* marks stay in the word */
+        {SKV_PRETOK_DEEPSEEK_LLM, "jw\xc5\x82\xc3\xa7r", "jw|\xc5\x82\xc3\xa7|r"},
+        {SKV_PRETOK_DEEPSEEK_LLM, "ab  \n", "ab|  |\n"},
+        {SKV_PRETOK_DEEPSEEK_LLM, "x \xe3\x80\x80" "y", "x| |\xe3\x80\x80" "y"},
+        {SKV_PRETOK_DEEPSEEK_CODER, "a\r\nb\xe4\xb8\xad\xe6\x96\x87" "12",
+         "a|\r|\n|b|\xe4\xb8\xad\xe6\x96\x87|1|2"},
     };
     char got[512];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1060,13 +1072,15 @@ static void test_fallbacks(void)
 /* ------------------------------------------------------------------------ */
 /* --dump mode for tests/test_tokenizer.py                                  */
 
-static int dump(const char *desc, const char *inputs, int add)
+/* Prints the ids of each hex line of inputs (tokenizer t, owned). */
+static int dump_with(skv_tokenizer *t, const char *inputs, int add)
 {
-    skv_tokenizer *t = load_tokdesc(desc, NULL);
     size_t n;
     char *buf = slurp(inputs, &n), *line, *save = NULL;
     if (!t || !buf) {
-        fprintf(stderr, "--dump: cannot load %s or %s\n", desc, inputs);
+        fprintf(stderr, "dump: no tokenizer or cannot read %s\n", inputs);
+        skv_tokenizer_free(t);
+        free(buf);
         return 2;
     }
     for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -1089,14 +1103,34 @@ static int dump(const char *desc, const char *inputs, int add)
     return 0;
 }
 
+static int dump(const char *desc, const char *inputs, int add)
+{
+    return dump_with(load_tokdesc(desc, NULL), inputs, add);
+}
+
+/* --vocab-dump VOCAB.gguf INPUTS.txt ADD_SPECIAL: a vocabulary-only GGUF
+ * (llama.cpp's models/ggml-vocab-*.gguf) loaded by skv_vocab_load; first line
+ * "PRE <pre-tokenizer>" or "REFUSED <message>" (then nothing else). */
+static int vocab_dump(const char *path, const char *inputs, int add)
+{
+    char err[256];
+    skv_tokenizer *t = NULL;
+    if (skv_vocab_load(path, &t, err, sizeof err) != SKV_OK) {
+        printf("REFUSED %s\n", err);
+        return 0;
+    }
+    printf("PRE %s\n", skv_tokenizer_kind(t) == SKV_TOKENIZER_SPM ? "spm" : skv_tokenizer_pre_name(t));
+    return dump_with(t, inputs, add);
+}
+
 /* --split PRE INPUTS.txt: the pre-tokenizer's words, hex, space-separated. */
 static int split_dump(const char *pre, const char *inputs)
 {
     size_t n;
     char *buf = slurp(inputs, &n), *line, *save = NULL;
     int kind = -1;
-    for (int i = 0; i < N_PRES; i++)
-        if (strcmp(pre, PRES[i]) == 0) kind = i; /* PRES is in skv_pretok order */
+    for (int i = 0; i < SKV_PRETOK_COUNT; i++)
+        if (strcmp(pre, skv_pretok_name((skv_pretok)i)) == 0) kind = i;
     if (!buf || kind < 0) {
         fprintf(stderr, "--split: bad pre %s or inputs %s\n", pre, inputs);
         free(buf);
@@ -1138,6 +1172,7 @@ static int split_dump(const char *pre, const char *inputs)
 int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "--dump") == 0) return dump(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 5 && strcmp(argv[1], "--vocab-dump") == 0) return vocab_dump(argv[2], argv[3], atoi(argv[4]));
     if (argc == 4 && strcmp(argv[1], "--split") == 0) return split_dump(argv[2], argv[3]);
     g_tok512 = load_tok512();
     for (int i = 0; i < N_PRES; i++) g_bpe[i] = load_tokdesc(DATA_DIR "bpe.tokdesc", PRES[i]);

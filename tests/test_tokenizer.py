@@ -299,13 +299,48 @@ RE_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\
 RE_LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|"
              r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 RE_QWEN2 = RE_LLAMA3.replace(r'\p{N}{1,3}', r'\p{N}')
+RE_QWEN35 = RE_QWEN2.replace(r'?\p{L}+', r'?[\p{L}\p{M}]+').replace(r'[^\s\p{L}\p{N}]+', r'[^\s\p{L}\p{M}\p{N}]+')
+# DeepSeek-LLM's letters (its tokenizer.json), as code point ranges
+DS_LETTERS = (r'A-Za-z\u00B5\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u01BA\u01BC-\u01BF\u01C4-\u0293'
+              r'\u0295-\u02AF\u0370-\u0373\u0376\u0377\u037B-\u037D\u037F\u0386'
+              r'\u0388-\u038A\u038C\u038E-\u03A1\u03A3-\u03F5\u03F7-\u0481\u048A-\u052F'
+              r'\u0531-\u0556\u10A0-\u10C5\u13A0-\u13F5\u13F8-\u13FD\u1C90-\u1CBA'
+              r'\u1CBD-\u1CBF\u1D00-\u1D2B\u1D6B-\u1D77\u1D79-\u1D9A'
+              r'\u1E00-\u1F15\u1F18-\u1F1D\u1F20-\u1F45\u1F48-\u1F4D'
+              r'\u1F50-\u1F57\u1F59\u1F5B\u1F5D\u1F5F-\u1F7D\u1F80-\u1FB4'
+              r'\u1FB6-\u1FBC\u1FBE\u1FC2-\u1FC4\u1FC6-\u1FCC\u1FD0-\u1FD3'
+              r'\u1FD6-\u1FDB\u1FE0-\u1FEC\u1FF2-\u1FF4\u1FF6-\u1FFC\u2102\u2107'
+              r'\u210A-\u2113\u2115\u2119-\u211D\u2124\u2126\u2128\u212A-\u212D'
+              r'\u212F-\u2134\u2139\u213C-\u213F\u2145-\u2149\u214E\u2183\u2184'
+              r'\u2C00-\u2C7B\u2C7E-\u2CE4\u2CEB-\u2CEE\u2CF2\u2CF3\uA640-\uA66D'
+              r'\uA680-\uA69B\uA722-\uA76F\uA771-\uA787\uA78B-\uA78E'
+              r'\uAB70-\uABBF\uFB00-\uFB06\uFB13-\uFB17\uFF21-\uFF3A'
+              r'\uFF41-\uFF5A\U00010400-\U0001044F\U000104B0-\U000104D3\U000104D8-\U000104FB'
+              r'\U00010C80-\U00010CB2\U00010CC0-\U00010CF2\U000118A0-\U000118DF\U0001E900-\U0001E943')
+RE_CJK = r'[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+'
 PRE_STAGES = {  # llama.cpp's regex lists per pre-tokenizer
     'default': [r'[\p{P}\$\+<=>\^~\|]+', RE_GPT2, r'\p{N}+', r'[0-9][0-9][0-9]'],
     'gpt2': [RE_GPT2],
     'llama3': [RE_LLAMA3],
     'qwen2': [RE_QWEN2],
     'smollm': [r'\p{N}', RE_GPT2],
+    'falcon': [r'[\p{P}\$\+<=>\^~\|`]+', RE_GPT2, r'[0-9][0-9][0-9]'],
+    'qwen35': [RE_QWEN35],
+    # $ is the end of the chunk (std::regex): \Z here, Python's $ also matches before a final \n
+    'deepseek-llm': [r'[\r\n]', r'\s?[' + DS_LETTERS + r']+',
+                     r'\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+',
+                     r'\s+\Z', RE_CJK, r'\p{N}+'],
+    'deepseek-coder': [r'[\r\n]', r'\s?\p{L}+', r'\s?\p{P}+', RE_CJK, r'\p{N}'],
 }
+RE_WS = regex.compile(r'\s') if regex else None
+
+
+def regex_view(pat, s):
+    """The text a stage's regex sees in llama.cpp: one without \\p{..} runs on
+    the code points with non-ASCII whitespace replaced by U+000B."""
+    if r'\p{' in pat:
+        return s
+    return ''.join('\x0b' if ord(c) > 0x7F and RE_WS.match(c) else c for c in s)
 
 
 def pretokenize(pre, s):
@@ -314,10 +349,10 @@ def pretokenize(pre, s):
         rx, out = regex.compile(pat), []
         for c in chunks:
             pos = 0
-            for m in rx.finditer(c):
+            for m in rx.finditer(regex_view(pat, c)):
                 if m.start() > pos:
                     out.append(c[pos:m.start()])
-                out.append(m.group())
+                out.append(c[m.start():m.end()])
                 pos = m.end()
             if pos < len(c):
                 out.append(c[pos:])
@@ -590,9 +625,14 @@ ALPHABET = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789
             list('😀🎉👍🏽€£©™→∑≠…—“”‘’') + ['<tool>', 'ool>', '<|endoftext|>', '  ', '\u2581', '<0x41>'])
 
 
-def random_text(rnd):
+# what the DeepSeek and Qwen3.5 pre-tokenizers tell apart: their explicit ranges' edges,
+# fullwidth punctuation, U+3000..U+3002, marks after letters, Hangul, U+0800..
+EXTRA = list('µºÀ×ØÖǃƻʔʰΆ·ꙮ＂：～‘‟、。〃ࠀ龥龦가퟿ﬀ\u0e31\u0300\u20dd')
+
+
+def random_text(rnd, alphabet=ALPHABET):
     n = rnd.choice([1, 2, 5, 10, 30, 80, 200])
-    s = ''.join(rnd.choice(ALPHABET) for _ in range(n)).encode()
+    s = ''.join(rnd.choice(alphabet) for _ in range(n)).encode()
     if rnd.random() < 0.15:  # invalid UTF-8
         k = rnd.randrange(len(s) + 1)
         s = s[:k] + bytes(rnd.choice([0x80, 0xbf, 0xc3, 0xe2, 0xf0, 0xff, 0xc0, 0xed, 0xf5]) for _ in range(rnd.randint(1, 3))) + s[k:]
@@ -627,7 +667,8 @@ def check_differential():
     rnd = random.Random(20240611)
     texts = [random_text(rnd) for _ in range(400)] + CASES
     vocabs = [('gpt2:' + p, with_pre(read_tokdesc(os.path.join(DATA, 'bpe.tokdesc')), p))
-              for p in ('default', 'gpt2', 'llama3', 'qwen2', 'smollm')]
+              for p in ('default', 'gpt2', 'llama3', 'qwen2', 'smollm', 'falcon', 'qwen35', 'deepseek-llm',
+                        'deepseek-coder')]
     if tok512_path():
         spm = llama2c_to_vocab(read_llama2c(tok512_path(), 512))
         vocabs.append(('spm', spm))
@@ -661,7 +702,7 @@ def check_splits():
     if why:
         return report('SKIP', name, why)
     rnd = random.Random(7)
-    texts = [random_text(rnd) for _ in range(2000)] + CASES
+    texts = [random_text(rnd) for _ in range(2000)] + [random_text(rnd, ALPHABET + EXTRA) for _ in range(2000)] + CASES
     with tempfile.TemporaryDirectory() as tmp:
         inp = write_inputs(tmp, texts)
         for pre in PRE_STAGES:

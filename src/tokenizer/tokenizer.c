@@ -138,6 +138,10 @@ static const pre_entry pre_table[] = {
     {"qwen2 deepseek-r1-qwen kormo f2llmv2 megrez stablelm2 hunyuan solar-open grok-2",
      SKV_PRETOK_QWEN2, 0, 0},
     {"smollm starcoder refact command-r codeshell exaone minerva-7b mellum2", SKV_PRETOK_SMOLLM, 0, 0},
+    {"falcon", SKV_PRETOK_FALCON, 0, 0},
+    {"qwen35", SKV_PRETOK_QWEN35, 0, 0},
+    {"deepseek-llm", SKV_PRETOK_DEEPSEEK_LLM, 0, 0},
+    {"deepseek-coder", SKV_PRETOK_DEEPSEEK_CODER, 0, 0},
 };
 
 /* Is name one of the space-separated words of list? */
@@ -226,6 +230,10 @@ int32_t skv_tokenizer_pad(const skv_tokenizer *t) { return t ? t->pad : -1; }
 int skv_tokenizer_add_bos(const skv_tokenizer *t) { return t ? t->add_bos : 0; }
 int skv_tokenizer_add_eos(const skv_tokenizer *t) { return t ? t->add_eos : 0; }
 int skv_tokenizer_kind(const skv_tokenizer *t) { return t ? t->kind : 0; }
+const char *skv_tokenizer_pre_name(const skv_tokenizer *t)
+{
+    return !t ? "?" : t->kind == SKV_TOKENIZER_GPT2 ? skv_pretok_name(t->pretok) : "none";
+}
 
 const char *skv_tokenizer_token_text(const skv_tokenizer *t, int32_t id, size_t *len)
 {

@@ -109,6 +109,10 @@ int32_t skv_tokenizer_pad(const skv_tokenizer *t);
 int skv_tokenizer_add_bos(const skv_tokenizer *t);
 int skv_tokenizer_add_eos(const skv_tokenizer *t);
 int skv_tokenizer_kind(const skv_tokenizer *t);
+/* The GPT2 pre-tokenizer in use, by llama.cpp's name for it ("llama3",
+ * "deepseek-llm", ...; tokenizer.ggml.pre aliases map to one of these); "none"
+ * for SPM. */
+const char *skv_tokenizer_pre_name(const skv_tokenizer *t);
 
 /* Raw vocabulary text of a token (NULL for a bad id); *len its length. */
 const char *skv_tokenizer_token_text(const skv_tokenizer *t, int32_t id, size_t *len);

@@ -127,8 +127,13 @@ static inline uint32_t cp_at(const split_state *s, size_t i) { return i < s->end
 static inline int c_is_l(uint8_t c) { return (c & SKV_UC_CAT_MASK) == SKV_UC_L; }
 static inline int c_is_n(uint8_t c) { return (c & SKV_UC_CAT_MASK) == SKV_UC_N; }
 static inline int c_is_ws(uint8_t c) { return (c & SKV_UC_WS) != 0; }
+static inline int c_is_m(uint8_t c) { return (c & SKV_UC_CAT_MASK) == SKV_UC_M; }
 /* [^\s\p{L}\p{N}] for a character inside the chunk */
 static inline int c_is_other(uint8_t c) { return c != 0 && !c_is_ws(c) && !c_is_l(c) && !c_is_n(c); }
+/* Qwen3.5's word letters [\p{L}\p{M}] (marks = 1) or \p{L}, and the matching
+ * "other" class [^\s\p{L}\p{M}\p{N}] or [^\s\p{L}\p{N}]. */
+static inline int c_is_word(uint8_t c, int marks) { return c_is_l(c) || (marks && c_is_m(c)); }
+static inline int c_is_other_w(uint8_t c, int marks) { return c_is_other(c) && !(marks && c_is_m(c)); }
 
 /* Closes the piece that ends at `end` (empty pieces are dropped). */
 static void emit(split_state *s, size_t end)
@@ -224,9 +229,11 @@ static size_t digit_groups(split_state *s, size_t pos, int digits)
 /* Llama-3 (digits = 3) and Qwen2 (digits = 1):
  * (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|
  * \p{N}{1,digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Qwen3.5 (digits = 1, marks = 1) reads [\p{L}\p{M}]+ for \p{L}+ and
+ * [^\s\p{L}\p{M}\p{N}]+ for [^\s\p{L}\p{N}]+.
  * A \p{N}{1,3} run is emitted as consecutive groups of three, so this one may
  * emit several pieces; returns the end of the last. */
-static size_t llama3_match(split_state *s, size_t pos, int digits)
+static size_t llama3_match(split_state *s, size_t pos, int digits, int marks)
 {
     uint32_t c = s->cp[pos];
     uint8_t f = s->cls[pos];
@@ -234,24 +241,24 @@ static size_t llama3_match(split_state *s, size_t pos, int digits)
     size_t p, m;
 
     if ((m = match_contraction(s, pos, 1)) != 0) return pos + m;
-    if (!(c == '\r' || c == '\n' || c_is_n(f)) && (c_is_l(f) || c_is_l(cls_at(s, pos + 1)))) {
+    if (!(c == '\r' || c == '\n' || c_is_n(f)) && (c_is_word(f, marks) || c_is_word(cls_at(s, pos + 1), marks))) {
         p = pos + 1;
-        while (c_is_l(cls_at(s, p))) p++;
+        while (c_is_word(cls_at(s, p), marks)) p++;
         return p;
     }
     if (c_is_n(f)) return digit_groups(s, pos, digits);
-    if (!c_is_ws(f2) && !c_is_l(f2) && !c_is_n(f2)) {
+    if (!c_is_ws(f2) && !c_is_word(f2, marks) && !c_is_n(f2)) {
         /* f2 may be 0 (a space ending the chunk): then only the space matches,
          * which is also what \s+ would give. */
         p = pos + (c == ' ');
-        while (c_is_other(cls_at(s, p))) p++;
+        while (c_is_other_w(cls_at(s, p), marks)) p++;
         while (cp_at(s, p) == '\r' || cp_at(s, p) == '\n') p++;
         return p;
     }
     return ws_match(s, pos, 1);
 }
 
-typedef enum { STAGE_GPT2, STAGE_LLAMA3, STAGE_QWEN2 } word_stage;
+typedef enum { STAGE_GPT2, STAGE_LLAMA3, STAGE_QWEN2, STAGE_QWEN35 } word_stage;
 
 static size_t split_words(word_stage kind, const uint32_t *cp, const uint8_t *cls,
                           const size_t *in, size_t n_in, size_t *out)
@@ -264,7 +271,7 @@ static size_t split_words(word_stage kind, const uint32_t *cp, const uint8_t *cl
         s.prev = a;
         while (pos < s.end) {
             if (kind == STAGE_GPT2) pos = gpt2_match(&s, pos);
-            else pos = llama3_match(&s, pos, kind == STAGE_LLAMA3 ? 3 : 1);
+            else pos = llama3_match(&s, pos, kind == STAGE_LLAMA3 ? 3 : 1, kind == STAGE_QWEN35);
             emit(&s, pos);
         }
         a = s.end;
@@ -275,11 +282,12 @@ static size_t split_words(word_stage kind, const uint32_t *cp, const uint8_t *cl
 /* Character classes of the std::regex stages, as llama.cpp evaluates them on
  * its collapsed text: ASCII by explicit lists, other code points by category
  * (whitespace collapses to \v and so belongs to neither class). */
-static int in_punct_class(uint32_t c, uint8_t f)
+static int in_punct_class(uint32_t c, uint8_t f, int backtick)
 {
-    /* [\p{P}\$\+<=>\^~\|]: every printable non-alphanumeric ASCII but '`' */
+    /* [\p{P}\$\+<=>\^~\|]: every printable non-alphanumeric ASCII but '`';
+     * Falcon's [\p{P}\$\+<=>\^~\|`] (backtick = 1) has '`' too */
     if (c < 0x80) {
-        return c > 0x20 && c < 0x7F && c != '`' && !(c >= '0' && c <= '9') &&
+        return c > 0x20 && c < 0x7F && (c != '`' || backtick) && !(c >= '0' && c <= '9') &&
                !((c | 32) >= 'a' && (c | 32) <= 'z');
     }
     return !c_is_ws(f) && (f & SKV_UC_CAT_MASK) == SKV_UC_P;
@@ -291,11 +299,11 @@ static int in_number_class(uint32_t c, uint8_t f)
     return !c_is_ws(f) && c_is_n(f);
 }
 
-enum { CLASS_PUNCT, CLASS_NUMBER };
+enum { CLASS_PUNCT, CLASS_PUNCT_BT, CLASS_NUMBER };
 
 static inline int member(int which, uint32_t c, uint8_t f)
 {
-    return which == CLASS_PUNCT ? in_punct_class(c, f) : in_number_class(c, f);
+    return which == CLASS_NUMBER ? in_number_class(c, f) : in_punct_class(c, f, which == CLASS_PUNCT_BT);
 }
 
 /* [class]+ (single = 0) or [class] (single = 1): matches and gaps alternate.
@@ -344,6 +352,17 @@ static size_t split_digit3(const uint32_t *cp, const size_t *in, size_t n_in, si
     return n;
 }
 
+const char *skv_pretok_name(skv_pretok kind)
+{
+    static const char *const names[SKV_PRETOK_COUNT] = {
+        [SKV_PRETOK_DEFAULT] = "default", [SKV_PRETOK_GPT2] = "gpt2", [SKV_PRETOK_LLAMA3] = "llama3",
+        [SKV_PRETOK_QWEN2] = "qwen2", [SKV_PRETOK_SMOLLM] = "smollm", [SKV_PRETOK_FALCON] = "falcon",
+        [SKV_PRETOK_QWEN35] = "qwen35", [SKV_PRETOK_DEEPSEEK_LLM] = "deepseek-llm",
+        [SKV_PRETOK_DEEPSEEK_CODER] = "deepseek-coder",
+    };
+    return (unsigned)kind < SKV_PRETOK_COUNT ? names[kind] : "?";
+}
+
 size_t skv_unicode_pretokenize(skv_pretok kind, const uint32_t *cps, const uint8_t *cls,
                                size_t n, size_t *lens, size_t *tmp)
 {
@@ -357,10 +376,20 @@ size_t skv_unicode_pretokenize(skv_pretok kind, const uint32_t *cps, const uint8
         return split_words(STAGE_LLAMA3, cps, cls, tmp, 1, lens);
     case SKV_PRETOK_QWEN2:
         return split_words(STAGE_QWEN2, cps, cls, tmp, 1, lens);
+    case SKV_PRETOK_QWEN35:
+        return split_words(STAGE_QWEN35, cps, cls, tmp, 1, lens);
     case SKV_PRETOK_SMOLLM:
         k = split_class(CLASS_NUMBER, 1, cps, cls, tmp, 1, lens);
         k = split_words(STAGE_GPT2, cps, cls, lens, k, tmp);
         break;
+    case SKV_PRETOK_FALCON:
+        k = split_class(CLASS_PUNCT_BT, 0, cps, cls, tmp, 1, lens);
+        k = split_words(STAGE_GPT2, cps, cls, lens, k, tmp);
+        k = split_digit3(cps, tmp, k, lens);
+        return k;
+    case SKV_PRETOK_DEEPSEEK_LLM:
+    case SKV_PRETOK_DEEPSEEK_CODER:
+        return skv_pretok_deepseek(kind, cps, cls, n, lens, tmp);
     case SKV_PRETOK_DEFAULT:
     default:
         k = split_class(CLASS_PUNCT, 0, cps, cls, tmp, 1, lens);

@@ -71,13 +71,26 @@ typedef enum skv_pretok {
     SKV_PRETOK_LLAMA3 = 2,  /* Llama-3: contractions (any case), letters with one leading
                                non-letter, \p{N}{1,3}, punctuation + newlines, whitespace */
     SKV_PRETOK_QWEN2 = 3,   /* Llama-3 with \p{N} (single digits) */
-    SKV_PRETOK_SMOLLM = 4   /* \p{N} (single digits), then GPT-2 */
+    SKV_PRETOK_SMOLLM = 4,  /* \p{N} (single digits), then GPT-2 */
+    SKV_PRETOK_FALCON = 5,  /* default without its \p{N}+ stage, '`' also punctuation */
+    SKV_PRETOK_QWEN35 = 6,  /* Qwen2 with marks: [\p{L}\p{M}]+ words, M not "other" */
+    SKV_PRETOK_DEEPSEEK_LLM = 7,   /* 6 stages with explicit ranges (pretok_deepseek.c) */
+    SKV_PRETOK_DEEPSEEK_CODER = 8, /* 5 stages: [\r\n], \s?\p{L}+, \s?\p{P}+, CJK, \p{N} */
+    SKV_PRETOK_COUNT
 } skv_pretok;
+
+/* The pre-tokenizer's llama.cpp name ("llama3", "deepseek-llm", ...); "?" if unknown. */
+const char *skv_pretok_name(skv_pretok kind);
 
 /* Splits the code points cps[0..n) (classes cls[0..n), from skv_unicode_class)
  * into pre-token words. Writes the word lengths, in code points, to lens and
  * returns their count (<= n). lens and tmp must each hold n entries. */
 size_t skv_unicode_pretokenize(skv_pretok kind, const uint32_t *cps, const uint8_t *cls,
                                size_t n, size_t *lens, size_t *tmp);
+
+/* The DeepSeek pre-tokenizers (pretok_deepseek.c), with skv_unicode_pretokenize's
+ * contract; kind is SKV_PRETOK_DEEPSEEK_LLM or SKV_PRETOK_DEEPSEEK_CODER. */
+size_t skv_pretok_deepseek(skv_pretok kind, const uint32_t *cps, const uint8_t *cls, size_t n,
+                           size_t *lens, size_t *tmp);
 
 #endif
