@@ -467,6 +467,9 @@ int cmd_info(int argc, char **argv)
            h.tokenizer_kind == SKV_TOKENIZER_KIND_GPT2 ? "gpt2 byte-level BPE" : "SentencePiece BPE", h.bos_id, h.eos_id);
     printf("context:      %d (trained)\nrope:         base %g, %d dims per head\nnorm eps:     %g\n", h.n_ctx_train,
            (double)h.rope_base, h.rope_dim, (double)h.norm_eps);
+    char steps[512];
+    skv_model_arch_steps(m, steps, sizeof steps);
+    printf("architecture: %s\n", steps);
     printf("output:       %s\nfingerprint:  ", h.tied_output ? "tied to token embeddings" : "separate matrix");
     for (int i = 0; i < 16; i++) printf("%02x", fp[i]);
     printf("\n\nKV cache per token position (%d layers x 2 x %d heads x %d values = %d scalars):\n", h.n_layer,
