@@ -590,7 +590,6 @@ static int l2c_header(skv_model *m, const char *path, char *err, size_t cap)
     h->norm_eps = 1e-5f;
     h->tied_output = hdr[5] > 0;
     m->rope_scale = 1.0;
-    arch_defaults(m);
     if (h->n_head < 1 || h->n_embd % h->n_head)
         return skv_errf(err, cap, SKV_ERR_FORMAT, "'%s': not a GGUF file, and as a llama2.c checkpoint its header is invalid", path);
     return check_hparams(h, err, cap);
@@ -662,8 +661,9 @@ static int load_l2c(skv_model *m, const char *path, const char *tok_path, char *
     const char *base = strrchr(path, '/');
     l2c_layout lo = {0};
     int rc;
-    if ((rc = skv_mmap_open(path, &m->map, err, cap)) || (rc = l2c_header(m, path, err, cap)) ||
-        (rc = l2c_walk(m, path, &lo, err, cap)) || (rc = l2c_bind(m, &lo, err, cap)) ||
+    if ((rc = skv_mmap_open(path, &m->map, err, cap)) || (rc = l2c_header(m, path, err, cap))) return rc;
+    arch_defaults(m); /* after the header's checks: head_dim >= 2 */
+    if ((rc = l2c_walk(m, path, &lo, err, cap)) || (rc = l2c_bind(m, &lo, err, cap)) ||
         (rc = init_rope(m, NULL, err, cap)))
         return rc;
     h->weight_type = SKV_DTYPE_F32;
