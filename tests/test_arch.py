@@ -10,6 +10,10 @@ Cases:
                             Q norm, phi3's fused QKV, gemma2's post-FFN norm)
   refuses_bad_<what>        phi3 short factors of the wrong length, a gemma sliding-window
                             pattern past the limit, a negative soft-cap
+  rope_scaling_keys         llama.cpp's reading of the scaling keys: no rope.scaling.type
+                            means linear, rope.scale_linear stands in for
+                            rope.scaling.factor, factor 0 means none (the model
+                            fingerprint, which hashes the position scale, tells)
   fixtures_reproducible     gguf_write.py rewrites the committed fixtures byte for byte
 """
 import os
@@ -53,6 +57,31 @@ def set_kv(model, key, vtype, value):
     return model
 
 
+def fingerprint(model, path):
+    model.w.write(path)
+    r = subprocess.run([seqkv(), "info", "-m", path], capture_output=True, text=True, timeout=60)
+    for line in r.stdout.splitlines():
+        if line.startswith("fingerprint:"):
+            return line.split()[1]
+    return "error: " + r.stderr.strip()[:120]
+
+
+def case_rope_scaling(gw, mg, p):
+    def variant(keys):
+        m = gw.llama()
+        m.w.kv = [kv for kv in m.w.kv if kv[0] != "llama.rope.scaling.type"]
+        for k, t, v in keys:
+            set_kv(m, "llama." + k, t, v)
+        return m
+    fp = {name: fingerprint(variant(keys), p(name)) for name, keys in [
+        ("none", []), ("typed", [("rope.scaling.type", mg.STRING, "linear"), ("rope.scaling.factor", mg.F32, 4.0)]),
+        ("untyped", [("rope.scaling.factor", mg.F32, 4.0)]), ("old_key", [("rope.scale_linear", mg.F32, 4.0)]),
+        ("zero", [("rope.scaling.type", mg.STRING, "linear"), ("rope.scaling.factor", mg.F32, 0.0)])]}
+    ok = (fp["typed"] == fp["untyped"] == fp["old_key"] and fp["zero"] == fp["none"] and fp["typed"] != fp["none"]
+          and not fp["none"].startswith("error"))
+    report("rope_scaling_keys", ok, repr(fp))
+
+
 def main():
     import gguf_write as gw
     import make_gguf as mg
@@ -77,6 +106,7 @@ def main():
         expect_refusal("refuses_bad_window_pattern", m, p("f"), ["pattern", "5000"])
         m = set_kv(gw.gemma2(), "gemma2.attn_logit_softcapping", mg.F32, -1.0)
         expect_refusal("refuses_bad_softcap", m, p("g"), ["soft-capping"])
+        case_rope_scaling(gw, mg, p)
         same = []
         for name, build in gw.BUILDERS.items():
             with open(os.path.join(ROOT, "tests", "data", "arch", name + ".gguf"), "rb") as f:

@@ -186,29 +186,40 @@ static int gguf_sizes(skv_model *m, char *err, size_t cap)
     return SKV_OK;
 }
 
+/* RoPE position scaling as llama.cpp reads it: rope.scaling.type absent means linear;
+ * the factor is rope.scaling.factor, else the older rope.scale_linear; 0 or absent: none. */
+static int gguf_rope_scaling(skv_model *m, char *err, size_t cap)
+{
+    skv_gguf_str s;
+    char key[128];
+    float factor = 0.0f;
+    int rc;
+    m->rope_scale = 1.0;
+    if (skv_gguf_get_str(m->gguf, arch_key(m, "rope.scaling.type", key, sizeof key), &s) == SKV_OK) {
+        if (s.len == 4 && !memcmp(s.ptr, "none", 4)) return SKV_OK;
+        if (!(s.len == 6 && !memcmp(s.ptr, "linear", 6)))
+            return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "rope scaling '%.*s' is not supported (none, linear are)",
+                            (int)(s.len > 20 ? 20 : s.len), s.ptr);
+    }
+    if ((rc = arch_f(m, "rope.scaling.factor", &factor, 0.0f, err, cap))) return rc;
+    if (factor == 0.0f && (rc = arch_f(m, "rope.scale_linear", &factor, 0.0f, err, cap))) return rc;
+    if (factor == 0.0f) return SKV_OK;
+    if (!(factor >= 1.0f && factor < 1e6f))
+        return skv_errf(err, cap, SKV_ERR_FORMAT, "bad rope scaling factor %g (1 or more, or 0 for none)", (double)factor);
+    m->rope_scale = 1.0 / factor;
+    return SKV_OK;
+}
+
 /* Rotary dimension, base and scaling (none or linear), and the RMSNorm epsilon. */
 static int gguf_rope(skv_model *m, char *err, size_t cap)
 {
     skv_model_info *h = &m->info;
-    skv_gguf_str s;
-    char key[128];
-    float factor = 1.0f;
     int rc;
     if ((rc = arch_i(m, "rope.dimension_count", &h->rope_dim, h->head_dim, 0, err, cap)) ||
         (rc = arch_f(m, "rope.freq_base", &h->rope_base, 10000.0f, err, cap)) ||
         (rc = arch_f(m, "attention.layer_norm_rms_epsilon", &h->norm_eps, 1e-5f, err, cap)))
         return rc;
-    m->rope_scale = 1.0;
-    if (skv_gguf_get_str(m->gguf, arch_key(m, "rope.scaling.type", key, sizeof key), &s) != SKV_OK ||
-        (s.len == 4 && !memcmp(s.ptr, "none", 4)))
-        return SKV_OK;
-    if (!(s.len == 6 && !memcmp(s.ptr, "linear", 6)))
-        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "rope scaling '%.*s' is not supported (none, linear are)",
-                        (int)(s.len > 20 ? 20 : s.len), s.ptr);
-    if ((rc = arch_f(m, "rope.scaling.factor", &factor, 1.0f, err, cap))) return rc;
-    if (!(factor >= 1.0f && factor < 1e6f)) return skv_errf(err, cap, SKV_ERR_FORMAT, "bad rope scaling factor");
-    m->rope_scale = 1.0 / factor;
-    return SKV_OK;
+    return gguf_rope_scaling(m, err, cap);
 }
 
 /* What every row starts from: llama's attention scale and nothing else. */
