@@ -124,6 +124,11 @@ SKV_API void skv_model_free(skv_model *m);
 SKV_API int skv_model_get_info(const skv_model *m, skv_model_info *info);
 /* Why this thread's last skv_ctx_create on m failed ("" after a success; never NULL). */
 SKV_API const char *skv_model_last_error(const skv_model *m);
+/* What the loader recognised beyond info.arch, in words for `seqkv info`: the RoPE pairing
+ * and each forward-pass step of the architecture's row with its parameters, e.g. "NEOX
+ * RoPE, Q/K/V biases" (docs/architectures.md). SKV_ERR_RANGE when cap is too small (the
+ * text is cut). */
+SKV_API int skv_model_arch_steps(const skv_model *m, char *buf, size_t cap);
 /* 128-bit fingerprint of everything that determines the model's outputs: hyper-parameters,
  * every weight value (as the f32 numbers the forward pass uses, so a GGUF and a llama2.c file
  * holding the same weights agree) and the vocabulary. Computed once (under a lock: safe

@@ -291,10 +291,12 @@ static void kv_read_write_continue_exactly(void)
     skv_model_free(m);
 }
 
-/* The table: lookups by exact name, the llama row, and tensor descriptions that name
- * distinct fields with sane shapes. */
+/* The table: lookups by exact name, every row's required tensors, and tensor descriptions
+ * that name distinct fields with sane shapes (a name may serve two kinds of different
+ * shapes: phi3's fused ffn_up). */
 static void architecture_table_rows(void)
 {
+    static const char *rows[] = {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"};
     const skv_arch *a = skv_arch_find("llama", 5);
     char list[128];
     CHECK(a != NULL && !strcmp(a->name, "llama") && a->rope == SKV_ROPE_NORM && a->flags == SKV_ARCH_NONE);
@@ -302,16 +304,27 @@ static void architecture_table_rows(void)
     CHECK(skv_arch_find("llama2", 6) == NULL && skv_arch_find("llam", 4) == NULL && skv_arch_find("", 0) == NULL);
     CHECK(skv_arch_find("llamaX", 5) == a); /* a length-delimited name, as GGUF strings are */
     skv_arch_list(list, sizeof list);
-    CHECK_MSG(!strcmp(list, "llama"), "list '%s'", list);
+    CHECK_MSG(!strcmp(list, "llama, qwen2, qwen3, phi3, gemma2, gemma3"), "list '%s'", list);
     skv_arch_list(list, 3);
     CHECK(!strcmp(list, "ll"));
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        const skv_arch *b = skv_arch_find(rows[r], strlen(rows[r]));
+        CHECK_MSG(b && (r == 0 || b->rope == SKV_ROPE_NEOX), "row %s", rows[r]);
+        if (!b) continue;
+        CHECK_MSG(b->use[SKV_LT_ATTN_NORM] == SKV_USE_REQUIRED && b->use[SKV_LT_O] == SKV_USE_REQUIRED &&
+                      b->use[SKV_LT_DOWN] == SKV_USE_REQUIRED,
+                  "%s lacks a base tensor", rows[r]);
+        CHECK_MSG(!b->use[SKV_LT_QKV] == !!b->use[SKV_LT_Q] && !b->use[SKV_LT_GATE_UP] == !!b->use[SKV_LT_UP],
+                  "%s must use either the fused or the split matrices", rows[r]);
+    }
     for (int t = 0; t < SKV_LT_COUNT; t++) {
         const skv_tensor_desc *d = &skv_layer_tensors[t];
         CHECK_MSG(d->gguf && d->k != SKV_DIM_1, "tensor %d", t);
-        CHECK_MSG(a->use[t] == SKV_USE_REQUIRED, "llama needs tensor %s", d->gguf);
+        CHECK_MSG(a->use[t] == (t <= SKV_LT_UP ? SKV_USE_REQUIRED : SKV_USE_NONE), "llama's use of tensor %s", d->gguf);
         for (int u = 0; u < t; u++)
-            CHECK_MSG(skv_layer_tensors[u].field != d->field && strcmp(skv_layer_tensors[u].gguf, d->gguf),
-                      "tensors %d and %d share a field or name", u, t);
+            CHECK_MSG(skv_layer_tensors[u].field != d->field &&
+                          (strcmp(skv_layer_tensors[u].gguf, d->gguf) || skv_layer_tensors[u].n != d->n),
+                      "tensors %d and %d share a field or a name and shape", u, t);
     }
 }
 

@@ -432,18 +432,22 @@ static const char *dtype_name(int t)
     }
 }
 
-static void print_architecture(const skv_model_info *h, const uint8_t fp[16])
+static void print_architecture(const skv_model *m, const skv_model_info *h, const uint8_t fp[16])
 {
     printf("model:        %s (%s, %s)\n", h->name, h->format, h->arch);
     printf("parameters:   %lld (%s weights), file %.2f MiB\n", (long long)h->n_params, dtype_name(h->weight_type),
            (double)h->file_bytes / 1048576.0);
     printf("layers:       %d\nwidth:        %d\nheads:        %d query, %d key/value (%s), head_dim %d\n", h->n_layer,
            h->n_embd, h->n_head, h->n_head_kv, h->n_head_kv < h->n_head ? "grouped-query" : "multi-head", h->head_dim);
-    printf("ffn:          %d (SwiGLU)\nvocabulary:   %d (%s tokenizer, BOS %d, EOS %d)\n", h->n_ff, h->n_vocab,
+    printf("ffn:          %d (%s)\nvocabulary:   %d (%s tokenizer, BOS %d, EOS %d)\n", h->n_ff,
+           !strncmp(h->arch, "gemma", 5) ? "GELU-gated" : "SwiGLU", h->n_vocab,
            h->tokenizer_kind == SKV_TOKENIZER_KIND_GPT2 ? "gpt2 byte-level BPE" : "SentencePiece BPE", h->bos_id,
            h->eos_id);
     printf("context:      %d (trained)\nrope:         base %g, %d dims per head\nnorm eps:     %g\n", h->n_ctx_train,
            (double)h->rope_base, h->rope_dim, (double)h->norm_eps);
+    char steps[512];
+    skv_model_arch_steps(m, steps, sizeof steps);
+    printf("architecture: %s\n", steps);
     printf("output:       %s\nfingerprint:  ", h->tied_output ? "tied to token embeddings" : "separate matrix");
     for (int i = 0; i < 16; i++) printf("%02x", fp[i]);
     printf("\n");
@@ -480,7 +484,7 @@ int cmd_info(int argc, char **argv)
     uint8_t fp[16];
     skv_model_get_info(m, &h);
     skv_model_fingerprint(m, fp);
-    print_architecture(&h, fp);
+    print_architecture(m, &h, fp);
     print_kv_costs(m, &h);
     skv_model_free(m);
     return CLI_OK;

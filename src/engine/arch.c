@@ -19,6 +19,15 @@ const skv_tensor_desc skv_layer_tensors[SKV_LT_COUNT] = {
     [SKV_LT_GATE] = LT("ffn_gate.weight", EMBD, FF, w1),
     [SKV_LT_DOWN] = LT("ffn_down.weight", FF, EMBD, w2),
     [SKV_LT_UP] = LT("ffn_up.weight", EMBD, FF, w3),
+    [SKV_LT_Q_BIAS] = LT("attn_q.bias", Q, 1, bq),
+    [SKV_LT_K_BIAS] = LT("attn_k.bias", KV, 1, bk),
+    [SKV_LT_V_BIAS] = LT("attn_v.bias", KV, 1, bv),
+    [SKV_LT_Q_NORM] = LT("attn_q_norm.weight", HEAD, 1, q_norm),
+    [SKV_LT_K_NORM] = LT("attn_k_norm.weight", HEAD, 1, k_norm),
+    [SKV_LT_QKV] = LT("attn_qkv.weight", EMBD, QKV, wqkv),
+    [SKV_LT_GATE_UP] = LT("ffn_up.weight", EMBD, FF2, w13),
+    [SKV_LT_ATTN_POST_NORM] = LT("post_attention_norm.weight", EMBD, 1, attn_post_norm),
+    [SKV_LT_FFN_POST_NORM] = LT("post_ffw_norm.weight", EMBD, 1, ffn_post_norm),
 };
 
 #undef LT
@@ -29,11 +38,46 @@ const skv_tensor_desc skv_layer_tensors[SKV_LT_COUNT] = {
     [SKV_LT_V] = SKV_USE_REQUIRED, [SKV_LT_O] = SKV_USE_REQUIRED, [SKV_LT_FFN_NORM] = SKV_USE_REQUIRED,  \
     [SKV_LT_GATE] = SKV_USE_REQUIRED, [SKV_LT_DOWN] = SKV_USE_REQUIRED, [SKV_LT_UP] = SKV_USE_REQUIRED
 
+/* phi3: one fused Q|K|V matrix and one fused gate|up matrix instead of five. */
+#define FUSED_LAYER                                                                                 \
+    [SKV_LT_ATTN_NORM] = SKV_USE_REQUIRED, [SKV_LT_QKV] = SKV_USE_REQUIRED, [SKV_LT_O] = SKV_USE_REQUIRED, \
+    [SKV_LT_FFN_NORM] = SKV_USE_REQUIRED, [SKV_LT_GATE_UP] = SKV_USE_REQUIRED, [SKV_LT_DOWN] = SKV_USE_REQUIRED
+
+#define QK_NORMS [SKV_LT_Q_NORM] = SKV_USE_REQUIRED, [SKV_LT_K_NORM] = SKV_USE_REQUIRED
+#define POST_NORMS [SKV_LT_ATTN_POST_NORM] = SKV_USE_REQUIRED, [SKV_LT_FFN_POST_NORM] = SKV_USE_REQUIRED
+#define GEMMA_FLAGS (SKV_ARCH_EMBD_SCALE | SKV_ARCH_GELU | SKV_ARCH_FINAL_SOFTCAP | SKV_ARCH_SWA)
+
 static const skv_arch archs[] = {
     {.name = "llama", .rope = SKV_ROPE_NORM, .flags = SKV_ARCH_NONE, .use = {BASE_LAYER}},
+    {.name = "qwen2",
+     .rope = SKV_ROPE_NEOX,
+     .use = {BASE_LAYER, [SKV_LT_Q_BIAS] = SKV_USE_REQUIRED, [SKV_LT_K_BIAS] = SKV_USE_REQUIRED,
+             [SKV_LT_V_BIAS] = SKV_USE_REQUIRED}},
+    {.name = "qwen3", .rope = SKV_ROPE_NEOX, .use = {BASE_LAYER, QK_NORMS}},
+    {.name = "phi3", .rope = SKV_ROPE_NEOX, .flags = SKV_ARCH_ROPE_SHORT, .use = {FUSED_LAYER}},
+    {.name = "gemma2",
+     .rope = SKV_ROPE_NEOX,
+     .flags = GEMMA_FLAGS | SKV_ARCH_ATTN_SOFTCAP,
+     .use = {BASE_LAYER, POST_NORMS},
+     .attn_softcap = 50.0f,
+     .final_softcap = 30.0f,
+     .swa_window = 4096,
+     .swa_period = 2,
+     .wide_scale_layers = 46},
+    {.name = "gemma3",
+     .rope = SKV_ROPE_NEOX,
+     .flags = GEMMA_FLAGS,
+     .use = {BASE_LAYER, POST_NORMS, QK_NORMS},
+     .swa_period = 6,
+     .swa_rope_base = 10000.0f,
+     .wide_scale_layers = 62},
 };
 
 #undef BASE_LAYER
+#undef FUSED_LAYER
+#undef QK_NORMS
+#undef POST_NORMS
+#undef GEMMA_FLAGS
 
 const skv_arch *skv_arch_find(const char *name, size_t len)
 {
@@ -63,6 +107,8 @@ size_t skv_dim_size(const skv_model_info *h, skv_dim d)
     case SKV_DIM_KV: return (size_t)h->n_head_kv * (size_t)h->head_dim;
     case SKV_DIM_FF: return (size_t)h->n_ff;
     case SKV_DIM_HEAD: return (size_t)h->head_dim;
+    case SKV_DIM_QKV: return (size_t)(h->n_head + 2 * h->n_head_kv) * (size_t)h->head_dim;
+    case SKV_DIM_FF2: return 2 * (size_t)h->n_ff;
     case SKV_DIM_1: break;
     }
     return 1;

@@ -31,6 +31,8 @@ typedef enum {
     SKV_DIM_KV,   /* n_head_kv * head_dim */
     SKV_DIM_FF,   /* n_ff */
     SKV_DIM_HEAD, /* head_dim */
+    SKV_DIM_QKV,  /* n_head * head_dim + 2 * n_head_kv * head_dim: fused Q|K|V rows */
+    SKV_DIM_FF2,  /* 2 * n_ff: fused gate|up rows */
 } skv_dim;
 
 /* Per-layer tensors. This order is the fingerprint's hashing order (model.c), so a new
@@ -45,6 +47,15 @@ typedef enum {
     SKV_LT_GATE,
     SKV_LT_DOWN,
     SKV_LT_UP,
+    SKV_LT_Q_BIAS,         /* qwen2 */
+    SKV_LT_K_BIAS,
+    SKV_LT_V_BIAS,
+    SKV_LT_Q_NORM,         /* per-head RMSNorm weights [head_dim]: qwen3, gemma3 */
+    SKV_LT_K_NORM,
+    SKV_LT_QKV,            /* fused [Q|K|V][n_embd]: phi3 */
+    SKV_LT_GATE_UP,        /* fused [gate|up][n_embd], named ffn_up: phi3 */
+    SKV_LT_ATTN_POST_NORM, /* RMSNorm of the attention output before the residual: gemma */
+    SKV_LT_FFN_POST_NORM,  /* RMSNorm of the FFN output before the residual: gemma */
     SKV_LT_COUNT
 } skv_layer_tensor;
 
@@ -60,15 +71,36 @@ typedef struct {
     size_t field;     /* offsetof(skv_layer, ...): an skv_weight, or a float * for a vector */
 } skv_tensor_desc;
 
-/* Forward-pass steps beyond the llama baseline. None exists yet; each is one bit here,
- * consulted where forward.c runs that step (see docs/architectures.md). */
-enum { SKV_ARCH_NONE = 0 };
+/* Forward-pass steps beyond the llama baseline: each is one bit here, consulted where
+ * forward.c runs that step (see docs/architectures.md). Steps that come with a tensor
+ * (biases, Q/K norms, post-norms, fused matrices) need no bit: the tensor's presence is
+ * the switch. */
+enum {
+    SKV_ARCH_NONE = 0,
+    SKV_ARCH_EMBD_SCALE = 1u << 0, /* token embeddings multiplied by sqrt(n_embd) */
+    SKV_ARCH_GELU = 1u << 1,       /* FFN: gelu(gate) * up (tanh form) instead of silu(gate) * up */
+    SKV_ARCH_ATTN_SOFTCAP = 1u << 2,  /* <p>.attn_logit_softcapping c: score -> c tanh(score / c) */
+    SKV_ARCH_FINAL_SOFTCAP = 1u << 3, /* <p>.final_logit_softcapping c: logit -> c tanh(logit / c) */
+    SKV_ARCH_SWA = 1u << 4,           /* <p>.attention.sliding_window on the layers of the pattern */
+    SKV_ARCH_ROPE_SHORT = 1u << 5,    /* rope_factors_short.weight, <p>.rope.scaling.attn_factor */
+};
 
 typedef struct skv_arch {
     const char *name;                /* general.architecture; also the metadata key prefix */
     skv_rope_style rope;
     unsigned flags;                  /* SKV_ARCH_* */
     unsigned char use[SKV_LT_COUNT]; /* skv_tensor_use of each per-layer tensor */
+    /* SKV_ARCH_*_SOFTCAP: the caps when the keys are absent (0: none) */
+    float attn_softcap, final_softcap;
+    /* SKV_ARCH_SWA: the window when <p>.attention.sliding_window is absent (0: no window),
+     * and the default <p>.attention.sliding_window_pattern P: layer l is windowed when
+     * l % P < P - 1 (llama.cpp's convention). Windowed layers rotate with base
+     * <p>.rope.freq_base_swa, else swa_rope_base without scaling, else as the others. */
+    int swa_window, swa_period;
+    float swa_rope_base;
+    /* n_layer of the variant whose attention scale is 1/sqrt(n_embd / n_head) instead of
+     * 1/sqrt(head_dim) (gemma's 27B models; 0: none) */
+    int wide_scale_layers;
 } skv_arch;
 
 extern const skv_tensor_desc skv_layer_tensors[SKV_LT_COUNT];

@@ -16,6 +16,7 @@
 #include "core/detmath.h"
 #include "quant/kvquant.h"
 #include "engine/arch.h"
+#include "engine/archops.h"
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "core/threadpool.h"
@@ -42,6 +43,8 @@ struct skv_ctx {
     float *kq_cache, *vq_cache; /* same layout as k_cache / v_cache */
     int kvq_done;
     float *rope_cos, *rope_sin; /* [S][rope_dim/2] */
+    float *swa_cos, *swa_sin;   /* [S][rope_dim/2] of windowed layers with their own base; else NULL */
+    float *fused;               /* [max_batch][max(Q + 2 KV, 2 F)] fused matmul outputs, or NULL */
     float *rope_tmp;            /* [rope_dim]: one head's rotated pairs gathered (skv_rope_apply) */
     float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2; /* activations for max_batch tokens */
     float *thread_scratch; /* per thread: ROW_BLOCK*kmax dequant rows + S attention scores */
@@ -96,17 +99,39 @@ skv_ctx_params skv_ctx_default_params(void)
     return p;
 }
 
-/* cos / sin of every (position, pair) angle the context can need. */
-static void rope_tables(skv_ctx *c)
+/* cos / sin of every (position, pair) angle the context can need, times mscale. */
+static void rope_tables(const skv_ctx *c, const double *freq, double scale, float *cos_t, float *sin_t)
 {
     size_t S = (size_t)c->n_ctx, np = (size_t)c->m->info.rope_dim / 2;
+    double ms = c->m->ap.rope_mscale;
     for (size_t p = 0; p < S; p++)
         for (size_t i = 0; i < np; i++) {
-            double a = (double)p * c->m->rope_scale * c->m->rope_freq[i], sn, cs;
+            double a = (double)p * scale * freq[i], sn, cs;
             skv_det_sincos(a, &sn, &cs); /* not libm: identical on every machine */
-            c->rope_cos[p * np + i] = (float)cs;
-            c->rope_sin[p * np + i] = (float)sn;
+            cos_t[p * np + i] = (float)(cs * ms); /* ms == 1 (llama): exact, the bits unchanged */
+            sin_t[p * np + i] = (float)(sn * ms);
         }
+}
+
+/* The tables of windowed layers with their own RoPE base, and the buffer fused matmuls
+ * write to: only for models that need them. */
+static int ctx_alloc_arch(skv_ctx *c)
+{
+    const skv_model *m = c->m;
+    const skv_model_info *h = &m->info;
+    size_t S = (size_t)c->n_ctx, np = (size_t)h->rope_dim / 2;
+    size_t w = skv_dim_size(h, SKV_DIM_QKV) > skv_dim_size(h, SKV_DIM_FF2) ? skv_dim_size(h, SKV_DIM_QKV)
+                                                                            : skv_dim_size(h, SKV_DIM_FF2);
+    if (m->arch->use[SKV_LT_QKV] || m->arch->use[SKV_LT_GATE_UP]) {
+        if (!(c->fused = malloc((size_t)c->max_batch * w * sizeof(float)))) return SKV_ERR_NOMEM;
+    }
+    rope_tables(c, m->rope_freq, m->rope_scale, c->rope_cos, c->rope_sin);
+    if (!m->ap.rope_freq_swa) return SKV_OK;
+    c->swa_cos = malloc(S * np * sizeof(float));
+    c->swa_sin = malloc(S * np * sizeof(float));
+    if (!c->swa_cos || !c->swa_sin) return SKV_ERR_NOMEM;
+    rope_tables(c, m->ap.rope_freq_swa, m->ap.rope_scale_swa, c->swa_cos, c->swa_sin);
+    return SKV_OK;
 }
 
 static int ctx_alloc(skv_ctx *c)
@@ -140,8 +165,7 @@ static int ctx_alloc(skv_ctx *c)
     if (!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->rope_tmp || !c->x || !c->xb || !c->q || !c->kk ||
         !c->vv || !c->att || !c->hb || !c->hb2 || !c->thread_scratch)
         return SKV_ERR_NOMEM;
-    rope_tables(c);
-    return SKV_OK;
+    return ctx_alloc_arch(c);
 }
 
 static int ctx_params_ok(const skv_ctx_params *p)
@@ -221,6 +245,9 @@ void skv_ctx_free(skv_ctx *c)
     free(c->rope_cos);
     free(c->rope_sin);
     free(c->rope_tmp);
+    free(c->swa_cos);
+    free(c->swa_sin);
+    free(c->fused);
     free(c->x);
     free(c->xb);
     free(c->q);
@@ -297,6 +324,28 @@ static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, 
  * K/V loads between them. Token t (absolute position p0+t) attends to rows 0..p0+t.
  * How rows are grouped into calls never changes a result: each row's arithmetic is fixed. */
 
+/* nq query rows of one KV head; row i attends to rows [0, n[i]) of K and V, or (windowed
+ * layer) to the last swa_window of them. The plain case is one kernel call; a window or
+ * capped scores take each row alone (the same arithmetic per row: see above). */
+static void attn_call(const skv_ctx *c, int layer, float *const *out, const float *const *q, const size_t *n,
+                      size_t nq, const float *K, const float *V, float *scores)
+{
+    const skv_arch_params *ap = &c->m->ap;
+    size_t hd = (size_t)c->m->info.head_dim, W = (size_t)ap->swa_window;
+    int windowed = skv_layer_windowed(c->m, layer);
+    if (!windowed && ap->attn_softcap == 0.0f) {
+        c->k->attn(out, q, n, nq, K, V, hd, ap->attn_scale, scores, n[nq - 1]);
+        return;
+    }
+    for (size_t i = 0; i < nq; i++) {
+        size_t lo = windowed && n[i] > W ? n[i] - W : 0, len = n[i] - lo;
+        const float *Ki = K + lo * hd, *Vi = V + lo * hd;
+        if (ap->attn_softcap > 0.0f)
+            skv_attn_capped_row(c->k, out[i], q[i], len, Ki, Vi, hd, ap->attn_scale, ap->attn_softcap, scores);
+        else c->k->attn(out + i, q + i, &len, 1, Ki, Vi, hd, ap->attn_scale, scores, len);
+    }
+}
+
 typedef struct {
     skv_ctx *c;
     int layer, p0;
@@ -322,9 +371,8 @@ static void attn_task(void *arg, size_t task, int thread)
         n[nq] = (size_t)j->p0 + t + 1;
     }
     float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
-    c->k->attn(out, q, n, nq, kv_ptr(attn_cache(c, j->layer, 0), c, j->layer, (int)hk),
-               kv_ptr(attn_cache(c, j->layer, 1), c, j->layer, (int)hk), hd,
-               1.0f / sqrtf((float)hd), scores, n[nq - 1]);
+    attn_call(c, j->layer, out, q, n, nq, kv_ptr(attn_cache(c, j->layer, 0), c, j->layer, (int)hk),
+              kv_ptr(attn_cache(c, j->layer, 1), c, j->layer, (int)hk), scores);
 }
 
 /* Attention of the batch's tokens [t0, t1) (absolute positions p0 + t). */
@@ -365,8 +413,8 @@ static void attn_multi_task(void *arg, size_t task, int thread)
         n[nq] = (size_t)sc->n_pos + 1;
     }
     float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
-    c->k->attn(out, q, n, nq, kv_ptr(sc->k_cache, sc, j->layer, (int)hk), kv_ptr(sc->v_cache, sc, j->layer, (int)hk),
-               hd, 1.0f / sqrtf((float)hd), scores, n[0]);
+    attn_call(c, j->layer, out, q, n, nq, kv_ptr(sc->k_cache, sc, j->layer, (int)hk),
+              kv_ptr(sc->v_cache, sc, j->layer, (int)hk), scores);
 }
 
 static void attention_multi(skv_ctx *c, skv_ctx *const *seq, int layer, size_t T)
@@ -413,31 +461,75 @@ static size_t row_pos(skv_ctx *const *seq, size_t t, int p0)
     return seq ? (size_t)seq[t]->n_pos : (size_t)p0 + t;
 }
 
-static void rope_rows(skv_ctx *c, skv_ctx *const *seq, float *x, size_t T, size_t n_heads, int p0)
+/* RoPE of n_heads heads per batch row; windowed layers with their own base use theirs. */
+static void rope_rows(skv_ctx *c, skv_ctx *const *seq, int l, float *x, size_t T, size_t n_heads, int p0)
 {
     const skv_model_info *h = &c->m->info;
     size_t hd = (size_t)h->head_dim, np = (size_t)h->rope_dim / 2;
+    int own = c->swa_cos && skv_layer_windowed(c->m, l);
+    const float *cos_t = own ? c->swa_cos : c->rope_cos, *sin_t = own ? c->swa_sin : c->rope_sin;
     for (size_t t = 0; t < T; t++) {
         size_t pos = row_pos(seq, t, p0);
         for (size_t hh = 0; hh < n_heads; hh++)
-            skv_rope_apply(c->m->arch->rope, c->k->rope, x + (t * n_heads + hh) * hd, c->rope_cos + pos * np,
-                           c->rope_sin + pos * np, np, c->rope_tmp);
+            skv_rope_apply(c->m->arch->rope, c->k->rope, x + (t * n_heads + hh) * hd, cos_t + pos * np,
+                           sin_t + pos * np, np, c->rope_tmp);
     }
 }
 
-/* One layer for T batch rows: tokens p0.. of c, or (seq != NULL) one token of each seq[t]. */
-static void layer_forward(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0)
+/* y[t] = RMSNorm(y[t]) * w for each of T rows of n (in place); nothing when w is absent. */
+static void norm_rows(const skv_ctx *c, float *y, const float *w, size_t T, size_t n)
+{
+    if (!w) return;
+    for (size_t r = 0; r < T; r++) c->k->rmsnorm(y + r * n, y + r * n, w, n, c->m->info.norm_eps);
+}
+
+/* x[t] += b for each of T rows of n; nothing when b is absent. */
+static void bias_rows(const skv_ctx *c, float *x, const float *b, size_t T, size_t n)
+{
+    if (!b) return;
+    for (size_t t = 0; t < T; t++) c->k->add(x + t * n, b, n);
+}
+
+/* Columns [c0, c0 + n) of T rows of width ld to a [T][n] array. */
+static void split_cols(float *dst, const float *src, size_t ld, size_t c0, size_t n, size_t T)
+{
+    for (size_t t = 0; t < T; t++) memcpy(dst + t * n, src + t * ld + c0, n * sizeof(float));
+}
+
+/* q, kk, vv of the normed rows xb: three matmuls or one fused, biases, per-head Q/K norms. */
+static void qkv_rows(skv_ctx *c, const skv_layer *L, size_t T)
+{
+    const skv_model_info *h = &c->m->info;
+    size_t D = (size_t)h->n_embd, hd = (size_t)h->head_dim;
+    size_t Q = (size_t)h->n_head * hd, KV = (size_t)h->n_head_kv * hd;
+    if (L->wqkv.data) {
+        matmul(c, &L->wqkv, c->xb, D, T, c->fused, Q + 2 * KV);
+        split_cols(c->q, c->fused, Q + 2 * KV, 0, Q, T);
+        split_cols(c->kk, c->fused, Q + 2 * KV, Q, KV, T);
+        split_cols(c->vv, c->fused, Q + 2 * KV, Q + KV, KV, T);
+    } else {
+        matmul(c, &L->wq, c->xb, D, T, c->q, Q);
+        matmul(c, &L->wk, c->xb, D, T, c->kk, KV);
+        matmul(c, &L->wv, c->xb, D, T, c->vv, KV);
+    }
+    bias_rows(c, c->q, L->bq, T, Q);
+    bias_rows(c, c->kk, L->bk, T, KV);
+    bias_rows(c, c->vv, L->bv, T, KV);
+    norm_rows(c, c->q, L->q_norm, T * (size_t)h->n_head, hd);
+    norm_rows(c, c->kk, L->k_norm, T * (size_t)h->n_head_kv, hd);
+}
+
+/* The attention block: x += post_norm(wo . attention(rope(qkv(norm(x))))). */
+static void attn_block(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0)
 {
     const skv_model_info *h = &c->m->info;
     const skv_layer *L = &c->m->layers[l];
-    size_t D = (size_t)h->n_embd, F = (size_t)h->n_ff, hd = (size_t)h->head_dim;
+    size_t D = (size_t)h->n_embd, hd = (size_t)h->head_dim;
     size_t Q = (size_t)h->n_head * hd, KV = (size_t)h->n_head_kv * hd;
     for (size_t t = 0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, L->attn_norm, D, h->norm_eps);
-    matmul(c, &L->wq, c->xb, D, T, c->q, Q);
-    matmul(c, &L->wk, c->xb, D, T, c->kk, KV);
-    matmul(c, &L->wv, c->xb, D, T, c->vv, KV);
-    rope_rows(c, seq, c->q, T, (size_t)h->n_head, p0);
-    rope_rows(c, seq, c->kk, T, (size_t)h->n_head_kv, p0);
+    qkv_rows(c, L, T);
+    rope_rows(c, seq, l, c->q, T, (size_t)h->n_head, p0);
+    rope_rows(c, seq, l, c->kk, T, (size_t)h->n_head_kv, p0);
     for (size_t t = 0; t < T; t++) {
         skv_ctx *dst = seq ? seq[t] : c;
         size_t row = row_pos(seq, t, p0) * hd;
@@ -450,26 +542,66 @@ static void layer_forward(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int 
     else if (skv_kvquant_layer_active(c->kvq, l)) kvq_attention(c, l, T, p0);
     else attention(c, l, 0, T, p0);
     matmul(c, &L->wo, c->att, Q, T, c->xb, D);
+    norm_rows(c, c->xb, L->attn_post_norm, T, D);
     c->k->add(c->x, c->xb, T * D);
+}
+
+/* The FFN block: x += post_norm(down(act(gate) * up)), gate|up from two matmuls or one. */
+static void ffn_block(skv_ctx *c, const skv_layer *L, size_t T)
+{
+    const skv_model_info *h = &c->m->info;
+    size_t D = (size_t)h->n_embd, F = (size_t)h->n_ff;
     for (size_t t = 0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, L->ffn_norm, D, h->norm_eps);
-    matmul(c, &L->w1, c->xb, D, T, c->hb, F);
-    matmul(c, &L->w3, c->xb, D, T, c->hb2, F);
-    c->k->silu_mul(c->hb, c->hb2, T * F);
+    if (L->w13.data) {
+        matmul(c, &L->w13, c->xb, D, T, c->fused, 2 * F);
+        split_cols(c->hb, c->fused, 2 * F, 0, F, T);
+        split_cols(c->hb2, c->fused, 2 * F, F, F, T);
+    } else {
+        matmul(c, &L->w1, c->xb, D, T, c->hb, F);
+        matmul(c, &L->w3, c->xb, D, T, c->hb2, F);
+    }
+    if (c->m->arch->flags & SKV_ARCH_GELU) skv_gelu_mul(c->hb, c->hb2, T * F);
+    else c->k->silu_mul(c->hb, c->hb2, T * F);
     matmul(c, &L->w2, c->hb, F, T, c->xb, D);
+    norm_rows(c, c->xb, L->ffn_post_norm, T, D);
     c->k->add(c->x, c->xb, T * D);
+}
+
+/* One layer for T batch rows: tokens p0.. of c, or (seq != NULL) one token of each seq[t]. */
+static void layer_forward(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0)
+{
+    attn_block(c, seq, l, T, p0);
+    ffn_block(c, &c->m->layers[l], T);
+}
+
+/* x[t] = the embedding of tokens[t] (times sqrt(n_embd) where the row says so). */
+static void embed_rows(skv_ctx *c, const int32_t *tokens, size_t T)
+{
+    const skv_weight *e = &c->m->tok_embd;
+    size_t D = (size_t)c->m->info.n_embd;
+    for (size_t t = 0; t < T; t++) {
+        c->k->dequant(e->type, e->data + (size_t)tokens[t] * e->row_bytes, e->row_bytes, e->K, 1, c->x + t * D);
+        if (c->m->ap.embd_scale > 0.0f) c->k->scale(c->x + t * D, c->m->ap.embd_scale, D);
+    }
+}
+
+/* Logits of batch rows [t0, T): final norm, output matrix, soft-capping where the row caps. */
+static void output_rows(skv_ctx *c, size_t t0, size_t T, float *logits)
+{
+    const skv_model_info *h = &c->m->info;
+    size_t D = (size_t)h->n_embd, V = (size_t)h->n_vocab;
+    for (size_t t = t0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, c->m->output_norm, D, h->norm_eps);
+    matmul(c, &c->m->output, c->xb + t0 * D, D, T - t0, logits, V);
+    if (c->m->ap.final_softcap > 0.0f) skv_softcap(logits, (T - t0) * V, c->m->ap.final_softcap);
 }
 
 /* Runs T <= max_batch tokens at positions n_pos.. ; logits rows for tokens [t_first, T). */
 static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_first, float *logits)
 {
     const skv_model_info *h = &c->m->info;
-    size_t D = (size_t)h->n_embd, V = (size_t)h->n_vocab;
     int p0 = c->n_pos;
     c->active = T >= POOL_MIN_BATCH ? c->pool : NULL;
-    for (size_t t = 0; t < T; t++) {
-        const skv_weight *e = &c->m->tok_embd;
-        c->k->dequant(e->type, e->data + (size_t)tokens[t] * e->row_bytes, e->row_bytes, e->K, 1, c->x + t * D);
-    }
+    embed_rows(c, tokens, T);
     for (int l = 0; l < h->n_layer; l++) layer_forward(c, NULL, l, T, p0);
     c->n_pos += (int)T;
     if (c->kvq) {
@@ -477,8 +609,7 @@ static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_
         c->kvq_done = c->n_pos > w ? c->n_pos - w : 0;
     }
     if (!logits || t_first >= T) return;
-    for (size_t t = t_first; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, c->m->output_norm, D, h->norm_eps);
-    matmul(c, &c->m->output, c->xb + t_first * D, D, T - t_first, logits, V);
+    output_rows(c, t_first, T, logits);
 }
 
 static int check_tokens(skv_ctx *c, const int32_t *tokens, size_t n)
@@ -557,18 +688,11 @@ static int multi_check(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, sk
 /* Rows [0, n) of a multi step, n <= the lead's max_batch. */
 static void multi_chunk(skv_ctx *c, skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits)
 {
-    const skv_model_info *h = &c->m->info;
-    size_t D = (size_t)h->n_embd, V = (size_t)h->n_vocab;
     c->active = n >= POOL_MIN_BATCH ? c->pool : NULL;
-    for (size_t t = 0; t < n; t++) {
-        const skv_weight *e = &c->m->tok_embd;
-        c->k->dequant(e->type, e->data + (size_t)tokens[t] * e->row_bytes, e->row_bytes, e->K, 1, c->x + t * D);
-    }
-    for (int l = 0; l < h->n_layer; l++) layer_forward(c, ctxs, l, n, 0);
+    embed_rows(c, tokens, n);
+    for (int l = 0; l < c->m->info.n_layer; l++) layer_forward(c, ctxs, l, n, 0);
     for (size_t t = 0; t < n; t++) ctxs[t]->n_pos++;
-    if (!logits) return;
-    for (size_t t = 0; t < n; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, c->m->output_norm, D, h->norm_eps);
-    matmul(c, &c->m->output, c->xb, D, n, logits, V);
+    if (logits) output_rows(c, 0, n, logits);
 }
 
 int skv_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits)

@@ -41,16 +41,24 @@ static int check_hparams(const skv_model_info *h, char *err, size_t cap)
     return SKV_OK;
 }
 
-static int init_rope(skv_model *m, const float *freq_factors, char *err, size_t cap)
+/* freq[i] = base^(-2i/rope_dim) / factor[i] for the rope_dim/2 pairs (factors optional). */
+static double *rope_freqs(const skv_model *m, float base, const float *freq_factors)
 {
     int np = m->info.rope_dim / 2;
-    m->rope_freq = malloc((size_t)np * sizeof *m->rope_freq);
-    if (!m->rope_freq) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    double *f = malloc((size_t)np * sizeof *f);
+    if (!f) return NULL;
     for (int i = 0; i < np; i++) {
         /* base^(-2i/d) with our own double maths (detmath.c): the same bits on every machine */
-        m->rope_freq[i] = skv_det_pow((double)m->info.rope_base, -2.0 * i / (double)m->info.rope_dim);
-        if (freq_factors) m->rope_freq[i] /= (double)freq_factors[i];
+        f[i] = skv_det_pow((double)base, -2.0 * i / (double)m->info.rope_dim);
+        if (freq_factors) f[i] /= (double)freq_factors[i];
     }
+    return f;
+}
+
+static int init_rope(skv_model *m, const float *freq_factors, char *err, size_t cap)
+{
+    if (!(m->rope_freq = rope_freqs(m, m->info.rope_base, freq_factors)))
+        return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     return SKV_OK;
 }
 
@@ -180,29 +188,102 @@ static int gguf_sizes(skv_model *m, char *err, size_t cap)
     return SKV_OK;
 }
 
+/* RoPE position scaling as llama.cpp reads it: rope.scaling.type absent means linear;
+ * the factor is rope.scaling.factor, else the older rope.scale_linear; 0 or absent: none. */
+static int gguf_rope_scaling(skv_model *m, char *err, size_t cap)
+{
+    skv_gguf_str s;
+    char key[128];
+    float factor = 0.0f;
+    int rc;
+    m->rope_scale = 1.0;
+    if (skv_gguf_get_str(m->gguf, arch_key(m, "rope.scaling.type", key, sizeof key), &s) == SKV_OK) {
+        if (s.len == 4 && !memcmp(s.ptr, "none", 4)) return SKV_OK;
+        if (!(s.len == 6 && !memcmp(s.ptr, "linear", 6)))
+            return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "rope scaling '%.*s' is not supported (none, linear are)",
+                            (int)(s.len > 20 ? 20 : s.len), s.ptr);
+    }
+    if ((rc = arch_f(m, "rope.scaling.factor", &factor, 0.0f, err, cap))) return rc;
+    if (factor == 0.0f && (rc = arch_f(m, "rope.scale_linear", &factor, 0.0f, err, cap))) return rc;
+    if (factor == 0.0f) return SKV_OK;
+    if (!(factor >= 1.0f && factor < 1e6f))
+        return skv_errf(err, cap, SKV_ERR_FORMAT, "bad rope scaling factor %g (1 or more, or 0 for none)", (double)factor);
+    m->rope_scale = 1.0 / factor;
+    return SKV_OK;
+}
+
 /* Rotary dimension, base and scaling (none or linear), and the RMSNorm epsilon. */
 static int gguf_rope(skv_model *m, char *err, size_t cap)
 {
     skv_model_info *h = &m->info;
-    skv_gguf_str s;
-    char key[128];
-    float factor = 1.0f;
     int rc;
     if ((rc = arch_i(m, "rope.dimension_count", &h->rope_dim, h->head_dim, 0, err, cap)) ||
         (rc = arch_f(m, "rope.freq_base", &h->rope_base, 10000.0f, err, cap)) ||
         (rc = arch_f(m, "attention.layer_norm_rms_epsilon", &h->norm_eps, 1e-5f, err, cap)))
         return rc;
-    m->rope_scale = 1.0;
-    if (skv_gguf_get_str(m->gguf, arch_key(m, "rope.scaling.type", key, sizeof key), &s) != SKV_OK ||
-        (s.len == 4 && !memcmp(s.ptr, "none", 4)))
-        return SKV_OK;
-    if (!(s.len == 6 && !memcmp(s.ptr, "linear", 6)))
-        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "rope scaling '%.*s' is not supported (none, linear are)",
-                        (int)(s.len > 20 ? 20 : s.len), s.ptr);
-    if ((rc = arch_f(m, "rope.scaling.factor", &factor, 1.0f, err, cap))) return rc;
-    if (!(factor >= 1.0f && factor < 1e6f)) return skv_errf(err, cap, SKV_ERR_FORMAT, "bad rope scaling factor");
-    m->rope_scale = 1.0 / factor;
+    return gguf_rope_scaling(m, err, cap);
+}
+
+/* What every row starts from: llama's attention scale and nothing else. */
+static void arch_defaults(skv_model *m)
+{
+    memset(&m->ap, 0, sizeof m->ap);
+    m->ap.attn_scale = 1.0f / sqrtf((float)m->info.head_dim);
+    m->ap.rope_mscale = 1.0;
+}
+
+static int finite_in(float v, float lo, float hi) { return isfinite(v) && v >= lo && v < hi; }
+
+/* Sliding-window layers: the window, the layer pattern and their own RoPE base. */
+static int gguf_swa(skv_model *m, char *err, size_t cap)
+{
+    const skv_arch *a = m->arch;
+    skv_arch_params *p = &m->ap;
+    float base;
+    int rc;
+    if ((rc = arch_i(m, "attention.sliding_window", &p->swa_window, a->swa_window, 0, err, cap)) ||
+        (rc = arch_i(m, "attention.sliding_window_pattern", &p->swa_period, a->swa_period, 0, err, cap)))
+        return rc;
+    if (p->swa_period > 4096) return skv_errf(err, cap, SKV_ERR_FORMAT, "sliding window pattern %d is implausible", p->swa_period);
+    if (p->swa_window == 0) return SKV_OK;
+    if ((rc = arch_f(m, "rope.freq_base_swa", &base, a->swa_rope_base > 0.0f ? a->swa_rope_base : m->info.rope_base, err, cap)))
+        return rc;
+    if (!finite_in(base, 1e-3f, 1e30f)) return skv_errf(err, cap, SKV_ERR_FORMAT, "invalid sliding-window rope base %g", (double)base);
+    p->rope_scale_swa = a->swa_rope_base > 0.0f ? 1.0 : m->rope_scale;
+    if (base == m->info.rope_base && p->rope_scale_swa == m->rope_scale) return SKV_OK; /* shares the tables */
+    if (!(p->rope_freq_swa = rope_freqs(m, base, NULL))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     return SKV_OK;
+}
+
+/* The row's extra steps and their hyper-parameters (arch.h SKV_ARCH_*). */
+static int gguf_arch_params(skv_model *m, char *err, size_t cap)
+{
+    const skv_arch *a = m->arch;
+    skv_arch_params *p = &m->ap;
+    float mscale = 1.0f;
+    int rc = SKV_OK;
+    arch_defaults(m);
+    if (a->flags & SKV_ARCH_EMBD_SCALE) p->embd_scale = sqrtf((float)m->info.n_embd);
+    if (a->wide_scale_layers && m->info.n_layer == a->wide_scale_layers)
+        p->attn_scale = 1.0f / sqrtf((float)(m->info.n_embd / m->info.n_head));
+    if (((a->flags & SKV_ARCH_ATTN_SOFTCAP) &&
+         (rc = arch_f(m, "attn_logit_softcapping", &p->attn_softcap, a->attn_softcap, err, cap))) ||
+        ((a->flags & SKV_ARCH_FINAL_SOFTCAP) &&
+         (rc = arch_f(m, "final_logit_softcapping", &p->final_softcap, a->final_softcap, err, cap))) ||
+        ((a->flags & SKV_ARCH_ROPE_SHORT) && (rc = arch_f(m, "rope.scaling.attn_factor", &mscale, 1.0f, err, cap))))
+        return rc;
+    if (!finite_in(p->attn_softcap, 0.0f, 1e6f) || !finite_in(p->final_softcap, 0.0f, 1e6f) ||
+        !finite_in(mscale, 1e-3f, 1e3f))
+        return skv_errf(err, cap, SKV_ERR_FORMAT, "invalid soft-capping (%g, %g) or rope attention factor %g",
+                        (double)p->attn_softcap, (double)p->final_softcap, (double)mscale);
+    p->rope_mscale = (double)mscale;
+    return (a->flags & SKV_ARCH_SWA) ? gguf_swa(m, err, cap) : SKV_OK;
+}
+
+int skv_layer_windowed(const skv_model *m, int l)
+{
+    int P = m->ap.swa_period;
+    return m->ap.swa_window > 0 && (P == 0 || l % P < P - 1);
 }
 
 static int gguf_hparams(skv_model *m, char *err, size_t cap)
@@ -215,7 +296,8 @@ static int gguf_hparams(skv_model *m, char *err, size_t cap)
         n > (1u << 24))
         return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: missing or invalid tokenizer.ggml.tokens");
     m->info.n_vocab = (int)n;
-    return check_hparams(&m->info, err, cap);
+    if ((rc = check_hparams(&m->info, err, cap))) return rc;
+    return gguf_arch_params(m, err, cap);
 }
 
 static int gguf_tokenizer(skv_model *m, char *err, size_t cap)
@@ -309,17 +391,22 @@ static int gguf_model_tensors(skv_model *m, char *err, size_t cap)
 /* Optional per-pair frequency divisors (llama3-style RoPE); *out stays NULL without them. */
 static int gguf_rope_factors(const skv_model *m, float **out, char *err, size_t cap)
 {
-    const skv_gguf_tensor *t = skv_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    /* phi3: the short factors serve contexts up to the original length; seqkv runs those
+     * (the long ones, for longer contexts, are not read: docs/architectures.md) */
+    const char *name = (m->arch->flags & SKV_ARCH_ROPE_SHORT) && skv_gguf_find_tensor(m->gguf, "rope_factors_short.weight")
+                           ? "rope_factors_short.weight"
+                           : "rope_freqs.weight";
+    const skv_gguf_tensor *t = skv_gguf_find_tensor(m->gguf, name);
     int np = m->info.rope_dim / 2;
     *out = NULL;
     if (!t) return SKV_OK;
     if (t->type != SKV_GGML_F32 || t->n_elements != (uint64_t)np)
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: rope_freqs.weight must be %d f32 values", np);
+        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: %s must be %d f32 values", name, np);
     if (!(*out = malloc((size_t)np * sizeof **out))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     for (int i = 0; i < np; i++) {
         (*out)[i] = skv_rdf32(t->data + 4 * (size_t)i); /* byte reads: any alignment */
         if (!((*out)[i] > 0.0f) || !isfinite((*out)[i]))
-            return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: rope_freqs.weight holds a non-positive factor");
+            return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: %s holds a non-positive factor", name);
     }
     return SKV_OK;
 }
@@ -339,7 +426,7 @@ static int load_gguf(skv_model *m, const char *path, char *err, size_t cap)
     if ((rc = gguf_rope_factors(m, &freq_factors, err, cap)) == SKV_OK) rc = init_rope(m, freq_factors, err, cap);
     free(freq_factors);
     if (rc) return rc;
-    h->weight_type = (int)m->layers[0].wq.type;
+    h->weight_type = (int)(m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].wqkv.type);
     h->file_bytes = skv_gguf_file_size(m->gguf);
     return gguf_tokenizer(m, err, cap);
 }
@@ -490,8 +577,9 @@ static int load_l2c(skv_model *m, const char *path, const char *tok_path, char *
     const char *base = strrchr(path, '/');
     l2c_layout lo = {0};
     int rc;
-    if ((rc = skv_mmap_open(path, &m->map, err, cap)) || (rc = l2c_header(m, path, err, cap)) ||
-        (rc = l2c_walk(m, path, &lo, err, cap)) || (rc = l2c_bind(m, &lo, err, cap)) ||
+    if ((rc = skv_mmap_open(path, &m->map, err, cap)) || (rc = l2c_header(m, path, err, cap))) return rc;
+    arch_defaults(m); /* after the header's checks: head_dim >= 2 */
+    if ((rc = l2c_walk(m, path, &lo, err, cap)) || (rc = l2c_bind(m, &lo, err, cap)) ||
         (rc = init_rope(m, NULL, err, cap)))
         return rc;
     h->weight_type = SKV_DTYPE_F32;
@@ -564,6 +652,7 @@ void skv_model_free(skv_model *m)
     free(m->layers);
     free(m->output_norm);
     free(m->rope_freq);
+    free(m->ap.rope_freq_swa);
     skv_tokenizer_free(m->tok);
     skv_gguf_close(m->gguf);
     skv_mmap_close(&m->map);
@@ -605,6 +694,21 @@ static int fp_weight(XXH3_state_t *st, const skv_weight *w, float *row)
     return SKV_OK;
 }
 
+/* The extra steps' hyper-parameters (hashed for rows beyond llama's only). */
+static void fp_arch_params(XXH3_state_t *st, const skv_model *m)
+{
+    const skv_arch_params *p = &m->ap;
+    float f[] = {p->attn_scale, p->attn_softcap, p->final_softcap, p->embd_scale, (float)p->rope_mscale,
+                 (float)p->rope_scale_swa};
+    fp_f32s(st, f, sizeof f / sizeof f[0]);
+    fp_u32(st, (uint32_t)p->swa_window);
+    fp_u32(st, (uint32_t)p->swa_period);
+    for (int i = 0; p->rope_freq_swa && i < m->info.rope_dim / 2; i++) {
+        float v = (float)p->rope_freq_swa[i];
+        fp_f32s(st, &v, 1);
+    }
+}
+
 /* Hyper-parameters and RoPE as the forward pass uses them. */
 static void fp_hparams(XXH3_state_t *st, const skv_model *m)
 {
@@ -625,6 +729,7 @@ static void fp_hparams(XXH3_state_t *st, const skv_model *m)
         XXH3_128bits_update(st, "arch", 4);
         fp_u32(st, (uint32_t)m->arch->rope);
         fp_u32(st, m->arch->flags);
+        fp_arch_params(st, m);
     }
 }
 

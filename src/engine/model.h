@@ -30,8 +30,25 @@ typedef struct skv_weight {
  * which is how the loaders fill it; an optional tensor the file lacks stays zero. */
 typedef struct skv_layer {
     skv_weight wq, wk, wv, wo, w1, w2, w3;
+    skv_weight wqkv;             /* [Q + 2 KV][n_embd] fused (phi3), or absent */
+    skv_weight w13;              /* [2 n_ff][n_embd] fused gate|up (phi3), or absent */
     float *attn_norm, *ffn_norm; /* [n_embd], owned */
+    float *bq, *bk, *bv;         /* [Q], [KV], [KV] biases (qwen2), or NULL */
+    float *q_norm, *k_norm;      /* [head_dim] per-head RMSNorm weights (qwen3, gemma3), or NULL */
+    float *attn_post_norm, *ffn_post_norm; /* [n_embd] (gemma), or NULL */
 } skv_layer;
+
+/* Hyper-parameters of the steps beyond llama's (arch.h SKV_ARCH_*), as loaded. */
+typedef struct skv_arch_params {
+    float attn_scale;             /* score = dot(q, k) * attn_scale */
+    float attn_softcap;           /* 0: none; else score -> c tanh(score / c) */
+    float final_softcap;          /* 0: none; else logit -> c tanh(logit / c) */
+    float embd_scale;             /* 0: none; else sqrt(n_embd) */
+    int swa_window, swa_period;   /* window 0: every layer attends to all positions */
+    double rope_mscale;           /* cos and sin multiplied by this (phi3 attn_factor; 1: none) */
+    double *rope_freq_swa;        /* [rope_dim/2] windowed layers' frequencies, owned; NULL: as global */
+    double rope_scale_swa;        /* their position scale (with rope_freq_swa) */
+} skv_arch_params;
 
 struct skv_model {
     skv_model_info info;
@@ -43,12 +60,16 @@ struct skv_model {
     float *output_norm;   /* [n_embd], owned */
     double *rope_freq;    /* [rope_dim/2] angular frequency per pair, owned */
     double rope_scale;    /* positions are multiplied by this (linear scaling: 1/factor) */
+    skv_arch_params ap;
     skv_layer *layers;
     skv_tokenizer *tok;
     pthread_mutex_t fp_mu; /* guards the lazily computed fingerprint: models are shared */
     int fp_done;
     uint8_t fp[16];
 };
+
+/* Layer l attends through a sliding window (SKV_ARCH_SWA). */
+int skv_layer_windowed(const skv_model *m, int l);
 
 /* Expands one row of a weight to f32. */
 void skv_weight_row(const skv_weight *w, size_t row, float *dst);
