@@ -286,7 +286,13 @@ enum {
     SKV_CODEC_TQ4 = 7,
     SKV_CODEC_KVQ = 8  /* schemes per kind from skv_encoder_params.kv_quant ("k=tq4,v=tq3", "tq3p", seed=S) */
 };
-/* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
+/* -- codec "cm" (docs/format.md section 2.4) --
+ * Lossless like "tokens" and restored the same way (decode the ids, ONE batched prefill,
+ * digest verified), but the ids are range-coded under a cheap adaptive context-mixing
+ * model of the ids themselves (orders 0-4 and a match model; no weights, any vocabulary):
+ * fewer bits than "tokens", decoded in microseconds per token, no model run to decode. */
+enum { SKV_CODEC_CM = 9 };
+/* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
 SKV_API const char *skv_codec_name(int codec);
 SKV_API int skv_codec_parse(const char *name);
 

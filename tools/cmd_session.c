@@ -8,6 +8,9 @@
 #include "cli.h"
 
 /* Reads and opens a .skv file ("-" = stdin); NULL after a message. */
+/* Codecs that store quantized KV (restored without running the model). */
+static int is_kv_codec(int codec) { return codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ; }
+
 static skv_session *open_session(const char *path)
 {
     size_t len = 0;
@@ -68,6 +71,8 @@ static const cli_opt compress_opts_table[] = {
      "model: arithmetic-code the tokens under the model (default; smallest,\n"
      "  restored token by token)\n"
      "tokens: raw token ids, zstd-compressed (restored by one parallel prefill)\n"
+     "cm: the ids coded under a cheap context-mixing model of the ids (smaller\n"
+     "  than tokens; restored by one parallel prefill too)\n"
      "f16|q8|q4|tq2|tq3|tq4: the tokens (as 'tokens') plus every position's KV\n"
      "  quantized per vector (lossy; restored without running the model:\n"
      "  docs/format.md 2.3)\n"
@@ -98,7 +103,7 @@ static int compress_check(const compress_opts *o, int *codec)
     if (!!o->file + !!o->ids + !!o->kv_in != 1 || !o->out)
         return cli_usage(&compress_cmd, "needs exactly one input (-f, --ids or --kv-in) and -o OUT.skv");
     if ((*codec = skv_codec_parse(o->codec)) < 0)
-        return cli_usage(&compress_cmd, "--codec must be one of model tokens f16 q8 q4 tq2 tq3 tq4 kvq, not '%s'", o->codec);
+        return cli_usage(&compress_cmd, "--codec must be one of model tokens cm f16 q8 q4 tq2 tq3 tq4 kvq, not '%s'", o->codec);
     if ((*codec == SKV_CODEC_KVQ) != !!o->kv_quant)
         return cli_usage(&compress_cmd, "--kv-quant SPEC goes with --codec kvq (and --codec kvq needs it)");
     if (o->kv_quant && skv_kv_quant_check(o->kv_quant, NULL, qerr, sizeof qerr))
@@ -238,7 +243,7 @@ static void report_payload(FILE *rep, const compress_result *r)
             skv_session_segment_info(s, i, NULL, &pb, NULL);
             payload += pb;
         }
-        if (r->codec >= SKV_CODEC_F16) print_kv_report(rep, s, r->n, r->size, r->f16);
+        if (is_kv_codec(r->codec)) print_kv_report(rep, s, r->n, r->size, r->f16);
     }
     skv_session_free(s);
     if (!r->es.n_model_coded) return;
@@ -265,7 +270,7 @@ static void compress_report(const skv_model *m, const compress_result *r)
     skv_kv_position_bytes(m, "tq3.5", &tq);
     fprintf(rep, "model:                 %s (%d layers, %d KV heads x %d)\n", info.name, info.n_layer, info.n_head_kv,
             info.head_dim);
-    fprintf(rep, "codec:                 %s%s\n", r->o->codec, r->codec >= SKV_CODEC_F16 ? " (tokens + quantized KV)" : "");
+    fprintf(rep, "codec:                 %s%s\n", r->o->codec, is_kv_codec(r->codec) ? " (tokens + quantized KV)" : "");
     fprintf(rep, "tokens:                %zu\n", r->n);
     fprintf(rep, "file:                  %s, %zu bytes\n", r->o->out, r->size);
     fprintf(rep, "bits per position:     %.4f (all headers and checksums counted)\n", size * 8.0 / n);
@@ -456,7 +461,7 @@ static void restore_report(const restore_opts *o, const skv_session *s, const sk
     FILE *rep = cli_report_stream(o->out, o->kv);
     skv_session_info si;
     skv_session_get_info(s, &si);
-    int lossy = si.codec >= SKV_CODEC_F16;
+    int lossy = is_kv_codec(si.codec);
     fprintf(rep, "restored %llu tokens (%u segment%s, codec %s) in %.2f s (%.0f tokens/s)%s\n",
             (unsigned long long)si.n_tokens, si.n_segments, si.n_segments == 1 ? "" : "s", skv_codec_name(si.codec), secs,
             (double)si.n_tokens / (secs + 1e-12),
@@ -563,9 +568,10 @@ static void inspect_header(const char *path, const skv_session_info *si, int kvc
     printf("file:         %s (%llu bytes)\nformat:       .skv version %d\n", path, (unsigned long long)si->file_bytes,
            si->version);
     printf("codec:        %s", si->codec == SKV_CODEC_MODEL ? "model (arithmetic-coded under the model)"
-                               : si->codec == SKV_CODEC_TOKENS ? "tokens (zstd varints)" : skv_codec_name(si->codec));
+                               : si->codec == SKV_CODEC_TOKENS ? "tokens (zstd varints)"
+                               : si->codec == SKV_CODEC_CM ? "cm (context-mixing coded ids)" : skv_codec_name(si->codec));
     if (si->codec == SKV_CODEC_MODEL) printf(", frequency total 2^%u", si->total_bits);
-    if (si->codec >= SKV_CODEC_F16) printf(" (zstd varints + quantized KV, lossy; restored without the model)");
+    if (is_kv_codec(si->codec)) printf(" (zstd varints + quantized KV, lossy; restored without the model)");
     if (kvc)
         printf("\nKV scheme:    k=%s,v=%s, seed %llu; %d layers x %d KV heads x head_dim %d; %llu bytes/position "
                "(%.1f bits)",

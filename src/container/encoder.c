@@ -296,6 +296,11 @@ static int flush_segment(skv_encoder *e)
         if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
         if ((rc = skv_rangecoder_enc_finish(&e->rc, &plen))) return enc_fail(e, rc, "range coder finish failed");
         payload = e->rc_buf;
+    } else if (e->p.codec == SKV_CODEC_CM) {
+        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
+        if ((rc = skv_session_cm_payload(e->seg_tok, e->seg_n, e->V, &e->rc_buf, &e->rc_cap, &plen)))
+            return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory" : "cm coder bound violated (internal)");
+        payload = e->rc_buf;
     } else if ((rc = zstd_tokens(e, &plen))) {
         return rc;
     } else if (!e->kvc) {

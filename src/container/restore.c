@@ -1,4 +1,4 @@
-/* Restore of one segment into a context: codec tokens by one batched prefill, the
+/* Restore of one segment into a context: codecs tokens and cm by one batched prefill, the
  * quantized-KV codecs by decoding the stored KV (the model is not run), codec model one
  * forward pass per token or per verified block of drafted tokens. */
 #include <stdlib.h>
@@ -310,8 +310,10 @@ static int restore_codec(const skv_session *s, const seg_view *g, skv_model *m, 
                          const skv_restore_params *p, int32_t *tokens, skv_restore_stats *st, char *err, size_t errcap)
 {
     int rc;
-    if (s->info.codec == SKV_CODEC_TOKENS) {
-        if ((rc = skv_session_decode_tokens(g, s->info.n_vocab, tokens, err, errcap))) return rc;
+    if (s->info.codec == SKV_CODEC_TOKENS || s->info.codec == SKV_CODEC_CM) {
+        rc = s->info.codec == SKV_CODEC_CM ? skv_session_decode_cm(g, s->info.n_vocab, tokens, err, errcap)
+                                           : skv_session_decode_tokens(g, s->info.n_vocab, tokens, err, errcap);
+        if (rc) return rc;
         if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL))) return forward_failed(ctx, rc, err, errcap);
         st->n_passes = 1;
         return SKV_OK;

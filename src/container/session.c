@@ -17,6 +17,8 @@
  *                                            payload, quantized-KV codecs (2..8):
  *                                              KV sub-header (src/kvcodec.h) | zstd(LEB128
  *                                              ids) | per-vector encoded KV, canonical order
+ *                                            payload, codec cm (9): range-coded stream of the
+ *                                              ids under the context-mixing model (cmcodec.c)
  * Every segment is an independent KV cache: it starts from an empty context. */
 #include <stdarg.h>
 #include "core/fpguard.h"
@@ -33,7 +35,7 @@
 
 /* ---- codec names; quantized-KV codecs --------------------------------------------- */
 
-static const char *const codec_names[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq"};
+static const char *const codec_names[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq", "cm"};
 #define N_CODECS ((int)(sizeof codec_names / sizeof codec_names[0]))
 
 const char *skv_codec_name(int codec) { return codec >= 0 && codec < N_CODECS ? codec_names[codec] : NULL; }

@@ -7,6 +7,7 @@
  *   session.c   codec names; the reader: parse and validate, info, token/KV payloads
  *   encoder.c   the encoder: tokens -> file bytes
  *   restore.c   restore of a segment into a context (model codec: plain or speculative)
+ *   cmcodec.c   codec cm: the payload of a segment's ids under the context-mixing model
  */
 #ifndef SKV_SESSION_INT_H
 #define SKV_SESSION_INT_H
@@ -66,6 +67,13 @@ size_t skv_session_kv_floats(const seg_view *g); /* floats of a KV segment, cano
  * kvcodec.h (with a model, its geometry was checked against the model's first). */
 int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
                           int32_t *tok, char *err, size_t cap);
+
+/* ---- cmcodec.c ---- */
+/* Codec cm's payload of the n ids tok[] (< V) into *buf (realloc'ed to *cap as needed),
+ * *len bytes. SKV_ERR_NOMEM, SKV_ERR_INTERNAL (bound violated). */
+int skv_session_cm_payload(const int32_t *tok, size_t n, uint32_t V, uint8_t **buf, size_t *cap, size_t *len);
+/* A codec cm payload of g's n_tokens ids into tok (each < V by construction). */
+int skv_session_decode_cm(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap);
 
 /* ---- restore.c: the steps restore_batch.c shares ---- */
 /* SKV_OK if m is the model s was written with (fingerprint and vocabulary), else

@@ -1,0 +1,305 @@
+/* cm.c - the context-mixing token model of codec "cm" (see cm.h, docs/coder.md section 4).
+ *
+ * Per token (position i, history tok[0..i)):
+ *   hashes h[k] of the last k ids (k = 0..4; missing ids before the stream start hash as 0)
+ *   match: the id that followed the last occurrence of the last 3 ids, if >= 3 ids agree
+ * Per coded bit (tree node n at depth d):
+ *   inputs  st[k] = stretch(p of slot(order k, h[k], n)),  st[5] = match input,  st[6] = bias
+ *   mix     p = squash(sum w[set][j] st[j] / 2^16),  set = (d, highest order seen, match on)
+ *   code    bit under p (16-bit probability, put_pow2(..., 16))
+ *   learn   slots move toward the bit at rate 1/(n + 1.5) (n = their count, capped),
+ *           the mixer's weights by gradient descent on the coding cost.
+ * All arithmetic is integer; right shifts of signed values go through asr() (floor),
+ * which C defines for every sign. */
+#include "coder/cm.h"
+#include "core/fpguard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CM_INPUTS (SKV_CM_ORDERS + 2) /* orders, match, bias */
+#define CM_MAX_DEPTH 24               /* B <= 24 */
+#define CM_SETS (CM_MAX_DEPTH * SKV_CM_ORDERS * 2)
+#define CM_MATCH_CTX 32               /* min(len, 15) * 2 + expected bit */
+#define CM_MATCH_VERIFY 32            /* longest match length measured */
+#define CM_LIMIT 255               /* slot count cap: the slowest adaptation rate */
+#define CM_MIX_LR 24                /* mixer learning rate (x 2^-18 per unit of err * st) */
+#define CM_W_INIT (1 << 14)           /* initial weight: 0.25 */
+#define CM_W_MAX (1 << 22)
+#define CM_SLOT_INIT ((uint32_t)1 << 31) /* p = 1/2, count 0 */
+
+struct skv_cm {
+    uint32_t V;
+    unsigned B;                       /* bits of an id */
+    uint32_t *slot[SKV_CM_ORDERS];    /* [2^SLOT_BITS]: p (22 bits) << 10 | count (10 bits) */
+    uint32_t *mpos;                   /* [2^MATCH_BITS]: position after the hashed ids, 0 = none */
+    uint32_t msm[CM_MATCH_CTX];       /* match reliability, slot format */
+    int32_t w[CM_SETS][CM_INPUTS];    /* mixer weights, 16.16 fixed point */
+    int16_t stretch[4096];            /* stretch(p12) = ln(p / (1 - p)) * 256, in [-2047, 2047] */
+    uint16_t rate[CM_LIMIT + 1];      /* 2^17 / (2 n + 3) */
+    size_t n_coded;
+    /* the current token */
+    uint32_t hash[SKV_CM_ORDERS];
+    uint32_t mptr, mlen;              /* predicted id tok[mptr] while mlen > 0 */
+    int32_t mtok;
+    /* the current bit */
+    uint32_t idx[SKV_CM_ORDERS];
+    int32_t st[CM_INPUTS];
+    int set, mctx;
+    uint32_t p;                       /* P(bit = 1) in 16 bits, in [22, 65514] */
+};
+
+/* squash(d) = 65536 / (1 + e^(-d / 256)) at d = 32 j - 2048, rounded; interpolated between. */
+static const uint16_t squash_knots[129] = {
+    22,    25,    28,    32,    36,    41,    47,    53,    60,    68,    77,    87,    98,    111,   126,   143,
+    162,   184,   208,   236,   267,   302,   342,   387,   439,   497,   562,   636,   720,   815,   922,   1042,
+    1179,  1333,  1506,  1701,  1921,  2168,  2446,  2758,  3108,  3500,  3938,  4427,  4971,  5577,  6249,  6992,
+    7812,  8714,  9702,  10782, 11955, 13226, 14595, 16062, 17625, 19282, 21025, 22849, 24743, 26695, 28693, 30723,
+    32768, 34813, 36843, 38841, 40793, 42687, 44511, 46254, 47911, 49474, 50941, 52310, 53581, 54754, 55834, 56822,
+    57724, 58544, 59287, 59959, 60565, 61109, 61598, 62036, 62428, 62778, 63090, 63368, 63615, 63835, 64030, 64203,
+    64357, 64494, 64614, 64721, 64816, 64900, 64974, 65039, 65097, 65149, 65194, 65234, 65269, 65300, 65328, 65352,
+    65374, 65393, 65410, 65425, 65438, 65449, 65459, 65468, 65476, 65483, 65489, 65495, 65500, 65504, 65508, 65511,
+    65514};
+
+/* floor(x / 2^s) for any sign. */
+static inline int64_t asr(int64_t x, unsigned s) { return x >= 0 ? x >> s : -((-x - 1) >> s) - 1; }
+
+static inline int32_t clamp32(int64_t x, int32_t lo, int32_t hi) { return x < lo ? lo : x > hi ? hi : (int32_t)x; }
+
+/* P(1) in 16 bits of the logistic-domain value d (clamped to [-2047, 2047]). */
+static uint32_t squash16(int32_t d)
+{
+    uint32_t u = (uint32_t)(clamp32(d, -2047, 2047) + 2048), j = u >> 5, f = u & 31;
+    return squash_knots[j] + (((uint32_t)(squash_knots[j + 1] - squash_knots[j]) * f) >> 5);
+}
+
+/* stretch = the inverse of squash on 12-bit probabilities: the smallest d whose squash
+ * reaches p (2047 above the last). */
+static void init_tables(skv_cm *cm)
+{
+    int32_t d = -2047;
+    for (uint32_t p = 0; p < 4096; p++) {
+        while (d < 2047 && (squash16(d) >> 4) < p) d++;
+        cm->stretch[p] = (int16_t)d;
+    }
+    for (uint32_t n = 0; n <= CM_LIMIT; n++) cm->rate[n] = (uint16_t)((1u << 17) / (2 * n + 3));
+}
+
+int skv_cm_create(uint32_t n_vocab, skv_cm **out)
+{
+    skv_cm *cm;
+    if (!out) return SKV_ERR_INVALID_ARG;
+    *out = NULL;
+    if (n_vocab < 1 || n_vocab > SKV_CM_MAX_VOCAB) return SKV_ERR_INVALID_ARG;
+    if (!(cm = calloc(1, sizeof *cm))) return SKV_ERR_NOMEM;
+    cm->V = n_vocab;
+    cm->B = 1;
+    while (((uint32_t)1 << cm->B) < n_vocab) cm->B++;
+    int ok = (cm->mpos = malloc(sizeof(uint32_t) << SKV_CM_MATCH_BITS)) != NULL;
+    for (int k = 0; k < SKV_CM_ORDERS; k++) ok &= (cm->slot[k] = malloc(sizeof(uint32_t) << SKV_CM_SLOT_BITS)) != NULL;
+    if (!ok) {
+        skv_cm_free(cm);
+        return SKV_ERR_NOMEM;
+    }
+    init_tables(cm);
+    skv_cm_reset(cm);
+    *out = cm;
+    return SKV_OK;
+}
+
+void skv_cm_free(skv_cm *cm)
+{
+    if (!cm) return;
+    for (int k = 0; k < SKV_CM_ORDERS; k++) free(cm->slot[k]);
+    free(cm->mpos);
+    free(cm);
+}
+
+void skv_cm_reset(skv_cm *cm)
+{
+    for (int k = 0; k < SKV_CM_ORDERS; k++)
+        for (size_t j = 0; j < ((size_t)1 << SKV_CM_SLOT_BITS); j++) cm->slot[k][j] = CM_SLOT_INIT;
+    memset(cm->mpos, 0, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
+    for (int c = 0; c < CM_MATCH_CTX; c++) cm->msm[c] = CM_SLOT_INIT;
+    for (int s = 0; s < CM_SETS; s++)
+        for (int j = 0; j < CM_INPUTS; j++) cm->w[s][j] = CM_W_INIT;
+    cm->n_coded = 0;
+    cm->mlen = cm->mptr = 0;
+    cm->mtok = -1;
+}
+
+size_t skv_cm_bound(uint64_t n, uint32_t n_vocab)
+{
+    unsigned b = 1;
+    while (b < 32 && ((uint64_t)1 << b) < n_vocab) b++;
+    if (n > UINT64_MAX / b) return SIZE_MAX;
+    /* a coded bit costs at most -log2(22 / 65536) < 12 bits */
+    return skv_rangecoder_bound(n * b, 12);
+}
+
+/* ---- per token: context hashes and the match ------------------------------------ */
+
+/* Length of the common run of ids ending before p and before i (p < i), at most
+ * CM_MATCH_VERIFY. */
+static uint32_t match_length(const int32_t *tok, size_t p, size_t i)
+{
+    uint32_t len = 0;
+    while (len < CM_MATCH_VERIFY && len < p && tok[p - 1 - len] == tok[i - 1 - len]) len++;
+    return len;
+}
+
+/* Follows the match if it predicted tok[i-1], else looks for a new one; then records i as
+ * the position after the last 3 ids. */
+static void match_update(skv_cm *cm, const int32_t *tok, size_t i)
+{
+    uint32_t h = (cm->hash[SKV_CM_MATCH_MIN] * 0x9E3779B1u) >> (32 - SKV_CM_MATCH_BITS);
+    if (cm->mlen > 0 && cm->mtok == tok[i - 1]) {
+        cm->mptr++;
+        cm->mlen += cm->mlen < 65535;
+    } else {
+        cm->mlen = 0;
+    }
+    if (cm->mlen == 0 && i >= SKV_CM_MATCH_MIN && cm->mpos[h]) {
+        uint32_t p = cm->mpos[h], len = match_length(tok, p, i);
+        if (len >= SKV_CM_MATCH_MIN) cm->mptr = p, cm->mlen = len;
+    }
+    if (i >= SKV_CM_MATCH_MIN) cm->mpos[h] = (uint32_t)i;
+    cm->mtok = cm->mlen > 0 ? tok[cm->mptr] : -1;
+}
+
+static void begin_token(skv_cm *cm, const int32_t *tok, size_t i)
+{
+    uint32_t h = 0;
+    cm->hash[0] = 0x9E3779B9u;
+    for (size_t k = 1; k < SKV_CM_ORDERS; k++) {
+        uint32_t v = i >= k ? (uint32_t)tok[i - k] + 1 : 0;
+        h = (h ^ v) * 0x2C9277B5u;
+        h ^= h >> 15;
+        cm->hash[k] = h + (uint32_t)k * 0x632BE5ABu;
+    }
+    if (i > 0) match_update(cm, tok, i);
+}
+
+/* ---- per bit: predict, learn ----------------------------------------------------- */
+
+/* Fills st[], set and p for the bit at node (depth d). */
+static void predict(skv_cm *cm, uint32_t node, unsigned d)
+{
+    int64_t dot = 0;
+    int seen = 0;
+    for (int k = 0; k < SKV_CM_ORDERS; k++) {
+        uint32_t s = cm->slot[k][cm->idx[k] = ((cm->hash[k] + node) * 0x9E3779B1u) >> (32 - SKV_CM_SLOT_BITS)];
+        cm->st[k] = cm->stretch[s >> 20];
+        if (k > 0 && (s & 1023)) seen = k;
+    }
+    cm->mctx = -1;
+    cm->st[SKV_CM_ORDERS] = 0;
+    if (cm->mlen > 0 && ((uint32_t)cm->mtok >> (cm->B - d)) + (1u << d) == node) {
+        uint32_t bit = ((uint32_t)cm->mtok >> (cm->B - 1 - d)) & 1;
+        cm->mctx = (int)((cm->mlen < 15 ? cm->mlen : 15) * 2 + bit);
+        cm->st[SKV_CM_ORDERS] = cm->stretch[cm->msm[cm->mctx] >> 20];
+    }
+    cm->st[SKV_CM_ORDERS + 1] = 256;
+    cm->set = ((int)d * SKV_CM_ORDERS + seen) * 2 + (cm->mctx >= 0);
+    for (int j = 0; j < CM_INPUTS; j++) dot += (int64_t)cm->w[cm->set][j] * cm->st[j];
+    cm->p = squash16((int32_t)clamp32(asr(dot, 16), -2047, 2047));
+}
+
+/* A slot moves toward the bit by 1/(count + 1.5) of the distance; the count saturates. */
+static inline void slot_update(const skv_cm *cm, uint32_t *s, uint32_t bit)
+{
+    uint32_t n = *s & 1023;
+    int64_t p = *s >> 10, target = bit ? ((int64_t)1 << 22) - 1 : 0;
+    p += asr((target - p) * cm->rate[n], 16);
+    *s = ((uint32_t)p << 10) | (n < CM_LIMIT ? n + 1 : n);
+}
+
+static void learn(skv_cm *cm, uint32_t bit)
+{
+    int64_t err = ((int64_t)bit << 16) - cm->p; /* in (-2^16, 2^16) */
+    int32_t *w = cm->w[cm->set];
+    for (int j = 0; j < CM_INPUTS; j++) w[j] = clamp32(w[j] + asr(err * cm->st[j] * CM_MIX_LR, 18), -CM_W_MAX, CM_W_MAX);
+    for (int k = 0; k < SKV_CM_ORDERS; k++) slot_update(cm, &cm->slot[k][cm->idx[k]], bit);
+    if (cm->mctx >= 0) slot_update(cm, &cm->msm[cm->mctx], bit);
+}
+
+/* Codes (e) or decodes (d) one bit under cm->p. */
+static int code_bit(skv_cm *cm, skv_rangecoder_enc *e, skv_rangecoder_dec *d, uint32_t *bit)
+{
+    uint32_t p0 = 65536 - cm->p, target = 0;
+    int rc;
+    if (e) return *bit ? skv_rangecoder_enc_put_pow2(e, p0, cm->p, 16) : skv_rangecoder_enc_put_pow2(e, 0, p0, 16);
+    if ((rc = skv_rangecoder_dec_get_freq_pow2(d, 16, &target))) return rc;
+    *bit = target >= p0;
+    return *bit ? skv_rangecoder_dec_update(d, p0, cm->p) : skv_rangecoder_dec_update(d, 0, p0);
+}
+
+/* The B bits of *val, most significant first (encoder: e; decoder: d fills *val). */
+static int code_id(skv_cm *cm, skv_rangecoder_enc *e, skv_rangecoder_dec *d, uint32_t *val)
+{
+    uint32_t node = 1, prefix = 0;
+    int rc;
+    for (unsigned depth = 0; depth < cm->B; depth++) {
+        unsigned below = cm->B - 1 - depth;
+        uint32_t bit = e ? (*val >> below) & 1 : 0;
+        if ((((uint64_t)prefix << 1 | 1) << below) < cm->V) { /* else the bit is 0: not coded */
+            predict(cm, node, depth);
+            if ((rc = code_bit(cm, e, d, &bit))) return rc;
+            learn(cm, bit);
+        }
+        node = node << 1 | bit;
+        prefix = prefix << 1 | bit;
+    }
+    *val = prefix;
+    return SKV_OK;
+}
+
+int skv_cm_encode(skv_cm *cm, skv_rangecoder_enc *e, const int32_t *tok, size_t i)
+{
+    if (!cm || !e || !tok || i != cm->n_coded || i >= UINT32_MAX || tok[i] < 0 || (uint32_t)tok[i] >= cm->V) return SKV_ERR_INVALID_ARG;
+    uint32_t v = (uint32_t)tok[i];
+    begin_token(cm, tok, i);
+    int rc = code_id(cm, e, NULL, &v);
+    if (rc == SKV_OK) cm->n_coded++;
+    return rc;
+}
+
+int skv_cm_decode(skv_cm *cm, skv_rangecoder_dec *d, int32_t *tok, size_t i)
+{
+    if (!cm || !d || !tok || i != cm->n_coded || i >= UINT32_MAX) return SKV_ERR_INVALID_ARG;
+    uint32_t v = 0;
+    begin_token(cm, tok, i);
+    int rc = code_id(cm, NULL, d, &v);
+    if (rc != SKV_OK) return rc;
+    tok[i] = (int32_t)v;
+    cm->n_coded++;
+    return SKV_OK;
+}
+
+int skv_cm_encode_tokens(const int32_t *tok, size_t n, uint32_t n_vocab, uint8_t *dst, size_t cap, size_t *size)
+{
+    skv_rangecoder_enc e;
+    skv_cm *cm;
+    int rc;
+    if (!size || (!tok && n)) return SKV_ERR_INVALID_ARG;
+    if ((rc = skv_cm_create(n_vocab, &cm))) return rc;
+    skv_rangecoder_enc_init(&e, dst, cap);
+    for (size_t i = 0; i < n && rc == SKV_OK; i++) rc = skv_cm_encode(cm, &e, tok, i);
+    if (rc == SKV_OK) rc = skv_rangecoder_enc_finish(&e, size);
+    skv_cm_free(cm);
+    return rc;
+}
+
+int skv_cm_decode_tokens(const uint8_t *src, size_t size, size_t n, uint32_t n_vocab, int32_t *tok)
+{
+    skv_rangecoder_dec d;
+    skv_cm *cm;
+    int rc;
+    if ((!src && size) || (!tok && n)) return SKV_ERR_INVALID_ARG;
+    if ((rc = skv_cm_create(n_vocab, &cm))) return rc;
+    rc = skv_rangecoder_dec_init(&d, src, size);
+    for (size_t i = 0; i < n && rc == SKV_OK; i++) rc = skv_cm_decode(cm, &d, tok, i);
+    if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = SKV_ERR_FORMAT;
+    skv_cm_free(cm);
+    return rc == SKV_ERR_INVALID_ARG ? SKV_ERR_FORMAT : rc;
+}

@@ -1,0 +1,66 @@
+/* cm.h - a cheap adaptive context-mixing model over token ids, coded with the range coder.
+ *
+ * The model of codec "cm" (docs/format.md section 2.4, docs/coder.md section 4): it
+ * predicts the next token id from the ids before it, with no weights and no knowledge of
+ * the vocabulary beyond its size, so a restore decodes the ids in microseconds per token
+ * and leaves the real model ONE batched prefill to regenerate the KV.
+ *
+ * ============================ READ ME FIRST ============================
+ *  1. An id is coded as B = ceil(log2 V) binary decisions, most significant bit first,
+ *     down a binary tree (node 1 = root, child = 2 node + bit). A bit whose 1-branch
+ *     holds only ids >= V is certain (0) and is not coded: a decoder can only ever
+ *     produce ids < V, whatever the bytes.
+ *  2. Each coded bit is predicted by hashed context slots of orders 0..4 (the last k ids
+ *     and the tree node) and by a match model (the id that followed the last occurrence
+ *     of the last 3 ids), mixed in the logistic domain by a small adaptive mixer, then
+ *     refined by an APM. Everything is integer arithmetic (no float anywhere): the coded
+ *     bytes are identical on every machine and compiler.
+ *  3. Encoder and decoder must see the same calls: reset, then the tokens of one stream
+ *     in order (i = 0, 1, 2, ...). The history is the caller's token array itself
+ *     (tok[0..i) must be the ids coded before), so nothing grows with the stream.
+ *  4. Memory is fixed by the format constants below (about 5.3 MiB), not by the input.
+ *  5. One thread at a time per model; models are independent.
+ * =======================================================================
+ */
+#ifndef SKV_CM_H
+#define SKV_CM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coder/rangecoder.h"
+#include "seqkv.h"
+
+/* Format constants: changing one changes the coded bytes. */
+#define SKV_CM_ORDERS 5       /* context orders 0..4 */
+#define SKV_CM_SLOT_BITS 18   /* log2 of the slots per order */
+#define SKV_CM_MATCH_BITS 16  /* log2 of the match model's position table */
+#define SKV_CM_MATCH_MIN 3    /* ids a match hashes (its minimum length) */
+#define SKV_CM_PROB_BITS 16   /* each bit is coded as put_pow2(..., 16) */
+#define SKV_CM_MAX_VOCAB ((uint32_t)1 << 24)
+
+typedef struct skv_cm skv_cm;
+
+/* A model for ids < n_vocab (1..2^24). SKV_ERR_INVALID_ARG, SKV_ERR_NOMEM. The model
+ * starts reset. */
+int skv_cm_create(uint32_t n_vocab, skv_cm **out);
+void skv_cm_free(skv_cm *cm);
+/* Back to the initial state (a new stream). */
+void skv_cm_reset(skv_cm *cm);
+
+/* Codes tok[i] given tok[0..i), i = the number of ids coded since the reset (else
+ * SKV_ERR_INVALID_ARG); tok[i] < n_vocab. Range coder errors are passed on. */
+int skv_cm_encode(skv_cm *cm, skv_rangecoder_enc *e, const int32_t *tok, size_t i);
+/* Decodes tok[i] (always < n_vocab) given tok[0..i). SKV_ERR_FORMAT on a corrupt stream
+ * (the range coder's check), SKV_ERR_INVALID_ARG as for encode. */
+int skv_cm_decode(skv_cm *cm, skv_rangecoder_dec *d, int32_t *tok, size_t i);
+
+/* Bytes that always hold the stream of n ids < n_vocab; SIZE_MAX on overflow. */
+size_t skv_cm_bound(uint64_t n, uint32_t n_vocab);
+
+/* Whole streams: the n ids of tok (each < n_vocab) into dst[0..cap), *size bytes; and
+ * back (n ids from exactly size bytes, dec_finish included). A fresh model each call. */
+int skv_cm_encode_tokens(const int32_t *tok, size_t n, uint32_t n_vocab, uint8_t *dst, size_t cap, size_t *size);
+int skv_cm_decode_tokens(const uint8_t *src, size_t size, size_t n, uint32_t n_vocab, int32_t *tok);
+
+#endif

@@ -1,0 +1,31 @@
+/* Codec cm (docs/format.md section 2.4): a segment's ids range-coded under the cheap
+ * context-mixing model of src/coder/cm.c. Restored like codec tokens (decode the ids,
+ * one batched prefill, digest verified); only the payload differs. */
+#include <stdlib.h>
+#include "core/fpguard.h"
+
+#include "coder/cm.h"
+#include "core/util.h"
+#include "container/session_int.h"
+
+int skv_session_cm_payload(const int32_t *tok, size_t n, uint32_t V, uint8_t **buf, size_t *cap, size_t *len)
+{
+    size_t need = skv_cm_bound(n, V);
+    if (need == SIZE_MAX) return SKV_ERR_NOMEM;
+    if (need > *cap) {
+        uint8_t *nb = realloc(*buf, need);
+        if (!nb) return SKV_ERR_NOMEM;
+        *buf = nb;
+        *cap = need;
+    }
+    int rc = skv_cm_encode_tokens(tok, n, V, *buf, *cap, len);
+    return rc == SKV_ERR_RANGE ? SKV_ERR_INTERNAL : rc;
+}
+
+int skv_session_decode_cm(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap)
+{
+    int rc = skv_cm_decode_tokens(g->payload, (size_t)g->payload_bytes, g->n_tokens, V, tok);
+    if (rc == SKV_ERR_NOMEM) return skv_errf(err, cap, rc, "out of memory for the context-mixing model");
+    if (rc) return skv_session_bad(err, cap, "corrupt context-mixing (cm) token stream");
+    return SKV_OK;
+}
