@@ -264,7 +264,7 @@ int cmd_generate(int argc, char **argv)
 static const cli_opt ppl_opts[] = {
     CLI_OPT_MODEL(F(model)),
     CLI_OPT_FILE(F(file), "FILE", "the text ('-' = stdin)"),
-    CLI_OPT_CTX(F(ctx), 2, "window length in tokens (default: the model's context)"),
+    CLI_OPT_CTX(F(ctx), 1, "window length in tokens, at least 3 (default: the model's context)"),
     CLI_OPT_THREADS(F(threads)),
     {"kv-quant", 0, CLI_STR, "SPEC", 0, 0, F(kv_quant),
      "also run with the KV cache quantized as SPEC (e.g.\n"
@@ -386,8 +386,16 @@ int cmd_perplexity(int argc, char **argv)
     int rc = cli_parse(&ppl_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE) return rc;
     if (!o.file) return cli_usage(&ppl_cmd, "needs a text file (-f FILE)");
+    if (o.ctx && o.ctx < 3)
+        return cli_usage(&ppl_cmd, "-c %ld leaves protocol (a) no token to score (it scores the second half of each "
+                                   "window after BOS): give -c 3 or more", o.ctx);
     size_t len = 0, n = 0;
     char *text = cli_read_file(o.file, &len);
+    if (text && !len) {
+        cli_error("'%s' is empty: there is nothing to score (give a non-empty text)", o.file);
+        free(text);
+        return CLI_FAIL;
+    }
     skv_model *m = text ? cli_load_model(o.model) : NULL;
     int32_t *tok = m ? cli_tokenize(m, text, len, 0, &n) : NULL; /* text tokens; BOS added per window */
     ppl_run r = {.ctx = 0};

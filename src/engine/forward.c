@@ -19,6 +19,7 @@
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "core/threadpool.h"
+#include "core/log.h"
 
 #define ROW_BLOCK 16 /* weight rows per matmul task (dequantised together) */
 
@@ -192,6 +193,10 @@ int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
         skv_ctx_free(c);
         return rc;
     }
+    if (c->n_ctx > m->info.n_ctx_train)
+        skv_log(SKV_LOG_WARN, "context of %d positions is beyond the model's trained length %d: positions past %d "
+                "are extrapolation, their outputs may degrade (use -c/n_ctx <= %d for the model's quality)",
+                c->n_ctx, m->info.n_ctx_train, m->info.n_ctx_train, m->info.n_ctx_train);
     *out = c;
     return SKV_OK;
 }

@@ -10,6 +10,7 @@
 
 #include "core/detmath.h"
 #include "core/f16.h"
+#include "core/log.h"
 #include "engine/ops.h"
 
 #define MAX_DIM (1 << 20)
@@ -193,8 +194,12 @@ static int gguf_rope(skv_model *m, char *err, size_t cap)
         return rc;
     m->rope_scale = 1.0;
     if (skv_gguf_get_str(m->gguf, arch_key(m, "rope.scaling.type", key, sizeof key), &s) != SKV_OK ||
-        (s.len == 4 && !memcmp(s.ptr, "none", 4)))
+        (s.len == 4 && !memcmp(s.ptr, "none", 4))) {
+        if (arch_f(m, "rope.scaling.factor", &factor, 1.0f, NULL, 0) == SKV_OK && factor != 1.0f)
+            skv_log(SKV_LOG_WARN, "GGUF: %s.rope.scaling.factor %g ignored (no rope.scaling.type, or 'none')",
+                    h->arch, (double)factor);
         return SKV_OK;
+    }
     if (!(s.len == 6 && !memcmp(s.ptr, "linear", 6)))
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "rope scaling '%.*s' is not supported (none, linear are)",
                         (int)(s.len > 20 ? 20 : s.len), s.ptr);
@@ -800,4 +805,10 @@ int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, si
     if (token < 0 || token >= m->info.n_vocab) return SKV_ERR_RANGE;
     int rc = skv_tokenizer_piece(m->tok, token, buf, cap, len);
     return rc < 0 ? rc : SKV_OK;
+}
+
+int skv_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap, size_t *len)
+{
+    if (!m) return SKV_ERR_INVALID_ARG;
+    return skv_tokenizer_detokenize(m->tok, tokens, n, flags & SKV_DETOK_AFTER_BOS, text, cap, len);
 }
