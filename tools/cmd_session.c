@@ -470,11 +470,10 @@ static void restore_report(const restore_opts *o, const skv_session *s, const sk
                      "(relative MSE K %.3g, V %.3g in segment 0)%s\n",
                 ki.scheme[0], ki.scheme[1], ki.rel_mse[0], ki.rel_mse[1], o->kv ? "" : "; not written (use --kv OUT)");
     }
-    /* a pass per token without drafts or --batch: nothing worth a line */
-    if (si.codec != SKV_CODEC_MODEL || !rs->n_passes || (o->draft != SKV_DRAFT_NGRAM && o->batch < 2)) return;
+    if (si.codec != SKV_CODEC_MODEL || !rs->n_passes) return;
     fprintf(rep, "%llu forward passes (%.2f tokens/pass)", (unsigned long long)rs->n_passes,
             (double)rs->n_tokens / (double)rs->n_passes);
-    if (o->draft == SKV_DRAFT_NGRAM)
+    if (o->draft == SKV_DRAFT_NGRAM) /* drafting off: no drafts to count */
         fprintf(rep, "; drafts: %llu proposed, %llu accepted (%.0f%%)", (unsigned long long)rs->n_drafted,
                 (unsigned long long)rs->n_accepted,
                 rs->n_drafted ? 100.0 * (double)rs->n_accepted / (double)rs->n_drafted : 0.0);

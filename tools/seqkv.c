@@ -87,7 +87,7 @@ char *cli_read_file(const char *path, size_t *len)
         n += got;
         if (n + 1 < cap) {
             if (ferror(f)) {
-                cli_error("error reading '%s'", path);
+                cli_error("error reading '%s': %s", path, strerror(errno));
                 free(buf);
                 buf = NULL;
             }
