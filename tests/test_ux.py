@@ -72,7 +72,8 @@ def case_store_wrong_model_says_what_to_do(tmp):
     from clitest import perturbed_copy
     perturbed_copy(MODEL, other)
     rc, out, err = run("store", "ls", st, "-m", other)
-    check(rc == 1 and "-m MODEL" in err, "wrong model: exit %d: %s" % (rc, err))
+    fp = fingerprint(MODEL)
+    check(rc == 1 and "-m MODEL" in err and fp in err and MODEL in err, "wrong model: exit %d: %s" % (rc, err))
     rc, out, err = run("store", "ls", os.path.join(tmp, "nowhere"))
     check(rc == 1 and "store init" in err, "no store: exit %d: %s" % (rc, err))
 

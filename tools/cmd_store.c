@@ -356,6 +356,20 @@ static const char *store_model_path(size_t k, const store_opts *o)
     return NULL;
 }
 
+/* The open's message for a store of another model, and the model to pass instead. */
+static void mismatch_hint(const char *dir, const char *err)
+{
+    skv_store_model sm;
+    char fp[33];
+    if (skv_store_model_info(dir, &sm, NULL, 0) != SKV_OK) {
+        cli_error("%s: pass the store's model with -m MODEL", err);
+        return;
+    }
+    hex16(fp, sm.fingerprint);
+    cli_error("%s: pass the store's model ('%s', fingerprint %s%s%s) with -m MODEL", err, sm.name, fp,
+              sm.path[0] ? ", recorded at " : "", sm.path);
+}
+
 static int open_and_run(size_t k, const store_opts *o)
 {
     skv_store_params p = skv_store_default_params();
@@ -368,7 +382,7 @@ static int open_and_run(size_t k, const store_opts *o)
     p.n_threads = (int)o->threads;
     p.model_path = path;
     int orc = m ? skv_store_open(o->dir, m, subs[k].flags, &p, &st, err, sizeof err) : SKV_OK;
-    if (orc == SKV_ERR_MISMATCH) cli_error("%s: pass the store's model with -m MODEL", err);
+    if (orc == SKV_ERR_MISMATCH) mismatch_hint(o->dir, err);
     else if (orc) cli_error("%s", err);
     else if (m) rc = subs[k].run(o, m, st);
     skv_store_close(st);
