@@ -630,7 +630,7 @@ int skv_ctx_kv_write(skv_ctx *c, int pos0, int n, const float *kv)
         return SKV_ERR_UNSUPPORTED;
     }
     size_t hd = (size_t)c->m->info.head_dim, row = (size_t)n * hd;
-    for (int l = 0; l < c->m->info.n_layer; l++)
+    for (int l = 0; l < c->m->info.n_layer && n > 0; l++) /* n = 0: kv may be NULL (memcpy must not see it) */
         for (int kind = 0; kind < 2; kind++)
             for (int hh = 0; hh < c->m->info.n_head_kv; hh++, kv += row)
                 memcpy(kv_ptr(kind ? c->v_cache : c->k_cache, c, l, hh) + (size_t)pos0 * hd, kv, row * sizeof(float));
