@@ -152,11 +152,13 @@ install: lib $(BUILD)/seqkv
 	install -d $(DESTDIR)$(PREFIX)/share/seqkv
 	install -m 644 models/$(DEFAULT_MODEL) $(DESTDIR)$(PREFIX)/share/seqkv/$(DEFAULT_MODEL)
 	printf '$(PC_TEXT)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 && install -m 644 docs/seqkv.1 $(DESTDIR)$(PREFIX)/share/man/man1/seqkv.1
 
 uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/seqkv
 	rm -f $(DESTDIR)$(PREFIX)/bin/seqkv $(DESTDIR)$(PREFIX)/lib/libseqkv.* \
 	    $(DESTDIR)$(PREFIX)/include/seqkv.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
+	rm -f $(DESTDIR)$(PREFIX)/share/man/man1/seqkv.1
 
 clean:
 	rm -rf build build-san build-fuzz

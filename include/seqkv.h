@@ -80,6 +80,24 @@ SKV_API const char *skv_status_name(int status);
 SKV_API const char *skv_status_str(int status);
 SKV_API const char *skv_version(void);
 
+/* ---- Logging ------------------------------------------------------------
+ * The library never prints. What a caller may want to know that is not an error goes to
+ * a log callback, if one is set (none by default: nothing is said):
+ *   SKV_LOG_WARN  a result may not be what you expect: a context beyond the model's
+ *                 trained length (skv_ctx_create), a GGUF key that is ignored
+ *   SKV_LOG_INFO  a fallback taken: e.g. a store without a model-path record, whose model
+ *                 is then known by name and fingerprint only (skv_store_model_info)
+ * msg is one line (no newline, at most 1023 bytes), valid during the call only.
+ * Process-wide. Thread safety: skv_set_log may be called at any time from any thread (the
+ * pair fn, user is swapped atomically); each message goes to the pair set when it was
+ * logged, so after skv_set_log returns no message that starts later reaches the old
+ * callback (one already being delivered on another thread may still finish). fn runs on
+ * the thread that called the library, possibly on several threads at once: it must be
+ * thread-safe; it may call skv_set_log. fn NULL switches the log off. */
+enum { SKV_LOG_WARN = 1, SKV_LOG_INFO = 2 };
+typedef void (*skv_log_fn)(void *user, int level, const char *msg);
+SKV_API void skv_set_log(skv_log_fn fn, void *user);
+
 /* ---- Models ------------------------------------------------------------- */
 
 /* An immutable loaded model (weights memory-mapped, tokenizer). Thread-safe to share
@@ -141,6 +159,20 @@ SKV_API int skv_tokenize(const skv_model *m, const char *text, size_t len, int a
                          int32_t *out, size_t cap, size_t *n_out);
 /* The bytes of one token (control tokens render as nothing). *len receives the length. */
 SKV_API int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len);
+/* The text of n token ids, as the seqkv CLI writes it: the tokens' pieces (skv_token_piece)
+ * concatenated, every BOS dropped, and for SentencePiece vocabularies the one space the
+ * tokenizer puts before the text (its dummy prefix) dropped from the first piece after a
+ * BOS. So skv_tokenize(text, add_special = 1) -> skv_detokenize gives the text back, byte
+ * for byte, whenever the text can round-trip at all: invalid UTF-8 and a literal U+2581
+ * (SentencePiece's space mark) come back changed. flags: SKV_DETOK_AFTER_BOS when the ids
+ * continue a sequence whose last earlier token was BOS (a long sequence decoded in parts).
+ * Writes the text and a terminating NUL when they fit in cap bytes (text may be NULL when
+ * cap is 0, to ask the size); *len receives the text's length (without the NUL), also on
+ * SKV_ERR_RANGE. Errors: SKV_ERR_RANGE (cap < *len + 1), SKV_ERR_INVALID_ARG (NULL
+ * arguments, an id outside the vocabulary), SKV_ERR_NOMEM. */
+enum { SKV_DETOK_AFTER_BOS = 1 };
+SKV_API int skv_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap,
+                           size_t *len);
 
 /* ---- Contexts: one KV cache + scratch, used by one thread at a time ---------- */
 

@@ -3,7 +3,10 @@
 #   scripts/install-deps.sh          build + test dependencies (gcc and clang: CI tests both)
 #   scripts/install-deps.sh --train  also the training toolchain (tools/train/)
 #   scripts/install-deps.sh --corpus also the evaluation texts (KJV Bible, fortunes)
-# Idempotent: packages already present are skipped; run as root (or via sudo).
+#   scripts/install-deps.sh --bench  also what `seqkv bench` uses (gnuplot for plots, the texts)
+#   scripts/install-deps.sh --help   this text
+# Options combine (--train --bench). Idempotent: packages already present are skipped;
+# run as root (or via sudo).
 set -eu
 pkgs="build-essential clang pkg-config python3 python3-numpy bible-kjv python3-regex liblmdb-dev libzstd-dev libxxhash-dev"
 for arg in "$@"; do
@@ -11,7 +14,7 @@ for arg in "$@"; do
         --train)  pkgs="$pkgs python3-torch python3-sentencepiece sentencepiece libopenblas0-pthread bible-kjv" ;;
         --corpus) pkgs="$pkgs bible-kjv fortunes" ;;
         --bench)  pkgs="$pkgs gnuplot-nox bible-kjv fortunes" ;;
-        -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,9p' "$0" | cut -c3-; exit 0 ;;
         *) echo "install-deps.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done

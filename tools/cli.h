@@ -54,10 +54,22 @@ const char *cli_default_model(void);
 skv_model *cli_load_model(const char *path);
 /* Tokenizes text (add_special as the model says); malloc'ed ids. */
 int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_special, size_t *n);
-/* Writes tokens as text to f. BOS tokens are dropped, and with SentencePiece the one space
- * the tokenizer put after BOS too, so tokenize -> write gives the text back. *after_bos
- * carries that state across calls (start with 1 if a BOS came before, else 0). */
-void cli_write_tokens(FILE *f, const skv_model *m, const int32_t *tok, size_t n, int *after_bos);
+/* The text of n tokens (skv_detokenize: BOS dropped, the SentencePiece space after BOS
+ * too, so tokenize -> detokenize gives the text back); malloc'ed, NUL-terminated, *len its
+ * length; NULL after a message. after_bos: the tokens continue right after a BOS. */
+char *cli_detokenize(const skv_model *m, const int32_t *tok, size_t n, int after_bos, size_t *len);
+/* Writes tokens as text to f (cli_detokenize). *after_bos carries the state across calls
+ * (start with 1 if a BOS came before, else 0). 0, or -1 after a message. */
+int cli_write_tokens(FILE *f, const skv_model *m, const int32_t *tok, size_t n, int *after_bos);
+/* 0 when text comes back unchanged from its tokens (tok, tokenized with BOS); otherwise
+ * -1 after a message naming the first byte that changes and why (invalid UTF-8, a literal
+ * U+2581, a character the vocabulary lacks), and what to do. what: the input's name. */
+int cli_check_roundtrip(const skv_model *m, const char *what, const char *text, size_t len, const int32_t *tok,
+                        size_t n);
+
+/* The tokens (with BOS) of a text read from `what`: refused with a message when the text
+ * is empty, or, unless lossy, when it does not round-trip (cli_check_roundtrip). */
+int32_t *cli_text_tokens(const skv_model *m, const char *what, const char *text, size_t len, int lossy, size_t *n);
 
 /* Progress line on stderr, shown only when stderr is a terminal. */
 typedef struct {

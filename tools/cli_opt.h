@@ -82,6 +82,11 @@ typedef struct {
 #define CLI_OPT_VERIFY(off, help_verify, help_no_verify) {"verify", 0, CLI_FLAG, NULL, 0, 0, off, help_verify}, \
     {"no-verify", 0, CLI_UNSET, NULL, 0, 0, off, help_no_verify}
 
+/* --lossy-text (compress, store put): store a text that does not survive tokenization. */
+#define CLI_OPT_LOSSY_TEXT(off) {"lossy-text", 0, CLI_FLAG, NULL, 0, 0, off, \
+    "store a text even if its tokens do not give it back unchanged\n" \
+    "(invalid UTF-8, a literal U+2581): refused otherwise"}
+
 /* cli_parse's result when the command should go on; otherwise it returns the exit code. */
 enum { CLI_CONTINUE = -1 };
 

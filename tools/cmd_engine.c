@@ -1,4 +1,5 @@
 /* seqkv generate | perplexity | info | kv-dump | tokenize */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -178,7 +179,7 @@ static int sink_finish(gen_sink *g, cli_out *out)
     const char *dest = out->dest;
     int ok = fwrite(data, 1, size, out->f) == size;
     free(data);
-    if (!ok) cli_error("cannot write '%s'", dest);
+    if (!ok) cli_error("cannot write '%s': %s (check the disk has room)", dest, strerror(errno));
     if (!ok || cli_out_commit(out)) return CLI_FAIL;
     fprintf(stderr, "stored the session (%llu tokens) in %s: %zu bytes, %.2f bits/position\n",
             (unsigned long long)st.n_tokens, dest, size, 8.0 * (double)size / (double)(st.n_tokens ? st.n_tokens : 1));
@@ -264,7 +265,7 @@ int cmd_generate(int argc, char **argv)
 static const cli_opt ppl_opts[] = {
     CLI_OPT_MODEL(F(model)),
     CLI_OPT_FILE(F(file), "FILE", "the text ('-' = stdin)"),
-    CLI_OPT_CTX(F(ctx), 2, "window length in tokens (default: the model's context)"),
+    CLI_OPT_CTX(F(ctx), 1, "window length in tokens, at least 3 (default: the model's context)"),
     CLI_OPT_THREADS(F(threads)),
     {"kv-quant", 0, CLI_STR, "SPEC", 0, 0, F(kv_quant),
      "also run with the KV cache quantized as SPEC (e.g.\n"
@@ -380,15 +381,31 @@ static int ppl_setup(ppl_run *r, const skv_model *m, const opts *o)
     return (r->c = make_ctx(m, (long)r->ctx, o->threads)) ? 0 : -1;
 }
 
+/* The text to score; NULL after a message (an empty text has nothing to score). */
+static char *ppl_text(const char *path, size_t *len)
+{
+    char *text = cli_read_file(path, len);
+    if (text && !*len) {
+        cli_error("'%s' is empty: there is nothing to score (give a non-empty text)", path);
+        free(text);
+        text = NULL;
+    }
+    return text;
+}
+
 int cmd_perplexity(int argc, char **argv)
 {
     opts o = {.threads = 1};
     int rc = cli_parse(&ppl_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE) return rc;
     if (!o.file) return cli_usage(&ppl_cmd, "needs a text file (-f FILE)");
+    if (o.ctx && o.ctx < 3)
+        return cli_usage(&ppl_cmd, "-c %ld leaves protocol (a) no token to score (it scores the second half of each "
+                                   "window after BOS): give -c 3 or more", o.ctx);
     size_t len = 0, n = 0;
-    char *text = cli_read_file(o.file, &len);
-    skv_model *m = text ? cli_load_model(o.model) : NULL;
+    char *text = ppl_text(o.file, &len);
+    if (!text) return CLI_FAIL;
+    skv_model *m = cli_load_model(o.model);
     int32_t *tok = m ? cli_tokenize(m, text, len, 0, &n) : NULL; /* text tokens; BOS added per window */
     ppl_run r = {.ctx = 0};
     rc = CLI_FAIL;
@@ -521,7 +538,7 @@ static int write_f32(cli_out *out, const float *v, size_t n)
         b[0] = (unsigned char)u, b[1] = (unsigned char)(u >> 8), b[2] = (unsigned char)(u >> 16), b[3] = (unsigned char)(u >> 24);
         ok = fwrite(b, 1, 4, out->f) == 4;
     }
-    if (!ok) cli_error("cannot write '%s'", out->dest);
+    if (!ok) cli_error("cannot write '%s': %s (check the disk has room)", out->dest, strerror(errno));
     return ok ? 0 : -1;
 }
 

@@ -56,7 +56,7 @@ static int32_t *parse_ids(const char *text, size_t *n)
 typedef struct {
     const char *model, *file, *ids, *kv_in, *out, *codec, *kv_quant;
     long threads, ctx;
-    int segment;
+    int segment, lossy_text;
 } compress_opts;
 
 #define F(x) offsetof(compress_opts, x)
@@ -64,6 +64,7 @@ typedef struct {
 static const cli_opt compress_opts_table[] = {
     CLI_OPT_MODEL(F(model)),
     CLI_OPT_FILE(F(file), "TEXT", "text file, tokenized with BOS first ('-' = stdin)"),
+    CLI_OPT_LOSSY_TEXT(F(lossy_text)),
     {"ids", 0, CLI_PATH, "IDS", 0, 0, F(ids), "whitespace-separated token ids instead of text ('-' = stdin)"},
     {"kv-in", 0, CLI_PATH, "DUMP", 0, 0, F(kv_in), "the tokens of a KV dump written by 'seqkv kv-dump' ('-' = stdin)"},
     CLI_OPT_OUTPUT(F(out), "OUT.skv", "the session file ('-' = stdout; the report then goes to stderr)"),
@@ -91,7 +92,7 @@ static const cli_opt compress_opts_table[] = {
 
 static const cli_cmd compress_cmd = {
     "compress", "[-m MODEL] (-f TEXT | --ids IDS | --kv-in DUMP) -o OUT.skv\n"
-                "[--codec CODEC] [--kv-quant SPEC] [--segment] [-c N] [-t N]\n",
+                "[--codec CODEC] [--kv-quant SPEC] [--segment] [--lossy-text] [-c N] [-t N]\n",
     "Stores a session (the KV cache of a text) as a .skv file (docs/format.md).\n", compress_opts_table, 0,
     "Prints the size in bits per token position next to the model's cross-entropy and the\n"
     "size of the same KV cache as f16 and as TurboQuant-3.5.\n"};
@@ -143,11 +144,12 @@ static int32_t *compress_input(const compress_opts *o, skv_model *m, size_t *n)
         tok = dump_tokens(o->kv_in, m, n);
     } else {
         char *text = cli_read_file(o->file ? o->file : o->ids, &len);
-        if (text) tok = o->file ? cli_tokenize(m, text, len, 1, n) : parse_ids(text, n);
+        if (text && o->file) tok = cli_text_tokens(m, o->file, text, len, o->lossy_text, n);
+        else if (text) tok = parse_ids(text, n);
         free(text);
     }
     if (tok && !*n) {
-        cli_error("the input holds no tokens");
+        cli_error("the input holds no tokens: nothing to store (give a non-empty input)");
         free(tok);
         tok = NULL;
     }
@@ -415,7 +417,7 @@ static int restore_waves(const skv_session *s, skv_model *m, const skv_ctx_param
         for (uint32_t k = 0; k < nw; k++) {
             uint32_t nt = 0;
             skv_session_segment_info(s, w + k, &nt, NULL, NULL);
-            if (tf) cli_write_tokens(tf, m, jobs[k].tokens, nt, after_bos);
+            if (tf && cli_write_tokens(tf, m, jobs[k].tokens, nt, after_bos)) rc = SKV_ERR_IO;
             rp->base += nt;
         }
     }
@@ -444,7 +446,7 @@ static int restore_each(const skv_session *s, skv_model *m, skv_ctx *c, const sk
             cli_error("%s", skv_ctx_last_error(c));
             break;
         }
-        if (tf) cli_write_tokens(tf, m, tok, nt, after_bos);
+        if (tf && cli_write_tokens(tf, m, tok, nt, after_bos)) rc = -1;
         if (kv->dest && (!(path = cli_out_path(kv)) ||
                          (rc = skv_kvdump_write(c, tok, nt, SKV_KVDUMP_F32, path, err, sizeof err)))) {
             if (path) cli_error("%s", err);
@@ -473,11 +475,14 @@ static void restore_report(const restore_opts *o, const skv_session *s, const sk
                      "(relative MSE K %.3g, V %.3g in segment 0)%s\n",
                 ki.scheme[0], ki.scheme[1], ki.rel_mse[0], ki.rel_mse[1], o->kv ? "" : "; not written (use --kv OUT)");
     }
-    if (si.codec == SKV_CODEC_MODEL && rs->n_passes)
-        fprintf(rep, "%llu forward passes (%.2f tokens/pass); drafts: %llu proposed, %llu accepted (%.0f%%)\n",
-                (unsigned long long)rs->n_passes, (double)rs->n_tokens / (double)rs->n_passes,
-                (unsigned long long)rs->n_drafted, (unsigned long long)rs->n_accepted,
+    if (si.codec != SKV_CODEC_MODEL || !rs->n_passes) return;
+    fprintf(rep, "%llu forward passes (%.2f tokens/pass)", (unsigned long long)rs->n_passes,
+            (double)rs->n_tokens / (double)rs->n_passes);
+    if (o->draft == SKV_DRAFT_NGRAM) /* drafting off: no drafts to count */
+        fprintf(rep, "; drafts: %llu proposed, %llu accepted (%.0f%%)", (unsigned long long)rs->n_drafted,
+                (unsigned long long)rs->n_accepted,
                 rs->n_drafted ? 100.0 * (double)rs->n_accepted / (double)rs->n_drafted : 0.0);
+    fputc('\n', rep);
 }
 
 /* The largest segment actually present (the context is sized by it, not the header's n_ctx). */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -11,11 +12,14 @@ typedef struct {
     const char *dir, *name, *model, *file, *out, *kv, *prompt;
     long long budget; /* -1: not given */
     long threads, generate;
-    int verify;
+    int verify, lossy_text;
 } store_opts;
 
 #define F(x) offsetof(store_opts, x)
-#define STORE_COMMON CLI_OPT_MODEL(F(model)), CLI_OPT_THREADS(F(threads))
+#define STORE_COMMON {"model", 'm', CLI_PATH, "MODEL", 0, 0, F(model), \
+                      "model file (GGUF, or llama2.c .bin); default: the one the store\n" \
+                      "recorded (init: $SEQKV_MODEL, else the bundled model)"}, \
+                     CLI_OPT_THREADS(F(threads))
 #define STORE_BUDGET {"budget", 0, CLI_BYTES, "BYTES", 0, 9e18, F(budget), \
                       "bytes of materialised KV the placement policy may keep (default 64M;\n" \
                       "suffixes K, M, G = powers of 1024)"}
@@ -27,6 +31,7 @@ static const cli_opt match_opts[] = {STORE_COMMON, CLI_OPT_FILE(F(file), "TEXT",
 static const cli_opt put_opts[] = {
     STORE_COMMON,
     CLI_OPT_FILE(F(file), "TEXT", "the text, tokenized with BOS ('-' = stdin)"),
+    CLI_OPT_LOSSY_TEXT(F(lossy_text)),
     {"name", 0, CLI_STR, "NAME", 0, 0, F(name), "the session's name (default: the file's base name)"},
     {"generate", 0, CLI_INT, "N", -1, 1 << 20, F(generate), "store the prompt followed by N greedily generated tokens\n"
                                                             "(-1: until the end-of-sequence token or a full context)"},
@@ -37,7 +42,8 @@ static const cli_opt get_opts[] = {
     STORE_COMMON,
     CLI_OPT_OUTPUT(F(out), "TEXT", "write the session's text ('-' = stdout; the report then goes to stderr)"),
     {"kv", 0, CLI_PATH, "OUT.kv", 0, 0, F(kv), "write the KV cache as a raw dump (docs/kvdump.md; '-' = stdout)"},
-    CLI_OPT_VERIFY(F(verify), "check the restored KV against the session's digest", NULL),
+    CLI_OPT_VERIFY(F(verify), NULL, "skip checking the restored KV against the session's digest\n"
+                                    "(checked by default, as restore does; --verify is accepted too)"),
     {0},
 };
 
@@ -46,10 +52,10 @@ static const cli_opt get_opts[] = {
 static const cli_cmd init_cmd = {"store init", "DIR [-m MODEL] [--budget BYTES]\n",
                                  "Creates the store (or opens an existing one of the same model).\n", init_opts, 1, NULL};
 static const cli_cmd put_cmd = {
-    "store put", "DIR (-f TEXT | --generate N -p TEXT) [--name NAME] [-m MODEL] [-t N]\n",
+    "store put", "DIR (-f TEXT | --generate N -p TEXT) [--name NAME] [--lossy-text] [-m MODEL] [-t N]\n",
     "Stores the session of a text under NAME. Prints what was shared with stored sessions\n"
     "and what the placement policy changed.\n", put_opts, 1, NULL};
-static const cli_cmd get_cmd = {"store get", "DIR NAME [-o TEXT] [--kv OUT.kv] [--verify] [-m MODEL] [-t N]\n",
+static const cli_cmd get_cmd = {"store get", "DIR NAME [-o TEXT] [--kv OUT.kv] [--no-verify] [-m MODEL] [-t N]\n",
                                 "Restores a session: loads its longest materialised prefix, recomputes the rest.\n"
                                 "Output files are replaced only when the restore succeeds.\n", get_opts, 2, NULL};
 static const cli_cmd match_cmd = {"store match", "DIR -f TEXT [-m MODEL]\n",
@@ -121,7 +127,7 @@ static int do_put(const store_opts *o, skv_model *m, skv_store *st)
     if (o->file) {
         char *text = cli_read_file(o->file, &len);
         if (!text) return CLI_FAIL;
-        tok = cli_tokenize(m, text, len, 1, &n);
+        tok = cli_text_tokens(m, o->file, text, len, o->lossy_text, &n);
         free(text);
     } else {
         tok = generate(m, o->prompt, o->generate, (int)o->threads, &n);
@@ -143,7 +149,7 @@ static int get_outputs(const skv_model *m, const skv_ctx *c, const int32_t *tok,
     char err[512];
     const char *path = NULL;
     int after_bos = 0;
-    if (text->dest) cli_write_tokens(text->f, m, tok, n, &after_bos);
+    if (text->dest && cli_write_tokens(text->f, m, tok, n, &after_bos)) return -1;
     if (kv->dest && !(path = cli_out_path(kv))) return -1;
     if (kv->dest && skv_kvdump_write(c, tok, n, SKV_KVDUMP_F32, path, err, sizeof err)) {
         cli_error("%s", err);
@@ -287,8 +293,9 @@ static int do_gc(const store_opts *o, skv_model *m, skv_store *st)
     skv_store_gc_report g;
     (void)o, (void)m;
     if (skv_store_gc(st, &g)) return fail(st);
-    printf("trie checked; demoted %u nodes to tokens, freed %llu bytes; materialised KV now %llu bytes\n", g.n_demoted,
-           (unsigned long long)g.bytes_freed, (unsigned long long)g.mat_bytes);
+    printf("trie and KV blobs checked; demoted %u nodes to tokens, freed %llu bytes; re-materialised %u nodes; "
+           "materialised KV now %llu bytes\n",
+           g.n_demoted, (unsigned long long)g.bytes_freed, g.n_materialised, (unsigned long long)g.mat_bytes);
     return CLI_OK;
 }
 
@@ -318,8 +325,49 @@ static void store_help(FILE *f)
     for (size_t i = 0; i < sizeof subs / sizeof *subs; i++)
         fprintf(f, "  %s %.*s\n      %s\n", subs[i].cmd->name + 6, (int)strcspn(subs[i].cmd->usage, "\n"),
                 subs[i].cmd->usage, subs[i].what);
-    fprintf(f, "\nEvery command takes -m MODEL (default: the bundled model) and refuses a store made\n"
-               "with another model.\n");
+    fprintf(f, "\nA store records the model it was made with (file path and fingerprint): the commands\n"
+               "load that file when -m is not given, and refuse a store made with another model.\n"
+               "'init' without -m uses $SEQKV_MODEL, else the bundled model.\n");
+}
+
+static void hex16(char out[33], const uint8_t fp[16])
+{
+    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", fp[i]);
+}
+
+/* The model file a store command loads: -m, else the one the store recorded, else (init,
+ * or a store that records no file) the default. NULL after a message that says what to do. */
+static const char *store_model_path(size_t k, const store_opts *o)
+{
+    static skv_store_model sm;
+    char err[600], fp[33];
+    if (o->model) return o->model;
+    if (subs[k].flags & SKV_STORE_CREATE) return cli_default_model();
+    int rc = skv_store_model_info(o->dir, &sm, err, sizeof err);
+    if (rc) {
+        cli_error("%s%s", err, rc == SKV_ERR_IO ? " (create one with 'seqkv store init DIR [-m MODEL]')" : "");
+        return NULL;
+    }
+    if (!sm.path[0]) return cli_default_model(); /* opening checks it is the right one */
+    if (access(sm.path, R_OK) == 0) return sm.path;
+    hex16(fp, sm.fingerprint);
+    cli_error("store '%s' was made with model '%s' (fingerprint %s) from '%s', which cannot be read (%s): "
+              "pass that model with -m MODEL", o->dir, sm.name, fp, sm.path, strerror(errno));
+    return NULL;
+}
+
+/* The open's message for a store of another model, and the model to pass instead. */
+static void mismatch_hint(const char *dir, const char *err)
+{
+    skv_store_model sm;
+    char fp[33];
+    if (skv_store_model_info(dir, &sm, NULL, 0) != SKV_OK) {
+        cli_error("%s: pass the store's model with -m MODEL", err);
+        return;
+    }
+    hex16(fp, sm.fingerprint);
+    cli_error("%s: pass the store's model ('%s', fingerprint %s%s%s) with -m MODEL", err, sm.name, fp,
+              sm.path[0] ? ", recorded at " : "", sm.path);
 }
 
 static int open_and_run(size_t k, const store_opts *o)
@@ -327,11 +375,15 @@ static int open_and_run(size_t k, const store_opts *o)
     skv_store_params p = skv_store_default_params();
     skv_store *st = NULL;
     char err[600];
-    skv_model *m = cli_load_model(o->model);
+    const char *path = store_model_path(k, o);
+    skv_model *m = path ? cli_load_model(path) : NULL;
     int rc = CLI_FAIL;
     p.budget = o->budget;
     p.n_threads = (int)o->threads;
-    if (m && skv_store_open(o->dir, m, subs[k].flags, &p, &st, err, sizeof err) != SKV_OK) cli_error("%s", err);
+    p.model_path = path;
+    int orc = m ? skv_store_open(o->dir, m, subs[k].flags, &p, &st, err, sizeof err) : SKV_OK;
+    if (orc == SKV_ERR_MISMATCH) mismatch_hint(o->dir, err);
+    else if (orc) cli_error("%s", err);
     else if (m) rc = subs[k].run(o, m, st);
     skv_store_close(st);
     skv_model_free(m);
@@ -340,7 +392,7 @@ static int open_and_run(size_t k, const store_opts *o)
 
 int cmd_store(int argc, char **argv)
 {
-    store_opts o = {.budget = -1, .threads = 1};
+    store_opts o = {.budget = -1, .threads = 1, .verify = 1};
     const char *pos[2] = {NULL, NULL};
     size_t k = 0, n_subs = sizeof subs / sizeof *subs;
     int n_pos = 0;

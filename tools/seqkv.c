@@ -29,6 +29,8 @@ static const struct {
     {"bench", cmd_bench, "measure every KV representation of texts: bits, ratios, quality, restore speed"},
 };
 
+static void cli_log(void *user, int level, const char *msg);
+
 static void usage(FILE *f)
 {
     fprintf(f, "seqkv %s - store transformer KV caches as sequences\n\n"
@@ -41,6 +43,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    skv_set_log(cli_log, NULL);
     if (argc < 2) {
         usage(stderr);
         return CLI_USAGE;
@@ -84,7 +87,7 @@ char *cli_read_file(const char *path, size_t *len)
         n += got;
         if (n + 1 < cap) {
             if (ferror(f)) {
-                cli_error("error reading '%s'", path);
+                cli_error("error reading '%s': %s", path, strerror(errno));
                 free(buf);
                 buf = NULL;
             }
@@ -197,21 +200,32 @@ void cli_progress_end(cli_progress *p)
     if (p->enabled) fputs("\r\033[K", stderr);
 }
 
-void cli_write_tokens(FILE *f, const skv_model *m, const int32_t *tok, size_t n, int *after_bos)
+char *cli_detokenize(const skv_model *m, const int32_t *tok, size_t n, int after_bos, size_t *len)
+{
+    int flags = after_bos ? SKV_DETOK_AFTER_BOS : 0;
+    int rc = skv_detokenize(m, tok, n, flags, NULL, 0, len);
+    char *text = rc == SKV_ERR_RANGE ? malloc(*len + 1) : NULL;
+    if (text && (rc = skv_detokenize(m, tok, n, flags, text, *len + 1, len)) == SKV_OK) return text;
+    cli_error("cannot turn %zu tokens into text: %s", n, text ? skv_status_str(rc) : "out of memory");
+    free(text);
+    return NULL;
+}
+
+int cli_write_tokens(FILE *f, const skv_model *m, const int32_t *tok, size_t n, int *after_bos)
 {
     skv_model_info info;
-    char buf[512];
+    size_t len = 0;
+    char *text = cli_detokenize(m, tok, n, *after_bos, &len);
+    int ok = text && fwrite(text, 1, len, f) == len;
+    free(text);
     skv_model_get_info(m, &info);
-    for (size_t i = 0; i < n; i++) {
-        size_t len = 0;
-        if (tok[i] == info.bos_id) {
-            *after_bos = 1;
-            continue;
-        }
-        if (skv_token_piece(m, tok[i], buf, sizeof buf, &len) != SKV_OK) continue;
-        /* the tokenizer added one leading space after BOS (SentencePiece dummy prefix) */
-        size_t skip = *after_bos && info.tokenizer_kind == SKV_TOKENIZER_KIND_SPM && len && buf[0] == ' ';
-        fwrite(buf + skip, 1, len - skip, f);
-        *after_bos = 0;
-    }
+    if (n) *after_bos = tok[n - 1] == info.bos_id;
+    return ok ? 0 : -1;
+}
+
+/* The library's log (skv_set_log): warnings and notes on stderr, as errors are. */
+static void cli_log(void *user, int level, const char *msg)
+{
+    (void)user;
+    fprintf(stderr, "seqkv: %s: %s\n", level == SKV_LOG_WARN ? "warning" : "note", msg);
 }

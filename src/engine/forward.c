@@ -20,6 +20,7 @@
 #include "engine/model.h"
 #include "engine/ops.h"
 #include "core/threadpool.h"
+#include "core/log.h"
 
 #define ROW_BLOCK 16 /* weight rows per matmul task (dequantised together) */
 
@@ -228,6 +229,10 @@ int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
         skv_ctx_free(c);
         return ctx_create_failed(m, p, rc);
     }
+    if (c->n_ctx > m->info.n_ctx_train)
+        skv_log(SKV_LOG_WARN, "context of %d positions is beyond the model's trained length %d: positions past %d "
+                "are extrapolation, their outputs may degrade (use -c/n_ctx <= %d for the model's quality)",
+                c->n_ctx, m->info.n_ctx_train, m->info.n_ctx_train, m->info.n_ctx_train);
     skv_errbox_clear(m->err);
     *out = c;
     return SKV_OK;
@@ -762,7 +767,7 @@ int skv_ctx_kv_write(skv_ctx *c, int pos0, int n, const float *kv)
         return SKV_ERR_UNSUPPORTED;
     }
     size_t hd = (size_t)c->m->info.head_dim, row = (size_t)n * hd;
-    for (int l = 0; l < c->m->info.n_layer; l++)
+    for (int l = 0; l < c->m->info.n_layer && n > 0; l++) /* n = 0: kv may be NULL (memcpy must not see it) */
         for (int kind = 0; kind < 2; kind++)
             for (int hh = 0; hh < c->m->info.n_head_kv; hh++, kv += row)
                 memcpy(kv_ptr(kind ? c->v_cache : c->k_cache, c, l, hh) + (size_t)pos0 * hd, kv, row * sizeof(float));

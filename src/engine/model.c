@@ -10,6 +10,7 @@
 
 #include "core/detmath.h"
 #include "core/f16.h"
+#include "core/log.h"
 #include "engine/ops.h"
 #include "engine/vocab_load.h"
 
@@ -198,7 +199,12 @@ static int gguf_rope_scaling(skv_model *m, char *err, size_t cap)
     int rc;
     m->rope_scale = 1.0;
     if (skv_gguf_get_str(m->gguf, arch_key(m, "rope.scaling.type", key, sizeof key), &s) == SKV_OK) {
-        if (s.len == 4 && !memcmp(s.ptr, "none", 4)) return SKV_OK;
+        if (s.len == 4 && !memcmp(s.ptr, "none", 4)) {
+            if (arch_f(m, "rope.scaling.factor", &factor, 0.0f, NULL, 0) == SKV_OK && factor != 0.0f && factor != 1.0f)
+                skv_log(SKV_LOG_WARN, "GGUF: %s.rope.scaling.factor %g ignored (rope.scaling.type is 'none')",
+                        m->info.arch, (double)factor);
+            return SKV_OK;
+        }
         if (!(s.len == 6 && !memcmp(s.ptr, "linear", 6)))
             return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "rope scaling '%.*s' is not supported (none, linear are)",
                             (int)(s.len > 20 ? 20 : s.len), s.ptr);
@@ -819,4 +825,10 @@ int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, si
 const char *skv_model_last_error(const skv_model *m)
 {
     return m && m->err ? skv_errbox_get(m->err) : "";
+}
+
+int skv_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap, size_t *len)
+{
+    if (!m) return SKV_ERR_INVALID_ARG;
+    return skv_tokenizer_detokenize(m->tok, tokens, n, flags & SKV_DETOK_AFTER_BOS, text, cap, len);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "core/log.h"
 #include "store/store_int.h"
 
 static MDB_val model_key(void) { return (MDB_val){5, (void *)"model"}; }
@@ -112,5 +113,8 @@ int skv_store_model_info(const char *dir, skv_store_model *out, char *err, size_
     if (rc) rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is not a seqkv store: %s", dir, mdb_strerror(rc));
     else rc = info_txn(env, dir, out, err, errcap);
     mdb_env_close(env);
+    if (rc == SKV_OK && !out->path[0])
+        skv_log(SKV_LOG_INFO, "store '%s' has no model-path record (made without skv_store_params.model_path): "
+                "its model is known by name and fingerprint only", dir);
     return rc;
 }

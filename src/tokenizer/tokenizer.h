@@ -101,6 +101,15 @@ int skv_tokenizer_encode_ex(const skv_tokenizer *t, const char *text, size_t len
  * SKV_ERR_RANGE if it exceeds cap (buf untouched), or SKV_ERR_INVALID_ARG. */
 int skv_tokenizer_piece(const skv_tokenizer *t, int32_t id, char *buf, size_t cap, size_t *len);
 
+/* Text of n token ids (tools/ and skv_detokenize): the pieces concatenated, every BOS
+ * dropped, and with SPM one leading space dropped from the first piece after a BOS (the
+ * encoder's dummy prefix); after_bos: the ids continue right after a BOS. Writes the text
+ * and a NUL when it fits in cap; *len = its length (without the NUL). SKV_OK,
+ * SKV_ERR_RANGE (*len + 1 > cap), SKV_ERR_INVALID_ARG (an id outside the vocabulary),
+ * SKV_ERR_NOMEM. */
+int skv_tokenizer_detokenize(const skv_tokenizer *t, const int32_t *tokens, size_t n, int after_bos, char *text,
+                             size_t cap, size_t *len);
+
 size_t skv_tokenizer_n_vocab(const skv_tokenizer *t);
 int32_t skv_tokenizer_bos(const skv_tokenizer *t); /* -1 if none */
 int32_t skv_tokenizer_eos(const skv_tokenizer *t);
