@@ -140,7 +140,7 @@ static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, 
 /* A new job from body b (n_key: the field that caps the generated tokens). */
 static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size_t errcap)
 {
-    srv_job *j = srv_job_new(), req;
+    srv_job *j = srv_job_new(), req = {0};
     if (!j) return snprintf(err, errcap, "out of memory"), NULL;
     if (parse_params(r->s, &req, r->body, n_key, err, errcap)) {
         for (int i = 0; i < req.n_stop; i++) free(req.stop[i]);
@@ -201,8 +201,8 @@ static char *content_of(const json_t *c)
     size_t i;
     json_t *part;
     if (json_is_string(c)) return strdup(json_string_value(c));
-    if (json_is_null(c) || !c) return strdup("");
-    if (!json_is_array(c)) return NULL;
+    if (json_is_null(c)) return strdup(""); /* an assistant turn without text */
+    if (!json_is_array(c)) return NULL;    /* absent or another type */
     json_t *acc = json_string("");
     json_array_foreach(c, i, part) {
         const char *t = json_string_value(json_object_get(part, "text"));

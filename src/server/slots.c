@@ -23,7 +23,7 @@ typedef struct slot {
     float *logits;       /* [n_vocab] */
     void *scratch;       /* sampling */
     srv_job *job;        /* running, for /slots (guarded by the pool's mu) */
-    int idle;            /* waiting for a job (guarded by the pool's mu) */
+    int avail;           /* waiting for a job, or about to (its reply is out): guarded by mu */
     uint64_t n_jobs;
     pthread_t th;
     int started;
@@ -103,7 +103,7 @@ static size_t common_prefix(const slot *sl, const srv_job *j)
     return i;
 }
 
-/* The idle slot that should run j: its id_slot, else the one holding the longest prefix of
+/* The available slot that should run j: its id_slot, else the one holding the longest prefix of
  * its prompt (llama-server's slot similarity), ties to the lowest id. Caller holds mu. */
 static int best_slot(const srv_pool *p, const srv_job *j)
 {
@@ -111,7 +111,7 @@ static int best_slot(const srv_pool *p, const srv_job *j)
     size_t best_len = 0;
     if (j->id_slot >= 0) return j->id_slot;
     for (int i = 0; i < p->n; i++) {
-        if (!p->slots[i].idle) continue;
+        if (!p->slots[i].avail) continue;
         size_t k = common_prefix(&p->slots[i], j);
         if (best < 0 || k > best_len) best = i, best_len = k;
     }
@@ -125,7 +125,7 @@ static srv_job *next_job(slot *sl)
     srv_job *j = NULL;
     pthread_mutex_lock(&p->mu);
     sl->job = NULL;
-    sl->idle = 1;
+    sl->avail = 1;
     while (!p->stop && !j) {
         for (size_t i = 0; i < p->n_q && !j; i++) {
             if (best_slot(p, p->q[i]) != sl->id) continue;
@@ -135,7 +135,7 @@ static srv_job *next_job(slot *sl)
         }
         if (!j) pthread_cond_wait(&p->cv, &p->mu);
     }
-    sl->idle = 0;
+    sl->avail = j == NULL;
     sl->job = j;
     p->busy += j != NULL;
     pthread_mutex_unlock(&p->mu);
@@ -151,6 +151,17 @@ static void job_end(srv_job *j, int status, const char *msg)
     j->done = 1;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+}
+
+/* Ends the job. The slot counts as available from here on, before its conversation is put
+ * back, so a client's next turn (sent as soon as it has this reply) waits for this slot's
+ * KV instead of going to another idle slot (the race would lose the cache). */
+static void job_done(slot *sl, srv_job *j, int status, const char *msg)
+{
+    pthread_mutex_lock(&sl->pool->mu);
+    sl->avail = 1;
+    pthread_mutex_unlock(&sl->pool->mu);
+    job_end(j, status, msg);
 }
 
 /* Prompt: reuse what a cache holds, prefill the rest; logits of the last position. */
@@ -214,8 +225,8 @@ static void run_job(slot *sl, srv_job *j)
     srv_rng rng = {j->seed};
     int rc = atomic_load(&j->cancel) ? 0 : run_prompt(sl, j);
     if (rc) {
-        job_end(j, 500, skv_ctx_last_error(sl->ctx));
         sl->n_tokens = 0;
+        job_done(sl, j, 500, skv_ctx_last_error(sl->ctx));
         return;
     }
     pthread_mutex_lock(&j->mu);
@@ -232,7 +243,7 @@ static void run_job(slot *sl, srv_job *j)
         sl->n_tokens = 0;
         skv_ctx_truncate(sl->ctx, 0);
     }
-    job_end(j, rc < 0 ? 500 : 0, rc < 0 ? skv_ctx_last_error(sl->ctx) : NULL);
+    job_done(sl, j, rc < 0 ? 500 : 0, rc < 0 ? skv_ctx_last_error(sl->ctx) : NULL);
 }
 
 static void *slot_main(void *arg)
