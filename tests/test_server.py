@@ -199,6 +199,8 @@ def case_store_restart(srv, tmp):
         check("seqkv:store_sessions 2" in m, "conversations not stored: " + m)
     finally:
         s.kill()
+    with open(os.path.join(store, "server-index.skvi"), "ab") as f:
+        f.write(b"\x07\x00\x00\x00torn")  # a record cut short by the kill: ignored
     s = Server("--store", store, "-c", "512", log=os.path.join(tmp, "s2.log"))
     try:
         again = completion(s, n_predict=16)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -235,19 +236,20 @@ static size_t index_parse(srv_cache *c, const uint8_t *data, size_t size, size_t
     return n_ok;
 }
 
+/* The whole file at path (NULL if absent or unreadable). */
 static uint8_t *read_file(const char *path, size_t *size)
 {
-    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    int fd = open(path, O_RDONLY);
     uint8_t *buf = NULL;
-    long len;
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)len)) && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        free(buf);
-        buf = NULL;
+    size_t got = 0;
+    if (fd < 0) return NULL;
+    if (!fstat(fd, &sb) && sb.st_size > 0 && (buf = malloc((size_t)sb.st_size))) {
+        ssize_t r;
+        while (got < (size_t)sb.st_size && (r = read(fd, buf + got, (size_t)sb.st_size - got)) > 0) got += (size_t)r;
     }
-    fclose(f);
-    if (buf) *size = (size_t)len;
+    close(fd);
+    *size = got;
     return buf;
 }
 

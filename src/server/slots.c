@@ -2,6 +2,13 @@
  * runs one job at a time from the shared bounded queue: prepare the prompt cache, prefill
  * the rest, sample and decode until a stop, then put the conversation back into the store.
  *
+ * Decoding is batched across slots (continuous batching): a slot with its next token
+ * joins the pending step; the first slot to find no step running takes every pending
+ * token and runs them as one skv_decode_multi pass (the weights read once for all rows),
+ * then hands each slot its logits row. A slot that arrives during a step joins the next
+ * one; nobody waits for a slot to arrive. Each row is bit-identical to skv_decode on its
+ * own context, so batching never changes a result.
+ *
  *   HTTP thread --submit--> queue[SRV_QUEUE_MAX] --pop--> slot k: cache, prefill, decode
  *        ^                                                     |
  *        +---- job->text / safe / done (mu, cv) <--------------+
@@ -25,12 +32,26 @@ typedef struct slot {
     srv_job *job;        /* running, for /slots (guarded by the pool's mu) */
     int avail;           /* waiting for a job, or about to (its reply is out): guarded by mu */
     uint64_t n_jobs;
+    int step_rc, step_done; /* the batched decode's result for this slot (bmu) */
     pthread_t th;
     int started;
 } slot;
 
+/* The decode step being gathered (guarded by bmu). */
+typedef struct step {
+    skv_ctx *ctx[SRV_MAX_PARALLEL];
+    int32_t tok[SRV_MAX_PARALLEL];
+    struct slot *who[SRV_MAX_PARALLEL];
+    size_t n;
+} step;
+
 struct srv_pool {
     srv *s;
+    pthread_mutex_t bmu;
+    pthread_cond_t bcv;
+    step pending;
+    int stepping;
+    float *step_logits; /* [SRV_MAX_PARALLEL][n_vocab] */
     slot *slots;
     int n;
     pthread_mutex_t mu;
@@ -204,6 +225,40 @@ static int gen_push(srv_job *j, int32_t tok)
     return 0;
 }
 
+/* Runs the pending tokens as one step; called with bmu held, returns with it held. */
+static void run_step(srv_pool *p)
+{
+    step st = p->pending;
+    size_t V = (size_t)p->s->info.n_vocab;
+    p->pending.n = 0;
+    p->stepping = 1;
+    pthread_mutex_unlock(&p->bmu);
+    int rc = skv_decode_multi(st.ctx, st.tok, st.n, p->step_logits);
+    for (size_t i = 0; i < st.n && !rc; i++) memcpy(st.who[i]->logits, p->step_logits + i * V, V * sizeof(float));
+    pthread_mutex_lock(&p->bmu);
+    for (size_t i = 0; i < st.n; i++) st.who[i]->step_rc = rc, st.who[i]->step_done = 1;
+    p->stepping = 0;
+    pthread_cond_broadcast(&p->bcv);
+}
+
+/* skv_decode(sl->ctx, tok, sl->logits), batched with the other slots decoding now. */
+static int decode_batched(slot *sl, int32_t tok)
+{
+    srv_pool *p = sl->pool;
+    pthread_mutex_lock(&p->bmu);
+    step *st = &p->pending;
+    st->ctx[st->n] = sl->ctx, st->tok[st->n] = tok, st->who[st->n] = sl;
+    st->n++;
+    sl->step_done = 0;
+    while (!sl->step_done) {
+        if (!p->stepping) run_step(p);
+        else pthread_cond_wait(&p->bcv, &p->bmu);
+    }
+    int rc = sl->step_rc;
+    pthread_mutex_unlock(&p->bmu);
+    return rc;
+}
+
 /* One sampled token: 1 = the job is finished (j->finish set), 0 = go on, < 0 = error. */
 static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
 {
@@ -213,7 +268,7 @@ static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
     if (gen_push(j, tok)) return SKV_ERR_NOMEM;
     if (srv_job_append(j, s->model, tok)) return j->finish = "stop", 1;
     if (j->n_gen >= (size_t)j->n_predict || sl->n_tokens >= (size_t)s->n_ctx) return j->finish = "length", 1;
-    int rc = skv_decode(sl->ctx, tok, sl->logits);
+    int rc = decode_batched(sl, tok);
     if (rc) return rc;
     sl->tokens[sl->n_tokens++] = tok;
     return 0;
@@ -289,10 +344,13 @@ int srv_pool_start(srv *s, srv_pool **out)
     p->n = s->p.parallel;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_mutex_init(&p->bmu, NULL);
+    pthread_cond_init(&p->bcv, NULL);
+    p->step_logits = malloc((size_t)p->n * (size_t)s->info.n_vocab * sizeof *p->step_logits);
     p->slots = calloc((size_t)p->n, sizeof *p->slots);
     p->cache = srv_cache_create();
     *out = p;
-    if (!p->slots || !p->cache) return -1;
+    if (!p->slots || !p->cache || !p->step_logits) return -1;
     if (s->store && srv_cache_open_index(p->cache, s->p.store_dir, (size_t)s->n_ctx)) return -1;
     for (int i = 0; i < p->n; i++)
         if (slot_init(p, &p->slots[i], i)) return -1;
@@ -316,6 +374,7 @@ void srv_pool_stop(srv_pool *p)
     }
     for (size_t i = 0; i < p->n_q; i++) srv_job_unref(p->q[i]);
     srv_cache_free(p->cache);
+    free(p->step_logits);
     free(p->slots);
     free(p);
 }
