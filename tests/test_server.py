@@ -217,6 +217,51 @@ def case_store_restart(srv, tmp):
         s.stop()
 
 
+def metric(srv, name):
+    for line in srv.curl("/metrics")[1].splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def wait_metric(srv, name, want):
+    for _ in range(200):
+        if metric(srv, name) >= want:
+            return True
+        threading.Event().wait(0.05)
+    return False
+
+
+def case_stream_put(srv, tmp):
+    """A streamed conversation goes back into the store too (the stream's end is no cancel)."""
+    before = metric(srv, "seqkv:store_puts_total")
+    for i in range(8):
+        code, text = srv.curl("/completion", {"prompt": "Streamed and stored %d %s" % (i, tmp), "n_predict": 2,
+                                              "temperature": 0, "stream": True})
+        check(code == 200 and json.loads(sse(text)[-1])["stop"], "stream: %s" % text[-200:])
+    check(wait_metric(srv, "seqkv:store_puts_total", before + 8), "a streamed conversation was not stored")
+
+
+def case_shared_store_keeps_slot(srv, tmp):
+    """Two servers on one store: B's slot keeps its own prefix when the store's longer match
+    is a conversation B does not know (put by A after B started)."""
+    store = os.path.join(tmp, "shared")
+    b = Server("--store", store, "-c", "512", log=os.path.join(tmp, "b.log"))
+    a = None
+    try:
+        base = PROMPT + " And God said, Let there be light: and there was light."
+        completion(b, prompt=base + " And God saw the light", n_predict=2)
+        a = Server("--store", store, "-c", "512", log=os.path.join(tmp, "a.log"))
+        completion(a, prompt=base + " And God called the light Day", n_predict=2)
+        check(wait_metric(a, "seqkv:store_puts_total", 1), "A did not store its conversation")
+        r = completion(b, prompt=base + " And God called the darkness Night", n_predict=2)
+        check(r["timings"]["cache_n"] > 20, "B lost its slot's prefix: %s" % r["timings"])
+    finally:
+        b.stop()
+        if a:
+            a.stop()
+
+
 def case_parallel_greedy(srv, tmp):
     """8 concurrent requests over 2 slots: all succeed, every greedy text is the same."""
     out, lock = [], threading.Lock()
@@ -254,7 +299,7 @@ def case_openai_client(srv, tmp):
 
 CASES = [case_endpoints, case_tokenize_roundtrip, case_greedy_deterministic, case_prompt_cache, case_llama_stream,
          case_oai_stream_shape, case_stop_strings, case_errors, case_parallel_greedy, case_api_key,
-         case_queue_full_503, case_store_restart, case_openai_client]
+         case_queue_full_503, case_store_restart, case_stream_put, case_shared_store_keeps_slot, case_openai_client]
 
 
 def main():

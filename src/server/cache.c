@@ -116,8 +116,10 @@ static size_t ring_best(srv_cache *c, const int32_t *p, size_t n, int32_t *out, 
 }
 
 /* Restores the stored conversation that best covers prompt[0..limit) into ctx, cut to the
- * shared prefix; returns the positions kept (0: ctx cleared). */
-static size_t store_restore(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *prompt, size_t limit, size_t floor)
+ * shared prefix, if one covers more than floor positions: 1 (*kept: positions kept),
+ * 0 (none does: ctx untouched), -1 (the restore failed: ctx cleared). */
+static int store_restore(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *prompt, size_t limit, size_t floor,
+                         size_t *kept)
 {
     int32_t *buf = malloc((size_t)s->n_ctx * sizeof *buf);
     size_t n = 0, got = 0;
@@ -132,30 +134,26 @@ static size_t store_restore(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *p
         srv_log("store: %s: %s", name, skv_store_last_error(s->store));
         skv_ctx_truncate(ctx, 0);
         free(buf);
-        return 0;
+        return -1;
     }
-    size_t k = common(buf, got, prompt, limit);
-    skv_ctx_truncate(ctx, (int)k);
+    *kept = common(buf, got, prompt, limit);
+    skv_ctx_truncate(ctx, (int)*kept);
     atomic_fetch_add(&s->m.n_store_hits, 1);
     free(buf);
-    return k;
+    return 1;
 }
 
 size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have, size_t n_have,
                          const int32_t *prompt, size_t n, double *bits)
 {
-    size_t limit = n - 1, keep = common(have, n_have, prompt, limit);
+    size_t limit = n - 1, keep = common(have, n_have, prompt, limit), got = 0;
     skv_store_match_result m = {0};
     *bits = 0.0;
     if (s->store && !skv_store_match(s->store, prompt, limit, &m)) *bits = m.bits;
-    if (m.n_matched > keep) {
-        skv_ctx_truncate(ctx, (int)keep);
-        size_t k = store_restore(s, c, ctx, prompt, limit, keep);
-        if (k > keep) return k;
-        keep = 0; /* the failed or shorter restore cleared ctx */
-    }
-    if (keep) atomic_fetch_add(&s->m.n_slot_hits, 1);
     skv_ctx_truncate(ctx, (int)keep);
+    int r = m.n_matched > keep ? store_restore(s, c, ctx, prompt, limit, keep, &got) : 0;
+    if (r != 0) return r > 0 ? got : 0;
+    if (keep) atomic_fetch_add(&s->m.n_slot_hits, 1);
     return keep;
 }
 

@@ -97,11 +97,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
     return (ssize_t)n;
 }
 
-/* The connection is finished or gone: a job still running is cancelled. */
+/* The connection is finished or gone: a job still running is cancelled (a finished one
+ * is not: its conversation still goes back into the store). */
 static void stream_free(void *cls)
 {
     stream_st *st = cls;
-    atomic_store(&st->j->cancel, 1);
+    pthread_mutex_lock(&st->j->mu);
+    if (!st->j->done) atomic_store(&st->j->cancel, 1);
+    pthread_mutex_unlock(&st->j->mu);
     srv_job_unref(st->j);
     free(st->buf);
     free(st);
