@@ -157,12 +157,14 @@ def case_api_key(srv, tmp):
 
 
 def case_queue_full_503(srv, tmp):
-    """--parallel 1: 80 long requests at once; the queue holds 64, the rest get 503; /health answers."""
+    """--parallel 1: 80 long streamed requests at once; the queue holds 64, the rest get 503
+    at once; /health answers. The clients hang up after a few seconds (cancelling)."""
     q = Server("--parallel", "1", "-c", "512", log=os.path.join(tmp, "q.log"))
     codes, lock = [], threading.Lock()
 
     def one():
-        c, _ = q.curl("/completion", {"prompt": PROMPT, "n_predict": 400, "temperature": 0}, timeout=120)
+        c, _ = q.curl("/completion", {"prompt": PROMPT, "n_predict": 400, "temperature": 0, "stream": True},
+                      timeout=4)
         with lock:
             codes.append(c)
     try:
@@ -315,7 +317,8 @@ def main():
         for c in CASES:
             rep.run_case(c, srv, tmp)
         rc = srv.stop()
-        rep.report("clean_shutdown", "PASS" if rc == 0 else "FAIL", "" if rc == 0 else "exit status %s" % rc)
+        tail = "" if rc == 0 else open(srv.log, errors="replace").read()[-3000:]
+        rep.report("clean_shutdown", "PASS" if rc == 0 else "FAIL", "" if rc == 0 else "exit status %s:\n%s" % (rc, tail))
     finally:
         if srv.p.poll() is None:
             srv.kill()

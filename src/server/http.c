@@ -203,9 +203,9 @@ static int dispatch(srv_req *r, conn_st *cs)
     if (!h) return srv_reply_error(r, 404, "File Not Found");
     if (!open && r->s->p.api_key && !key_ok(r->s, r->conn)) return srv_reply_error(r, 401, "Invalid API Key");
     if (!early && !atomic_load(&r->s->ready)) return srv_reply_error(r, 503, "Loading model");
-    if (!strcmp(r->method, "POST") && (rc = parse_body(r, cs)) != 1) return rc;
-    rc = h(r);
-    json_decref(r->body);
+    rc = strcmp(r->method, "POST") ? 1 : parse_body(r, cs);
+    if (rc == 1) rc = h(r);
+    json_decref(r->body); /* also a parsed body that was refused (not an object) */
     return rc;
 }
 
