@@ -52,6 +52,9 @@ TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 FUZZSRC := $(sort $(wildcard fuzz/fuzz_*.c))
 REPLAYBIN := $(FUZZSRC:fuzz/fuzz_%.c=$(BUILD)/tests/test_fuzz_%)
 TOOLSRC := $(sort $(wildcard tools/*.c))
+# The HTTP server (src/server/): linked into the seqkv binary only, not into libseqkv.
+SERVERSRC := $(sort $(wildcard src/server/*.c))
+SERVERLIBS := -lmicrohttpd -ljansson
 BENCHSRC := $(sort $(wildcard bench/*.c))
 BENCHBIN := $(BENCHSRC:bench/%.c=$(BUILD)/bench/%)
 
@@ -79,9 +82,9 @@ $(BUILD)/libseqkv.a: $(OBJ)
 $(BUILD)/libseqkv.so: $(OBJ)
 	$(CC) -shared -Wl,-soname,libseqkv.so.0 $(SANFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/seqkv: $(TOOLSRC) $(wildcard tools/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a Makefile
+$(BUILD)/seqkv: $(TOOLSRC) $(SERVERSRC) $(wildcard tools/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a Makefile
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -Itools -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(BUILD)/libseqkv.a $(LIBS)
+	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -Itools -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(SERVERSRC) $(BUILD)/libseqkv.a $(SERVERLIBS) $(LIBS)
 
 $(BUILD)/tests/%: tests/%.c tests/test.h $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")

@@ -4,7 +4,7 @@
 # Layers, lowest first (README "Layout"); a file may include headers of its own
 # folder and of strictly lower ranks; tokenizer, quant and coder share a rank and
 # do not include one another:
-#   0 core   1 tokenizer quant coder   2 engine   3 container   4 store   5 tools server
+#   0 core   1 tokenizer quant coder   2 engine   3 container   4 store   5 server   6 tools
 # Only quoted includes of the form "layer/name.h" are layered; "seqkv.h" (the public
 # header) may be included anywhere. Prints each violation as FILE:LINE: message.
 root=${1:-.}
@@ -12,7 +12,7 @@ cd "$root" || exit 2
 rank() {
     case "$1" in
         core) echo 0 ;; tokenizer|quant|coder) echo 1 ;; engine) echo 2 ;;
-        container) echo 3 ;; store) echo 4 ;; tools|server) echo 5 ;; *) echo -1 ;;
+        container) echo 3 ;; store) echo 4 ;; server) echo 5 ;; tools) echo 6 ;; *) echo -1 ;;
     esac
 }
 bad=0

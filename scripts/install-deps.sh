@@ -6,15 +6,17 @@
 #   scripts/install-deps.sh --bench  also what `seqkv bench` uses (gnuplot for plots, the texts)
 #   scripts/install-deps.sh --help   this text
 # Options combine (--train --bench). Idempotent: packages already present are skipped;
-# run as root (or via sudo).
+# run as root (or via sudo). Also installs the server tests' npm client (tests/server:
+# `npm ci`, from its lockfile).
 set -eu
-pkgs="build-essential clang pkg-config python3 python3-numpy bible-kjv python3-regex liblmdb-dev libzstd-dev libxxhash-dev"
+pkgs="build-essential clang pkg-config python3 python3-numpy bible-kjv python3-regex liblmdb-dev libzstd-dev libxxhash-dev
+      libmicrohttpd-dev libjansson-dev curl"
 for arg in "$@"; do
     case "$arg" in
         --train)  pkgs="$pkgs python3-torch python3-sentencepiece sentencepiece libopenblas0-pthread bible-kjv" ;;
         --corpus) pkgs="$pkgs bible-kjv fortunes" ;;
         --bench)  pkgs="$pkgs gnuplot-nox bible-kjv fortunes" ;;
-        -h|--help) sed -n '2,9p' "$0" | cut -c3-; exit 0 ;;
+        -h|--help) sed -n '2,10p' "$0" | cut -c3-; exit 0 ;;
         *) echo "install-deps.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -22,9 +24,18 @@ missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-echo "install-deps.sh: installing$missing" >&2
-$SUDO apt-get update -qq >/dev/null 2>&1 || $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+# Node for the server tests: Debian's packages only when no node/npm is installed at all.
+{ command -v node && command -v npm; } >/dev/null 2>&1 || missing="$missing nodejs npm"
+if [ -n "$missing" ]; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    echo "install-deps.sh: installing$missing" >&2
+    $SUDO apt-get update -qq >/dev/null 2>&1 || $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+# The official openai client for tests/test_server.py, pinned by tests/server/package-lock.json.
+srvtests="$(dirname "$0")/../tests/server"
+if [ ! -d "$srvtests/node_modules/openai" ]; then
+    echo "install-deps.sh: npm ci in tests/server" >&2
+    (cd "$srvtests" && npm ci --no-audit --no-fund >/dev/null)
+fi

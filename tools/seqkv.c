@@ -26,6 +26,7 @@ static const struct {
     {"restore", cmd_restore, "regenerate tokens and KV cache from a .skv file (--verify)"},
     {"inspect", cmd_inspect, "show a .skv file's header and segments"},
     {"store", cmd_store, "a persistent prefix-sharing store of sessions (init, put, get, match, ls, stats, rm, gc)"},
+    {"serve", cmd_serve, "HTTP server (llama-server / OpenAI API) with the store as prompt cache"},
     {"bench", cmd_bench, "measure every KV representation of texts: bits, ratios, quality, restore speed"},
 };
 

@@ -1,0 +1,259 @@
+/* The completion routes: llama-server's POST /completion and OpenAI's /v1/completions and
+ * /v1/chat/completions. Each parses and validates its body into a job (prompt tokens,
+ * sampling, stops), hands it to the slots and replies with the finished result or a stream. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/fpguard.h"
+#include "server/chat.h"
+#include "server/srv.h"
+
+int32_t *srv_tokenize(const srv *s, const char *text, size_t len, int add_special, size_t *n)
+{
+    size_t cap = len + 8, need = 0;
+    int32_t *t = malloc(cap * sizeof *t);
+    if (!t) return NULL;
+    int rc = skv_tokenize(s->model, text, len, add_special, t, cap, &need);
+    if (rc == SKV_ERR_RANGE) {
+        int32_t *big = realloc(t, (need + 1) * sizeof *t);
+        rc = big ? skv_tokenize(s->model, text, len, add_special, big, need + 1, &need) : SKV_ERR_NOMEM;
+        t = big ? big : t;
+    }
+    if (rc) {
+        free(t);
+        return NULL;
+    }
+    *n = need;
+    return t;
+}
+
+char *srv_detokenize(const srv *s, const int32_t *tok, size_t n, size_t *len)
+{
+    size_t cap = 64, at = 0;
+    char *raw = malloc(cap), piece[256];
+    for (size_t i = 0; i < n && raw; i++) {
+        size_t k = 0;
+        if (skv_token_piece(s->model, tok[i], piece, sizeof piece, &k)) k = 0;
+        if (at + k > cap) {
+            char *r = realloc(raw, cap = (at + k) * 2);
+            if (!r) free(raw);
+            raw = r;
+        }
+        if (raw) memcpy(raw + at, piece, k);
+        at += k;
+    }
+    char *out = raw ? srv_utf8_valid(raw, at, len) : NULL;
+    free(raw);
+    return out;
+}
+
+static int32_t *ids_of(const srv *s, const json_t *a, size_t *n, char *err, size_t errcap)
+{
+    size_t i, cnt = json_array_size(a);
+    json_t *v;
+    int32_t *t = malloc((cnt ? cnt : 1) * sizeof *t);
+    if (!t) return snprintf(err, errcap, "out of memory"), NULL;
+    json_array_foreach(a, i, v) {
+        json_int_t id = json_integer_value(v);
+        if (!json_is_integer(v) || id < 0 || id >= s->info.n_vocab) {
+            snprintf(err, errcap, "prompt token %zu is not a token id in [0, %d)", i, s->info.n_vocab);
+            free(t);
+            return NULL;
+        }
+        t[i] = (int32_t)id;
+    }
+    *n = cnt;
+    return t;
+}
+
+int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *err, size_t errcap)
+{
+    int32_t *t = NULL;
+    if (json_is_array(prompt) && json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0)))
+        prompt = json_array_get(prompt, 0);
+    if (json_is_string(prompt)) {
+        t = srv_tokenize(s, json_string_value(prompt), json_string_length(prompt), 1, n);
+        if (!t) snprintf(err, errcap, "the prompt could not be tokenized");
+    } else if (json_is_array(prompt)) {
+        t = ids_of(s, prompt, n, err, errcap);
+    } else {
+        snprintf(err, errcap, "\"prompt\" must be a string or an array of token ids");
+    }
+    if (t && (*n == 0 || *n >= (size_t)s->n_ctx)) {
+        snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit the context (-c)", *n, s->n_ctx - 1);
+        free(t);
+        t = NULL;
+    }
+    return t;
+}
+
+static int parse_stop(srv_job *j, json_t *stop, char *err, size_t errcap)
+{
+    size_t i;
+    json_t *v;
+    if (!stop || json_is_null(stop)) return 0;
+    if (json_is_string(stop)) stop = json_pack("[O]", stop);
+    else json_incref(stop);
+    int bad = !json_is_array(stop) || json_array_size(stop) > SRV_MAX_STOP;
+    json_array_foreach(stop, i, v) {
+        size_t len = json_string_length(v);
+        if (bad || !json_is_string(v) || !len || len > SRV_MAX_STOP_LEN) bad = 1;
+        else if ((j->stop[j->n_stop] = strdup(json_string_value(v)))) j->n_stop++;
+    }
+    json_decref(stop);
+    if (bad) snprintf(err, errcap, "\"stop\": a string or up to %d strings of 1..%d bytes", SRV_MAX_STOP, SRV_MAX_STOP_LEN);
+    return bad ? -1 : 0;
+}
+
+static uint64_t seed_of(const json_t *v)
+{
+    static atomic_ullong counter;
+    if (json_is_integer(v) && json_integer_value(v) >= 0) return (uint64_t)json_integer_value(v) + 1;
+    return ((uint64_t)time(NULL) << 20) ^ (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull) ^ 1;
+}
+
+/* Sampling and limits shared by every completion route. */
+static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, char *err, size_t errcap)
+{
+    json_int_t n_predict = -1, top_k = 40, id_slot = -1;
+    double temp = 0.8, top_p = 0.95;
+    int cache = 1, stream = 0;
+    json_t *opts = json_object_get(b, "stream_options");
+    if (json_unpack(b, "{s?I,s?F,s?I,s?F,s?b,s?I,s?b}", n_key, &n_predict, "temperature", &temp, "top_k",
+                    &top_k, "top_p", &top_p, "cache_prompt", &cache, "id_slot", &id_slot, "stream", &stream))
+        return snprintf(err, errcap, "a field has the wrong type (%s, temperature, top_k, top_p: numbers; "
+                        "cache_prompt, stream: booleans)", n_key), -1;
+    if (n_predict < 0) n_predict = s->n_ctx < SRV_MAX_N_PREDICT ? s->n_ctx : SRV_MAX_N_PREDICT;
+    if (n_predict > SRV_MAX_N_PREDICT)
+        return snprintf(err, errcap, "%s %lld exceeds the limit %d", n_key, (long long)n_predict, SRV_MAX_N_PREDICT), -1;
+    if (temp < 0 || temp > 100 || top_p < 0 || top_p > 1 || top_k < 0 || id_slot < -1 || id_slot >= s->p.parallel)
+        return snprintf(err, errcap, "out of range: temperature 0..100, top_p 0..1, top_k >= 0, id_slot -1..%d",
+                        s->p.parallel - 1), -1;
+    *j = (srv_job){.n_predict = (int)n_predict, .top_k = (int)top_k, .temp = temp, .top_p = top_p, .cache_prompt = cache,
+                   .id_slot = (int)id_slot, .stream = stream, .seed = seed_of(json_object_get(b, "seed")),
+                   .usage_chunk = json_is_true(json_object_get(opts, "include_usage")), .created = srv_unix_now()};
+    return parse_stop(j, json_object_get(b, "stop"), err, errcap);
+}
+
+/* A new job from body b (n_key: the field that caps the generated tokens). */
+static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size_t errcap)
+{
+    srv_job *j = srv_job_new(), req = {0};
+    if (!j) return snprintf(err, errcap, "out of memory"), NULL;
+    if (parse_params(r->s, &req, r->body, n_key, err, errcap)) {
+        for (int i = 0; i < req.n_stop; i++) free(req.stop[i]);
+        srv_job_unref(j);
+        return NULL;
+    }
+    j->n_predict = req.n_predict, j->top_k = req.top_k, j->temp = req.temp, j->top_p = req.top_p;
+    j->cache_prompt = req.cache_prompt, j->id_slot = req.id_slot, j->stream = req.stream, j->seed = req.seed;
+    j->usage_chunk = req.usage_chunk, j->created = req.created, j->fmt = fmt, j->n_stop = req.n_stop;
+    memcpy(j->stop, req.stop, sizeof j->stop);
+    static atomic_ullong ids;
+    snprintf(j->id, sizeof j->id, "%s-%llx-%llu", fmt == SRV_FMT_OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)j->created, (unsigned long long)atomic_fetch_add(&ids, 1));
+    return j;
+}
+
+/* Queues j and replies: a stream, or the finished result. Takes the caller's reference. */
+static int run(srv_req *r, srv_job *j)
+{
+    int code = srv_pool_submit(r->s->pool, j);
+    if (code) {
+        srv_job_unref(j);
+        return code == 503 ? srv_reply_error(r, 503, "all %d slots busy and %d requests queued: retry later",
+                                             r->s->p.parallel, SRV_QUEUE_MAX)
+                           : srv_reply_error(r, 400, "no slot with that id_slot");
+    }
+    if (j->stream) return srv_reply_stream(r, j);
+    srv_job_wait(j);
+    int rc = j->status ? srv_reply_error(r, j->status, "generation failed: %s", j->err)
+                       : srv_reply_json(r, 200, srv_reply_final(r->s, j));
+    srv_job_unref(j);
+    return rc;
+}
+
+static int completion(srv_req *r, int fmt, const char *n_key)
+{
+    char err[256];
+    srv_job *j = job_from(r, fmt, n_key, err, sizeof err);
+    if (!j) return srv_reply_error(r, 400, "%s", err);
+    json_t *prompt = json_object_get(r->body, "prompt");
+    if (!prompt) {
+        srv_job_unref(j);
+        return srv_reply_error(r, 400, "\"prompt\" is required");
+    }
+    if (!(j->prompt = srv_prompt_tokens(r->s, prompt, &j->n_prompt, err, sizeof err))) {
+        srv_job_unref(j);
+        return srv_reply_error(r, 400, "%s", err);
+    }
+    return run(r, j);
+}
+
+int srv_rt_completion(srv_req *r) { return completion(r, SRV_FMT_LLAMA, "n_predict"); }
+int srv_rt_oai_completion(srv_req *r) { return completion(r, SRV_FMT_OAI_TEXT, "max_tokens"); }
+
+/* A message's text: a string, or the "text" parts of an array of content parts. */
+static char *content_of(const json_t *c)
+{
+    size_t i;
+    json_t *part;
+    if (json_is_string(c)) return strdup(json_string_value(c));
+    if (json_is_null(c)) return strdup(""); /* an assistant turn without text */
+    if (!json_is_array(c)) return NULL;    /* absent or another type */
+    json_t *acc = json_string("");
+    json_array_foreach(c, i, part) {
+        const char *t = json_string_value(json_object_get(part, "text"));
+        if (!t || !acc) continue;
+        char *cat = malloc(json_string_length(acc) + strlen(t) + 1);
+        if (cat) sprintf(cat, "%s%s", json_string_value(acc), t);
+        if (cat) json_string_set(acc, cat);
+        free(cat);
+    }
+    char *out = acc ? strdup(json_string_value(acc)) : NULL;
+    json_decref(acc);
+    return out;
+}
+
+/* The messages rendered with the chat template; NULL with a message in err. */
+static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
+{
+    size_t n = json_array_size(msgs), i;
+    json_t *m;
+    if (!json_is_array(msgs) || !n || n > SRV_MAX_MESSAGES)
+        return snprintf(err, errcap, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
+    skv_chat_msg *cm = calloc(n, sizeof *cm);
+    char **texts = calloc(n, sizeof *texts), *out = NULL;
+    int bad = !cm || !texts;
+    json_array_foreach(msgs, i, m) {
+        if (bad) break;
+        cm[i].role = json_string_value(json_object_get(m, "role"));
+        cm[i].content = texts[i] = content_of(json_object_get(m, "content"));
+        bad |= !cm[i].role || !cm[i].content;
+    }
+    if (bad) snprintf(err, errcap, "each message needs a \"role\" string and a \"content\" string or parts");
+    else if (skv_chat_render(s->chat_template, cm, n, 1, &out, err, errcap)) out = NULL;
+    for (i = 0; texts && i < n; i++) free(texts[i]);
+    free(texts);
+    free(cm);
+    return out;
+}
+
+int srv_rt_oai_chat(srv_req *r)
+{
+    char err[256];
+    srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, json_object_get(r->body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens", err, sizeof err);
+    if (!j) return srv_reply_error(r, 400, "%s", err);
+    char *text = render(r->s, json_object_get(r->body, "messages"), err, sizeof err);
+    json_t *p = text ? json_string(text) : NULL;
+    free(text);
+    if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, err, sizeof err);
+    json_decref(p);
+    if (!j->prompt) {
+        srv_job_unref(j);
+        return srv_reply_error(r, 400, "%s", err);
+    }
+    return run(r, j);
+}

@@ -1,0 +1,21 @@
+/* Every limit the server enforces, in one place (docs/server.md "Limits"). A request that
+ * exceeds one gets a 400 (or 413/503) with a message naming the limit; none can make the
+ * server allocate more than these bounds allow. */
+#ifndef SKV_SERVER_LIMITS_H
+#define SKV_SERVER_LIMITS_H
+
+#define SRV_MAX_BODY (4u << 20)        /* request body bytes (413 beyond) */
+#define SRV_MAX_JSON_DEPTH 32          /* nesting of arrays/objects in a body */
+#define SRV_MAX_N_PREDICT 4096         /* tokens one request may ask to generate */
+#define SRV_MAX_STOP 8                 /* stop strings per request */
+#define SRV_MAX_STOP_LEN 256           /* bytes of one stop string */
+#define SRV_MAX_MESSAGES 1024          /* chat messages per request */
+#define SRV_CONN_TIMEOUT_S 30          /* idle seconds before a connection is dropped */
+#define SRV_MAX_CONNECTIONS 256        /* open connections (the rest are refused) */
+#define SRV_CONN_MEMORY (64u << 10)    /* per-connection buffer: bounds the request headers */
+#define SRV_QUEUE_MAX 64               /* requests waiting for a slot (503 beyond) */
+#define SRV_MAX_PARALLEL 64            /* --parallel */
+#define SRV_KEEPALIVE_S 5              /* a streamed ": keep-alive" comment after this idle time */
+#define SRV_RECENT 256                 /* conversations remembered for mid-session cache hits */
+
+#endif

@@ -1,0 +1,173 @@
+/* The JSON shapes of completions: finished (llama-server's /completion, OpenAI's
+ * text_completion and chat.completion) and streamed as server-sent events:
+ *   llama:  data: {"content":DELTA,"stop":false,...} ... data: {"content":"","stop":true,...}
+ *   OpenAI: a role chunk (chat), content deltas, the finish chunk, the usage chunk when
+ *           stream_options.include_usage, then data: [DONE]
+ * and ": keep-alive" comments while a slot is busy elsewhere. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/fpguard.h"
+#include "server/srv.h"
+
+enum { ST_START = 0, ST_BODY = 1, ST_END = 2 };
+
+static const char *stop_type(const srv_job *j)
+{
+    if (strcmp(j->finish, "stop")) return "limit";
+    return j->stopping_word[0] ? "word" : "eos";
+}
+
+static json_t *usage(const srv_job *j)
+{
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens",
+                     (json_int_t)j->n_gen, "total_tokens", (json_int_t)(j->n_prompt + j->n_gen), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)j->n_cached);
+}
+
+static json_t *timings(const srv_job *j)
+{
+    double pn = (double)(j->n_prompt - j->n_cached), gn = (double)j->n_gen;
+    return json_pack("{s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:f}", "cache_n", (json_int_t)j->n_cached, "prompt_n",
+                     (json_int_t)(j->n_prompt - j->n_cached), "prompt_ms", j->t_prompt_ms, "prompt_per_second",
+                     j->t_prompt_ms > 0 ? pn * 1e3 / j->t_prompt_ms : 0.0, "predicted_n", (json_int_t)j->n_gen,
+                     "predicted_ms", j->t_gen_ms, "predicted_per_second",
+                     j->t_gen_ms > 0 ? gn * 1e3 / j->t_gen_ms : 0.0, "cached_bits", j->cached_bits);
+}
+
+/* text[from..to) of the job as a JSON string (valid UTF-8). Caller holds j->mu. */
+static json_t *text_slice(const srv_job *j, size_t from, size_t to)
+{
+    size_t n = 0;
+    char *t = srv_utf8_valid(j->text ? j->text + from : "", to - from, &n);
+    json_t *s = t ? json_stringn(t, n) : NULL;
+    free(t);
+    return s;
+}
+
+static json_t *llama_final(const srv *s, const srv_job *j, json_t *content)
+{
+    return json_pack("{s:o,s:b,s:i,s:s,s:I,s:I,s:I,s:b,s:s,s:s,s:o}", "content", content, "stop", 1, "id_slot", j->slot,
+                     "model", s->model_id, "tokens_predicted", (json_int_t)j->n_gen, "tokens_evaluated",
+                     (json_int_t)j->n_prompt, "tokens_cached", (json_int_t)(j->n_prompt + j->n_gen), "truncated", 0,
+                     "stop_type", stop_type(j), "stopping_word", j->stopping_word, "timings", timings(j));
+}
+
+static json_t *oai_choice(const srv_job *j, json_t *text, int delta)
+{
+    if (j->fmt == SRV_FMT_OAI_TEXT)
+        return json_pack("{s:o,s:i,s:n,s:s?}", "text", text, "index", 0, "logprobs", "finish_reason", delta ? NULL : j->finish);
+    if (delta) return json_pack("{s:{s:o},s:i,s:n}", "delta", "content", text, "index", 0, "finish_reason");
+    return json_pack("{s:{s:s,s:o},s:i,s:s}", "message", "role", "assistant", "content", text, "index", 0,
+                     "finish_reason", j->finish);
+}
+
+static json_t *oai_object(const srv *s, const srv_job *j, json_t *choices, const char *object)
+{
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", j->id, "object", object, "created", (json_int_t)j->created,
+                     "model", s->model_id, "system_fingerprint", "seqkv-" SEQKV_VERSION_STRING, "choices", choices);
+}
+
+json_t *srv_reply_final(const srv *s, srv_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    json_t *text = text_slice(j, 0, j->len);
+    pthread_mutex_unlock(&j->mu);
+    if (j->fmt == SRV_FMT_LLAMA) return llama_final(s, j, text);
+    json_t *o = oai_object(s, j, json_pack("[o]", oai_choice(j, text, 0)),
+                           j->fmt == SRV_FMT_OAI_CHAT ? "chat.completion" : "text_completion");
+    json_object_set_new(o, "usage", usage(j));
+    return o;
+}
+
+/* "data: JSON\n\n" appended to *acc (steals o). */
+static void event(char **acc, size_t *len, json_t *o)
+{
+    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!t) return;
+    size_t n = strlen(t);
+    char *a = realloc(*acc, *len + n + 9);
+    if (a) {
+        memcpy(a + *len, "data: ", 6);
+        memcpy(a + *len + 6, t, n);
+        memcpy(a + *len + 6 + n, "\n\n", 3);
+        *acc = a;
+        *len += n + 8;
+    }
+    free(t);
+}
+
+static json_t *chunk(const srv *s, const srv_job *j, json_t *choice)
+{
+    const char *object = j->fmt == SRV_FMT_OAI_CHAT ? "chat.completion.chunk" : "text_completion";
+    return oai_object(s, j, choice ? json_pack("[o]", choice) : json_array(), object);
+}
+
+static json_t *delta(const srv *s, const srv_job *j, json_t *text)
+{
+    if (j->fmt == SRV_FMT_LLAMA)
+        return json_pack("{s:o,s:b,s:i,s:I,s:i}", "content", text, "stop", 0, "id_slot", j->slot, "tokens_predicted",
+                         (json_int_t)j->n_gen, "index", 0);
+    return chunk(s, j, oai_choice(j, text, 1));
+}
+
+static void finish(const srv *s, const srv_job *j, char **acc, size_t *len)
+{
+    if (j->status) {
+        event(acc, len, json_pack("{s:{s:i,s:s,s:s}}", "error", "code", j->status, "message", j->err, "type",
+                                  srv_error_type(j->status)));
+        return;
+    }
+    if (j->fmt == SRV_FMT_LLAMA) return event(acc, len, llama_final(s, j, json_string("")));
+    json_t *c = j->fmt == SRV_FMT_OAI_TEXT ? oai_choice(j, json_string(""), 0)
+                                           : json_pack("{s:{},s:i,s:s}", "delta", "index", 0, "finish_reason", j->finish);
+    event(acc, len, chunk(s, j, c));
+    if (j->usage_chunk) {
+        json_t *u = chunk(s, j, NULL);
+        json_object_set_new(u, "usage", usage(j));
+        event(acc, len, u);
+    }
+    char *a = realloc(*acc, *len + 15);
+    if (a) memcpy(a + *len, "data: [DONE]\n\n", 15), *len += 14, *acc = a;
+}
+
+/* Waits for new text, the end, or the keep-alive interval; caller holds j->mu. */
+static int wait_news(srv_job *j, size_t sent)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += SRV_KEEPALIVE_S;
+    while (j->safe <= sent && !j->done)
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &until)) return 0;
+    return 1;
+}
+
+char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, size_t *len)
+{
+    char *acc = NULL;
+    *len = 0;
+    if (*state == ST_END) return NULL;
+    if (*state == ST_START && j->fmt == SRV_FMT_OAI_CHAT)
+        event(&acc, len, chunk(s, j, json_pack("{s:{s:s,s:n},s:i,s:n}", "delta", "role", "assistant", "content",
+                                                "index", 0, "finish_reason")));
+    *state = ST_BODY;
+    if (acc) return acc;
+    pthread_mutex_lock(&j->mu);
+    if (!wait_news(j, *sent)) {
+        pthread_mutex_unlock(&j->mu);
+        char *k = strdup(": keep-alive\n\n");
+        if (k) *len = strlen(k);
+        return k;
+    }
+    if (j->safe > *sent) {
+        event(&acc, len, delta(s, j, text_slice(j, *sent, j->safe)));
+        *sent = j->safe;
+    } else {
+        finish(s, j, &acc, len);
+        *state = ST_END;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return acc ? acc : (*state = ST_END, NULL);
+}

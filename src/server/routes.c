@@ -1,0 +1,172 @@
+/* The routes table (one row per endpoint) and the endpoints that need no slot: health,
+ * models, props, tokenize, detokenize, slots, metrics. Routes parse and validate; the
+ * library does the work. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fpguard.h"
+#include "server/srv.h"
+
+static int rt_health(srv_req *r)
+{
+    if (!atomic_load(&r->s->ready)) return srv_reply_error(r, 503, "Loading model");
+    return srv_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static int rt_models(srv_req *r)
+{
+    const srv *s = r->s;
+    json_t *meta = json_pack("{s:i,s:i,s:i,s:I,s:I}", "n_vocab", s->info.n_vocab, "n_ctx_train", s->info.n_ctx_train,
+                             "n_embd", s->info.n_embd, "n_params", (json_int_t)s->info.n_params, "size",
+                             (json_int_t)s->info.file_bytes);
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", s->model_id, "object", "model", "created",
+                          (json_int_t)s->t_start, "owned_by", "seqkv", "meta", meta);
+    return srv_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+static int rt_props(srv_req *r)
+{
+    const srv *s = r->s;
+    json_t *gen = json_pack("{s:i,s:{s:i,s:f,s:i,s:f}}", "n_ctx", s->n_ctx, "params", "n_predict", -1,
+                            "temperature", 0.8, "top_k", 40, "top_p", 0.95);
+    json_t *o = json_pack("{s:o,s:i,s:s,s:s,s:s,s:b}", "default_generation_settings", gen, "total_slots",
+                          s->p.parallel, "model_path", s->p.model_path, "chat_template",
+                          s->chat_template ? s->chat_template : "", "build_info", "seqkv " SEQKV_VERSION_STRING,
+                          "store", s->store != NULL);
+    return srv_reply_json(r, 200, o);
+}
+
+static json_t *pieces(const srv *s, const int32_t *tok, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n && a; i++) {
+        size_t len = 0;
+        char *p = srv_detokenize(s, tok + i, 1, &len);
+        json_array_append_new(a, json_pack("{s:i,s:s%}", "id", tok[i], "piece", p ? p : "", len));
+        free(p);
+    }
+    return a;
+}
+
+static int rt_tokenize(srv_req *r)
+{
+    const char *text = NULL;
+    size_t len = 0, n = 0;
+    int special = 0, with_pieces = 0;
+    if (json_unpack(r->body, "{s:s%,s?b,s?b}", "content", &text, &len, "add_special", &special, "with_pieces",
+                    &with_pieces))
+        return srv_reply_error(r, 400, "\"content\" (a string) is required");
+    int32_t *tok = srv_tokenize(r->s, text, len, special, &n);
+    if (!tok) return srv_reply_error(r, 500, "tokenization failed");
+    json_t *a = with_pieces ? pieces(r->s, tok, n) : json_array();
+    for (size_t i = 0; !with_pieces && i < n; i++) json_array_append_new(a, json_integer(tok[i]));
+    free(tok);
+    return srv_reply_json(r, 200, json_pack("{s:o}", "tokens", a));
+}
+
+static int rt_detokenize(srv_req *r)
+{
+    json_t *a = json_object_get(r->body, "tokens");
+    char err[256];
+    size_t n = 0, len = 0;
+    if (!json_is_array(a)) return srv_reply_error(r, 400, "\"tokens\" (an array of token ids) is required");
+    int32_t *tok = json_array_size(a) ? srv_prompt_tokens(r->s, a, &n, err, sizeof err) : calloc(1, 4);
+    if (!tok) return srv_reply_error(r, 400, "%s", err);
+    char *text = srv_detokenize(r->s, tok, n, &len);
+    free(tok);
+    if (!text) return srv_reply_error(r, 500, "out of memory");
+    json_t *o = json_pack("{s:s%}", "content", text, len);
+    free(text);
+    return srv_reply_json(r, 200, o);
+}
+
+static int rt_slots(srv_req *r) { return srv_reply_json(r, 200, srv_pool_slots_json(r->s->pool)); }
+
+static void metric(char *buf, size_t cap, size_t *at, const char *name, const char *type, const char *help, double v)
+{
+    if (*at >= cap) return;
+    int n = snprintf(buf + *at, cap - *at, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+    if (n > 0) *at += (size_t)n;
+}
+
+static void store_metrics(const srv *s, char *buf, size_t cap, size_t *at)
+{
+    skv_store_stats st;
+    if (!s->store || skv_store_get_stats(s->store, &st)) return;
+    metric(buf, cap, at, "seqkv:store_sessions", "gauge", "Sessions in the store.", (double)st.n_sessions);
+    metric(buf, cap, at, "seqkv:store_disk_bytes", "gauge", "Bytes of the store on disk.", (double)st.disk_bytes);
+    metric(buf, cap, at, "seqkv:store_kv_bytes", "gauge", "Bytes of materialised KV.", (double)st.mat_bytes);
+    metric(buf, cap, at, "seqkv:store_budget_bytes", "gauge", "Budget of materialised KV.", (double)st.budget);
+    metric(buf, cap, at, "seqkv:store_dedup_ratio", "gauge", "Session tokens per unique stored position.",
+           st.dedup_ratio);
+    metric(buf, cap, at, "seqkv:store_bits_per_position", "gauge", "Disk bits per session token.",
+           st.bits_per_position);
+}
+
+static int rt_metrics(srv_req *r)
+{
+    const srv_metrics *m = &r->s->m;
+    size_t cap = 8192, at = 0;
+    char *buf = malloc(cap);
+    if (!buf) return srv_reply_error(r, 500, "out of memory");
+    metric(buf, cap, &at, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+           (double)m->n_prompt_tokens);
+    metric(buf, cap, &at, "llamacpp:prompt_seconds_total", "counter", "Prompt process time.", (double)m->prompt_us / 1e6);
+    metric(buf, cap, &at, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
+           (double)m->n_gen_tokens);
+    metric(buf, cap, &at, "llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time.",
+           (double)m->gen_us / 1e6);
+    metric(buf, cap, &at, "llamacpp:requests_processing", "gauge", "Number of requests processing.",
+           (double)srv_pool_busy(r->s->pool));
+    metric(buf, cap, &at, "llamacpp:requests_deferred", "gauge", "Number of requests deferred.",
+           (double)srv_pool_queued(r->s->pool));
+    metric(buf, cap, &at, "seqkv:cached_tokens_total", "counter", "Prompt tokens reused from a cache.",
+           (double)m->n_cached_tokens);
+    metric(buf, cap, &at, "seqkv:store_hits_total", "counter", "Prompts restored from the store.",
+           (double)m->n_store_hits);
+    metric(buf, cap, &at, "seqkv:slot_hits_total", "counter", "Prompts continued from a slot's KV.",
+           (double)m->n_slot_hits);
+    metric(buf, cap, &at, "seqkv:store_puts_total", "counter", "Conversations put into the store.",
+           (double)m->n_store_puts);
+    metric(buf, cap, &at, "seqkv:requests_rejected_total", "counter", "Requests refused with 503 (queue full).",
+           (double)m->n_rejected);
+    store_metrics(r->s, buf, cap, &at);
+    return srv_reply_text(r, 200, "text/plain; version=0.0.4", buf);
+}
+
+typedef struct route {
+    const char *method, *path;
+    srv_handler fn;
+    int open;  /* no API key needed */
+    int early; /* answers while the model loads */
+} route;
+
+static const route routes[] = {
+    {"GET", "/health", rt_health, 1, 1},
+    {"GET", "/v1/health", rt_health, 1, 1},
+    {"GET", "/v1/models", rt_models, 1, 0},
+    {"GET", "/models", rt_models, 1, 0},
+    {"GET", "/props", rt_props, 0, 0},
+    {"GET", "/slots", rt_slots, 0, 0},
+    {"GET", "/metrics", rt_metrics, 0, 0},
+    {"POST", "/tokenize", rt_tokenize, 0, 0},
+    {"POST", "/detokenize", rt_detokenize, 0, 0},
+    {"POST", "/completion", srv_rt_completion, 0, 0},
+    {"POST", "/completions", srv_rt_completion, 0, 0},
+    {"POST", "/v1/completions", srv_rt_oai_completion, 0, 0},
+    {"POST", "/v1/chat/completions", srv_rt_oai_chat, 0, 0},
+    {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0},
+};
+
+srv_handler srv_route_find(const char *method, const char *url, int *open, int *early)
+{
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (strcmp(routes[i].method, method) || strcmp(routes[i].path, url)) continue;
+        *open = routes[i].open;
+        *early = routes[i].early;
+        return routes[i].fn;
+    }
+    return NULL;
+}

@@ -1,0 +1,93 @@
+/* seqkv serve: startup (the HTTP side first, so /health answers 503 while the model
+ * loads), the model, the store, the slots; then waits for SIGINT/SIGTERM. */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/fpguard.h"
+#include "server/srv.h"
+
+void srv_log(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "seqkv serve: %s\n", msg);
+}
+
+int64_t srv_unix_now(void) { return (int64_t)time(NULL); }
+
+static int open_store(srv *s)
+{
+    char err[512];
+    skv_store_params sp = skv_store_default_params();
+    sp.budget = s->p.cache_budget < 0 ? -1 : s->p.cache_budget;
+    sp.n_threads = s->p.n_threads;
+    sp.model_path = s->p.model_path;
+    if (skv_store_open(s->p.store_dir, s->model, SKV_STORE_CREATE, &sp, &s->store, err, sizeof err)) {
+        srv_log("cannot open the store %s: %s", s->p.store_dir, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int load(srv *s)
+{
+    char err[512];
+    if (skv_model_load(s->p.model_path, NULL, &s->model, err, sizeof err)) {
+        srv_log("cannot load model: %s", err);
+        return -1;
+    }
+    skv_model_get_info(s->model, &s->info);
+    s->n_ctx = s->p.n_ctx > 0 ? s->p.n_ctx : s->info.n_ctx_train;
+    const char *base = strrchr(s->p.model_path, '/');
+    snprintf(s->model_id, sizeof s->model_id, "%s", s->p.alias ? s->p.alias : base ? base + 1 : s->p.model_path);
+    s->chat_template = srv_model_chat_template(s->model);
+    if (s->p.store_dir && open_store(s)) return -1;
+    if (srv_pool_start(s, &s->pool)) {
+        srv_log("cannot create %d slots of %d positions", s->p.parallel, s->n_ctx);
+        return -1;
+    }
+    return 0;
+}
+
+static void shutdown_all(srv *s, void *daemon)
+{
+    srv_http_stop(daemon);
+    srv_pool_stop(s->pool);
+    skv_store_close(s->store);
+    skv_model_free(s->model);
+    free(s->chat_template);
+}
+
+int skv_server_run(const skv_server_params *p)
+{
+    srv s = {.p = *p, .t_start = srv_unix_now()};
+    void *daemon = NULL;
+    int port = 0, sig = 0;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* every thread started below inherits it */
+    signal(SIGPIPE, SIG_IGN);
+    atomic_init(&s.ready, 0);
+    if (srv_http_start(&s, &daemon, &port)) return 1;
+    srv_log("loading %s", p->model_path);
+    if (load(&s)) {
+        shutdown_all(&s, daemon);
+        return 1;
+    }
+    atomic_store(&s.ready, 1);
+    srv_log("listening on http://%s:%d (%d slots x %d positions%s%s)", p->host, port, p->parallel, s.n_ctx,
+            s.store ? ", store " : "", s.store ? p->store_dir : "");
+    sigwait(&set, &sig);
+    srv_log("signal %d: shutting down", sig);
+    shutdown_all(&s, daemon);
+    return 0;
+}

@@ -1,0 +1,23 @@
+/* seqkv serve: an HTTP server (llama-server's and OpenAI's API) over the library, whose
+ * prompt cache is the session store (docs/server.md). Used by tools/cmd_serve.c only;
+ * not part of libseqkv. */
+#ifndef SKV_SERVER_H
+#define SKV_SERVER_H
+
+typedef struct skv_server_params {
+    const char *model_path; /* model file */
+    const char *store_dir;  /* session store directory (created if absent), or NULL: RAM only */
+    const char *host;       /* IPv4 address to bind, "127.0.0.1" by default */
+    const char *api_key;    /* required as "Authorization: Bearer KEY" when non-NULL */
+    const char *alias;      /* model id reported by /v1/models (NULL: the file name) */
+    int port;               /* 0 = any free port (printed) */
+    int parallel;           /* slots decoding at once */
+    int n_ctx;              /* positions per slot; 0 = the model's trained context */
+    int n_threads;          /* threads per slot */
+    long long cache_budget; /* store budget in bytes; < 0 = the store's own */
+} skv_server_params;
+
+/* Runs until SIGINT or SIGTERM. Prints its address and errors to stderr. 0 = clean exit. */
+int skv_server_run(const skv_server_params *p);
+
+#endif

@@ -1,0 +1,410 @@
+/* The slots: each owns a context (n_ctx positions) and the tokens whose KV it holds, and
+ * runs one job at a time from the shared bounded queue: prepare the prompt cache, prefill
+ * the rest, sample and decode until a stop, then put the conversation back into the store.
+ *
+ * Decoding is batched across slots (continuous batching): a slot with its next token
+ * joins the pending step; the first slot to find no step running takes every pending
+ * token and runs them as one skv_decode_multi pass (the weights read once for all rows),
+ * then hands each slot its logits row. A slot that arrives during a step joins the next
+ * one; nobody waits for a slot to arrive. Each row is bit-identical to skv_decode on its
+ * own context, so batching never changes a result.
+ *
+ *   HTTP thread --submit--> queue[SRV_QUEUE_MAX] --pop--> slot k: cache, prefill, decode
+ *        ^                                                     |
+ *        +---- job->text / safe / done (mu, cv) <--------------+
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/fpguard.h"
+#include "server/srv.h"
+
+typedef struct slot {
+    int id;
+    srv_pool *pool;
+    skv_ctx *ctx;
+    int32_t *tokens;     /* [n_ctx] the tokens whose KV ctx holds */
+    size_t n_tokens;
+    float *logits;       /* [n_vocab] */
+    void *scratch;       /* sampling */
+    srv_job *job;        /* running, for /slots (guarded by the pool's mu) */
+    int avail;           /* waiting for a job, or about to (its reply is out): guarded by mu */
+    uint64_t n_jobs;
+    int step_rc, step_done; /* the batched decode's result for this slot (bmu) */
+    pthread_t th;
+    int started;
+} slot;
+
+/* The decode step being gathered (guarded by bmu). */
+typedef struct step {
+    skv_ctx *ctx[SRV_MAX_PARALLEL];
+    int32_t tok[SRV_MAX_PARALLEL];
+    struct slot *who[SRV_MAX_PARALLEL];
+    size_t n;
+} step;
+
+struct srv_pool {
+    srv *s;
+    pthread_mutex_t bmu;
+    pthread_cond_t bcv;
+    step pending;
+    int stepping;
+    float *step_logits; /* [SRV_MAX_PARALLEL][n_vocab] */
+    slot *slots;
+    int n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_job *q[SRV_QUEUE_MAX];
+    size_t n_q;
+    int stop, busy;
+    srv_cache *cache;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+srv_job *srv_job_new(void)
+{
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->refs, 1);
+    atomic_init(&j->cancel, 0);
+    j->id_slot = -1;
+    j->slot = -1;
+    j->finish = "length";
+    return j;
+}
+
+void srv_job_unref(srv_job *j)
+{
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1) return;
+    for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->prompt);
+    free(j->text);
+    free(j->gen);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void srv_job_wait(srv_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+}
+
+int srv_pool_submit(srv_pool *p, srv_job *j)
+{
+    if (j->id_slot >= p->n) return 400;
+    pthread_mutex_lock(&p->mu);
+    int full = p->n_q >= SRV_QUEUE_MAX;
+    if (!full) {
+        atomic_fetch_add(&j->refs, 1);
+        p->q[p->n_q++] = j;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (full) atomic_fetch_add(&p->s->m.n_rejected, 1);
+    return full ? 503 : 0;
+}
+
+static size_t common_prefix(const slot *sl, const srv_job *j)
+{
+    size_t i = 0;
+    while (i < sl->n_tokens && i < j->n_prompt && sl->tokens[i] == j->prompt[i]) i++;
+    return i;
+}
+
+/* The available slot that should run j: its id_slot, else the one holding the longest prefix of
+ * its prompt (llama-server's slot similarity), ties to the lowest id. Caller holds mu. */
+static int best_slot(const srv_pool *p, const srv_job *j)
+{
+    int best = -1;
+    size_t best_len = 0;
+    if (j->id_slot >= 0) return j->id_slot;
+    for (int i = 0; i < p->n; i++) {
+        if (!p->slots[i].avail) continue;
+        size_t k = common_prefix(&p->slots[i], j);
+        if (best < 0 || k > best_len) best = i, best_len = k;
+    }
+    return best;
+}
+
+/* The oldest queued job this slot should run; NULL at shutdown. */
+static srv_job *next_job(slot *sl)
+{
+    srv_pool *p = sl->pool;
+    srv_job *j = NULL;
+    pthread_mutex_lock(&p->mu);
+    sl->job = NULL;
+    sl->avail = 1;
+    while (!p->stop && !j) {
+        for (size_t i = 0; i < p->n_q && !j; i++) {
+            if (best_slot(p, p->q[i]) != sl->id) continue;
+            j = p->q[i];
+            memmove(p->q + i, p->q + i + 1, (p->n_q - i - 1) * sizeof *p->q);
+            p->n_q--;
+        }
+        if (!j) pthread_cond_wait(&p->cv, &p->mu);
+    }
+    sl->avail = j == NULL;
+    sl->job = j;
+    p->busy += j != NULL;
+    pthread_mutex_unlock(&p->mu);
+    return j;
+}
+
+static void job_end(srv_job *j, int status, const char *msg)
+{
+    pthread_mutex_lock(&j->mu);
+    j->status = status;
+    if (msg) snprintf(j->err, sizeof j->err, "%s", msg);
+    j->safe = j->len;
+    j->done = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Ends the job. The slot counts as available from here on, before its conversation is put
+ * back, so a client's next turn (sent as soon as it has this reply) waits for this slot's
+ * KV instead of going to another idle slot (the race would lose the cache). */
+static void job_done(slot *sl, srv_job *j, int status, const char *msg)
+{
+    pthread_mutex_lock(&sl->pool->mu);
+    sl->avail = 1;
+    pthread_mutex_unlock(&sl->pool->mu);
+    job_end(j, status, msg);
+}
+
+/* Prompt: reuse what a cache holds, prefill the rest; logits of the last position. */
+static int run_prompt(slot *sl, srv_job *j)
+{
+    srv *s = sl->pool->s;
+    double t0 = now_ms(), bits = 0.0;
+    size_t keep = 0;
+    if (j->cache_prompt)
+        keep = srv_cache_prepare(s, sl->pool->cache, sl->ctx, sl->tokens, sl->n_tokens, j->prompt, j->n_prompt, &bits);
+    else
+        skv_ctx_truncate(sl->ctx, 0);
+    memcpy(sl->tokens, j->prompt, j->n_prompt * sizeof *j->prompt);
+    sl->n_tokens = keep;
+    int rc = skv_prefill(sl->ctx, j->prompt + keep, j->n_prompt - keep, SKV_LOGITS_LAST, sl->logits);
+    if (rc) {
+        skv_ctx_truncate(sl->ctx, 0);
+        return rc;
+    }
+    sl->n_tokens = j->n_prompt;
+    j->n_cached = keep;
+    j->cached_bits = bits;
+    j->t_prompt_ms = now_ms() - t0;
+    atomic_fetch_add(&s->m.n_prompt_tokens, j->n_prompt - keep);
+    atomic_fetch_add(&s->m.n_cached_tokens, keep);
+    atomic_fetch_add(&s->m.prompt_us, (unsigned long long)(j->t_prompt_ms * 1e3));
+    return 0;
+}
+
+static int gen_push(srv_job *j, int32_t tok)
+{
+    if (j->n_gen == j->gen_cap) {
+        size_t cap = j->gen_cap ? j->gen_cap * 2 : 64;
+        int32_t *g = realloc(j->gen, cap * sizeof *g);
+        if (!g) return -1;
+        j->gen = g;
+        j->gen_cap = cap;
+    }
+    j->gen[j->n_gen++] = tok;
+    return 0;
+}
+
+/* Runs the pending tokens as one step; called with bmu held, returns with it held. */
+static void run_step(srv_pool *p)
+{
+    step st = p->pending;
+    size_t V = (size_t)p->s->info.n_vocab;
+    p->pending.n = 0;
+    p->stepping = 1;
+    pthread_mutex_unlock(&p->bmu);
+    int rc = skv_decode_multi(st.ctx, st.tok, st.n, p->step_logits);
+    for (size_t i = 0; i < st.n && !rc; i++) memcpy(st.who[i]->logits, p->step_logits + i * V, V * sizeof(float));
+    pthread_mutex_lock(&p->bmu);
+    for (size_t i = 0; i < st.n; i++) st.who[i]->step_rc = rc, st.who[i]->step_done = 1;
+    p->stepping = 0;
+    pthread_cond_broadcast(&p->bcv);
+}
+
+/* skv_decode(sl->ctx, tok, sl->logits), batched with the other slots decoding now. */
+static int decode_batched(slot *sl, int32_t tok)
+{
+    srv_pool *p = sl->pool;
+    pthread_mutex_lock(&p->bmu);
+    step *st = &p->pending;
+    st->ctx[st->n] = sl->ctx, st->tok[st->n] = tok, st->who[st->n] = sl;
+    st->n++;
+    sl->step_done = 0;
+    while (!sl->step_done) {
+        if (!p->stepping) run_step(p);
+        else pthread_cond_wait(&p->bcv, &p->bmu);
+    }
+    int rc = sl->step_rc;
+    pthread_mutex_unlock(&p->bmu);
+    return rc;
+}
+
+/* One sampled token: 1 = the job is finished (j->finish set), 0 = go on, < 0 = error. */
+static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
+{
+    const srv *s = sl->pool->s;
+    int32_t tok = srv_sample(sl->logits, s->info.n_vocab, j, rng, sl->scratch);
+    if (tok == s->info.eos_id) return j->finish = "stop", 1;
+    if (gen_push(j, tok)) return SKV_ERR_NOMEM;
+    if (srv_job_append(j, s->model, tok)) return j->finish = "stop", 1;
+    if (j->n_gen >= (size_t)j->n_predict || sl->n_tokens >= (size_t)s->n_ctx) return j->finish = "length", 1;
+    int rc = decode_batched(sl, tok);
+    if (rc) return rc;
+    sl->tokens[sl->n_tokens++] = tok;
+    return 0;
+}
+
+static void run_job(slot *sl, srv_job *j)
+{
+    srv *s = sl->pool->s;
+    srv_rng rng = {j->seed};
+    int rc = atomic_load(&j->cancel) ? 0 : run_prompt(sl, j);
+    if (rc) {
+        sl->n_tokens = 0;
+        job_done(sl, j, 500, skv_ctx_last_error(sl->ctx));
+        return;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->slot = sl->id;
+    j->started = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    double t0 = now_ms();
+    while (!rc && j->n_gen < (size_t)j->n_predict && !atomic_load(&j->cancel)) rc = gen_step(sl, j, &rng);
+    j->t_gen_ms = now_ms() - t0;
+    atomic_fetch_add(&s->m.n_gen_tokens, j->n_gen);
+    atomic_fetch_add(&s->m.gen_us, (unsigned long long)(j->t_gen_ms * 1e3));
+    if (rc < 0) {
+        sl->n_tokens = 0;
+        skv_ctx_truncate(sl->ctx, 0);
+    }
+    job_done(sl, j, rc < 0 ? 500 : 0, rc < 0 ? skv_ctx_last_error(sl->ctx) : NULL);
+}
+
+static void *slot_main(void *arg)
+{
+    slot *sl = arg;
+    srv_job *j;
+    while ((j = next_job(sl))) {
+        run_job(sl, j);
+        int ok = j->status == 0 && !atomic_load(&j->cancel);
+        srv_job_unref(j);
+        if (ok) srv_cache_put(sl->pool->s, sl->pool->cache, sl->tokens, sl->n_tokens);
+        pthread_mutex_lock(&sl->pool->mu);
+        sl->pool->busy--;
+        sl->n_jobs++;
+        pthread_mutex_unlock(&sl->pool->mu);
+    }
+    return NULL;
+}
+
+static int slot_init(srv_pool *p, slot *sl, int id)
+{
+    const srv *s = p->s;
+    skv_ctx_params cp = skv_ctx_default_params();
+    cp.n_ctx = s->n_ctx;
+    cp.n_threads = s->p.n_threads;
+    sl->id = id;
+    sl->pool = p;
+    if (skv_ctx_create(s->model, &cp, &sl->ctx)) return -1;
+    sl->tokens = malloc((size_t)s->n_ctx * sizeof *sl->tokens);
+    sl->logits = malloc((size_t)s->info.n_vocab * sizeof *sl->logits);
+    sl->scratch = malloc(srv_sample_scratch_bytes(s->info.n_vocab));
+    if (!sl->tokens || !sl->logits || !sl->scratch) return -1;
+    if (pthread_create(&sl->th, NULL, slot_main, sl)) return -1;
+    sl->started = 1;
+    return 0;
+}
+
+int srv_pool_start(srv *s, srv_pool **out)
+{
+    srv_pool *p = calloc(1, sizeof *p);
+    if (!p) return -1;
+    p->s = s;
+    p->n = s->p.parallel;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    pthread_mutex_init(&p->bmu, NULL);
+    pthread_cond_init(&p->bcv, NULL);
+    p->step_logits = malloc((size_t)p->n * (size_t)s->info.n_vocab * sizeof *p->step_logits);
+    p->slots = calloc((size_t)p->n, sizeof *p->slots);
+    p->cache = srv_cache_create();
+    *out = p;
+    if (!p->slots || !p->cache || !p->step_logits) return -1;
+    if (s->store && srv_cache_open_index(p->cache, s->p.store_dir, (size_t)s->n_ctx)) return -1;
+    for (int i = 0; i < p->n; i++)
+        if (slot_init(p, &p->slots[i], i)) return -1;
+    return 0;
+}
+
+void srv_pool_stop(srv_pool *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; p->slots && i < p->n; i++) {
+        slot *sl = &p->slots[i];
+        if (sl->started) pthread_join(sl->th, NULL);
+        skv_ctx_free(sl->ctx);
+        free(sl->tokens);
+        free(sl->logits);
+        free(sl->scratch);
+    }
+    for (size_t i = 0; i < p->n_q; i++) srv_job_unref(p->q[i]);
+    srv_cache_free(p->cache);
+    free(p->step_logits);
+    free(p->slots);
+    free(p);
+}
+
+json_t *srv_pool_slots_json(srv_pool *p)
+{
+    json_t *a = json_array();
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < p->n && a; i++) {
+        const slot *sl = &p->slots[i];
+        json_array_append_new(a, json_pack("{s:i,s:i,s:b,s:I,s:I}", "id", sl->id, "n_ctx", p->s->n_ctx,
+                                           "is_processing", sl->job != NULL, "n_past", (json_int_t)sl->n_tokens,
+                                           "n_jobs", (json_int_t)sl->n_jobs));
+    }
+    pthread_mutex_unlock(&p->mu);
+    return a;
+}
+
+size_t srv_pool_queued(srv_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t n = p->n_q;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+int srv_pool_busy(srv_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int n = p->busy;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}

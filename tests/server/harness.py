@@ -1,0 +1,85 @@
+"""Starts a real `seqkv serve` for the server tests (not a test itself) and talks to it
+with curl, as a user would. Server(...) picks a free port (--port 0, read back from the
+log), waits for /health, and stop()/kill() end it."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from clitest import ROOT, SEQKV  # noqa: E402
+
+
+class Server:
+    def __init__(self, *args, log=None):
+        self.args = [SEQKV, "serve", "--port", "0"] + [str(a) for a in args]
+        self.log = log or os.path.join(ROOT, "build", "serve-%d.log" % os.getpid())
+        self.start()
+
+    def start(self):
+        self.logf = open(self.log, "w+")
+        self.p = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.port = None
+        t0 = time.time()
+        while time.time() - t0 < 30 and self.p.poll() is None:
+            with open(self.log) as f:
+                for line in f:
+                    if "listening on http://" in line:
+                        self.port = int(line.split("http://")[1].split(":")[1].split()[0])
+            if self.port:
+                break
+            time.sleep(0.05)
+        if not self.port:
+            raise RuntimeError("server did not start: " + open(self.log).read()[-2000:])
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def kill(self):
+        """kill -9: no chance to flush anything."""
+        self.p.send_signal(signal.SIGKILL)
+        self.p.wait()
+        self.logf.close()
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.logf.close()
+        return self.p.returncode
+
+    def curl(self, path, body=None, method=None, headers=(), raw=None, timeout=60):
+        """-> (HTTP status, response text). body: an object sent as JSON; raw: bytes as is."""
+        cmd = ["curl", "-s", "-N", "-o", "-", "-w", "\n%{http_code}", "--max-time", str(timeout)]
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        if data is not None:
+            cmd += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
+        for h in headers:
+            cmd += ["-H", h]
+        if method:
+            cmd += ["-X", method]
+        p = subprocess.run(cmd + [self.url + path], input=data, capture_output=True, timeout=timeout + 10)
+        text = p.stdout.decode("utf-8", "replace")
+        text, _, code = text.rpartition("\n")
+        return int(code or 0), text
+
+    def json(self, path, body=None, **kw):
+        code, text = self.curl(path, body, **kw)
+        try:
+            return code, json.loads(text)
+        except ValueError:
+            return code, text
+
+
+def sse(text):
+    """The data: payloads of a server-sent event stream (comments dropped), in order."""
+    out = []
+    for block in text.split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                out.append(line[6:])
+    return out

@@ -1,0 +1,330 @@
+#!/usr/bin/python3
+"""seqkv serve end to end: starts the real server on a free port and drives it with curl
+(llama-server's endpoints) and with the official openai npm client (tests/server/).
+
+Checks: health/models/props/tokenize/detokenize shapes, greedy determinism (string and
+token-array prompts, streamed and not), llama-server's stream format (no [DONE]) and
+OpenAI's (role chunk, deltas, finish chunk, usage chunk, [DONE]), stop strings (never
+streamed), the prompt cache (a repeat reuses n-1 positions), the error envelope with
+status = code (400, 401, 404, 413), every limit, a full queue answering 503 while /health
+still answers, and the store as a persistent prompt cache: after kill -9 and a restart a
+returning conversation is served from the store with the same output.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
+import testenv  # noqa: E402
+from clitest import ROOT, Fail, Reporter, Skip, check  # noqa: E402
+from harness import Server, sse  # noqa: E402
+
+NAME = "test_server"
+PROMPT = "In the beginning God created the heaven and the earth. And the earth was"
+
+
+def completion(srv, **kw):
+    body = {"prompt": PROMPT, "n_predict": 12, "temperature": 0}
+    body.update(kw)
+    code, r = srv.json("/completion", body)
+    check(code == 200, "completion: %d %s" % (code, r))
+    return r
+
+
+def case_endpoints(srv, tmp):
+    code, r = srv.json("/health")
+    check(code == 200 and r == {"status": "ok"}, "health: %d %s" % (code, r))
+    code, r = srv.json("/v1/models")
+    check(code == 200 and r["object"] == "list" and r["data"][0]["meta"]["n_vocab"] == 4096, "models: %s" % r)
+    code, r = srv.json("/props")
+    check(code == 200 and r["total_slots"] == 2 and r["default_generation_settings"]["n_ctx"] == 512, "props: %s" % r)
+    code, r = srv.json("/slots")
+    check(code == 200 and len(r) == 2 and r[1]["id"] == 1, "slots: %s" % r)
+    code, m = srv.curl("/metrics")
+    check(code == 200 and "llamacpp:prompt_tokens_total" in m and "seqkv:store_sessions" in m, "metrics: " + m[:200])
+
+
+def case_tokenize_roundtrip(srv, tmp):
+    code, r = srv.json("/tokenize", {"content": "And God said, Let there be light"})
+    check(code == 200 and len(r["tokens"]) > 3 and all(isinstance(t, int) for t in r["tokens"]), "tokenize: %s" % r)
+    code, d = srv.json("/detokenize", {"tokens": r["tokens"]})
+    check(code == 200 and d["content"].strip() == "And God said, Let there be light", "detokenize: %s" % d)
+    code, p = srv.json("/tokenize", {"content": "light", "with_pieces": True})
+    check(code == 200 and "light" in "".join(x["piece"] for x in p["tokens"]), "with_pieces: %s" % p)
+
+
+def case_greedy_deterministic(srv, tmp):
+    a, b = completion(srv), completion(srv, cache_prompt=False)
+    check(a["content"] and a["content"] == b["content"], "two greedy runs differ: %r %r" % (a["content"], b["content"]))
+    check(a["tokens_predicted"] == 12 and a["stop_type"] == "limit", "n_predict not honoured: %s" % a)
+    code, t = srv.json("/tokenize", {"content": PROMPT, "add_special": True})
+    c = completion(srv, prompt=t["tokens"])
+    check(c["content"] == a["content"], "token-array prompt differs: %r" % c["content"])
+    s = completion(srv, temperature=0.9, seed=7, top_k=20)
+    check(s == s and completion(srv, temperature=0.9, seed=7, top_k=20)["content"] == s["content"],
+          "same seed, different text")
+
+
+def case_prompt_cache(srv, tmp):
+    completion(srv, id_slot=0)
+    r = completion(srv, id_slot=0)
+    n = r["tokens_evaluated"]
+    check(r["timings"]["cache_n"] == n - 1 and r["timings"]["prompt_n"] == 1, "repeat not cached: %s" % r["timings"])
+    r = completion(srv, id_slot=0, cache_prompt=False)
+    check(r["timings"]["cache_n"] == 0, "cache_prompt false still reused: %s" % r["timings"])
+
+
+def case_llama_stream(srv, tmp):
+    whole = completion(srv, n_predict=20)
+    code, text = srv.curl("/completion", {"prompt": PROMPT, "n_predict": 20, "temperature": 0, "stream": True})
+    events = [json.loads(e) for e in sse(text)]
+    check(code == 200 and events and "[DONE]" not in text, "stream: %d %s" % (code, text[:300]))
+    check(all(not e["stop"] for e in events[:-1]) and events[-1]["stop"], "stop flags: %s" % events)
+    got = "".join(e["content"] for e in events)
+    check(got == whole["content"], "stream %r != %r" % (got, whole["content"]))
+    check(events[-1]["tokens_predicted"] == 20 and "timings" in events[-1], "final chunk: %s" % events[-1])
+
+
+def case_oai_stream_shape(srv, tmp):
+    body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 6, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    code, text = srv.curl("/v1/chat/completions", body)
+    ev = sse(text)
+    check(code == 200 and ev[-1] == "[DONE]", "no [DONE]: %s" % text[-200:])
+    ch = [json.loads(e) for e in ev[:-1]]
+    check(ch[0]["choices"][0]["delta"]["role"] == "assistant", "no role chunk: %s" % ch[0])
+    check(ch[-2]["choices"][0]["finish_reason"] == "length" and ch[-2]["choices"][0]["delta"] == {}, "finish: %s" % ch[-2])
+    u = ch[-1]["usage"]
+    check(ch[-1]["choices"] == [] and u["completion_tokens"] == 6 and "cached_tokens" in u["prompt_tokens_details"],
+          "usage chunk: %s" % ch[-1])
+    check(all(c["id"] == ch[0]["id"] and c["object"] == "chat.completion.chunk" for c in ch), "ids/objects differ")
+
+
+def case_stop_strings(srv, tmp):
+    whole = completion(srv, n_predict=24)["content"]
+    words = whole.split()
+    check(len(words) > 3, "too little text: %r" % whole)
+    stop = " " + words[2]
+    cut = whole[:whole.index(stop)]
+    r = completion(srv, n_predict=24, stop=[stop, "zzzzqqq"])
+    check(r["content"] == cut and r["stop_type"] == "word" and r["stopping_word"] == stop, "stop: %s" % r)
+    code, text = srv.curl("/completion", {"prompt": PROMPT, "n_predict": 24, "temperature": 0, "stream": True,
+                                          "stop": stop})
+    got = "".join(json.loads(e)["content"] for e in sse(text))
+    check(got == cut, "streamed %r != %r (a stop string leaked)" % (got, cut))
+
+
+def case_errors(srv, tmp):
+    cases = [
+        (srv.json("/nope"), 404),
+        (srv.json("/completion", raw=b"{not json"), 400),
+        (srv.json("/completion", raw=b"[" * 100 + b"]" * 100), 400),
+        (srv.json("/completion", raw=b"[1,2]"), 400),
+        (srv.json("/completion", raw=b'{"prompt":"' + b"a" * (5 << 20) + b'"}'), 413),
+        (srv.json("/completion", {"prompt": "x", "n_predict": 100000}), 400),
+        (srv.json("/completion", {"prompt": [1, 99999]}), 400),
+        (srv.json("/completion", {"prompt": "x " * 2000}), 400),
+        (srv.json("/completion", {"prompt": "x", "temperature": "hot"}), 400),
+        (srv.json("/completion", {"prompt": "x", "stop": [""]}), 400),
+        (srv.json("/completion", {"prompt": "x", "id_slot": 9}), 400),
+        (srv.json("/v1/chat/completions", {"messages": [{"role": "user"}]}), 400),
+        (srv.json("/completion", {}), 400),
+    ]
+    for i, ((code, r), want) in enumerate(cases):
+        check(code == want, "case %d: status %d, want %d: %s" % (i, code, want, r))
+        e = r.get("error") if isinstance(r, dict) else None
+        check(e and e["code"] == want and e["message"] and e["type"], "case %d: envelope %s" % (i, r))
+    code, r = srv.json("/health")
+    check(code == 200, "the server stopped answering after bad requests")
+
+
+def case_api_key(srv, tmp):
+    k = Server("--api-key", "s3cret", "-c", "256", log=os.path.join(tmp, "key.log"))
+    try:
+        code, r = k.json("/completion", {"prompt": "x", "n_predict": 1})
+        check(code == 401 and r["error"]["type"] == "authentication_error", "no key: %d %s" % (code, r))
+        code, r = k.json("/completion", {"prompt": "x", "n_predict": 1}, headers=["Authorization: Bearer wrong"])
+        check(code == 401, "wrong key: %d" % code)
+        code, r = k.json("/completion", {"prompt": "x", "n_predict": 1}, headers=["Authorization: Bearer s3cret"])
+        check(code == 200, "right key: %d %s" % (code, r))
+        check(k.json("/health")[0] == 200, "/health needs no key")
+    finally:
+        k.stop()
+
+
+def case_queue_full_503(srv, tmp):
+    """--parallel 1: 80 long streamed requests at once; the queue holds 64, the rest get 503
+    at once; /health answers. The clients hang up after a few seconds (cancelling)."""
+    q = Server("--parallel", "1", "-c", "512", log=os.path.join(tmp, "q.log"))
+    codes, lock = [], threading.Lock()
+
+    def one():
+        c, _ = q.curl("/completion", {"prompt": PROMPT, "n_predict": 400, "temperature": 0, "stream": True},
+                      timeout=4)
+        with lock:
+            codes.append(c)
+    try:
+        th = [threading.Thread(target=one) for _ in range(80)]
+        for t in th:
+            t.start()
+        health = q.json("/health")[0]
+        for t in th:
+            t.join()
+        check(health == 200, "/health under load: %d" % health)
+        check(set(codes) <= {200, 503} and codes.count(503) >= 1 and codes.count(200) >= 65,
+              "codes: %s" % sorted(codes))
+    finally:
+        q.stop()
+
+
+def case_store_restart(srv, tmp):
+    """The store is the prompt cache: kill -9, restart, a returning conversation hits it."""
+    store = os.path.join(tmp, "store")
+    s = Server("--store", store, "-c", "512", log=os.path.join(tmp, "s1.log"))
+    try:
+        first = completion(s, n_predict=16)
+        check(first["timings"]["cache_n"] == 0, "fresh store hit: %s" % first["timings"])
+        chat = {"messages": [{"role": "user", "content": "And the LORD spake unto Moses"}], "max_tokens": 8,
+                "temperature": 0}
+        code, c1 = s.json("/v1/chat/completions", chat)
+        check(code == 200, "chat: %s" % c1)
+        code, _ = s.json("/health")  # the puts run after the replies; the next request waits for none
+        for _ in range(100):
+            m = s.curl("/metrics")[1]
+            if "seqkv:store_sessions 2" in m:
+                break
+            threading.Event().wait(0.05)
+        check("seqkv:store_sessions 2" in m, "conversations not stored: " + m)
+    finally:
+        s.kill()
+    with open(os.path.join(store, "server-index.skvi"), "ab") as f:
+        f.write(b"\x07\x00\x00\x00torn")  # a record cut short by the kill: ignored
+    s = Server("--store", store, "-c", "512", log=os.path.join(tmp, "s2.log"))
+    try:
+        again = completion(s, n_predict=16)
+        n = again["tokens_evaluated"]
+        check(again["timings"]["cache_n"] == n - 1, "restart: not served from the store: %s" % again["timings"])
+        check(again["content"] == first["content"], "restored KV gives other text: %r" % again["content"])
+        chat["messages"] += [{"role": "assistant", "content": c1["choices"][0]["message"]["content"]},
+                             {"role": "user", "content": "Speak unto the children of Israel"}]
+        code, c2 = s.json("/v1/chat/completions", chat)
+        cached = c2["usage"]["prompt_tokens_details"]["cached_tokens"]
+        check(code == 200 and cached >= c1["usage"]["prompt_tokens"], "returning chat cached %d of %s" %
+              (cached, c2["usage"]))
+    finally:
+        s.stop()
+
+
+def metric(srv, name):
+    for line in srv.curl("/metrics")[1].splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def wait_metric(srv, name, want):
+    for _ in range(200):
+        if metric(srv, name) >= want:
+            return True
+        threading.Event().wait(0.05)
+    return False
+
+
+def case_stream_put(srv, tmp):
+    """A streamed conversation goes back into the store too (the stream's end is no cancel)."""
+    before = metric(srv, "seqkv:store_puts_total")
+    for i in range(8):
+        code, text = srv.curl("/completion", {"prompt": "Streamed and stored %d %s" % (i, tmp), "n_predict": 2,
+                                              "temperature": 0, "stream": True})
+        check(code == 200 and json.loads(sse(text)[-1])["stop"], "stream: %s" % text[-200:])
+    check(wait_metric(srv, "seqkv:store_puts_total", before + 8), "a streamed conversation was not stored")
+
+
+def case_shared_store_keeps_slot(srv, tmp):
+    """Two servers on one store: B's slot keeps its own prefix when the store's longer match
+    is a conversation B does not know (put by A after B started)."""
+    store = os.path.join(tmp, "shared")
+    b = Server("--store", store, "-c", "512", log=os.path.join(tmp, "b.log"))
+    a = None
+    try:
+        base = PROMPT + " And God said, Let there be light: and there was light."
+        completion(b, prompt=base + " And God saw the light", n_predict=2)
+        a = Server("--store", store, "-c", "512", log=os.path.join(tmp, "a.log"))
+        completion(a, prompt=base + " And God called the light Day", n_predict=2)
+        check(wait_metric(a, "seqkv:store_puts_total", 1), "A did not store its conversation")
+        r = completion(b, prompt=base + " And God called the darkness Night", n_predict=2)
+        check(r["timings"]["cache_n"] > 20, "B lost its slot's prefix: %s" % r["timings"])
+    finally:
+        b.stop()
+        if a:
+            a.stop()
+
+
+def case_parallel_greedy(srv, tmp):
+    """8 concurrent requests over 2 slots: all succeed, every greedy text is the same."""
+    out, lock = [], threading.Lock()
+
+    def one(i):
+        r = srv.json("/completion", {"prompt": PROMPT, "n_predict": 10, "temperature": 0, "stream": i % 2 == 1})
+        with lock:
+            out.append((i, r))
+    th = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    want = completion(srv, n_predict=10)["content"]
+    for i, (code, r) in out:
+        check(code == 200, "request %d: %d" % (i, code))
+        got = r["content"] if isinstance(r, dict) else "".join(json.loads(e)["content"] for e in sse(r))
+        check(got == want, "request %d: %r != %r" % (i, got, want))
+
+
+def case_openai_client(srv, tmp):
+    mods = os.path.join(ROOT, "tests", "server", "node_modules", "openai")
+    if not shutil.which("node") or not os.path.isdir(mods):
+        raise testenv.missing(Skip, Fail)("node or tests/server/node_modules missing: run scripts/install-deps.sh")
+    k = Server("--api-key", "k3y", "--parallel", "2", "-c", "512", log=os.path.join(tmp, "oai.log"))
+    try:
+        env = dict(os.environ, SEQKV_URL=k.url, SEQKV_KEY="k3y")
+        p = subprocess.run(["node", os.path.join(ROOT, "tests", "server", "openai_test.mjs")], env=env,
+                           capture_output=True, timeout=120, cwd=ROOT)
+        sys.stdout.write(p.stdout.decode())
+        check(p.returncode == 0, "openai client cases failed: " + p.stderr.decode()[-500:])
+    finally:
+        k.stop()
+
+
+CASES = [case_endpoints, case_tokenize_roundtrip, case_greedy_deterministic, case_prompt_cache, case_llama_stream,
+         case_oai_stream_shape, case_stop_strings, case_errors, case_parallel_greedy, case_api_key,
+         case_queue_full_503, case_store_restart, case_stream_put, case_shared_store_keeps_slot, case_openai_client]
+
+
+def main():
+    rep = Reporter(NAME)
+    tmp = tempfile.mkdtemp(prefix="seqkv-serve-")
+    try:
+        srv = Server("--parallel", "2", "-c", "512", "--store", os.path.join(tmp, "main"),
+                     log=os.path.join(tmp, "main.log"))
+    except Exception as e:
+        rep.report("start", "FAIL", str(e))
+        return 1
+    try:
+        for c in CASES:
+            rep.run_case(c, srv, tmp)
+        rc = srv.stop()
+        tail = "" if rc == 0 else open(srv.log, errors="replace").read()[-3000:]
+        rep.report("clean_shutdown", "PASS" if rc == 0 else "FAIL", "" if rc == 0 else "exit status %s:\n%s" % (rc, tail))
+    finally:
+        if srv.p.poll() is None:
+            srv.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 1 if rep.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
