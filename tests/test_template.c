@@ -154,6 +154,149 @@ static void llama_cpp_cases(void)
     }
 }
 
+
+/* ---- 2. built-ins against llama.cpp's built-in formatter ---- */
+static const struct { const char *builtin, *fixture_name; } builtin_cases[] = {
+    {"chatml", "teknium/OpenHermes-2.5-Mistral-7B"},
+    {"llama2", "mistralai/Mistral-7B-Instruct-v0.2 (NOTE"},
+    {"llama3", "Llama-3"},
+    {"mistral-v7", "mistralai/Mistral-Large-Instruct-2411"},
+    {"gemma", "google/gemma-7b-it"},
+    {"phi3", "Phi-3-mini"},
+    {"phi4", "phi-4"},
+    {"monarch", "mlabonne/AlphaMonarch-7B"},
+    {"vicuna", "eachadea/vicuna-13b-1.1"},
+    {"bailing", "inclusionAI/Ling-lite"},
+};
+
+static const fixture *fixture_named(const char *prefix)
+{
+    for (size_t i = 0; i < n_fx; i++)
+        if (strncmp(fx[i].name, prefix, strlen(prefix)) == 0) return &fx[i];
+    return NULL;
+}
+
+static void builtins_match_llama_cpp(void)
+{
+    for (size_t i = 0; i < sizeof builtin_cases / sizeof builtin_cases[0]; i++) {
+        const char *src = skv_tmpl_builtin(builtin_cases[i].builtin);
+        const fixture *x = fixture_named(builtin_cases[i].fixture_name);
+        char *out = NULL;
+        skv_tmpl_error err;
+        CHECK_MSG(src && x, "%s: no built-in or no fixture", builtin_cases[i].builtin);
+        int st = render_fixture(x, src, strlen(src), &out, &err);
+        CHECK_MSG(st == SKV_OK, "%s: %s", builtin_cases[i].builtin, err.msg);
+        size_t d = first_diff(out, x->expected_builtin);
+        int same = strcmp(out, x->expected_builtin) == 0;
+        if (!same) test_fail_at(__FILE__, __LINE__, "%s: differs at byte %zu: \"%.30s\"",
+                                builtin_cases[i].builtin, d, out + d);
+        free(out);
+        if (!same) return;
+    }
+}
+
+static char *render_src(const char *src, const skv_tmpl_msg *msgs, size_t n, int *status,
+                        skv_tmpl_error *err)
+{
+    skv_tmpl *t;
+    char *out = NULL;
+    *status = skv_tmpl_parse(src, strlen(src), NULL, &t, err);
+    if (*status != SKV_OK) return NULL;
+    skv_tmpl_input in = {.msgs = msgs, .n_msgs = n, .add_generation_prompt = 1,
+                         .bos_token = "<s>", .eos_token = "</s>"};
+    *status = skv_tmpl_render_chat(t, &in, &out, NULL, err);
+    skv_tmpl_free(t);
+    return out;
+}
+
+static const skv_tmpl_msg two[] = {{"user", "Hi"}, {"assistant", "Yo"}};
+
+static void builtin_zephyr_and_simple(void)
+{
+    int st;
+    skv_tmpl_error err;
+    char *z = render_src(skv_tmpl_builtin("zephyr"), two, 2, &st, &err);
+    CHECK(z && strcmp(z, "<|user|>\nHi<|endoftext|>\n<|assistant|>\nYo<|endoftext|>\n<|assistant|>\n") == 0);
+    free(z);
+    char *s = render_src(skv_tmpl_builtin("simple"), two, 2, &st, &err);
+    CHECK(s && strcmp(s, "User: Hi\nAssistant: Yo\nAssistant:") == 0);
+    free(s);
+    CHECK(skv_tmpl_builtin("no-such-template") == NULL);
+    size_t n = 0;
+    while (skv_tmpl_builtin_name(n)) n++;
+    CHECK(n >= 12);
+}
+
+/* ---- 3. semantics ---- */
+static const struct { const char *src, *want; } semantics[] = {
+    {"{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}", "2"},
+    {"{% for m in messages %}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.revindex0 }},{% endfor %}", "1TrueFalse1,2FalseTrue0,"},
+    {"{{ messages[-1].content }}{{ messages[1:][0]['role'] }}{{ 'abcdef'[1:4] }}{{ 'abc'[::-1] }}", "Yoassistantbcdcba"},
+    {"{{ [1, 2, 3] | join('-') }} {{ 'a,b'.split(',') }} {{ ' x '.strip() }}|{{ 'Hi There'|lower }}", "1-2-3 ['a', 'b'] x|hi there"},
+    {"{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list }}", "['Hi']"},
+    {"{{ {'a': [1, 2.5, none, true]} | tojson }}", "{\"a\": [1, 2.5, null, true]}"},
+    {"{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1 ~ 'x' }}", "3 -4 2 1024 3.5 1x"},
+    {"{% macro f(a, b='d') %}[{{ a }}{{ b }}]{% endmacro %}{{ f(1) }}{{ f(2, b='e') }}", "[1d][2e]"},
+    {"{% if x is not defined and 'i' in 'hi' and 3 is odd %}ok{% endif %}", "ok"},
+    {"{{ 'yes' if messages|length > 1 else 'no' }}{{ undefined_thing | default('dflt') }}", "yesdflt"},
+    {"a  {%- if true -%}  b  {%- endif -%}  c", "abc"},
+    {"x\n  {% if true %}\ny{% endif %}\nz", "x\nyz"}, /* lstrip_blocks + trim_blocks */
+    {"{% set x %}in{{ 1 }}{% endset %}{{ x }}{% for k, v in {'p': 1}.items() %}{{ k }}={{ v }}{% endfor %}", "in1p=1"},
+    {"{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}", "02"},
+    {"{# comment #}{{ 'user'.title() }}{{ none }}{{ 'a' * 3 }}{% for x in [] %}1{% else %}empty{% endfor %}", "UserNoneaaaempty"},
+};
+
+static void semantics_match_jinja(void)
+{
+    for (size_t i = 0; i < sizeof semantics / sizeof semantics[0]; i++) {
+        int st;
+        skv_tmpl_error err;
+        char *out = render_src(semantics[i].src, two, 2, &st, &err);
+        CHECK_MSG(out, "case %zu: %s at %d:%d", i, err.msg, err.line, err.col);
+        int same = strcmp(out, semantics[i].want) == 0;
+        if (!same) test_fail_at(__FILE__, __LINE__, "case %zu: got \"%s\" want \"%s\"", i, out, semantics[i].want);
+        free(out);
+        if (!same) return;
+    }
+}
+
+static void errors_have_positions(void)
+{
+    int st;
+    skv_tmpl_error err;
+    CHECK(render_src("ok\n  {% if %}", two, 2, &st, &err) == NULL);
+    CHECK_EQ_INT(st, SKV_ERR_FORMAT);
+    CHECK_EQ_INT(err.line, 2);
+    CHECK(render_src("{% for x in y %}", two, 2, &st, &err) == NULL && st == SKV_ERR_FORMAT);
+    CHECK(strstr(err.msg, "missing end tag"));
+    CHECK(render_src("{{ 'x' ", two, 2, &st, &err) == NULL && st == SKV_ERR_FORMAT);
+    CHECK(render_src("a\n{{ raise_exception('roles must alternate') }}", two, 2, &st, &err) == NULL);
+    CHECK(st == SKV_ERR_FORMAT && strstr(err.msg, "roles must alternate") && err.line == 2);
+    CHECK(render_src("{{ 1 + 'a' }}", two, 2, &st, &err) == NULL && st == SKV_ERR_FORMAT);
+    CHECK(render_src("{{ 9223372036854775807 + 1 }}", two, 2, &st, &err) == NULL && st == SKV_ERR_FORMAT);
+    CHECK(render_src("{{ x | nosuchfilter }}", two, 2, &st, &err) == NULL && strstr(err.msg, "nosuchfilter"));
+}
+
+static void hostile_templates_are_bounded(void)
+{
+    int st;
+    skv_tmpl_error err;
+    char deep[4096];
+    size_t n = 0;
+    n += (size_t)snprintf(deep, sizeof deep, "{{ ");
+    for (int i = 0; i < 1000; i++) deep[n++] = '(';
+    deep[n] = 0;
+    CHECK(render_src(deep, two, 2, &st, &err) == NULL && st == SKV_ERR_FORMAT);
+    CHECK(render_src("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                     two, 2, &st, &err) == NULL && st == SKV_ERR_RANGE);
+    CHECK(render_src("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", two, 2, &st, &err) == NULL);
+    CHECK_EQ_INT(st, SKV_ERR_RANGE);
+    CHECK(render_src("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{{ s }}{% endfor %}", two, 2,
+                     &st, &err) == NULL && st == SKV_ERR_RANGE);
+    CHECK(render_src("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+                     two, 2, &st, &err) == NULL && st == SKV_ERR_RANGE);
+}
+
 static void fixtures_present(void)
 {
     CHECK_MSG(n_fx >= 30, "only %zu fixtures in " CASE_DIR, n_fx);
@@ -165,6 +308,11 @@ int main(void)
     fixtures_load();
     RUN(fixtures_present);
     llama_cpp_cases();
+    RUN(builtins_match_llama_cpp);
+    RUN(builtin_zephyr_and_simple);
+    RUN(semantics_match_jinja);
+    RUN(errors_have_positions);
+    RUN(hostile_templates_are_bounded);
     fprintf(stderr, "llama.cpp chat-template cases: %d/%d passed\n", n_jinja_pass, n_jinja);
     for (size_t i = 0; i < n_fx; i++) free(fx[i].buf);
     TEST_END();
