@@ -295,6 +295,8 @@ static void hostile_templates_are_bounded(void)
                      &st, &err) == NULL && st == SKV_ERR_RANGE);
     CHECK(render_src("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
                      two, 2, &st, &err) == NULL && st == SKV_ERR_RANGE);
+    CHECK(render_src("{% set l = [] %}{{ l.append(l) }}{{ l == [l] }}{{ l }}", two, 2, &st, &err) == NULL);
+    CHECK_EQ_INT(st, SKV_ERR_RANGE); /* a list holding itself: printed to a bounded depth */
 }
 
 static void fixtures_present(void)

@@ -78,7 +78,7 @@ int tv_truthy(tv v);
 int tv_equal(tv a, tv b);
 /* <0, 0, >0; sets *ok = 0 when the kinds cannot be ordered */
 int tv_compare(tv a, tv b, int *ok);
-/* str(v) as Python prints it (None, True, 1.5, ['a', 1], {'k': 'v'}) */
+/* str(v) as Python prints it (None, True, 1.5, ['a', 1], {'k': 'v'}); repr: quote strings */
 void tv_to_buf(tp_arena *a, tp_buf *b, tv v, int repr);
 tv tv_to_str(tp_arena *a, tv v);
 /* json.dumps(v, ensure_ascii=False, indent) ; indent < 0: one line with ", " and ": " */

@@ -160,26 +160,32 @@ static double tv_num(tv v)
     return v.k == V_FLOAT ? v.u.f : v.k == V_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-static int tv_list_equal(const tv_list *a, const tv_list *b)
+static int tv_equal_at(tv a, tv b, int depth);
+
+static int tv_list_equal(const tv_list *a, const tv_list *b, int depth)
 {
     if (a->n != b->n) return 0;
     for (size_t i = 0; i < a->n; i++)
-        if (!tv_equal(a->v[i], b->v[i])) return 0;
+        if (!tv_equal_at(a->v[i], b->v[i], depth + 1)) return 0;
     return 1;
 }
 
-static int tv_dict_equal(const tv_dict *a, const tv_dict *b)
+static int tv_dict_equal(const tv_dict *a, const tv_dict *b, int depth)
 {
     if (a->n != b->n) return 0;
     for (size_t i = 0; i < a->n; i++) {
         tv *o = tv_dict_get(b, a->key[i]->s, a->key[i]->len);
-        if (!o || !tv_equal(a->val[i], *o)) return 0;
+        if (!o || !tv_equal_at(a->val[i], *o, depth + 1)) return 0;
     }
     return 1;
 }
 
-int tv_equal(tv a, tv b)
+int tv_equal(tv a, tv b) { return tv_equal_at(a, b, 0); }
+
+/* depth bounds the walk: a list may contain itself (l.append(l)) */
+static int tv_equal_at(tv a, tv b, int depth)
 {
+    if (depth > 64) return 0;
     if (tv_is_num(a) && tv_is_num(b)) {
         if (a.k != V_FLOAT && b.k != V_FLOAT)
             return (a.k == V_INT ? a.u.i : a.u.b) == (b.k == V_INT ? b.u.i : b.u.b);
@@ -188,8 +194,8 @@ int tv_equal(tv a, tv b)
     if (a.k != b.k) return 0;
     switch (a.k) {
     case V_STR: return a.u.s->len == b.u.s->len && memcmp(a.u.s->s, b.u.s->s, a.u.s->len) == 0;
-    case V_LIST: return a.u.l == b.u.l || tv_list_equal(a.u.l, b.u.l);
-    case V_DICT: return a.u.d == b.u.d || tv_dict_equal(a.u.d, b.u.d);
+    case V_LIST: return a.u.l == b.u.l || tv_list_equal(a.u.l, b.u.l, depth);
+    case V_DICT: return a.u.d == b.u.d || tv_dict_equal(a.u.d, b.u.d, depth);
     case V_NS: return a.u.d == b.u.d;
     case V_MACRO: return a.u.m == b.u.m;
     case V_FUNC: return a.u.fn == b.u.fn;
@@ -263,13 +269,15 @@ static void tv_put_repr_str(tp_arena *a, tp_buf *b, const tv_str *s)
     tp_buf_put(a, b, "'", 1);
 }
 
-static void tv_put_container(tp_arena *a, tp_buf *b, tv v)
+/* repr - 1 is the nesting depth: bounded, as a list may contain itself */
+static void tv_put_container(tp_arena *a, tp_buf *b, tv v, int repr)
 {
+    if (repr > 64) tp_fail(a, SKV_ERR_RANGE, 0, 0, "value nested deeper than 64");
     if (v.k == V_LIST) {
         tp_buf_put(a, b, "[", 1);
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) tp_buf_put(a, b, ", ", 2);
-            tv_to_buf(a, b, v.u.l->v[i], 1);
+            tv_to_buf(a, b, v.u.l->v[i], repr + 1);
         }
         tp_buf_put(a, b, "]", 1);
         return;
@@ -279,7 +287,7 @@ static void tv_put_container(tp_arena *a, tp_buf *b, tv v)
         if (i) tp_buf_put(a, b, ", ", 2);
         tv_put_repr_str(a, b, v.u.d->key[i]);
         tp_buf_put(a, b, ": ", 2);
-        tv_to_buf(a, b, v.u.d->val[i], 1);
+        tv_to_buf(a, b, v.u.d->val[i], repr + 1);
     }
     tp_buf_put(a, b, "}", 1);
 }
@@ -299,7 +307,7 @@ void tv_to_buf(tp_arena *a, tp_buf *b, tv v, int repr)
         if (repr) tv_put_repr_str(a, b, v.u.s);
         else tp_buf_put(a, b, v.u.s->s, v.u.s->len);
         return;
-    case V_LIST: case V_DICT: tv_put_container(a, b, v); return;
+    case V_LIST: case V_DICT: tv_put_container(a, b, v, repr); return;
     case V_NS: tp_buf_put(a, b, "<Namespace>", 11); return;
     default: tp_buf_put(a, b, "<function>", 10); return;
     }
