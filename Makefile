@@ -178,3 +178,10 @@ crashtest: $(BUILD)/crashtest
 
 $(BUILD)/crashtest: tests/crashtest/crashtest.c include/seqkv.h $(BUILD)/libseqkv.a
 	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
+
+# Chat templates (src/server/template*.c, docs/templates.md): libc-only, compiled into the
+# library so tests/test_template and fuzz/fuzz_template link them like any other module.
+TMPL_SRC := $(sort $(wildcard src/server/template*.c))
+TMPL_OBJ := $(TMPL_SRC:src/%.c=$(BUILD)/obj/%.o)
+-include $(TMPL_OBJ:.o=.d)
+$(BUILD)/libseqkv.a $(BUILD)/libseqkv.so: $(TMPL_OBJ)

@@ -1,0 +1,168 @@
+/* Chat templates: the entry points (template.h). Each sets up the arena and the longjmp
+ * landing point that every error of the lexer, parser and evaluator returns through. */
+#include <stdlib.h>
+#include "core/fpguard.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "seqkv.h"
+#include "server/template_int.h"
+
+skv_tmpl_limits skv_tmpl_default_limits(void)
+{
+    skv_tmpl_limits l = {
+        .max_source = (size_t)1 << 20,   /* real chat templates are < 64 KiB */
+        .max_depth = 128,
+        .max_steps = 1000000,
+        .max_output = (size_t)4 << 20,
+        .max_memory = (size_t)256 << 20,
+    };
+    return l;
+}
+
+static void tmpl_err_clear(skv_tmpl_error *err)
+{
+    if (err) err->line = err->col = 0, err->msg[0] = 0;
+}
+
+static int tmpl_probe_system(const skv_tmpl *t)
+{
+    static const skv_tmpl_msg probe[] = {{"system", "SKV-SYSTEM-PROBE"}, {"user", "SKV-USER-PROBE"}};
+    skv_tmpl_input in = {.msgs = probe, .n_msgs = 2, .add_generation_prompt = 1};
+    char *out = NULL;
+    if (skv_tmpl_render(t, &in, &out, NULL, NULL) != SKV_OK) return 0;
+    int yes = strstr(out, "SKV-SYSTEM-PROBE") != NULL;
+    free(out);
+    return yes;
+}
+
+int skv_tmpl_parse(const char *src, size_t len, const skv_tmpl_limits *limits, skv_tmpl **out,
+                   skv_tmpl_error *err)
+{
+    tmpl_err_clear(err);
+    *out = NULL;
+    skv_tmpl_limits lim = limits ? *limits : skv_tmpl_default_limits();
+    if (!src && len) return SKV_ERR_INVALID_ARG;
+    if (len > lim.max_source) {
+        if (err) snprintf(err->msg, sizeof err->msg, "template larger than %zu bytes", lim.max_source);
+        return SKV_ERR_RANGE;
+    }
+    skv_tmpl *t = calloc(1, sizeof *t);
+    if (!t) return SKV_ERR_NOMEM;
+    jmp_buf jb;
+    t->lim = lim;
+    t->arena.limit = lim.max_memory, t->arena.jump = &jb, t->arena.err = err;
+    if (setjmp(jb)) {
+        int st = t->arena.status;
+        tp_arena_free(&t->arena);
+        free(t);
+        return st;
+    }
+    size_t n;
+    tp_tok *toks = tp_lex(&t->arena, src ? src : "", len, &n);
+    t->body = tp_parse(&t->arena, toks, n, lim.max_depth);
+    t->arena.jump = NULL, t->arena.err = NULL;
+    t->supports_system = tmpl_probe_system(t);
+    *out = t;
+    return SKV_OK;
+}
+
+void skv_tmpl_free(skv_tmpl *t)
+{
+    if (!t) return;
+    tp_arena_free(&t->arena);
+    free(t);
+}
+
+int skv_tmpl_supports_system(const skv_tmpl *t) { return t && t->supports_system; }
+
+static tv tmpl_messages(tp_arena *a, const skv_tmpl_input *in)
+{
+    tv list = tv_list_new(a);
+    for (size_t i = 0; i < in->n_msgs; i++) {
+        tv m = tv_dict_new(a);
+        const char *role = in->msgs[i].role ? in->msgs[i].role : "";
+        const char *content = in->msgs[i].content ? in->msgs[i].content : "";
+        tv_dict_set(a, m.u.d, "role", 4, tv_cstr(a, role));
+        tv_dict_set(a, m.u.d, "content", 7, tv_cstr(a, content));
+        tv_list_push(a, list.u.l, m);
+    }
+    return list;
+}
+
+static tv_dict *tmpl_globals(tp_arena *a, const skv_tmpl_input *in)
+{
+    tv_dict *g = tv_dict_new(a).u.d;
+    tv_dict_set(a, g, "messages", 8, tmpl_messages(a, in));
+    tv_dict_set(a, g, "add_generation_prompt", 21, tv_bool(in->add_generation_prompt));
+    tv_dict_set(a, g, "bos_token", 9, tv_cstr(a, in->bos_token ? in->bos_token : ""));
+    tv_dict_set(a, g, "eos_token", 9, tv_cstr(a, in->eos_token ? in->eos_token : ""));
+    for (size_t i = 0; i < in->n_vars; i++) {
+        const skv_tmpl_var *v = &in->vars[i];
+        if (!v->name) continue;
+        tv val = v->kind == SKV_TMPL_VAR_BOOL ? tv_bool(v->b) : tv_cstr(a, v->str ? v->str : "");
+        tv_dict_set(a, g, v->name, strlen(v->name), val);
+    }
+    return g;
+}
+
+static int tmpl_render_in(const skv_tmpl *t, const skv_tmpl_input *in, tp_arena *a, char **out,
+                          size_t *out_len)
+{
+    tp_scope root = {.vars = tmpl_globals(a, in)};
+    tp_buf buf = {.limit = t->lim.max_output};
+    tp_ctx c = {.a = a, .lim = &t->lim, .out = &buf, .globals = &root, .scope = &root};
+    tp_exec(&c, t->body);
+    *out = malloc(buf.n + 1);
+    if (!*out) return SKV_ERR_NOMEM;
+    if (buf.n) memcpy(*out, buf.p, buf.n);
+    (*out)[buf.n] = 0;
+    if (out_len) *out_len = buf.n;
+    return SKV_OK;
+}
+
+int skv_tmpl_render(const skv_tmpl *t, const skv_tmpl_input *in, char **out, size_t *out_len,
+                    skv_tmpl_error *err)
+{
+    tmpl_err_clear(err);
+    if (!t || !in || !out || (in->n_msgs && !in->msgs) || (in->n_vars && !in->vars))
+        return SKV_ERR_INVALID_ARG;
+    *out = NULL;
+    jmp_buf jb;
+    tp_arena a = {.limit = t->lim.max_memory, .jump = &jb, .err = err};
+    if (setjmp(jb)) {
+        tp_arena_free(&a);
+        return a.status;
+    }
+    int st = tmpl_render_in(t, in, &a, out, out_len);
+    tp_arena_free(&a);
+    return st;
+}
+
+int skv_tmpl_render_chat(const skv_tmpl *t, const skv_tmpl_input *in, char **out,
+                         size_t *out_len, skv_tmpl_error *err)
+{
+    if (!t || !in || !in->n_msgs || t->supports_system || !in->msgs[0].role ||
+        strcmp(in->msgs[0].role, "system") != 0)
+        return skv_tmpl_render(t, in, out, out_len, err);
+    skv_tmpl_input merged = *in;
+    skv_tmpl_msg *msgs = malloc(in->n_msgs * sizeof *msgs);
+    char *joined = NULL;
+    if (!msgs) return SKV_ERR_NOMEM;
+    memcpy(msgs, in->msgs, in->n_msgs * sizeof *msgs);
+    if (in->n_msgs > 1) { /* "system\nfirst" replaces the first two messages */
+        const char *s = in->msgs[0].content ? in->msgs[0].content : "";
+        const char *u = in->msgs[1].content ? in->msgs[1].content : "";
+        size_t ns = strlen(s), nu = strlen(u);
+        joined = malloc(ns + nu + 2);
+        if (!joined) { free(msgs); return SKV_ERR_NOMEM; }
+        memcpy(joined, s, ns), joined[ns] = '\n', memcpy(joined + ns + 1, u, nu + 1);
+        msgs[1].content = joined;
+    }
+    merged.msgs = msgs + 1, merged.n_msgs = in->n_msgs - 1;
+    int st = skv_tmpl_render(t, &merged, out, out_len, err);
+    free(joined);
+    free(msgs);
+    return st;
+}
