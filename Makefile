@@ -53,7 +53,9 @@ FUZZSRC := $(sort $(wildcard fuzz/fuzz_*.c))
 REPLAYBIN := $(FUZZSRC:fuzz/fuzz_%.c=$(BUILD)/tests/test_fuzz_%)
 TOOLSRC := $(sort $(wildcard tools/*.c))
 # The HTTP server (src/server/): linked into the seqkv binary only, not into libseqkv.
-SERVERSRC := $(sort $(wildcard src/server/*.c))
+# The HTTP server is linked into the seqkv binary only; its chat templates (template*.c)
+# are in the library (see the end of this file).
+SERVERSRC := $(filter-out src/server/template%.c,$(sort $(wildcard src/server/*.c)))
 SERVERLIBS := -lmicrohttpd -ljansson
 BENCHSRC := $(sort $(wildcard bench/*.c))
 BENCHBIN := $(BENCHSRC:bench/%.c=$(BUILD)/bench/%)

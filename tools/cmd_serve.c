@@ -8,7 +8,7 @@
 #include "server/server.h"
 
 typedef struct {
-    const char *model, *store, *host, *api_key, *alias;
+    const char *model, *store, *host, *api_key, *alias, *chat_template;
     long port, parallel, ctx, threads;
     long long budget;
 } serve_opts;
@@ -27,6 +27,8 @@ static const cli_opt serve_table[] = {
     {"api-key", 0, CLI_STR, "KEY", 0, 0, F(api_key), "require \"Authorization: Bearer KEY\" (or X-Api-Key)\n"
                                                      "on every route but /health and /v1/models"},
     {"alias", 'a', CLI_STR, "NAME", 0, 0, F(alias), "model id reported by /v1/models (default: the file name)"},
+    {"chat-template", 0, CLI_STR, "NAME", 0, 0, F(chat_template), "built-in chat template (chatml, llama2, llama3, mistral-v7,\n"
+     "gemma, phi3, phi4, zephyr, vicuna, monarch, bailing, simple) instead of\nthe model's tokenizer.chat_template"},
     {"cache-budget", 0, CLI_BYTES, "BYTES", 0, 9e18, F(budget), "bytes of materialised KV the store may keep\n"
                                                                 "(default: the store's own; 64M for a new one)"},
     {0},
@@ -46,7 +48,7 @@ int cmd_serve(int argc, char **argv)
     int rc = cli_parse(&serve_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE) return rc;
     skv_server_params p = {.model_path = o.model ? o.model : cli_default_model(), .store_dir = o.store,
-                           .host = o.host, .api_key = o.api_key, .alias = o.alias, .port = (int)o.port,
+                           .host = o.host, .api_key = o.api_key, .alias = o.alias, .chat_template = o.chat_template, .port = (int)o.port,
                            .parallel = (int)o.parallel, .n_ctx = (int)o.ctx, .n_threads = (int)o.threads,
                            .cache_budget = o.budget};
     return skv_server_run(&p) ? CLI_FAIL : CLI_OK;

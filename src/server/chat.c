@@ -8,52 +8,25 @@
 #include "engine/model.h"
 #include "server/chat.h"
 #include "server/srv.h"
-
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s)
-{
-    size_t n = strlen(s);
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = (b->len + n + 1) * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n + 1);
-    b->len += n;
-}
+#include "server/template.h"
 
 int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int add_generation_prompt, char **out,
                     char *err, size_t errcap)
 {
-    int chatml = tmpl && strstr(tmpl, "<|im_start|>");
-    sbuf b = {0};
-    put(&b, "");
-    for (size_t i = 0; i < n; i++) {
-        put(&b, chatml ? "<|im_start|>" : "");
-        put(&b, msgs[i].role);
-        put(&b, chatml ? "\n" : ": ");
-        put(&b, msgs[i].content);
-        put(&b, chatml ? "<|im_end|>\n" : "\n");
-    }
-    if (add_generation_prompt) put(&b, chatml ? "<|im_start|>assistant\n" : "assistant:");
-    if (b.oom) {
-        free(b.p);
-        snprintf(err, errcap, "out of memory rendering %zu messages", n);
-        return -1;
-    }
-    *out = b.p;
-    return 0;
+    const char *src = tmpl ? tmpl : skv_tmpl_builtin("simple");
+    skv_tmpl *t = NULL;
+    skv_tmpl_error e = {0};
+    skv_tmpl_msg *m = calloc(n ? n : 1, sizeof *m);
+    int rc = m ? skv_tmpl_parse(src, strlen(src), NULL, &t, &e) : SKV_ERR_NOMEM;
+    for (size_t i = 0; m && i < n; i++) m[i] = (skv_tmpl_msg){msgs[i].role, msgs[i].content};
+    skv_tmpl_input in = {.msgs = m, .n_msgs = n, .add_generation_prompt = add_generation_prompt,
+                         .bos_token = "", .eos_token = ""};
+    if (rc == SKV_OK) rc = skv_tmpl_render_chat(t, &in, out, NULL, &e);
+    if (rc != SKV_OK)
+        snprintf(err, errcap, "chat template: %s (line %d, column %d)", m ? e.msg : "out of memory", e.line, e.col);
+    skv_tmpl_free(t);
+    free(m);
+    return rc == SKV_OK ? 0 : -1;
 }
 
 char *srv_model_chat_template(const skv_model *m)

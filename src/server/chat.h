@@ -1,9 +1,9 @@
-/* Chat messages to a prompt. The real renderer (a Jinja-subset interpreter of the model's
- * tokenizer.chat_template) comes from src/server/template*.c; until it is wired in,
- * skv_chat_render renders with a built-in template:
- *   - ChatML ("<|im_start|>role\ncontent<|im_end|>\n") when tmpl mentions <|im_start|>;
- *   - otherwise one "role: content\n" line per message, then "assistant:" when
- *     add_generation_prompt (the bundled model has no template). */
+/* Chat messages to a prompt: the model's tokenizer.chat_template (or the one named by
+ * --chat-template) rendered by the Jinja-subset interpreter of src/server/template*.c
+ * (docs/templates.md), as llama.cpp applies templates (a leading system message merged into
+ * the next one when the template has no system role). A model without a template gets the
+ * built-in "simple" one ("User: ...\nAssistant:"). bos_token and eos_token render as "":
+ * the prompt is tokenized with the model's own BOS rule afterwards. */
 #ifndef SKV_SERVER_CHAT_H
 #define SKV_SERVER_CHAT_H
 

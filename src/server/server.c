@@ -9,6 +9,7 @@
 
 #include "core/fpguard.h"
 #include "server/srv.h"
+#include "server/template.h"
 
 void srv_log(const char *fmt, ...)
 {
@@ -47,7 +48,15 @@ static int load(srv *s)
     s->n_ctx = s->p.n_ctx > 0 ? s->p.n_ctx : s->info.n_ctx_train;
     const char *base = strrchr(s->p.model_path, '/');
     snprintf(s->model_id, sizeof s->model_id, "%s", s->p.alias ? s->p.alias : base ? base + 1 : s->p.model_path);
-    s->chat_template = srv_model_chat_template(s->model);
+    if (s->p.chat_template) {
+        const char *src = skv_tmpl_builtin(s->p.chat_template);
+        if (!src || !(s->chat_template = strdup(src))) {
+            srv_log("unknown chat template '%s' (docs/templates.md lists the built-in names)", s->p.chat_template);
+            return -1;
+        }
+    } else {
+        s->chat_template = srv_model_chat_template(s->model);
+    }
     if (s->p.store_dir && open_store(s)) return -1;
     if (srv_pool_start(s, &s->pool)) {
         srv_log("cannot create %d slots of %d positions", s->p.parallel, s->n_ctx);

@@ -10,6 +10,7 @@ typedef struct skv_server_params {
     const char *host;       /* IPv4 address to bind, "127.0.0.1" by default */
     const char *api_key;    /* required as "Authorization: Bearer KEY" when non-NULL */
     const char *alias;      /* model id reported by /v1/models (NULL: the file name) */
+    const char *chat_template; /* a built-in template's name (docs/templates.md), NULL: the model's own */
     int port;               /* 0 = any free port (printed) */
     int parallel;           /* slots decoding at once */
     int n_ctx;              /* positions per slot; 0 = the model's trained context */
