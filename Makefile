@@ -62,6 +62,7 @@ BENCHBIN := $(BENCHSRC:bench/%.c=$(BUILD)/bench/%)
 
 # Kernels compiled for AVX2+FMA+F16C; chosen at run time by CPU detection.
 $(BUILD)/obj/%_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/obj/%_avx512.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 
 .PHONY: all lib test san bench fuzz install uninstall clean demo check-layers funclen
 all: lib $(BUILD)/seqkv $(TESTBIN) $(REPLAYBIN) $(BENCHBIN)

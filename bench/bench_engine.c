@@ -1,5 +1,7 @@
 /* Engine throughput: prefill and decode tokens/s at 1 and 2 threads, peak RSS.
- * Usage: bench_engine MODEL [n_prompt=512] [n_decode=256] [reps=5]
+ * Usage: bench_engine MODEL [n_prompt=512] [n_decode=256] [reps=5] [auto]
+ * With "auto" only the fastest kernels at 1 and 2 threads run (real model sizes, where the
+ * scalar and quantized-KV rows would take minutes).
  * Prefill: one batch of n_prompt tokens into an empty cache (like llama-bench pp512).
  * Decode: n_decode tokens one by one into an empty cache (like llama-bench tg). Best of reps.
  * Prints Markdown table rows: | model | kernels | threads | prefill tok/s | decode tok/s | peak RSS MiB | */
@@ -29,7 +31,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int n_prompt = argc > 2 ? atoi(argv[2]) : 512, n_dec = argc > 3 ? atoi(argv[3]) : 256;
-    int reps = argc > 4 ? atoi(argv[4]) : 5;
+    int reps = argc > 4 ? atoi(argv[4]) : 5, n_configs = argc > 5 && !strcmp(argv[5], "auto") ? 1 : 5;
     if (skv_model_load(argv[1], NULL, &m, err, sizeof err)) {
         fprintf(stderr, "bench_engine: %s\n", err);
         return 1;
@@ -51,7 +53,7 @@ int main(int argc, char **argv)
     /* kernels x threads, then the AVX2 path with a quantized KV cache (attention over it) */
     const char *kname[] = {"auto", "scalar", "auto", "auto", "auto"};
     const char *kvq[] = {NULL, NULL, "kv=q8_0", "kv=tq4", "k=tq4,v=tq3,window=64"};
-    for (int kk = 0; kk < 5; kk++)
+    for (int kk = 0; kk < n_configs; kk++)
         for (int threads = 1; threads <= 2; threads++) {
             skv_ctx_params p = skv_ctx_default_params();
             if (kk >= 2 && threads == 2) continue;
@@ -73,7 +75,7 @@ int main(int argc, char **argv)
                 if (t1 - t0 < best_pf) best_pf = t1 - t0;
                 if (t2 - t1 < best_dec) best_dec = t2 - t1;
             }
-            printf("| %s | %s%s%s | %d | %.0f | %.0f | %.1f |\n", info.name, kname[kk], kvq[kk] ? ", KV " : "",
+            printf("| %s | %s%s%s | %d | %.1f | %.2f | %.1f |\n", info.name, kname[kk], kvq[kk] ? ", KV " : "",
                    kvq[kk] ? kvq[kk] : "", threads, n_prompt / best_pf, n_dec / best_dec, peak_rss_mib());
             fflush(stdout);
             skv_ctx_free(c);

@@ -44,6 +44,12 @@ sys.path.insert(0, os.path.join(HERE, "ref"))
 NAME = "test_reference"
 TOL = 1e-5      # max relative error accepted for logits, K and V
 BUG_MIN = 1e-2  # a deliberately broken reference must be at least this far off
+# Variants with q8_0 / q4_0 weights: the engine quantizes the activations to 8 bits per
+# product like llama.cpp (issue 15, src/quant/dot.h) while the reference multiplies the
+# f64 activations, so about 1/254 relative error per activation remains. tests/test_oracle.py
+# checks those types against llama.cpp itself; tests/test_dot.c checks the kernels exactly.
+TOL_QACT = 3e-2
+QACT_VARIANTS = {"q8_0", "q4_0_tied_partial_rope", "mixed_types_wide_q"}
 from testenv import missing, shared_path  # noqa: E402 ($SEQKV_SHARED, else ../shared)
 STORIES = shared_path("models", "stories260K", "stories260K.gguf")
 STORIES_TEXT = shared_path("corpus", "stories260K_samples.txt")
@@ -112,7 +118,7 @@ def errors(dump, logits, ref_out):
     return e
 
 
-def check_against_reference(case, model_path, text_path, tmp, expect_pos):
+def check_against_reference(case, model_path, text_path, tmp, expect_pos, tol=TOL):
     """kv-dump + reference forward + comparison; returns (dump, logits, ref model) for reuse."""
     import llama_ref
     ref = llama_ref.LlamaRef(model_path)
@@ -132,8 +138,8 @@ def check_against_reference(case, model_path, text_path, tmp, expect_pos):
     note(case, "%d positions; max rel err logits %.2e, K %.2e, V %.2e"
          % (dump["n_pos"], e["logits"], e["K"], e["V"]))
     worst = max(e.values())
-    report(case, worst <= TOL, "max relative error %.3e > %.0e (logits %.2e, K %.2e, V %.2e)"
-           % (worst, TOL, e["logits"], e["K"], e["V"]))
+    report(case, worst <= tol, "max relative error %.3e > %.0e (logits %.2e, K %.2e, V %.2e)"
+           % (worst, tol, e["logits"], e["K"], e["V"]))
     return dump, logits, ref
 
 
@@ -189,7 +195,8 @@ def case_synthetic(tmp):
         path = os.path.join(tmp, name + ".gguf")
         try:
             mg.llama_gguf(**kw).write(path)
-            got = check_against_reference(case, path, text, tmp, 128)
+            got = check_against_reference(case, path, text, tmp, 128,
+                                          TOL_QACT if name in QACT_VARIANTS else TOL)
         except Exception as ex:  # a crash in one variant must not hide the others
             report(case, False, repr(ex))
             continue

@@ -29,6 +29,9 @@ static uint32_t detect(void)
     if (__builtin_cpu_supports("avx2")) f |= SKV_CPU_AVX2;
     if (__builtin_cpu_supports("fma")) f |= SKV_CPU_FMA;
     if (__builtin_cpu_supports("avx512f")) f |= SKV_CPU_AVX512F;
+    if (__builtin_cpu_supports("avx512bw")) f |= SKV_CPU_AVX512BW;
+    if (__builtin_cpu_supports("avx512vl")) f |= SKV_CPU_AVX512VL;
+    if (__builtin_cpu_supports("avx512vnni")) f |= SKV_CPU_AVX512VNNI;
     if (__get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1)) f |= SKV_CPU_F16C;
     return f;
 }

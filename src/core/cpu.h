@@ -22,10 +22,17 @@ enum skv_cpu_feature {
     SKV_CPU_FMA = 1u << 1,
     SKV_CPU_F16C = 1u << 2,
     SKV_CPU_AVX512F = 1u << 3,
+    SKV_CPU_AVX512BW = 1u << 4,
+    SKV_CPU_AVX512VL = 1u << 5,
+    SKV_CPU_AVX512VNNI = 1u << 6,
 };
 
 /* The features the AVX2 kernel files are compiled for (-mavx2 -mfma -mf16c). */
 #define SKV_CPU_AVX2_SET ((uint32_t)(SKV_CPU_AVX2 | SKV_CPU_FMA | SKV_CPU_F16C))
+/* The features the AVX-512 kernel files are compiled for (*_avx512.c: the AVX2 set
+ * plus -mavx512f -mavx512bw -mavx512vl -mavx512vnni). */
+#define SKV_CPU_AVX512_SET \
+    ((uint32_t)(SKV_CPU_AVX2_SET | SKV_CPU_AVX512F | SKV_CPU_AVX512BW | SKV_CPU_AVX512VL | SKV_CPU_AVX512VNNI))
 
 /* The detected feature bits, capped by SEQKV_CPU.  Thread-safe. */
 uint32_t skv_cpu_features(void);

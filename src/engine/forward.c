@@ -50,6 +50,7 @@ struct skv_ctx {
     float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2; /* activations for max_batch tokens */
     float *thread_scratch; /* per thread: ROW_BLOCK*kmax dequant rows + S attention scores */
     size_t scratch_stride;
+    uint8_t *qact;         /* [max_batch][SKV_QMATMUL_ACT_BOUND(kmax)]: a matmul's quantized inputs */
     char err[512];         /* last error: set on failure, "" after a success */
 };
 
@@ -163,7 +164,8 @@ static int ctx_alloc(skv_ctx *c)
     c->hb2 = malloc(B * F * sizeof(float));
     c->scratch_stride = ROW_BLOCK * c->kmax + SKV_ATTN_MAX_Q * S + 16;
     c->thread_scratch = malloc((size_t)skv_pool_size(c->pool) * c->scratch_stride * sizeof(float));
-    if (!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->rope_tmp || !c->x || !c->xb || !c->q || !c->kk ||
+    c->qact = malloc(B * SKV_QMATMUL_ACT_BOUND(c->kmax));
+    if (!c->qact ||!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->rope_tmp || !c->x || !c->xb || !c->q || !c->kk ||
         !c->vv || !c->att || !c->hb || !c->hb2 || !c->thread_scratch)
         return SKV_ERR_NOMEM;
     return ctx_alloc_arch(c);
@@ -262,6 +264,7 @@ void skv_ctx_free(skv_ctx *c)
     free(c->hb);
     free(c->hb2);
     free(c->thread_scratch);
+    free(c->qact);
     free(c);
 }
 
@@ -294,6 +297,7 @@ typedef struct {
     size_t ldx, T;
     float *y;        /* [T][ldy] */
     size_t ldy;
+    const uint8_t *qa; /* x quantized for the integer dot (ops.h skv_qmatmul); NULL: none */
 } matmul_job;
 
 static void matmul_task(void *arg, size_t task, int thread)
@@ -302,6 +306,10 @@ static void matmul_task(void *arg, size_t task, int thread)
     const skv_weight *w = j->w;
     size_t r0 = task * ROW_BLOCK, nr = w->N - r0 < ROW_BLOCK ? w->N - r0 : ROW_BLOCK;
     const float *W;
+    if (j->qa) {
+        skv_qmatmul(j->c->k, j->y + r0, j->ldy, w->type, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->qa, j->T, nr);
+        return;
+    }
     if (j->T == 1 && w->type == SKV_GGML_F16 && j->c->k->matvec_f16) { /* decode: no f32 copy */
         j->c->k->matvec_f16(j->y + r0, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->x, nr);
         return;
@@ -319,7 +327,11 @@ static void matmul_task(void *arg, size_t task, int thread)
 /* y[t][0..N) = W x[t] for t < T */
 static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, size_t T, float *y, size_t ldy)
 {
-    matmul_job j = {c, w, x, ldx, T, y, ldy};
+    matmul_job j = {c, w, x, ldx, T, y, ldy, NULL};
+    if (skv_qmatmul_act_bytes(w->type, w->K)) { /* quantized weights: integer dot products */
+        skv_qmatmul_quantize(c->k, w->type, x, ldx, T, w->K, c->qact);
+        j.qa = c->qact;
+    }
     skv_pool_run(c->active, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
 }
 

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "quant/dot.h"
 #include "quant/types.h"
 
 /* ---- exp ------------------------------------------------------------------
@@ -152,6 +153,7 @@ static const skv_kernels k_scalar = {
     .rope = rope_ref,
     .attn = attn_ref,
     .dequant = skv_dequant_rows,
+    .dot_level = SKV_DOT_REF,
 };
 
 const skv_kernels *skv_kernels_scalar(void) { return &k_scalar; }
@@ -182,4 +184,21 @@ void skv_dequant_rows_simd(int simd, uint32_t type, const void *src, size_t row_
 void skv_dequant_rows(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst)
 {
     skv_dequant_rows_simd(0, type, src, row_bytes, K, n_rows, dst);
+}
+
+/* ---- integer dot products (quant/dot.h) ------------------------------------- */
+
+size_t skv_qmatmul_act_bytes(uint32_t type, size_t K) { return skv_act_row_bytes(type, K); }
+
+void skv_qmatmul_quantize(const skv_kernels *k, uint32_t type, const float *x, size_t ldx, size_t T, size_t K,
+                          void *qa)
+{
+    skv_act_quantize(k->dot_level, type, x, ldx, T, K, qa);
+}
+
+void skv_qmatmul(const skv_kernels *k, float *y, size_t ldy, uint32_t type, const void *W, size_t row_bytes,
+                 size_t K, const void *qa, size_t T, size_t n_rows)
+{
+    skv_gemm_fn g = skv_dot_gemm(k->dot_level, type);
+    if (g) g(y, ldy, W, row_bytes, qa, skv_act_row_bytes(type, K), K, T, n_rows);
 }

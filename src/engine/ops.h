@@ -53,7 +53,24 @@ typedef struct skv_kernels {
      * that copy; its twin is the dequant + matmul path, compared bit for bit by
      * tests/test_engine.c (scalar kernels, which lack it, vs AVX2, single-token decodes). */
     void (*matvec_f16)(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows);
+    /* The level of the integer dot kernels (quant/dot.h) this set runs: skv_qmatmul at
+     * any level gives the same bits, the level only decides the speed. */
+    int dot_level;
 } skv_kernels;
+
+/* Quantized weights by integer dot products (quant/dot.h): for a weight type with an
+ * integer dot and K a multiple of its block, skv_qmatmul_act_bytes(type, K) > 0; the
+ * T activation rows are quantized once per product (skv_qmatmul_quantize, row t at
+ * qa + t*that many bytes; batch-invariant: each row on its own), then
+ *   y[t*ldy + r] = skv_qmatmul(...)  for r < n_rows, t < T
+ * whatever T, the row split between calls, or the kernel set.  At most
+ * SKV_QMATMUL_ACT_BOUND(K) bytes per activation row, for every type. */
+#define SKV_QMATMUL_ACT_BOUND(K) (((K) / 32 + 1) * 40)
+size_t skv_qmatmul_act_bytes(uint32_t type, size_t K);
+void skv_qmatmul_quantize(const skv_kernels *k, uint32_t type, const float *x, size_t ldx, size_t T, size_t K,
+                          void *qa);
+void skv_qmatmul(const skv_kernels *k, float *y, size_t ldy, uint32_t type, const void *W, size_t row_bytes,
+                 size_t K, const void *qa, size_t T, size_t n_rows);
 
 /* Largest nq the attn kernels accept. */
 #define SKV_ATTN_MAX_Q 16

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/cpu.h"
+#include "quant/dot.h"
 #include "quant/simd_avx2.h"
 #include "quant/types.h"
 
@@ -290,6 +291,7 @@ static const skv_kernels k_avx2 = {
     .attn = attn_avx2,
     .dequant = dequant_avx2,
     .matvec_f16 = matvec_f16_avx2,
+    .dot_level = SKV_DOT_AVX512, /* the widest the CPU has (skv_dot_level): same bits */
 };
 
 /* The file is compiled for AVX2 + FMA + F16C: all three must be there. */

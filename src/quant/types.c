@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "quant/qblocks.h"
+#include "quant/dot_int.h"
 #include "quant/types_kernels.h"
 
 /* Block layouts, pinned: these sizes are ggml's on-disk formats. */
@@ -24,10 +25,14 @@ static_assert(SKV_GGML_NTYPES == 43, "ggml type ids: append only");
  * with codebooks, ternary and fp4 types): a load names it in its refusal. */
 #define SIZE_ONLY(nm, blck, size) {.name = nm, .blck_size = blck, .type_size = size}
 /* A weight-only type: readable, not a KV storage target, every byte pattern valid. */
-#define WEIGHT(nm, blck, size, ref) {.name = nm, .blck_size = blck, .type_size = size, .to_float = ref}
-#define WEIGHT_SIMD(nm, blck, size, ref, simd)                                                       \
+#define WEIGHT(nm, blck, size, ref, dot) {.name = nm, .blck_size = blck, .type_size = size, .to_float = ref, dot}
+#define WEIGHT_SIMD(nm, blck, size, ref, simd, dot)                                                  \
     {.name = nm, .blck_size = blck, .type_size = size, .to_float = ref, .to_float_simd = AVX2(simd), \
-     .simd_needs = SKV_CPU_AVX2_SET}
+     .simd_needs = SKV_CPU_AVX2_SET, dot}
+/* The integer dot columns (quant/dot.h): activation format, reference gemm [, SIMD twins]. */
+#define DOT(act, nm) .act_type = SKV_ACT_##act, .gemm = {skv_gemm_##nm##_ref}
+#define DOT_SIMD(act, nm) \
+    .act_type = SKV_ACT_##act, .gemm = {skv_gemm_##nm##_ref, AVX2(skv_gemm_##nm##_avx2), AVX2(skv_gemm_##nm##_avx512)}
 
 static const skv_type_traits k_types[SKV_GGML_NTYPES] = {
     [SKV_GGML_F32] = {.name = "f32", .blck_size = 1, .type_size = 4,
@@ -43,29 +48,29 @@ static const skv_type_traits k_types[SKV_GGML_NTYPES] = {
     [SKV_GGML_Q8_0] = {.name = "q8_0", .blck_size = 32, .type_size = 34, .short_bytes = skv_q8_0_short_bytes,
                        .to_float = skv_q8_0_to_float_ref, .from_float = skv_q8_0_from_float_ref,
                        .check = skv_q8_0_check, .to_float_simd = AVX2(skv_q8_0_to_float_avx2),
-                       .simd_needs = SKV_CPU_AVX2_SET},
+                       .simd_needs = SKV_CPU_AVX2_SET, DOT_SIMD(Q8_32, q8_0)},
     [SKV_GGML_Q4_0] = {.name = "q4_0", .blck_size = 32, .type_size = 18, .short_bytes = skv_q4_0_short_bytes,
                        .to_float = skv_q4_0_to_float_ref, .from_float = skv_q4_0_from_float_ref,
                        .check = skv_q4_0_check, .to_float_simd = AVX2(skv_q4_0_to_float_avx2),
-                       .simd_needs = SKV_CPU_AVX2_SET},
-    [SKV_GGML_Q4_1] = WEIGHT("q4_1", 32, sizeof(skv_block_q4_1), skv_q4_1_to_float_ref),
-    [SKV_GGML_Q5_0] = WEIGHT("q5_0", 32, sizeof(skv_block_q5_0), skv_q5_0_to_float_ref),
-    [SKV_GGML_Q5_1] = WEIGHT("q5_1", 32, sizeof(skv_block_q5_1), skv_q5_1_to_float_ref),
+                       .simd_needs = SKV_CPU_AVX2_SET, DOT_SIMD(Q8_32, q4_0)},
+    [SKV_GGML_Q4_1] = WEIGHT("q4_1", 32, sizeof(skv_block_q4_1), skv_q4_1_to_float_ref, DOT(Q8_32, q4_1)),
+    [SKV_GGML_Q5_0] = WEIGHT("q5_0", 32, sizeof(skv_block_q5_0), skv_q5_0_to_float_ref, DOT(Q8_32, q5_0)),
+    [SKV_GGML_Q5_1] = WEIGHT("q5_1", 32, sizeof(skv_block_q5_1), skv_q5_1_to_float_ref, DOT(Q8_32, q5_1)),
     [SKV_GGML_Q8_1] = SIZE_ONLY("q8_1", 32, 36),
-    [SKV_GGML_Q2_K] = WEIGHT("q2_k", 256, sizeof(skv_block_q2_k), skv_q2_k_to_float_ref),
-    [SKV_GGML_Q3_K] = WEIGHT("q3_k", 256, sizeof(skv_block_q3_k), skv_q3_k_to_float_ref),
-    [SKV_GGML_Q4_K] = WEIGHT_SIMD("q4_k", 256, sizeof(skv_block_q4_k), skv_q4_k_to_float_ref, skv_q4_k_to_float_avx2),
-    [SKV_GGML_Q5_K] = WEIGHT_SIMD("q5_k", 256, sizeof(skv_block_q5_k), skv_q5_k_to_float_ref, skv_q5_k_to_float_avx2),
-    [SKV_GGML_Q6_K] = WEIGHT_SIMD("q6_k", 256, sizeof(skv_block_q6_k), skv_q6_k_to_float_ref, skv_q6_k_to_float_avx2),
+    [SKV_GGML_Q2_K] = WEIGHT("q2_k", 256, sizeof(skv_block_q2_k), skv_q2_k_to_float_ref, DOT(Q8_256, q2_k)),
+    [SKV_GGML_Q3_K] = WEIGHT("q3_k", 256, sizeof(skv_block_q3_k), skv_q3_k_to_float_ref, DOT(Q8_256, q3_k)),
+    [SKV_GGML_Q4_K] = WEIGHT_SIMD("q4_k", 256, sizeof(skv_block_q4_k), skv_q4_k_to_float_ref, skv_q4_k_to_float_avx2, DOT_SIMD(Q8_256, q4_k)),
+    [SKV_GGML_Q5_K] = WEIGHT_SIMD("q5_k", 256, sizeof(skv_block_q5_k), skv_q5_k_to_float_ref, skv_q5_k_to_float_avx2, DOT(Q8_256, q5_k)),
+    [SKV_GGML_Q6_K] = WEIGHT_SIMD("q6_k", 256, sizeof(skv_block_q6_k), skv_q6_k_to_float_ref, skv_q6_k_to_float_avx2, DOT_SIMD(Q8_256, q6_k)),
     [SKV_GGML_Q8_K] = SIZE_ONLY("q8_k", 256, 292),
     [SKV_GGML_IQ2_XXS] = SIZE_ONLY("iq2_xxs", 256, 66),
     [SKV_GGML_IQ2_XS] = SIZE_ONLY("iq2_xs", 256, 74),
     [SKV_GGML_IQ3_XXS] = SIZE_ONLY("iq3_xxs", 256, 98),
     [SKV_GGML_IQ1_S] = SIZE_ONLY("iq1_s", 256, 50),
-    [SKV_GGML_IQ4_NL] = WEIGHT("iq4_nl", 32, sizeof(skv_block_iq4_nl), skv_iq4_nl_to_float_ref),
+    [SKV_GGML_IQ4_NL] = WEIGHT("iq4_nl", 32, sizeof(skv_block_iq4_nl), skv_iq4_nl_to_float_ref, DOT(Q8_32, iq4_nl)),
     [SKV_GGML_IQ3_S] = SIZE_ONLY("iq3_s", 256, 110),
     [SKV_GGML_IQ2_S] = SIZE_ONLY("iq2_s", 256, 82),
-    [SKV_GGML_IQ4_XS] = WEIGHT("iq4_xs", 256, sizeof(skv_block_iq4_xs), skv_iq4_xs_to_float_ref),
+    [SKV_GGML_IQ4_XS] = WEIGHT("iq4_xs", 256, sizeof(skv_block_iq4_xs), skv_iq4_xs_to_float_ref, DOT(Q8_256, iq4_xs)),
     [SKV_GGML_I8] = SIZE_ONLY("i8", 1, 1),
     [SKV_GGML_I16] = SIZE_ONLY("i16", 1, 2),
     [SKV_GGML_I32] = SIZE_ONLY("i32", 1, 4),

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "core/cpu.h"
+#include "quant/dot.h"
 
 /* GGML tensor type ids (the GGUF on-disk numbering). */
 enum skv_ggml_type {
@@ -69,6 +70,11 @@ typedef struct skv_type_traits {
     skv_from_float_fn from_float_simd;
     skv_matvec_fn matvec_simd;
     uint32_t simd_needs;            /* SKV_CPU_* bits the SIMD twins execute */
+    /* Integer dot kernels (quant/dot.h): the activation format and the gemm by
+     * skv_dot_level, [SKV_DOT_REF] the reference (NULL: no integer dot), higher
+     * levels bit-identical twins (NULL: the next lower one runs) */
+    uint8_t act_type;
+    skv_gemm_fn gemm[3];
 } skv_type_traits;
 
 /* The row of a known type, NULL for an unknown id. */

@@ -1,0 +1,210 @@
+/* The integer dot kernels' scalar reference and dispatch (dot.h).  This file
+ * is the specification: every SIMD twin computes exactly these bits. */
+#include "quant/dot_int.h"
+#include "core/fpguard.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/cpu.h"
+#include "core/f16.h"
+#include "quant/fbits.h"
+#include "quant/types.h"
+
+static_assert(sizeof(skv_act32) == 40, "act32: d, 2 sums, 32 values");
+static_assert(sizeof(skv_act256) == 292, "act256: d, 16 sums, 256 values");
+
+/* max |x[j]| as the bits of |x| (an integer max: exact in any order, NaN > inf). */
+static uint32_t amax_bits(const float *x, size_t n)
+{
+    uint32_t m = 0;
+    for (size_t j = 0; j < n; j++) {
+        uint32_t a = skv_f32_bits(x[j]) & 0x7fffffffu;
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/* The sums of the 16-value groups of n quantized values. */
+static void group_sums(const int8_t *q, int16_t *bsum, size_t n)
+{
+    for (size_t g = 0; g < n / 16; g++) {
+        int s = 0;
+        for (size_t l = 0; l < 16; l++) s += q[16 * g + l];
+        bsum[g] = (int16_t)s;
+    }
+}
+
+/* quantize_row_q8_0's arithmetic: d = amax / 127 (kept as binary16), q = roundf(x / d);
+ * clamps (x86 min/max semantics: NaN -> 127) only matter for non-finite inputs. */
+static void act32_block(const float *x, skv_act32 *a)
+{
+    float d = skv_bits_f32(amax_bits(x, 32)) / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    a->d = skv_f16_to_f32(skv_f32_to_f16(d));
+    for (size_t j = 0; j < 32; j++) {
+        float r = roundf(x[j] * id);
+        r = r < 127.0f ? r : 127.0f;
+        r = r > -127.0f ? r : -127.0f;
+        a->qs[j] = (int8_t)(int)r;
+    }
+    group_sums(a->qs, a->bsum, 32);
+}
+
+void skv_act32_quantize_ref(const float *x, void *qa, size_t K)
+{
+    skv_act32 *a = qa;
+    for (size_t b = 0; b < K / 32; b++) act32_block(x + 32 * b, a + b);
+}
+
+/* nearest_int of quantize_row_q8_K: the 1.5 * 2^23 trick read as bits, then clamped. */
+static int8_t q8k_round(float v)
+{
+    int32_t i = (int32_t)(skv_f32_bits(v + 12582912.0f) & 0x007fffffu) - 0x00400000;
+    i = i < 127 ? i : 127;
+    return (int8_t)(i > -128 ? i : -128);
+}
+
+/* quantize_row_q8_K's arithmetic: max = the first value of largest magnitude,
+ * q = rne(x * (-127 / max)), d = 1 / (-127 / max); an all-zero block stays zero. */
+static void act256_block(const float *x, skv_act256 *a)
+{
+    uint32_t mb = amax_bits(x, 256);
+    size_t at = 0;
+    memset(a, 0, sizeof *a);
+    if (!mb) return;
+    while ((skv_f32_bits(x[at]) & 0x7fffffffu) != mb) at++;
+    float iscale = -127.0f / x[at];
+    for (size_t j = 0; j < 256; j++) a->qs[j] = q8k_round(iscale * x[j]);
+    group_sums(a->qs, a->bsum, 256);
+    a->d = 1.0f / iscale;
+}
+
+void skv_act256_quantize_ref(const float *x, void *qa, size_t K)
+{
+    skv_act256 *a = qa;
+    for (size_t b = 0; b < K / 256; b++) act256_block(x + 256 * b, a + b);
+}
+
+/* One block's exact integer sums against its activation values. */
+static void block_isums(const skv_iblock *w, const int8_t *qs, const int16_t *bsum, size_t n, int32_t *isum,
+                        int32_t *imin)
+{
+    int32_t s = 0, m = 0;
+    for (size_t g = 0; g < n / 16; g++) {
+        int32_t p = 0;
+        for (size_t l = 0; l < 16; l++) p += (int32_t)w->q[16 * g + l] * qs[16 * g + l];
+        s += (int32_t)w->sc[g] * p;
+        m += (int32_t)w->mn[g] * bsum[g];
+    }
+    *isum = s;
+    *imin = m;
+}
+
+/* The canonical dot of one weight row with one activation row (dot.h). */
+static float row_dot(const uint8_t *w, const uint8_t *qa, size_t nb, size_t n, size_t bytes, skv_unpack_fn unpack)
+{
+    float acc = 0.0f;
+    size_t abytes = n == 32 ? sizeof(skv_act32) : sizeof(skv_act256);
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *a = qa + b * abytes;
+        const skv_act32 *a32 = (const skv_act32 *)(const void *)a;
+        const skv_act256 *a256 = (const skv_act256 *)(const void *)a;
+        skv_iblock ib;
+        int32_t isum, imin;
+        float dx = n == 32 ? a32->d : a256->d;
+        unpack(w + b * bytes, &ib);
+        block_isums(&ib, n == 32 ? a32->qs : a256->qs, n == 32 ? a32->bsum : a256->bsum, n, &isum, &imin);
+        acc = fmaf(ib.d * dx, (float)isum, acc);
+        if (ib.has_min) acc = fmaf(-(ib.m * dx), (float)imin, acc);
+    }
+    return acc;
+}
+
+void skv_gemm_ref(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride,
+                  size_t K, size_t T, size_t n_rows, size_t n, size_t bytes, skv_unpack_fn unpack)
+{
+    const uint8_t *w = W, *a = qa;
+    for (size_t t = 0; t < T; t++)
+        for (size_t r = 0; r < n_rows; r++)
+            y[t * ldy + r] = row_dot(w + r * row_bytes, a + t * qa_stride, K / n, n, bytes, unpack);
+}
+
+/* The reference gemm of one type: blocks of n values, bytes each. */
+#define GEMM_REF(name, n, bytes)                                                                       \
+    void skv_gemm_##name##_ref(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, \
+                               size_t qa_stride, size_t K, size_t T, size_t n_rows)                   \
+    {                                                                                                  \
+        skv_gemm_ref(y, ldy, W, row_bytes, qa, qa_stride, K, T, n_rows, n, bytes, skv_unpack_##name);  \
+    }
+GEMM_REF(q8_0, 32, 34)
+GEMM_REF(q4_0, 32, 18)
+GEMM_REF(q4_1, 32, 20)
+GEMM_REF(q5_0, 32, 22)
+GEMM_REF(q5_1, 32, 24)
+GEMM_REF(iq4_nl, 32, 18)
+GEMM_REF(q2_k, 256, 84)
+GEMM_REF(q3_k, 256, 110)
+GEMM_REF(q4_k, 256, 144)
+GEMM_REF(q5_k, 256, 176)
+GEMM_REF(q6_k, 256, 210)
+GEMM_REF(iq4_xs, 256, 136)
+
+/* ---- dispatch ---------------------------------------------------------------- */
+
+/* Activation formats: block size, bytes, quantizer per level (the reference at
+ * every level for now: twins would add columns here). */
+static const struct {
+    size_t n, bytes;
+    skv_act_quant_fn quant[3];
+} k_acts[3] = {
+    [SKV_ACT_Q8_32] = {32, sizeof(skv_act32), {skv_act32_quantize_ref}},
+    [SKV_ACT_Q8_256] = {256, sizeof(skv_act256), {skv_act256_quantize_ref}},
+};
+
+static unsigned act_of(uint32_t wtype)
+{
+    const skv_type_traits *t = skv_type_traits_of(wtype);
+    return t && t->gemm[SKV_DOT_REF] ? t->act_type : SKV_ACT_NONE;
+}
+
+size_t skv_act_row_bytes(uint32_t wtype, size_t K)
+{
+    unsigned a = act_of(wtype);
+    if (a == SKV_ACT_NONE || K == 0 || K % k_acts[a].n) return 0;
+    return K / k_acts[a].n * k_acts[a].bytes;
+}
+
+int skv_dot_level(int max_level)
+{
+    int l = SKV_DOT_REF;
+    if (skv_cpu_has(SKV_CPU_AVX2_SET)) l = SKV_DOT_AVX2;
+    if (l == SKV_DOT_AVX2 && skv_cpu_has(SKV_CPU_AVX512_SET)) l = SKV_DOT_AVX512;
+    return l < max_level ? l : max_level;
+}
+
+/* The entry of a per-level column at level or the nearest lower level that has one. */
+#define AT_LEVEL(col, level, out)                                     \
+    do {                                                              \
+        int l_ = (level) < 0 ? 0 : (level) > 2 ? 2 : (level);         \
+        for ((out) = NULL; l_ >= 0 && !(out); l_--) (out) = (col)[l_]; \
+    } while (0)
+
+void skv_act_quantize(int level, uint32_t wtype, const float *x, size_t ldx, size_t T, size_t K, void *qa)
+{
+    size_t rb = skv_act_row_bytes(wtype, K);
+    skv_act_quant_fn q;
+    if (!rb) return;
+    AT_LEVEL(k_acts[act_of(wtype)].quant, skv_dot_level(level), q);
+    for (size_t t = 0; t < T; t++) q(x + t * ldx, (uint8_t *)qa + t * rb, K);
+}
+
+skv_gemm_fn skv_dot_gemm(int level, uint32_t wtype)
+{
+    const skv_type_traits *t = skv_type_traits_of(wtype);
+    skv_gemm_fn g;
+    if (!t || !t->gemm[SKV_DOT_REF]) return NULL;
+    AT_LEVEL(t->gemm, skv_dot_level(level), g);
+    return g;
+}

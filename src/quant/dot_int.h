@@ -1,0 +1,84 @@
+/* Internals of the integer dot kernels (dot.h): a weight block in integer
+ * form, its unpackers (dot_unpack.c), the reference gemm and the SIMD entry
+ * points.  Internal to the quant layer and its tests. */
+#ifndef SKV_DOT_INT_H
+#define SKV_DOT_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/dot.h"
+
+/* A weight block of n = 32 or 256 values as integers: value i =
+ * d * sc[i/16] * q[i] - m * mn[i/16]; has_min: whether the m term exists. */
+typedef struct {
+    float d, m;
+    int has_min;
+    int16_t sc[16], mn[16];
+    int8_t q[256];
+} skv_iblock;
+
+typedef void (*skv_unpack_fn)(const uint8_t *blk, skv_iblock *o);
+
+/* Unpackers of every type with an integer dot (dot_unpack.c). */
+void skv_unpack_q8_0(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_q4_0(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_q4_1(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_q5_0(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_q5_1(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_iq4_nl(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_q2_k(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_q3_k(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_q4_k(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_q5_k(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_q6_k(const uint8_t *blk, skv_iblock *o);
+void skv_unpack_iq4_xs(const uint8_t *blk, skv_iblock *o);
+
+/* The 6-bit scales and mins of the 8 runs of a q4_k / q5_k block, from its
+ * 12 packed bytes (same values as qblocks.h skv_k4_scale_min). */
+static inline void skv_k4_scales8(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8])
+{
+    for (unsigned j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
+        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+/* The reference gemm over blocks of n values (bytes each) read by unpack. */
+void skv_gemm_ref(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride,
+                  size_t K, size_t T, size_t n_rows, size_t n, size_t bytes, skv_unpack_fn unpack);
+
+/* Reference activation quantizers (one row of K values). */
+void skv_act32_quantize_ref(const float *x, void *qa, size_t K);
+void skv_act256_quantize_ref(const float *x, void *qa, size_t K);
+
+/* ---- references of the type table's gemm column (dot.c) ---- */
+void skv_gemm_q8_0_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q4_0_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q4_1_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q5_0_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q5_1_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_iq4_nl_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q2_k_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q3_k_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q4_k_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q5_k_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q6_k_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_iq4_xs_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+
+/* ---- SIMD twins of the gemm (dot_x86.h, built for AVX2 in dot_avx2.c and
+ * for AVX-512 VNNI in dot_avx512.c): exactly the reference's bits.  The
+ * activation quantizers have none: K values per token cost nothing beside
+ * the K x N products. ---- */
+void skv_gemm_q8_0_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q4_0_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q4_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q6_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q8_0_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q4_0_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q4_k_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q6_k_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+
+#endif
