@@ -136,7 +136,7 @@ report: $(BUILD)/seqkv
 
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT='-O1 -g' \
-	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link' lib
+	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link -fsanitize-coverage-ignorelist=fuzz/coverage_ignore.txt' lib
 	mkdir -p build-fuzz/fuzz
 	for f in $(FUZZSRC); do n=$$(basename $$f .c); \
 	    clang $(BASE) -O1 -g -fsanitize=address,undefined,fuzzer -o build-fuzz/fuzz/$$n $$f build-fuzz/libseqkv.a $(LIBS) || exit 1; done
