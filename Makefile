@@ -173,3 +173,16 @@ crashtest: $(BUILD)/crashtest
 
 $(BUILD)/crashtest: tests/crashtest/crashtest.c include/seqkv.h $(BUILD)/libseqkv.a
 	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
+
+# Reliability campaign (docs/reliability.md, scripts/reliability.sh): every fuzz target for
+# FUZZ_SECONDS in turn under ASan+UBSan (rows in fuzz/results.tsv, table regenerated), and
+# the CLI tests with seqkv under Valgrind memcheck (VALGRIND_TESTS: which tests/*.py).
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= $(FUZZSRC:fuzz/fuzz_%.c=%)
+.PHONY: fuzz-long valgrind-cli
+fuzz-long: fuzz
+	for t in $(FUZZ_TARGETS); do scripts/reliability.sh run $$t $(FUZZ_SECONDS) || exit 1; done
+	scripts/reliability.sh doc
+
+valgrind-cli: $(BUILD)/seqkv
+	SEQKV_BUILD=$(BUILD) scripts/reliability.sh valgrind $(VALGRIND_TESTS)

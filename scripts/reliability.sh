@@ -7,6 +7,8 @@
 #   scripts/reliability.sh merge TARGET        adds to fuzz/corpus/TARGET only the inputs of the
 #                                              working corpus that add coverage (-merge=1)
 #   scripts/reliability.sh record TARGET LOG SECONDS  a row from the log of a run started by hand
+#   scripts/reliability.sh valgrind [TEST.py...]  the CLI tests (default tests/test_*cli*.py)
+#                                              with seqkv under Valgrind memcheck
 #   scripts/reliability.sh table               the per-target table (sums over the runs)
 #   scripts/reliability.sh doc                 rewrites the table in docs/reliability.md
 #                                              (between the fuzz-table markers)
@@ -48,6 +50,23 @@ row() {
         "$(git rev-parse --short HEAD)" "$2" "${execs:-0}" "${cov:-0}" "${ft:-0}" "$4" "${rss:-0}" "$cpu"
 }
 
+# The CLI tests with every seqkv run under memcheck (tests/clitest.py: $SEQKV_WRAP); a
+# memcheck error makes seqkv exit 99 (so the case fails) and is kept in build/valgrind/.
+valgrind_cli() {
+    [ $# -gt 0 ] || set -- tests/test_*cli*.py
+    vdir=${SEQKV_BUILD:-build}/valgrind
+    rm -rf "$vdir"; mkdir -p "$vdir"
+    export SEQKV_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --log-file=$vdir/vg.%p.log"
+    start=$(date +%s)
+    for t in "$@"; do nice -n 19 python3 "$t" | tee -a "$vdir/results.txt" | grep -v '^PASS' || true; done
+    pass=$(grep -c '^PASS' "$vdir/results.txt" || true)
+    fail=$(grep -c '^FAIL' "$vdir/results.txt" || true)
+    errs=$(cat "$vdir"/vg.*.log 2>/dev/null | grep -c '^==[0-9]*== [A-Z]' || true)
+    runs=$(ls "$vdir" | grep -c '^vg\.' || true)
+    echo "valgrind-cli: $* : $pass passed, $fail failed; $runs seqkv runs under memcheck, $errs error lines; $(( $(date +%s) - start )) s"
+    [ "$fail" -eq 0 ] && [ "$errs" -eq 0 ]
+}
+
 merge() {
     nice -n 19 "build-fuzz/fuzz/fuzz_$1" -merge=1 "fuzz/corpus/$1" "build-fuzz/work/$1" 2>&1 | tail -n 2
 }
@@ -76,7 +95,8 @@ case "${1:-}" in
 run) run_one "$2" "$3" ;;
 merge) merge "$2" ;;
 record) row "$2" "$4" "$3" "$(grep -c '^==[0-9]*==ERROR\|^SUMMARY: libFuzzer' "$3" || true)" >>"$RESULTS" ;;
+valgrind) shift; valgrind_cli "$@" ;;
 table) table ;;
 doc) doc ;;
-*) sed -n '2,17p' "$0" >&2; exit 2 ;;
+*) sed -n '2,19p' "$0" >&2; exit 2 ;;
 esac
