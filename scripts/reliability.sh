@@ -79,7 +79,10 @@ table() {
                         if (!($1 in seen)) { seen[$1] = 1; order[++m] = $1 } }
         END { for (i = 1; i <= m; i++) { t = order[i];
                 printf "| %s | %d | %.2f | %d | %d | %d | %d | %s | %s |\n", t, n[t], s[t] / 3600,
-                       s[t] ? n[t] / s[t] : 0, c[t], f[t], k[t], n[t] >= 1e7 ? "yes" : "no", g[t] } }' "$RESULTS"
+                       (s[t] ? n[t] / s[t] : 0), c[t], f[t], k[t], (n[t] >= 1e7 ? "yes" : "no"), g[t] } }' "$RESULTS"
+    echo
+    echo "CPU: $(awk -F'\t' '!/^#/ { print $10 }' "$RESULTS" | sort -u | paste -sd';' -); every run under"
+    echo "\`nice -n 19\` on a machine shared with other jobs; rows in \`$RESULTS\`."
 }
 
 doc() {
@@ -91,12 +94,17 @@ doc() {
     rm -f "$tmp.table"
 }
 
-case "${1:-}" in
-run) run_one "$2" "$3" ;;
-merge) merge "$2" ;;
-record) row "$2" "$4" "$3" "$(grep -c '^==[0-9]*==ERROR\|^SUMMARY: libFuzzer' "$3" || true)" >>"$RESULTS" ;;
-valgrind) shift; valgrind_cli "$@" ;;
-table) table ;;
-doc) doc ;;
-*) sed -n '2,19p' "$0" >&2; exit 2 ;;
-esac
+# The whole dispatch is one command, parsed before it runs: editing this file while a long
+# run is in progress cannot make the shell read on from a shifted offset.
+main() {
+    case "${1:-}" in
+    run) run_one "$2" "$3" ;;
+    merge) merge "$2" ;;
+    record) row "$2" "$4" "$3" "$(grep -c '^==[0-9]*==ERROR\|^SUMMARY: libFuzzer' "$3" || true)" >>"$RESULTS" ;;
+    valgrind) shift; valgrind_cli "$@" ;;
+    table) table ;;
+    doc) doc ;;
+    *) sed -n '2,19p' "$0" >&2; exit 2 ;;
+    esac
+}
+main "$@"; exit $?
