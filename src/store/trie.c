@@ -164,13 +164,16 @@ void skv_trie_path_free(skv_trie_path *p)
     memset(p, 0, sizeof *p);
 }
 
-/* Appends a node to the path, taking ownership of its arrays. */
+/* Appends a node to the path, taking ownership of its arrays (freed if it fails). */
 static int path_push(skv_trie_path *p, skv_trie_node *n)
 {
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 8;
         skv_trie_node *nb = realloc(p->nodes, cap * sizeof *nb);
-        if (!nb) return SKV_ERR_NOMEM;
+        if (!nb) {
+            skv_trie_node_clear(n);
+            return SKV_ERR_NOMEM;
+        }
         p->nodes = nb;
         p->cap = cap;
     }
@@ -230,8 +233,12 @@ int skv_trie_path_to(const skv_trie_io *io, uint64_t end_id, skv_trie_path *out)
         skv_trie_node nd;
         if ((rc = get_node_req(io, id, &nd))) break;
         id = nd.parent;
-        if (out->n > NODE_MAX_LEN) rc = SKV_ERR_FORMAT; /* a cycle */
-        else rc = path_push(out, &nd);
+        if (out->n > NODE_MAX_LEN) { /* a cycle */
+            skv_trie_node_clear(&nd);
+            rc = SKV_ERR_FORMAT;
+        } else {
+            rc = path_push(out, &nd);
+        }
     }
     if (rc) {
         skv_trie_path_free(out);
