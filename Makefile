@@ -142,7 +142,7 @@ report: $(BUILD)/seqkv
 
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT='-O1 -g' \
-	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link' lib
+	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link -fsanitize-coverage-ignorelist=fuzz/coverage_ignore.txt' lib
 	mkdir -p build-fuzz/fuzz
 	for f in $(FUZZSRC); do n=$$(basename $$f .c); \
 	    clang $(BASE) -O1 -g -fsanitize=address,undefined,fuzzer -o build-fuzz/fuzz/$$n $$f build-fuzz/libseqkv.a $(LIBS) || exit 1; done
@@ -188,3 +188,16 @@ TMPL_SRC := $(sort $(wildcard src/server/template*.c))
 TMPL_OBJ := $(TMPL_SRC:src/%.c=$(BUILD)/obj/%.o)
 -include $(TMPL_OBJ:.o=.d)
 $(BUILD)/libseqkv.a $(BUILD)/libseqkv.so: $(TMPL_OBJ)
+
+# Reliability campaign (docs/reliability.md, scripts/reliability.sh): every fuzz target for
+# FUZZ_SECONDS in turn under ASan+UBSan (rows in fuzz/results.tsv, table regenerated), and
+# the CLI tests with seqkv under Valgrind memcheck (VALGRIND_TESTS: which tests/*.py).
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= $(FUZZSRC:fuzz/fuzz_%.c=%)
+.PHONY: fuzz-long valgrind-cli
+fuzz-long: fuzz
+	for t in $(FUZZ_TARGETS); do scripts/reliability.sh run $$t $(FUZZ_SECONDS) || exit 1; done
+	scripts/reliability.sh doc
+
+valgrind-cli: $(BUILD)/seqkv
+	SEQKV_BUILD=$(BUILD) scripts/reliability.sh valgrind $(VALGRIND_TESTS)

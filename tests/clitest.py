@@ -4,6 +4,7 @@ Where the built `seqkv` is ($SEQKV_BUILD, default build/), the PASS/FAIL/SKIP li
 protocol that tests/run.sh counts, and running the binary from the repository root.
 """
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.environ.get("SEQKV_BUILD", "build")
 SEQKV = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), "seqkv")
+# $SEQKV_WRAP: a command run() puts before seqkv (make valgrind-cli: valgrind memcheck);
+# the time limits are then 30 times longer.
+WRAP = shlex.split(os.environ.get("SEQKV_WRAP", ""))
 
 
 class Skip(Exception):
@@ -30,8 +34,8 @@ def check(cond, why):
 
 def run(*args, stdin=None, timeout=120):
     """-> (exit code, stdout, stderr) of `seqkv ARGS`, run from the repository root."""
-    p = subprocess.run([SEQKV] + [str(a) for a in args], input=stdin, capture_output=True, timeout=timeout,
-                       cwd=ROOT)
+    p = subprocess.run(WRAP + [SEQKV] + [str(a) for a in args], input=stdin, capture_output=True,
+                       timeout=timeout * (30 if WRAP else 1), cwd=ROOT)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 

@@ -241,7 +241,9 @@ def dash_is_stdin_and_stdout(tmp):
 
 def run_bytes(*args, stdin=None):
     import subprocess
-    p = subprocess.run([SEQKV] + list(args), input=stdin, capture_output=True, timeout=120, cwd=ROOT)
+    from clitest import WRAP
+    p = subprocess.run(WRAP + [SEQKV] + list(args), input=stdin, capture_output=True, timeout=120 * (30 if WRAP else 1),
+                       cwd=ROOT)
     return p.returncode, p.stdout, p.stderr
 
 

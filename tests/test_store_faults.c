@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "seqkv.h"
+#include "store/trie.h"
 #include "test.h"
 
 #define MODEL "models/kjv-4m.gguf"
@@ -396,6 +397,32 @@ static void test_put_logits_bounded(void)
               biggest, all_rows);
 }
 
+/* The trie walk / check grows its token-prefix buffer with the depth: a check of a
+ * shallow trie asked for 4 MiB at once (the depth bound), which made every gc check and
+ * the trie fuzzer (a check after every operation) slow. A 3,000-deep path still checks. */
+static void test_trie_check_bounded(void)
+{
+    static int32_t tok[3000];
+    float sur[3000];
+    skv_trie_mem *mem;
+    skv_trie_io io;
+    uint64_t end;
+    char err[256];
+    for (int i = 0; i < 3000; i++) tok[i] = i % 7, sur[i] = 1.0f;
+    CHECK(skv_trie_mem_create(&mem) == SKV_OK);
+    skv_trie_mem_io(mem, &io);
+    CHECK(skv_trie_insert(&io, tok, 12, sur, 1, &end) == SKV_OK);
+    CHECK(skv_trie_insert(&io, tok, 5, sur, 2, &end) == SKV_OK);
+    arm(-1, -1, 0);
+    int rc = skv_trie_check(&io, err, sizeof err);
+    size_t biggest = atomic_load(&g_alloc_max);
+    disarm();
+    CHECK_MSG(rc == SKV_OK && biggest <= 65536, "check %d, largest allocation %zu bytes", rc, biggest);
+    CHECK(skv_trie_insert(&io, tok, 3000, sur, 3, &end) == SKV_OK);
+    CHECK_MSG(skv_trie_check(&io, err, sizeof err) == SKV_OK, "deep path: %s", err);
+    skv_trie_mem_free(mem);
+}
+
 int main(void)
 {
     char err[512], dir[300];
@@ -425,6 +452,7 @@ int main(void)
         if (skv_store_put(st, g_s[i].name, g_s[i].tok, g_s[i].n, NULL)) return 1;
     skv_store_close(st);
     RUN(test_put_logits_bounded);
+    RUN(test_trie_check_bounded);
     RUN(test_map_full);
     RUN(test_real_enospc);
     RUN(test_write_faults);

@@ -164,13 +164,16 @@ void skv_trie_path_free(skv_trie_path *p)
     memset(p, 0, sizeof *p);
 }
 
-/* Appends a node to the path, taking ownership of its arrays. */
+/* Appends a node to the path, taking ownership of its arrays (freed if it fails). */
 static int path_push(skv_trie_path *p, skv_trie_node *n)
 {
     if (p->n == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 8;
         skv_trie_node *nb = realloc(p->nodes, cap * sizeof *nb);
-        if (!nb) return SKV_ERR_NOMEM;
+        if (!nb) {
+            skv_trie_node_clear(n);
+            return SKV_ERR_NOMEM;
+        }
         p->nodes = nb;
         p->cap = cap;
     }
@@ -230,8 +233,12 @@ int skv_trie_path_to(const skv_trie_io *io, uint64_t end_id, skv_trie_path *out)
         skv_trie_node nd;
         if ((rc = get_node_req(io, id, &nd))) break;
         id = nd.parent;
-        if (out->n > NODE_MAX_LEN) rc = SKV_ERR_FORMAT; /* a cycle */
-        else rc = path_push(out, &nd);
+        if (out->n > NODE_MAX_LEN) { /* a cycle */
+            skv_trie_node_clear(&nd);
+            rc = SKV_ERR_FORMAT;
+        } else {
+            rc = path_push(out, &nd);
+        }
     }
     if (rc) {
         skv_trie_path_free(out);
@@ -497,7 +504,8 @@ typedef struct {
     const skv_trie_io *io;
     skv_trie_visit_fn cb;
     void *user;
-    int32_t *seq;     /* the token prefix of the current path (WALK_MAX_DEPTH) */
+    int32_t *seq;     /* the token prefix of the current path (grown to at most WALK_MAX_DEPTH) */
+    size_t seq_cap;
     char *err;        /* NULL: a plain walk, no invariant checks */
     size_t errcap;
     walk_frame *st;
@@ -557,6 +565,20 @@ static int node_done_ok(walker *w, const walk_frame *f)
     return SKV_OK;
 }
 
+/* Grows the prefix buffer to hold depth tokens (depth <= WALK_MAX_DEPTH, by child_ok):
+ * a walk of a shallow trie allocates little, not 4 MiB each time. */
+static int seq_reserve(walker *w, size_t depth)
+{
+    size_t cap = w->seq_cap ? w->seq_cap : 256;
+    while (cap < depth) cap *= 2;
+    if (cap == w->seq_cap) return SKV_OK;
+    int32_t *ns = realloc(w->seq, cap * sizeof *ns);
+    if (!ns) return SKV_ERR_NOMEM;
+    w->seq = ns;
+    w->seq_cap = cap;
+    return SKV_OK;
+}
+
 /* One step: visit the top frame's next child, or finish the top frame. 1 = done. */
 static int walk_step(walker *w, int *stop)
 {
@@ -575,7 +597,8 @@ static int walk_step(walker *w, int *stop)
     if (rc == 1)
         return skv_errf(w->err, w->errcap, SKV_ERR_FORMAT, "node %llu: a child of node %llu, but missing",
                         (unsigned long long)f->kids.id[i], (unsigned long long)f->nd.id);
-    if (!rc && (rc = child_ok(w, f, &nd, f->kids.tok[i]))) skv_trie_node_clear(&nd);
+    if (!rc && ((rc = child_ok(w, f, &nd, f->kids.tok[i])) || (rc = seq_reserve(w, nd.depth))))
+        skv_trie_node_clear(&nd);
     if (rc) return rc;
     memcpy(w->seq + f->nd.depth, nd.tokens, nd.len * sizeof *w->seq);
     if (w->cb && w->cb(w->user, &nd, w->seq)) *stop = 1;
@@ -588,7 +611,7 @@ static int walk_run(walker *w)
 {
     skv_trie_node root = {0};
     int rc, stop = 0;
-    if (!(w->seq = malloc(WALK_MAX_DEPTH * sizeof *w->seq))) return SKV_ERR_NOMEM;
+    if ((rc = seq_reserve(w, 1)) != SKV_OK) return rc;
     rc = frame_push(w, &root);
     while (!rc && w->n) rc = walk_step(w, &stop);
     while (w->n) frame_free(&w->st[--w->n]);

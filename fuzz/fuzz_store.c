@@ -1,0 +1,297 @@
+/* Fuzz target for the session store's records (src/store/store*.c): a store whose LMDB
+ * records were damaged by someone else.
+ *
+ * Setup (once): a store of three sessions sharing prefixes, made with the stories260K model
+ * (../shared, $SEQKV_SHARED; else the bundled models/kjv-4m.gguf), in a fresh directory
+ * under /dev/shm (else $TMPDIR, /tmp), removed at exit; its data file is kept in memory,
+ * and every record of every table (meta: header, state, model path; nodes; children;
+ * sessions; KV blobs) is listed. With $FUZZ_STORE_SEEDS set to a directory, one seed per
+ * record (its index, mode 0, its value unchanged) is written there (fuzz/corpus/store).
+ * Input: byte 0 picks a record, byte 1 the mode, the rest is the record's new value.
+ *   mode bit 0: write XXH3-64 of the value's other bytes into its last 8 (the checksum
+ *               place of the header, state, model and session records), so that mutations
+ *               get past the checksums
+ *   mode bit 1: delete the record instead
+ *   mode bit 2: also run gc (check, demote / refill to the budget)
+ * Per input the pristine data file is written back, the one record is changed with LMDB
+ * directly, and the store is opened and used: list, stats, match, a verified get of every
+ * listed session (at most 4), remove of a session that does not exist.
+ * Checks (abort on violation): open either succeeds or fails with a message; every call
+ * that fails leaves a message (skv_store_last_error) and a known status; a verified get
+ * that succeeds returns the tokens of one of the three sessions, whole. ASan / LSan: no
+ * bad access and no leak, whatever the record says. */
+#include <lmdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "seqkv.h"
+
+#define N_SES 3
+#define MAX_REC 512
+#define CTX 64
+
+typedef struct {
+    char db[16];         /* "" = the unnamed table */
+    uint8_t key[64];
+    size_t klen;
+} rec_ref;
+
+static struct {
+    skv_model *model;
+    skv_ctx *ctx;
+    char base[256], work[300];
+    uint8_t *image;      /* the pristine data.mdb */
+    size_t image_len;
+    rec_ref rec[MAX_REC];
+    size_t n_rec;
+    int32_t tok[N_SES][40];
+    size_t n_tok[N_SES];
+    int ready;
+} g;
+
+static const char *const ses_name[N_SES] = {"alpha", "beta", "gamma"};
+
+static int load_model(void)
+{
+    static const char *cands[] = {"../shared", "../../shared"};
+    const char *env = getenv("SEQKV_SHARED");
+    char path[1024];
+    for (size_t i = 0; i < 3; i++) {
+        const char *dir = i == 0 ? env : cands[i - 1];
+        if (!dir || !*dir) continue;
+        snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", dir);
+        if (skv_model_load(path, NULL, &g.model, NULL, 0) == SKV_OK) return 0;
+    }
+    return skv_model_load("models/kjv-4m.gguf", NULL, &g.model, NULL, 0) == SKV_OK ? 0 : -1;
+}
+
+/* Three sessions: 30 tokens, its first 12 plus 10 others, its first 20 (splits, an end
+ * inside a node). */
+static int make_store(void)
+{
+    skv_store *st;
+    skv_store_params p = skv_store_default_params();
+    skv_model_info mi;
+    skv_model_get_info(g.model, &mi);
+    for (int i = 0; i < 30; i++) g.tok[0][i] = (int32_t)((i * 37 + 11) % mi.n_vocab);
+    memcpy(g.tok[1], g.tok[0], 12 * sizeof(int32_t));
+    for (int i = 12; i < 22; i++) g.tok[1][i] = (int32_t)((i * 53 + 5) % mi.n_vocab);
+    memcpy(g.tok[2], g.tok[0], 20 * sizeof(int32_t));
+    g.n_tok[0] = 30, g.n_tok[1] = 22, g.n_tok[2] = 20;
+    /* the default budget: every node keeps its KV, so a get reads blobs and runs no model */
+    if (skv_store_open(g.base, g.model, SKV_STORE_CREATE, &p, &st, NULL, 0)) return -1;
+    for (int i = 0; i < N_SES; i++)
+        if (skv_store_put(st, ses_name[i], g.tok[i], g.n_tok[i], NULL)) return -1;
+    skv_store_close(st);
+    return 0;
+}
+
+static int write_file(const char *path, const uint8_t *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(p, 1, n, f) == n;
+    if (f && fclose(f)) ok = 0;
+    return ok ? 0 : -1;
+}
+
+static void write_seed(const MDB_val *v)
+{
+    const char *dir = getenv("FUZZ_STORE_SEEDS");
+    char path[400];
+    uint8_t buf[2 + 4096];
+    if (!dir || v->mv_size > sizeof buf - 2) return;
+    snprintf(path, sizeof path, "%s/rec_%03zu", dir, g.n_rec);
+    buf[0] = (uint8_t)g.n_rec, buf[1] = 0;
+    memcpy(buf + 2, v->mv_data, v->mv_size);
+    if (write_file(path, buf, 2 + v->mv_size)) return;
+}
+
+static void list_table(MDB_txn *txn, const char *db)
+{
+    MDB_dbi dbi;
+    MDB_cursor *c;
+    MDB_val k, v;
+    if (mdb_dbi_open(txn, db[0] ? db : NULL, 0, &dbi) || mdb_cursor_open(txn, dbi, &c)) return;
+    for (int rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && g.n_rec < MAX_REC;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        rec_ref *r = &g.rec[g.n_rec];
+        if (k.mv_size > sizeof r->key) continue;
+        snprintf(r->db, sizeof r->db, "%s", db);
+        memcpy(r->key, k.mv_data, k.mv_size);
+        r->klen = k.mv_size;
+        write_seed(&v);
+        g.n_rec++;
+    }
+    mdb_cursor_close(c);
+}
+
+static int open_env(const char *dir, unsigned flags, MDB_env **env)
+{
+    if (mdb_env_create(env)) return -1;
+    if (mdb_env_set_maxdbs(*env, 8) || mdb_env_set_mapsize(*env, 64u << 20) || mdb_env_open(*env, dir, flags, 0664)) {
+        mdb_env_close(*env);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every record of the named tables (the unnamed table lists their names). */
+static int list_records(void)
+{
+    static const char *const dbs[] = {"meta", "nodes", "children", "sessions", "kv"};
+    MDB_env *env;
+    MDB_txn *txn;
+    if (open_env(g.base, MDB_RDONLY, &env)) return -1;
+    if (mdb_txn_begin(env, NULL, MDB_RDONLY, &txn)) {
+        mdb_env_close(env);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof dbs / sizeof *dbs; i++) list_table(txn, dbs[i]);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return g.n_rec ? 0 : -1;
+}
+
+static int read_image(void)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/data.mdb", g.base);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n <= 0 || !(g.image = malloc((size_t)n)) || fread(g.image, 1, (size_t)n, f) != (size_t)n) n = 0;
+    fclose(f);
+    g.image_len = (size_t)n;
+    return n > 0 ? 0 : -1;
+}
+
+static void cleanup(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g.base);
+    if (system(cmd) != 0) return;
+}
+
+static void setup(void)
+{
+    const char *tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR"); /* no fsync cost */
+    skv_ctx_params cp = skv_ctx_default_params();
+    g.ready = -1;
+    snprintf(g.base, sizeof g.base, "%s/skv_fuzz_store_%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    snprintf(g.work, sizeof g.work, "%s/work", g.base);
+    cp.n_ctx = CTX;
+    if (load_model() || skv_ctx_create(g.model, &cp, &g.ctx)) return;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", g.base, g.work);
+    if (system(cmd) != 0) return;
+    atexit(cleanup);
+    if (make_store() || list_records() || read_image()) return;
+    g.ready = 1;
+}
+
+/* Writes the pristine image back, then changes (or deletes) the one record. */
+static int damage(rec_ref *r, int del, uint8_t *val, size_t n)
+{
+    char path[400];
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    snprintf(path, sizeof path, "%s/data.mdb", g.work);
+    if (write_file(path, g.image, g.image_len) || open_env(g.work, 0, &env)) return -1;
+    MDB_val k = {r->klen, r->key}, v = {n, val};
+    int rc = mdb_txn_begin(env, NULL, 0, &txn);
+    if (!rc) rc = mdb_dbi_open(txn, r->db[0] ? r->db : NULL, 0, &dbi);
+    if (!rc) rc = del ? mdb_del(txn, dbi, &k, NULL) : mdb_put(txn, dbi, &k, &v, 0);
+    if (!rc) rc = mdb_txn_commit(txn);
+    else mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return rc ? -1 : 0;
+}
+
+static int known(int rc)
+{
+    return rc == SKV_ERR_FORMAT || rc == SKV_ERR_MISMATCH || rc == SKV_ERR_RANGE || rc == SKV_ERR_UNSUPPORTED ||
+           rc == SKV_ERR_NOMEM || rc == SKV_ERR_IO || rc == SKV_ERR_INTERNAL || rc == SKV_ERR_INVALID_ARG;
+}
+
+/* A failed call says why; a successful one leaves no message. */
+static void said(const skv_store *st, int rc)
+{
+    const char *e = skv_store_last_error(st);
+    if (rc < 0 ? !known(rc) || !e[0] : e[0] != 0) abort();
+}
+
+typedef struct {
+    char name[N_SES + 1][256];
+    size_t n;
+} names;
+
+static int collect(void *u, const skv_store_session_info *s)
+{
+    names *nm = u;
+    snprintf(nm->name[nm->n++], sizeof nm->name[0], "%s", s->name);
+    return nm->n == N_SES + 1;
+}
+
+/* A verified get that succeeds gives one of the stored sessions, whole. */
+static void get_one(skv_store *st, const char *name)
+{
+    int32_t tok[CTX];
+    size_t n = 0;
+    int rc = skv_store_get(st, name, g.ctx, SKV_STORE_VERIFY, tok, CTX, &n, NULL);
+    said(st, rc);
+    if (rc != SKV_OK) return;
+    for (int i = 0; i < N_SES; i++)
+        if (n == g.n_tok[i] && !memcmp(tok, g.tok[i], n * sizeof *tok)) return;
+    abort();
+}
+
+static void use_store(skv_store *st, int gc)
+{
+    names nm = {.n = 0};
+    skv_store_stats ss;
+    skv_store_match_result mr;
+    skv_store_gc_report gr;
+    int rc = skv_store_list(st, collect, &nm);
+    said(st, rc);
+    said(st, skv_store_get_stats(st, &ss));
+    said(st, skv_store_match(st, g.tok[0], g.n_tok[0], &mr));
+    for (size_t i = 0; i < nm.n; i++) get_one(st, nm.name[i]);
+    if ((rc = skv_store_remove(st, "no such session")) == SKV_OK) abort();
+    said(st, rc);
+    if (gc) said(st, skv_store_gc(st, &gr));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static uint8_t val[1 << 16];
+    skv_store *st = NULL;
+    char err[512];
+    if (!g.ready) setup();
+    if (g.ready < 0 || size < 2 || size - 2 > sizeof val) return 0;
+    uint8_t mode = data[1];
+    size_t n = size - 2;
+    memcpy(val, data + 2, n);
+    if ((mode & 1) && n >= 8) {
+        uint64_t h = XXH3_64bits(val, n - 8);
+        for (int i = 0; i < 8; i++) val[n - 8 + (size_t)i] = (uint8_t)(h >> (8 * i));
+    }
+    if (damage(&g.rec[data[0] % g.n_rec], mode & 2, val, n)) return 0;
+    err[0] = 0;
+    int rc = skv_store_open(g.work, g.model, 0, NULL, &st, err, sizeof err);
+    if (rc != SKV_OK) {
+        if (!known(rc) || !err[0] || st) abort();
+        return 0;
+    }
+    use_store(st, mode & 4);
+    skv_store_close(st);
+    return 0;
+}

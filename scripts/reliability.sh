@@ -1,0 +1,110 @@
+#!/bin/sh
+# The fuzzing figures of docs/reliability.md, measured and regenerated.
+#
+#   scripts/reliability.sh run TARGET SECONDS  one libFuzzer run of build-fuzz/fuzz/fuzz_TARGET
+#                                              (make fuzz) for SECONDS, niced; appends a row to
+#                                              fuzz/results.tsv; exit 1 if it found a crash
+#   scripts/reliability.sh merge TARGET        adds to fuzz/corpus/TARGET only the inputs of the
+#                                              working corpus that add coverage (-merge=1)
+#   scripts/reliability.sh record TARGET LOG SECONDS  a row from the log of a run started by hand
+#   scripts/reliability.sh valgrind [TEST.py...]  the CLI tests (default tests/test_*cli*.py)
+#                                              with seqkv under Valgrind memcheck
+#   scripts/reliability.sh table               the per-target table (sums over the runs)
+#   scripts/reliability.sh doc                 rewrites the table in docs/reliability.md
+#                                              (between the fuzz-table markers)
+#
+# A run works on build-fuzz/work/TARGET (seeded with the committed corpus, kept between
+# runs, so runs add up) and leaves its log in build-fuzz/logs/ and any crashing input in
+# build-fuzz/artifacts/TARGET/. A row: target, date, commit, seconds, executions, cov, ft,
+# crashes, peak RSS (MB), CPU.
+set -eu
+cd "$(dirname "$0")/.."
+RESULTS=fuzz/results.tsv
+DOC=docs/reliability.md
+
+run_one() {
+    t=$1 secs=$2 bin=build-fuzz/fuzz/fuzz_$1
+    [ -x "$bin" ] || { echo "reliability: $bin missing: run make fuzz" >&2; exit 2; }
+    mkdir -p "build-fuzz/work/$t" "build-fuzz/artifacts/$t" build-fuzz/logs
+    log=build-fuzz/logs/$t.$(date +%Y%m%d-%H%M%S).log
+    before=$(ls "build-fuzz/artifacts/$t" | wc -l)
+    start=$(date +%s)
+    rc=0
+    nice -n 19 "$bin" -max_total_time="$secs" -print_final_stats=1 -timeout=25 -rss_limit_mb=2048 \
+        -artifact_prefix="build-fuzz/artifacts/$t/" "build-fuzz/work/$t" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+    wall=$(( $(date +%s) - start ))
+    crashes=$(( $(ls "build-fuzz/artifacts/$t" | wc -l) - before ))
+    row "$t" "$wall" "$log" "$crashes" >>"$RESULTS"
+    tail -n 1 "$RESULTS"
+    [ "$rc" -eq 0 ] || { echo "reliability: fuzz_$t exited $rc: see $log" >&2; exit 1; }
+}
+
+# One results row from a log: the last "cov:" line gives coverage, the final stats the count.
+row() {
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$3" | tail -n 1)
+    rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$3" | tail -n 1)
+    cov=$(grep -o 'cov: [0-9]*' "$3" | tail -n 1 | cut -d' ' -f2)
+    ft=$(grep -o 'ft: [0-9]*' "$3" | tail -n 1 | cut -d' ' -f2)
+    cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$(date -u +%Y-%m-%dT%H:%MZ)" \
+        "$(git rev-parse --short HEAD)" "$2" "${execs:-0}" "${cov:-0}" "${ft:-0}" "$4" "${rss:-0}" "$cpu"
+}
+
+# The CLI tests with every seqkv run under memcheck (tests/clitest.py: $SEQKV_WRAP); a
+# memcheck error makes seqkv exit 99 (so the case fails) and is kept in build/valgrind/.
+valgrind_cli() {
+    [ $# -gt 0 ] || set -- tests/test_*cli*.py
+    vdir=${SEQKV_BUILD:-build}/valgrind
+    rm -rf "$vdir"; mkdir -p "$vdir"
+    export SEQKV_WRAP="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --log-file=$vdir/vg.%p.log"
+    start=$(date +%s)
+    for t in "$@"; do nice -n 19 python3 "$t" | tee -a "$vdir/results.txt" | grep -v '^PASS' || true; done
+    pass=$(grep -c '^PASS' "$vdir/results.txt" || true)
+    fail=$(grep -c '^FAIL' "$vdir/results.txt" || true)
+    errs=$(cat "$vdir"/vg.*.log 2>/dev/null | grep -c '^==[0-9]*== [A-Z]' || true)
+    runs=$(ls "$vdir" | grep -c '^vg\.' || true)
+    echo "valgrind-cli: $* : $pass passed, $fail failed; $runs seqkv runs under memcheck, $errs error lines; $(( $(date +%s) - start )) s"
+    [ "$fail" -eq 0 ] && [ "$errs" -eq 0 ]
+}
+
+merge() {
+    nice -n 19 "build-fuzz/fuzz/fuzz_$1" -merge=1 "fuzz/corpus/$1" "build-fuzz/work/$1" 2>&1 | tail -n 2
+}
+
+# Sums per target: executions and hours add up over runs; cov/ft are the last run's.
+table() {
+    echo '| target | executions | hours | exec/s | cov | ft | crashes | 10^7 reached | commit |'
+    echo '|---|---:|---:|---:|---:|---:|---:|---|---|'
+    awk -F'\t' '!/^#/ { n[$1] += $5; s[$1] += $4; c[$1] = $6; f[$1] = $7; k[$1] += $8; g[$1] = $3;
+                        if (!($1 in seen)) { seen[$1] = 1; order[++m] = $1 } }
+        END { for (i = 1; i <= m; i++) { t = order[i];
+                printf "| %s | %d | %.2f | %d | %d | %d | %d | %s | %s |\n", t, n[t], s[t] / 3600,
+                       (s[t] ? n[t] / s[t] : 0), c[t], f[t], k[t], (n[t] >= 1e7 ? "yes" : "no"), g[t] } }' "$RESULTS"
+    echo
+    echo "CPU: $(awk -F'\t' '!/^#/ { print $10 }' "$RESULTS" | sort -u | paste -sd';' -); every run under"
+    echo "\`nice -n 19\` on a machine shared with other jobs; rows in \`$RESULTS\`."
+}
+
+doc() {
+    tmp=$DOC.tmp
+    table >"$tmp.table"
+    awk -v tf="$tmp.table" '/<!-- fuzz-table begin/ { print; while ((getline l < tf) > 0) print l; skip = 1; next }
+        /<!-- fuzz-table end/ { skip = 0 } !skip' "$DOC" >"$tmp"
+    mv "$tmp" "$DOC"
+    rm -f "$tmp.table"
+}
+
+# The whole dispatch is one command, parsed before it runs: editing this file while a long
+# run is in progress cannot make the shell read on from a shifted offset.
+main() {
+    case "${1:-}" in
+    run) run_one "$2" "$3" ;;
+    merge) merge "$2" ;;
+    record) row "$2" "$4" "$3" "$(grep -c '^==[0-9]*==ERROR\|^SUMMARY: libFuzzer' "$3" || true)" >>"$RESULTS" ;;
+    valgrind) shift; valgrind_cli "$@" ;;
+    table) table ;;
+    doc) doc ;;
+    *) sed -n '2,19p' "$0" >&2; exit 2 ;;
+    esac
+}
+main "$@"; exit $?
