@@ -10,8 +10,9 @@
  * the library's defaults otherwise (F16 KV cache, flash attention auto, mmap, repacking).
  * pp: N_PROMPT random tokens (the first BOS) in one llama_decode into an empty cache.
  * tg: N_GEN single-token llama_decode calls into an empty cache. One warm-up of each first.
- * Prints llama-bench's CSV columns that the driver reads:
- *   n_prompt,n_gen,n_threads,avg_ts,stddev_ts */
+ * Prints llama-bench's CSV columns that the driver reads, and cpu_ts (N / the process's CPU
+ * seconds, all threads, per repetition; llama.cpp's threads spin while they wait):
+ *   n_prompt,n_gen,n_threads,avg_ts,stddev_ts,cpu_ts */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,10 +27,11 @@ struct run {
     int n_prompt, n_gen, reps, n_vocab, bos;
 };
 
-static double now_s(void)
+/* clock: CLOCK_MONOTONIC (wall) or CLOCK_PROCESS_CPUTIME_ID (all threads' CPU time) */
+static double clock_s(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -60,18 +62,19 @@ static int test_tg(struct run *r)
 /* Runs one test reps times into an empty cache; prints its CSV row. */
 static int report(struct run *r, int n_p, int n_g, int threads, int (*fn)(struct run *))
 {
-    double sum = 0, sum2 = 0;
+    double sum = 0, sum2 = 0, cpu = 0;
     int n = n_p + n_g;
     for (int i = 0; i < r->reps; i++) {
         llama_memory_clear(llama_get_memory(r->ctx), false);
-        double t0 = now_s();
+        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         if (fn(r)) return 1;
-        double ts = n / (now_s() - t0);
+        double ts = n / (clock_s(CLOCK_MONOTONIC) - t0);
+        cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         sum += ts;
         sum2 += ts * ts;
     }
     double avg = sum / r->reps, var = r->reps > 1 ? (sum2 - sum * avg) / (r->reps - 1) : 0;
-    printf("%d,%d,%d,%.3f,%.3f\n", n_p, n_g, threads, avg, var > 0 ? sqrt(var) : 0);
+    printf("%d,%d,%d,%.3f,%.3f,%.3f\n", n_p, n_g, threads, avg, var > 0 ? sqrt(var) : 0, n * r->reps / cpu);
     fflush(stdout);
     return 0;
 }
@@ -86,7 +89,7 @@ static int bench(struct llama_model *model, int threads, struct run *r)
     cp.no_perf = 1;
     r->ctx = llama_init_from_model(model, cp);
     if (!r->ctx) return 1;
-    printf("n_prompt,n_gen,n_threads,avg_ts,stddev_ts\n");
+    printf("n_prompt,n_gen,n_threads,avg_ts,stddev_ts,cpu_ts\n");
     int rc = r->n_prompt > 0 && test_pp(r); /* warm-ups, as llama-bench does */
     if (!rc && r->n_gen > 0) rc = test_tg_n(r, 1);
     if (!rc && r->n_prompt > 0) rc = report(r, r->n_prompt, 0, threads, test_pp);

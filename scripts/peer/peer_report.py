@@ -44,7 +44,8 @@ def num(r, field):
     return r[field] if r is not None and r["status"] == "ok" and r[field] else None
 
 
-def table_rows(rows, geom):
+def table_rows(rows, geom, field):
+    """Markdown rows: per type and thread count, pp and tg in `field` (avg_ts or cpu_ts), RSS."""
     idx = {(r["engine"], r["type"], r["threads"], r["test"]): r for r in rows if r["geometry"] == geom}
     threads = sorted({r["threads"] for r in rows if r["geometry"] == geom}, key=lambda t: -int(t))
     out = []
@@ -54,12 +55,22 @@ def table_rows(rows, geom):
             lp, sp, lt, st = g("llama", "pp512"), g("seqkv", "pp512"), g("llama", "tg128"), g("seqkv", "tg128")
             if not any((lp, sp, lt, st)):
                 continue
-            cells = [t, th, cell(lp, "avg_ts"), cell(sp, "avg_ts"), rat(sp, lp, "avg_ts"),
-                     cell(lt, "avg_ts"), cell(st, "avg_ts"), rat(st, lt, "avg_ts"),
+            cells = [t, th, cell(lp, field), cell(sp, field), rat(sp, lp, field),
+                     cell(lt, field), cell(st, field), rat(st, lt, field),
                      cell(lp or lt, "peak_rss_mib"), cell(sp or st, "peak_rss_mib"),
                      rat(sp or st, lp or lt, "peak_rss_mib")]
             out.append("| " + " | ".join(cells) + " |")
     return out
+
+
+TABLE_HEAD = ["| type | threads | pp512 llama.cpp | pp512 seqkv | pp ratio | tg128 llama.cpp | "
+              "tg128 seqkv | tg ratio | RSS llama.cpp | RSS seqkv | RSS ratio |",
+              "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+CPU_TEXT = ("Tokens per CPU-second of the process (all its threads; `cpu_ts` in peer.csv). On a "
+            "machine shared with other jobs this moves far less than wall time, so its ratios are "
+            "the better guide to the kernels; at 2 threads it also charges each engine for time "
+            "its threads spend waiting on each other (llama.cpp's spin, seqkv's handoffs), so it "
+            "is efficiency, not speed.")
 
 
 def rat(a, b, field):
@@ -120,13 +131,12 @@ def header(rows, llama_bench):
 def write(rows, path, llama_bench=""):
     out = header(rows, llama_bench)
     for geom in GEOM_TEXT:
-        body = table_rows(rows, geom)
+        body = table_rows(rows, geom, "avg_ts")
         if not body:
             continue
-        out += ["## " + GEOM_TEXT[geom], "",
-                "| type | threads | pp512 llama.cpp | pp512 seqkv | pp ratio | tg128 llama.cpp | "
-                "tg128 seqkv | tg ratio | RSS llama.cpp | RSS seqkv | RSS ratio |",
-                "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"] + body + [""]
+        out += ["## " + GEOM_TEXT[geom], "", "Tokens per second (wall clock, llama-bench's measure):",
+                ""] + TABLE_HEAD + body + ["", CPU_TEXT, ""] + TABLE_HEAD
+        out += table_rows(rows, geom, "cpu_ts") + [""]
     fails = sorted({(r["engine"], r["geometry"], r["type"], r["status"]) for r in rows if r["status"] != "ok"})
     if fails:
         out += ["Failures:", ""] + ["- %s on %s %s: %s" % f for f in fails] + [""]

@@ -7,9 +7,10 @@
  * tg: N_GEN skv_decode calls, one token each, into an empty cache (logits every step).
  * Tokens are pseudo-random ids (llama-bench also feeds ids, not text). Before timing, one
  * decode touches every weight once (llama-bench's warm-up does the same). The context holds
- * N_PROMPT + N_GEN positions. Prints one CSV row per test, llama-bench's columns:
- *   seqkv,TEST,THREADS,N,REPS,AVG_TS,STDEV_TS
- * where AVG_TS is the mean over the repetitions of N / seconds. Peak RSS is measured around
+ * N_PROMPT + N_GEN positions. Prints one CSV row per test:
+ *   seqkv,TEST,THREADS,N,REPS,AVG_TS,STDEV_TS,CPU_TS
+ * AVG_TS and STDEV_TS: llama-bench's, the mean and stddev over the repetitions of N / wall
+ * seconds; CPU_TS: N / the process's CPU seconds (all threads) per repetition. Peak RSS is measured around
  * the whole process by the driver (scripts/peer/bench_peer.py), for both engines alike. */
 #include <math.h>
 #include <stdio.h>
@@ -26,10 +27,11 @@ struct run {
     int n_prompt, n_gen, reps;
 };
 
-static double now_s(void)
+/* clock: CLOCK_MONOTONIC (wall) or CLOCK_PROCESS_CPUTIME_ID (all threads' CPU time) */
+static double clock_s(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -44,38 +46,40 @@ static void fill_tokens(int32_t *tok, int n, int n_vocab)
     }
 }
 
-/* One timed repetition of a test -> seconds, or a negative value on error. */
-static double time_pp(struct run *r)
+/* One repetition of a test into an empty cache -> 0, or -1 on error. */
+static int run_pp(struct run *r)
 {
     skv_ctx_truncate(r->c, 0);
-    double t0 = now_s();
-    if (skv_prefill(r->c, r->tok, (size_t)r->n_prompt, SKV_LOGITS_LAST, r->logits)) return -1;
-    return now_s() - t0;
+    return skv_prefill(r->c, r->tok, (size_t)r->n_prompt, SKV_LOGITS_LAST, r->logits) ? -1 : 0;
 }
 
-static double time_tg(struct run *r)
+static int run_tg(struct run *r)
 {
     skv_ctx_truncate(r->c, 0);
-    double t0 = now_s();
     for (int i = 0; i < r->n_gen; i++)
         if (skv_decode(r->c, r->tok[r->n_prompt + i], r->logits)) return -1;
-    return now_s() - t0;
+    return 0;
 }
 
-static int report(struct run *r, const char *name, int n, int threads, double (*fn)(struct run *))
+/* Times reps repetitions: wall tokens/s (mean, stddev) and tokens per CPU-second of the
+ * process (all threads; on a shared machine the one that a busy neighbour moves least). */
+static int report(struct run *r, const char *name, int n, int threads, int (*fn)(struct run *))
 {
-    double sum = 0, sum2 = 0;
+    double sum = 0, sum2 = 0, cpu = 0;
     for (int i = 0; i < r->reps; i++) {
-        double t = fn(r);
-        if (t <= 0) {
+        double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        if (fn(r)) {
             fprintf(stderr, "peer_seqkv: %s: %s\n", name, skv_ctx_last_error(r->c));
             return 1;
         }
-        sum += n / t;
-        sum2 += (n / t) * (n / t);
+        double ts = n / (clock_s(CLOCK_MONOTONIC) - t0);
+        cpu += clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        sum += ts;
+        sum2 += ts * ts;
     }
     double avg = sum / r->reps, var = r->reps > 1 ? (sum2 - sum * avg) / (r->reps - 1) : 0;
-    printf("seqkv,%s%d,%d,%d,%d,%.3f,%.3f\n", name, n, threads, n, r->reps, avg, var > 0 ? sqrt(var) : 0);
+    printf("seqkv,%s%d,%d,%d,%d,%.3f,%.3f,%.3f\n", name, n, threads, n, r->reps, avg,
+           var > 0 ? sqrt(var) : 0, n * r->reps / cpu);
     fflush(stdout);
     return 0;
 }
@@ -90,8 +94,8 @@ static int bench(const skv_model *m, int threads, struct run *r)
         return 1;
     }
     int rc = skv_decode(r->c, r->tok[0], r->logits) != SKV_OK; /* warm-up */
-    if (!rc && r->n_prompt > 0) rc = report(r, "pp", r->n_prompt, threads, time_pp);
-    if (!rc && r->n_gen > 0) rc = report(r, "tg", r->n_gen, threads, time_tg);
+    if (!rc && r->n_prompt > 0) rc = report(r, "pp", r->n_prompt, threads, run_pp);
+    if (!rc && r->n_gen > 0) rc = report(r, "tg", r->n_gen, threads, run_tg);
     skv_ctx_free(r->c);
     return rc;
 }
