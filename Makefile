@@ -201,3 +201,13 @@ fuzz-long: fuzz
 
 valgrind-cli: $(BUILD)/seqkv
 	SEQKV_BUILD=$(BUILD) scripts/reliability.sh valgrind $(VALGRIND_TESTS)
+
+# Side by side with llama.cpp (issue 15; docs/bench.md): random-weight GGUFs of 1B geometries,
+# llama.cpp's llama-bench built once outside the repository, and seqkv on the same files.
+# Results: bench/results/peer.md and peer.csv. An hour or more on 2 cores; PEER_* narrow it.
+.PHONY: bench-peer
+bench-peer: $(BUILD)/peer_seqkv
+	scripts/peer/run.sh $(BUILD)/peer_seqkv
+
+$(BUILD)/peer_seqkv: scripts/peer/peer_seqkv.c include/seqkv.h $(BUILD)/libseqkv.a
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/libseqkv.a $(LIBS)

@@ -1,0 +1,27 @@
+#!/bin/sh
+# Builds peer_llama (scripts/peer/peer_llama.c), the llama.cpp timer that stands in for
+# llama-bench when that is not built: a few seconds, against the prebuilt libllama of the
+# npm package (scripts/oracle/setup.sh fetches it), with the AVX-512 "skylakex" CPU variant
+# (never the AMX one, which crashed on quantized models; $SKV_ORACLE_CPU_LIB overrides at
+# run time).
+#
+#   scripts/peer/build_peer_llama.sh          -> $SEQKV_ORACLE_DIR/bin/skv-peer-llama
+#   scripts/peer/build_peer_llama.sh --path   prints that path, builds nothing
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+if [ -z "${SEQKV_ORACLE_DIR:-}" ]; then
+    if [ -d /work/llama/src ]; then SEQKV_ORACLE_DIR=/work/llama
+    else SEQKV_ORACLE_DIR="$HOME/.cache/seqkv-oracle"; fi
+fi
+dir=$SEQKV_ORACLE_DIR
+exe="$dir/bin/skv-peer-llama"
+if [ "${1:-}" = --path ]; then echo "$exe"; exit 0; fi
+[ -d "$dir/src/include" ] || SEQKV_ORACLE_DIR="$dir" "$here/../oracle/setup.sh"
+lib="$dir/b/package/bins/linux-x64"
+${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra \
+    -I "$dir/src/include" -I "$dir/src/ggml/include" \
+    -DSKV_ORACLE_CPU_LIB="\"$lib/libggml-cpu-skylakex.so\"" \
+    "$here/peer_llama.c" "$here/../oracle/common.c" -o "$exe" \
+    -L"$lib" -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -l:libggml-base.so -lm \
+    -Wl,-rpath,"$lib"
+echo "peer_llama built: $exe"

@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""Writes a random-weight Llama GGUF (F16 matrices, F32 norms) of a real model's geometry.
+
+    /usr/bin/python3 scripts/peer/gen_model.py GEOMETRY OUT.gguf [--seed N]
+
+GEOMETRY is a row of GEOMETRIES below (tinyllama-1.1b, llama-3.2-1b). The file is for
+speed comparisons only (docs/bench.md, "Side by side with llama.cpp"): the weights are
+N(0, 1/K) noise, so the model computes nothing meaningful, but every matrix has the
+shape, type and byte size of the real one, which is all that throughput depends on.
+Quantized versions are made from it by llama.cpp's own quantizer (scripts/peer/models.sh).
+
+The tokenizer section is a SentencePiece ("llama") vocabulary of the model's size
+(<unk> <s> </s>, the 256 byte tokens, then merged and filler pieces; tests/ref/make_gguf.py):
+neither llama-bench nor the seqkv benchmark tokenizes text, but both loaders want a vocab.
+Llama-3.2's own vocabulary is BPE; its size is what matters here, not its merges.
+
+The file is streamed: header first (every tensor's size is known from its shape), then
+one tensor at a time, so memory stays at one tensor (~0.5 GB for a 128K x 2048 embedding).
+"""
+import os
+import struct
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "ref"))
+import make_gguf as mg  # noqa: E402  (GGUF value encoding, constants, the vocabulary)
+
+# name -> the geometry of the real model (context kept at 2048 for both: only pp512/tg128 run)
+GEOMETRIES = {
+    "tinyllama-1.1b": dict(n_layer=22, n_embd=2048, n_head=32, n_head_kv=4, n_ff=5632,
+                           n_vocab=32000, rope_base=10000.0, tied=False),
+    "llama-3.2-1b": dict(n_layer=16, n_embd=2048, n_head=32, n_head_kv=8, n_ff=8192,
+                         n_vocab=128256, rope_base=500000.0, tied=True),
+}
+ALIGN = 32
+N_CTX = 2048
+
+
+def metadata(name, g):
+    """[(key, type, value, elem_type)] of a llama model with geometry g."""
+    p = "llama."
+    kv = [("general.architecture", mg.STRING, "llama", None),
+          ("general.name", mg.STRING, "random-" + name, None),
+          ("general.alignment", mg.U32, ALIGN, None),
+          ("general.file_type", mg.U32, 1, None),  # LLAMA_FTYPE_MOSTLY_F16
+          (p + "context_length", mg.U32, N_CTX, None),
+          (p + "embedding_length", mg.U32, g["n_embd"], None),
+          (p + "block_count", mg.U32, g["n_layer"], None),
+          (p + "feed_forward_length", mg.U32, g["n_ff"], None),
+          (p + "attention.head_count", mg.U32, g["n_head"], None),
+          (p + "attention.head_count_kv", mg.U32, g["n_head_kv"], None),
+          (p + "rope.freq_base", mg.F32, g["rope_base"], None),
+          (p + "rope.dimension_count", mg.U32, g["n_embd"] // g["n_head"], None),
+          (p + "attention.layer_norm_rms_epsilon", mg.F32, 1e-5, None)]
+    toks, scores, types = mg.spm_vocab(g["n_vocab"])
+    kv += [("tokenizer.ggml.model", mg.STRING, "llama", None),
+           ("tokenizer.ggml.tokens", mg.ARRAY, toks, mg.STRING),
+           ("tokenizer.ggml.scores", mg.ARRAY, scores, mg.F32),
+           ("tokenizer.ggml.token_type", mg.ARRAY, types, mg.I32),
+           ("tokenizer.ggml.bos_token_id", mg.U32, 1, None),
+           ("tokenizer.ggml.eos_token_id", mg.U32, 2, None),
+           ("tokenizer.ggml.unknown_token_id", mg.U32, 0, None)]
+    return kv
+
+
+def tensor_list(g):
+    """[(name, (n_rows, row_len) or (n,), ggml type)] in file order."""
+    d, hd = g["n_embd"], g["n_embd"] // g["n_head"]
+    q, kvd, ff = g["n_head"] * hd, g["n_head_kv"] * hd, g["n_ff"]
+    out = [("token_embd.weight", (g["n_vocab"], d), mg.GGML_F16)]
+    for layer in range(g["n_layer"]):
+        b = "blk.%d." % layer
+        out += [(b + "attn_norm.weight", (d,), mg.GGML_F32),
+                (b + "attn_q.weight", (q, d), mg.GGML_F16),
+                (b + "attn_k.weight", (kvd, d), mg.GGML_F16),
+                (b + "attn_v.weight", (kvd, d), mg.GGML_F16),
+                (b + "attn_output.weight", (d, q), mg.GGML_F16),
+                (b + "ffn_norm.weight", (d,), mg.GGML_F32),
+                (b + "ffn_gate.weight", (ff, d), mg.GGML_F16),
+                (b + "ffn_up.weight", (ff, d), mg.GGML_F16),
+                (b + "ffn_down.weight", (d, ff), mg.GGML_F16)]
+    out.append(("output_norm.weight", (d,), mg.GGML_F32))
+    if not g["tied"]:
+        out.append(("output.weight", (g["n_vocab"], d), mg.GGML_F16))
+    return out
+
+
+def padded(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def header(name, g, tensors):
+    w = mg.GGUFWriter(ALIGN)  # used only for its value encoding
+    out = [b"GGUF", struct.pack("<IQQ", 3, len(tensors), len(metadata(name, g)))]
+    for key, vtype, value, et in metadata(name, g):
+        out += [w._str(key), struct.pack("<I", vtype), w._value(vtype, value, et)]
+    off = 0
+    for tname, shape, t in tensors:
+        ne = list(reversed(shape))
+        out += [w._str(tname), struct.pack("<I", len(ne)), struct.pack("<%dQ" % len(ne), *ne),
+                struct.pack("<IQ", t, off)]
+        off = padded(off + mg.tensor_nbytes(ne, t))
+    head = b"".join(out)
+    return head + b"\0" * ((-len(head)) % ALIGN)
+
+
+def tensor_bytes(rng, shape, t):
+    if t == mg.GGML_F32:  # a norm weight
+        return (1.0 + 0.1 * rng.standard_normal(shape[0], dtype=np.float32)).astype("<f4").tobytes()
+    a = rng.standard_normal(shape, dtype=np.float32)
+    a *= np.float32(1.0 / np.sqrt(shape[1]))
+    return a.astype("<f2").tobytes()
+
+
+def write(name, path, seed):
+    g = GEOMETRIES[name]
+    tensors = tensor_list(g)
+    rng = np.random.default_rng(seed)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(header(name, g, tensors))
+        for _, shape, t in tensors:
+            raw = tensor_bytes(rng, shape, t)
+            f.write(raw + b"\0" * (padded(len(raw)) - len(raw)))
+    os.replace(tmp, path)
+
+
+def main(argv):
+    if len(argv) < 3 or argv[1] not in GEOMETRIES:
+        print(__doc__, file=sys.stderr)
+        print("geometries: " + " ".join(GEOMETRIES), file=sys.stderr)
+        return 2
+    seed = int(argv[4]) if len(argv) > 4 and argv[3] == "--seed" else 1
+    write(argv[1], argv[2], seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

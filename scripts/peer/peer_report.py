@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""Writes bench/results/peer.md from bench/results/peer.csv (scripts/peer/bench_peer.py).
+
+    /usr/bin/python3 scripts/peer/peer_report.py [LLAMA_BENCH]     (regenerates the report)
+
+Ratios are seqkv / llama.cpp: above 1.00 seqkv is faster (pp, tg) or uses more memory (RSS).
+"""
+import csv
+import os
+import subprocess
+import sys
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+GEOM_TEXT = {"tinyllama-1.1b": "TinyLlama-1.1B geometry (22 layers, 2048 wide, 32/4 heads, FFN 5632, "
+                               "vocabulary 32000, untied output)",
+             "llama-3.2-1b": "Llama-3.2-1B geometry (16 layers, 2048 wide, 32/8 heads, FFN 8192, "
+                             "vocabulary 128256, tied output)"}
+TYPES = ["F16", "Q8_0", "Q4_0", "Q4_K_M"]
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    except OSError:
+        return ""
+
+
+def cpu_model():
+    for line in sh("lscpu").splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def cell(r, field):
+    if r is None:
+        return "-"
+    if r["status"] != "ok":
+        return "timeout" if r["status"] == "timeout" else "fails"
+    return r[field] or "-"
+
+
+def num(r, field):
+    return r[field] if r is not None and r["status"] == "ok" and r[field] else None
+
+
+def table_rows(rows, geom, field):
+    """Markdown rows: per type and thread count, pp and tg in `field` (avg_ts or cpu_ts), RSS."""
+    idx = {(r["engine"], r["type"], r["threads"], r["test"]): r for r in rows if r["geometry"] == geom}
+    threads = sorted({r["threads"] for r in rows if r["geometry"] == geom}, key=lambda t: -int(t))
+    out = []
+    for t in TYPES:
+        for th in threads:
+            g = lambda e, test: idx.get((e, t, th, test))
+            lp, sp, lt, st = g("llama", "pp512"), g("seqkv", "pp512"), g("llama", "tg128"), g("seqkv", "tg128")
+            if not any((lp, sp, lt, st)):
+                continue
+            cells = [t, th, cell(lp, field), cell(sp, field), rat(sp, lp, field),
+                     cell(lt, field), cell(st, field), rat(st, lt, field),
+                     cell(lp or lt, "peak_rss_mib"), cell(sp or st, "peak_rss_mib"),
+                     rat(sp or st, lp or lt, "peak_rss_mib")]
+            out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+TABLE_HEAD = ["| type | threads | pp512 llama.cpp | pp512 seqkv | pp ratio | tg128 llama.cpp | "
+              "tg128 seqkv | tg ratio | RSS llama.cpp | RSS seqkv | RSS ratio |",
+              "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+CPU_TEXT = ("Tokens per CPU-second of the process (all its threads; `cpu_ts` in peer.csv). On a "
+            "machine shared with other jobs this moves far less than wall time, so its ratios are "
+            "the better guide to the kernels; at 2 threads it also charges each engine for time "
+            "its threads spend waiting on each other (llama.cpp's spin, seqkv's handoffs), so it "
+            "is efficiency, not speed.")
+
+
+def rat(a, b, field):
+    x, y = num(a, field), num(b, field)
+    if x is None or y is None or float(y) == 0:
+        return "-"
+    return "%.2fx" % (float(x) / float(y))
+
+
+def llama_text(programs, llama_bench):
+    """Which llama.cpp program made the llama.cpp columns, in words."""
+    said = []
+    if any("llama-bench" in p for p in programs):
+        said.append("`llama-bench` built from the llama.cpp source of the npm package "
+                    "node-llama-cpp@3.21.1 (scripts/peer/build_llama_bench.sh: AVX2+FMA+F16C+"
+                    "AVX-512+VNNI, AMX off)")
+    if any("llama-bench" not in p for p in programs):
+        said.append("`peer_llama` (scripts/peer/peer_llama.c: llama-bench's pp and tg tests "
+                    "re-implemented on llama.cpp's C API) linked to the prebuilt libllama v0.4.0 "
+                    "of @node-llama-cpp/linux-x64@3.21.1 with its AVX-512 `skylakex` CPU variant "
+                    "(AMX off), because building llama-bench takes over an hour on this machine")
+    return " and ".join(said) or (llama_bench or "llama-bench")
+
+
+def header(rows, llama_bench):
+    loads = [float(r["load1"]) for r in rows if r["load1"]]
+    whens = sorted(r["when"] for r in rows if r["when"])
+    commit = sh("git rev-parse --short HEAD") or "?"
+    dirty = " (with uncommitted changes)" if sh("git status --porcelain --untracked-files=no") else ""
+    programs = sorted({r.get("program", "") for r in rows if r["engine"] == "llama"})
+    lb = llama_text(programs, llama_bench)
+    return [
+        "# Side by side with llama.cpp on 1B geometries",
+        "",
+        "Measured %s to %s UTC on %s cores, %s; seqkv commit %s%s." % (
+            whens[0] if whens else "?", whens[-1] if whens else "?", sh("nproc") or "?",
+            cpu_model(), commit, dirty),
+        "Load average (1 min) at the start of each process: %s to %s (the machine is shared; "
+        "treat the numbers as a snapshot). Reproduce: `make bench-peer` (docs/bench.md)." % (
+            "%.2f" % min(loads) if loads else "?", "%.2f" % max(loads) if loads else "?"),
+        "",
+        "llama.cpp: %s; llama-bench's default settings (n_batch 2048, n_ubatch 512, F16 KV cache, "
+        "flash attention auto, mmap, weight repacking). seqkv: scripts/peer/peer_seqkv.c through "
+        "the public API (f32 KV cache, max_batch 512, kernels auto)." % lb,
+        "",
+        "Models: random weights (scripts/peer/gen_model.py) written in F16, quantized by llama.cpp's "
+        "own quantizer (Q8_0, Q4_0, Q4_K_M presets); both engines read the same files. "
+        "pp512: one batch of 512 tokens into an empty cache; tg128: 128 tokens one at a time "
+        "into an empty cache. Tokens/s, mean of the repetitions (column `reps` in peer.csv), "
+        "after one warm-up. Peak RSS (MiB) of the whole process (/usr/bin/time -v), mmap'd "
+        "weights included. Ratios are seqkv / llama.cpp: above 1.00x seqkv is faster (pp, tg) "
+        "or uses more memory (RSS). \"fails\": the engine refused the file or crashed (peer.csv "
+        "has the message); \"-\": not measured in this run.",
+        "",
+    ]
+
+
+def write(rows, path, llama_bench=""):
+    out = header(rows, llama_bench)
+    for geom in GEOM_TEXT:
+        body = table_rows(rows, geom, "avg_ts")
+        if not body:
+            continue
+        out += ["## " + GEOM_TEXT[geom], "", "Tokens per second (wall clock, llama-bench's measure):",
+                ""] + TABLE_HEAD + body + ["", CPU_TEXT, ""] + TABLE_HEAD
+        out += table_rows(rows, geom, "cpu_ts") + [""]
+    fails = sorted({(r["engine"], r["geometry"], r["type"], r["status"]) for r in rows if r["status"] != "ok"})
+    if fails:
+        out += ["Failures:", ""] + ["- %s on %s %s: %s" % f for f in fails] + [""]
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(out).rstrip("\n") + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def main(argv):
+    with open(os.path.join(ROOT, "bench", "results", "peer.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    write(rows, os.path.join(ROOT, "bench", "results", "peer.md"), argv[1] if len(argv) > 1 else "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
