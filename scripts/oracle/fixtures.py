@@ -167,3 +167,12 @@ def path_of(name):
     if committed:
         return os.path.join(DATA, name + ".gguf")
     return os.path.join(CACHE, "fixtures", name + ".gguf")
+
+
+if __name__ == "__main__":
+    # fixtures.py --uncommitted: the llama-quantize'd fixtures made by record.py into the
+    # cache rather than committed (what .ci/run records before the suite).
+    import sys
+    if sys.argv[1:] != ["--uncommitted"]:
+        sys.exit("usage: scripts/oracle/fixtures.py --uncommitted")
+    print(" ".join(n for n, (how, _, _, committed) in FIXTURES.items() if how == "quantize" and not committed))
