@@ -1,5 +1,9 @@
 /* Bit-exactness on the bundled model (models/kjv-4m.gguf), so a fresh clone without
- * ../shared proves it too (docs/determinism.md). Public API only (include/seqkv.h).
+ * ../shared proves it too (docs/determinism.md), and on every committed llama-quantize'd
+ * fixture of it (the .gguf files in tests/data/oracle: q8_0, q4_0, q4_1, q5_0, q2_k, q3_k, q4_k, q6_k,
+ * iq4_xs weights), so each weight type's kernels are checked the same way: one prefill vs
+ * threads, batch sizes, token by token, chunks, scalar vs AVX2 vs the fastest kernels.
+ * Public API only (include/seqkv.h).
  *
  * One reference run (one prefill, 1 thread, fastest kernels) over N_TOK held-out tokens
  * gives every position's logits, the whole KV cache (skv_ctx_kv_read) and its digest.
@@ -15,7 +19,13 @@
 #include "seqkv.h"
 #include "test.h"
 
-#define MODEL "models/kjv-4m.gguf"
+/* The models, bundled first; the fixtures are in git, so a missing one is a failure. */
+static const char *const MODELS[] = {
+    "models/kjv-4m.gguf", "tests/data/oracle/Q8_0.gguf", "tests/data/oracle/Q4_0_PURE.gguf",
+    "tests/data/oracle/Q4_0.gguf", "tests/data/oracle/Q4_1.gguf", "tests/data/oracle/Q5_0.gguf",
+    "tests/data/oracle/Q2_K.gguf", "tests/data/oracle/Q3_K_M.gguf", "tests/data/oracle/IQ4_XS.gguf",
+};
+static const char *MODEL;
 #define TEXT "tests/data/model_ref/heldout.txt"
 #define N_TOK 128 /* BOS + 127 held-out tokens: crosses the 8-token threading threshold many times */
 
@@ -158,7 +168,7 @@ static const char *plan_str(const plan *p)
 {
     static char buf[160];
     snprintf(buf, sizeof buf, "%d thread(s), %s kernels, %s%s, max_batch %d, resumed at %d", p->threads,
-             p->kernels == SKV_KERNELS_SCALAR ? "scalar" : "fastest", p->by_decode ? "skv_decode" : "skv_prefill",
+             p->kernels == SKV_KERNELS_SCALAR ? "scalar" : p->kernels == SKV_KERNELS_AVX2 ? "AVX2" : "fastest", p->by_decode ? "skv_decode" : "skv_prefill",
              p->chunks ? " in chunks" : "", p->max_batch, p->resume_at);
     return buf;
 }
@@ -235,6 +245,21 @@ static void scalar_kernels(void)
     CHECK_ALL(plans);
 }
 
+/* The AVX2 kernels (the fastest is AVX-512 where the CPU has it): same bytes. */
+static void avx2_kernels(void)
+{
+    static const size_t chunks[] = {3, 50, 0};
+    static const plan plans[] = {{.threads = 2, .kernels = SKV_KERNELS_AVX2},
+                                 {.threads = 1, .kernels = SKV_KERNELS_AVX2, .chunks = chunks}};
+    NEED_MODEL();
+    skv_ctx_params cp = skv_ctx_default_params();
+    skv_ctx *c = NULL;
+    cp.kernels = SKV_KERNELS_AVX2;
+    if (skv_ctx_create(g_m, &cp, &c) == SKV_ERR_UNSUPPORTED) SKIP("this CPU has no AVX2");
+    skv_ctx_free(c);
+    CHECK_ALL(plans);
+}
+
 /* skv_ctx_kv_write of the reference's first positions, then the rest run on top. */
 static void resume_from_loaded_kv(void)
 {
@@ -259,17 +284,36 @@ static int setup(void)
     return run_plan(&ref, &g_ref) == 0;
 }
 
+/* Runs every case on one model; case names carry the model's file name. */
+static void run_model(const char *path)
+{
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {
+        {"reference_is_sane", reference_is_sane}, {"prefill_threads_and_batch", prefill_threads_and_batch},
+        {"token_by_token", token_by_token},       {"chunked_prefill", chunked_prefill},
+        {"scalar_kernels", scalar_kernels},       {"avx2_kernels", avx2_kernels},
+        {"resume_from_loaded_kv", resume_from_loaded_kv},
+    };
+    const char *base = strrchr(path, '/');
+    char name[160];
+    MODEL = path;
+    g_m = NULL;
+    memset(&g_ref, 0, sizeof g_ref);
+    setup();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (path == MODELS[0]) snprintf(name, sizeof name, "%s", cases[i].name);
+        else snprintf(name, sizeof name, "%s[%s]", cases[i].name, base ? base + 1 : path);
+        test_run_case(name, cases[i].fn);
+    }
+    result_free(&g_ref);
+    skv_model_free(g_m);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_invariance");
-    setup();
-    RUN(reference_is_sane);
-    RUN(prefill_threads_and_batch);
-    RUN(token_by_token);
-    RUN(chunked_prefill);
-    RUN(scalar_kernels);
-    RUN(resume_from_loaded_kv);
-    result_free(&g_ref);
-    skv_model_free(g_m);
+    for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++) run_model(MODELS[i]);
     TEST_END();
 }
