@@ -267,7 +267,7 @@ static int inject(int op, long alloc_k, long io_k, int mode, sweep *sw)
     if (store_ok(dir, rc ? 0xf : after, NULL, why, sizeof why)) {
         sw->problems++;
         if (!sw->first[0])
-            snprintf(sw->first, sizeof sw->first, "%s, fault %ld (rc %d): %s", op_name[op],
+            snprintf(sw->first, sizeof sw->first, "%s, fault %ld (rc %d): %.400s", op_name[op],
                      alloc_k >= 0 ? alloc_k : io_k, rc, why);
     }
     return used <= (alloc_k >= 0 ? alloc_k : io_k);
