@@ -11,7 +11,7 @@ typedef struct {
     size_t cap, used;
 } words;
 
-static void say(words *w, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void say(words *w, const char *fmt, ...)
 {
     va_list ap;
     int n;
