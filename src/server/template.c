@@ -130,13 +130,19 @@ int skv_tmpl_render(const skv_tmpl *t, const skv_tmpl_input *in, char **out, siz
         return SKV_ERR_INVALID_ARG;
     *out = NULL;
     jmp_buf jb;
-    tp_arena a = {.limit = t->lim.max_memory, .jump = &jb, .err = err};
+    /* On the heap: a local changed between setjmp and longjmp would be indeterminate. */
+    tp_arena *a = calloc(1, sizeof *a);
+    if (!a) return SKV_ERR_NOMEM;
+    *a = (tp_arena){.limit = t->lim.max_memory, .jump = &jb, .err = err};
     if (setjmp(jb)) {
-        tp_arena_free(&a);
-        return a.status;
+        int st = a->status;
+        tp_arena_free(a);
+        free(a);
+        return st;
     }
-    int st = tmpl_render_in(t, in, &a, out, out_len);
-    tp_arena_free(&a);
+    int st = tmpl_render_in(t, in, a, out, out_len);
+    tp_arena_free(a);
+    free(a);
     return st;
 }
 
