@@ -1,5 +1,6 @@
-/* Chat templates: the entry points (template.h). Each sets up the arena and the longjmp
- * landing point that every error of the lexer, parser and evaluator returns through. */
+/* Chat templates: the entry points (template.h). Each sets up the arena and runs its work
+ * under tp_run, the landing point that every error of the lexer, parser and evaluator
+ * returns through. */
 #include <stdlib.h>
 #include "core/fpguard.h"
 
@@ -37,6 +38,20 @@ static int tmpl_probe_system(const skv_tmpl *t)
     return yes;
 }
 
+typedef struct {
+    skv_tmpl *t;
+    const char *src;
+    size_t len;
+} tmpl_parse_job;
+
+static void tmpl_parse_in(tp_arena *a, void *arg)
+{
+    tmpl_parse_job *j = arg;
+    size_t n;
+    tp_tok *toks = tp_lex(a, j->src, j->len, &n);
+    j->t->body = tp_parse(a, toks, n, j->t->lim.max_depth);
+}
+
 int skv_tmpl_parse(const char *src, size_t len, const skv_tmpl_limits *limits, skv_tmpl **out,
                    skv_tmpl_error *err)
 {
@@ -50,19 +65,16 @@ int skv_tmpl_parse(const char *src, size_t len, const skv_tmpl_limits *limits, s
     }
     skv_tmpl *t = calloc(1, sizeof *t);
     if (!t) return SKV_ERR_NOMEM;
-    jmp_buf jb;
     t->lim = lim;
-    t->arena.limit = lim.max_memory, t->arena.jump = &jb, t->arena.err = err;
-    if (setjmp(jb)) {
-        int st = t->arena.status;
+    t->arena.limit = lim.max_memory, t->arena.err = err;
+    tmpl_parse_job job = {.t = t, .src = src ? src : "", .len = len};
+    int st = tp_run(&t->arena, tmpl_parse_in, &job);
+    t->arena.err = NULL;
+    if (st != SKV_OK) {
         tp_arena_free(&t->arena);
         free(t);
         return st;
     }
-    size_t n;
-    tp_tok *toks = tp_lex(&t->arena, src ? src : "", len, &n);
-    t->body = tp_parse(&t->arena, toks, n, lim.max_depth);
-    t->arena.jump = NULL, t->arena.err = NULL;
     t->supports_system = tmpl_probe_system(t);
     *out = t;
     return SKV_OK;
@@ -107,19 +119,18 @@ static tv_dict *tmpl_globals(tp_arena *a, const skv_tmpl_input *in)
     return g;
 }
 
-static int tmpl_render_in(const skv_tmpl *t, const skv_tmpl_input *in, tp_arena *a, char **out,
-                          size_t *out_len)
+typedef struct {
+    const skv_tmpl *t;
+    const skv_tmpl_input *in;
+    tp_buf buf;
+} tmpl_render_job;
+
+static void tmpl_render_in(tp_arena *a, void *arg)
 {
-    tp_scope root = {.vars = tmpl_globals(a, in)};
-    tp_buf buf = {.limit = t->lim.max_output};
-    tp_ctx c = {.a = a, .lim = &t->lim, .out = &buf, .globals = &root, .scope = &root};
-    tp_exec(&c, t->body);
-    *out = malloc(buf.n + 1);
-    if (!*out) return SKV_ERR_NOMEM;
-    if (buf.n) memcpy(*out, buf.p, buf.n);
-    (*out)[buf.n] = 0;
-    if (out_len) *out_len = buf.n;
-    return SKV_OK;
+    tmpl_render_job *j = arg;
+    tp_scope root = {.vars = tmpl_globals(a, j->in)};
+    tp_ctx c = {.a = a, .lim = &j->t->lim, .out = &j->buf, .globals = &root, .scope = &root};
+    tp_exec(&c, j->t->body);
 }
 
 int skv_tmpl_render(const skv_tmpl *t, const skv_tmpl_input *in, char **out, size_t *out_len,
@@ -129,20 +140,16 @@ int skv_tmpl_render(const skv_tmpl *t, const skv_tmpl_input *in, char **out, siz
     if (!t || !in || !out || (in->n_msgs && !in->msgs) || (in->n_vars && !in->vars))
         return SKV_ERR_INVALID_ARG;
     *out = NULL;
-    jmp_buf jb;
-    /* On the heap: a local changed between setjmp and longjmp would be indeterminate. */
-    tp_arena *a = calloc(1, sizeof *a);
-    if (!a) return SKV_ERR_NOMEM;
-    *a = (tp_arena){.limit = t->lim.max_memory, .jump = &jb, .err = err};
-    if (setjmp(jb)) {
-        int st = a->status;
-        tp_arena_free(a);
-        free(a);
-        return st;
+    tp_arena a = {.limit = t->lim.max_memory, .err = err};
+    tmpl_render_job job = {.t = t, .in = in, .buf = {.limit = t->lim.max_output}};
+    int st = tp_run(&a, tmpl_render_in, &job);
+    if (st == SKV_OK && !(*out = malloc(job.buf.n + 1))) st = SKV_ERR_NOMEM;
+    if (st == SKV_OK) {
+        if (job.buf.n) memcpy(*out, job.buf.p, job.buf.n);
+        (*out)[job.buf.n] = 0;
+        if (out_len) *out_len = job.buf.n;
     }
-    int st = tmpl_render_in(t, in, a, out, out_len);
-    tp_arena_free(a);
-    free(a);
+    tp_arena_free(&a);
     return st;
 }
 

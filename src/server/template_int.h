@@ -34,6 +34,12 @@ void *tp_alloc(tp_arena *a, size_t n);
 void tp_arena_free(tp_arena *a);
 _Noreturn void tp_fail(tp_arena *a, int status, int line, int col, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* Runs fn(a, arg) with tp_fail landing here: SKV_OK, or the status tp_fail recorded. The only
+ * setjmp of the interpreter. It lives in its own translation unit on purpose: a caller that
+ * calloc()s the arena and calls setjmp itself lets the optimiser assume the block is unchanged
+ * by the second return of setjmp (nothing had escaped yet), so clang -O2 read back the
+ * calloc()'s zeros instead of the status tp_fail stored. Here the arena is an argument. */
+int tp_run(tp_arena *a, void (*fn)(tp_arena *a, void *arg), void *arg);
 
 /* ---- values ---- */
 typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_MACRO,

@@ -57,6 +57,20 @@ void tp_fail(tp_arena *a, int status, int line, int col, const char *fmt, ...)
     longjmp(*a->jump, 1);
 }
 
+int tp_run(tp_arena *a, void (*fn)(tp_arena *a, void *arg), void *arg)
+{
+    jmp_buf jb;
+    jmp_buf *outer = a->jump;
+    a->jump = &jb;
+    if (setjmp(jb)) {
+        a->jump = outer;
+        return a->status;
+    }
+    fn(a, arg);
+    a->jump = outer;
+    return SKV_OK;
+}
+
 void tp_buf_put(tp_arena *a, tp_buf *b, const char *s, size_t n)
 {
     if (n > b->limit || b->n > b->limit - n)
