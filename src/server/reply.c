@@ -50,7 +50,7 @@ static json_t *llama_final(const srv *s, const srv_job *j, json_t *content)
 {
     return json_pack("{s:o,s:b,s:i,s:s,s:I,s:I,s:I,s:b,s:s,s:s,s:o}", "content", content, "stop", 1, "id_slot", j->slot,
                      "model", s->model_id, "tokens_predicted", (json_int_t)j->n_gen, "tokens_evaluated",
-                     (json_int_t)j->n_prompt, "tokens_cached", (json_int_t)(j->n_prompt + j->n_gen), "truncated", 0,
+                     (json_int_t)j->n_prompt, "tokens_cached", (json_int_t)(j->n_prompt + j->n_gen), "truncated", j->truncated,
                      "stop_type", stop_type(j), "stopping_word", j->stopping_word, "timings", timings(j));
 }
 
