@@ -353,6 +353,43 @@ def case_slot_save_restore(srv, tmp):
     check(code == 501 and r["error"]["type"] == "not_supported_error", "no --slot-save-path: %d %s" % (code, r))
 
 
+def simulate_shift(prompt, gen, n_ctx, n_keep, n_discard, bos):
+    """The tokens a slot holds after generating gen from prompt with --context-shift."""
+    held = list(prompt)
+    for tok in gen[:-1]:  # the last sampled token is never run
+        if len(held) + 1 >= n_ctx:
+            keep = n_keep + (1 if n_keep >= 0 and held[0] == bos else 0) if n_keep >= 0 else len(prompt)
+            keep = max(0, min(keep, n_ctx - 4))
+            left = len(held) - keep
+            drop = min(n_discard or left // 2, left - 1)
+            held = held[:keep] + held[keep + drop:]
+        held.append(tok)
+    return held
+
+
+def shift_matches_fresh_prefill(s):
+    """After shifts the slot holds exactly the shifted token list, and its KV is a fresh
+    prefill of it: continuing from the slot's KV gives the text a cold prefill gives."""
+    code, with_bos = s.json("/tokenize", {"content": PROMPT, "add_special": True})
+    code, without = s.json("/tokenize", {"content": PROMPT, "add_special": False})
+    bos = with_bos["tokens"][0] if len(with_bos["tokens"]) > len(without["tokens"]) else None
+    for n_keep, n_discard in ((4, 0), (-1, 0), (0, 7)):
+        code, r = s.json("/completion", {"prompt": with_bos["tokens"], "n_predict": 140, "temperature": 0,
+                                         "n_keep": n_keep, "n_discard": n_discard, "id_slot": 0,
+                                         "return_tokens": True})
+        check(code == 200 and r["truncated"] and len(r["tokens"]) == 140, "shift: %s" % r)
+        held = simulate_shift(with_bos["tokens"], r["tokens"], 64, n_keep, n_discard, bos)
+        code, slots = s.json("/slots")
+        check(slots[0]["n_past"] == len(held), "slot holds %d, the shift should leave %d" % (slots[0]["n_past"],
+                                                                                            len(held)))
+        body = {"prompt": held, "n_predict": 6, "temperature": 0, "id_slot": 0}
+        warm = s.json("/completion", body)[1]
+        cold = s.json("/completion", dict(body, cache_prompt=False, id_slot=1))[1]
+        check(warm["timings"]["cache_n"] == len(held) - 1, "the shifted KV was not reused: %s" % warm["timings"])
+        check(warm["content"] == cold["content"], "n_keep %d: shifted KV continues %r, a fresh prefill %r" %
+              (n_keep, warm["content"], cold["content"]))
+
+
 def case_context_shift(srv, tmp):
     """--context-shift: a full context keeps n_keep tokens, drops half the rest, goes on
     (llama-server's semantics; the moved tokens are prefilled again, deterministically).
@@ -368,6 +405,7 @@ def case_context_shift(srv, tmp):
                   r["stop_type"] == "limit", "shift %s: %d %s" % (body, code, r))
             outs.append(r["content"])
         check(outs[0] == outs[1], "two slots shifted differently: %r %r" % (outs[0][-80:], outs[1][-80:]))
+        shift_matches_fresh_prefill(s)
         n_prompt = r["tokens_evaluated"]
         code, r = s.json("/completion", dict(base, n_predict=20))
         check(r["truncated"] is False, "no shift needed, truncated: %s" % r)

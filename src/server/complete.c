@@ -113,10 +113,12 @@ static int parse_stop(srv_job *j, json_t *stop, char *err, size_t errcap)
 static int parse_keep(srv_job *j, json_t *b, char *err, size_t errcap)
 {
     json_int_t keep = 0, discard = 0;
-    if (json_unpack(b, "{s?I,s?I}", "n_keep", &keep, "n_discard", &discard) || keep < -1 || keep > INT32_MAX ||
-        discard < 0 || discard > INT32_MAX)
-        return snprintf(err, errcap, "n_keep: an integer >= -1; n_discard: an integer >= 0"), -1;
-    j->n_keep = (int)keep, j->n_discard = (int)discard;
+    int tokens = 0;
+    if (json_unpack(b, "{s?I,s?I,s?b}", "n_keep", &keep, "n_discard", &discard, "return_tokens", &tokens) ||
+        keep < -1 || keep > INT32_MAX || discard < 0 || discard > INT32_MAX)
+        return snprintf(err, errcap, "n_keep: an integer >= -1; n_discard: an integer >= 0; return_tokens: a boolean"),
+               -1;
+    j->n_keep = (int)keep, j->n_discard = (int)discard, j->return_tokens = tokens;
     return 0;
 }
 
@@ -164,7 +166,7 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
     j->n_predict = req.n_predict, j->top_k = req.top_k, j->temp = req.temp, j->top_p = req.top_p;
     j->cache_prompt = req.cache_prompt, j->id_slot = req.id_slot, j->stream = req.stream, j->seed = req.seed;
     j->usage_chunk = req.usage_chunk, j->created = req.created, j->fmt = fmt, j->n_stop = req.n_stop;
-    j->n_keep = req.n_keep, j->n_discard = req.n_discard;
+    j->n_keep = req.n_keep, j->n_discard = req.n_discard, j->return_tokens = req.return_tokens;
     memcpy(j->stop, req.stop, sizeof j->stop);
     static atomic_ullong ids;
     snprintf(j->id, sizeof j->id, "%s-%llx-%llu", fmt == SRV_FMT_OAI_CHAT ? "chatcmpl" : "cmpl",

@@ -80,6 +80,7 @@ typedef struct srv_job {
     double cached_bits;        /* d_T of the store match */
     int slot;
     double t_prompt_ms, t_gen_ms;
+    int return_tokens;         /* the reply lists the generated token ids */
     int n_keep, n_discard;     /* context shift (--context-shift): positions kept, dropped */
     int truncated;             /* the context was shifted */
     /* slot actions (POST /slots/{id}?action=): SRV_ACT_*, the file, what moved */
