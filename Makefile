@@ -95,7 +95,11 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(wildcard src/*/*.h) include/seqkv.h $
 
 $(BUILD)/tests/test_fuzz_%: fuzz/fuzz_%.c tests/fuzz_replay.c $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -DFUZZ_NAME='"$*"' -o $@ $< tests/fuzz_replay.c $(BUILD)/libseqkv.a $(LIBS)
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -DFUZZ_NAME='"$*"' -o $@ $< tests/fuzz_replay.c $(FUZZ_EXTRA) $(BUILD)/libseqkv.a $(LIBS)
+
+# The HTTP request-path fuzzer (fuzz/fuzz_http.c) links the server, like the seqkv binary.
+$(BUILD)/tests/test_fuzz_http: FUZZ_EXTRA = $(SERVERSRC) $(SERVERLIBS)
+$(BUILD)/tests/test_fuzz_http: $(SERVERSRC)
 
 $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/bench
 	@$(if $(Q),echo "  LINK    $@")
@@ -145,7 +149,8 @@ fuzz:
 	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link -fsanitize-coverage-ignorelist=fuzz/coverage_ignore.txt' lib
 	mkdir -p build-fuzz/fuzz
 	for f in $(FUZZSRC); do n=$$(basename $$f .c); \
-	    clang $(BASE) -O1 -g -fsanitize=address,undefined,fuzzer -o build-fuzz/fuzz/$$n $$f build-fuzz/libseqkv.a $(LIBS) || exit 1; done
+	    x=; [ $$n = fuzz_http ] && x="$(SERVERSRC) $(SERVERLIBS)"; \
+	    clang $(BASE) -O1 -g -fsanitize=address,undefined,fuzzer -o build-fuzz/fuzz/$$n $$f $$x build-fuzz/libseqkv.a $(LIBS) || exit 1; done
 	@echo "fuzzers in build-fuzz/fuzz/; run e.g. build-fuzz/fuzz/fuzz_gguf fuzz/corpus/gguf"
 
 install: lib $(BUILD)/seqkv

@@ -299,9 +299,150 @@ def case_openai_client(srv, tmp):
         k.stop()
 
 
+def case_slot_save_restore(srv, tmp):
+    """POST /slots/{id}?action=save|erase|restore (llama-server's shapes): the file is a .skv of
+    a few bytes per token; an erased slot prefills everything again; a restored slot (also
+    another one) serves the same prompt from its KV with the same greedy text; hostile file
+    names and bad ids/actions get 400, a server without --slot-save-path 501."""
+    d = os.path.join(tmp, "slots")
+    s = Server("--parallel", "2", "-c", "256", "--slot-save-path", d, log=os.path.join(tmp, "slots.log"))
+    try:
+        first = completion(s, id_slot=1)
+        n = first["tokens_evaluated"] + first["tokens_predicted"] - 1  # the last token is sampled, not run
+        code, r = s.json("/slots/1?action=save", {"filename": "slot1.skv"})
+        check(code == 200 and r["id_slot"] == 1 and r["filename"] == "slot1.skv" and r["n_saved"] == n and
+              "save_ms" in r["timings"], "save: %d %s" % (code, r))
+        size = os.path.getsize(os.path.join(d, "slot1.skv"))
+        check(r["n_written"] == size and size < 256 + 2 * n, "n_written %s vs file %d bytes" % (r, size))
+        with open(os.path.join(d, "slot1.skv"), "rb") as f:
+            check(f.read(8) == b"\x89SKV\r\n\x1a\n", "not a .skv file")
+        code, r = s.json("/slots/1?action=erase", method="POST")
+        check(code == 200 and r == {"id_slot": 1, "n_erased": n}, "erase: %d %s" % (code, r))
+        again = completion(s, id_slot=1)
+        check(again["timings"]["cache_n"] == 0, "erased slot still reused: %s" % again["timings"])
+        for slot in (0, 1):
+            code, r = s.json("/slots/%d?action=restore" % slot, {"filename": "slot1.skv"})
+            check(code == 200 and r["n_restored"] == n and r["n_read"] == size and "restore_ms" in r["timings"],
+                  "restore into %d: %d %s" % (slot, code, r))
+            hit = completion(s, id_slot=slot)
+            check(hit["timings"]["cache_n"] == first["tokens_evaluated"] - 1 and hit["timings"]["prompt_n"] == 1,
+                  "restored slot %d missed: %s" % (slot, hit["timings"]))
+            check(hit["content"] == first["content"], "restored KV gives other text: %r" % hit["content"])
+        hostile = ["../slot1.skv", "/etc/passwd", "a/b", ".hidden", "..", "", "x" * 256, "a\\b", "nul\u0000x",
+                   "sp ace", 7, None]
+        for name in hostile:
+            for act in ("save", "restore"):
+                code, r = s.json("/slots/0?action=" + act, {"filename": name})
+                check(code == 400 and r["error"]["type"] == "invalid_request_error",
+                      "%s %r: %d %s" % (act, name, code, r))
+        check(sorted(os.listdir(d)) == ["slot1.skv"] and not os.path.exists(os.path.join(tmp, "slot1.skv")),
+              "a hostile name wrote a file: %s" % os.listdir(d))
+        with open(os.path.join(d, "junk.skv"), "wb") as f:
+            f.write(b"SKV\x00" + os.urandom(200))
+        bad = [("/slots/0?action=restore", {"filename": "junk.skv"}), ("/slots/0?action=restore", {"filename": "no.skv"}),
+               ("/slots/9?action=save", {"filename": "x"}), ("/slots/x?action=save", {"filename": "x"}),
+               ("/slots/0?action=fly", {"filename": "x"}), ("/slots/0", {"filename": "x"})]
+        for path, body in bad:
+            code, r = s.json(path, body)
+            check(code == 400 and r["error"]["code"] == 400, "%s: %d %s" % (path, code, r))
+        code, r = s.json("/slots/0?action=erase", method="POST")
+        check(code == 200 and r["n_erased"] == 0, "the failed restore left tokens in the slot: %s" % r)
+    finally:
+        s.stop()
+    code, r = srv.json("/slots/0?action=save", {"filename": "x.skv"})
+    check(code == 501 and r["error"]["type"] == "not_supported_error", "no --slot-save-path: %d %s" % (code, r))
+
+
+def simulate_shift(prompt, gen, n_ctx, n_keep, n_discard, bos):
+    """The tokens a slot holds after generating gen from prompt with --context-shift."""
+    held = list(prompt)
+    for tok in gen[:-1]:  # the last sampled token is never run
+        if len(held) + 1 >= n_ctx:
+            keep = n_keep + (1 if n_keep >= 0 and held[0] == bos else 0) if n_keep >= 0 else len(prompt)
+            keep = max(0, min(keep, n_ctx - 4))
+            left = len(held) - keep
+            drop = min(n_discard or left // 2, left - 1)
+            held = held[:keep] + held[keep + drop:]
+        held.append(tok)
+    return held
+
+
+def shift_matches_fresh_prefill(s):
+    """After shifts the slot holds exactly the shifted token list, and its KV is a fresh
+    prefill of it: continuing from the slot's KV gives the text a cold prefill gives."""
+    code, with_bos = s.json("/tokenize", {"content": PROMPT, "add_special": True})
+    code, without = s.json("/tokenize", {"content": PROMPT, "add_special": False})
+    bos = with_bos["tokens"][0] if len(with_bos["tokens"]) > len(without["tokens"]) else None
+    for n_keep, n_discard in ((4, 0), (-1, 0), (0, 7)):
+        code, r = s.json("/completion", {"prompt": with_bos["tokens"], "n_predict": 140, "temperature": 0,
+                                         "n_keep": n_keep, "n_discard": n_discard, "id_slot": 0,
+                                         "return_tokens": True})
+        check(code == 200 and r["truncated"] and len(r["tokens"]) == 140, "shift: %s" % r)
+        held = simulate_shift(with_bos["tokens"], r["tokens"], 64, n_keep, n_discard, bos)
+        code, slots = s.json("/slots")
+        check(slots[0]["n_past"] == len(held), "slot holds %d, the shift should leave %d" % (slots[0]["n_past"],
+                                                                                            len(held)))
+        body = {"prompt": held, "n_predict": 6, "temperature": 0, "id_slot": 0}
+        warm = s.json("/completion", body)[1]
+        cold = s.json("/completion", dict(body, cache_prompt=False, id_slot=1))[1]
+        check(warm["timings"]["cache_n"] == len(held) - 1, "the shifted KV was not reused: %s" % warm["timings"])
+        check(warm["content"] == cold["content"], "n_keep %d: shifted KV continues %r, a fresh prefill %r" %
+              (n_keep, warm["content"], cold["content"]))
+
+
+def case_context_shift(srv, tmp):
+    """--context-shift: a full context keeps n_keep tokens, drops half the rest, goes on
+    (llama-server's semantics; the moved tokens are prefilled again, deterministically).
+    Without it generation stops at the full context (finish "length", not truncated)."""
+    s = Server("--parallel", "2", "-c", "64", "--context-shift", log=os.path.join(tmp, "shift.log"))
+    try:
+        base = {"prompt": PROMPT, "n_predict": 150, "temperature": 0}
+        outs = []
+        for body in (dict(base, n_keep=4, id_slot=0), dict(base, n_keep=4, id_slot=1), dict(base, n_keep=-1),
+                     dict(base, n_keep=0, n_discard=8)):
+            code, r = s.json("/completion", body)
+            check(code == 200 and r["tokens_predicted"] == 150 and r["truncated"] is True and
+                  r["stop_type"] == "limit", "shift %s: %d %s" % (body, code, r))
+            outs.append(r["content"])
+        check(outs[0] == outs[1], "two slots shifted differently: %r %r" % (outs[0][-80:], outs[1][-80:]))
+        shift_matches_fresh_prefill(s)
+        n_prompt = r["tokens_evaluated"]
+        code, r = s.json("/completion", dict(base, n_predict=20))
+        check(r["truncated"] is False, "no shift needed, truncated: %s" % r)
+    finally:
+        s.stop()
+    code, r = srv.json("/completion", {"prompt": PROMPT, "n_predict": -1, "temperature": 0})
+    check(code == 200 and r["tokens_predicted"] == 512 - r["tokens_evaluated"] and r["truncated"] is False and
+          r["stop_type"] in ("limit", "eos"), "no --context-shift: %s" % {k: r[k] for k in ("tokens_predicted",
+                                                                                             "tokens_evaluated")})
+    check(n_prompt < 64, "prompt too long for the test: %d" % n_prompt)
+
+
+def case_health_loading(srv, tmp):
+    """/health answers 503 {"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}
+    while the model loads (SEQKV_SERVE_TEST_LOAD_DELAY_MS widens the window), then 200."""
+    s = Server("-c", "128", log=os.path.join(tmp, "loading.log"), env={"SEQKV_SERVE_TEST_LOAD_DELAY_MS": "3000"},
+               until="answers 503 until")
+    try:
+        code, r = s.json("/health")
+        check(code == 503 and r == {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}},
+              "health while loading: %d %s" % (code, r))
+        code, r = s.json("/completion", {"prompt": "x", "n_predict": 1})
+        check(code == 503 and r["error"]["type"] == "unavailable_error", "completion while loading: %d %s" % (code, r))
+        for _ in range(200):
+            code, r = s.json("/health")
+            if code == 200:
+                break
+            threading.Event().wait(0.05)
+        check(code == 200 and r == {"status": "ok"}, "health after loading: %d %s" % (code, r))
+    finally:
+        s.stop()
+
+
 CASES = [case_endpoints, case_tokenize_roundtrip, case_greedy_deterministic, case_prompt_cache, case_llama_stream,
          case_oai_stream_shape, case_stop_strings, case_errors, case_parallel_greedy, case_api_key,
-         case_queue_full_503, case_store_restart, case_stream_put, case_shared_store_keeps_slot, case_openai_client]
+         case_queue_full_503, case_store_restart, case_stream_put, case_shared_store_keeps_slot, case_openai_client,
+         case_slot_save_restore, case_context_shift, case_health_loading]
 
 
 def main():

@@ -8,8 +8,9 @@
 #include "server/server.h"
 
 typedef struct {
-    const char *model, *store, *host, *api_key, *alias, *chat_template;
+    const char *model, *store, *host, *api_key, *alias, *chat_template, *slot_save_path;
     long port, parallel, ctx, threads;
+    int ctx_shift;
     long long budget;
 } serve_opts;
 
@@ -31,6 +32,10 @@ static const cli_opt serve_table[] = {
      "gemma, phi3, phi4, zephyr, vicuna, monarch, bailing, simple) instead of\nthe model's tokenizer.chat_template"},
     {"cache-budget", 0, CLI_BYTES, "BYTES", 0, 9e18, F(budget), "bytes of materialised KV the store may keep\n"
                                                                 "(default: the store's own; 64M for a new one)"},
+    {"slot-save-path", 0, CLI_PATH, "DIR", 0, 0, F(slot_save_path), "directory of POST /slots/{id}?action=save|restore\n"
+                                                                      "files (.skv; created if absent); default: none (501)"},
+    {"context-shift", 0, CLI_FLAG, NULL, 0, 0, F(ctx_shift), "a full context keeps n_keep tokens, drops half the rest\n"
+                                                             "and goes on (default: generation stops at a full context)"},
     {0},
 };
 static const cli_cmd serve_cmd = {
@@ -50,6 +55,6 @@ int cmd_serve(int argc, char **argv)
     skv_server_params p = {.model_path = o.model ? o.model : cli_default_model(), .store_dir = o.store,
                            .host = o.host, .api_key = o.api_key, .alias = o.alias, .chat_template = o.chat_template, .port = (int)o.port,
                            .parallel = (int)o.parallel, .n_ctx = (int)o.ctx, .n_threads = (int)o.threads,
-                           .cache_budget = o.budget};
+                           .cache_budget = o.budget, .slot_save_path = o.slot_save_path, .ctx_shift = o.ctx_shift};
     return skv_server_run(&p) ? CLI_FAIL : CLI_OK;
 }

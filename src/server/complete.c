@@ -1,6 +1,7 @@
 /* The completion routes: llama-server's POST /completion and OpenAI's /v1/completions and
  * /v1/chat/completions. Each parses and validates its body into a job (prompt tokens,
  * sampling, stops), hands it to the slots and replies with the finished result or a stream. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +83,8 @@ int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *
         snprintf(err, errcap, "\"prompt\" must be a string or an array of token ids");
     }
     if (t && (*n == 0 || *n >= (size_t)s->n_ctx)) {
-        snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit the context (-c)", *n, s->n_ctx - 1);
+        snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context size (-c %d)",
+                 *n, s->n_ctx - 1, s->n_ctx);
         free(t);
         t = NULL;
     }
@@ -105,6 +107,19 @@ static int parse_stop(srv_job *j, json_t *stop, char *err, size_t errcap)
     json_decref(stop);
     if (bad) snprintf(err, errcap, "\"stop\": a string or up to %d strings of 1..%d bytes", SRV_MAX_STOP, SRV_MAX_STOP_LEN);
     return bad ? -1 : 0;
+}
+
+/* n_keep (-1 = the whole prompt) and n_discard (0 = half) of a context shift. */
+static int parse_keep(srv_job *j, json_t *b, char *err, size_t errcap)
+{
+    json_int_t keep = 0, discard = 0;
+    int tokens = 0;
+    if (json_unpack(b, "{s?I,s?I,s?b}", "n_keep", &keep, "n_discard", &discard, "return_tokens", &tokens) ||
+        keep < -1 || keep > INT32_MAX || discard < 0 || discard > INT32_MAX)
+        return snprintf(err, errcap, "n_keep: an integer >= -1; n_discard: an integer >= 0; return_tokens: a boolean"),
+               -1;
+    j->n_keep = (int)keep, j->n_discard = (int)discard, j->return_tokens = tokens;
+    return 0;
 }
 
 static uint64_t seed_of(const json_t *v)
@@ -134,6 +149,7 @@ static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, 
     *j = (srv_job){.n_predict = (int)n_predict, .top_k = (int)top_k, .temp = temp, .top_p = top_p, .cache_prompt = cache,
                    .id_slot = (int)id_slot, .stream = stream, .seed = seed_of(json_object_get(b, "seed")),
                    .usage_chunk = json_is_true(json_object_get(opts, "include_usage")), .created = srv_unix_now()};
+    if (parse_keep(j, b, err, errcap)) return -1;
     return parse_stop(j, json_object_get(b, "stop"), err, errcap);
 }
 
@@ -150,6 +166,7 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
     j->n_predict = req.n_predict, j->top_k = req.top_k, j->temp = req.temp, j->top_p = req.top_p;
     j->cache_prompt = req.cache_prompt, j->id_slot = req.id_slot, j->stream = req.stream, j->seed = req.seed;
     j->usage_chunk = req.usage_chunk, j->created = req.created, j->fmt = fmt, j->n_stop = req.n_stop;
+    j->n_keep = req.n_keep, j->n_discard = req.n_discard, j->return_tokens = req.return_tokens;
     memcpy(j->stop, req.stop, sizeof j->stop);
     static atomic_ullong ids;
     snprintf(j->id, sizeof j->id, "%s-%llx-%llu", fmt == SRV_FMT_OAI_CHAT ? "chatcmpl" : "cmpl",

@@ -16,6 +16,8 @@
 #define SRV_QUEUE_MAX 64               /* requests waiting for a slot (503 beyond) */
 #define SRV_MAX_PARALLEL 64            /* --parallel */
 #define SRV_KEEPALIVE_S 5              /* a streamed ": keep-alive" comment after this idle time */
+#define SRV_MAX_FILENAME 255          /* slot file names: [A-Za-z0-9._-], not starting with a dot */
+#define SRV_MAX_SLOT_FILE (256u << 20) /* bytes of a slot file read back (restore) */
 #define SRV_RECENT 256                 /* conversations remembered for mid-session cache hits */
 
 #endif

@@ -46,12 +46,37 @@ static json_t *text_slice(const srv_job *j, size_t from, size_t to)
     return s;
 }
 
+static json_t *gen_settings(const srv *s, const srv_job *j)
+{
+    return json_pack("{s:i,s:I,s:f,s:i,s:f,s:i,s:i,s:b,s:i}", "n_predict", j->n_predict, "seed",
+                     (json_int_t)(j->seed - 1), "temperature", j->temp, "top_k", j->top_k, "top_p", j->top_p, "n_keep",
+                     j->n_keep, "n_discard", j->n_discard, "cache_prompt", j->cache_prompt, "n_ctx", s->n_ctx);
+}
+
+/* The generated token ids when the request asked for return_tokens, else []. */
+static json_t *gen_tokens(const srv_job *j)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; j->return_tokens && a && i < j->n_gen; i++) json_array_append_new(a, json_integer(j->gen[i]));
+    return a;
+}
+
+/* llama-server's extra fields of a finished /completion: has_new_line, tokens,
+ * generation_settings. */
+static json_t *llama_extra(const srv *s, const srv_job *j, json_t *o)
+{
+    json_object_set_new(o, "has_new_line", json_boolean(j->text && memchr(j->text, '\n', j->len)));
+    json_object_set_new(o, "tokens", gen_tokens(j));
+    json_object_set_new(o, "generation_settings", gen_settings(s, j));
+    return o;
+}
+
 static json_t *llama_final(const srv *s, const srv_job *j, json_t *content)
 {
-    return json_pack("{s:o,s:b,s:i,s:s,s:I,s:I,s:I,s:b,s:s,s:s,s:o}", "content", content, "stop", 1, "id_slot", j->slot,
+    return llama_extra(s, j, json_pack("{s:o,s:b,s:i,s:s,s:I,s:I,s:I,s:b,s:s,s:s,s:o}", "content", content, "stop", 1, "id_slot", j->slot,
                      "model", s->model_id, "tokens_predicted", (json_int_t)j->n_gen, "tokens_evaluated",
-                     (json_int_t)j->n_prompt, "tokens_cached", (json_int_t)(j->n_prompt + j->n_gen), "truncated", 0,
-                     "stop_type", stop_type(j), "stopping_word", j->stopping_word, "timings", timings(j));
+                     (json_int_t)j->n_prompt, "tokens_cached", (json_int_t)(j->n_prompt + j->n_gen), "truncated", j->truncated,
+                     "stop_type", stop_type(j), "stopping_word", j->stopping_word, "timings", timings(j)));
 }
 
 static json_t *oai_choice(const srv_job *j, json_t *text, int delta)

@@ -137,36 +137,44 @@ static int rt_metrics(srv_req *r)
 }
 
 typedef struct route {
-    const char *method, *path;
+    const char *method, *path; /* a path ending in '/' matches every url under it */
     srv_handler fn;
-    int open;  /* no API key needed */
-    int early; /* answers while the model loads */
+    int open;     /* no API key needed */
+    int early;    /* answers while the model loads */
+    int empty_ok; /* a POST without a body reads as {} */
 } route;
 
 static const route routes[] = {
-    {"GET", "/health", rt_health, 1, 1},
-    {"GET", "/v1/health", rt_health, 1, 1},
-    {"GET", "/v1/models", rt_models, 1, 0},
-    {"GET", "/models", rt_models, 1, 0},
-    {"GET", "/props", rt_props, 0, 0},
-    {"GET", "/slots", rt_slots, 0, 0},
-    {"GET", "/metrics", rt_metrics, 0, 0},
-    {"POST", "/tokenize", rt_tokenize, 0, 0},
-    {"POST", "/detokenize", rt_detokenize, 0, 0},
-    {"POST", "/completion", srv_rt_completion, 0, 0},
-    {"POST", "/completions", srv_rt_completion, 0, 0},
-    {"POST", "/v1/completions", srv_rt_oai_completion, 0, 0},
-    {"POST", "/v1/chat/completions", srv_rt_oai_chat, 0, 0},
-    {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0},
+    {"GET", "/health", rt_health, 1, 1, 0},
+    {"GET", "/v1/health", rt_health, 1, 1, 0},
+    {"GET", "/v1/models", rt_models, 1, 0, 0},
+    {"GET", "/models", rt_models, 1, 0, 0},
+    {"GET", "/props", rt_props, 0, 0, 0},
+    {"GET", "/slots", rt_slots, 0, 0, 0},
+    {"POST", "/slots/", srv_rt_slot_action, 0, 0, 1},
+    {"GET", "/metrics", rt_metrics, 0, 0, 0},
+    {"POST", "/tokenize", rt_tokenize, 0, 0, 0},
+    {"POST", "/detokenize", rt_detokenize, 0, 0, 0},
+    {"POST", "/completion", srv_rt_completion, 0, 0, 0},
+    {"POST", "/completions", srv_rt_completion, 0, 0, 0},
+    {"POST", "/v1/completions", srv_rt_oai_completion, 0, 0, 0},
+    {"POST", "/v1/chat/completions", srv_rt_oai_chat, 0, 0, 0},
+    {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0, 0},
 };
 
-srv_handler srv_route_find(const char *method, const char *url, int *open, int *early)
+static int path_matches(const char *path, const char *url)
+{
+    size_t n = strlen(path);
+    if (n && path[n - 1] == '/') return !strncmp(path, url, n);
+    return !strcmp(path, url);
+}
+
+int srv_route_find(const char *method, const char *url, srv_route *out)
 {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-        if (strcmp(routes[i].method, method) || strcmp(routes[i].path, url)) continue;
-        *open = routes[i].open;
-        *early = routes[i].early;
-        return routes[i].fn;
+        if (strcmp(routes[i].method, method) || !path_matches(routes[i].path, url)) continue;
+        *out = (srv_route){routes[i].fn, routes[i].open, routes[i].early, routes[i].empty_ok};
+        return 1;
     }
-    return NULL;
+    return 0;
 }

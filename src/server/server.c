@@ -1,10 +1,12 @@
 /* seqkv serve: startup (the HTTP side first, so /health answers 503 while the model
  * loads), the model, the store, the slots; then waits for SIGINT/SIGTERM. */
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/fpguard.h"
@@ -37,7 +39,28 @@ static int open_store(srv *s)
     return 0;
 }
 
-static int load(srv *s)
+/* SEQKV_SERVE_TEST_LOAD_DELAY_MS (tests only): waits that long before loading the model,
+ * so a test can see /health answer 503 "Loading model" (the bundled model loads in ms). */
+static void test_load_delay(void)
+{
+    const char *v = getenv("SEQKV_SERVE_TEST_LOAD_DELAY_MS");
+    long ms = v ? strtol(v, NULL, 10) : 0;
+    if (ms <= 0 || ms > 60000) return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR) {
+    }
+}
+
+/* --slot-save-path: created (one level) if absent. */
+static int slot_dir(const srv *s)
+{
+    const char *d = s->p.slot_save_path;
+    if (!d || !mkdir(d, 0755) || errno == EEXIST) return 0;
+    srv_log("--slot-save-path %s: %s", d, strerror(errno));
+    return -1;
+}
+
+int srv_load(srv *s)
 {
     char err[512];
     if (skv_model_load(s->p.model_path, NULL, &s->model, err, sizeof err)) {
@@ -58,6 +81,7 @@ static int load(srv *s)
         s->chat_template = srv_model_chat_template(s->model);
     }
     if (s->p.store_dir && open_store(s)) return -1;
+    if (slot_dir(s)) return -1;
     if (srv_pool_start(s, &s->pool)) {
         srv_log("cannot create %d slots of %d positions", s->p.parallel, s->n_ctx);
         return -1;
@@ -65,13 +89,19 @@ static int load(srv *s)
     return 0;
 }
 
-static void shutdown_all(srv *s, void *daemon)
+void srv_unload(srv *s)
 {
-    srv_http_stop(daemon);
     srv_pool_stop(s->pool);
     skv_store_close(s->store);
     skv_model_free(s->model);
     free(s->chat_template);
+    s->pool = NULL, s->store = NULL, s->model = NULL, s->chat_template = NULL;
+}
+
+static void shutdown_all(srv *s, void *daemon)
+{
+    srv_http_stop(daemon);
+    srv_unload(s);
 }
 
 int skv_server_run(const skv_server_params *p)
@@ -87,8 +117,9 @@ int skv_server_run(const skv_server_params *p)
     signal(SIGPIPE, SIG_IGN);
     atomic_init(&s.ready, 0);
     if (srv_http_start(&s, &daemon, &port)) return 1;
-    srv_log("loading %s", p->model_path);
-    if (load(&s)) {
+    srv_log("loading %s (http://%s:%d answers 503 until it is loaded)", p->model_path, p->host, port);
+    test_load_delay();
+    if (srv_load(&s)) {
         shutdown_all(&s, daemon);
         return 1;
     }

@@ -16,6 +16,8 @@ typedef struct skv_server_params {
     int n_ctx;              /* positions per slot; 0 = the model's trained context */
     int n_threads;          /* threads per slot */
     long long cache_budget; /* store budget in bytes; < 0 = the store's own */
+    const char *slot_save_path; /* directory of POST /slots/{id}?action=save|restore files, or NULL: 501 */
+    int ctx_shift;          /* 1: a full context drops half of what follows n_keep and goes on */
 } skv_server_params;
 
 /* Runs until SIGINT or SIGTERM. Prints its address and errors to stderr. 0 = clean exit. */

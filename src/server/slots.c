@@ -259,6 +259,36 @@ static int decode_batched(slot *sl, int32_t tok)
     return rc;
 }
 
+/* The context is full: llama-server's context shift. The first n_keep positions stay (-1:
+ * the whole prompt; the BOS is added to a count >= 0; at most n_ctx - 4), n_discard (0:
+ * half) of the rest go, and what follows moves down. The engine cannot move KV entries
+ * to other positions, so the moved tokens are prefilled again after the kept prefix: the
+ * KV is then exactly a fresh prefill of the shifted token list (deterministic, and what a
+ * later request with that list finds in the cache). 1 = room made, 0 = none (stop). */
+static int ctx_shift(slot *sl, srv_job *j)
+{
+    const srv *s = sl->pool->s;
+    int n = (int)sl->n_tokens, keep = j->n_keep < 0 ? (int)j->n_prompt : j->n_keep;
+    if (j->n_keep >= 0 && s->info.bos_id >= 0 && n && sl->tokens[0] == s->info.bos_id) keep++;
+    keep = keep < s->n_ctx - 4 ? keep : s->n_ctx - 4;
+    keep = keep > 0 ? keep : 0;
+    int left = n - keep, drop = j->n_discard > 0 ? j->n_discard : left / 2;
+    drop = drop < left - 1 ? drop : left - 1;
+    if (drop <= 0) return 0;
+    memmove(sl->tokens + keep, sl->tokens + keep + drop, (size_t)(n - keep - drop) * sizeof *sl->tokens);
+    sl->n_tokens = (size_t)(n - drop);
+    skv_ctx_truncate(sl->ctx, keep);
+    int rc = skv_prefill(sl->ctx, sl->tokens + keep, sl->n_tokens - (size_t)keep, SKV_LOGITS_NONE, NULL);
+    if (rc) {
+        srv_log("slot %d: context shift: %s", sl->id, skv_ctx_last_error(sl->ctx));
+        skv_ctx_truncate(sl->ctx, 0);
+        sl->n_tokens = 0;
+        return 0;
+    }
+    j->truncated = 1;
+    return 1;
+}
+
 /* One sampled token: 1 = the job is finished (j->finish set), 0 = go on, < 0 = error. */
 static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
 {
@@ -267,17 +297,30 @@ static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
     if (tok == s->info.eos_id) return j->finish = "stop", 1;
     if (gen_push(j, tok)) return SKV_ERR_NOMEM;
     if (srv_job_append(j, s->model, tok)) return j->finish = "stop", 1;
-    if (j->n_gen >= (size_t)j->n_predict || sl->n_tokens >= (size_t)s->n_ctx) return j->finish = "length", 1;
+    if (j->n_gen >= (size_t)j->n_predict) return j->finish = "length", 1;
+    /* as llama-server: prompt + generated tokens never exceed n_ctx (the last one needs no KV) */
+    if (sl->n_tokens + 1 >= (size_t)s->n_ctx && (!s->p.ctx_shift || !ctx_shift(sl, j))) return j->finish = "length", 1;
     int rc = decode_batched(sl, tok);
     if (rc) return rc;
     sl->tokens[sl->n_tokens++] = tok;
     return 0;
 }
 
+static void run_action_job(slot *sl, srv_job *j)
+{
+    j->slot = sl->id;
+    int rc = srv_slot_action(sl->pool->s, j, sl->ctx, sl->tokens, &sl->n_tokens);
+    job_done(sl, j, rc, NULL);
+}
+
 static void run_job(slot *sl, srv_job *j)
 {
     srv *s = sl->pool->s;
     srv_rng rng = {j->seed};
+    if (j->action) {
+        run_action_job(sl, j);
+        return;
+    }
     int rc = atomic_load(&j->cancel) ? 0 : run_prompt(sl, j);
     if (rc) {
         sl->n_tokens = 0;
@@ -307,7 +350,7 @@ static void *slot_main(void *arg)
     srv_job *j;
     while ((j = next_job(sl))) {
         run_job(sl, j);
-        int ok = j->status == 0 && !atomic_load(&j->cancel);
+        int ok = j->status == 0 && !atomic_load(&j->cancel) && !j->action;
         srv_job_unref(j);
         if (ok) srv_cache_put(sl->pool->s, sl->pool->cache, sl->tokens, sl->n_tokens);
         pthread_mutex_lock(&sl->pool->mu);

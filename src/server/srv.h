@@ -7,6 +7,8 @@
  *   slots.c     the slots (one context each), the bounded job queue, the decode loop
  *   sample.c    greedy / temperature + top-k + top-p sampling, stop strings, UTF-8
  *   cache.c     the prompt cache: the slot's own KV, then the session store
+ *   slotfile.c  POST /slots/{id}?action=save|restore|erase (.skv files in --slot-save-path)
+ *   request.c   the request path without the socket: route, key, body, handler
  *   chat.c      chat messages to a prompt (placeholder renderer; chat.h)
  *   server.c    startup, model loading, shutdown
  *
@@ -50,6 +52,7 @@ typedef struct srv {
 
 /* What a finished or running job reports. */
 enum { SRV_FMT_LLAMA = 0, SRV_FMT_OAI_TEXT = 1, SRV_FMT_OAI_CHAT = 2 };
+enum { SRV_ACT_NONE = 0, SRV_ACT_SAVE = 1, SRV_ACT_RESTORE = 2, SRV_ACT_ERASE = 3 };
 
 typedef struct srv_job {
     /* request (immutable once queued) */
@@ -77,6 +80,14 @@ typedef struct srv_job {
     double cached_bits;        /* d_T of the store match */
     int slot;
     double t_prompt_ms, t_gen_ms;
+    int return_tokens;         /* the reply lists the generated token ids */
+    int n_keep, n_discard;     /* context shift (--context-shift): positions kept, dropped */
+    int truncated;             /* the context was shifted */
+    /* slot actions (POST /slots/{id}?action=): SRV_ACT_*, the file, what moved */
+    int action;
+    char filename[SRV_MAX_FILENAME + 1];
+    size_t act_tokens, act_bytes;
+    double t_act_ms;
     atomic_int cancel;         /* the client went away */
     atomic_int refs;
 } srv_job;
@@ -128,13 +139,26 @@ json_t *srv_reply_final(const srv *s, srv_job *j);
  * *state: 0 at the start. Blocks until there is something to send. */
 char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, size_t *len);
 
-/* ---- HTTP (http.c) ---- */
-typedef struct srv_req {
+/* ---- requests (request.c: the socket-free path; http.c: libmicrohttpd) ---- */
+typedef struct srv_req srv_req;
+typedef struct srv_sink {
+    int (*text)(srv_req *r, int code, const char *type, char *text); /* takes text (malloc'ed) */
+    int (*stream)(srv_req *r, srv_job *j);                           /* takes j's reference */
+} srv_sink;
+struct srv_req {
     srv *s;
-    struct MHD_Connection *conn;
-    const char *method, *url;
-    json_t *body;    /* POST body (an object) or NULL */
-} srv_req;
+    struct MHD_Connection *conn; /* http.c's; NULL elsewhere */
+    const char *method, *url;    /* url without the query string */
+    const char *auth, *x_api_key; /* the Authorization and X-Api-Key headers, or NULL */
+    const char *action;          /* the ?action= argument, or NULL */
+    const char *data;            /* the raw body [len] (not NUL-terminated) */
+    size_t len;
+    int too_big;                 /* the body was over SRV_MAX_BODY (and dropped) */
+    const srv_sink *sink;
+    json_t *body;                /* POST body (an object) once parsed, or NULL */
+};
+/* Routes, checks (key, loading, body) and runs the request; 0 when a reply was queued. */
+int srv_dispatch(srv_req *r);
 int srv_reply_json(srv_req *r, int code, json_t *obj);   /* steals obj */
 int srv_reply_error(srv_req *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int srv_reply_text(srv_req *r, int code, const char *type, char *text); /* takes text (malloc'ed) */
@@ -143,14 +167,24 @@ const char *srv_error_type(int code);
 int srv_http_start(srv *s, void **daemon, int *port);
 void srv_http_stop(void *daemon);
 
-/* ---- routes (routes.c, complete.c) ---- */
+/* ---- routes (routes.c, complete.c, slotfile.c) ---- */
 typedef int (*srv_handler)(srv_req *r);
-/* The route for method + url; NULL = 404. *open: 1 when it needs no API key; *early: 1
- * when it answers while the model loads. */
-srv_handler srv_route_find(const char *method, const char *url, int *open, int *early);
+typedef struct srv_route {
+    srv_handler fn;
+    int open;     /* needs no API key */
+    int early;    /* answers while the model loads */
+    int empty_ok; /* a POST without a body reads as {} */
+} srv_route;
+/* The route for method + url (0 = none: 404). */
+int srv_route_find(const char *method, const char *url, srv_route *out);
 int srv_rt_completion(srv_req *r);
 int srv_rt_oai_completion(srv_req *r);
 int srv_rt_oai_chat(srv_req *r);
+/* POST /slots/{id}?action=save|restore|erase */
+int srv_rt_slot_action(srv_req *r);
+/* Runs a slot action job on its slot (the slot's thread, between jobs): 0 or the HTTP
+ * status of a failure (message in j->err). tokens/n: the slot's tokens, updated. */
+int srv_slot_action(srv *s, srv_job *j, skv_ctx *ctx, int32_t *tokens, size_t *n);
 /* Tokenizes text (add_special as the model says when asked) into a malloc'ed array. */
 int32_t *srv_tokenize(const srv *s, const char *text, size_t len, int add_special, size_t *n);
 /* Token ids of a prompt: a string or an array of ids (checked against the vocabulary and
@@ -161,6 +195,11 @@ char *srv_detokenize(const srv *s, const int32_t *tok, size_t n, size_t *len);
 
 /* The model's tokenizer.chat_template (malloc'ed), or NULL (chat.c). */
 char *srv_model_chat_template(const skv_model *m);
+
+/* server.c: the model, template, store, slot directory and slots of s->p (s->ready is
+ * left to the caller); -1 after a message (srv_unload then frees what was made). */
+int srv_load(srv *s);
+void srv_unload(srv *s);
 
 void srv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int64_t srv_unix_now(void);

@@ -13,20 +13,24 @@ from clitest import ROOT, SEQKV  # noqa: E402
 
 
 class Server:
-    def __init__(self, *args, log=None):
+    def __init__(self, *args, log=None, env=None, until="listening on http://"):
         self.args = [SEQKV, "serve", "--port", "0"] + [str(a) for a in args]
         self.log = log or os.path.join(ROOT, "build", "serve-%d.log" % os.getpid())
-        self.start()
+        self.env = env
+        self.start(until)
 
-    def start(self):
+    def start(self, until="listening on http://"):
+        """Starts the server and waits for the log line `until` (the "loading ... (http://"
+        line comes before the model is loaded, "listening on" after)."""
         self.logf = open(self.log, "w+")
-        self.p = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT, cwd=ROOT)
+        env = dict(os.environ, **self.env) if self.env else None
+        self.p = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         self.port = None
         t0 = time.time()
         while time.time() - t0 < 30 and self.p.poll() is None:
             with open(self.log) as f:
                 for line in f:
-                    if "listening on http://" in line:
+                    if until in line:
                         self.port = int(line.split("http://")[1].split(":")[1].split()[0])
             if self.port:
                 break
