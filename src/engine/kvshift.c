@@ -3,6 +3,7 @@
 #include "core/fpguard.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #include "core/detmath.h"
 #include "engine/model.h"
@@ -23,10 +24,10 @@ static void rope_cs(const rope_src *r, size_t p, size_t i, float *c, float *s)
     *s = (float)(sn * r->ms);
 }
 
-static rope_src layer_rope(const skv_model *m, int l)
+/* The global RoPE source (windowed layers with their own base: see skv_kv_shift). */
+static rope_src global_rope(const skv_model *m)
 {
     rope_src r = {m->rope_freq, m->rope_scale, m->ap.rope_mscale};
-    if (m->ap.rope_freq_swa && skv_layer_windowed(m, l)) r.freq = m->ap.rope_freq_swa, r.scale = m->ap.rope_scale_swa;
     return r;
 }
 
@@ -74,23 +75,33 @@ static void shift_direct(float *u, float *v, const rope_src *r, size_t p, size_t
     *v = (float)(x * sn + y * cs);
 }
 
-/* Shifts one head's rows [n][hd] of layer l from positions p0.. to q0... */
-static void shift_rows(const skv_model *m, int l, float *k, size_t n, size_t p0, size_t q0, int method)
+/* cos / sin of every (position, pair) of the run at p0.. and at q0.. for one RoPE source:
+ * [4][n][np] (c1, s1, c2, s2). */
+static float *shift_tables(const rope_src *r, size_t n, size_t np, size_t p0, size_t q0)
 {
-    size_t hd = (size_t)m->info.head_dim, np = (size_t)m->info.rope_dim / 2;
+    float *t = malloc(4 * n * np * sizeof *t);
+    if (!t) return NULL;
+    for (size_t k = 0; k < n; k++)
+        for (size_t i = 0; i < np; i++) {
+            size_t o = k * np + i;
+            rope_cs(r, p0 + k, i, t + o, t + n * np + o);
+            rope_cs(r, q0 + k, i, t + 2 * n * np + o, t + 3 * n * np + o);
+        }
+    return t;
+}
+
+/* Shifts one head's rows [n][hd] of a layer from positions p0.. to q0... */
+static void shift_rows(const skv_model *m, const rope_src *r, const float *tab, float *k, size_t n, size_t p0,
+                       size_t q0, int method)
+{
+    size_t hd = (size_t)m->info.head_dim, np = (size_t)m->info.rope_dim / 2, nn = n * np;
     int neox = m->arch->rope == SKV_ROPE_NEOX;
-    rope_src r = layer_rope(m, l);
     for (size_t t = 0; t < n; t++)
         for (size_t i = 0; i < np; i++) {
             float *u = k + t * hd + (neox ? i : 2 * i), *v = neox ? u + np : u + 1;
-            if (method == SKV_SHIFT_DIRECT) {
-                shift_direct(u, v, &r, p0 + t, q0 + t, i);
-                continue;
-            }
-            float c1, s1, c2, s2;
-            rope_cs(&r, p0 + t, i, &c1, &s1);
-            rope_cs(&r, q0 + t, i, &c2, &s2);
-            shift_engine(u, v, c1, s1, c2, s2);
+            size_t o = t * np + i;
+            if (method == SKV_SHIFT_DIRECT) shift_direct(u, v, r, p0 + t, q0 + t, i);
+            else shift_engine(u, v, tab[o], tab[nn + o], tab[2 * nn + o], tab[3 * nn + o]);
         }
 }
 
@@ -99,9 +110,23 @@ int skv_kv_shift(const skv_model *m, float *kv, size_t n, int p_from, int p_to, 
     if (!m || (!kv && n) || p_from < 0 || p_to < 0) return SKV_ERR_INVALID_ARG;
     if ((size_t)p_from + n > SHIFT_MAX_POS || (size_t)p_to + n > SHIFT_MAX_POS) return SKV_ERR_RANGE;
     if (p_from == p_to || !n) return SKV_OK;
-    size_t hd = (size_t)m->info.head_dim, nh = (size_t)m->info.n_head_kv;
-    for (int l = 0; l < m->info.n_layer; l++)
+    size_t hd = (size_t)m->info.head_dim, nh = (size_t)m->info.n_head_kv, np = (size_t)m->info.rope_dim / 2;
+    rope_src rs[2] = {global_rope(m), global_rope(m)};
+    float *tab[2] = {shift_tables(&rs[0], n, np, (size_t)p_from, (size_t)p_to), NULL};
+    if (m->ap.rope_freq_swa) {
+        rs[1] = (rope_src){m->ap.rope_freq_swa, m->ap.rope_scale_swa, m->ap.rope_mscale};
+        tab[1] = shift_tables(&rs[1], n, np, (size_t)p_from, (size_t)p_to);
+    }
+    if (!tab[0] || (m->ap.rope_freq_swa && !tab[1])) {
+        free(tab[0]), free(tab[1]);
+        return SKV_ERR_NOMEM;
+    }
+    for (int l = 0; l < m->info.n_layer; l++) {
+        int w = m->ap.rope_freq_swa && skv_layer_windowed(m, l); /* its own base (forward.c rope_rows) */
         for (size_t h = 0; h < nh; h++) /* kind 0 (K) of layer l: [nh][n][hd] */
-            shift_rows(m, l, kv + ((size_t)l * 2 * nh + h) * n * hd, n, (size_t)p_from, (size_t)p_to, method);
+            shift_rows(m, &rs[w], tab[w], kv + ((size_t)l * 2 * nh + h) * n * hd, n, (size_t)p_from, (size_t)p_to,
+                       method);
+    }
+    free(tab[0]), free(tab[1]);
     return SKV_OK;
 }

@@ -26,7 +26,7 @@ enum {
 /* kv: n positions in the canonical order of skv_ctx_kv_read ([layer][kind][kv head][n][head_dim]),
  * computed at positions p_from .. p_from + n - 1; afterwards its K rows are those positions'
  * keys at p_to .. p_to + n - 1. SKV_ERR_INVALID_ARG for NULL or negative positions,
- * SKV_ERR_RANGE past 2^24 positions. */
+ * SKV_ERR_RANGE past 2^24 positions, SKV_ERR_NOMEM (tables of n x rope_dim floats). */
 int skv_kv_shift(const skv_model *m, float *kv, size_t n, int p_from, int p_to, int method);
 
 #endif
