@@ -13,7 +13,7 @@
  * TurboQuant-4 (a context with kv_quant "tq4", the query and continuation prefilled) on
  * the same rows. Time: CPU time of the process (single-threaded), best of 3, of the near
  * get (donor restore + copy + re-rotation + recompute) vs a fresh prefill of the query.
- * Usage: bench_near MODEL TEXT CSV_OUT > near.md */
+ * Usage: bench_near MODEL TEXT CSV_OUT [SVG_OUT] > near.md (SVG: the KL curves vs F). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +23,7 @@
 
 #include "seqkv.h"
 #include "bench.h"
+#include "core/util.h"
 
 #define N_INST 3
 #define N_FRAC 8
@@ -42,7 +43,7 @@ typedef struct {
 } instance;
 
 typedef struct {
-    double kl, top1, ppl_ref, ppl, reused, exact, cpu, cpu_ref, approx;
+    double kl, top1, ppl_ref, ppl, reused, exact, cpu, cpu_ref, approx, wall, wall_ref;
     double tq_kl, tq_top1, tq_ppl, kv_all, kv0;
     int n;
 } acc;
@@ -244,7 +245,7 @@ static void kv_error(skv_model *m, const skv_ctx *c, size_t n, double *all, doub
     free(kv);
 }
 
-static int reference(skv_model *m, const instance *x, float *ref, float *tq, double *cpu_ref)
+static int reference(skv_model *m, const instance *x, float *ref, float *tq, double *cpu_ref, double *wall_ref)
 {
     skv_model_info h;
     skv_model_get_info(m, &h);
@@ -255,12 +256,13 @@ static int reference(skv_model *m, const instance *x, float *ref, float *tq, dou
     int rc = !last || skv_ctx_create(m, &cp, &c);
     cp.kv_quant = "tq4";
     rc = rc || skv_ctx_create(m, &cp, &cq);
-    *cpu_ref = 1e9;
+    *cpu_ref = *wall_ref = 1e9;
     for (int r = 0; r < 3 && !rc; r++) {
-        double t0 = cpu_now();
+        double t0 = cpu_now(), w0 = skv_now();
         rc = skv_ctx_truncate(c, 0) || skv_prefill(c, x->q, x->nq, SKV_LOGITS_LAST, last);
-        double dt = cpu_now() - t0;
+        double dt = cpu_now() - t0, dw = skv_now() - w0;
         *cpu_ref = dt < *cpu_ref ? dt : *cpu_ref;
+        *wall_ref = dw < *wall_ref ? dw : *wall_ref;
     }
     free(ref_kv);
     ref_kv = malloc((size_t)h.n_layer * 2 * (size_t)h.n_head_kv * (size_t)h.head_dim * x->nq * sizeof *ref_kv);
@@ -285,14 +287,15 @@ static int near_point(skv_model *m, skv_store *st, const instance *x, int w, int
     skv_ctx_params cp = skv_ctx_default_params();
     skv_store_near_params np = skv_store_near_default_params();
     skv_store_near_report r = {0};
-    double best = 1e9;
+    double best = 1e9, best_w = 1e9;
     int rc = !rows || !last || skv_ctx_create(m, &cp, &c);
     np.recompute = fracs[f];
     for (int k = 0; k < 3 && !rc; k++) {
-        double t0 = cpu_now();
+        double t0 = cpu_now(), w0 = skv_now();
         if ((rc = skv_store_get_near(st, x->q, x->nq, c, &np, last, &r))) fprintf(stderr, "%s\n", skv_store_last_error(st));
-        double dt = cpu_now() - t0;
+        double dt = cpu_now() - t0, dw = skv_now() - w0;
         best = dt < best ? dt : best;
+        best_w = dw < best_w ? dw : best_w;
     }
     double ea = 0, e0 = 0;
     if (!rc) kv_error(m, c, x->nq, &ea, &e0);
@@ -301,7 +304,7 @@ static int near_point(skv_model *m, skv_store *st, const instance *x, int w, int
         quality q = compare(ref, rows, x, V);
         double n = (double)x->nc, reused = (double)(r.n_exact + r.n_approx) / (double)r.n_tokens;
         a->kl += q.kl / n, a->top1 += q.top1 / n, a->ppl += exp(q.nll / n), a->ppl_ref += exp(q.nll_ref / n);
-        a->reused += reused, a->exact += (double)r.n_exact / (double)r.n_tokens, a->cpu += best;
+        a->reused += reused, a->exact += (double)r.n_exact / (double)r.n_tokens, a->cpu += best, a->wall += best_w;
         a->approx += r.approximate, a->n++, a->kv_all += ea, a->kv0 = e0 > a->kv0 ? e0 : a->kv0;
         fprintf(csv, "%s,%s,%.2f,%s,%u,%u,%u,%u,%.4f,%.6g,%.4f,%.4f,%.4f,%.6f,%.4g,%.4g\n", wl_names[w], x->name, fracs[f], r.donor,
                 r.n_tokens, r.n_exact, r.n_approx, r.n_recomputed, reused, q.kl / n, q.top1 / n, exp(q.nll / n),
@@ -316,10 +319,13 @@ static int near_point(skv_model *m, skv_store *st, const instance *x, int w, int
 static void print_row(int w, int f, const acc *a, const acc *t)
 {
     double n = a->n ? a->n : 1;
-    printf("| %s | %.2f | %.1f%% | %.1f%% | %.3g | %.3g | %.4g | %.4g | %.3f | %+.3f | %.2f | %.2f | %s |\n", wl_names[w],
-           fracs[f], 100 * a->reused / n, 100 * a->exact / n, a->kv_all / n, a->kv0, a->kl / n, t->tq_kl / N_INST, a->top1 / n, (a->ppl - a->ppl_ref) / n,
-           1e3 * a->cpu / n, 1e3 * t->cpu_ref / N_INST, a->approx == a->n ? "yes" : a->approx ? "some" : "no");
+    printf("| %s | %.2f | %.1f%% | %.1f%% | %.3g | %.3g | %.4g | %.4g | %.3f | %+.3f | %.1f / %.1f | %.1f / %.1f | %.0f%% | %s |\n",
+           wl_names[w], fracs[f], 100 * a->reused / n, 100 * a->exact / n, a->kv_all / n, a->kv0, a->kl / n, t->tq_kl / N_INST, a->top1 / n, (a->ppl - a->ppl_ref) / n,
+           1e3 * a->cpu / n, 1e3 * a->wall / n, 1e3 * t->cpu_ref / N_INST, 1e3 * t->wall_ref / N_INST,
+           100 * (1 - (a->cpu / n) / (t->cpu_ref / N_INST)), a->approx == a->n ? "yes" : a->approx ? "some" : "no");
 }
+
+static double tq_kl[3], goal_reuse[3], goal_kl[3];
 
 static int run_workload(skv_model *m, skv_store *st, instance *inst, int w, acc res[N_FRAC])
 {
@@ -330,20 +336,55 @@ static int run_workload(skv_model *m, skv_store *st, instance *inst, int w, acc 
     for (int i = 0; i < N_INST; i++) {
         const instance *x = &inst[i];
         float *ref = malloc(x->nc * V * sizeof *ref), *tq = malloc(x->nc * V * sizeof *tq);
-        double cr;
-        if (!ref || !tq || reference(m, x, ref, tq, &cr)) return -1;
+        double cr, wr;
+        if (!ref || !tq || reference(m, x, ref, tq, &cr, &wr)) return -1;
         quality q = compare(ref, tq, x, V);
-        t.tq_kl += q.kl / (double)x->nc, t.tq_top1 += q.top1 / (double)x->nc, t.cpu_ref += cr;
+        t.tq_kl += q.kl / (double)x->nc, t.tq_top1 += q.top1 / (double)x->nc, t.cpu_ref += cr, t.wall_ref += wr;
         t.tq_ppl += exp(q.nll / (double)x->nc) - exp(q.nll_ref / (double)x->nc);
         for (int f = 0; f < N_FRAC; f++)
             if (near_point(m, st, x, w, f, ref, &res[f])) return -1;
         free(ref);
         free(tq);
     }
+    tq_kl[w] = t.tq_kl / N_INST;
+    goal_reuse[w] = 0;
+    for (int f = 0; f < N_FRAC; f++) /* the most reuse whose KL is below TQ-4's */
+        if (res[f].n && res[f].kl / res[f].n < tq_kl[w] && res[f].reused / res[f].n > goal_reuse[w])
+            goal_reuse[w] = res[f].reused / res[f].n, goal_kl[w] = res[f].kl / res[f].n;
     for (int f = 0; f < N_FRAC; f++) print_row(w, f, &res[f], &t);
-    printf("| %s | TQ-4 | 0%% | | | | %.4g | | %.3f | %+.3f | | | (per-vector baseline) |\n", wl_names[w], t.tq_kl / N_INST,
+    printf("| %s | TQ-4 | 0%% | | | | %.4g | | %.3f | %+.3f | | | | (per-vector baseline) |\n", wl_names[w], t.tq_kl / N_INST,
            t.tq_top1 / N_INST, t.tq_ppl / N_INST);
     return 0;
+}
+
+/* KL vs recompute fraction per workload (log scale), TQ-4's KL as dashed lines. */
+static void write_svg(const char *path, acc res[3][N_FRAC], const double tq[3])
+{
+    static const char *const col[3] = {"#1f77b4", "#d62728", "#2ca02c"};
+    FILE *f = fopen(path, "w");
+    double lo = -7, hi = -1; /* log10 KL axis */
+    if (!f) return;
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='640' height='400' font-family='sans-serif' "
+               "font-size='12'>\n<rect width='640' height='400' fill='white'/>\n"
+               "<text x='320' y='20' text-anchor='middle'>mean KL (nats) over the continuation vs recompute fraction "
+               "(kjv-4m; dashed: TQ-4)</text>\n<line x1='60' y1='360' x2='620' y2='360' stroke='black'/>\n"
+               "<line x1='60' y1='40' x2='60' y2='360' stroke='black'/>\n");
+    for (int e = (int)lo; e <= (int)hi; e++)
+        fprintf(f, "<text x='55' y='%.0f' text-anchor='end'>1e%d</text>\n", 360 - (e - lo) / (hi - lo) * 320 + 4, e);
+    for (int k = 0; k <= 10; k += 2)
+        fprintf(f, "<text x='%d' y='378' text-anchor='middle'>%.1f</text>\n", 60 + k * 56, k / 10.0);
+    for (int w = 0; w < 3; w++) {
+        double yt = 360 - (log10(tq[w]) - lo) / (hi - lo) * 320;
+        fprintf(f, "<line x1='60' y1='%.1f' x2='620' y2='%.1f' stroke='%s' stroke-dasharray='6,4'/>\n", yt, yt, col[w]);
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='", col[w]);
+        for (int i = 0; i < N_FRAC; i++) {
+            double kl = res[w][i].kl / (res[w][i].n ? res[w][i].n : 1);
+            if (kl > 0) fprintf(f, "%.1f,%.1f ", 60 + fracs[i] * 560, 360 - (log10(kl) - lo) / (hi - lo) * 320);
+        }
+        fprintf(f, "'/>\n<text x='480' y='%d' fill='%s'>%s</text>\n", 60 + 16 * w, col[w], wl_names[w]);
+    }
+    fprintf(f, "<text x='340' y='396' text-anchor='middle'>recompute fraction F (F = 1: exact, KL 0)</text>\n</svg>\n");
+    fclose(f);
 }
 
 int main(int argc, char **argv)
@@ -369,13 +410,18 @@ int main(int argc, char **argv)
     }
     fprintf(csv, "workload,instance,fraction,donor,tokens,exact,approx,recomputed,reused,kl,top1,ppl,ppl_exact,cpu_s,kv_rel_err,kv_rel_err_layer0\n");
     printf("| workload | recompute F | positions reused | of which exact | KV rel. error | layer-0 KV max rel. error | "
-           "KL (nats) | TQ-4 KL | top-1 | delta ppl | near get CPU ms | full prefill CPU ms | approximate |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "KL (nats) | TQ-4 KL | top-1 | delta ppl | near get CPU / wall ms | full prefill CPU / wall ms | CPU saved | "
+           "approximate |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int rc = 0;
     for (int w = 0; w < 3 && !rc; w++) rc = run_workload(m, st, inst[w], w, res[w]);
+    printf("\nGoal (>= 70%% of positions reused at a KL below TurboQuant-4's on the same rows):\n\n");
+    for (int w = 0; w < 3 && !rc; w++)
+        printf("- %s: %.1f%% reused at KL %.3g vs TQ-4's %.3g: %s\n", wl_names[w], 100 * goal_reuse[w], goal_kl[w],
+               tq_kl[w], goal_reuse[w] >= 0.7 ? "met" : "NOT met");
     for (int w = 0; w < 3; w++)
         fprintf(stderr, "%s: query %zu tokens, continuation %zu (%zu sentences)\n", wl_names[w], inst[w][0].nq, inst[w][0].nc, s.n);
     fclose(csv);
+    if (!rc && argc > 4) write_svg(argv[4], res, tq_kl);
     skv_store_close(st);
     skv_model_free(m);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

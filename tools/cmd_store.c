@@ -167,6 +167,16 @@ static int get_outputs(const skv_model *m, const skv_ctx *c, const int32_t *tok,
     return cli_out_commit(text) || cli_out_commit(kv) ? -1 : 0;
 }
 
+/* Discards unfinished outputs and frees a get's context and tokens; returns ret. */
+static int get_done(cli_out *text, cli_out *kv, skv_ctx *c, int32_t *tok, int ret)
+{
+    cli_out_discard(text);
+    cli_out_discard(kv);
+    skv_ctx_free(c);
+    free(tok);
+    return ret;
+}
+
 /* store get DIR TEXT --reuse near: the text's KV from the nearest stored session. */
 static int do_get_near(const store_opts *o, skv_model *m, skv_store *st)
 {
@@ -198,11 +208,7 @@ static int do_get_near(const store_opts *o, skv_model *m, skv_store *st)
     if (r.approximate) fprintf(rep, "APPROXIMATE: the KV is not what a fresh prefill gives (docs/near.md)\n");
     ret = CLI_OK;
 done:
-    cli_out_discard(&text);
-    cli_out_discard(&kv);
-    skv_ctx_free(c);
-    free(tok);
-    return ret;
+    return get_done(&text, &kv, c, tok, ret);
 }
 
 static int do_get(const store_opts *o, skv_model *m, skv_store *st)
@@ -235,11 +241,7 @@ static int do_get(const store_opts *o, skv_model *m, skv_store *st)
     if (r.n_materialised) fprintf(rep, "policy: materialised %u nodes of its path from this restore\n", r.n_materialised);
     ret = CLI_OK;
 done:
-    cli_out_discard(&text);
-    cli_out_discard(&kv);
-    skv_ctx_free(c);
-    free(tok);
-    return ret;
+    return get_done(&text, &kv, c, tok, ret);
 }
 
 static int do_match(const store_opts *o, skv_model *m, skv_store *st)
