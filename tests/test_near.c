@@ -165,8 +165,9 @@ static void test_spans_reorder(void)
     near_plan_free(&p);
     int32_t none[8] = {5, 6, 7, 8, 9, 10, 11, 12};
     CHECK_EQ_INT(near_best(ix, none, 8, 1, &p), 1); /* nothing shared */
-    CHECK_EQ_INT(near_index_build(ss, 2, 1, &ix), SKV_ERR_INVALID_ARG);
     near_index_free(ix);
+    CHECK_EQ_INT(near_index_build(ss, 2, 1, &ix), SKV_ERR_INVALID_ARG);
+    CHECK(ix == NULL);
     CHECK(near_fraction_for_kl(1e9) == 0.0 && near_fraction_for_kl(1e-12) == 1.0);
 }
 
