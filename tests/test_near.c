@@ -260,9 +260,13 @@ static void test_get_near(void)
     fresh(&f, f.s, f.ns, want, lg); /* the stored session itself: exact */
     CHECK(!skv_store_get_near(f.st, f.s, f.ns, c, NULL, NULL, &r));
     CHECK(!r.approximate && r.n_exact == f.ns - 1 && !skv_ctx_kv_digest(c, (int)f.ns, got) && !memcmp(got, want, 16));
+    int32_t other[12] = {f.s[0], 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}; /* shares only BOS: a plain prefill */
+    fresh(&f, other, 12, want, lg);
+    CHECK(!skv_store_get_near(f.st, other, 12, c, NULL, NULL, &r));
+    CHECK(!r.approximate && !r.donor[0] && r.n_recomputed == 12 && !skv_ctx_kv_digest(c, 12, got) && !memcmp(got, want, 16));
     skv_store_near_stats ns;
     CHECK(!skv_store_get_near_stats(f.st, &ns));
-    CHECK(ns.n_gets == 3 && ns.n_approximate == 1 && ns.positions_approx == n - 45);
+    CHECK(ns.n_gets == 4 && ns.n_approximate == 1 && ns.positions_approx == n - 45);
     int32_t tk[512];
     size_t nt = 0;
     skv_store_get_report gr;

@@ -100,6 +100,12 @@ def errors():
     rc, out, err = run("store", "get", STORE, B, "--reuse", "near", "--recompute", "1.5")
     if rc != 2:
         return "bad --recompute: %d %s" % (rc, err)
+    rc, out, err = run("store", "get", STORE, "a.txt", "--recompute", "0.5")
+    if rc != 2 or "--reuse near" not in err:
+        return "--recompute without --reuse near: %d %s" % (rc, err)
+    rc, out, err = run("store", "get", STORE, B, "--reuse", "near", "--recompute", "0.5", "--quality", "0.1")
+    if rc != 2:
+        return "--recompute with --quality: %d %s" % (rc, err)
     rc, out, err = run("store", "get", STORE, os.path.join(TMP, "missing.txt"), "--reuse", "near")
     if rc != 1 or not err:
         return "missing text: %d %s" % (rc, err)

@@ -220,6 +220,9 @@ static int do_get(const store_opts *o, skv_model *m, skv_store *st)
     cli_out text = {0}, kv = {0};
     size_t n = 0;
     int ret = CLI_FAIL;
+    if (o->recompute >= 0 && o->quality > 0) return cli_usage(&get_cmd, "give --recompute F or --quality KL, not both");
+    if (!o->reuse && (o->recompute >= 0 || o->quality > 0))
+        return cli_usage(&get_cmd, "--recompute and --quality need --reuse near");
     if (o->reuse) return do_get_near(o, m, st);
     skv_model_get_info(m, &info);
     int32_t *tok = malloc((size_t)info.n_ctx_train * sizeof *tok);

@@ -52,7 +52,7 @@ void near_index_free(near_index *ix);
 /* The best donor for q: of the sequences sharing the most g-grams with q, the one whose
  * spans score highest (shared bits - the bits of the positions it leaves to recompute).
  * SKV_OK with a plan (free with near_plan_free), 1 when no sequence shares a g-gram or
- * even a first token with q. Positions are marked EXACT / APPROX / COMPUTE; seam_k first
+ * even a first token with q, or the best plan reuses fewer than g positions. Positions are marked EXACT / APPROX / COMPUTE; seam_k first
  * positions of every APPROX span and the last position of q become COMPUTE. */
 int near_best(const near_index *ix, const int32_t *q, size_t n, int seam_k, near_plan *out);
 /* Marks more APPROX positions COMPUTE, highest deviation estimate first, until

@@ -244,6 +244,10 @@ int near_best(const near_index *ix, const int32_t *q, size_t n, int seam_k, near
         *out = p, found = 1;
     }
     free(hits);
+    if (!rc && found && out->n_exact + out->n_approx < (uint32_t)ix->g) {
+        near_plan_free(out); /* fewer positions to reuse than one n-gram: not worth a donor restore */
+        found = 0;
+    }
     if (rc) near_plan_free(out);
     return rc ? rc : found ? SKV_OK : 1;
 }
