@@ -90,6 +90,8 @@ static int restore_donor(skv_store *st, const near_set *s, size_t d, skv_ctx **o
     if ((rc = skv_ctx_create(st->model, &cp, out))) rc = store_err(st, rc, "cannot create a context for the donor");
     else if ((rc = skv_store_get(st, s->names[d], *out, SKV_STORE_VERIFY, tok, n, &got, NULL)))
         rc = store_err(st, rc, "restoring donor '%s': %s", s->names[d], skv_store_last_error(st));
+    else if (got != n || memcmp(tok, s->seqs[d].tok, n * sizeof *tok)) /* replaced since the snapshot */
+        rc = store_err(st, SKV_ERR_MISMATCH, "donor '%s' changed during the near get: try again", s->names[d]);
     free(tok);
     *secs = skv_now() - t0;
     return rc;
