@@ -13,6 +13,7 @@
  * TurboQuant-4 (a context with kv_quant "tq4", the query and continuation prefilled) on
  * the same rows. Time: CPU time of the process (single-threaded), best of 3, of the near
  * get (donor restore + copy + re-rotation + recompute) vs a fresh prefill of the query.
+ * A model with a context under 1024 gets half-length workloads (passages of fewer sentences).
  * Usage: bench_near MODEL TEXT CSV_OUT [SVG_OUT] > near.md (SVG: the KL curves vs F). */
 #include <math.h>
 #include <stdio.h>
@@ -90,6 +91,8 @@ static size_t cat_sent(char *buf, size_t cap, size_t at, const sentences *s, siz
     return at;
 }
 
+static int g_short; /* a model with a context under 1024: half-length workloads */
+
 static const char *const dates[] = {"Monday, the 3rd of March", "Friday, the 21st of November",
                                     "Sunday, the 9th of June", "Tuesday, the 30th of September"};
 static const char *const users[] = {"Elizabeth", "Tom", "Nathaniel", "Ann", "Bartholomew", "Sue"};
@@ -101,7 +104,7 @@ static void text_template(const sentences *s, size_t base, int variant, int inst
     snprintf(hdr, sizeof hdr, "Today is %s. The user's name is %s. Answer in the words of the book.\n",
              dates[(inst + variant * 2) % 4], users[(inst * 2 + variant) % 6]);
     at = cat(b, cap, at, hdr);
-    at = cat_sent(b, cap, at, s, base, 12);
+    at = cat_sent(b, cap, at, s, base, g_short ? 6 : 12);
     at = cat(b, cap, at, "\nQuestion: ");
     at = cat_sent(b, cap, at, s, base + 12, 1);
     cat(b, cap, at, "\nAnswer:");
@@ -115,7 +118,7 @@ static void text_rag(const sentences *s, size_t base, int variant, char *b, size
         char lab[16];
         snprintf(lab, sizeof lab, "[%d] ", k + 1);
         at = cat(b, cap, at, lab);
-        at = cat_sent(b, cap, at, s, base + 3 * (size_t)order[variant][k], 3);
+        at = cat_sent(b, cap, at, s, base + 3 * (size_t)order[variant][k], g_short ? 2 : 3);
         at = cat(b, cap, at, "\n");
     }
     at = cat(b, cap, at, "Question: ");
@@ -130,7 +133,7 @@ static void text_chat(const sentences *s, size_t base, int variant, char *b, siz
         at = cat(b, cap, at, "User: ");
         at = cat_sent(b, cap, at, s, t == 1 && variant ? base + 200 : base + 3 * t, 1); /* turn 2 edited */
         at = cat(b, cap, at, "\nAssistant: ");
-        at = cat_sent(b, cap, at, s, base + 3 * t + 1, 2);
+        at = cat_sent(b, cap, at, s, base + 3 * t + 1, g_short ? 1 : 2);
         at = cat(b, cap, at, "\n");
     }
     cat(b, cap, at, "User: ");
@@ -358,7 +361,7 @@ static int run_workload(skv_model *m, skv_store *st, instance *inst, int w, acc 
 }
 
 /* KL vs recompute fraction per workload (log scale), TQ-4's KL as dashed lines. */
-static void write_svg(const char *path, acc res[3][N_FRAC], const double tq[3])
+static void write_svg(const char *path, const char *model, acc res[3][N_FRAC], const double tq[3])
 {
     static const char *const col[3] = {"#1f77b4", "#d62728", "#2ca02c"};
     FILE *f = fopen(path, "w");
@@ -367,8 +370,8 @@ static void write_svg(const char *path, acc res[3][N_FRAC], const double tq[3])
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='640' height='400' font-family='sans-serif' "
                "font-size='12'>\n<rect width='640' height='400' fill='white'/>\n"
                "<text x='320' y='20' text-anchor='middle'>mean KL (nats) over the continuation vs recompute fraction "
-               "(kjv-4m; dashed: TQ-4)</text>\n<line x1='60' y1='360' x2='620' y2='360' stroke='black'/>\n"
-               "<line x1='60' y1='40' x2='60' y2='360' stroke='black'/>\n");
+               "(%s; dashed: TQ-4)</text>\n<line x1='60' y1='360' x2='620' y2='360' stroke='black'/>\n"
+               "<line x1='60' y1='40' x2='60' y2='360' stroke='black'/>\n", model);
     for (int e = (int)lo; e <= (int)hi; e++)
         fprintf(f, "<text x='55' y='%.0f' text-anchor='end'>1e%d</text>\n", 360 - (e - lo) / (hi - lo) * 320 + 4, e);
     for (int k = 0; k <= 10; k += 2)
@@ -402,7 +405,12 @@ int main(int argc, char **argv)
     static instance inst[3][N_INST];
     static acc res[3][N_FRAC];
     sp.budget = 1ll << 30;
-    if (!text || split(text, &s) || !mkdtemp(dir) || skv_model_load(argv[1], NULL, &m, NULL, 0) ||
+    if (!skv_model_load(argv[1], NULL, &m, NULL, 0)) {
+        skv_model_info h;
+        skv_model_get_info(m, &h);
+        g_short = h.n_ctx_train < 1024;
+    }
+    if (!text || split(text, &s) || !mkdtemp(dir) || !m ||
         skv_store_open(dir, m, SKV_STORE_CREATE, &sp, &st, NULL, 0) || !(csv = fopen(argv[3], "w")) ||
         build(m, st, &s, inst)) {
         fprintf(stderr, "bench_near: cannot set up (%s)\n", st ? skv_store_last_error(st) : "model, text or store");
@@ -421,7 +429,9 @@ int main(int argc, char **argv)
     for (int w = 0; w < 3; w++)
         fprintf(stderr, "%s: query %zu tokens, continuation %zu (%zu sentences)\n", wl_names[w], inst[w][0].nq, inst[w][0].nc, s.n);
     fclose(csv);
-    if (!rc && argc > 4) write_svg(argv[4], res, tq_kl);
+    skv_model_info h;
+    skv_model_get_info(m, &h);
+    if (!rc && argc > 4) write_svg(argv[4], h.name, res, tq_kl);
     skv_store_close(st);
     skv_model_free(m);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
