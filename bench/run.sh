@@ -17,7 +17,7 @@ trap 'rm -f "$kjv_text" "$stories_text"' EXIT
 head -c 60000 tests/data/model_ref/heldout.txt >"$kjv_text" # KJV books held out from kjv-4m's training
 if [ -f "$shared/corpus/stories260K_samples.txt" ]; then head -c 60000 "$shared/corpus/stories260K_samples.txt" >"$stories_text"; else : >"$stories_text"; fi
 
-# BENCH_ONLY="engine quant" runs only those blocks (engine session coder quant restore store).
+# BENCH_ONLY="engine quant" runs only those blocks (engine session coder quant restore store near).
 want() {
     [ -z "${BENCH_ONLY:-}" ] && return 0
     case " $BENCH_ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac
@@ -138,4 +138,36 @@ if want store; then
     "$build/bench/bench_store" models/kjv-4m.gguf tests/data/model_ref/heldout.txt 24 100000
 } >"$out/store.md"
 echo "wrote $out/store.md"
+fi
+
+# --- near-duplicate reuse (issue 20): bench_near + TQ-4 cross-check --------------------
+if want near; then
+{
+    echo "# Near-duplicate reuse: quality and cost against the exact cache"
+    echo
+    stamp
+    echo "What is measured: bench/bench_near.c's header; the method: docs/near.md. Model kjv-4m"
+    echo "(4 layers, GQA 4/2, head_dim 64); text: KJV books held out from its training. Every row is the"
+    echo "mean of 3 instances; per instance in near.csv; the KL curves in near.svg. Times are CPU time"
+    echo "(this process, one thread, best of 3) and wall time under the machine's load (shared cores)."
+    echo
+    "$build/bench/bench_near" models/kjv-4m.gguf tests/data/model_ref/heldout.txt "$out/near.csv" "$out/near.svg"
+    echo
+    echo "Cross-check of TQ-4's KL with \`seqkv kv-quality --schemes tq4\` on the first 20,000 bytes of the same text:"
+    echo
+    head -c 20000 tests/data/model_ref/heldout.txt >"$kjv_text.near"
+    "$build/seqkv" kv-quality -m models/kjv-4m.gguf -f "$kjv_text.near" --schemes tq4 | grep -E '^\|'
+    rm -f "$kjv_text.near"
+    st_model="$shared/models/stories260K/stories260K.gguf"
+    if [ -f "$st_model" ] && [ -s "$stories_text" ]; then
+        echo
+        echo "## stories260K (5 layers, head_dim 8, context 512: half-length workloads) on its own samples"
+        echo
+        echo "Per instance in near_stories.csv, curves in near_stories.svg. Its head_dim of 8 is far below what"
+        echo "TurboQuant is designed for, hence TQ-4's large KL here."
+        echo
+        "$build/bench/bench_near" "$st_model" "$shared/corpus/stories260K_samples.txt" "$out/near_stories.csv" "$out/near_stories.svg"
+    fi
+} >"$out/near.md"
+echo "wrote $out/near.md"
 fi

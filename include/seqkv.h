@@ -626,6 +626,59 @@ SKV_API int skv_store_gc(skv_store *st, skv_store_gc_report *r);
 /* Changes the budget (stored); takes effect at the next put or gc. */
 SKV_API int skv_store_set_budget(skv_store *st, uint64_t bytes);
 
+/* ---- Near-duplicate reuse (docs/near.md; opt-in, APPROXIMATE) -------------
+ * Builds the KV of a NEW token sequence from the stored session that shares the most
+ * information with it, not only a prefix: an index of token n-grams over the store finds
+ * the sessions sharing long spans; the best one by (bits of the shared spans - bits of the
+ * positions left to recompute) is restored (exact, digest verified) and its spans are
+ * copied to their new positions (K re-rotated for the position change, V copied). The
+ * first positions after each seam, a fraction chosen by a cheap deviation estimate and the
+ * last position are recomputed over the cache built so far, in position order.
+ * Positions of the common prefix are exact; every other reused position is the donor's KV
+ * from ANOTHER context, so the result is not what a fresh prefill gives: the report says
+ * so (approximate = 1), the store counts it (skv_store_get_near_stats), and nothing of it
+ * is ever stored or materialised. skv_store_get stays exact. */
+typedef struct skv_store_near_params {
+    double recompute;   /* fraction of all positions to recompute, 0..1 (at least the forced
+                         * ones: unmatched, seams, the last); < 0: the default 0.15 */
+    double kl_target;   /* > 0: pick the fraction for this mean KL (nats) from the calibration
+                         * measured in bench/results/near.md instead of `recompute` */
+    int seam;           /* positions recomputed at the start of every reused span; 0: 2, < 0: none */
+    int ngram;          /* n-gram length of the index (2..64); 0: 8 */
+} skv_store_near_params;
+SKV_API skv_store_near_params skv_store_near_default_params(void);
+
+typedef struct skv_store_near_report {
+    int approximate;         /* 1: some positions reuse KV computed in another context */
+    char donor[256];         /* the session reused; "" when none shared anything (full prefill) */
+    uint32_t n_tokens;
+    uint32_t n_exact;        /* reused from the common prefix: exact */
+    uint32_t n_approx;       /* reused from other positions/contexts: approximate */
+    uint32_t n_recomputed;   /* run through the model (unmatched + seams + estimate + last) */
+    uint32_t n_seam, n_extra; /* of those: seam positions; chosen by the deviation estimate */
+    uint32_t n_spans;        /* matched spans */
+    double fraction;         /* the recompute fraction asked for (after kl_target) */
+    double shared_bits;      /* the donor's surprisal over the reused positions */
+    double donor_seconds, reuse_seconds, compute_seconds;
+} skv_store_near_report;
+
+/* Fills ctx (cleared; kv_quant off; capacity >= n) with an approximate KV of tokens[0..n)
+ * as above. logits: NULL or room for n_vocab floats, the last position's next-token logits.
+ * With no stored session sharing anything, a plain prefill (approximate = 0). Errors:
+ * SKV_ERR_INVALID_ARG (arguments, out-of-range tokens), SKV_ERR_RANGE (n > the context),
+ * the restore's and the model's errors. Unless the store is read-only, the call is counted
+ * in the store's near-reuse record (a short write transaction). rep may be NULL. */
+SKV_API int skv_store_get_near(skv_store *st, const int32_t *tokens, size_t n, skv_ctx *ctx,
+                               const skv_store_near_params *p, float *logits, skv_store_near_report *rep);
+
+typedef struct skv_store_near_stats {
+    uint64_t n_gets;          /* skv_store_get_near calls counted */
+    uint64_t n_approximate;   /* of those, marked approximate */
+    uint64_t positions_exact, positions_approx, positions_recomputed;
+} skv_store_near_stats;
+/* The store's near-reuse record (all zero when none was ever written). */
+SKV_API int skv_store_get_near_stats(skv_store *st, skv_store_near_stats *s);
+
 /* @@API-END@@ */
 #ifdef __cplusplus
 }

@@ -13,6 +13,8 @@ typedef struct {
     long long budget; /* -1: not given */
     long threads, generate;
     int verify, lossy_text;
+    int reuse;                  /* get: 0 exact, 1 near (docs/near.md) */
+    double recompute, quality;  /* get --reuse near: < 0 = not given */
 } store_opts;
 
 #define F(x) offsetof(store_opts, x)
@@ -44,6 +46,12 @@ static const cli_opt get_opts[] = {
     {"kv", 0, CLI_PATH, "OUT.kv", 0, 0, F(kv), "write the KV cache as a raw dump (docs/kvdump.md; '-' = stdout)"},
     CLI_OPT_VERIFY(F(verify), NULL, "skip checking the restored KV against the session's digest\n"
                                     "(checked by default, as restore does; --verify is accepted too)"),
+    {"reuse", 0, CLI_CHOICE, "exact|near", 0, 0, F(reuse),
+     "near: NAME is a text file, not a session; build its KV from the nearest stored session\n"
+     "(shared spans re-rotated, selective recompute): APPROXIMATE, marked so (docs/near.md)"},
+    {"recompute", 0, CLI_FLOAT, "F", 0, 1, F(recompute), "--reuse near: fraction of positions to recompute (default 0.15)"},
+    {"quality", 0, CLI_FLOAT, "KL", 1e-12, 100, F(quality),
+     "--reuse near: target mean KL (nats); picks the fraction from the measured calibration"},
     {0},
 };
 
@@ -55,7 +63,8 @@ static const cli_cmd put_cmd = {
     "store put", "DIR (-f TEXT | --generate N -p TEXT) [--name NAME] [--lossy-text] [-m MODEL] [-t N]\n",
     "Stores the session of a text under NAME. Prints what was shared with stored sessions\n"
     "and what the placement policy changed.\n", put_opts, 1, NULL};
-static const cli_cmd get_cmd = {"store get", "DIR NAME [-o TEXT] [--kv OUT.kv] [--no-verify] [-m MODEL] [-t N]\n",
+static const cli_cmd get_cmd = {"store get", "DIR NAME [-o TEXT] [--kv OUT.kv] [--no-verify] [-m MODEL] [-t N]\n"
+                                "       DIR TEXT --reuse near [--recompute F | --quality KL] [-o TEXT] [--kv OUT.kv]\n",
                                 "Restores a session: loads its longest materialised prefix, recomputes the rest.\n"
                                 "Output files are replaced only when the restore succeeds.\n", get_opts, 2, NULL};
 static const cli_cmd match_cmd = {"store match", "DIR -f TEXT [-m MODEL]\n",
@@ -158,6 +167,50 @@ static int get_outputs(const skv_model *m, const skv_ctx *c, const int32_t *tok,
     return cli_out_commit(text) || cli_out_commit(kv) ? -1 : 0;
 }
 
+/* Discards unfinished outputs and frees a get's context and tokens; returns ret. */
+static int get_done(cli_out *text, cli_out *kv, skv_ctx *c, int32_t *tok, int ret)
+{
+    cli_out_discard(text);
+    cli_out_discard(kv);
+    skv_ctx_free(c);
+    free(tok);
+    return ret;
+}
+
+/* store get DIR TEXT --reuse near: the text's KV from the nearest stored session. */
+static int do_get_near(const store_opts *o, skv_model *m, skv_store *st)
+{
+    skv_store_near_params np = skv_store_near_default_params();
+    skv_store_near_report r;
+    skv_ctx_params cp = skv_ctx_default_params();
+    skv_ctx *c = NULL;
+    cli_out text = {0}, kv = {0};
+    size_t n = 0, len;
+    int ret = CLI_FAIL;
+    char *src = cli_read_file(o->name, &len);
+    int32_t *tok = src ? cli_text_tokens(m, o->name, src, len, o->lossy_text, &n) : NULL;
+    free(src);
+    np.recompute = o->recompute, np.kl_target = o->quality > 0 ? o->quality : 0;
+    cp.n_threads = (int)o->threads;
+    if (!tok || cli_out_open(&text, o->out) || cli_out_open(&kv, o->kv) || skv_ctx_create(m, &cp, &c)) goto done;
+    if (skv_store_get_near(st, tok, n, c, &np, NULL, &r)) {
+        ret = fail(st);
+        goto done;
+    }
+    if (get_outputs(m, c, tok, n, &text, &kv)) goto done;
+    FILE *rep = cli_report_stream(o->out, o->kv);
+    fprintf(rep, "%s near restore of '%s': %u tokens from '%s': %u exact (common prefix), %u reused from other "
+            "positions (%u spans, K re-rotated), %u recomputed (%u at seams, %u by the deviation estimate); "
+            "recompute fraction %.2f; %.1f ms donor restore, %.1f ms reuse, %.1f ms compute\n",
+            r.approximate ? "APPROXIMATE" : "exact", o->name, r.n_tokens, r.donor[0] ? r.donor : "(none)", r.n_exact,
+            r.n_approx, r.n_spans, r.n_recomputed, r.n_seam, r.n_extra, r.fraction, r.donor_seconds * 1e3,
+            r.reuse_seconds * 1e3, r.compute_seconds * 1e3);
+    if (r.approximate) fprintf(rep, "APPROXIMATE: the KV is not what a fresh prefill gives (docs/near.md)\n");
+    ret = CLI_OK;
+done:
+    return get_done(&text, &kv, c, tok, ret);
+}
+
 static int do_get(const store_opts *o, skv_model *m, skv_store *st)
 {
     skv_ctx_params cp = skv_ctx_default_params();
@@ -167,6 +220,10 @@ static int do_get(const store_opts *o, skv_model *m, skv_store *st)
     cli_out text = {0}, kv = {0};
     size_t n = 0;
     int ret = CLI_FAIL;
+    if (o->recompute >= 0 && o->quality > 0) return cli_usage(&get_cmd, "give --recompute F or --quality KL, not both");
+    if (!o->reuse && (o->recompute >= 0 || o->quality > 0))
+        return cli_usage(&get_cmd, "--recompute and --quality need --reuse near");
+    if (o->reuse) return do_get_near(o, m, st);
     skv_model_get_info(m, &info);
     int32_t *tok = malloc((size_t)info.n_ctx_train * sizeof *tok);
     cp.n_threads = (int)o->threads;
@@ -187,11 +244,7 @@ static int do_get(const store_opts *o, skv_model *m, skv_store *st)
     if (r.n_materialised) fprintf(rep, "policy: materialised %u nodes of its path from this restore\n", r.n_materialised);
     ret = CLI_OK;
 done:
-    cli_out_discard(&text);
-    cli_out_discard(&kv);
-    skv_ctx_free(c);
-    free(tok);
-    return ret;
+    return get_done(&text, &kv, c, tok, ret);
 }
 
 static int do_match(const store_opts *o, skv_model *m, skv_store *st)
@@ -275,8 +328,13 @@ static int do_stats(const store_opts *o, skv_model *m, skv_store *st)
 {
     skv_store_stats s;
     (void)o, (void)m;
-    if (skv_store_get_stats(st, &s)) return fail(st);
+    skv_store_near_stats ns;
+    if (skv_store_get_stats(st, &s) || skv_store_get_near_stats(st, &ns)) return fail(st);
     print_stats(&s);
+    printf("near reuse (APPROXIMATE):  %llu near gets, %llu approximate; positions %llu exact, %llu reused "
+           "approximately, %llu recomputed\n", (unsigned long long)ns.n_gets, (unsigned long long)ns.n_approximate,
+           (unsigned long long)ns.positions_exact, (unsigned long long)ns.positions_approx,
+           (unsigned long long)ns.positions_recomputed);
     return CLI_OK;
 }
 
@@ -392,7 +450,7 @@ static int open_and_run(size_t k, const store_opts *o)
 
 int cmd_store(int argc, char **argv)
 {
-    store_opts o = {.budget = -1, .threads = 1, .verify = 1};
+    store_opts o = {.budget = -1, .threads = 1, .verify = 1, .recompute = -1, .quality = -1};
     const char *pos[2] = {NULL, NULL};
     size_t k = 0, n_subs = sizeof subs / sizeof *subs;
     int n_pos = 0;
