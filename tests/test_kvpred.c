@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "container/kvpred.h"
+#include "core/util.h"
 #include "seqkv.h"
 #include "test.h"
 
@@ -235,6 +238,68 @@ static void bundled_model_kv(void)
     skv_model_free(m);
 }
 
+/* Codec pred in a .skv file: written by the encoder, opened, restored without the model
+ * (verified), restored into a context, and refused when crafted. */
+static void skv_codec_pred(void)
+{
+    skv_model *m = NULL;
+    skv_encoder *e = NULL;
+    skv_session *s = NULL;
+    skv_ctx *c = NULL;
+    uint8_t *data = NULL;
+    size_t size = 0, n = 0;
+    int32_t tok[200], back[200];
+    char err[256];
+    if (skv_model_load(MODEL, NULL, &m, NULL, 0)) SKIP("%s not loadable", MODEL);
+    const char *text = "And God said, Let there be light: and there was light. And God saw the light, that it was good: "
+                       "and God divided the light from the darkness. And God called the light Day.";
+    CHECK_EQ_INT(skv_tokenize(m, text, strlen(text), 1, tok, 200, &n), SKV_OK);
+    skv_encoder_params ep = skv_encoder_default_params();
+    ep.codec = SKV_CODEC_PRED;
+    ep.kv_quant = "lpc2,step=3";
+    CHECK_EQ_INT(skv_encoder_create(m, &ep, &e, err, sizeof err), SKV_OK);
+    ep.kv_quant = "tok,step=0";
+    skv_encoder *bad = NULL;
+    CHECK_EQ_INT(skv_encoder_create(m, &ep, &bad, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_encoder_append(e, tok, n, NULL), SKV_OK);
+    CHECK_EQ_INT(skv_encoder_finish(e, &data, &size), SKV_OK);
+    CHECK_EQ_INT(skv_session_open(data, size, &s, err, sizeof err), SKV_OK);
+    skv_session_kv_info ki;
+    CHECK_EQ_INT(skv_session_segment_kv_info(s, 0, &ki), SKV_OK);
+    CHECK(!strcmp(ki.scheme[0], "lpc2") && ki.n_layer == 4 && ki.kv_bytes > 0);
+    size_t nf = (size_t)4 * 2 * 2 * 64 * n;
+    float *kv = malloc(nf * sizeof *kv), *kv2 = malloc(nf * sizeof *kv2);
+    CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv, nf, back, 200, 1), SKV_OK);
+    CHECK(memcmp(back, tok, n * sizeof *tok) == 0);
+    skv_ctx_params cp = skv_ctx_default_params();
+    cp.n_ctx = 256;
+    skv_restore_params rp = {.verify = 1};
+    CHECK_EQ_INT(skv_ctx_create(m, &cp, &c), SKV_OK);
+    CHECK_EQ_INT(skv_session_restore_segment(s, m, 0, c, &rp, back, 200), SKV_OK);
+    CHECK_EQ_INT(skv_ctx_kv_read(c, 0, (int)n, kv2), SKV_OK);
+    CHECK(memcmp(kv, kv2, nf * sizeof *kv) == 0);
+    skv_session_free(s);
+    s = NULL;
+    /* flipped payload bytes, checksum recomputed: refused when opened or restored, never silent */
+    for (size_t at = 128 + 32; at < size - 8; at += 97) {
+        data[at] ^= 0x10;
+        skv_wr64(data + size - 8, XXH3_64bits(data + 128, size - 8 - 128));
+        int rc = skv_session_open(data, size, &s, err, sizeof err);
+        if (!rc) rc = skv_session_restore_kv(s, 0, kv2, nf, back, 200, 1);
+        /* a success must give the very same KV (a flipped low bit of a tiny coefficient can
+         * vanish in the rounding of the prediction) */
+        CHECK_MSG(rc == SKV_ERR_FORMAT || rc == SKV_ERR_MISMATCH || (rc == SKV_OK && !memcmp(kv, kv2, nf * sizeof *kv)),
+                  "byte %zu: %d", at, rc);
+        skv_session_free(s);
+        s = NULL;
+        data[at] ^= 0x10;
+    }
+    skv_encoder_free(e);
+    skv_ctx_free(c);
+    free(kv), free(kv2), free(data);
+    skv_model_free(m);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_kvpred");
@@ -245,5 +310,6 @@ int main(void)
     RUN(bad_params_refused);
     RUN(damaged_payloads);
     RUN(bundled_model_kv);
+    RUN(skv_codec_pred);
     TEST_END();
 }

@@ -52,14 +52,17 @@ static int add_point(rd_point *pts, int *n, rd_point p)
 
 static void pervec_points(rd_point *pts, int *n)
 {
-    static const char *sch[] = {"q8_0", "q4_0", "tq2", "tq3", "tq4", "tq3p"};
+    static const char *sch[][2] = {{"q8_0", "q8_0"}, {"q4_0", "q4_0"}, {"tq2", "tq2"}, {"tq3", "tq3"},
+                                   {"tq4", "tq3"}, {"tq4", "tq4"}, {"tq3p", "tq3p"}};
     for (size_t i = 0; i < sizeof sch / sizeof *sch; i++) {
-        rd_point p = {.family = RD_PERVEC, .scheme = skv_quant_parse(sch[i])};
-        snprintf(p.name, sizeof p.name, "%s", sch[i]);
+        rd_point p = {.family = RD_PERVEC, .scheme = {skv_quant_parse(sch[i][0]), skv_quant_parse(sch[i][1])}};
+        if (strcmp(sch[i][0], sch[i][1])) snprintf(p.name, sizeof p.name, "TQ-3.5 (k=%s,v=%s)", sch[i][0], sch[i][1]);
+        else snprintf(p.name, sizeof p.name, "%s", sch[i][0]);
         add_point(pts, n, p);
     }
     for (int i = 0; i < 2; i++) {
-        rd_point p = {.family = RD_PERVEC, .scheme = skv_quant_parse(i ? "tq3" : "tq2"), .window = 64};
+        int sc = skv_quant_parse(i ? "tq3" : "tq2");
+        rd_point p = {.family = RD_PERVEC, .scheme = {sc, sc}, .window = 64};
         snprintf(p.name, sizeof p.name, "%s+window64", i ? "tq3" : "tq2");
         add_point(pts, n, p);
     }
@@ -101,7 +104,7 @@ static void topk_points(rd_point *pts, int *n, const char *steps)
 
 static int restore_pervec(rd_window *w, rd_point *pt)
 {
-    int sc[2] = {pt->scheme, pt->scheme};
+    int sc[2] = {pt->scheme[0], pt->scheme[1]};
     skv_kvcodec *kc = NULL;
     size_t pb, P = w->P, d = (size_t)w->mi.head_dim, nser = w->nf / (P * d);
     uint8_t *buf;
@@ -249,7 +252,7 @@ static void report(const rd_window *w, const rd_point *pts, int np, const cli_sc
     double ppl = exp(full->nll / (double)full->n), ref = 0;
     size_t vals = (size_t)w->mi.n_layer * 2 * (size_t)w->mi.n_head_kv * (size_t)w->mi.head_dim;
     for (int i = 0; i < np; i++)
-        if (!strcmp(pts[i].name, "tq3p")) ref = pts[i].bits / (double)pts[i].positions;
+        if (!strncmp(pts[i].name, "TQ-3.5", 6)) ref = pts[i].bits / (double)pts[i].positions;
     printf("model %s (%d layers x %d KV heads x %d), text %s: %zu scored rows, prefix %zu of %zu positions, ppl %.4f\n\n",
            w->mi.name, w->mi.n_layer, w->mi.n_head_kv, w->mi.head_dim, o->file, full->n, w->P, w->k + 1, ppl);
     printf("| codec | bits/position | bits/value | vs TQ-3.5 bits | KL nats/token | delta ppl | top-1 agree | restore CPU us/position | passes/position |\n");

@@ -13,7 +13,7 @@ enum { RD_PERVEC = 0, RD_PRED = 1, RD_TOPK = 2 };
 typedef struct rd_point {
     char name[48];
     int family;       /* RD_* */
-    int scheme;       /* RD_PERVEC: skv_quant id (both kinds) */
+    int scheme[2];    /* RD_PERVEC: skv_quant ids of K and V */
     int window;       /* RD_PERVEC: the last `window` prefix positions kept as f16 */
     int pred;         /* RD_PRED: SKV_KVP_* */
     float step;       /* RD_PRED / RD_TOPK: relative step */
