@@ -146,6 +146,27 @@ static void skip_level_codes_nothing(void)
     free(kv);
 }
 
+/* The recency ramp: 0 at the sink and the last positions, rising with the distance,
+ * at most 7; an encode with it round-trips and refuses explicit levels beside it. */
+static void ramp_levels(void)
+{
+    uint8_t lv[200];
+    skv_kvp_ramp_levels(200, lv);
+    CHECK(lv[0] == 0 && lv[199] == 0 && lv[195] == 0 && lv[194] == 1 && lv[1] == 7);
+    for (size_t t = 2; t < 200; t++) CHECK(lv[t] <= lv[t - 1] && lv[t] <= 7);
+    size_t L = 1, H = 2, d = 8, n = 90, len;
+    float *kv = make_series(L, H, d, n);
+    skv_kvp_params p = {.predictor = SKV_KVP_LPC, .step = {0.2f, 0.2f}, .ramp = 1};
+    double e;
+    roundtrip_check(&p, kv, L, H, d, n, &e, &len);
+    CHECK(len > 0);
+    p.level = lv;
+    uint8_t *body = NULL;
+    skv_kvp_header h;
+    CHECK_EQ_INT(skv_kvp_encode(&p, 1, 2, 8, kv, n, &body, &len, &h, NULL), SKV_ERR_INVALID_ARG);
+    free(kv);
+}
+
 static void bad_params_refused(void)
 {
     float x[64] = {0};
@@ -256,7 +277,7 @@ static void skv_codec_pred(void)
     CHECK_EQ_INT(skv_tokenize(m, text, strlen(text), 1, tok, 200, &n), SKV_OK);
     skv_encoder_params ep = skv_encoder_default_params();
     ep.codec = SKV_CODEC_PRED;
-    ep.kv_quant = "lpc2,step=3";
+    ep.kv_quant = "lpc2,ramp,step=3";
     CHECK_EQ_INT(skv_encoder_create(m, &ep, &e, err, sizeof err), SKV_OK);
     ep.kv_quant = "tok,step=0";
     skv_encoder *bad = NULL;
@@ -307,6 +328,7 @@ int main(void)
     RUN(lpc2_learns_rotation);
     RUN(tok_predicts_repeats);
     RUN(skip_level_codes_nothing);
+    RUN(ramp_levels);
     RUN(bad_params_refused);
     RUN(damaged_payloads);
     RUN(bundled_model_kv);

@@ -68,21 +68,23 @@ static void pervec_points(rd_point *pts, int *n)
     }
 }
 
-static void pred_points(rd_point *pts, int *n, const char *steps)
+static void pred_points(rd_point *pts, int *n, const char *steps, const char *preds, double ratio)
 {
     static const struct { int pred, levels, l0; const char *tag; } var[] = {
         {SKV_KVP_NONE, 0, 0, "none"}, {SKV_KVP_DELTA, 0, 0, "delta"}, {SKV_KVP_LPC, 0, 0, "lpc"},
-        {SKV_KVP_LPC2, 0, 0, "lpc2"}, {SKV_KVP_TOK, 0, 0, "tok"}, {SKV_KVP_TOK, 1, 0, "tok+surprisal"},
-        {SKV_KVP_TOK, 0, 1, "tok+layer0"}};
+        {SKV_KVP_LPC2, 0, 0, "lpc2"}, {SKV_KVP_TOK, 0, 0, "tok"}, {SKV_KVP_TOK, RD_LV_SURPRISAL, 0, "tok+surprisal"},
+        {SKV_KVP_TOK, RD_LV_SINK, 0, "tok+sink"}, {SKV_KVP_TOK, RD_LV_RECENT, 0, "tok+sink+recent"},
+        {SKV_KVP_TOK, RD_LV_RAMP, 0, "tok+ramp"}, {SKV_KVP_TOK, 0, 1, "tok+layer0"},
+        {SKV_KVP_TOK, RD_LV_RAMP, 1, "tok+ramp+layer0"}};
     for (size_t v = 0; v < sizeof var / sizeof *var; v++)
         for (const char *s = steps; *s;) {
             char *end;
             double st = strtod(s, &end);
             if (end == s) break;
             rd_point p = {.family = RD_PRED, .pred = var[v].pred, .levels = var[v].levels, .l0 = var[v].l0,
-                          .step = (float)st};
+                          .step = (float)st, .kv_ratio = (float)ratio};
             snprintf(p.name, sizeof p.name, "%s@%g", var[v].tag, st);
-            add_point(pts, n, p);
+            if (!preds || strstr(preds, var[v].tag)) add_point(pts, n, p);
             s = *end == ',' ? end + 1 : end;
         }
 }
@@ -123,14 +125,22 @@ static int restore_pervec(rd_window *w, rd_point *pt)
     return rc ? -1 : 0;
 }
 
-/* Levels from surprisal: the more surprising the token, the finer the step. */
-static void surprisal_levels(const rd_window *w, uint8_t *lv)
+/* Per-position levels (step x 2^(L/2)). RD_LV_SURPRISAL: the more surprising the token,
+ * the finer the step (none below 4 bits of surprisal, up to 2^3 coarser for a certain one).
+ * RD_LV_SINK: position 0 (BOS, the attention sink) at the base step, every other 4x
+ * coarser (so the bulk step is 4x the base: points are named by the bulk step).
+ * RD_LV_RECENT: as SINK, and the last 64 positions 2x coarser than the base.
+ * RD_LV_RAMP: the step grows with the distance D from the end of the prefix, as
+ * sqrt(D / 4) (L = 2 log2(D / 4), at most 7), BOS at the base step; the base is 1/8 of
+ * the named step. */
+static void position_levels(const rd_window *w, int mode, uint8_t *lv)
 {
     for (size_t t = 0; t < w->P; t++) {
         double p1;
         int top;
         double s = rd_surprisal(w, t, &p1, &top), L = floor(4.0 - s);
-        lv[t] = (uint8_t)(t == 0 ? 0 : L < 0 ? 0 : L > 6 ? 6 : L);
+        if (mode == RD_LV_SURPRISAL) lv[t] = (uint8_t)(t == 0 ? 0 : L < 0 ? 0 : L > 6 ? 6 : L);
+        else lv[t] = t == 0 ? 0 : mode == RD_LV_RECENT && t + 64 >= w->P ? 2 : 4;
     }
 }
 
@@ -138,10 +148,14 @@ static int restore_pred(rd_window *w, rd_point *pt)
 {
     size_t L0 = pt->l0 ? 1 : 0, off = L0 * 2 * (size_t)w->mi.n_head_kv * w->P * (size_t)w->mi.head_dim, len = 0;
     uint8_t *body = NULL, *lv = pt->levels ? malloc(w->P) : NULL;
-    skv_kvp_params p = {.predictor = pt->pred, .step = {pt->step, pt->step}, .level = lv, .tokens = w->win};
+    skv_kvp_params p = {.predictor = pt->pred, .step = {pt->step * pt->kv_ratio, pt->step / pt->kv_ratio}, .level = lv,
+                        .tokens = w->win};
     skv_kvp_header h;
     if (pt->levels && !lv) return -1;
-    if (lv) surprisal_levels(w, lv);
+    if (lv && pt->levels == RD_LV_RAMP) skv_kvp_ramp_levels(w->P, lv);
+    else if (lv) position_levels(w, pt->levels, lv);
+    if (pt->levels == RD_LV_SINK || pt->levels == RD_LV_RECENT) p.step[0] /= 4.0f, p.step[1] /= 4.0f;
+    if (pt->levels == RD_LV_RAMP) p.step[0] /= 8.0f, p.step[1] /= 8.0f;
     memcpy(w->out, w->kv, off * sizeof(float)); /* layer 0 from the model: exact */
     int rc = skv_kvp_encode(&p, (uint32_t)(w->mi.n_layer - (int)L0), (uint32_t)w->mi.n_head_kv,
                             (uint32_t)w->mi.head_dim, w->kv + off, w->P, &body, &len, &h, NULL);
@@ -173,8 +187,9 @@ static int eval_point(rd_window *w, rd_point *pt)
 /* ---- the command ---------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *file, *steps, *topk_steps, *csv, *label;
+    const char *model, *file, *steps, *topk_steps, *csv, *label, *preds, *pervec;
     long ctx, prefix, max_tok, threads;
+    double ratio;
 } rd_opts;
 
 #define F(x) offsetof(rd_opts, x)
@@ -186,6 +201,10 @@ static const cli_opt rd_table[] = {
     {"tokens", 'n', CLI_INT, "N", -1, 1 << 30, F(max_tok), "text tokens used (default 4096; -1 or 0 = all)"},
     {"steps", 0, CLI_STR, "LIST", 0, 0, F(steps), "relative steps of the predictive codecs (default 0.05,0.1,0.2,0.35,0.6,1)"},
     {"topk-steps", 0, CLI_STR, "LIST", 0, 0, F(topk_steps), "steps of the top-k predictor (default 0.1,0.35,1; '' = none)"},
+    {"predictors", 0, CLI_STR, "LIST", 0, 0, F(preds), "only the predictive variants named (none delta lpc lpc2 tok tok+surprisal\n"
+                                                       "tok+layer0; default all)"},
+    {"kv-ratio", 0, CLI_FLOAT, "R", 0.01, 100, F(ratio), "predictive codecs: K step x R, V step / R (default 1)"},
+    {"pervector", 0, CLI_STR, "yes|no", 0, 0, F(pervec), "include the per-vector points (default yes)"},
     {"csv", 0, CLI_STR, "FILE", 0, 0, F(csv), "append the points to FILE as CSV"},
     {"label", 0, CLI_STR, "NAME", 0, 0, F(label), "model label in the CSV (default the model's name)"},
     CLI_OPT_THREADS(F(threads)),
@@ -304,8 +323,8 @@ static int rd_main(const rd_opts *o, skv_model *m)
     if (o->max_tok > 0 && n > (size_t)o->max_tok) n = (size_t)o->max_tok;
     if (!pts || !tok || mi.bos_id < 0 || prefix >= ctx - 1) cli_error("no tokens, no BOS, or --prefix >= the window");
     else {
-        pervec_points(pts, &np);
-        pred_points(pts, &np, o->steps);
+        if (!o->pervec || strcmp(o->pervec, "no")) pervec_points(pts, &np);
+        pred_points(pts, &np, o->steps, o->preds, o->ratio > 0 ? o->ratio : 1.0);
         topk_points(pts, &np, o->topk_steps);
         if (!window_setup(&w, m, ctx, prefix, o->threads) && !run_windows(&w, tok, n, (size_t)ctx - 1, pts, np, &full)) {
             report(&w, pts, np, &full, o);

@@ -8,6 +8,7 @@
 #include "cli.h"
 
 enum { RD_PERVEC = 0, RD_PRED = 1, RD_TOPK = 2 };
+enum { RD_LV_NONE = 0, RD_LV_SURPRISAL = 1, RD_LV_SINK = 2, RD_LV_RECENT = 3, RD_LV_RAMP = 4 };
 
 /* One point of a curve: how the prefix's KV is stored, and what it cost. */
 typedef struct rd_point {
@@ -17,7 +18,8 @@ typedef struct rd_point {
     int window;       /* RD_PERVEC: the last `window` prefix positions kept as f16 */
     int pred;         /* RD_PRED: SKV_KVP_* */
     float step;       /* RD_PRED / RD_TOPK: relative step */
-    int levels;       /* RD_PRED: surprisal-adaptive levels */
+    float kv_ratio;   /* RD_PRED: K step = step * kv_ratio, V step = step / kv_ratio */
+    int levels;       /* RD_PRED: RD_LV_* per-position levels */
     int l0;           /* RD_PRED: layer 0 regenerated from the model (0 bits) */
     double bits;      /* stored bits, all windows */
     double dec_cpu;   /* restore CPU seconds, all windows */

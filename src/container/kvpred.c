@@ -275,6 +275,15 @@ static int encode_try(const skv_kvp_params *p, const kvp_geom *g, const float *k
     return rc;
 }
 
+void skv_kvp_ramp_levels(size_t n, uint8_t *level)
+{
+    for (size_t t = 0; t < n; t++) { /* integer form of floor(2 log2(D / 4)): largest L with 2^L <= (D/4)^2 */
+        uint64_t D = n - t, sq = D * D, L = 0;
+        while (L < 7 && ((uint64_t)16 << (L + 1)) <= sq) L++;
+        level[t] = (uint8_t)(t == 0 || sq < 16 ? 0 : L);
+    }
+}
+
 static int finite_all(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -282,8 +291,26 @@ static int finite_all(const float *x, size_t n)
     return 1;
 }
 
+static int encode_main(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim, const float *kv,
+                       size_t n_pos, uint8_t **body, size_t *body_len, skv_kvp_header *h, float *deq);
+
 int skv_kvp_encode(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim, const float *kv,
                    size_t n_pos, uint8_t **body, size_t *body_len, skv_kvp_header *h, float *deq)
+{
+    if (!p || !p->ramp) return encode_main(p, n_layer, n_head_kv, head_dim, kv, n_pos, body, body_len, h, deq);
+    if (p->level) return SKV_ERR_INVALID_ARG;
+    skv_kvp_params q = *p;
+    uint8_t *lv = malloc(n_pos ? n_pos : 1);
+    if (!lv) return SKV_ERR_NOMEM;
+    skv_kvp_ramp_levels(n_pos, lv);
+    q.level = lv, q.ramp = 0, q.step[0] = p->step[0] / 8.0f, q.step[1] = p->step[1] / 8.0f;
+    int rc = encode_main(&q, n_layer, n_head_kv, head_dim, kv, n_pos, body, body_len, h, deq);
+    free(lv);
+    return rc;
+}
+
+static int encode_main(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim, const float *kv,
+                       size_t n_pos, uint8_t **body, size_t *body_len, skv_kvp_header *h, float *deq)
 {
     kvp_geom g;
     kvp_head s;

@@ -53,11 +53,17 @@ typedef struct skv_kvp_params {
     const uint8_t *level;   /* NULL, or n_pos levels 0..SKV_KVP_SKIP */
     const float *abs_step;  /* NULL, or n_layer * 2 absolute steps (layer, kind) replacing step[] */
     const int32_t *tokens;  /* predictor tok: the n_pos token ids (else ignored) */
+    int ramp;               /* 1: levels from the recency ramp (skv_kvp_ramp_levels), steps / 8; level must be NULL */
 } skv_kvp_params;
 
 /* "none" "delta" "lpc" "lpc2" <-> SKV_KVP_*; NULL / -1 if unknown. */
 const char *skv_kvp_pred_name(int predictor);
 int skv_kvp_pred_parse(const char *name);
+
+/* The recency ramp over n positions: level[t] = min(7, floor(2 log2((n - t) / 4))) (0 when
+ * negative), level[0] = 0: the step grows as sqrt of the distance from the end, the
+ * attention sink (position 0) and the recent positions finest. */
+void skv_kvp_ramp_levels(size_t n, uint8_t *level);
 
 void skv_kvp_header_write(const skv_kvp_header *h, uint8_t out[SKV_KVP_HDR]);
 /* Validates p[0..size) (size = the whole payload: header, tokens, body): magic, sizes,

@@ -15,7 +15,7 @@
 
 #define PRED_DEFAULT_STEP 1.0f
 
-/* "PREDICTOR[,step=S][,kstep=S][,vstep=S]" (NULL or "" = tok, step 1) -> p. */
+/* "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]" (NULL or "" = tok, step 1) -> p. */
 int skv_session_pred_spec(const char *spec, skv_kvp_params *p)
 {
     char buf[128];
@@ -26,7 +26,8 @@ int skv_session_pred_spec(const char *spec, skv_kvp_params *p)
     for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(it, '='), *end = NULL;
         if (!eq) {
-            if ((p->predictor = skv_kvp_pred_parse(it)) < 0) return SKV_ERR_INVALID_ARG;
+            if (!strcmp(it, "ramp")) p->ramp = 1;
+            else if ((p->predictor = skv_kvp_pred_parse(it)) < 0) return SKV_ERR_INVALID_ARG;
             continue;
         }
         *eq = 0;
