@@ -329,9 +329,10 @@ enum { SKV_CODEC_CM = 9 };
  * coded predictively across positions (closed loop: each vector predicted from the
  * reconstructed earlier ones -- the previous position, or the last position holding the
  * same token -- the residual uniformly quantized and range-coded under adaptive models).
- * skv_encoder_params.kv_quant takes "PREDICTOR[,step=S][,kstep=S][,vstep=S]" (predictors
- * none, delta, lpc, lpc2, tok; default "tok,step=1"; S = the quantizer step relative to
- * the RMS of each (layer, kind)). Ids 10..15 are reserved for predictive KV codecs. */
+ * skv_encoder_params.kv_quant takes "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]"
+ * (predictors none, delta, lpc, lpc2, tok; ramp: coarser steps far from the segment's end;
+ * S = the quantizer step relative to the RMS of each (layer, kind); NULL = "tok,ramp,step=1").
+ * Ids 10..15 are reserved for predictive KV codecs. */
 enum { SKV_CODEC_PRED = 10 };
 /* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
 SKV_API const char *skv_codec_name(int codec);

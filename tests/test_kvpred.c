@@ -321,6 +321,37 @@ static void skv_codec_pred(void)
     skv_model_free(m);
 }
 
+/* What "layer 0 regenerated from the token and its position" rests on: in this engine the
+ * first layer's K/V row of a position depends on that token and position only (bit for
+ * bit, whatever came before), while layer 1's depends on the context. */
+static void layer0_is_token_and_position(void)
+{
+    skv_model *m = NULL;
+    skv_ctx *c = NULL;
+    skv_model_info mi;
+    skv_ctx_params cp = skv_ctx_default_params();
+    if (skv_model_load(MODEL, NULL, &m, NULL, 0)) SKIP("%s not loadable", MODEL);
+    skv_model_get_info(m, &mi);
+    cp.n_ctx = 16;
+    CHECK_EQ_INT(skv_ctx_create(m, &cp, &c), SKV_OK);
+    size_t row = (size_t)mi.n_head_kv * (size_t)mi.head_dim, n = 4;
+    int32_t a[4] = {1, 100, 200, 300}, b[4] = {1, 999, 77, 300};
+    float *ka = malloc((size_t)mi.n_layer * 2 * row * n * sizeof *ka), *kb = malloc((size_t)mi.n_layer * 2 * row * n * sizeof *kb);
+    CHECK_EQ_INT(skv_prefill(c, a, n, SKV_LOGITS_NONE, NULL), SKV_OK);
+    CHECK_EQ_INT(skv_ctx_kv_read(c, 0, (int)n, ka), SKV_OK);
+    skv_ctx_truncate(c, 0);
+    CHECK_EQ_INT(skv_prefill(c, b, n, SKV_LOGITS_NONE, NULL), SKV_OK);
+    CHECK_EQ_INT(skv_ctx_kv_read(c, 0, (int)n, kb), SKV_OK);
+    for (size_t blk = 0; blk < (size_t)mi.n_layer * 2 * mi.n_head_kv; blk++) {
+        size_t off = (blk * n + 3) * (size_t)mi.head_dim; /* position 3, token 300 in both */
+        int same = !memcmp(ka + off, kb + off, (size_t)mi.head_dim * sizeof *ka);
+        CHECK_MSG(same == (blk < 2 * (size_t)mi.n_head_kv), "block %zu same %d", blk, same);
+    }
+    free(ka), free(kb);
+    skv_ctx_free(c);
+    skv_model_free(m);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_kvpred");
@@ -333,5 +364,6 @@ int main(void)
     RUN(damaged_payloads);
     RUN(bundled_model_kv);
     RUN(skv_codec_pred);
+    RUN(layer0_is_token_and_position);
     TEST_END();
 }

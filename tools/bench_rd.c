@@ -17,7 +17,7 @@
 #include "container/kvpred.h"
 #include "quant/quant.h"
 
-#define RD_MAX_POINTS 64
+#define RD_MAX_POINTS 256
 
 double rd_cpu_now(void)
 {
@@ -43,11 +43,11 @@ double rd_surprisal(const rd_window *w, size_t t, double *p_top1, int *is_top1)
 
 /* ---- the points ---------------------------------------------------------------- */
 
-static int add_point(rd_point *pts, int *n, rd_point p)
+/* Adds p; past RD_MAX_POINTS the point is dropped and *n counts it (rd_main refuses). */
+static void add_point(rd_point *pts, int *n, rd_point p)
 {
-    if (*n >= RD_MAX_POINTS) return -1;
-    pts[(*n)++] = p;
-    return 0;
+    if (*n < RD_MAX_POINTS) pts[*n] = p;
+    (*n)++;
 }
 
 static void pervec_points(rd_point *pts, int *n)
@@ -56,7 +56,7 @@ static void pervec_points(rd_point *pts, int *n)
                                    {"tq4", "tq3"}, {"tq4", "tq4"}, {"tq3p", "tq3p"}};
     for (size_t i = 0; i < sizeof sch / sizeof *sch; i++) {
         rd_point p = {.family = RD_PERVEC, .scheme = {skv_quant_parse(sch[i][0]), skv_quant_parse(sch[i][1])}};
-        if (strcmp(sch[i][0], sch[i][1])) snprintf(p.name, sizeof p.name, "TQ-3.5 (k=%s,v=%s)", sch[i][0], sch[i][1]);
+        if (strcmp(sch[i][0], sch[i][1])) snprintf(p.name, sizeof p.name, "TQ-3.5 (k=%s v=%s)", sch[i][0], sch[i][1]);
         else snprintf(p.name, sizeof p.name, "%s", sch[i][0]);
         add_point(pts, n, p);
     }
@@ -326,7 +326,8 @@ static int rd_main(const rd_opts *o, skv_model *m)
         if (!o->pervec || strcmp(o->pervec, "no")) pervec_points(pts, &np);
         pred_points(pts, &np, o->steps, o->preds, o->ratio > 0 ? o->ratio : 1.0);
         topk_points(pts, &np, o->topk_steps);
-        if (!window_setup(&w, m, ctx, prefix, o->threads) && !run_windows(&w, tok, n, (size_t)ctx - 1, pts, np, &full)) {
+        if (np > RD_MAX_POINTS) cli_error("%d points, at most %d: fewer --steps or --predictors", np, RD_MAX_POINTS);
+        else if (!window_setup(&w, m, ctx, prefix, o->threads) && !run_windows(&w, tok, n, (size_t)ctx - 1, pts, np, &full)) {
             report(&w, pts, np, &full, o);
             rc = o->csv ? write_csv(&w, pts, np, &full, o) : 0;
         }

@@ -83,8 +83,8 @@ static const cli_opt compress_opts_table[] = {
     {"kv-quant", 0, CLI_STR, "SPEC", 0, 0, F(kv_quant),
      "with --codec kvq: schemes per kind, e.g. k=tq4,v=tq3 or tq3p,seed=7\n"
      "(schemes f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p);\n"
-     "with --codec pred: PREDICTOR[,step=S][,kstep=S][,vstep=S], predictors\n"
-     "none delta lpc lpc2 tok (default tok,step=1)"},
+     "with --codec pred: PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S],\n"
+     "predictors none delta lpc lpc2 tok (default tok,ramp,step=1)"},
     CLI_OPT_CTX(F(ctx), 1, "context (segment capacity) in positions; default: the model's"),
     {"segment", 0, CLI_FLAG, NULL, 0, 0, F(segment), "allow sessions longer than the context: stored as consecutive\n"
                                                      "independent segments, each with a fresh context"},
@@ -374,7 +374,7 @@ static const cli_cmd restore_cmd = {
     "restore", "[-m MODEL] IN.skv [-o TEXT] [--kv OUT.kv] [--no-verify] [-t N]\n"
                "[--draft auto|none|ngram] [--draft-max N] [--batch N]\n",
     "Regenerates a session's tokens and KV cache from a .skv file ('-' = stdin). Quantized-KV\n"
-    "codecs (f16 q8 q4 tq2 tq3 tq4 kvq) decode the stored, lossy KV without running the model\n"
+    "codecs (f16 q8 q4 tq2 tq3 tq4 kvq pred) decode the stored, lossy KV without running the model\n"
     "(the model is still loaded: its fingerprint is checked and it renders the text).\n",
     restore_opts_table, 1,
     "The model must be the one the session was written with (checked by fingerprint).\n"

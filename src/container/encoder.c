@@ -135,7 +135,7 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, s
     e->V = (uint32_t)mi->n_vocab;
     if (p->codec == SKV_CODEC_PRED && skv_session_pred_spec(p->kv_quant, &e->kvp))
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
-                        "codec pred: kv_quant must be PREDICTOR[,step=S][,kstep=S][,vstep=S] (none delta lpc lpc2 tok), not '%s'",
+                        "codec pred: kv_quant must be PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S] (none delta lpc lpc2 tok), not '%s'",
                         p->kv_quant);
     if (p->codec != SKV_CODEC_PRED && skv_codec_is_kv(p->codec) && (rc = kv_codec_setup(e, p)))
         return skv_errf(err, errcap, rc, "codec %s: kv_quant must be %s", skv_codec_name(p->codec),

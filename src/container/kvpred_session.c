@@ -15,12 +15,16 @@
 
 #define PRED_DEFAULT_STEP 1.0f
 
-/* "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]" (NULL or "" = tok, step 1) -> p. */
+/* "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]" -> p; NULL or "" = "tok,ramp,step=1" (the
+ * best model-free point measured, bench/results/rd.md). */
 int skv_session_pred_spec(const char *spec, skv_kvp_params *p)
 {
     char buf[128];
     *p = (skv_kvp_params){.predictor = SKV_KVP_TOK, .step = {PRED_DEFAULT_STEP, PRED_DEFAULT_STEP}};
-    if (!spec || !*spec) return SKV_OK;
+    if (!spec || !*spec) {
+        p->ramp = 1;
+        return SKV_OK;
+    }
     if (strlen(spec) >= sizeof buf) return SKV_ERR_INVALID_ARG;
     memcpy(buf, spec, strlen(spec) + 1);
     for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {

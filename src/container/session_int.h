@@ -71,7 +71,7 @@ int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_fre
                           int32_t *tok, char *err, size_t cap);
 
 /* ---- kvpred_session.c: codec pred ---- */
-/* "PREDICTOR[,step=S][,kstep=S][,vstep=S]" (NULL or "": tok, step 1) -> p; SKV_ERR_INVALID_ARG. */
+/* "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]" (NULL or "": tok,ramp,step=1) -> p; SKV_ERR_INVALID_ARG. */
 int skv_session_pred_spec(const char *spec, skv_kvp_params *p);
 /* The payload of ctx's first n positions (tokens tok, token frame tframe of tlen bytes)
  * into *out (malloc'ed, *plen bytes); digest: that of the decoded KV. */
