@@ -324,7 +324,17 @@ enum {
  * model of the ids themselves (orders 0-4 and a match model; no weights, any vocabulary):
  * fewer bits than "tokens", decoded in microseconds per token, no model run to decode. */
 enum { SKV_CODEC_CM = 9 };
-/* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
+/* -- codec "pred" (docs/format.md section 2.5) --
+ * Lossy, restored without the model like the quantized-KV codecs: the tokens plus the KV
+ * coded predictively across positions (closed loop: each vector predicted from the
+ * reconstructed earlier ones -- the previous position, or the last position holding the
+ * same token -- the residual uniformly quantized and range-coded under adaptive models).
+ * skv_encoder_params.kv_quant takes "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]"
+ * (predictors none, delta, lpc, lpc2, tok; ramp: coarser steps far from the segment's end;
+ * S = the quantizer step relative to the RMS of each (layer, kind); NULL = "tok,ramp,step=1").
+ * Ids 10..15 are reserved for predictive KV codecs. */
+enum { SKV_CODEC_PRED = 10 };
+/* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
 SKV_API const char *skv_codec_name(int codec);
 SKV_API int skv_codec_parse(const char *name);
 
@@ -466,7 +476,8 @@ typedef struct skv_restore_job {
  * unaffected). */
 SKV_API int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, const skv_restore_params *p);
 
-/* Quantized-KV sessions (codecs SKV_CODEC_F16 .. SKV_CODEC_KVQ). */
+/* Quantized-KV sessions (codecs SKV_CODEC_F16 .. SKV_CODEC_KVQ, and SKV_CODEC_PRED: its
+ * scheme[] are "pred", its predictor name; position_bytes the mean, rounded up). */
 typedef struct skv_session_kv_info {
     char scheme[2][8];       /* per-vector scheme of K and V: "f16" "q8_0" "q4_0" "tq2".."tq4" "tq2p".."tq4p" ... */
     uint64_t seed;           /* base seed of the tq quantizers (layer/kind seeds as in kv_quant) */

@@ -1058,7 +1058,7 @@ static void hostile_absurd_counts(void)
     } cases[] = {
         {8, 2, 2, SKV_ERR_UNSUPPORTED, 0},           /* version */
         {10, 2, 64, SKV_ERR_FORMAT, 0},              /* header size */
-        {12, 4, 10, SKV_ERR_UNSUPPORTED, 0},         /* codec (2..8: quantized-KV codecs, 9: cm) */
+        {12, 4, 1000, SKV_ERR_UNSUPPORTED, 0},       /* codec (2..8: quantized-KV codecs, 9: cm, 10: pred) */
         {12, 4, 0xFFFFFFFF, SKV_ERR_UNSUPPORTED, 0}, /* codec */
         {16, 4, 2, SKV_ERR_FORMAT, 0},               /* flags */
         {16, 4, 0, SKV_ERR_FORMAT, 0},               /* unsegmented with 3 segments */
@@ -1367,7 +1367,7 @@ static void api_misuse(void)
 
     CHECK_EQ_INT(skv_encoder_create(NULL, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG);
     CHECK_EQ_INT(skv_encoder_create(g_m, &p, NULL, NULL, 0), SKV_ERR_INVALID_ARG);
-    p.codec = SKV_CODEC_CM + 1; /* the first unknown id (2..8: quantized-KV codecs, tests/test_session_kv.c; 9: cm) */
+    p.codec = 1000; /* unknown (2..8: quantized-KV codecs, tests/test_session_kv.c; 9: cm; 10..: pred and others) */
     CHECK_EQ_INT(skv_encoder_create(g_m, &p, &e, NULL, 0), SKV_ERR_INVALID_ARG);
     CHECK(e == NULL);
     p.codec = -1;

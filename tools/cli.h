@@ -107,6 +107,7 @@ int cmd_restore(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_kvquality(int argc, char **argv);
+int cmd_kvrd(int argc, char **argv);     /* tools/bench_rd.c */
 int cmd_store(int argc, char **argv);   /* tools/cmd_store.c */
 int cmd_bench(int argc, char **argv);   /* tools/cmd_bench.c */
 int cmd_serve(int argc, char **argv);   /* tools/cmd_serve.c (src/server/) */

@@ -9,7 +9,7 @@
 
 /* Reads and opens a .skv file ("-" = stdin); NULL after a message. */
 /* Codecs that store quantized KV (restored without running the model). */
-static int is_kv_codec(int codec) { return codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ; }
+static int is_kv_codec(int codec) { return (codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ) || codec == SKV_CODEC_PRED; }
 
 static skv_session *open_session(const char *path)
 {
@@ -77,10 +77,14 @@ static const cli_opt compress_opts_table[] = {
      "f16|q8|q4|tq2|tq3|tq4: the tokens (as 'tokens') plus every position's KV\n"
      "  quantized per vector (lossy; restored without running the model:\n"
      "  docs/format.md 2.3)\n"
-     "kvq: the same with the schemes of --kv-quant"},
+     "kvq: the same with the schemes of --kv-quant\n"
+     "pred: the tokens plus the KV coded predictively across positions (lossy,\n"
+     "  restored without the model: docs/format.md 2.5)"},
     {"kv-quant", 0, CLI_STR, "SPEC", 0, 0, F(kv_quant),
      "with --codec kvq: schemes per kind, e.g. k=tq4,v=tq3 or tq3p,seed=7\n"
-     "(schemes f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p)"},
+     "(schemes f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p);\n"
+     "with --codec pred: PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S],\n"
+     "predictors none delta lpc lpc2 tok (default tok,ramp,step=1)"},
     CLI_OPT_CTX(F(ctx), 1, "context (segment capacity) in positions; default: the model's"),
     {"segment", 0, CLI_FLAG, NULL, 0, 0, F(segment), "allow sessions longer than the context: stored as consecutive\n"
                                                      "independent segments, each with a fresh context"},
@@ -104,7 +108,8 @@ static int compress_check(const compress_opts *o, int *codec)
     if (!!o->file + !!o->ids + !!o->kv_in != 1 || !o->out)
         return cli_usage(&compress_cmd, "needs exactly one input (-f, --ids or --kv-in) and -o OUT.skv");
     if ((*codec = skv_codec_parse(o->codec)) < 0)
-        return cli_usage(&compress_cmd, "--codec must be one of model tokens cm f16 q8 q4 tq2 tq3 tq4 kvq, not '%s'", o->codec);
+        return cli_usage(&compress_cmd, "--codec must be one of model tokens cm f16 q8 q4 tq2 tq3 tq4 kvq pred, not '%s'", o->codec);
+    if (*codec == SKV_CODEC_PRED) return CLI_CONTINUE; /* --kv-quant optional (the encoder checks it) */
     if ((*codec == SKV_CODEC_KVQ) != !!o->kv_quant)
         return cli_usage(&compress_cmd, "--kv-quant SPEC goes with --codec kvq (and --codec kvq needs it)");
     if (o->kv_quant && skv_kv_quant_check(o->kv_quant, NULL, qerr, sizeof qerr))
@@ -369,7 +374,7 @@ static const cli_cmd restore_cmd = {
     "restore", "[-m MODEL] IN.skv [-o TEXT] [--kv OUT.kv] [--no-verify] [-t N]\n"
                "[--draft auto|none|ngram] [--draft-max N] [--batch N]\n",
     "Regenerates a session's tokens and KV cache from a .skv file ('-' = stdin). Quantized-KV\n"
-    "codecs (f16 q8 q4 tq2 tq3 tq4 kvq) decode the stored, lossy KV without running the model\n"
+    "codecs (f16 q8 q4 tq2 tq3 tq4 kvq pred) decode the stored, lossy KV without running the model\n"
     "(the model is still loaded: its fingerprint is checked and it renders the text).\n",
     restore_opts_table, 1,
     "The model must be the one the session was written with (checked by fingerprint).\n"

@@ -48,6 +48,7 @@ struct skv_encoder {
     uint32_t n_segments;
     skv_encoder_stats st;
     skv_kvcodec *kvc;       /* quantized-KV codecs: the per-(layer, kind) quantizers */
+    skv_kvp_params kvp;     /* codec pred: predictor and steps */
     int kv_scheme[2];
     uint64_t kv_seed;
     int finished;
@@ -132,11 +133,15 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, s
     e->p = *p;
     e->p.kv_quant = NULL; /* parsed now: the string need not outlive this call */
     e->V = (uint32_t)mi->n_vocab;
-    if (skv_codec_is_kv(p->codec) && (rc = kv_codec_setup(e, p)))
+    if (p->codec == SKV_CODEC_PRED && skv_session_pred_spec(p->kv_quant, &e->kvp))
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
+                        "codec pred: kv_quant must be PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S] (none delta lpc lpc2 tok), not '%s'",
+                        p->kv_quant);
+    if (p->codec != SKV_CODEC_PRED && skv_codec_is_kv(p->codec) && (rc = kv_codec_setup(e, p)))
         return skv_errf(err, errcap, rc, "codec %s: kv_quant must be %s", skv_codec_name(p->codec),
                         p->codec == SKV_CODEC_KVQ ? "k=SCHEME,v=SCHEME[,seed=S] (no keep-first/keep-last/window)"
                                                   : "NULL (the codec names its scheme)");
-    if (skv_codec_is_kv(p->codec) &&
+    if (p->codec != SKV_CODEC_PRED && skv_codec_is_kv(p->codec) &&
         (rc = skv_kvcodec_create(&e->kvc, e->kv_scheme, e->kv_seed, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv,
                                  (uint32_t)mi->head_dim)))
         return skv_errf(err, errcap, rc, "the KV schemes do not support this model's head size %d: %s", mi->head_dim,
@@ -303,6 +308,11 @@ static int flush_segment(skv_encoder *e)
         payload = e->rc_buf;
     } else if ((rc = zstd_tokens(e, &plen))) {
         return rc;
+    } else if (e->p.codec == SKV_CODEC_PRED) {
+        if ((rc = skv_session_pred_payload(&e->kvp, e->ctx, e->seg_tok, e->seg_n, e->rc_buf, plen, &owned, &plen, digest)))
+            return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory"
+                                                       : "the KV cannot be coded predictively (non-finite values, or a step too small for them)");
+        payload = owned;
     } else if (!e->kvc) {
         if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
         payload = e->rc_buf;

@@ -35,7 +35,7 @@
 
 /* ---- codec names; quantized-KV codecs --------------------------------------------- */
 
-static const char *const codec_names[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq", "cm"};
+static const char *const codec_names[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq", "cm", "pred"};
 #define N_CODECS ((int)(sizeof codec_names / sizeof codec_names[0]))
 
 const char *skv_codec_name(int codec) { return codec >= 0 && codec < N_CODECS ? codec_names[codec] : NULL; }
@@ -47,7 +47,7 @@ int skv_codec_parse(const char *name)
     return SKV_ERR_INVALID_ARG;
 }
 
-int skv_codec_is_kv(int codec) { return codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ; }
+int skv_codec_is_kv(int codec) { return (codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ) || codec == SKV_CODEC_PRED; }
 
 /* The one scheme of a fixed quantized-KV codec (both kinds); -1 for KVQ and the others. */
 int skv_codec_scheme(int codec)
@@ -149,6 +149,7 @@ static int check_kv_subheader(skv_session *s, uint32_t i, char *err, size_t cap)
     const skv_kvc_header *a = &s->segs[0].kvh, *h = &g->kvh;
     char msg[200];
     int fixed = skv_codec_scheme(s->info.codec);
+    if (s->info.codec == SKV_CODEC_PRED) return skv_session_check_pred(s, i, err, cap);
     if (skv_kvc_header_parse(g->payload, g->payload_bytes, g->n_tokens, &g->kvh, msg, sizeof msg)) {
         char full[240];
         snprintf(full, sizeof full, "segment %u: %s", i, msg);
@@ -359,6 +360,7 @@ int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_fre
     seg_view t = *g;
     skv_kvcodec *c = NULL;
     int rc;
+    if (s->info.codec == SKV_CODEC_PRED) return skv_session_decode_pred(s, g, kv, kv_cap, tok, err, cap);
     if (model_free && (rc = skv_kvc_check_budget(h, err, cap))) return rc;
     t.payload = g->payload + SKV_KVC_HDR;
     t.payload_bytes = h->tokens_bytes;
@@ -382,7 +384,8 @@ int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv
     const skv_kvc_header *h = &s->segs[i].kvh;
     memset(out, 0, sizeof *out);
     for (int k = 0; k < 2; k++) {
-        snprintf(out->scheme[k], sizeof out->scheme[k], "%s", skv_quant_name(h->scheme[k]));
+        const char *pn = skv_kvp_pred_name(s->segs[i].kph.predictor);
+        snprintf(out->scheme[k], sizeof out->scheme[k], "%s", s->info.codec == SKV_CODEC_PRED ? pn : skv_quant_name(h->scheme[k]));
         out->rel_mse[k] = h->rel_mse[k];
     }
     out->seed = h->seed;
@@ -392,6 +395,11 @@ int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv
     out->position_bytes = skv_kvc_position_bytes(h->scheme, h->n_layer, h->n_head_kv, h->head_dim);
     out->tokens_bytes = h->tokens_bytes;
     out->kv_bytes = h->kv_bytes;
+    if (s->info.codec == SKV_CODEC_PRED) {
+        const skv_kvp_header *p = &s->segs[i].kph;
+        out->kv_bytes = SKV_KVP_HDR + p->side_bytes + p->stream_bytes;
+        out->position_bytes = (out->kv_bytes + s->segs[i].n_tokens - 1) / s->segs[i].n_tokens;
+    }
     return ses_ok(s);
 }
 

@@ -17,6 +17,7 @@
 
 #include "coder/rangecoder.h"
 #include "container/kvcodec.h"
+#include "container/kvpred.h"
 #include "core/util.h"
 #include "seqkv.h"
 
@@ -40,7 +41,8 @@ typedef struct {
     uint64_t payload_bytes;
     const uint8_t *payload;
     uint8_t digest[16];
-    skv_kvc_header kvh;     /* quantized-KV codecs: the validated sub-header */
+    skv_kvc_header kvh;     /* quantized-KV codecs: the validated sub-header (codec pred: its geometry) */
+    skv_kvp_header kph;     /* codec pred: the validated sub-header */
 } seg_view;
 
 struct skv_session {
@@ -52,7 +54,7 @@ struct skv_session {
 };
 
 /* ---- session.c ---- */
-int skv_codec_is_kv(int codec);     /* SKV_CODEC_F16 .. SKV_CODEC_KVQ */
+int skv_codec_is_kv(int codec);     /* SKV_CODEC_F16 .. SKV_CODEC_KVQ, SKV_CODEC_PRED: the KV is stored */
 int skv_codec_scheme(int codec);    /* the one scheme of a fixed KV codec; -1 for KVQ and the others */
 /* XXH3-128 (canonical bytes) of n floats as little-endian binary32. */
 int skv_digest_f32(const float *x, size_t n, uint8_t out[16]);
@@ -67,6 +69,19 @@ size_t skv_session_kv_floats(const seg_view *g); /* floats of a KV segment, cano
  * kvcodec.h (with a model, its geometry was checked against the model's first). */
 int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
                           int32_t *tok, char *err, size_t cap);
+
+/* ---- kvpred_session.c: codec pred ---- */
+/* "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]" (NULL or "": tok,ramp,step=1) -> p; SKV_ERR_INVALID_ARG. */
+int skv_session_pred_spec(const char *spec, skv_kvp_params *p);
+/* The payload of ctx's first n positions (tokens tok, token frame tframe of tlen bytes)
+ * into *out (malloc'ed, *plen bytes); digest: that of the decoded KV. */
+int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const int32_t *tok, size_t n,
+                             const uint8_t *tframe, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16]);
+/* Segment i's SKVP sub-header into segs[i].kph (and its geometry into segs[i].kvh). */
+int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap);
+/* Tokens and decoded KV (skv_session_kv_floats(g) floats) of a codec pred segment. */
+int skv_session_decode_pred(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok, char *err,
+                            size_t cap);
 
 /* ---- cmcodec.c ---- */
 /* Codec cm's payload of the n ids tok[] (< V) into *buf (realloc'ed to *cap as needed),

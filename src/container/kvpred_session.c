@@ -1,0 +1,112 @@
+/* Codec pred (10) of .skv sessions: tokens + predictively coded KV (kvpred.h,
+ * docs/format.md section 2.5). The payload:
+ *     SKVP sub-header (64 bytes) | token frame (codec tokens payload) | side | stream
+ * Restored without the model, like the quantized-KV codecs (section 2.3), whose reader
+ * paths it shares through seg_view.kvh (geometry) and seg_view.kph. */
+#include "container/session_int.h"
+#include "core/fpguard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "container/kvpred.h"
+#include "engine/model.h"
+
+#define PRED_DEFAULT_STEP 1.0f
+
+/* "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]" -> p; NULL or "" = "tok,ramp,step=1" (the
+ * best model-free point measured, bench/results/rd.md). */
+int skv_session_pred_spec(const char *spec, skv_kvp_params *p)
+{
+    char buf[128];
+    *p = (skv_kvp_params){.predictor = SKV_KVP_TOK, .step = {PRED_DEFAULT_STEP, PRED_DEFAULT_STEP}};
+    if (!spec || !*spec) {
+        p->ramp = 1;
+        return SKV_OK;
+    }
+    if (strlen(spec) >= sizeof buf) return SKV_ERR_INVALID_ARG;
+    memcpy(buf, spec, strlen(spec) + 1);
+    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(it, '='), *end = NULL;
+        if (!eq) {
+            if (!strcmp(it, "ramp")) p->ramp = 1;
+            else if ((p->predictor = skv_kvp_pred_parse(it)) < 0) return SKV_ERR_INVALID_ARG;
+            continue;
+        }
+        *eq = 0;
+        float v = strtof(eq + 1, &end);
+        if (end == eq + 1 || *end || !(v > 0.0f && v <= 1e6f)) return SKV_ERR_INVALID_ARG;
+        if (!strcmp(it, "step")) p->step[0] = p->step[1] = v;
+        else if (!strcmp(it, "kstep")) p->step[0] = v;
+        else if (!strcmp(it, "vstep")) p->step[1] = v;
+        else return SKV_ERR_INVALID_ARG;
+    }
+    return SKV_OK;
+}
+
+int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const int32_t *tok, size_t n,
+                             const uint8_t *tframe, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16])
+{
+    const skv_model_info *mi = &skv_ctx_model(ctx)->info;
+    size_t nf = (size_t)mi->n_layer * 2 * (size_t)mi->n_head_kv * n * (size_t)mi->head_dim, blen = 0;
+    float *kv = malloc(nf * sizeof *kv), *deq = malloc(nf * sizeof *deq);
+    uint8_t *body = NULL, *buf = NULL;
+    skv_kvp_params q = *p;
+    skv_kvp_header h;
+    int rc = SKV_ERR_NOMEM;
+    q.tokens = tok;
+    if (kv && deq && !(rc = skv_ctx_kv_read(ctx, 0, (int)n, kv)) &&
+        !(rc = skv_kvp_encode(&q, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv, (uint32_t)mi->head_dim, kv, n, &body,
+                              &blen, &h, deq)) &&
+        !(rc = skv_digest_f32(deq, nf, digest))) {
+        rc = (buf = malloc(SKV_KVP_HDR + tlen + blen)) ? SKV_OK : SKV_ERR_NOMEM;
+        h.tokens_bytes = tlen;
+        if (buf) {
+            skv_kvp_header_write(&h, buf);
+            memcpy(buf + SKV_KVP_HDR, tframe, tlen);
+            memcpy(buf + SKV_KVP_HDR + tlen, body, blen);
+            *out = buf;
+            *plen = SKV_KVP_HDR + tlen + blen;
+        }
+    }
+    free(kv), free(deq), free(body);
+    return rc;
+}
+
+/* Segment i's sub-header: valid, the same predictor and geometry as segment 0. */
+int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap)
+{
+    seg_view *g = &s->segs[i];
+    const skv_kvp_header *a = &s->segs[0].kph, *h = &g->kph;
+    char msg[200];
+    if (skv_kvp_header_parse(g->payload, g->payload_bytes, &g->kph, msg, sizeof msg)) {
+        char full[240];
+        snprintf(full, sizeof full, "segment %u: %s", i, msg);
+        return skv_session_bad(err, cap, full);
+    }
+    if (i && (h->predictor != a->predictor || h->n_layer != a->n_layer || h->n_head_kv != a->n_head_kv ||
+              h->head_dim != a->head_dim))
+        return skv_session_bad(err, cap, "segments disagree on the KV predictor or geometry");
+    memset(&g->kvh, 0, sizeof g->kvh); /* the geometry the shared KV paths read */
+    g->kvh.n_layer = h->n_layer, g->kvh.n_head_kv = h->n_head_kv, g->kvh.head_dim = h->head_dim;
+    g->kvh.tokens_bytes = h->tokens_bytes;
+    g->kvh.rel_mse[0] = h->rel_mse[0], g->kvh.rel_mse[1] = h->rel_mse[1];
+    return SKV_OK;
+}
+
+int skv_session_decode_pred(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok, char *err,
+                            size_t cap)
+{
+    const skv_kvp_header *h = &g->kph;
+    seg_view t = *g;
+    int rc;
+    t.payload = g->payload + SKV_KVP_HDR;
+    t.payload_bytes = h->tokens_bytes;
+    if ((rc = skv_session_decode_tokens(&t, s->info.n_vocab, tok, err, cap))) return rc;
+    rc = skv_kvp_decode(h, t.payload + h->tokens_bytes, (size_t)(h->side_bytes + h->stream_bytes), g->n_tokens, tok, kv,
+                        kv_cap);
+    if (rc == SKV_ERR_FORMAT) return skv_session_bad(err, cap, "the predictive KV payload does not decode");
+    if (rc) return skv_errf(err, cap, rc, "KV decoding failed: %s", skv_status_str(rc));
+    return SKV_OK;
+}

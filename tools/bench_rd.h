@@ -1,0 +1,49 @@
+/* seqkv kv-rd: rate-distortion of stored KV caches (tools/bench_rd.c, bench_rd_topk.c). */
+#ifndef SKV_BENCH_RD_H
+#define SKV_BENCH_RD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cli.h"
+
+enum { RD_PERVEC = 0, RD_PRED = 1, RD_TOPK = 2 };
+enum { RD_LV_NONE = 0, RD_LV_SURPRISAL = 1, RD_LV_SINK = 2, RD_LV_RECENT = 3, RD_LV_RAMP = 4 };
+
+/* One point of a curve: how the prefix's KV is stored, and what it cost. */
+typedef struct rd_point {
+    char name[48];
+    int family;       /* RD_* */
+    int scheme[2];    /* RD_PERVEC: skv_quant ids of K and V */
+    int window;       /* RD_PERVEC: the last `window` prefix positions kept as f16 */
+    int pred;         /* RD_PRED: SKV_KVP_* */
+    float step;       /* RD_PRED / RD_TOPK: relative step */
+    float kv_ratio;   /* RD_PRED: K step = step * kv_ratio, V step = step / kv_ratio */
+    int levels;       /* RD_PRED: RD_LV_* per-position levels */
+    int l0;           /* RD_PRED: layer 0 regenerated from the model (0 bits) */
+    double bits;      /* stored bits, all windows */
+    double dec_cpu;   /* restore CPU seconds, all windows */
+    double passes;    /* RD_TOPK: forward passes the restore needs */
+    size_t positions; /* prefix positions stored, all windows */
+    cli_score s;
+} rd_point;
+
+/* One window: exact logits, tokens, exact KV of the prefix, scratch. */
+typedef struct rd_window {
+    skv_model *m;
+    skv_model_info mi;
+    skv_ctx *c, *cq;
+    int32_t *win;     /* [k + 1] BOS + tokens */
+    float *lf, *lq;   /* [k + 1][V] exact and restored logits */
+    float *kv, *out;  /* [floats of P positions] exact and restored */
+    size_t k, P, nf;  /* tokens after BOS, prefix positions, floats of the prefix */
+} rd_window;
+
+double rd_cpu_now(void);
+/* Surprisal in bits of win[t] under the exact logits row t - 1 (0 for t = 0); *top1 its
+ * argmax row's probability and whether win[t] is that argmax. */
+double rd_surprisal(const rd_window *w, size_t t, double *p_top1, int *is_top1);
+/* The paper's top-k predictor for point pt on window w: restored KV into w->out. */
+int rd_topk_restore(rd_window *w, rd_point *pt, int k, double thr);
+
+#endif
