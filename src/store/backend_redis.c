@@ -84,13 +84,33 @@ static redisContext *addr_connect(const redis_addr *a, char *err, size_t errcap)
     return c;
 }
 
+/* A connection idle for a while may have been dropped (server restarted, client killed,
+ * idle timeout): one PING tells, before a transaction depends on it. */
+static int conn_alive(redisContext *c)
+{
+    const char *argv[1] = {"PING"};
+    size_t len[1] = {4};
+    redisReply *r = redisCommandArgv(c, 1, argv, len);
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    if (r) freeReplyObject(r);
+    return ok;
+}
+
 redisContext *rb_conn_get(redis_backend *b)
 {
     redisContext *c = NULL;
+    double idle = 0;
     char e[256];
     pthread_mutex_lock(&b->mu);
-    if (b->n_free) c = b->free_c[--b->n_free];
+    if (b->n_free) {
+        c = b->free_c[--b->n_free];
+        idle = skv_now() - b->free_t[b->n_free];
+    }
     pthread_mutex_unlock(&b->mu);
+    if (c && idle > RB_IDLE_CHECK && !conn_alive(c)) {
+        redisFree(c);
+        c = NULL;
+    }
     if (c) return c;
     if (!(c = addr_connect(&b->addr, e, sizeof e))) store_err(b->base.st, SKV_ERR_IO, "%s", e);
     return c;
@@ -101,11 +121,23 @@ void rb_conn_put(redis_backend *b, redisContext *c, int bad)
     if (!c) return;
     pthread_mutex_lock(&b->mu);
     if (!bad && !c->err && b->n_free < RB_POOL) {
+        b->free_t[b->n_free] = skv_now();
         b->free_c[b->n_free++] = c;
         c = NULL;
     }
     pthread_mutex_unlock(&b->mu);
     redisFree(c);
+}
+
+void rb_pool_flush(redis_backend *b)
+{
+    redisContext *c[RB_POOL];
+    pthread_mutex_lock(&b->mu);
+    int n = b->n_free;
+    memcpy(c, b->free_c, (size_t)n * sizeof *c);
+    b->n_free = 0;
+    pthread_mutex_unlock(&b->mu);
+    for (int i = 0; i < n; i++) redisFree(c[i]);
 }
 
 /* ---- keys --------------------------------------------------------------- */

@@ -8,7 +8,8 @@
 
 #include "store/store_int.h"
 
-#define RB_POOL 16 /* idle connections kept */
+#define RB_POOL 16        /* idle connections kept */
+#define RB_IDLE_CHECK 0.2 /* seconds idle after which a pooled connection is PINGed first */
 
 typedef struct redis_addr {
     char host[256], path[256], prefix[256];
@@ -24,6 +25,7 @@ typedef struct redis_backend {
     size_t top_n, ns_n;
     pthread_mutex_t mu; /* guards the pool */
     redisContext *free_c[RB_POOL];
+    double free_t[RB_POOL]; /* when each was put back */
     int n_free;
 } redis_backend;
 
@@ -43,6 +45,7 @@ int rb_buf_cat(rb_buf *b, const void *a, size_t an, const void *c, size_t cn);
 int rb_key(const redis_backend *b, int tb, const uint8_t *k, size_t kn, rb_buf *out);
 redisContext *rb_conn_get(redis_backend *b); /* NULL: message set */
 void rb_conn_put(redis_backend *b, redisContext *c, int bad);
+void rb_pool_flush(redis_backend *b); /* closes every idle connection */
 /* Every key of the namespace whose name continues with sub[sn] (SCAN: not a snapshot). */
 int rb_scan_keys(redis_backend *b, const char *sub, size_t sn, rb_keys *out);
 void rb_keys_free(rb_keys *ks);

@@ -127,6 +127,7 @@ static void tx_free(store_btx *t)
 static int conn_lost(store_btx *t)
 {
     t->bad = 1;
+    rb_pool_flush(t->b); /* the idle ones went the same way (a restart, a kill of clients) */
     return store_err(ST(t), SKV_ERR_IO, "Redis at %s: %s (connection lost; nothing of this call was committed "
                      "unless it said so: retry, a new connection is made)", t->b->url,
                      t->c->errstr[0] ? t->c->errstr : "no reply");
