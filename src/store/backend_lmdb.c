@@ -125,7 +125,7 @@ static int l_scan(store_btx *t, int tb, const void *prefix, size_t pn, store_sca
     if (rc) return ERR(t, rc, "cursor");
     for (rc = mdb_cursor_get(cur, &k, &v, pn ? MDB_SET_RANGE : MDB_FIRST); !rc && !r;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (k.mv_size < pn || memcmp(k.mv_data, prefix, pn) != 0) break;
+        if (pn && (k.mv_size < pn || memcmp(k.mv_data, prefix, pn) != 0)) break;
         r = fn(u, k.mv_data, k.mv_size, v.mv_data, v.mv_size);
     }
     mdb_cursor_close(cur);

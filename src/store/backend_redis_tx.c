@@ -393,10 +393,10 @@ static int own_writes(store_btx *t, int tb, const uint8_t *prefix, size_t pn, re
 {
     for (size_t i = 0; i < t->cap; i++) {
         const rb_ent *e = &t->e[i];
-        if (!e->used || !e->dirty || e->tb != tb || e->kn < pn || memcmp(e->k, prefix, pn)) continue;
+        if (!e->used || !e->dirty || e->tb != tb || e->kn < pn || (pn && memcmp(e->k, prefix, pn))) continue;
         if (rec_add(l, e->k, e->kn, e->v, e->vn, !e->has)) return SKV_ERR_NOMEM;
     }
-    qsort(l->r, l->n, sizeof *l->r, rec_cmp);
+    if (l->n > 1) qsort(l->r, l->n, sizeof *l->r, rec_cmp);
     return SKV_OK;
 }
 
@@ -433,7 +433,7 @@ static int scan_children(store_btx *t, const uint8_t *parent, rec_list *base)
         rc = rec_add(base, key, 12, r->element[i + 1]->str, r->element[i + 1]->len, 0);
     }
     freeReplyObject(r);
-    qsort(base->r, base->n, sizeof *base->r, rec_cmp);
+    if (base->n > 1) qsort(base->r, base->n, sizeof *base->r, rec_cmp);
     return rc;
 }
 
@@ -553,7 +553,7 @@ static int scan_table(store_btx *t, int tb, rec_list *base)
         freeReplyObject(r);
     }
     rb_keys_free(&ks);
-    qsort(base->r, base->n, sizeof *base->r, rec_cmp);
+    if (base->n > 1) qsort(base->r, base->n, sizeof *base->r, rec_cmp);
     return rc;
 }
 
