@@ -1,5 +1,5 @@
 /* The session store shared by client processes: LMDB directory vs Redis (docs/store.md).
- * Usage: bench_store_shared MODEL TEXT STORE [clients=1] [sessions_per_client=12]
+ * Usage: bench_store_shared MODEL TEXT STORE [clients=1] [sessions_per_client=12] [budget=64MiB]
  *   STORE: a directory (LMDB) or redis://HOST:PORT/PREFIX | unix:///sock?prefix=P
  *
  * Each client process opens its own handle and runs three phases over its own sessions
@@ -59,6 +59,8 @@ static int one_op(skv_store *st, skv_ctx *ctx, int ph, const char *name, const i
     return skv_store_get(st, name, ctx, SKV_STORE_VERIFY, buf, 256, &got, NULL);
 }
 
+static int64_t g_budget = 64 << 20;
+
 static void client(const char *model, const char *where, int c, int n, int go_fd, int out_fd, int res_fd)
 {
     client_res *r = calloc(1, sizeof *r);
@@ -69,6 +71,7 @@ static void client(const char *model, const char *where, int c, int n, int go_fd
     skv_store_params sp = skv_store_default_params();
     char err[512], b;
     cp.n_ctx = 256;
+    sp.budget = g_budget;
     if (skv_model_load(model, NULL, &m, err, sizeof err) || skv_ctx_create(m, &cp, &ctx) ||
         skv_store_open(where, m, SKV_STORE_CREATE, &sp, &st, err, sizeof err)) {
         fprintf(stderr, "client %d: %s\n", c, err);
@@ -162,10 +165,11 @@ static void footprint(const char *model, const char *where)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_store_shared MODEL TEXT STORE [clients=1] [sessions_per_client=12]\n");
+        fprintf(stderr, "usage: bench_store_shared MODEL TEXT STORE [clients=1] [sessions_per_client=12] [budget]\n");
         return 2;
     }
     int nc = argc > 4 ? atoi(argv[4]) : 1, n = argc > 5 ? atoi(argv[5]) : 12;
+    if (argc > 6) g_budget = atoll(argv[6]);
     if (nc < 1 || nc > 4 || n < 1 || n > 64 || load_text(argv[1], argv[2])) {
         fprintf(stderr, "bench_store_shared: bad arguments or text\n");
         return 2;
