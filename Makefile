@@ -40,7 +40,7 @@ UNSAFE_FP := -ffast-math -Ofast -ffinite-math-only -funsafe-math-optimizations \
 ifneq ($(filter $(UNSAFE_FP),$(OPT) $(SANFLAGS) $(CFLAGS)),)
 $(error $(filter $(UNSAFE_FP),$(OPT) $(SANFLAGS) $(CFLAGS)) breaks the determinism contract (docs/determinism.md): build without it)
 endif
-LIBS := -llmdb -lzstd -lxxhash -lpthread -lm
+LIBS := -llmdb -lhiredis -lzstd -lxxhash -lpthread -lm
 
 # src/ is layered (README "Layout"); every src/<layer>/*.c is part of the library.
 LAYERS  := core tokenizer quant coder engine container store

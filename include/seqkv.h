@@ -528,7 +528,9 @@ typedef struct skv_store_params {
 
 SKV_API skv_store_params skv_store_default_params(void);
 /* Opens (or with SKV_STORE_CREATE creates) the store in directory dir for model m (which
- * must outlive the handle). Errors: SKV_ERR_IO (no store there), SKV_ERR_FORMAT (a foreign
+ * must outlive the handle). dir may instead name a Redis store shared by many processes
+ * and machines: "redis://HOST:PORT/PREFIX" or "unix:///path/redis.sock?prefix=PREFIX"
+ * (docs/store.md "Redis layout"; created on first use). Errors: SKV_ERR_IO (no store there), SKV_ERR_FORMAT (a foreign
  * or damaged file), SKV_ERR_MISMATCH (the store was made with another model: both named). */
 SKV_API int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
                            char *err, size_t errcap);
@@ -618,6 +620,10 @@ typedef struct skv_store_stats {
     double load_bps;                       /* measured KV load speed, bytes/s */
     double prior_weight;                   /* kappa: pseudo-operations given to the model prior */
     uint64_t clock;                        /* operations so far (puts + gets) */
+    /* Added for shared (Redis) stores, whose maxmemory policy may evict any record: each
+     * is a miss (recomputed or reported), never a wrong restore. Always 0 for LMDB. */
+    uint64_t kv_misses;                    /* materialised KV found evicted: recomputed */
+    uint64_t node_misses;                  /* trie nodes / sessions found evicted */
 } skv_store_stats;
 SKV_API int skv_store_get_stats(skv_store *st, skv_store_stats *s);
 

@@ -291,6 +291,9 @@ static void print_stats(const skv_store_stats *s)
     printf("bytes on disk:             %llu (%.2f MiB; LMDB pages in use)\n", (unsigned long long)s->disk_bytes,
            (double)s->disk_bytes / mib);
     printf("bits per session position: %.1f (bytes on disk x 8 / session tokens)\n", s->bits_per_position);
+    if (s->kv_misses || s->node_misses) /* a Redis store whose maxmemory policy evicted records */
+        printf("evicted records found:     %llu KV blobs (recomputed), %llu trie nodes / sessions (misses)\n",
+               (unsigned long long)s->kv_misses, (unsigned long long)s->node_misses);
     printf("materialised KV:           %llu bytes (%.2f MiB), %llu positions in %llu nodes (exact f32, zstd)\n",
            (unsigned long long)s->mat_bytes, (double)s->mat_bytes / mib, (unsigned long long)s->mat_positions,
            (unsigned long long)s->mat_nodes);

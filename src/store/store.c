@@ -1,34 +1,26 @@
-/* The session store: the probabilistic-language trie of src/trie.c persisted in LMDB,
- * with materialised KV per node and a placement policy (docs/store.md).
+/* The session store: the probabilistic-language trie of trie.c persisted through a
+ * backend (backend.h: LMDB or Redis), with materialised KV per node and a placement
+ * policy (docs/store.md).
  *
- * LMDB environment DIR/data.mdb, five named databases:
- *
- *   meta      "header" -> magic "SKVSTORE", version, model fingerprint + name + geometry
- *             "state"  -> next node id, clock, budget, measured speeds, prior weight
- *   nodes     u64 BE node id ---------------------> node record (trie.c, checksummed)
- *   children  u64 BE parent id | u32 BE token ----> u64 LE child id
- *   sessions  name bytes -------------------------> session record (end node id, tokens,
- *                                                   KV digest, put time; checksummed)
- *   kv        u64 BE node id ---------------------> KV blob of the node's span
+ * Tables (backend.h): meta ("header": magic "SKVSTORE", version, model fingerprint + name
+ * + geometry; "state": next node id, clock, budget, measured speeds, prior weight;
+ * "model": the model file; "mat": materialised bytes), nodes, children, sessions, kv,
+ * and the placement index (mat, matord).
  *
  *   KV blob:  0 u32 "SKVK" | 4 u32 positions | 8 u64 XXH3-64 of the f32 bytes |
  *             16 zstd frame of the byte-shuffled f32 values, canonical order
  *             [layer][K,V][kv_head][position][dim] over the span's positions only
  *
- * Big-endian keys sort numerically, so one cursor range walks a node's children in
- * token order. Every put / remove / gc is one write transaction: a crash leaves the
- * store as of the last commit (LMDB's copy-on-write B-trees), never half a session.
- * Readers run in read-only transactions (a consistent snapshot) concurrently with the
- * one writer.
+ * Every put / remove / gc is one write transaction: a crash leaves the store as of the
+ * last commit, never half a session. A transaction that lost a race with another writer
+ * (Redis) is run again from its start (store_run).
  */
 #include <errno.h>
 #include "core/fpguard.h"
-#include <lmdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <xxhash.h>
 
 #include "store/store_int.h"
@@ -55,33 +47,6 @@ const char *skv_store_last_error(const skv_store *st) { return st ? skv_errbox_g
 skv_store_params skv_store_default_params(void)
 {
     return (skv_store_params){.map_size = 0, .budget = -1, .n_threads = 1};
-}
-
-static int mdb_status(int rc)
-{
-    switch (rc) {
-    case 0: return SKV_OK;
-    case MDB_MAP_FULL: return SKV_ERR_RANGE;
-    case ENOMEM: return SKV_ERR_NOMEM;
-    case MDB_CORRUPTED: case MDB_INVALID: case MDB_PAGE_NOTFOUND: case MDB_INCOMPATIBLE:
-    case MDB_VERSION_MISMATCH: case MDB_BAD_TXN:
-        return SKV_ERR_FORMAT;
-    default: return SKV_ERR_IO;
-    }
-}
-
-int store_lmdb_err(skv_store *st, int rc, const char *what)
-{
-    if (rc == MDB_MAP_FULL)
-        return store_err(st, SKV_ERR_RANGE, "%s: the store is full (its map size; nothing was changed): open it with "
-                         "a larger skv_store_params.map_size, or lower the budget and run gc", what);
-    if (rc == EIO)
-        return store_err(st, SKV_ERR_IO, "%s: a write to the store failed (I/O error, or the disk is full: nothing "
-                         "was changed; reopen the store)", what);
-    if (rc == ENOSPC)
-        return store_err(st, SKV_ERR_IO, "%s: no space left on the device (nothing was changed): free space, then "
-                         "retry", what);
-    return store_err(st, mdb_status(rc), "%s: %s", what, mdb_strerror(rc));
 }
 
 /* ---- meta records ------------------------------------------------------- */
@@ -154,45 +119,69 @@ static int header_check(skv_store *st, const uint8_t *p, size_t n, const char *d
 
 static int state_load(tx *t)
 {
-    MDB_val k = {5, (void *)"state"}, v;
-    int rc = mdb_get(t->txn, t->st->meta, &k, &v);
-    if (rc) return store_lmdb_err(t->st, rc, "store state");
-    if (state_decode(v.mv_data, v.mv_size, &t->s))
-        return store_err(t->st, SKV_ERR_FORMAT, "store state record damaged");
+    const uint8_t *v;
+    size_t n;
+    int rc = t->st->be->ops->get(t->bt, TB_META, "state", 5, STORE_NOWATCH, &v, &n);
+    if (rc == 1 && t->st->be->evicts) { /* evicted: start the statistics again */
+        t->s = (store_state){.next_id = 1, .budget = DEFAULT_BUDGET, .prefill_tps = 2000.0, .load_bps = 200e6,
+                             .prior_weight = 16.0, .comp_ratio = 0.8};
+        memset(&t->s0, 0xff, sizeof t->s0);
+        return SKV_OK;
+    }
+    if (rc == 1) return store_err(t->st, SKV_ERR_FORMAT, "store state record missing (damaged)");
+    if (rc) return rc;
+    if (state_decode(v, n, &t->s)) return store_err(t->st, SKV_ERR_FORMAT, "store state record damaged");
+    t->s0 = t->s;
     return SKV_OK;
 }
 
 static int state_save(tx *t)
 {
     uint8_t buf[STATE_SIZE];
-    MDB_val k = {5, (void *)"state"}, v = {STATE_SIZE, buf};
+    if (!memcmp(&t->s, &t->s0, sizeof t->s)) return SKV_OK;
     state_encode(&t->s, buf);
-    int rc = mdb_put(t->txn, t->st->meta, &k, &v, 0);
-    return rc ? store_lmdb_err(t->st, rc, "store state") : SKV_OK;
+    return store_put(t, TB_META, "state", 5, buf, STATE_SIZE);
 }
 
 /* ---- transactions ------------------------------------------------------- */
+
+int store_get(tx *t, int tb, const void *k, size_t kn, const uint8_t **v, size_t *vn)
+{
+    return t->st->be->ops->get(t->bt, tb, k, kn, 0, v, vn);
+}
+int store_put(tx *t, int tb, const void *k, size_t kn, const void *v, size_t vn)
+{
+    return t->st->be->ops->put(t->bt, tb, k, kn, v, vn);
+}
+int store_del(tx *t, int tb, const void *k, size_t kn) { return t->st->be->ops->del(t->bt, tb, k, kn); }
+int store_scan(tx *t, int tb, const void *prefix, size_t pn, store_scan_fn fn, void *u)
+{
+    return t->st->be->ops->scan(t->bt, tb, prefix, pn, fn, u);
+}
 
 int store_tx_begin(skv_store *st, int write, tx *t)
 {
     memset(t, 0, sizeof *t);
     t->st = st;
+    t->write = write;
     skv_errbox_clear(st->err); /* a message left from an earlier call must not describe this one */
     if (write && st->readonly) return store_err(st, SKV_ERR_INVALID_ARG, "the store was opened read-only");
-    int rc = mdb_txn_begin(st->env, NULL, write ? 0 : MDB_RDONLY, &t->txn);
-    if (rc) return store_lmdb_err(st, rc, "begin transaction");
+    int rc = st->be->ops->begin(st->be, write, &t->bt);
+    if (rc) return rc;
     store_io_init(t);
-    if ((rc = state_load(t))) {
-        mdb_txn_abort(t->txn);
-        t->txn = NULL;
-    }
+    if ((rc = state_load(t))) store_tx_abort(t);
     return rc;
 }
 
 void store_tx_abort(tx *t)
 {
-    if (t->txn) mdb_txn_abort(t->txn);
-    t->txn = NULL;
+    if (t->bt) t->st->be->ops->abort(t->bt);
+    t->bt = NULL;
+}
+
+static void note_misses(tx *t)
+{
+    if (t->miss[0] || t->miss[1]) t->st->be->ops->misses(t->st->be, t->miss, NULL);
 }
 
 int store_tx_commit(tx *t)
@@ -202,9 +191,35 @@ int store_tx_commit(tx *t)
         store_tx_abort(t);
         return rc;
     }
-    rc = mdb_txn_commit(t->txn);
-    t->txn = NULL;
-    return rc ? store_lmdb_err(t->st, rc, "commit") : SKV_OK;
+    rc = t->st->be->ops->commit(t->bt);
+    t->bt = NULL;
+    note_misses(t);
+    return rc;
+}
+
+int store_tx_end(tx *t)
+{
+    int rc = t->st->be->ops->commit(t->bt);
+    t->bt = NULL;
+    note_misses(t);
+    return rc;
+}
+
+int store_run(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
+{
+    for (int attempt = 0; attempt < STORE_RETRIES; attempt++) {
+        tx t;
+        int rc = store_tx_begin(st, write, &t);
+        if (rc) return rc;
+        if ((rc = fn(&t, u))) {
+            store_tx_abort(&t);
+            return rc;
+        }
+        rc = write ? store_tx_commit(&t) : store_tx_end(&t);
+        if (rc != STORE_CONFLICT) return rc;
+    }
+    return store_err(st, SKV_ERR_IO, "the store is too busy: %d attempts lost races with other writers; retry",
+                     STORE_RETRIES);
 }
 
 int store_trie_err(skv_store *st, int rc, const char *what)
@@ -219,38 +234,6 @@ int store_trie_err(skv_store *st, int rc, const char *what)
 }
 
 /* ---- open / close ------------------------------------------------------- */
-
-/* Creating a store inside an LMDB environment that holds someone else's data would
- * change it: only an empty environment (or an existing store) is accepted. */
-static int foreign_env(MDB_txn *txn)
-{
-    MDB_dbi main_db, probe;
-    MDB_stat ms;
-    if (mdb_dbi_open(txn, "meta", 0, &probe) == 0) return 0;
-    if (mdb_dbi_open(txn, NULL, 0, &main_db) || mdb_stat(txn, main_db, &ms)) return 1;
-    return ms.ms_entries > 0;
-}
-
-static int open_dbs(skv_store *st, MDB_txn *txn, int create, const char *dir)
-{
-    unsigned fl = create ? MDB_CREATE : 0;
-    if (create && foreign_env(txn))
-        return store_err(st, SKV_ERR_FORMAT, "'%s' holds an LMDB environment with other data, not a seqkv store", dir);
-    int rc = mdb_dbi_open(txn, "meta", fl, &st->meta);
-    if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
-        return store_err(st, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store (no 'meta' database)",
-                       dir);
-    if (rc) return store_lmdb_err(st, rc, "open meta");
-    const char *names[4] = {"nodes", "children", "sessions", "kv"};
-    MDB_dbi *dbis[4] = {&st->nodes, &st->children, &st->sessions, &st->kv};
-    for (int i = 0; i < 4; i++) {
-        rc = mdb_dbi_open(txn, names[i], fl, dbis[i]);
-        if (rc == MDB_NOTFOUND || rc == MDB_INCOMPATIBLE)
-            return store_err(st, SKV_ERR_FORMAT, "store '%s': database '%s' missing (damaged)", dir, names[i]);
-        if (rc) return store_lmdb_err(st, rc, names[i]);
-    }
-    return SKV_OK;
-}
 
 /* Restore speed for the cost model: a 128-token prefill of the model (no logits). */
 static double measure_prefill(skv_store *st)
@@ -268,65 +251,59 @@ static double measure_prefill(skv_store *st)
     return best > 0 ? best : 2000.0;
 }
 
-static int init_or_check(skv_store *st, MDB_txn *txn, int create, const skv_store_params *p, const char *dir)
+/* A new store: header, state, model record and the (empty) placement index. */
+static int init_store(tx *t, const skv_store_params *p)
 {
-    MDB_val k = {6, (void *)"header"}, v;
-    int rc = mdb_get(txn, st->meta, &k, &v);
-    if (rc == MDB_NOTFOUND && create) {
-        uint8_t hdr[HEADER_SIZE], sb[STATE_SIZE];
-        store_state s = {.next_id = 1, .clock = 0, .budget = p->budget >= 0 ? (uint64_t)p->budget : DEFAULT_BUDGET,
-                         .prefill_tps = measure_prefill(st), .load_bps = 200e6, .prior_weight = 16.0, .comp_ratio = 0.8};
-        header_encode(st, hdr);
-        state_encode(&s, sb);
-        MDB_val hv = {HEADER_SIZE, hdr}, sk = {5, (void *)"state"}, sv = {STATE_SIZE, sb};
-        if ((rc = mdb_put(txn, st->meta, &k, &hv, 0)) || (rc = mdb_put(txn, st->meta, &sk, &sv, 0)))
-            return store_lmdb_err(st, rc, "write header");
-        return store_model_init(st, txn);
-    }
-    if (rc == MDB_NOTFOUND)
-        return store_err(st, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store (no header)", dir);
-    if (rc) return store_lmdb_err(st, rc, "read header");
-    return header_check(st, v.mv_data, v.mv_size, dir);
+    uint8_t hdr[HEADER_SIZE];
+    const uint8_t *v;
+    size_t n;
+    int rc = store_get(t, TB_META, "header", 6, &v, &n); /* (Redis: watched, so one creator wins) */
+    if (rc <= 0) return rc;
+    t->s = (store_state){.next_id = 1, .clock = 0, .budget = p->budget >= 0 ? (uint64_t)p->budget : DEFAULT_BUDGET,
+                         .prefill_tps = measure_prefill(t->st), .load_bps = 200e6, .prior_weight = 16.0,
+                         .comp_ratio = 0.8};
+    memset(&t->s0, 0xff, sizeof t->s0);
+    header_encode(t->st, hdr);
+    rc = store_put(t, TB_META, "header", 6, hdr, HEADER_SIZE);
+    if (!rc) rc = store_model_init(t);
+    if (!rc) rc = store_mat_build(t);
+    return rc;
 }
 
-static int open_env(skv_store *st, const char *dir, int flags, const skv_store_params *p)
+/* The first transaction on a new store has no state record to load. */
+static int create_store(skv_store *st, const skv_store_params *p)
 {
-    struct stat sb;
-    char path[4096];
-    int create = flags & SKV_STORE_CREATE;
-    if (create && stat(dir, &sb) != 0 && mkdir(dir, 0777) != 0)
-        return store_err(st, SKV_ERR_IO, "cannot create directory '%s': %s", dir, strerror(errno));
-    snprintf(path, sizeof path, "%s/data.mdb", dir);
-    if (!create && stat(path, &sb) != 0)
-        return store_err(st, SKV_ERR_IO, "no seqkv store in '%s' (create one with 'seqkv store init')", dir);
-    int rc = mdb_env_create(&st->env);
-    if (!rc) rc = mdb_env_set_maxdbs(st->env, 8);
-    if (!rc) rc = mdb_env_set_mapsize(st->env, p->map_size ? p->map_size : DEFAULT_MAP);
-    if (rc) return store_lmdb_err(st, rc, "lmdb");
-    rc = mdb_env_open(st->env, dir, MDB_NOTLS | (st->readonly ? MDB_RDONLY : 0), 0664);
-    if (rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED)
-        return store_err(st, SKV_ERR_FORMAT, "'%s' is not a seqkv store: data.mdb is not a valid LMDB environment (%s)",
-                       dir, mdb_strerror(rc));
-    if (rc) return store_err(st, mdb_status(rc), "cannot open store '%s': %s", dir, mdb_strerror(rc));
-    int dead;
-    mdb_reader_check(st->env, &dead); /* reader slots of killed processes */
-    return SKV_OK;
+    tx t = {.st = st, .write = 1};
+    int rc = st->be->ops->begin(st->be, 1, &t.bt);
+    if (rc) return rc;
+    store_io_init(&t);
+    if ((rc = init_store(&t, p))) {
+        store_tx_abort(&t);
+        return rc;
+    }
+    rc = store_tx_commit(&t);
+    return rc == STORE_CONFLICT ? SKV_OK : rc; /* another process created it meanwhile */
+}
+
+/* The header matches this build and model; an index missing (an older store) is built. */
+static int check_store(tx *t, void *u)
+{
+    const char *dir = *(const char **)u;
+    const uint8_t *v;
+    size_t n;
+    int rc = store_get(t, TB_META, "header", 6, &v, &n);
+    if (rc == 1) return store_err(t->st, SKV_ERR_FORMAT, "'%s' holds no seqkv store header", dir);
+    if (rc || (rc = header_check(t->st, v, n, dir))) return rc;
+    if (t->write && (rc = store_get(t, TB_META, "mat", 3, &v, &n)) == 1) return store_mat_build(t);
+    return rc;
 }
 
 static int open_store(skv_store *st, const char *dir, int flags, const skv_store_params *p)
 {
-    MDB_txn *txn;
-    int rc, create = flags & SKV_STORE_CREATE;
-    if ((rc = open_env(st, dir, flags, p))) return rc;
-    if ((rc = mdb_txn_begin(st->env, NULL, st->readonly ? MDB_RDONLY : 0, &txn)))
-        return rc == MDB_INVALID || rc == MDB_CORRUPTED || rc == MDB_PAGE_NOTFOUND
-                   ? store_err(st, SKV_ERR_FORMAT, "store '%s' is damaged: %s", dir, mdb_strerror(rc))
-                   : store_lmdb_err(st, rc, "begin");
-    if ((rc = open_dbs(st, txn, create, dir)) || (rc = init_or_check(st, txn, create, p, dir))) {
-        mdb_txn_abort(txn);
-        return rc;
-    }
-    if ((rc = mdb_txn_commit(txn))) return store_lmdb_err(st, rc, "commit");
+    int rc, fresh = 0;
+    if ((rc = store_backend_open(st, dir, flags, p, &st->be, &fresh))) return rc;
+    if (fresh && (rc = create_store(st, p))) return rc;
+    if ((rc = store_run(st, !st->readonly, check_store, &dir))) return rc;
     if (p->budget >= 0 && !st->readonly) return skv_store_set_budget(st, (uint64_t)p->budget);
     return SKV_OK;
 }
@@ -377,19 +354,27 @@ int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_par
 void skv_store_close(skv_store *st)
 {
     if (!st) return;
-    if (st->env) mdb_env_close(st->env);
+    if (st->be) st->be->ops->close(st->be);
     skv_ctx_free(st->work);
     skv_errbox_free(st->err);
     free(st->model_path);
     free(st);
 }
 
-int skv_store_set_budget(skv_store *st, uint64_t bytes)
+static int set_budget_tx(tx *t, void *u)
 {
-    tx t;
-    int rc = store_tx_begin(st, 1, &t);
-    if (rc) return rc;
-    t.s.budget = bytes;
-    return store_tx_commit(&t);
+    t->s.budget = *(const uint64_t *)u;
+    return SKV_OK;
 }
 
+int skv_store_set_budget(skv_store *st, uint64_t bytes)
+{
+    return st ? store_done(st, store_run(st, 1, set_budget_tx, &bytes)) : SKV_ERR_INVALID_ARG;
+}
+
+int store_backend_open(skv_store *st, const char *where, int flags, const skv_store_params *p, store_backend **out,
+                       int *fresh)
+{
+    if (store_is_redis_url(where)) return store_backend_redis_open(st, where, flags, out, fresh);
+    return store_backend_lmdb_open(st, where, flags, p, out, fresh);
+}

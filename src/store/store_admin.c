@@ -10,72 +10,88 @@
 
 /* ---- match, remove, list ------------------------------------------------ */
 
+typedef struct match_args {
+    const int32_t *tokens;
+    size_t n;
+    skv_store_match_result r;
+} match_args;
+
+static int match_tx(tx *t, void *u)
+{
+    match_args *a = u;
+    skv_trie_path p;
+    int rc = skv_trie_match(&t->io, a->tokens, a->n, &p);
+    if (rc) return store_trie_err(t->st, rc, "lookup");
+    uint32_t l = store_loadable(&p, p.matched);
+    a->r = (skv_store_match_result){.n_matched = p.matched, .bits = p.bits, .n_load = l, .n_compute = p.matched - l};
+    skv_trie_path_free(&p);
+    return SKV_OK;
+}
+
 int skv_store_match(skv_store *st, const int32_t *tokens, size_t n, skv_store_match_result *r)
 {
-    skv_trie_path p;
-    tx t;
-    int rc;
+    match_args a = {tokens, n, {0}};
     if (!st || !r || (n && !tokens)) return st ? store_err(st, SKV_ERR_INVALID_ARG, "match: bad arguments") : SKV_ERR_INVALID_ARG;
-    if ((rc = store_tx_begin(st, 0, &t))) return rc;
-    rc = skv_trie_match(&t.io, tokens, n, &p);
-    if (!rc) {
-        uint32_t l = store_loadable(&p, p.matched);
-        *r = (skv_store_match_result){.n_matched = p.matched, .bits = p.bits, .n_load = l, .n_compute = p.matched - l};
-        skv_trie_path_free(&p);
+    int rc = store_run(st, 0, match_tx, &a);
+    if (!rc) *r = a.r;
+    return rc;
+}
+
+static int remove_tx(tx *t, void *u)
+{
+    const char *name = *(const char **)u;
+    ses_rec sr;
+    int rc = store_ses_get(t, name, &sr);
+    if (rc == 1) return store_err(t->st, SKV_ERR_INVALID_ARG, "no session named '%s'", name);
+    if (!rc && (rc = skv_trie_remove(&t->io, sr.end))) {
+        if (!t->st->be->evicts || rc == SKV_ERR_NOMEM) return store_trie_err(t->st, rc, "remove");
+        t->miss[1]++; /* its path was evicted (Redis): drop the record; the rest ages out */
+        skv_errbox_clear(t->st->err);
+        rc = SKV_OK;
     }
-    store_tx_abort(&t);
-    return rc ? store_trie_err(st, rc, "lookup") : SKV_OK;
+    return rc ? rc : store_del(t, TB_SESSIONS, name, strlen(name));
 }
 
 static int remove_call(skv_store *st, const char *name)
 {
-    ses_rec sr;
-    tx t;
     int rc;
     if (!st) return SKV_ERR_INVALID_ARG;
-    if ((rc = store_check_name(st, name)) || (rc = store_tx_begin(st, 1, &t))) return rc;
-    if ((rc = store_ses_get(&t, name, &sr)) == 1) rc = store_err(st, SKV_ERR_INVALID_ARG, "no session named '%s'", name);
-    if (!rc && (rc = skv_trie_remove(&t.io, sr.end))) rc = store_trie_err(st, rc, "remove");
-    if (!rc) {
-        MDB_val k = store_name_key(name);
-        if ((rc = mdb_del(t.txn, st->sessions, &k, NULL))) rc = store_lmdb_err(st, rc, "delete session");
-    }
-    if (rc) {
-        store_tx_abort(&t);
-        return rc;
-    }
-    return store_tx_commit(&t);
+    if ((rc = store_check_name(st, name))) return rc;
+    return store_run(st, 1, remove_tx, &name);
 }
 
+typedef struct list_args {
+    skv_store *st;
+    int (*cb)(void *user, const skv_store_session_info *s);
+    void *user;
+} list_args;
+
+static int list_rec(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
+{
+    list_args *a = u;
+    char name[256];
+    ses_rec sr;
+    if (kn < 1 || kn > 255 || store_ses_decode(v, vn, &sr))
+        return store_err(a->st, SKV_ERR_FORMAT, "session record damaged");
+    memcpy(name, k, kn);
+    name[kn] = 0;
+    skv_store_session_info si = {.name = name, .n_tokens = sr.n_tokens, .put_time = sr.put_time};
+    memcpy(si.digest, sr.digest, 16);
+    return a->cb(a->user, &si) ? 1 : SKV_OK;
+}
+
+/* One pass over the sessions (a callback's stop is not an error). In Redis the listing is
+ * not one snapshot: sessions put or removed meanwhile may or may not appear. */
 int skv_store_list(skv_store *st, int (*cb)(void *user, const skv_store_session_info *s), void *user)
 {
-    MDB_cursor *cur;
-    MDB_val k, v;
+    list_args a = {st, cb, user};
     tx t;
-    char name[256];
-    int rc, r = SKV_OK;
     if (!st || !cb) return SKV_ERR_INVALID_ARG;
-    if ((rc = store_tx_begin(st, 0, &t))) return rc;
-    if ((rc = mdb_cursor_open(t.txn, st->sessions, &cur))) {
-        store_tx_abort(&t);
-        return store_lmdb_err(st, rc, "cursor");
-    }
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc && !r; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        ses_rec sr;
-        if (k.mv_size < 1 || k.mv_size > 255 || store_ses_decode(&v, &sr)) {
-            r = store_err(st, SKV_ERR_FORMAT, "session record damaged");
-            break;
-        }
-        memcpy(name, k.mv_data, k.mv_size);
-        name[k.mv_size] = 0;
-        skv_store_session_info si = {.name = name, .n_tokens = sr.n_tokens, .put_time = sr.put_time};
-        memcpy(si.digest, sr.digest, 16);
-        r = cb(user, &si) ? 1 : SKV_OK;
-    }
-    mdb_cursor_close(cur);
+    int rc = store_tx_begin(st, 0, &t);
+    if (rc) return rc;
+    rc = store_scan(&t, TB_SESSIONS, NULL, 0, list_rec, &a);
     store_tx_abort(&t);
-    if (rc && rc != MDB_NOTFOUND) return store_lmdb_err(st, rc, "list");
-    return r < 0 ? r : SKV_OK;
+    return rc < 0 ? rc : SKV_OK;
 }
 
 /* ---- stats and gc ------------------------------------------------------- */
@@ -102,28 +118,8 @@ static int sum_session(void *user, const skv_store_session_info *si)
     return 0;
 }
 
-/* Pages on LMDB's free list (reusable, so not "in use"): each record of the free
- * database (dbi 0) is a page-number list whose first word is its length. */
-static uint64_t free_pages(tx *t)
-{
-    MDB_cursor *cur;
-    MDB_val k, v;
-    uint64_t n = 0;
-    if (mdb_cursor_open(t->txn, 0, &cur)) return 0;
-    while (!mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-        if (v.mv_size >= sizeof(size_t)) {
-            size_t cnt;
-            memcpy(&cnt, v.mv_data, sizeof cnt);
-            n += cnt;
-        }
-    mdb_cursor_close(cur);
-    return n;
-}
-
 int skv_store_get_stats(skv_store *st, skv_store_stats *s)
 {
-    MDB_envinfo ei;
-    MDB_stat ms;
     tx t;
     double f16 = 0, tq = 0;
     int rc;
@@ -132,14 +128,13 @@ int skv_store_get_stats(skv_store *st, skv_store_stats *s)
     if ((rc = skv_store_list(st, sum_session, s))) return rc;
     if ((rc = store_tx_begin(st, 0, &t))) return rc;
     rc = store_scan_nodes(&t, count_node, s);
-    uint64_t unused = free_pages(&t);
-    mdb_env_info(st->env, &ei);
-    mdb_env_stat(st->env, &ms);
     store_tx_abort(&t);
-    if (rc) return rc;
+    if (rc || (rc = st->be->ops->bytes(st->be, &s->disk_bytes))) return rc;
+    uint64_t miss[2];
+    st->be->ops->misses(st->be, NULL, miss);
+    s->kv_misses = miss[0];
+    s->node_misses = miss[1];
     snprintf(s->model_name, sizeof s->model_name, "%s", st->info.name);
-    uint64_t pages = (uint64_t)ei.me_last_pgno + 1;
-    s->disk_bytes = (pages > unused ? pages - unused : pages) * ms.ms_psize;
     s->dedup_ratio = s->unique_positions ? (double)s->session_tokens / (double)s->unique_positions : 0;
     s->bits_per_position = s->session_tokens ? (double)s->disk_bytes * 8.0 / (double)s->session_tokens : 0;
     skv_kv_position_bytes(st->model, "f16", &f16);
@@ -167,88 +162,104 @@ static int gc_check_trie(tx *t)
                      "store check failed: %s (the store is damaged)", e);
 }
 
-/* Every KV blob left decodes (length, zstd frame, checksum) and belongs to a materialised node. */
-static int gc_check_blobs(tx *t, const mat_set *m)
+/* Node id's KV decodes (length, zstd frame, checksum) and the node is marked materialised. */
+static int check_blob(tx *t, uint64_t id)
 {
-    for (size_t i = 0; i < m->n; i++) {
-        skv_trie_node nd;
-        float *kv;
-        if (!m->c[i].alive) continue;
-        int rc = store_io_get_node(t, m->c[i].id, &nd);
-        if (rc == 1) rc = store_err(t->st, SKV_ERR_FORMAT, "KV of missing node %llu", (unsigned long long)m->c[i].id);
-        if (!rc && !(nd.flags & SKV_TRIE_MAT))
-            rc = store_err(t->st, SKV_ERR_FORMAT, "node %llu holds KV but is not marked materialised",
-                           (unsigned long long)nd.id);
-        if (!rc && !(rc = store_blob_get(t, nd.id, nd.len, &kv))) free(kv);
-        skv_trie_node_clear(&nd);
-        if (rc)
-            return store_err(t->st, rc == SKV_ERR_NOMEM ? rc : SKV_ERR_FORMAT,
-                             "%.300s. The sessions are intact: 'seqkv store gc DIR --budget 0' drops the "
-                             "materialised KV (restores recompute it), then 'seqkv store gc DIR --budget BYTES' "
-                             "materialises again", skv_errbox_get(t->st->err));
-    }
+    skv_trie_node nd;
+    float *kv;
+    int rc = store_io_get_node(t, id, &nd);
+    if (rc == 1 && t->st->be->evicts) return SKV_OK;
+    if (rc == 1) return store_err(t->st, SKV_ERR_FORMAT, "KV of missing node %llu", (unsigned long long)id);
+    if (rc) return rc;
+    if (!(nd.flags & SKV_TRIE_MAT))
+        rc = store_err(t->st, SKV_ERR_FORMAT, "node %llu holds KV but is not marked materialised",
+                       (unsigned long long)nd.id);
+    if (!rc && !(rc = store_blob_get(t, nd.id, nd.len, &kv))) free(kv);
+    skv_trie_node_clear(&nd);
+    return rc == 1 ? SKV_OK : rc;
+}
+
+/* Every KV blob left decodes and belongs to a materialised node. */
+static int gc_check_blobs(tx *t)
+{
+    store_ids l;
+    int rc = store_mat_ids(t, &l);
+    for (size_t i = 0; !rc && i < l.n; i++) rc = check_blob(t, l.id[i]);
+    free(l.id);
+    if (rc)
+        return store_err(t->st, rc == SKV_ERR_NOMEM ? rc : SKV_ERR_FORMAT,
+                         "%.300s. The sessions are intact: 'seqkv store gc DIR --budget 0' drops the "
+                         "materialised KV (restores recompute it), then 'seqkv store gc DIR --budget BYTES' "
+                         "materialises again", skv_errbox_get(t->st->err));
     return SKV_OK;
 }
 
 /* Check, demote down to the budget, check the KV left, materialise up to the budget. */
-static int gc_tx(tx *t, skv_store_gc_report *g)
+static int gc_tx(tx *t, void *u)
 {
-    mat_set m;
-    int rc = gc_check_trie(t);
-    if (rc || (rc = store_mat_load(t, &m))) return rc;
-    uint64_t before = m.total;
-    if (!(rc = store_evict_to(t, &m, t->s.budget, &g->n_demoted)) && !(rc = gc_check_blobs(t, &m)))
-        rc = store_fill_to(t, &m, t->s.budget, &g->n_materialised, &g->n_demoted);
-    g->mat_bytes = m.total;
-    g->bytes_freed = before > m.total ? before - m.total : 0;
-    free(m.c);
+    skv_store_gc_report *g = u;
+    uint64_t before, after;
+    *g = (skv_store_gc_report){0};
+    int rc = t->st->be->evicts ? SKV_OK : gc_check_trie(t); /* Redis: evictions break invariants */
+    if (rc || (rc = store_mat_total(t, &before))) return rc;
+    if (!(rc = store_evict_to(t, t->s.budget, &g->n_demoted)) && !(rc = gc_check_blobs(t)))
+        rc = store_fill_to(t, t->s.budget, &g->n_materialised, &g->n_demoted);
+    if (!rc && !(rc = store_mat_total(t, &after))) {
+        g->mat_bytes = after;
+        g->bytes_freed = before > after ? before - after : 0;
+    }
     return rc;
 }
 
 static int gc_call(skv_store *st, skv_store_gc_report *r)
 {
     skv_store_gc_report g = {0};
-    tx t;
-    int rc;
     if (!st) return SKV_ERR_INVALID_ARG;
-    if ((rc = store_tx_begin(st, 1, &t))) return rc;
-    if ((rc = gc_tx(&t, &g))) {
-        store_tx_abort(&t);
-        return rc;
-    }
-    if ((rc = store_tx_commit(&t))) return rc;
-    if (r) *r = g;
-    return SKV_OK;
+    int rc = store_run(st, 1, gc_tx, &g);
+    if (!rc && r) *r = g;
+    return rc;
 }
 
 /* ---- internal: model-free bulk insert (benchmarks) ----------------------- */
 
+typedef struct bulk_args {
+    size_t n;
+    const char *const *names;
+    const int32_t *const *tokens;
+    const size_t *lens;
+    const float *const *surprisal;
+} bulk_args;
+
+static int bulk_one(tx *t, const bulk_args *a, size_t i)
+{
+    skv_store *st = t->st;
+    ses_rec sr = {.n_tokens = (uint32_t)a->lens[i], .put_time = (uint64_t)time(NULL)};
+    uint8_t rec[SESSION_SIZE];
+    const uint8_t *old;
+    size_t on, nl = strlen(a->names[i]);
+    int rc = store_check_name(st, a->names[i]);
+    if (rc || (rc = store_check_tokens(st, a->tokens[i], a->lens[i]))) return rc;
+    if ((rc = store_get(t, TB_SESSIONS, a->names[i], nl, &old, &on)) <= 0)
+        return rc ? rc : store_err(st, SKV_ERR_INVALID_ARG, "session '%s' exists", a->names[i]);
+    if ((rc = skv_trie_insert(&t->io, a->tokens[i], a->lens[i], a->surprisal[i], ++t->s.clock, &sr.end)))
+        return store_trie_err(st, rc, "insert");
+    store_ses_encode(&sr, rec);
+    return store_put(t, TB_SESSIONS, a->names[i], nl, rec, SESSION_SIZE);
+}
+
+static int bulk_tx(tx *t, void *u)
+{
+    const bulk_args *a = u;
+    int rc = SKV_OK;
+    for (size_t i = 0; i < a->n && !rc; i++) rc = bulk_one(t, a, i);
+    return rc;
+}
+
 int skv_store__put_tokens(skv_store *st, size_t n_sessions, const char *const *names, const int32_t *const *tokens,
                           const size_t *lens, const float *const *surprisal)
 {
-    tx t;
-    int rc;
-    if (!st) return SKV_ERR_INVALID_ARG;
-    if ((rc = store_tx_begin(st, 1, &t))) return rc;
-    for (size_t i = 0; i < n_sessions && !rc; i++) {
-        ses_rec sr = {.n_tokens = (uint32_t)lens[i], .put_time = (uint64_t)time(NULL)};
-        uint8_t rec[SESSION_SIZE];
-        if ((rc = store_check_name(st, names[i])) || (rc = store_check_tokens(st, tokens[i], lens[i]))) break;
-        if ((rc = skv_trie_insert(&t.io, tokens[i], lens[i], surprisal[i], ++t.s.clock, &sr.end))) {
-            rc = store_trie_err(st, rc, "insert");
-            break;
-        }
-        store_ses_encode(&sr, rec);
-        MDB_val k = store_name_key(names[i]), v = {SESSION_SIZE, rec};
-        if ((rc = mdb_put(t.txn, st->sessions, &k, &v, MDB_NOOVERWRITE)))
-            rc = rc == MDB_KEYEXIST ? store_err(st, SKV_ERR_INVALID_ARG, "session '%s' exists", names[i])
-                                    : store_lmdb_err(st, rc, "write session");
-    }
-    if (rc) {
-        store_tx_abort(&t);
-        return rc;
-    }
-    return store_tx_commit(&t);
+    bulk_args a = {n_sessions, names, tokens, lens, surprisal};
+    return st ? store_run(st, 1, bulk_tx, &a) : SKV_ERR_INVALID_ARG;
 }
 
 int skv_store_remove(skv_store *st, const char *name)

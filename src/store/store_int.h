@@ -2,7 +2,9 @@
  * records and the steps the files share. Not part of the public API.
  *
  *   store.c          handle, errors, meta records, transactions, open/close
- *   store_kv.c       KV blobs and the trie's storage (skv_trie_io) over LMDB
+ *   backend.h        the storage seam: tables in transactions (backend_lmdb.c,
+ *                    backend_redis.c implement it)
+ *   store_kv.c       KV blobs and the trie's storage (skv_trie_io) over the backend
  *   store_policy.c   placement policy: which nodes keep their KV materialised
  *   store_session.c  session records, put, get
  *   store_admin.c    match, remove, list, stats, gc, bulk insert
@@ -10,14 +12,14 @@
 #ifndef SKV_STORE_INT_H
 #define SKV_STORE_INT_H
 
-#include <lmdb.h>
 #include <stdint.h>
 
 #include "core/util.h"
+#include "store/backend.h"
 #include "store/trie.h"
 
 #define STORE_MAGIC "SKVSTORE"
-#define STORE_VERSION 1
+#define STORE_VERSION 2
 #define HEADER_SIZE 168
 #define STATE_SIZE 64
 #define SESSION_SIZE 56
@@ -36,8 +38,7 @@ typedef struct store_state {
 } store_state;
 
 struct skv_store {
-    MDB_env *env;
-    MDB_dbi meta, nodes, children, sessions, kv;
+    store_backend *be;
     skv_model *model;
     skv_model_info info;
     uint8_t fp[16];
@@ -51,8 +52,10 @@ struct skv_store {
 /* One transaction with its trie view. */
 typedef struct tx {
     skv_store *st;
-    MDB_txn *txn;
-    store_state s;
+    store_btx *bt;
+    int write;
+    store_state s, s0; /* s0: as loaded (saved only when changed) */
+    uint64_t miss[2];  /* records found evicted: [0] KV blobs, [1] trie nodes / sessions */
     skv_trie_io io;
 } tx;
 
@@ -63,18 +66,6 @@ typedef struct ses_rec {
     uint64_t put_time;
 } ses_rec;
 
-typedef struct cand {
-    uint64_t id, parent;
-    double score;
-    uint64_t bytes;
-    int on_path, alive;
-} cand;
-
-typedef struct mat_set {
-    cand *c;
-    size_t n, cap;
-    uint64_t total;
-} mat_set;
 
 
 static inline void be64(uint8_t *p, uint64_t v)
@@ -97,8 +88,6 @@ static inline uint64_t rbe64(const uint8_t *p)
 int store_err(skv_store *st, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A public call's result: a failure without a message gets one from its status. */
 int store_done(skv_store *st, int status);
-/* An LMDB failure as a status with its text. */
-int store_lmdb_err(skv_store *st, int rc, const char *what);
 /* A trie error either set a message already or is a bare status from trie.c. */
 int store_trie_err(skv_store *st, int rc, const char *what);
 /* Begins a (read or write) transaction, loads the state record and clears the calling
@@ -107,8 +96,17 @@ int store_tx_begin(skv_store *st, int write, tx *t);
 void store_tx_abort(tx *t);
 /* Records st->model_path in the "model" meta record if none is recorded yet. */
 int store_model_note(tx *t);
-int store_model_init(skv_store *st, MDB_txn *txn); /* the same at creation (store_model.c) */
-int store_tx_commit(tx *t); /* saves the state record, then commits */
+int store_model_init(tx *t); /* the same at creation (store_model.c) */
+int store_tx_commit(tx *t); /* saves the state record, then commits; STORE_CONFLICT: redo */
+/* A read transaction's end: STORE_CONFLICT when what it read was not consistent. */
+int store_tx_end(tx *t);
+/* The backend's tables through t (backend.h). */
+int store_get(tx *t, int tb, const void *k, size_t kn, const uint8_t **v, size_t *vn); /* 1 = absent */
+int store_put(tx *t, int tb, const void *k, size_t kn, const void *v, size_t vn);
+int store_del(tx *t, int tb, const void *k, size_t kn);
+int store_scan(tx *t, int tb, const void *prefix, size_t pn, store_scan_fn fn, void *u);
+/* Runs fn(t, u) in write (or read) transactions until one commits without a conflict. */
+int store_run(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u);
 
 /* ---- store_kv.c: KV blobs, trie storage ---- */
 void store_io_init(tx *t); /* t->io: the trie's storage callbacks over t's transaction */
@@ -118,32 +116,46 @@ size_t store_pos_floats(const skv_store *st);
 void store_kv_copy(const skv_store *st, const float *src, size_t len, size_t p0, size_t n, float *dst, size_t dlen,
                    size_t d0);
 int store_blob_put(tx *t, uint64_t id, const float *kv, uint32_t len, uint64_t *bytes);
-int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out); /* malloc'ed array */
-int store_blob_del(tx *t, uint64_t id);
+/* malloc'ed array; 1 = evicted (Redis only: counted as a miss; recompute) */
+int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out);
+int store_blob_del(tx *t, uint64_t id, uint32_t len);
 int store_io_get_node(void *u, uint64_t id, skv_trie_node *out); /* 1 = absent */
 int store_io_put_node(void *u, const skv_trie_node *n);
 /* Calls fn for every node record (decoded) until it returns nonzero (returned). */
 int store_scan_nodes(tx *t, int (*fn)(void *u, const skv_trie_node *nd), void *u);
 
 /* ---- store_policy.c ---- */
-int store_mat_load(tx *t, mat_set *m); /* the materialised set with scores */
-int store_evict_to(tx *t, mat_set *m, uint64_t budget, uint32_t *n_demoted);
+/* The placement index (TB_MAT, TB_MATORD, meta "mat"): updated by every node write. */
+int store_mat_note(tx *t, const skv_trie_node *n); /* n written: indexed iff materialised */
+int store_mat_forget(tx *t, uint64_t id);          /* node id deleted */
+int store_mat_total(tx *t, uint64_t *total);       /* bytes of materialised KV */
+int store_mat_build(tx *t);                        /* builds the index of an older store */
+typedef int (*store_mat_fn)(void *u, uint64_t id, uint64_t parent, uint64_t bytes);
+int store_mat_each(tx *t, store_mat_fn fn, void *u); /* lowest score first */
+typedef struct store_ids {
+    uint64_t *id;
+    size_t n, cap;
+} store_ids;
+int store_mat_ids(tx *t, store_ids *l); /* every materialised node id (l->id malloc'ed) */
+int store_evict_to(tx *t, uint64_t budget, uint32_t *n_demoted);
 /* Materialises path nodes from ctx (which holds the whole path's KV) as the budget allows. */
 int store_place(tx *t, const skv_trie_path *p, skv_ctx *ctx, uint32_t *n_mat, uint32_t *n_dem);
 /* The other direction (gc): materialises the best-scoring token-only nodes whose parent is
  * materialised (or the root) while they fit the budget, computing their KV with st->work. */
-int store_fill_to(tx *t, mat_set *m, uint64_t budget, uint32_t *n_mat, uint32_t *n_dem);
+int store_fill_to(tx *t, uint64_t budget, uint32_t *n_mat, uint32_t *n_dem);
 
 /* ---- store_session.c: session records ---- */
 void store_ses_encode(const ses_rec *r, uint8_t *p);
-int store_ses_decode(const MDB_val *v, ses_rec *r);
-MDB_val store_name_key(const char *name);
+int store_ses_decode(const uint8_t *p, size_t n, ses_rec *r);
 int store_check_name(skv_store *st, const char *name);
 int store_check_tokens(skv_store *st, const int32_t *tokens, size_t n);
 int store_ses_get(tx *t, const char *name, ses_rec *r); /* 1 = absent */
 uint32_t store_loadable(const skv_trie_path *p, uint32_t upto);
-/* Loads positions [0, upto) of the path (materialised there) into ctx. */
-int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx);
+/* Loads positions [0, upto) of the path (materialised there) into ctx; *got: the
+ * positions loaded (less than upto when a blob was evicted: the rest is recomputed). */
+int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx, uint32_t *got);
+/* Prefills positions [from, upto) of the path's tokens into ctx (which holds [0, from)). */
+int store_path_prefill(tx *t, const skv_trie_path *p, uint32_t from, uint32_t upto, skv_ctx *ctx);
 int store_work_ctx(skv_store *st); /* creates st->work on first use */
 
 #endif

@@ -1,6 +1,7 @@
 /* The store's KV blobs (a node's span of materialised KV, byte-shuffled f32 under zstd,
  * checksummed: layout in store.c) and the trie's storage (skv_trie_io) over the nodes,
- * children and kv databases of one LMDB transaction. */
+ * children and kv tables of one backend transaction (backend.h). Every node write also
+ * updates the placement index (store_policy.c), so the policy never rescans the trie. */
 #include <stdlib.h>
 #include "core/fpguard.h"
 #include <string.h>
@@ -32,51 +33,62 @@ static void shuffle4(const uint8_t *in, uint8_t *out, size_t n_floats, int inver
         }
 }
 
-int store_blob_put(tx *t, uint64_t id, const float *kv, uint32_t len, uint64_t *bytes)
+/* TB_KV key: u64 BE id | u32 BE len. */
+static void blob_key(uint8_t key[12], uint64_t id, uint32_t len)
+{
+    be64(key, id);
+    be32(key + 8, len);
+}
+
+static int blob_encode(tx *t, const float *kv, uint32_t len, uint8_t **out, size_t *n)
 {
     skv_store *st = t->st;
     size_t nf = (size_t)len * store_pos_floats(st), raw = nf * 4, cap = BLOB_HDR + ZSTD_compressBound(raw);
-    uint8_t *sh = malloc(raw), *out = malloc(cap), key[8];
-    int rc = SKV_ERR_NOMEM;
-    if (!sh || !out) goto done;
-    shuffle4((const uint8_t *)kv, sh, nf, 0);
-    size_t z = ZSTD_compress(out + BLOB_HDR, cap - BLOB_HDR, sh, raw, ZSTD_KV_LEVEL);
-    if (ZSTD_isError(z)) { rc = store_err(st, SKV_ERR_INTERNAL, "zstd: %s", ZSTD_getErrorName(z)); goto done; }
-    skv_wr32(out, KV_MAGIC);
-    skv_wr32(out + 4, len);
-    skv_wr64(out + 8, XXH3_64bits(kv, raw));
-    be64(key, id);
-    MDB_val k = {8, key}, v = {BLOB_HDR + z, out};
-    int lr = mdb_put(t->txn, st->kv, &k, &v, 0);
-    rc = lr ? store_lmdb_err(st, lr, "write KV") : SKV_OK;
-    *bytes = BLOB_HDR + z;
-    t->s.comp_ratio = 0.8 * t->s.comp_ratio + 0.2 * ((double)(BLOB_HDR + z) / (double)raw);
-done:
+    uint8_t *sh = malloc(raw ? raw : 1), *b = malloc(cap);
+    int rc = SKV_OK;
+    if (!sh || !b) rc = store_err(st, SKV_ERR_NOMEM, "out of memory");
+    if (!rc) {
+        shuffle4((const uint8_t *)kv, sh, nf, 0);
+        size_t z = ZSTD_compress(b + BLOB_HDR, cap - BLOB_HDR, sh, raw, ZSTD_KV_LEVEL);
+        if (ZSTD_isError(z)) rc = store_err(st, SKV_ERR_INTERNAL, "zstd: %s", ZSTD_getErrorName(z));
+        skv_wr32(b, KV_MAGIC);
+        skv_wr32(b + 4, len);
+        skv_wr64(b + 8, XXH3_64bits(kv, raw));
+        *n = BLOB_HDR + z;
+    }
     free(sh);
-    free(out);
+    if (rc) free(b);
+    else *out = b;
     return rc;
 }
 
-/* Loads node id's KV (len positions) into a malloc'ed array. */
-int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out)
+int store_blob_put(tx *t, uint64_t id, const float *kv, uint32_t len, uint64_t *bytes)
+{
+    uint8_t *b, key[12];
+    size_t n;
+    int rc = blob_encode(t, kv, len, &b, &n);
+    if (rc) return rc;
+    blob_key(key, id, len);
+    rc = store_put(t, TB_KV, key, 12, b, n);
+    free(b);
+    *bytes = n;
+    size_t raw = (size_t)len * store_pos_floats(t->st) * 4;
+    t->s.comp_ratio = 0.8 * t->s.comp_ratio + 0.2 * ((double)n / (double)(raw ? raw : 1));
+    return rc;
+}
+
+/* Decodes and checks a blob of len positions into a malloc'ed array. */
+static int blob_decode(tx *t, uint64_t id, uint32_t len, const uint8_t *p, size_t n, float **out)
 {
     skv_store *st = t->st;
-    uint8_t key[8];
     size_t nf = (size_t)len * store_pos_floats(st), raw = nf * 4;
-    be64(key, id);
-    MDB_val k = {8, key}, v;
-    int rc = mdb_get(t->txn, st->kv, &k, &v);
-    if (rc) return rc == MDB_NOTFOUND ? store_err(st, SKV_ERR_FORMAT, "node %llu is marked materialised but has no KV",
-                                                (unsigned long long)id)
-                                      : store_lmdb_err(st, rc, "read KV");
-    const uint8_t *p = v.mv_data;
-    if (v.mv_size < BLOB_HDR || skv_rd32(p) != KV_MAGIC || skv_rd32(p + 4) != len ||
-        ZSTD_getFrameContentSize(p + BLOB_HDR, v.mv_size - BLOB_HDR) != raw)
+    if (n < BLOB_HDR || skv_rd32(p) != KV_MAGIC || skv_rd32(p + 4) != len ||
+        ZSTD_getFrameContentSize(p + BLOB_HDR, n - BLOB_HDR) != raw)
         return store_err(st, SKV_ERR_FORMAT, "KV of node %llu: bad blob header", (unsigned long long)id);
     uint8_t *sh = malloc(raw ? raw : 1);
     float *kv = malloc(raw ? raw : 1);
     if (!sh || !kv) { free(sh); free(kv); return store_err(st, SKV_ERR_NOMEM, "out of memory"); }
-    size_t d = ZSTD_decompress(sh, raw, p + BLOB_HDR, v.mv_size - BLOB_HDR);
+    size_t d = ZSTD_decompress(sh, raw, p + BLOB_HDR, n - BLOB_HDR);
     if (!ZSTD_isError(d) && d == raw) shuffle4(sh, (uint8_t *)kv, nf, 1);
     free(sh);
     if (ZSTD_isError(d) || d != raw || XXH3_64bits(kv, raw) != skv_rd64(p + 8)) {
@@ -87,33 +99,50 @@ int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out)
     return SKV_OK;
 }
 
-int store_blob_del(tx *t, uint64_t id)
+/* Loads node id's KV (len positions) into a malloc'ed array. A blob the backend may have
+ * evicted (Redis) is a miss (1, counted); in LMDB it is damage. */
+int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out)
 {
-    uint8_t key[8];
-    be64(key, id);
-    MDB_val k = {8, key};
-    int rc = mdb_del(t->txn, t->st->kv, &k, NULL);
-    return rc && rc != MDB_NOTFOUND ? store_lmdb_err(t->st, rc, "delete KV") : SKV_OK;
+    uint8_t key[12];
+    const uint8_t *p;
+    size_t n;
+    blob_key(key, id, len);
+    int rc = store_get(t, TB_KV, key, 12, &p, &n);
+    if (rc == 1 && t->st->be->evicts) {
+        t->miss[0]++;
+        return 1;
+    }
+    if (rc == 1)
+        return store_err(t->st, SKV_ERR_FORMAT, "node %llu is marked materialised but has no KV",
+                         (unsigned long long)id);
+    return rc ? rc : blob_decode(t, id, len, p, n, out);
 }
 
-/* ---- trie storage over LMDB --------------------------------------------- */
+int store_blob_del(tx *t, uint64_t id, uint32_t len)
+{
+    uint8_t key[12];
+    blob_key(key, id, len);
+    return store_del(t, TB_KV, key, 12);
+}
+
+/* ---- trie storage ------------------------------------------------------- */
 
 int store_io_get_node(void *u, uint64_t id, skv_trie_node *out)
 {
     tx *t = u;
     uint8_t key[8];
     char e[160];
+    const uint8_t *v;
+    size_t n;
     be64(key, id);
-    MDB_val k = {8, key}, v;
-    int rc = mdb_get(t->txn, t->st->nodes, &k, &v);
-    if (rc == MDB_NOTFOUND) return 1;
-    if (rc) return store_lmdb_err(t->st, rc, "read node");
-    if ((rc = skv_trie_node_decode(v.mv_data, v.mv_size, out, e, sizeof e)))
+    int rc = store_get(t, TB_NODES, key, 8, &v, &n);
+    if (rc) return rc;
+    if ((rc = skv_trie_node_decode(v, n, out, e, sizeof e)))
         return store_err(t->st, rc, "node %llu: %s", (unsigned long long)id, e);
     if (out->id != id) {
         skv_trie_node_clear(out);
         return store_err(t->st, SKV_ERR_FORMAT, "node %llu: record names id %llu", (unsigned long long)id,
-                       (unsigned long long)out->id);
+                         (unsigned long long)out->id);
     }
     return SKV_OK;
 }
@@ -127,31 +156,35 @@ int store_io_put_node(void *u, const skv_trie_node *n)
     if (!buf) return store_err(t->st, SKV_ERR_NOMEM, "out of memory");
     skv_trie_node_encode(n, buf);
     be64(key, n->id);
-    MDB_val k = {8, key}, v = {sz, buf};
-    int rc = mdb_put(t->txn, t->st->nodes, &k, &v, 0);
+    int rc = store_put(t, TB_NODES, key, 8, buf, sz);
     free(buf);
-    return rc ? store_lmdb_err(t->st, rc, "write node") : SKV_OK;
+    return rc ? rc : store_mat_note(t, n);
+}
+
+typedef struct scan_nodes {
+    tx *t;
+    int (*fn)(void *u, const skv_trie_node *nd);
+    void *u;
+} scan_nodes;
+
+static int scan_node(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
+{
+    scan_nodes *sn = u;
+    skv_trie_node nd;
+    char e[128];
+    (void)k;
+    (void)kn;
+    int r = skv_trie_node_decode(v, vn, &nd, e, sizeof e);
+    if (r) return store_err(sn->t->st, r, "%s", e);
+    r = sn->fn(sn->u, &nd);
+    skv_trie_node_clear(&nd);
+    return r;
 }
 
 int store_scan_nodes(tx *t, int (*fn)(void *u, const skv_trie_node *nd), void *u)
 {
-    MDB_cursor *cur;
-    MDB_val k, v;
-    char e[128];
-    int rc = mdb_cursor_open(t->txn, t->st->nodes, &cur), r = SKV_OK;
-    if (rc) return store_lmdb_err(t->st, rc, "cursor");
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc && !r; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        skv_trie_node nd;
-        if ((r = skv_trie_node_decode(v.mv_data, v.mv_size, &nd, e, sizeof e))) {
-            r = store_err(t->st, r, "%s", e);
-            break;
-        }
-        r = fn(u, &nd);
-        skv_trie_node_clear(&nd);
-    }
-    mdb_cursor_close(cur);
-    if (!r && rc && rc != MDB_NOTFOUND) r = store_lmdb_err(t->st, rc, "scan nodes");
-    return r;
+    scan_nodes sn = {t, fn, u};
+    return store_scan(t, TB_NODES, NULL, 0, scan_node, &sn);
 }
 
 static int io_del_node(void *u, uint64_t id)
@@ -159,9 +192,8 @@ static int io_del_node(void *u, uint64_t id)
     tx *t = u;
     uint8_t key[8];
     be64(key, id);
-    MDB_val k = {8, key};
-    int rc = mdb_del(t->txn, t->st->nodes, &k, NULL);
-    return rc ? store_lmdb_err(t->st, rc, "delete node") : SKV_OK;
+    int rc = store_del(t, TB_NODES, key, 8);
+    return rc ? rc : store_mat_forget(t, id);
 }
 
 static void child_key(uint8_t key[12], uint64_t parent, int32_t tok)
@@ -174,62 +206,61 @@ static int io_get_child(void *u, uint64_t parent, int32_t tok, uint64_t *child)
 {
     tx *t = u;
     uint8_t key[12];
+    const uint8_t *v;
+    size_t n;
     child_key(key, parent, tok);
-    MDB_val k = {12, key}, v;
-    int rc = mdb_get(t->txn, t->st->children, &k, &v);
-    if (rc == MDB_NOTFOUND) return 1;
-    if (rc) return store_lmdb_err(t->st, rc, "read child");
-    if (v.mv_size != 8) return store_err(t->st, SKV_ERR_FORMAT, "child record of %zu bytes", v.mv_size);
-    *child = skv_rd64(v.mv_data);
-    return SKV_OK;
+    int rc = store_get(t, TB_CHILDREN, key, 12, &v, &n);
+    if (rc) return rc;
+    if (n != 8) return store_err(t->st, SKV_ERR_FORMAT, "child record of %zu bytes", n);
+    *child = skv_rd64(v);
+    if (t->st->be->evicts) { /* the child's record may have been evicted: then the edge is gone */
+        uint8_t nk[8];
+        be64(nk, *child);
+        if ((rc = store_get(t, TB_NODES, nk, 8, &v, &n)) == 1) t->miss[1]++;
+    }
+    return rc;
 }
 
 static int io_put_child(void *u, uint64_t parent, int32_t tok, uint64_t child)
 {
-    tx *t = u;
     uint8_t key[12], val[8];
     child_key(key, parent, tok);
     skv_wr64(val, child);
-    MDB_val k = {12, key}, v = {8, val};
-    int rc = mdb_put(t->txn, t->st->children, &k, &v, 0);
-    return rc ? store_lmdb_err(t->st, rc, "write child") : SKV_OK;
+    return store_put(u, TB_CHILDREN, key, 12, val, 8);
 }
 
 static int io_del_child(void *u, uint64_t parent, int32_t tok)
 {
-    tx *t = u;
     uint8_t key[12];
     child_key(key, parent, tok);
-    MDB_val k = {12, key};
-    int rc = mdb_del(t->txn, t->st->children, &k, NULL);
-    return rc ? store_lmdb_err(t->st, rc, "delete child") : SKV_OK;
+    return store_del(u, TB_CHILDREN, key, 12);
+}
+
+typedef struct child_scan {
+    tx *t;
+    int (*cb)(void *, int32_t, uint64_t);
+    void *cu;
+} child_scan;
+
+static int child_rec(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
+{
+    child_scan *cs = u;
+    if (kn != 12 || vn != 8) return store_err(cs->t->st, SKV_ERR_FORMAT, "child record damaged");
+    return cs->cb(cs->cu, (int32_t)(rbe64(k + 4) & 0xffffffffu), skv_rd64(v));
 }
 
 static int io_children(void *u, uint64_t parent, int (*cb)(void *, int32_t, uint64_t), void *cu)
 {
-    tx *t = u;
-    MDB_cursor *c;
-    uint8_t key[12];
-    int rc = mdb_cursor_open(t->txn, t->st->children, &c), r = 0;
-    if (rc) return store_lmdb_err(t->st, rc, "cursor");
-    child_key(key, parent, 0);
-    MDB_val k = {12, key}, v;
-    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); !rc && !r; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-        const uint8_t *p = k.mv_data;
-        if (k.mv_size != 12 || rbe64(p) != parent) break;
-        if (v.mv_size != 8) { r = store_err(t->st, SKV_ERR_FORMAT, "child record damaged"); break; }
-        r = cb(cu, (int32_t)(rbe64(p + 4) & 0xffffffffu), skv_rd64(v.mv_data));
-    }
-    mdb_cursor_close(c);
-    if (rc && rc != MDB_NOTFOUND) return store_lmdb_err(t->st, rc, "walk children");
-    return r;
+    child_scan cs = {u, cb, cu};
+    uint8_t key[8];
+    be64(key, parent);
+    return store_scan(u, TB_CHILDREN, key, 8, child_rec, &cs);
 }
 
 static int io_new_id(void *u, uint64_t *id)
 {
     tx *t = u;
-    *id = t->s.next_id++;
-    return SKV_OK;
+    return t->st->be->ops->new_id(t->bt, &t->s.next_id, id);
 }
 
 static int io_kv_split(void *u, skv_trie_node *up, skv_trie_node *low, uint32_t k)
@@ -239,6 +270,12 @@ static int io_kv_split(void *u, skv_trie_node *up, skv_trie_node *low, uint32_t 
     uint32_t len = k + low->len;
     if (!(low->flags & SKV_TRIE_MAT)) return SKV_OK;
     int rc = store_blob_get(t, low->id, len, &all);
+    if (rc == 1) { /* evicted: both parts are token-only now */
+        up->flags &= ~(uint32_t)SKV_TRIE_MAT;
+        low->flags &= ~(uint32_t)SKV_TRIE_MAT;
+        up->kv_bytes = low->kv_bytes = 0;
+        return SKV_OK;
+    }
     if (rc) return rc;
     a = malloc((size_t)k * store_pos_floats(t->st) * sizeof *a);
     b = malloc((size_t)low->len * store_pos_floats(t->st) * sizeof *b);
@@ -249,6 +286,7 @@ static int io_kv_split(void *u, skv_trie_node *up, skv_trie_node *low, uint32_t 
         rc = store_blob_put(t, up->id, a, k, &up->kv_bytes);
     }
     if (!rc) rc = store_blob_put(t, low->id, b, low->len, &low->kv_bytes);
+    if (!rc) rc = store_blob_del(t, low->id, len);
     free(all);
     free(a);
     free(b);
@@ -263,17 +301,25 @@ static int io_kv_merge(void *u, const skv_trie_node *up, skv_trie_node *m)
     int rc;
     if (!(m->flags & SKV_TRIE_MAT)) { /* one side token-only: the merged node is token-only */
         m->kv_bytes = 0;
-        if ((rc = store_blob_del(t, up->id))) return rc;
-        return store_blob_del(t, m->id);
+        if ((rc = store_blob_del(t, up->id, up->len))) return rc;
+        return store_blob_del(t, m->id, m->len - up->len);
     }
-    if ((rc = store_blob_get(t, up->id, up->len, &a)) || (rc = store_blob_get(t, m->id, lb, &b))) goto out;
+    if ((rc = store_blob_get(t, up->id, up->len, &a)) || (rc = store_blob_get(t, m->id, lb, &b))) {
+        if (rc == 1) { /* a part was evicted: the merged node is token-only */
+            m->flags &= ~(uint32_t)SKV_TRIE_MAT;
+            m->kv_bytes = 0;
+            if (!(rc = store_blob_del(t, up->id, up->len))) rc = store_blob_del(t, m->id, lb);
+        }
+        goto out;
+    }
     if (!(c = malloc((size_t)m->len * store_pos_floats(t->st) * sizeof *c))) {
         rc = store_err(t->st, SKV_ERR_NOMEM, "out of memory");
         goto out;
     }
     store_kv_copy(t->st, a, up->len, 0, up->len, c, m->len, 0);
     store_kv_copy(t->st, b, lb, 0, lb, c, m->len, up->len);
-    if (!(rc = store_blob_put(t, m->id, c, m->len, &m->kv_bytes))) rc = store_blob_del(t, up->id);
+    if (!(rc = store_blob_put(t, m->id, c, m->len, &m->kv_bytes)) && !(rc = store_blob_del(t, up->id, up->len)))
+        rc = store_blob_del(t, m->id, lb);
 out:
     free(a);
     free(b);
@@ -283,7 +329,7 @@ out:
 
 static int io_kv_drop(void *u, const skv_trie_node *n)
 {
-    return (n->flags & SKV_TRIE_MAT) ? store_blob_del(u, n->id) : SKV_OK;
+    return (n->flags & SKV_TRIE_MAT) ? store_blob_del(u, n->id, n->len) : SKV_OK;
 }
 
 void store_io_init(tx *t)

@@ -9,6 +9,7 @@
  * knows it (skv_store_params.model_path), and is never changed after. */
 #include <lmdb.h>
 #include "core/fpguard.h"
+#include <stdlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,56 +18,57 @@
 #include "core/log.h"
 #include "store/store_int.h"
 
-static MDB_val model_key(void) { return (MDB_val){5, (void *)"model"}; }
-
 /* Writes st->model_path as the record unless one exists (or no path is known). */
-static int model_rec_write(skv_store *st, MDB_txn *txn)
+static int model_rec_write(tx *t)
 {
-    MDB_val k = model_key(), v;
-    size_t L = st->model_path ? strlen(st->model_path) : 0;
+    skv_store *st = t->st;
+    const uint8_t *v;
+    size_t n, L = st->model_path ? strlen(st->model_path) : 0;
     if (L == 0 || L > MODEL_PATH_MAX) return SKV_OK;
-    int rc = mdb_get(txn, st->meta, &k, &v);
-    if (rc != MDB_NOTFOUND) return rc ? store_lmdb_err(st, rc, "read model record") : SKV_OK;
+    int rc = store_get(t, TB_META, "model", 5, &v, &n);
+    if (rc != 1) return rc;
     uint8_t *buf = malloc(16 + L);
     if (!buf) return store_err(st, SKV_ERR_NOMEM, "out of memory");
     skv_wr32(buf, MODEL_MAGIC);
     skv_wr32(buf + 4, (uint32_t)L);
     memcpy(buf + 8, st->model_path, L);
     skv_wr64(buf + 8 + L, XXH3_64bits(buf, 8 + L));
-    v = (MDB_val){16 + L, buf};
-    rc = mdb_put(txn, st->meta, &k, &v, 0);
+    rc = store_put(t, TB_META, "model", 5, buf, 16 + L);
     free(buf);
-    return rc ? store_lmdb_err(st, rc, "write model record") : SKV_OK;
+    return rc;
 }
 
-int store_model_note(tx *t) { return model_rec_write(t->st, t->txn); }
+int store_model_note(tx *t) { return model_rec_write(t); }
 
-int store_model_init(skv_store *st, MDB_txn *txn) { return model_rec_write(st, txn); }
+int store_model_init(tx *t) { return model_rec_write(t); }
 
-/* The recorded path into out ("" when none); SKV_ERR_FORMAT when damaged. */
-static int model_rec_read(MDB_txn *txn, MDB_dbi meta, char *out, size_t cap)
+/* The recorded path (p, n: the record) into out; SKV_ERR_FORMAT when damaged. */
+static int model_rec_parse(const uint8_t *p, size_t n, char *out, size_t cap)
 {
-    MDB_val k = model_key(), v;
     out[0] = 0;
-    int rc = mdb_get(txn, meta, &k, &v);
-    if (rc == MDB_NOTFOUND) return SKV_OK;
-    if (rc) return SKV_ERR_IO;
-    const uint8_t *p = v.mv_data;
-    if (v.mv_size < 17 || skv_rd32(p) != MODEL_MAGIC) return SKV_ERR_FORMAT;
+    if (n < 17 || skv_rd32(p) != MODEL_MAGIC) return SKV_ERR_FORMAT;
     size_t L = skv_rd32(p + 4);
-    if (L < 1 || L >= cap || v.mv_size != 16 + L || XXH3_64bits(p, 8 + L) != skv_rd64(p + 8 + L) ||
-        memchr(p + 8, 0, L))
+    if (L < 1 || L >= cap || n != 16 + L || XXH3_64bits(p, 8 + L) != skv_rd64(p + 8 + L) || memchr(p + 8, 0, L))
         return SKV_ERR_FORMAT;
     memcpy(out, p + 8, L);
     out[L] = 0;
     return SKV_OK;
 }
 
-/* The header's model fields (layout in store.c). */
-static int header_read(const MDB_val *v, skv_store_model *out)
+static int model_rec_read(MDB_txn *txn, MDB_dbi meta, char *out, size_t cap)
 {
-    const uint8_t *p = v->mv_data;
-    if (v->mv_size != HEADER_SIZE || memcmp(p, STORE_MAGIC, 8) != 0 || XXH3_64bits(p, 160) != skv_rd64(p + 160))
+    MDB_val k = {5, (void *)"model"}, v;
+    out[0] = 0;
+    int rc = mdb_get(txn, meta, &k, &v);
+    if (rc == MDB_NOTFOUND) return SKV_OK;
+    if (rc) return SKV_ERR_IO;
+    return model_rec_parse(v.mv_data, v.mv_size, out, cap);
+}
+
+/* The header's model fields (layout in store.c). */
+static int header_read(const uint8_t *p, size_t n, skv_store_model *out)
+{
+    if (n != HEADER_SIZE || memcmp(p, STORE_MAGIC, 8) != 0 || XXH3_64bits(p, 160) != skv_rd64(p + 160))
         return SKV_ERR_FORMAT;
     if (skv_rd32(p + 8) != STORE_VERSION) return SKV_ERR_UNSUPPORTED;
     memcpy(out->fingerprint, p + 16, 16);
@@ -89,11 +91,30 @@ static int info_txn(MDB_env *env, const char *dir, skv_store_model *out, char *e
     if (rc) return skv_errf(err, errcap, SKV_ERR_FORMAT, "store '%s' is damaged: %s", dir, mdb_strerror(rc));
     if (mdb_dbi_open(txn, "meta", 0, &meta) || mdb_get(txn, meta, &hk, &hv))
         rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store", dir);
-    else if ((rc = header_read(&hv, out)))
+    else if ((rc = header_read(hv.mv_data, hv.mv_size, out)))
         rc = skv_errf(err, errcap, rc, "store '%s': header damaged or of another version", dir);
     else if ((rc = model_rec_read(txn, meta, out->path, sizeof out->path)))
         rc = skv_errf(err, errcap, rc, "store '%s': model record damaged", dir);
     mdb_txn_abort(txn);
+    return rc;
+}
+
+/* The same from a Redis store's header and model records. */
+static int redis_info(const char *url, skv_store_model *out, char *err, size_t errcap)
+{
+    uint8_t *v = NULL;
+    size_t n = 0;
+    int rc = store_redis_peek(url, "header", &v, &n, err, errcap);
+    if (rc == 1) rc = skv_errf(err, errcap, SKV_ERR_IO, "no seqkv store at '%s' (create one with 'seqkv store init')",
+                               url);
+    else if (!rc && (rc = header_read(v, n, out)))
+        rc = skv_errf(err, errcap, rc, "store '%s': header damaged or of another version", url);
+    free(v);
+    v = NULL;
+    if (!rc && (rc = store_redis_peek(url, "model", &v, &n, err, errcap)) == 1) rc = SKV_OK;
+    else if (!rc && model_rec_parse(v, n, out->path, sizeof out->path))
+        rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "store '%s': model record damaged", url);
+    free(v);
     return rc;
 }
 
@@ -103,6 +124,13 @@ int skv_store_model_info(const char *dir, skv_store_model *out, char *err, size_
     char path[4096];
     if (!dir || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "skv_store_model_info: invalid arguments");
     memset(out, 0, sizeof *out);
+    if (store_is_redis_url(dir)) {
+        int rc = redis_info(dir, out, err, errcap);
+        if (rc == SKV_OK && !out->path[0])
+            skv_log(SKV_LOG_INFO, "store '%s' has no model-path record: its model is known by name and fingerprint "
+                    "only", dir);
+        return rc;
+    }
     snprintf(path, sizeof path, "%s/data.mdb", dir);
     FILE *f = fopen(path, "rb");
     if (!f) return skv_errf(err, errcap, SKV_ERR_IO, "no seqkv store in '%s'", dir);

@@ -1,142 +1,398 @@
 /* The placement policy (docs/store.md): which trie nodes keep their span's KV
  * materialised. Each is scored by the seconds it saves per byte (expected reuse x
  * (recompute - load) / bytes); new path nodes are materialised while the budget allows or
- * lower-scoring leaves can be demoted to make room. */
+ * lower-scoring leaves can be demoted to make room.
+ *
+ * Incremental: the materialised set is an index kept up to date by every node write
+ * (store_mat_note from store_io_put_node), never rebuilt by a scan:
+ *
+ *   TB_MAT     u64 BE id            -> u64 rank bits | u64 bytes | u64 parent   (24 bytes)
+ *   TB_MATORD  u64 BE rank bits | id -> ""          (ascending: lowest rank first)
+ *   meta "mat"                      -> u64 total bytes | f64 prefill_tps | f64 load_bps
+ *                                      | u64 XXH3-64                            (32 bytes)
+ *
+ * rank = (hits + refcount + kappa 2^-d_T) x saved / bytes: the score without its common
+ * denominator (clock + kappa), so ranks written at different clocks compare as the scores
+ * would. saved uses the speeds recorded in "mat", not the live ones, so all ranks in the
+ * index are computed alike; when the measured speeds drift more than 25% from those, the
+ * ranks are recomputed (O(M), rare once the measurements settle). A node write costs
+ * O(1) index updates; finding the lowest-ranked leaf walks the index from its low end,
+ * O(k x fanout) for k interior nodes passed; a put places its path in O(depth x demotions)
+ * instead of the former O(M^2) over M materialised nodes. */
 #include <math.h>
 #include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "store/store_int.h"
 
-/* ---- placement policy --------------------------------------------------- */
+#define MAT_REC 24
+#define MAT_META 32
 
+typedef struct mat_meta {
+    uint64_t total;
+    double prefill_tps, load_bps; /* the speeds every rank in the index was computed with */
+} mat_meta;
 
-static double node_score(const store_state *s, const skv_trie_node *nd, double bytes)
+static double node_rank(const store_state *s, const mat_meta *mm, const skv_trie_node *nd, double bytes)
 {
     double prior = exp2(-nd->d_end);
-    double reuse = ((double)nd->hits + (double)nd->refcount + s->prior_weight * prior) /
-                   ((double)s->clock + s->prior_weight);
-    double saved = (double)nd->len / s->prefill_tps - bytes / s->load_bps;
+    double reuse = (double)nd->hits + (double)nd->refcount + s->prior_weight * prior;
+    double saved = (double)nd->len / mm->prefill_tps - bytes / mm->load_bps;
     if (saved < 0) saved = 0;
     return bytes > 0 ? reuse * saved / bytes : 0;
 }
 
-static int mat_add(mat_set *m, const cand *c)
+/* Non-negative doubles sort as their bit patterns. */
+static uint64_t rank_bits(double r)
 {
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? m->cap * 2 : 64;
-        cand *nb = realloc(m->c, cap * sizeof *nb);
-        if (!nb) return SKV_ERR_NOMEM;
-        m->c = nb;
-        m->cap = cap;
-    }
-    m->c[m->n++] = *c;
-    m->total += c->bytes;
-    return SKV_OK;
+    uint64_t u;
+    if (!(r > 0)) r = 0;
+    memcpy(&u, &r, 8);
+    return u;
 }
 
-/* The materialised set: every key of the kv database with its node's score. */
-int store_mat_load(tx *t, mat_set *m)
+static double bits_rank(uint64_t u)
 {
-    MDB_cursor *cur;
-    MDB_val k, v;
-    int rc = mdb_cursor_open(t->txn, t->st->kv, &cur), r = SKV_OK;
-    memset(m, 0, sizeof *m);
-    if (rc) return store_lmdb_err(t->st, rc, "cursor");
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc && !r; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        skv_trie_node nd;
-        if (k.mv_size != 8) { r = store_err(t->st, SKV_ERR_FORMAT, "kv key damaged"); break; }
-        uint64_t id = rbe64(k.mv_data);
-        if ((r = store_io_get_node(t, id, &nd)) == 1) r = store_err(t->st, SKV_ERR_FORMAT, "KV of a missing node");
-        if (r) break;
-        cand c = {.id = id, .parent = nd.parent, .bytes = v.mv_size, .alive = 1};
-        c.score = node_score(&t->s, &nd, (double)v.mv_size);
-        skv_trie_node_clear(&nd);
-        if (mat_add(m, &c)) r = store_err(t->st, SKV_ERR_NOMEM, "out of memory");
-    }
-    mdb_cursor_close(cur);
-    if (!r && rc && rc != MDB_NOTFOUND) r = store_lmdb_err(t->st, rc, "walk kv");
-    if (r) free(m->c);
+    double r;
+    memcpy(&r, &u, 8);
     return r;
 }
 
-static int is_leaf(const mat_set *m, size_t i)
-{
-    for (size_t j = 0; j < m->n; j++)
-        if (m->c[j].alive && m->c[j].parent == m->c[i].id) return 0;
-    return 1;
-}
+/* ---- the index ----------------------------------------------------------- */
 
-/* The lowest-scoring materialised leaf (optionally not on the current path). */
-static long lowest_leaf(const mat_set *m, int skip_path)
+static int meta_get(tx *t, mat_meta *mm)
 {
-    long best = -1;
-    for (size_t i = 0; i < m->n; i++) {
-        if (!m->c[i].alive || (skip_path && m->c[i].on_path) || !is_leaf(m, i)) continue;
-        if (best < 0 || m->c[i].score < m->c[best].score) best = (long)i;
-    }
-    return best;
-}
-
-/* Demotes node id to token-only: drops its KV, clears the flag. */
-static int demote(tx *t, mat_set *m, size_t i)
-{
-    skv_trie_node nd;
-    int rc = store_io_get_node(t, m->c[i].id, &nd);
-    if (rc == 1) rc = SKV_ERR_FORMAT;
+    const uint8_t *v;
+    size_t n;
+    uint64_t u;
+    int rc = store_get(t, TB_META, "mat", 3, &v, &n);
+    *mm = (mat_meta){0, t->s.prefill_tps, t->s.load_bps};
+    if (rc == 1 && t->st->be->evicts) return SKV_OK; /* evicted: counted again as nodes change */
+    if (rc == 1) return store_err(t->st, SKV_ERR_FORMAT, "store placement record missing (damaged)");
     if (rc) return rc;
-    nd.flags &= ~(uint32_t)SKV_TRIE_MAT;
-    nd.kv_bytes = 0;
-    if (!(rc = store_blob_del(t, nd.id))) rc = store_io_put_node(t, &nd);
-    skv_trie_node_clear(&nd);
-    m->c[i].alive = 0;
-    m->total -= m->c[i].bytes;
+    if (n != MAT_META || XXH3_64bits(v, 24) != skv_rd64(v + 24))
+        return store_err(t->st, SKV_ERR_FORMAT, "store placement record damaged");
+    mm->total = skv_rd64(v);
+    u = skv_rd64(v + 8), memcpy(&mm->prefill_tps, &u, 8);
+    u = skv_rd64(v + 16), memcpy(&mm->load_bps, &u, 8);
+    if (!(mm->prefill_tps > 0) || !(mm->load_bps > 0))
+        return store_err(t->st, SKV_ERR_FORMAT, "store placement record damaged");
+    return SKV_OK;
+}
+
+static int meta_set(tx *t, const mat_meta *mm)
+{
+    uint8_t b[MAT_META];
+    uint64_t u;
+    skv_wr64(b, mm->total);
+    memcpy(&u, &mm->prefill_tps, 8), skv_wr64(b + 8, u);
+    memcpy(&u, &mm->load_bps, 8), skv_wr64(b + 16, u);
+    skv_wr64(b + 24, XXH3_64bits(b, 24));
+    return store_put(t, TB_META, "mat", 3, b, MAT_META);
+}
+
+int store_mat_total(tx *t, uint64_t *total)
+{
+    mat_meta mm;
+    int rc = meta_get(t, &mm);
+    *total = mm.total;
     return rc;
 }
 
-int store_evict_to(tx *t, mat_set *m, uint64_t budget, uint32_t *n_demoted)
+typedef struct mat_ent {
+    uint64_t rank, bytes, parent;
+} mat_ent;
+
+static int ent_get(tx *t, uint64_t id, mat_ent *e)
 {
-    int rc = SKV_OK;
-    while (!rc && m->total > budget) {
-        long i = lowest_leaf(m, 0);
-        if (i < 0) break;
-        if (!(rc = demote(t, m, (size_t)i))) (*n_demoted)++;
-    }
-    return rc;
+    uint8_t key[8];
+    const uint8_t *v;
+    size_t n;
+    be64(key, id);
+    int rc = store_get(t, TB_MAT, key, 8, &v, &n);
+    if (rc) return rc;
+    if (n != MAT_REC) return store_err(t->st, SKV_ERR_FORMAT, "placement entry of node %llu damaged",
+                                       (unsigned long long)id);
+    *e = (mat_ent){skv_rd64(v), skv_rd64(v + 8), skv_rd64(v + 16)};
+    return SKV_OK;
 }
 
-/* Can `need` bytes be freed by demoting leaves off the path scoring below `score`? Each
- * demotion may expose a parent as a new leaf, so simulate in order. */
-static int make_room(tx *t, mat_set *m, uint64_t need, double score, uint32_t *n_demoted, int apply)
+static void ord_key(uint8_t key[16], uint64_t rank, uint64_t id)
 {
-    uint64_t freed = 0;
-    int rc = SKV_OK;
-    char *was = malloc(m->n + 1);
-    if (!was) return SKV_ERR_NOMEM;
-    for (size_t i = 0; i < m->n; i++) was[i] = (char)m->c[i].alive;
-    while (freed < need) {
-        long i = lowest_leaf(m, 1);
-        if (i < 0 || m->c[i].score >= score) break;
-        freed += m->c[i].bytes;
-        m->c[i].alive = 0;
+    be64(key, rank);
+    be64(key + 8, id);
+}
+
+/* Removes id's entry (absent: nothing to do); *bytes: what it counted. */
+static int ent_del(tx *t, uint64_t id, uint64_t *bytes)
+{
+    mat_ent e;
+    uint8_t key[16];
+    int rc = ent_get(t, id, &e);
+    *bytes = 0;
+    if (rc) return rc == 1 ? SKV_OK : rc;
+    ord_key(key, e.rank, id);
+    if ((rc = store_del(t, TB_MATORD, key, 16))) return rc;
+    be64(key, id);
+    *bytes = e.bytes;
+    return store_del(t, TB_MAT, key, 8);
+}
+
+static int total_add(tx *t, uint64_t add, uint64_t sub)
+{
+    mat_meta mm;
+    int rc = meta_get(t, &mm);
+    if (rc || add == sub) return rc;
+    mm.total = mm.total + add > sub ? mm.total + add - sub : 0;
+    return meta_set(t, &mm);
+}
+
+int store_mat_forget(tx *t, uint64_t id)
+{
+    uint64_t old;
+    int rc = ent_del(t, id, &old);
+    return rc || !old ? rc : total_add(t, 0, old);
+}
+
+int store_mat_note(tx *t, const skv_trie_node *n)
+{
+    if (!(n->flags & SKV_TRIE_MAT)) return store_mat_forget(t, n->id);
+    mat_meta mm;
+    int rc = meta_get(t, &mm);
+    if (rc) return rc;
+    mat_ent e = {rank_bits(node_rank(&t->s, &mm, n, (double)n->kv_bytes)), n->kv_bytes, n->parent}, old;
+    uint8_t key[16], rec[MAT_REC];
+    rc = ent_get(t, n->id, &old);
+    if (rc < 0) return rc;
+    if (rc == 0 && !memcmp(&old, &e, sizeof e)) return SKV_OK;
+    uint64_t was = 0;
+    if (rc == 0 && (rc = ent_del(t, n->id, &was))) return rc;
+    ord_key(key, e.rank, n->id);
+    if ((rc = store_put(t, TB_MATORD, key, 16, "", 0))) return rc;
+    skv_wr64(rec, e.rank);
+    skv_wr64(rec + 8, e.bytes);
+    skv_wr64(rec + 16, e.parent);
+    be64(key, n->id);
+    if ((rc = store_put(t, TB_MAT, key, 8, rec, MAT_REC))) return rc;
+    return total_add(t, e.bytes, was);
+}
+
+static int build_visit(void *u, const skv_trie_node *nd) { return store_mat_note(u, nd); }
+
+int store_mat_build(tx *t)
+{
+    mat_meta mm = {0, t->s.prefill_tps, t->s.load_bps};
+    int rc = meta_set(t, &mm);
+    return rc ? rc : store_scan_nodes(t, build_visit, t);
+}
+
+typedef struct each_scan {
+    tx *t;
+    store_mat_fn fn;
+    void *u;
+} each_scan;
+
+static int each_rec(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
+{
+    each_scan *es = u;
+    mat_ent e;
+    (void)v;
+    (void)vn;
+    if (kn != 16) return store_err(es->t->st, SKV_ERR_FORMAT, "placement index damaged");
+    uint64_t id = rbe64(k + 8);
+    int rc = ent_get(es->t, id, &e);
+    if (rc == 1) return es->t->st->be->evicts ? 0 : store_err(es->t->st, SKV_ERR_FORMAT, "placement index damaged");
+    return rc ? rc : es->fn(es->u, id, e.parent, e.bytes);
+}
+
+int store_mat_each(tx *t, store_mat_fn fn, void *u)
+{
+    each_scan es = {t, fn, u};
+    return store_scan(t, TB_MATORD, NULL, 0, each_rec, &es);
+}
+
+static int collect_id(void *u, uint64_t id, uint64_t parent, uint64_t bytes)
+{
+    store_ids *l = u;
+    (void)parent;
+    (void)bytes;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        uint64_t *nb = realloc(l->id, cap * sizeof *nb);
+        if (!nb) return SKV_ERR_NOMEM;
+        l->id = nb;
+        l->cap = cap;
     }
-    int ok = freed >= need;
-    for (size_t i = 0; i < m->n; i++) { /* undo the simulation, then apply for real */
-        int sel = was[i] && !m->c[i].alive;
-        m->c[i].alive = was[i];
-        if (ok && apply && sel && !rc) {
-            if (!(rc = demote(t, m, i))) (*n_demoted)++;
+    l->id[l->n++] = id;
+    return 0;
+}
+
+int store_mat_ids(tx *t, store_ids *l)
+{
+    memset(l, 0, sizeof *l);
+    int rc = store_mat_each(t, collect_id, l);
+    if (rc == SKV_ERR_NOMEM) rc = store_err(t->st, rc, "out of memory");
+    if (rc < 0) {
+        free(l->id);
+        l->id = NULL;
+    }
+    return rc < 0 ? rc : SKV_OK;
+}
+
+static int drifted(double a, double b) { return a > 1.25 * b || b > 1.25 * a; }
+
+/* Recomputes every rank when the measured speeds moved away from those of the index. */
+static int mat_refresh(tx *t)
+{
+    mat_meta mm;
+    store_ids l = {0};
+    int rc = meta_get(t, &mm);
+    if (rc || (!drifted(mm.prefill_tps, t->s.prefill_tps) && !drifted(mm.load_bps, t->s.load_bps))) return rc;
+    mm.prefill_tps = t->s.prefill_tps;
+    mm.load_bps = t->s.load_bps;
+    if ((rc = meta_set(t, &mm)) || (rc = store_mat_ids(t, &l))) goto out;
+    for (size_t i = 0; !rc && i < l.n; i++) {
+        skv_trie_node nd;
+        if ((rc = store_io_get_node(t, l.id[i], &nd)) == 1) rc = store_mat_forget(t, l.id[i]);
+        else if (!rc) {
+            rc = store_mat_note(t, &nd);
+            skv_trie_node_clear(&nd);
         }
     }
-    free(was);
-    return rc ? rc : ok;
+out:
+    free(l.id);
+    return rc;
 }
 
-/* Materialises path nodes (root first) whose parent is materialised, from ctx (which holds
- * the whole path's KV), while the budget allows or lower-valued leaves can make room. */
+/* ---- leaves and demotion ------------------------------------------------- */
+
+typedef struct leaf_q {
+    tx *t;
+    int found; /* a materialised child was seen */
+} leaf_q;
+
+static int child_mat(void *u, int32_t tok, uint64_t child)
+{
+    leaf_q *q = u;
+    mat_ent e;
+    (void)tok;
+    int rc = ent_get(q->t, child, &e);
+    if (rc < 0) return rc;
+    q->found = rc == 0;
+    return q->found;
+}
+
+/* 1 when no child of id is materialised. */
+static int is_leaf(tx *t, uint64_t id)
+{
+    leaf_q q = {t, 0};
+    int rc = t->io.children(t, id, child_mat, &q);
+    return rc < 0 ? rc : !q.found;
+}
+
+/* A walk over the index from its low end collecting leaves (off the path, ranked below
+ * `below`) until `need` bytes are found (need 0: the first one). */
+typedef struct leaf_walk {
+    tx *t;
+    const skv_trie_path *path;
+    double below;
+    uint64_t need, freed;
+    uint64_t *ids;
+    size_t n, cap;
+} leaf_walk;
+
+static int on_path(const skv_trie_path *p, uint64_t id)
+{
+    for (size_t i = 0; p && i < p->n; i++)
+        if (p->nodes[i].id == id) return 1;
+    return 0;
+}
+
+static int walk_leaf(void *u, uint64_t id, uint64_t parent, uint64_t bytes)
+{
+    leaf_walk *w = u;
+    mat_ent e;
+    (void)parent;
+    if (on_path(w->path, id)) return 0;
+    int rc = ent_get(w->t, id, &e);
+    if (rc) return rc < 0 ? rc : 0;
+    if (bits_rank(e.rank) >= w->below) return 1; /* everything further ranks higher */
+    if ((rc = is_leaf(w->t, id)) <= 0) return rc;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        uint64_t *nb = realloc(w->ids, cap * sizeof *nb);
+        if (!nb) return store_err(w->t->st, SKV_ERR_NOMEM, "out of memory");
+        w->ids = nb;
+        w->cap = cap;
+    }
+    w->ids[w->n++] = id;
+    w->freed += bytes;
+    return w->freed >= w->need ? 1 : 0;
+}
+
+/* Demotes node id to token-only: drops its KV, clears the flag (the index follows). */
+static int demote(tx *t, uint64_t id)
+{
+    skv_trie_node nd;
+    int rc = store_io_get_node(t, id, &nd);
+    if (rc == 1) return store_mat_forget(t, id); /* evicted node (Redis): forget its entry */
+    if (rc) return rc;
+    rc = (nd.flags & SKV_TRIE_MAT) ? store_blob_del(t, nd.id, nd.len) : SKV_OK;
+    nd.flags &= ~(uint32_t)SKV_TRIE_MAT;
+    nd.kv_bytes = 0;
+    if (!rc) rc = store_io_put_node(t, &nd);
+    skv_trie_node_clear(&nd);
+    return rc;
+}
+
+static int walk(tx *t, leaf_walk *w)
+{
+    int rc = store_mat_each(t, walk_leaf, w);
+    return rc < 0 ? rc : SKV_OK;
+}
+
+int store_evict_to(tx *t, uint64_t budget, uint32_t *n_demoted)
+{
+    uint64_t total;
+    int rc = mat_refresh(t);
+    while (!rc && !(rc = store_mat_total(t, &total)) && total > budget) {
+        leaf_walk w = {.t = t, .below = INFINITY, .need = 0};
+        if ((rc = walk(t, &w)) || w.n == 0) {
+            free(w.ids);
+            break;
+        }
+        rc = demote(t, w.ids[0]);
+        free(w.ids);
+        if (rc) break;
+        (*n_demoted)++;
+    }
+    return rc;
+}
+
+/* Frees `need` bytes by demoting leaves off the path ranked below `rank`, if that many
+ * can be found (1; a leaf a demotion would expose is not counted: conservative), else 0. */
+static int make_room(tx *t, const skv_trie_path *p, uint64_t need, double rank, uint32_t *n_demoted)
+{
+    leaf_walk w = {.t = t, .path = p, .below = rank, .need = need};
+    int rc = walk(t, &w);
+    if (!rc && w.freed >= need)
+        for (size_t i = 0; !rc && i < w.n; i++)
+            if (!(rc = demote(t, w.ids[i]))) (*n_demoted)++;
+    free(w.ids);
+    return rc ? rc : w.freed >= need;
+}
+
+/* ---- materialising ------------------------------------------------------- */
+
+static double est_bytes(const tx *t, uint32_t len)
+{
+    return (double)len * (double)store_pos_floats(t->st) * 4.0 * t->s.comp_ratio + BLOB_HDR;
+}
+
 /* Stores node nd's span of KV (read from ctx) and marks it materialised. */
-static int materialise(tx *t, mat_set *m, const skv_trie_node *nd, skv_ctx *ctx, uint32_t *n_mat)
+static int materialise(tx *t, const skv_trie_node *nd, skv_ctx *ctx, uint32_t *n_mat)
 {
     float *kv = malloc((size_t)nd->len * store_pos_floats(t->st) * sizeof *kv);
     skv_trie_node up;
@@ -147,9 +403,6 @@ static int materialise(tx *t, mat_set *m, const skv_trie_node *nd, skv_ctx *ctx,
         if (!(rc = store_blob_put(t, nd->id, kv, nd->len, &up.kv_bytes))) {
             up.flags |= SKV_TRIE_MAT;
             rc = store_io_put_node(t, &up);
-            cand c = {.id = up.id, .parent = up.parent, .bytes = up.kv_bytes, .alive = 1, .on_path = 1,
-                      .score = node_score(&t->s, &up, (double)up.kv_bytes)};
-            if (!rc) rc = mat_add(m, &c);
             (*n_mat)++;
         }
         skv_trie_node_clear(&up);
@@ -158,24 +411,23 @@ static int materialise(tx *t, mat_set *m, const skv_trie_node *nd, skv_ctx *ctx,
     return rc;
 }
 
+/* Materialises path nodes (root first) from ctx (which holds the whole path's KV), while
+ * the budget allows or lower-ranked leaves can make room; the first that cannot be placed
+ * ends the pass (nothing below it could be loaded). */
 int store_place(tx *t, const skv_trie_path *p, skv_ctx *ctx, uint32_t *n_mat, uint32_t *n_dem)
 {
-    mat_set m;
-    int rc = store_mat_load(t, &m);
-    if (rc) return rc;
-    for (size_t i = 0; i < m.n; i++)
-        for (size_t j = 0; j < p->n; j++) m.c[i].on_path |= m.c[i].id == p->nodes[j].id;
+    int rc = mat_refresh(t);
     for (size_t i = 0; !rc && i < p->n; i++) {
         const skv_trie_node *nd = &p->nodes[i];
+        mat_meta mm;
         if (nd->flags & SKV_TRIE_MAT) continue;
-        double est = (double)nd->len * (double)store_pos_floats(t->st) * 4.0 * t->s.comp_ratio + BLOB_HDR;
-        double score = node_score(&t->s, nd, est);
-        uint64_t need = m.total + (uint64_t)est > t->s.budget ? m.total + (uint64_t)est - t->s.budget : 0;
-        if (need && (rc = make_room(t, &m, need, score, n_dem, 1)) <= 0) break; /* 0: no room */
-        rc = materialise(t, &m, nd, ctx, n_mat);
+        double est = est_bytes(t, nd->len);
+        if ((rc = meta_get(t, &mm))) break;
+        uint64_t need = mm.total + (uint64_t)est > t->s.budget ? mm.total + (uint64_t)est - t->s.budget : 0;
+        if (need && (rc = make_room(t, p, need, node_rank(&t->s, &mm, nd, est), n_dem)) <= 0) break; /* 0: no room */
+        rc = materialise(t, nd, ctx, n_mat);
     }
-    if (!rc) rc = store_evict_to(t, &m, t->s.budget, n_dem); /* measured sizes may exceed the estimate */
-    free(m.c);
+    if (!rc) rc = store_evict_to(t, t->s.budget, n_dem); /* measured sizes may exceed the estimate */
     return rc;
 }
 
@@ -184,19 +436,16 @@ int store_place(tx *t, const skv_trie_path *p, skv_ctx *ctx, uint32_t *n_mat, ui
 /* A token-only node gc may materialise; ready = its parent is materialised (or the root). */
 typedef struct fill_cand {
     uint64_t id, parent;
-    double score, est;
+    double rank, est;
     int ready, done;
 } fill_cand;
 
 typedef struct fill_set {
+    tx *t;
+    mat_meta mm;
     fill_cand *c;
     size_t n, cap;
 } fill_set;
-
-static double est_bytes(const tx *t, uint32_t len)
-{
-    return (double)len * (double)store_pos_floats(t->st) * 4.0 * t->s.comp_ratio + BLOB_HDR;
-}
 
 static int fill_add(fill_set *f, const fill_cand *c)
 {
@@ -211,77 +460,66 @@ static int fill_add(fill_set *f, const fill_cand *c)
     return SKV_OK;
 }
 
-static int mat_has(const mat_set *m, uint64_t id)
-{
-    for (size_t i = 0; i < m->n; i++)
-        if (m->c[i].alive && m->c[i].id == id) return 1;
-    return 0;
-}
-
-typedef struct fill_scan {
-    tx *t;
-    const mat_set *m;
-    fill_set *f;
-} fill_scan;
-
 static int fill_visit(void *u, const skv_trie_node *nd)
 {
-    fill_scan *fs = u;
-    fill_cand c = {.id = nd->id, .parent = nd->parent, .est = est_bytes(fs->t, nd->len)};
-    c.score = node_score(&fs->t->s, nd, c.est);
-    c.ready = nd->parent == SKV_TRIE_ROOT || mat_has(fs->m, nd->parent);
-    if (!(nd->flags & SKV_TRIE_MAT) && c.score > 0 && fill_add(fs->f, &c))
-        return store_err(fs->t->st, SKV_ERR_NOMEM, "out of memory");
+    fill_set *f = u;
+    mat_ent e;
+    if (nd->flags & SKV_TRIE_MAT) return 0;
+    fill_cand c = {.id = nd->id, .parent = nd->parent, .est = est_bytes(f->t, nd->len)};
+    c.rank = node_rank(&f->t->s, &f->mm, nd, c.est);
+    int rc = nd->parent == SKV_TRIE_ROOT ? 0 : ent_get(f->t, nd->parent, &e);
+    if (rc < 0) return rc;
+    c.ready = rc == 0;
+    if (c.rank > 0 && fill_add(f, &c)) return store_err(f->t->st, SKV_ERR_NOMEM, "out of memory");
     return 0;
 }
 
-/* Every token-only node that would save time (score > 0). */
-static int fill_load(tx *t, const mat_set *m, fill_set *f)
-{
-    fill_scan fs = {t, m, f};
-    return store_scan_nodes(t, fill_visit, &fs);
-}
-
-/* The ready candidate with the best score that fits in `room` bytes, or -1. */
+/* The ready candidate with the best rank that fits in `room` bytes, or -1. */
 static long fill_best(const fill_set *f, double room)
 {
     long best = -1;
     for (size_t i = 0; i < f->n; i++) {
         const fill_cand *c = &f->c[i];
-        if (c->ready && !c->done && c->est <= room && (best < 0 || c->score > f->c[best].score)) best = (long)i;
+        if (c->ready && !c->done && c->est <= room && (best < 0 || c->rank > f->c[best].rank)) best = (long)i;
     }
     return best;
 }
 
 /* Computes node id's span in st->work (its whole path from materialised KV and a prefill
  * of the span) and materialises it. */
-static int fill_one(tx *t, mat_set *m, uint64_t id, uint32_t *n_mat)
+static int fill_one(tx *t, uint64_t id, uint32_t *n_mat)
 {
     skv_store *st = t->st;
     skv_trie_path p;
+    uint32_t got = 0;
     int rc = skv_trie_path_to(&t->io, id, &p);
     if (rc) return store_trie_err(st, rc, "gc path");
     const skv_trie_node *nd = &p.nodes[p.n - 1];
     uint32_t p0 = nd->depth - nd->len;
-    if (!(rc = store_load_prefix(t, &p, p0, st->work)) &&
-        (rc = skv_prefill(st->work, nd->tokens, nd->len, SKV_LOGITS_NONE, NULL)))
+    if (!(rc = store_load_prefix(t, &p, p0, st->work, &got)) && got < p0) /* a blob was evicted */
+        rc = store_path_prefill(t, &p, got, p0, st->work);
+    if (!rc && (rc = skv_prefill(st->work, nd->tokens, nd->len, SKV_LOGITS_NONE, NULL)))
         rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
-    if (!rc) rc = materialise(t, m, nd, st->work, n_mat);
+    if (!rc) rc = materialise(t, nd, st->work, n_mat);
     skv_trie_path_free(&p);
     return rc;
 }
 
-int store_fill_to(tx *t, mat_set *m, uint64_t budget, uint32_t *n_mat, uint32_t *n_dem)
+int store_fill_to(tx *t, uint64_t budget, uint32_t *n_mat, uint32_t *n_dem)
 {
-    fill_set f = {0};
-    int rc = fill_load(t, m, &f);
-    while (!rc && m->total < budget) {
-        long i = fill_best(&f, (double)(budget - m->total));
+    fill_set f = {.t = t};
+    uint64_t total;
+    int rc = mat_refresh(t);
+    if (!rc) rc = meta_get(t, &f.mm);
+    if (!rc) rc = store_scan_nodes(t, fill_visit, &f);
+    while (!rc && !(rc = store_mat_total(t, &total)) && total < budget) {
+        long i = fill_best(&f, (double)(budget - total));
         if (i < 0) break;
         f.c[i].done = 1;
-        if ((rc = store_work_ctx(t->st)) || (rc = fill_one(t, m, f.c[i].id, n_mat))) break;
-        if (m->total > budget) { /* measured size above the estimate: trim, and stop there */
-            rc = store_evict_to(t, m, budget, n_dem);
+        if ((rc = store_work_ctx(t->st)) || (rc = fill_one(t, f.c[i].id, n_mat))) break;
+        if ((rc = store_mat_total(t, &total))) break;
+        if (total > budget) { /* measured size above the estimate: trim, and stop there */
+            rc = store_evict_to(t, budget, n_dem);
             break;
         }
         for (size_t j = 0; j < f.n; j++) f.c[j].ready |= f.c[j].parent == f.c[i].id;

@@ -25,10 +25,9 @@ void store_ses_encode(const ses_rec *r, uint8_t *p)
     skv_wr64(p + 48, XXH3_64bits(p, 48));
 }
 
-int store_ses_decode(const MDB_val *v, ses_rec *r)
+int store_ses_decode(const uint8_t *p, size_t n, ses_rec *r)
 {
-    const uint8_t *p = v->mv_data;
-    if (v->mv_size != SESSION_SIZE || skv_rd32(p) != SES_MAGIC || skv_rd32(p + 4) != 1 ||
+    if (n != SESSION_SIZE || skv_rd32(p) != SES_MAGIC || skv_rd32(p + 4) != 1 ||
         XXH3_64bits(p, 48) != skv_rd64(p + 48))
         return SKV_ERR_FORMAT;
     r->end = skv_rd64(p + 8);
@@ -36,14 +35,6 @@ int store_ses_decode(const MDB_val *v, ses_rec *r)
     memcpy(r->digest, p + 24, 16);
     r->put_time = skv_rd64(p + 40);
     return SKV_OK;
-}
-
-/* LMDB takes keys as non-const pointers but never writes through them. */
-MDB_val store_name_key(const char *name)
-{
-    MDB_val k = {strlen(name), NULL};
-    memcpy(&k.mv_data, &name, sizeof name);
-    return k;
 }
 
 int store_check_name(skv_store *st, const char *name)
@@ -56,11 +47,11 @@ int store_check_name(skv_store *st, const char *name)
 /* 1 = absent. */
 int store_ses_get(tx *t, const char *name, ses_rec *r)
 {
-    MDB_val k = store_name_key(name), v;
-    int rc = mdb_get(t->txn, t->st->sessions, &k, &v);
-    if (rc == MDB_NOTFOUND) return 1;
-    if (rc) return store_lmdb_err(t->st, rc, "read session");
-    if (store_ses_decode(&v, r)) return store_err(t->st, SKV_ERR_FORMAT, "session '%s': record damaged", name);
+    const uint8_t *v;
+    size_t n;
+    int rc = store_get(t, TB_SESSIONS, name, strlen(name), &v, &n);
+    if (rc) return rc;
+    if (store_ses_decode(v, n, r)) return store_err(t->st, SKV_ERR_FORMAT, "session '%s': record damaged", name);
     return SKV_OK;
 }
 
@@ -77,16 +68,19 @@ uint32_t store_loadable(const skv_trie_path *p, uint32_t upto)
     return l;
 }
 
-/* Loads positions [0, upto) of the path into ctx from materialised KV. */
-int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx)
+/* Loads positions [0, upto) of the path into ctx from materialised KV; stops early at a
+ * blob the backend evicted (*got: positions loaded). */
+int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx, uint32_t *got)
 {
     int rc = skv_ctx_truncate(ctx, 0);
+    *got = 0;
     for (size_t i = 0; !rc && i < p->n; i++) {
         const skv_trie_node *nd = &p->nodes[i];
         uint32_t p0 = nd->depth - nd->len, use = nd->depth <= upto ? nd->len : upto - p0;
         float *kv, *part;
         if (p0 >= upto) break;
-        if ((rc = store_blob_get(t, nd->id, nd->len, &kv))) return rc;
+        if ((rc = store_blob_get(t, nd->id, nd->len, &kv)) == 1) return SKV_OK;
+        if (rc) return rc;
         part = kv;
         if (use < nd->len && (part = malloc((size_t)use * store_pos_floats(t->st) * sizeof *part)))
             store_kv_copy(t->st, kv, nd->len, 0, use, part, use, 0);
@@ -94,10 +88,22 @@ int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx
         if (part != kv) free(part);
         free(kv);
         if (rc) return store_err(t->st, rc, "loading KV: %s", skv_ctx_last_error(ctx));
+        *got = p0 + use;
     }
     return rc;
 }
 
+int store_path_prefill(tx *t, const skv_trie_path *p, uint32_t from, uint32_t upto, skv_ctx *ctx)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        const skv_trie_node *nd = &p->nodes[i];
+        uint32_t s0 = nd->depth - nd->len, a = s0 > from ? s0 : from, b = nd->depth < upto ? nd->depth : upto;
+        if (a >= b) continue;
+        int rc = skv_prefill(ctx, nd->tokens + (a - s0), b - a, SKV_LOGITS_NONE, NULL);
+        if (rc) return store_err(t->st, rc, "prefill: %s", skv_ctx_last_error(ctx));
+    }
+    return SKV_OK;
+}
 
 /* ---- put ---------------------------------------------------------------- */
 
@@ -163,13 +169,30 @@ static int compute_new(tx *t, const skv_trie_path *p, const int32_t *tokens, siz
     if (!logits) return store_err(st, SKV_ERR_NOMEM, "out of memory");
     /* put's prefill computes every row of logits, so its speed is not a restore's: the
      * cost model's recompute speed comes from the store's creation and from gets */
-    rc = store_load_prefix(t, p, start, st->work);
+    uint32_t got = 0;
+    rc = store_load_prefix(t, p, start, st->work, &got);
+    if (!rc && got < start) rc = store_path_prefill(t, p, got, start, st->work); /* evicted KV */
     for (size_t q = start; !rc && q < n; q += rows)
         rc = surprisal_chunk(st, tokens, n, q, n - q < rows ? n - q : rows, m, logits, sur);
-    r->n_loaded = start;
-    r->n_computed = (uint32_t)(n - start);
+    r->n_loaded = got;
+    r->n_computed = (uint32_t)(n - got);
     free(logits);
     return rc;
+}
+
+/* A session whose trie path was evicted (Redis) is a miss: put may store it again. */
+static int ses_evicted(tx *t, const ses_rec *sr)
+{
+    skv_trie_path p;
+    if (!t->st->be->evicts) return 0;
+    if (skv_trie_path_to(&t->io, sr->end, &p)) {
+        t->miss[1]++;
+        skv_errbox_clear(t->st->err);
+        return 1;
+    }
+    int gone = p.matched != sr->n_tokens;
+    skv_trie_path_free(&p);
+    return gone;
 }
 
 static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *r)
@@ -181,10 +204,9 @@ static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_
     int rc;
     if (!sur) return store_err(st, SKV_ERR_NOMEM, "out of memory");
     if ((rc = store_model_note(t))) goto out;
-    if ((rc = store_ses_get(t, name, &sr)) <= 0) {
-        if (!rc) rc = store_err(st, SKV_ERR_INVALID_ARG, "a session named '%s' exists already", name);
-        goto out;
-    }
+    if ((rc = store_ses_get(t, name, &sr)) == 0 && !ses_evicted(t, &sr))
+        rc = store_err(st, SKV_ERR_INVALID_ARG, "a session named '%s' exists already", name);
+    if (rc <= 0) goto out;
     if ((rc = skv_trie_match(&t->io, tokens, n, &p))) { rc = store_trie_err(st, rc, "lookup"); goto out; }
     r->n_shared = p.matched;
     if ((rc = compute_new(t, &p, tokens, n, sur, r))) goto out;
@@ -195,8 +217,7 @@ static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_
     sr.put_time = (uint64_t)time(NULL);
     uint8_t rec[SESSION_SIZE];
     store_ses_encode(&sr, rec);
-    MDB_val k = store_name_key(name), v = {SESSION_SIZE, rec};
-    if ((rc = mdb_put(t->txn, st->sessions, &k, &v, 0))) { rc = store_lmdb_err(st, rc, "write session"); goto out; }
+    if ((rc = store_put(t, TB_SESSIONS, name, strlen(name), rec, SESSION_SIZE))) goto out;
     if ((rc = skv_trie_path_to(&t->io, sr.end, &p))) { rc = store_trie_err(st, rc, "path"); goto out; }
     r->bits = p.bits;
     rc = store_place(t, &p, st->work, &r->n_materialised, &r->n_demoted);
@@ -206,22 +227,31 @@ out:
     return rc;
 }
 
+typedef struct put_args {
+    const char *name;
+    const int32_t *tokens;
+    size_t n;
+    skv_store_put_report r;
+} put_args;
+
+static int put_run(tx *t, void *u)
+{
+    put_args *a = u;
+    a->r = (skv_store_put_report){.n_tokens = (uint32_t)a->n};
+    int rc = store_work_ctx(t->st);
+    return rc ? rc : put_tx(t, a->name, a->tokens, a->n, &a->r);
+}
+
 static int put_call(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
 {
-    skv_store_put_report r = {.n_tokens = (uint32_t)n};
-    tx t;
+    put_args a = {name, tokens, n, {0}};
     double t0 = skv_now();
     int rc;
     if (!st) return SKV_ERR_INVALID_ARG;
     if ((rc = store_check_name(st, name)) || (rc = store_check_tokens(st, tokens, n))) return rc;
-    if ((rc = store_tx_begin(st, 1, &t))) return rc;
-    if ((rc = store_work_ctx(st)) || (rc = put_tx(&t, name, tokens, n, &r))) {
-        store_tx_abort(&t);
-        return rc;
-    }
-    if ((rc = store_tx_commit(&t))) return rc;
-    r.seconds = skv_now() - t0;
-    if (rep) *rep = r;
+    if ((rc = store_run(st, 1, put_run, &a))) return rc;
+    a.r.seconds = skv_now() - t0;
+    if (rep) *rep = a.r;
     return SKV_OK;
 }
 
@@ -254,28 +284,49 @@ static int verify_digest(skv_store *st, const char *name, skv_ctx *ctx, uint32_t
     return SKV_OK;
 }
 
-static int get_tx(tx *t, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_out,
-                  skv_store_get_report *r, ses_rec *sr)
+/* A session's path that cannot be read: damage in LMDB, an eviction (a miss) in Redis. */
+static int path_err(tx *t, const char *name, int rc)
 {
+    if (!t->st->be->evicts || rc == SKV_ERR_NOMEM) return store_trie_err(t->st, rc, "session path");
+    t->miss[1]++;
+    return store_err(t->st, SKV_ERR_IO, "session '%s' was evicted from the Redis store (a miss, counted in stats): "
+                     "store it again", name);
+}
+
+typedef struct get_args {
+    const char *name;
+    skv_ctx *ctx;
+    int flags;
+    int32_t *tokens;
+    size_t cap, *n_out;
+    skv_store_get_report r;
+    ses_rec sr;
+} get_args;
+
+static int get_tx(tx *t, void *u)
+{
+    get_args *g = u;
     skv_store *st = t->st;
     skv_trie_path p;
-    int rc = store_ses_get(t, name, sr);
-    if (rc == 1) return store_err(st, SKV_ERR_INVALID_ARG, "no session named '%s'", name);
+    uint32_t got = 0;
+    int rc = store_ses_get(t, g->name, &g->sr);
+    if (rc == 1) return store_err(st, SKV_ERR_INVALID_ARG, "no session named '%s'", g->name);
     if (rc) return rc;
-    if ((rc = skv_trie_path_to(&t->io, sr->end, &p))) return store_trie_err(st, rc, "session path");
-    if ((rc = path_tokens(t, name, &p, sr, ctx, tokens, cap, n_out))) goto out;
+    if ((rc = skv_trie_path_to(&t->io, g->sr.end, &p))) return path_err(t, g->name, rc);
+    if ((rc = path_tokens(t, g->name, &p, &g->sr, g->ctx, g->tokens, g->cap, g->n_out))) goto out;
     uint32_t l = store_loadable(&p, p.matched);
     double t0 = skv_now();
-    if ((rc = store_load_prefix(t, &p, l, ctx))) goto out;
+    if ((rc = store_load_prefix(t, &p, l, g->ctx, &got))) goto out;
     double t1 = skv_now();
-    if (p.matched > l && (rc = skv_prefill(ctx, tokens + l, p.matched - l, SKV_LOGITS_NONE, NULL))) {
-        rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(ctx));
+    if (p.matched > got && (rc = skv_prefill(g->ctx, g->tokens + got, p.matched - got, SKV_LOGITS_NONE, NULL))) {
+        rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(g->ctx));
         goto out;
     }
     double t2 = skv_now();
-    *r = (skv_store_get_report){.n_tokens = p.matched, .n_loaded = l, .n_computed = p.matched - l,
-                                .load_seconds = t1 - t0, .compute_seconds = t2 - t1};
-    if ((flags & SKV_STORE_VERIFY) && !(rc = verify_digest(st, name, ctx, p.matched, sr))) r->verified = 1;
+    g->r = (skv_store_get_report){.n_tokens = p.matched, .n_loaded = got, .n_computed = p.matched - got,
+                                  .load_seconds = t1 - t0, .compute_seconds = t2 - t1};
+    if ((g->flags & SKV_STORE_VERIFY) && !(rc = verify_digest(st, g->name, g->ctx, p.matched, &g->sr)))
+        g->r.verified = 1;
 out:
     skv_trie_path_free(&p);
     return rc;
@@ -285,34 +336,28 @@ out:
  * promote nodes of the session's path now that ctx holds its whole KV (the session's
  * tokens never change, so the KV fits whatever splits happened meanwhile): a short write
  * transaction after the read. */
-static int touch(skv_store *st, const char *name, const ses_rec *seen, skv_store_get_report *r, skv_ctx *ctx)
+static int touch_tx(tx *t, void *u)
 {
-    tx t;
+    get_args *g = u;
+    skv_store *st = t->st;
+    skv_store_get_report *r = &g->r;
     ses_rec now;
     skv_trie_path p;
     uint32_t n_dem = 0;
-    int rc = store_tx_begin(st, 1, &t);
-    if (rc) return rc;
-    if (store_ses_get(&t, name, &now) != 0 || now.end != seen->end) { /* removed meanwhile */
-        store_tx_abort(&t);
-        return SKV_OK;
-    }
-    if ((rc = skv_trie_touch(&t.io, now.end, ++t.s.clock)) || (rc = skv_trie_path_to(&t.io, now.end, &p))) {
-        store_tx_abort(&t);
-        return store_trie_err(st, rc, "touch");
-    }
+    if (store_ses_get(t, g->name, &now) != 0 || now.end != g->sr.end) return SKV_OK; /* removed meanwhile */
+    int rc = skv_trie_touch(&t->io, now.end, ++t->s.clock);
+    if (!rc) rc = skv_trie_path_to(&t->io, now.end, &p);
+    if (rc && st->be->evicts) return SKV_OK; /* evicted meanwhile: nothing to record */
+    if (rc) return store_trie_err(st, rc, "touch");
     if (r->n_loaded >= 16 && r->load_seconds > 0)
-        t.s.load_bps = 0.5 * t.s.load_bps +
-                       0.5 * (double)r->n_loaded * (double)store_pos_floats(st) * 4.0 * t.s.comp_ratio / r->load_seconds;
+        t->s.load_bps = 0.5 * t->s.load_bps + 0.5 * (double)r->n_loaded * (double)store_pos_floats(st) * 4.0 *
+                                                  t->s.comp_ratio / r->load_seconds;
     if (r->n_computed >= 16 && r->compute_seconds > 0)
-        t.s.prefill_tps = 0.5 * t.s.prefill_tps + 0.5 * (double)r->n_computed / r->compute_seconds;
-    rc = store_place(&t, &p, ctx, &r->n_materialised, &n_dem);
+        t->s.prefill_tps = 0.5 * t->s.prefill_tps + 0.5 * (double)r->n_computed / r->compute_seconds;
+    r->n_materialised = 0;
+    rc = store_place(t, &p, g->ctx, &r->n_materialised, &n_dem);
     skv_trie_path_free(&p);
-    if (rc) {
-        store_tx_abort(&t);
-        return rc;
-    }
-    return store_tx_commit(&t);
+    return rc;
 }
 
 /* A context with kv_quant holds a quantized view of its KV, which the store would take
@@ -328,24 +373,20 @@ static int ctx_exact(skv_store *st, skv_ctx *ctx)
     return SKV_OK;
 }
 
-static int get_call(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_tokens,
-                    skv_store_get_report *rep)
+static int get_call(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap,
+                    size_t *n_tokens, skv_store_get_report *rep)
 {
-    skv_store_get_report r = {0};
-    ses_rec sr;
-    tx t;
+    get_args g = {.name = name, .ctx = ctx, .flags = flags, .tokens = tokens, .cap = cap, .n_out = n_tokens};
     int rc;
     if (!st) return SKV_ERR_INVALID_ARG;
     if (!ctx || !tokens || skv_ctx_model(ctx) != st->model)
         return store_err(st, SKV_ERR_INVALID_ARG, "skv_store_get needs a context of the store's model and a buffer");
-    if ((rc = ctx_exact(st, ctx)) || (rc = store_check_name(st, name)) || (rc = store_tx_begin(st, 0, &t))) return rc;
-    rc = get_tx(&t, name, ctx, flags, tokens, cap, n_tokens, &r, &sr);
-    store_tx_abort(&t);
-    if (!rc && !st->readonly) rc = touch(st, name, &sr, &r, ctx);
-    if (!rc && rep) *rep = r;
+    if ((rc = ctx_exact(st, ctx)) || (rc = store_check_name(st, name))) return rc;
+    rc = store_run(st, 0, get_tx, &g);
+    if (!rc && !st->readonly) rc = store_run(st, 1, touch_tx, &g);
+    if (!rc && rep) *rep = g.r;
     return rc;
 }
-
 
 int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
 {

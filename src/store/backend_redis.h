@@ -1,0 +1,62 @@
+/* Internal to the Redis backend (backend_redis.c: URL, connections, keys, open;
+ * backend_redis_tx.c: transactions and scans). */
+#ifndef SKV_STORE_BACKEND_REDIS_H
+#define SKV_STORE_BACKEND_REDIS_H
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+
+#include "store/store_int.h"
+
+#define RB_POOL 16        /* idle connections kept */
+#define RB_IDLE_CHECK 0.2 /* seconds idle after which a pooled connection is PINGed first */
+
+typedef struct redis_addr {
+    char host[256], path[256], prefix[256];
+    int port;
+} redis_addr;
+
+typedef struct redis_backend {
+    store_backend base;
+    redis_addr addr;
+    char url[512];
+    char top[320];   /* "P:skv2:" */
+    char ns[360];    /* "P:skv2:<fp hex>:" */
+    size_t top_n, ns_n;
+    pthread_mutex_t mu; /* guards the pool */
+    redisContext *free_c[RB_POOL];
+    double free_t[RB_POOL]; /* when each was put back */
+    int n_free;
+} redis_backend;
+
+typedef struct rb_buf {
+    uint8_t *p;
+    size_t n, cap;
+} rb_buf;
+
+/* Keys found by SCAN (malloc'ed copies). */
+typedef struct rb_keys {
+    uint8_t **k;
+    size_t *kn, n, cap;
+} rb_keys;
+
+int rb_buf_cat(rb_buf *b, const void *a, size_t an, const void *c, size_t cn);
+/* The Redis key of record k of table tb (children: the parent's hash; matord: the set). */
+int rb_key(const redis_backend *b, int tb, const uint8_t *k, size_t kn, rb_buf *out);
+redisContext *rb_conn_get(redis_backend *b); /* NULL: message set */
+void rb_conn_put(redis_backend *b, redisContext *c, int bad);
+void rb_pool_flush(redis_backend *b); /* closes every idle connection */
+/* Every key of the namespace whose name continues with sub[sn] (SCAN: not a snapshot). */
+int rb_scan_keys(redis_backend *b, const char *sub, size_t sn, rb_keys *out);
+void rb_keys_free(rb_keys *ks);
+
+int rb_begin(store_backend *b, int write, store_btx **out);
+int rb_commit(store_btx *t);
+void rb_abort(store_btx *t);
+int rb_get(store_btx *t, int tb, const void *k, size_t kn, int flags, const uint8_t **v, size_t *vn);
+int rb_put(store_btx *t, int tb, const void *k, size_t kn, const void *v, size_t vn);
+int rb_del(store_btx *t, int tb, const void *k, size_t kn);
+int rb_scan(store_btx *t, int tb, const void *prefix, size_t pn, store_scan_fn fn, void *u);
+int rb_new_id(store_btx *t, uint64_t *next, uint64_t *out);
+
+#endif

@@ -1,0 +1,45 @@
+"""A private redis-server for the Python tests (the C tests use tests/redis_harness.h):
+on a unix socket in a temporary directory, no TCP port, no persistence; stop() kills it."""
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+
+def available():
+    return shutil.which("redis-server") is not None
+
+
+class Redis:
+    def __init__(self, workdir, *extra):
+        self.dir = workdir
+        os.makedirs(workdir, exist_ok=True)
+        self.sock = os.path.join(workdir, "redis.sock")
+        self.p = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", self.sock, "--unixsocketperm", "700",
+                                   "--save", "", "--appendonly", "no", "--dir", workdir, "--logfile", "redis.log"]
+                                  + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        for _ in range(200):
+            if self.ping():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("redis-server did not start")
+
+    def ping(self):
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(1)
+                s.connect(self.sock)
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def url(self, prefix):
+        return "unix://%s?prefix=%s" % (self.sock, prefix)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
