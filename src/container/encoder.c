@@ -51,6 +51,7 @@ struct skv_encoder {
     int kv_scheme[2];
     uint64_t kv_seed;
     int finished;
+    int32_t *cm_dict;       /* codec cmvd: the owned copy of the dictionary */
     char err[512];
 };
 
@@ -118,6 +119,7 @@ void skv_encoder_free(skv_encoder *e)
     free(e->seg_tok);
     free(e->rc_buf);
     free(e->out);
+    free(e->cm_dict);
     free(e);
 }
 
@@ -132,6 +134,8 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, s
     e->p = *p;
     e->p.kv_quant = NULL; /* parsed now: the string need not outlive this call */
     e->V = (uint32_t)mi->n_vocab;
+    if ((rc = skv_session_cmv_setup(e->V, p->codec, p->cm_dict, p->n_cm_dict, &e->cm_dict, err, errcap))) return rc;
+    e->p.cm_dict = e->cm_dict;
     if (skv_codec_is_kv(p->codec) && (rc = kv_codec_setup(e, p)))
         return skv_errf(err, errcap, rc, "codec %s: kv_quant must be %s", skv_codec_name(p->codec),
                         p->codec == SKV_CODEC_KVQ ? "k=SCHEME,v=SCHEME[,seed=S] (no keep-first/keep-last/window)"
@@ -300,6 +304,12 @@ static int flush_segment(skv_encoder *e)
         if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
         if ((rc = skv_session_cm_payload(e->seg_tok, e->seg_n, e->V, &e->rc_buf, &e->rc_cap, &plen)))
             return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory" : "cm coder bound violated (internal)");
+        payload = e->rc_buf;
+    } else if (e->p.codec == SKV_CODEC_CMV || e->p.codec == SKV_CODEC_CMVD) {
+        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
+        if ((rc = skv_session_cmv_payload(e->m, e->cm_dict, e->p.n_cm_dict, e->seg_tok, e->seg_n, &e->rc_buf, &e->rc_cap,
+                                          &plen)))
+            return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory" : "cmv coder failed (internal)");
         payload = e->rc_buf;
     } else if ((rc = zstd_tokens(e, &plen))) {
         return rc;
