@@ -334,7 +334,14 @@ enum { SKV_CODEC_CM = 9 };
  * S = the quantizer step relative to the RMS of each (layer, kind); NULL = "tok,ramp,step=1").
  * Ids 10..15 are reserved for predictive KV codecs. */
 enum { SKV_CODEC_PRED = 10 };
-/* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
+/* -- codecs "cmv" and "cmvd" (docs/format.md section 2.6) --
+ * cm with what the vocabulary itself tells (ids ordered by their text, a static prior
+ * from the vocabulary's scores or merge order, contexts over the text); "cmvd" primes
+ * the model with a dictionary of ids (skv_encoder_params.cm_dict; the same dictionary
+ * must be given to the restore: skv_restore_params.cm_dict), e.g. earlier sessions of a
+ * store. Restored like "cm": decode, one batched prefill, digest verified. */
+enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
+/* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" "cmv" "cmvd" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
 SKV_API const char *skv_codec_name(int codec);
 SKV_API int skv_codec_parse(const char *name);
 
@@ -353,6 +360,10 @@ typedef struct skv_encoder_params {
      * the vocabulary per token (an inference loop that stores as it generates needs no
      * cross-entropy report); 0 = measure it */
     int skip_entropy;
+    /* codec SKV_CODEC_CMVD: the dictionary of ids (each < n_vocab) the model is primed
+     * with; copied by skv_encoder_create. NULL/0 for the other codecs. */
+    const int32_t *cm_dict;
+    size_t n_cm_dict;
 } skv_encoder_params;
 
 typedef struct skv_encoder_stats {
@@ -444,6 +455,10 @@ typedef struct skv_restore_params {
     int draft;                /* model codec: SKV_DRAFT_* (0 = automatic) */
     int draft_max;            /* most tokens verified by one forward pass, 1..256; 0 = automatic (16) */
     skv_restore_stats *stats; /* optional: each restore ADDS its counts (zero it first) */
+    /* codec SKV_CODEC_CMVD: the dictionary the file was written with (SKV_ERR_MISMATCH if
+     * another one or none is given) */
+    const int32_t *cm_dict;
+    size_t n_cm_dict;
 } skv_restore_params;
 
 /* Restores segment i into ctx (cleared first; its capacity must hold the segment):

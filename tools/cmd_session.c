@@ -54,7 +54,7 @@ static int32_t *parse_ids(const char *text, size_t *n)
 /* ---- compress -------------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *file, *ids, *kv_in, *out, *codec, *kv_quant;
+    const char *model, *file, *ids, *kv_in, *out, *codec, *kv_quant, *cm_dict;
     long threads, ctx;
     int segment, lossy_text;
 } compress_opts;
@@ -79,7 +79,11 @@ static const cli_opt compress_opts_table[] = {
      "  docs/format.md 2.3)\n"
      "kvq: the same with the schemes of --kv-quant\n"
      "pred: the tokens plus the KV coded predictively across positions (lossy,\n"
-     "  restored without the model: docs/format.md 2.5)"},
+     "  restored without the model: docs/format.md 2.5)\n"
+     "cmv: cm with the vocabulary's own side information (smaller than cm)\n"
+     "cmvd: cmv primed by the dictionary of --cm-dict (smallest of the cheap\n"
+     "  codecs; the restore needs the same dictionary)"},
+    {"cm-dict", 0, CLI_PATH, "TEXT", 0, 0, F(cm_dict), "with --codec cmvd: the dictionary text (tokenized, BOS first)"},
     {"kv-quant", 0, CLI_STR, "SPEC", 0, 0, F(kv_quant),
      "with --codec kvq: schemes per kind, e.g. k=tq4,v=tq3 or tq3p,seed=7\n"
      "(schemes f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p);\n"
@@ -110,8 +114,11 @@ static int compress_check(const compress_opts *o, int *codec)
     if ((*codec = skv_codec_parse(o->codec)) < 0)
         return cli_usage(&compress_cmd, "--codec must be one of model tokens cm f16 q8 q4 tq2 tq3 tq4 kvq pred, not '%s'", o->codec);
     if (*codec == SKV_CODEC_PRED) return CLI_CONTINUE; /* --kv-quant optional (the encoder checks it) */
+        return cli_usage(&compress_cmd, "--codec must be one of model tokens cm cmv cmvd f16 q8 q4 tq2 tq3 tq4 kvq, not '%s'", o->codec);
     if ((*codec == SKV_CODEC_KVQ) != !!o->kv_quant)
         return cli_usage(&compress_cmd, "--kv-quant SPEC goes with --codec kvq (and --codec kvq needs it)");
+    if ((*codec == SKV_CODEC_CMVD) != !!o->cm_dict)
+        return cli_usage(&compress_cmd, "--cm-dict TEXT goes with --codec cmvd (and --codec cmvd needs it)");
     if (o->kv_quant && skv_kv_quant_check(o->kv_quant, NULL, qerr, sizeof qerr))
         return cli_usage(&compress_cmd, "%s", qerr);
     return CLI_CONTINUE;
@@ -137,6 +144,16 @@ static int32_t *dump_tokens(const char *path, skv_model *m, size_t *n)
     }
     skv_kvdump_free(d);
     cli_out_discard(&spool);
+    return tok;
+}
+
+/* --cm-dict TEXT: the dictionary's ids (BOS first); NULL after a message. */
+static int32_t *cli_dict_tokens(skv_model *m, const char *path, size_t *n)
+{
+    size_t len = 0;
+    char *text = cli_read_file(path, &len);
+    int32_t *tok = text ? cli_text_tokens(m, path, text, len, 0, n) : NULL;
+    free(text);
     return tok;
 }
 
@@ -170,8 +187,12 @@ static skv_encoder *make_encoder(const compress_opts *o, int codec, skv_model *m
     ep.n_threads = (int)o->threads;
     ep.segment = o->segment;
     ep.n_ctx = (int)o->ctx;
+    int32_t *dict = NULL;
+    if (o->cm_dict && !(dict = cli_dict_tokens(m, o->cm_dict, &ep.n_cm_dict))) return NULL;
+    ep.cm_dict = dict;
     char err[256] = "";
     int st = skv_encoder_create(m, &ep, &e, err, sizeof err);
+    free(dict);
     if (st)
         cli_error("cannot create the encoder: %s%s", err[0] ? err : skv_status_str(st),
                   codec == SKV_CODEC_KVQ ? " (the spec may give only k=, v=, kv= and seed=, both kinds, with schemes "
@@ -338,7 +359,7 @@ int cmd_compress(int argc, char **argv)
 /* ---- restore -------------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *out, *kv;
+    const char *model, *out, *kv, *cm_dict;
     long threads, draft_max, batch;
     int verify, draft;
 } restore_opts;
@@ -358,6 +379,7 @@ static const cli_opt restore_opts_table[] = {
      "pass (speculative decoding: faster only on sessions that repeat\n"
      "themselves). Both restore exactly the same tokens and KV."},
     {"draft-max", 0, CLI_INT, "N", 1, 256, F(draft_max), "most tokens verified per pass, 1..256 (default 16)"},
+    {"cm-dict", 0, CLI_PATH, "TEXT", 0, 0, F(cm_dict), "codec cmvd: the dictionary text the file was written with"},
     {"batch", 0, CLI_INT, "N", 1, 64, F(batch),
      "codec model, several segments: decode up to N segments together, one\n"
      "forward pass per step for all of them (default 1: one at a time; not\n"
@@ -521,6 +543,12 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
     skv_restore_stats rs = {0, 0, 0, 0};
     skv_restore_params p = {.verify = o->verify, .progress = on_progress, .user = &rp, .draft = o->draft,
                             .draft_max = (int)o->draft_max, .stats = &rs};
+    int32_t *dict = NULL;
+    if (o->cm_dict && !(dict = cli_dict_tokens(m, o->cm_dict, &p.n_cm_dict))) {
+        skv_ctx_free(c);
+        return -1;
+    }
+    p.cm_dict = dict;
     int after_bos = 1, rc;
     /* several model-coded segments and --batch N > 1: decoded together */
     int batched = si.codec == SKV_CODEC_MODEL && si.n_segments > 1 && o->batch > 1 && o->draft == SKV_DRAFT_AUTO && !o->kv;
@@ -531,6 +559,7 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
     cli_progress_end(&rp.pr);
     double secs = cli_now() - t0;
     skv_ctx_free(c);
+    free(dict);
     if (rc || cli_out_commit(text) || cli_out_commit(kv)) return -1;
     restore_report(o, s, &rs, secs);
     return 0;

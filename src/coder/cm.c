@@ -14,16 +14,26 @@
 #include "coder/cm.h"
 #include "core/fpguard.h"
 
+#include "coder/cm_vocab.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#define CM_INPUTS (SKV_CM_ORDERS + 2) /* orders, match, bias */
+#define CM_TEXT_SLOTS 3               /* with a vocabulary: last byte, last 3 bytes, word fragment */
+#define CM_SLOTS (SKV_CM_ORDERS + CM_TEXT_SLOTS)
+#define CM_INPUTS (CM_SLOTS + 3)      /* slots, match, bias, prior */
 #define CM_MAX_DEPTH 24               /* B <= 24 */
 #define CM_SETS (CM_MAX_DEPTH * SKV_CM_ORDERS * 2)
 #define CM_MATCH_CTX 32               /* min(len, 15) * 2 + expected bit */
 #define CM_MATCH_VERIFY 32            /* longest match length measured */
 #define CM_LIMIT 255               /* slot count cap: the slowest adaptation rate */
 #define CM_MIX_LR 24                /* mixer learning rate (x 2^-18 per unit of err * st) */
+#define CMV_LIMIT 60                  /* cmv: faster adaptation (measured: primed models adapt to the segment) */
+#define CMV_MIX_LR 24
+#define CMV_SETS2 ((size_t)CM_MAX_DEPTH * 256)
+#define CMV_APM_BITS 14
+#define CMV_APM_RATE 6
+#define CMV_APM_N ((size_t)33 << CMV_APM_BITS)
 #define CM_W_INIT (1 << 14)           /* initial weight: 0.25 */
 #define CM_W_MAX (1 << 22)
 #define CM_SLOT_INIT ((uint32_t)1 << 31) /* p = 1/2, count 0 */
@@ -31,7 +41,11 @@
 struct skv_cm {
     uint32_t V;
     unsigned B;                       /* bits of an id */
-    uint32_t *slot[SKV_CM_ORDERS];    /* [2^SLOT_BITS]: p (22 bits) << 10 | count (10 bits) */
+    const skv_cm_vocab *vb;           /* NULL: codec cm; else codec cmv (docs/coder.md 4.6) */
+    int n_slots, n_in;                /* slot tables used, mixer inputs used */
+    unsigned slot_bits;               /* log2 of the slots per table */
+    uint32_t limit, mix_lr;           /* slot count cap, mixer rate: CM_* (cm) or CMV_* (cmv) */
+    uint32_t *slot[CM_SLOTS];         /* [2^SLOT_BITS]: p (22 bits) << 10 | count (10 bits) */
     uint32_t *mpos;                   /* [2^MATCH_BITS]: position after the hashed ids, 0 = none */
     uint32_t msm[CM_MATCH_CTX];       /* match reliability, slot format */
     int32_t w[CM_SETS][CM_INPUTS];    /* mixer weights, 16.16 fixed point */
@@ -39,14 +53,20 @@ struct skv_cm {
     uint16_t rate[CM_LIMIT + 1];      /* 2^17 / (2 n + 3) */
     size_t n_coded;
     /* the current token */
-    uint32_t hash[SKV_CM_ORDERS];
+    uint32_t hash[CM_SLOTS];
+    uint32_t text4, frag;             /* last 4 bytes of the text, hash of its last word fragment */
     uint32_t mptr, mlen;              /* predicted id tok[mptr] while mlen > 0 */
     int32_t mtok;
     /* the current bit */
-    uint32_t idx[SKV_CM_ORDERS];
+    uint32_t idx[CM_SLOTS];
     int32_t st[CM_INPUTS];
     int set, mctx;
     uint32_t p;                       /* P(bit = 1) in 16 bits, in [22, 65514] */
+    int32_t (*w2)[CM_INPUTS];         /* cmv: a second mixer, set by (depth, last byte) */
+    int set2;
+    int32_t dot1, dot2;               /* the two mixers' outputs (logistic domain) */
+    uint16_t *apm;                    /* cmv: [2^CMV_APM_BITS][33] refined P(1) by order-1 context */
+    uint32_t apm_at, apm_f, p_mix;    /* the knot pair used, its weight, the mixer's p */
 };
 
 /* squash(d) = 65536 / (1 + e^(-d / 256)) at d = 32 j - 2048, rounded; interpolated between. */
@@ -85,40 +105,66 @@ static void init_tables(skv_cm *cm)
     for (uint32_t n = 0; n <= CM_LIMIT; n++) cm->rate[n] = (uint16_t)((1u << 17) / (2 * n + 3));
 }
 
-int skv_cm_create(uint32_t n_vocab, skv_cm **out)
+/* A model with its tables allocated but not reset. */
+static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
 {
     skv_cm *cm;
     if (!out) return SKV_ERR_INVALID_ARG;
     *out = NULL;
     if (n_vocab < 1 || n_vocab > SKV_CM_MAX_VOCAB) return SKV_ERR_INVALID_ARG;
     if (!(cm = calloc(1, sizeof *cm))) return SKV_ERR_NOMEM;
+    cm->vb = vb;
+    cm->n_slots = vb ? CM_SLOTS : SKV_CM_ORDERS;
+    cm->n_in = vb ? CM_INPUTS : SKV_CM_ORDERS + 2;
+    cm->limit = vb ? CMV_LIMIT : CM_LIMIT;
+    cm->mix_lr = vb ? CMV_MIX_LR : CM_MIX_LR;
+    cm->slot_bits = slot_bits;
     cm->V = n_vocab;
     cm->B = 1;
     while (((uint32_t)1 << cm->B) < n_vocab) cm->B++;
     int ok = (cm->mpos = malloc(sizeof(uint32_t) << SKV_CM_MATCH_BITS)) != NULL;
-    for (int k = 0; k < SKV_CM_ORDERS; k++) ok &= (cm->slot[k] = malloc(sizeof(uint32_t) << SKV_CM_SLOT_BITS)) != NULL;
+    if (vb) ok &= (cm->apm = malloc(CMV_APM_N * sizeof *cm->apm)) != NULL;
+    if (vb) ok &= (cm->w2 = malloc(CMV_SETS2 * sizeof *cm->w2)) != NULL;
+    for (int k = 0; k < cm->n_slots; k++) ok &= (cm->slot[k] = malloc(sizeof(uint32_t) << cm->slot_bits)) != NULL;
     if (!ok) {
         skv_cm_free(cm);
         return SKV_ERR_NOMEM;
     }
     init_tables(cm);
-    skv_cm_reset(cm);
     *out = cm;
     return SKV_OK;
+}
+
+static int cm_create(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+{
+    int rc = cm_alloc(n_vocab, vb, slot_bits, out);
+    if (rc == SKV_OK) skv_cm_reset(*out);
+    return rc;
+}
+
+int skv_cm_create(uint32_t n_vocab, skv_cm **out) { return cm_create(n_vocab, NULL, SKV_CM_SLOT_BITS, out); }
+
+int skv_cm_create_vocab(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+{
+    if (out) *out = NULL;
+    if (!vb || slot_bits < SKV_CMV_SLOT_BITS_MIN || slot_bits > SKV_CMV_SLOT_BITS_MAX) return SKV_ERR_INVALID_ARG;
+    return cm_create(vb->V, vb, slot_bits, out);
 }
 
 void skv_cm_free(skv_cm *cm)
 {
     if (!cm) return;
-    for (int k = 0; k < SKV_CM_ORDERS; k++) free(cm->slot[k]);
+    for (int k = 0; k < CM_SLOTS; k++) free(cm->slot[k]);
+    free(cm->apm);
+    free(cm->w2);
     free(cm->mpos);
     free(cm);
 }
 
 void skv_cm_reset(skv_cm *cm)
 {
-    for (int k = 0; k < SKV_CM_ORDERS; k++)
-        for (size_t j = 0; j < ((size_t)1 << SKV_CM_SLOT_BITS); j++) cm->slot[k][j] = CM_SLOT_INIT;
+    for (int k = 0; k < cm->n_slots; k++)
+        for (size_t j = 0; j < ((size_t)1 << cm->slot_bits); j++) cm->slot[k][j] = CM_SLOT_INIT;
     memset(cm->mpos, 0, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
     for (int c = 0; c < CM_MATCH_CTX; c++) cm->msm[c] = CM_SLOT_INIT;
     for (int s = 0; s < CM_SETS; s++)
@@ -126,6 +172,10 @@ void skv_cm_reset(skv_cm *cm)
     cm->n_coded = 0;
     cm->mlen = cm->mptr = 0;
     cm->mtok = -1;
+    cm->text4 = cm->frag = 0;
+    for (size_t s2 = 0; cm->w2 && s2 < CMV_SETS2; s2++)
+        for (int j = 0; j < CM_INPUTS; j++) cm->w2[s2][j] = CM_W_INIT;
+    for (size_t j = 0; cm->apm && j < CMV_APM_N; j++) cm->apm[j] = (uint16_t)squash16((int32_t)(j % 33) * 128 - 2048);
 }
 
 size_t skv_cm_bound(uint64_t n, uint32_t n_vocab)
@@ -167,6 +217,26 @@ static void match_update(skv_cm *cm, const int32_t *tok, size_t i)
     cm->mtok = cm->mlen > 0 ? tok[cm->mptr] : -1;
 }
 
+static inline uint32_t mix32(uint32_t v, uint32_t salt)
+{
+    uint32_t h = (v ^ salt) * 0x2C9277B5u;
+    return h ^ (h >> 15);
+}
+
+/* Codec cmv: the text before id i (the bytes that ended tok[i-1], its word fragment). */
+static void text_contexts(skv_cm *cm, const int32_t *tok, size_t i)
+{
+    const skv_cm_vocab *vb = cm->vb;
+    if (i > 0) {
+        uint32_t prev = (uint32_t)tok[i - 1], n = vb->nlast[prev];
+        cm->text4 = n >= 4 ? vb->last4[prev] : n ? cm->text4 << (8 * n) | vb->last4[prev] : cm->text4;
+        cm->frag = vb->boundary[prev] ? vb->frag[prev] : (cm->frag ^ vb->frag[prev]) * 0x01000193u;
+    }
+    cm->hash[SKV_CM_ORDERS] = mix32(cm->text4 & 0xFFu, 0x1B873593u);
+    cm->hash[SKV_CM_ORDERS + 1] = mix32(cm->text4 & 0xFFFFFFu, 0xCC9E2D51u);
+    cm->hash[SKV_CM_ORDERS + 2] = mix32(cm->frag, 0xE6546B64u);
+}
+
 static void begin_token(skv_cm *cm, const int32_t *tok, size_t i)
 {
     uint32_t h = 0;
@@ -178,31 +248,65 @@ static void begin_token(skv_cm *cm, const int32_t *tok, size_t i)
         cm->hash[k] = h + (uint32_t)k * 0x632BE5ABu;
     }
     if (i > 0) match_update(cm, tok, i);
+    if (cm->vb) text_contexts(cm, tok, i);
 }
 
 /* ---- per bit: predict, learn ----------------------------------------------------- */
+
+/* cmv: p = (p + 3 apm(order-1 context, stretch(p))) / 4, the APM interpolated between two
+ * knots 128 apart in the logistic domain. */
+static void apm_refine(skv_cm *cm, uint32_t node)
+{
+    uint32_t c = ((cm->hash[1] + node) * 0x9E3779B1u) >> (32 - CMV_APM_BITS);
+    uint32_t u = (uint32_t)(cm->stretch[cm->p >> 4] + 2048), j = u >> 7;
+    cm->apm_at = c * 33 + j;
+    cm->apm_f = u & 127;
+    uint32_t pa = (cm->apm[cm->apm_at] * (128 - cm->apm_f) + cm->apm[cm->apm_at + 1] * cm->apm_f) >> 7;
+    cm->p_mix = cm->p;
+    uint32_t p = (cm->p + 3 * pa) >> 2;
+    cm->p = p < 22 ? 22 : p > 65514 ? 65514 : p;
+}
+
+static void apm_learn(skv_cm *cm, uint32_t bit)
+{
+    uint16_t *a = &cm->apm[cm->apm_at + (cm->apm_f >= 64)];
+    int32_t target = bit ? 65535 : 0;
+    *a = (uint16_t)(*a + asr(target - *a, CMV_APM_RATE));
+}
 
 /* Fills st[], set and p for the bit at node (depth d). */
 static void predict(skv_cm *cm, uint32_t node, unsigned d)
 {
     int64_t dot = 0;
     int seen = 0;
-    for (int k = 0; k < SKV_CM_ORDERS; k++) {
-        uint32_t s = cm->slot[k][cm->idx[k] = ((cm->hash[k] + node) * 0x9E3779B1u) >> (32 - SKV_CM_SLOT_BITS)];
+    int ms = cm->n_slots;
+    for (int k = 0; k < ms; k++) {
+        uint32_t s = cm->slot[k][cm->idx[k] = ((cm->hash[k] + node) * 0x9E3779B1u) >> (32 - cm->slot_bits)];
         cm->st[k] = cm->stretch[s >> 20];
-        if (k > 0 && (s & 1023)) seen = k;
+        if (k > 0 && k < SKV_CM_ORDERS && (s & 1023)) seen = k;
     }
     cm->mctx = -1;
-    cm->st[SKV_CM_ORDERS] = 0;
+    cm->st[ms] = 0;
     if (cm->mlen > 0 && ((uint32_t)cm->mtok >> (cm->B - d)) + (1u << d) == node) {
         uint32_t bit = ((uint32_t)cm->mtok >> (cm->B - 1 - d)) & 1;
         cm->mctx = (int)((cm->mlen < 15 ? cm->mlen : 15) * 2 + bit);
-        cm->st[SKV_CM_ORDERS] = cm->stretch[cm->msm[cm->mctx] >> 20];
+        cm->st[ms] = cm->stretch[cm->msm[cm->mctx] >> 20];
     }
-    cm->st[SKV_CM_ORDERS + 1] = 256;
+    cm->st[ms + 1] = 256;
+    if (cm->vb) cm->st[ms + 2] = cm->stretch[cm->vb->prior[node]];
     cm->set = ((int)d * SKV_CM_ORDERS + seen) * 2 + (cm->mctx >= 0);
-    for (int j = 0; j < CM_INPUTS; j++) dot += (int64_t)cm->w[cm->set][j] * cm->st[j];
-    cm->p = squash16((int32_t)clamp32(asr(dot, 16), -2047, 2047));
+    for (int j = 0; j < cm->n_in; j++) dot += (int64_t)cm->w[cm->set][j] * cm->st[j];
+    cm->dot1 = (int32_t)clamp32(asr(dot, 16), -2047, 2047);
+    if (cm->w2) {
+        int64_t dot2 = 0;
+        cm->set2 = (int)d * 256 + (int)(cm->text4 & 0xFF);
+        for (int j = 0; j < cm->n_in; j++) dot2 += (int64_t)cm->w2[cm->set2][j] * cm->st[j];
+        cm->dot2 = (int32_t)clamp32(asr(dot2, 16), -2047, 2047);
+        cm->p = squash16(asr((int64_t)cm->dot1 + cm->dot2, 1));
+    } else {
+        cm->p = squash16(cm->dot1);
+    }
+    if (cm->apm) apm_refine(cm, node);
 }
 
 /* A slot moves toward the bit by 1/(count + 1.5) of the distance; the count saturates. */
@@ -211,37 +315,45 @@ static inline void slot_update(const skv_cm *cm, uint32_t *s, uint32_t bit)
     uint32_t n = *s & 1023;
     int64_t p = *s >> 10, target = bit ? ((int64_t)1 << 22) - 1 : 0;
     p += asr((target - p) * cm->rate[n], 16);
-    *s = ((uint32_t)p << 10) | (n < CM_LIMIT ? n + 1 : n);
+    *s = ((uint32_t)p << 10) | (n < cm->limit ? n + 1 : n);
+}
+
+static void mixer_learn(const skv_cm *cm, int32_t *w, int64_t err)
+{
+    for (int j = 0; j < cm->n_in; j++) w[j] = clamp32(w[j] + asr(err * cm->st[j] * cm->mix_lr, 18), -CM_W_MAX, CM_W_MAX);
 }
 
 static void learn(skv_cm *cm, uint32_t bit)
 {
-    int64_t err = ((int64_t)bit << 16) - cm->p; /* in (-2^16, 2^16) */
-    int32_t *w = cm->w[cm->set];
-    for (int j = 0; j < CM_INPUTS; j++) w[j] = clamp32(w[j] + asr(err * cm->st[j] * CM_MIX_LR, 18), -CM_W_MAX, CM_W_MAX);
-    for (int k = 0; k < SKV_CM_ORDERS; k++) slot_update(cm, &cm->slot[k][cm->idx[k]], bit);
+    if (cm->apm) apm_learn(cm, bit);
+    int64_t err = ((int64_t)bit << 16) - (cm->w2 ? squash16(cm->dot1) : cm->p); /* in (-2^16, 2^16) */
+    mixer_learn(cm, cm->w[cm->set], err);
+    if (cm->w2) mixer_learn(cm, cm->w2[cm->set2], ((int64_t)bit << 16) - squash16(cm->dot2));
+    for (int k = 0; k < cm->n_slots; k++) slot_update(cm, &cm->slot[k][cm->idx[k]], bit);
     if (cm->mctx >= 0) slot_update(cm, &cm->msm[cm->mctx], bit);
 }
 
-/* Codes (e) or decodes (d) one bit under cm->p. */
+/* Codes (e) or decodes (d) one bit under cm->p; neither: only learns (priming). */
 static int code_bit(skv_cm *cm, skv_rangecoder_enc *e, skv_rangecoder_dec *d, uint32_t *bit)
 {
     uint32_t p0 = 65536 - cm->p, target = 0;
     int rc;
+    if (!e && !d) return SKV_OK;
     if (e) return *bit ? skv_rangecoder_enc_put_pow2(e, p0, cm->p, 16) : skv_rangecoder_enc_put_pow2(e, 0, p0, 16);
     if ((rc = skv_rangecoder_dec_get_freq_pow2(d, 16, &target))) return rc;
     *bit = target >= p0;
     return *bit ? skv_rangecoder_dec_update(d, p0, cm->p) : skv_rangecoder_dec_update(d, 0, p0);
 }
 
-/* The B bits of *val, most significant first (encoder: e; decoder: d fills *val). */
+/* The B bits of *val, most significant first (encoder: e; decoder: d fills *val;
+ * neither: the model learns *val). */
 static int code_id(skv_cm *cm, skv_rangecoder_enc *e, skv_rangecoder_dec *d, uint32_t *val)
 {
     uint32_t node = 1, prefix = 0;
     int rc;
     for (unsigned depth = 0; depth < cm->B; depth++) {
         unsigned below = cm->B - 1 - depth;
-        uint32_t bit = e ? (*val >> below) & 1 : 0;
+        uint32_t bit = d ? 0 : (*val >> below) & 1;
         if ((((uint64_t)prefix << 1 | 1) << below) < cm->V) { /* else the bit is 0: not coded */
             predict(cm, node, depth);
             if ((rc = code_bit(cm, e, d, &bit))) return rc;
@@ -257,7 +369,7 @@ static int code_id(skv_cm *cm, skv_rangecoder_enc *e, skv_rangecoder_dec *d, uin
 int skv_cm_encode(skv_cm *cm, skv_rangecoder_enc *e, const int32_t *tok, size_t i)
 {
     if (!cm || !e || !tok || i != cm->n_coded || i >= UINT32_MAX || tok[i] < 0 || (uint32_t)tok[i] >= cm->V) return SKV_ERR_INVALID_ARG;
-    uint32_t v = (uint32_t)tok[i];
+    uint32_t v = cm->vb ? cm->vb->code[tok[i]] : (uint32_t)tok[i];
     begin_token(cm, tok, i);
     int rc = code_id(cm, e, NULL, &v);
     if (rc == SKV_OK) cm->n_coded++;
@@ -271,18 +383,58 @@ int skv_cm_decode(skv_cm *cm, skv_rangecoder_dec *d, int32_t *tok, size_t i)
     begin_token(cm, tok, i);
     int rc = code_id(cm, NULL, d, &v);
     if (rc != SKV_OK) return rc;
-    tok[i] = (int32_t)v;
+    tok[i] = (int32_t)(cm->vb ? cm->vb->id[v] : v);
     cm->n_coded++;
     return SKV_OK;
 }
 
-int skv_cm_encode_tokens(const int32_t *tok, size_t n, uint32_t n_vocab, uint8_t *dst, size_t cap, size_t *size)
+int skv_cm_prime(skv_cm *cm, const int32_t *tok, size_t n)
+{
+    if (!cm || (!tok && n) || n >= UINT32_MAX) return SKV_ERR_INVALID_ARG;
+    for (size_t i = cm->n_coded; i < n; i++) {
+        if (tok[i] < 0 || (uint32_t)tok[i] >= cm->V) return SKV_ERR_INVALID_ARG;
+        uint32_t v = cm->vb ? cm->vb->code[tok[i]] : (uint32_t)tok[i];
+        begin_token(cm, tok, i);
+        code_id(cm, NULL, NULL, &v);
+        cm->n_coded++;
+    }
+    return SKV_OK;
+}
+
+int skv_cm_clone(const skv_cm *src, skv_cm **out)
+{
+    if (out) *out = NULL;
+    if (!src || !out) return SKV_ERR_INVALID_ARG;
+    int rc = cm_alloc(src->V, src->vb, src->slot_bits, out);
+    if (rc == SKV_OK) skv_cm_copy(*out, src);
+    return rc;
+}
+
+int skv_cm_copy(skv_cm *dst, const skv_cm *src)
+{
+    if (!dst || !src || dst->V != src->V || dst->vb != src->vb || dst->slot_bits != src->slot_bits)
+        return SKV_ERR_INVALID_ARG;
+    for (int k = 0; k < src->n_slots; k++) memcpy(dst->slot[k], src->slot[k], sizeof(uint32_t) << src->slot_bits);
+    memcpy(dst->mpos, src->mpos, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
+    memcpy(dst->msm, src->msm, sizeof dst->msm);
+    memcpy(dst->w, src->w, sizeof dst->w);
+    dst->n_coded = src->n_coded;
+    memcpy(dst->hash, src->hash, sizeof dst->hash);
+    dst->mptr = src->mptr, dst->mlen = src->mlen, dst->mtok = src->mtok;
+    dst->text4 = src->text4, dst->frag = src->frag;
+    if (src->w2) memcpy(dst->w2, src->w2, CMV_SETS2 * sizeof *dst->w2);
+    if (src->apm) memcpy(dst->apm, src->apm, CMV_APM_N * sizeof *dst->apm);
+    return SKV_OK;
+}
+
+static int encode_stream(const int32_t *tok, size_t n, uint32_t V, const skv_cm_vocab *vb, uint8_t *dst, size_t cap,
+                         size_t *size)
 {
     skv_rangecoder_enc e;
     skv_cm *cm;
     int rc;
     if (!size || (!tok && n)) return SKV_ERR_INVALID_ARG;
-    if ((rc = skv_cm_create(n_vocab, &cm))) return rc;
+    if ((rc = cm_create(V, vb, vb ? SKV_CMV_SLOT_BITS : SKV_CM_SLOT_BITS, &cm))) return rc;
     skv_rangecoder_enc_init(&e, dst, cap);
     for (size_t i = 0; i < n && rc == SKV_OK; i++) rc = skv_cm_encode(cm, &e, tok, i);
     if (rc == SKV_OK) rc = skv_rangecoder_enc_finish(&e, size);
@@ -290,16 +442,38 @@ int skv_cm_encode_tokens(const int32_t *tok, size_t n, uint32_t n_vocab, uint8_t
     return rc;
 }
 
-int skv_cm_decode_tokens(const uint8_t *src, size_t size, size_t n, uint32_t n_vocab, int32_t *tok)
+static int decode_stream(const uint8_t *src, size_t size, size_t n, uint32_t V, const skv_cm_vocab *vb, int32_t *tok)
 {
     skv_rangecoder_dec d;
     skv_cm *cm;
     int rc;
     if ((!src && size) || (!tok && n)) return SKV_ERR_INVALID_ARG;
-    if ((rc = skv_cm_create(n_vocab, &cm))) return rc;
+    if ((rc = cm_create(V, vb, vb ? SKV_CMV_SLOT_BITS : SKV_CM_SLOT_BITS, &cm))) return rc;
     rc = skv_rangecoder_dec_init(&d, src, size);
     for (size_t i = 0; i < n && rc == SKV_OK; i++) rc = skv_cm_decode(cm, &d, tok, i);
     if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = SKV_ERR_FORMAT;
     skv_cm_free(cm);
     return rc == SKV_ERR_INVALID_ARG ? SKV_ERR_FORMAT : rc;
+}
+
+int skv_cm_encode_tokens(const int32_t *tok, size_t n, uint32_t n_vocab, uint8_t *dst, size_t cap, size_t *size)
+{
+    return encode_stream(tok, n, n_vocab, NULL, dst, cap, size);
+}
+
+int skv_cm_decode_tokens(const uint8_t *src, size_t size, size_t n, uint32_t n_vocab, int32_t *tok)
+{
+    return decode_stream(src, size, n, n_vocab, NULL, tok);
+}
+
+int skv_cmv_encode_tokens(const skv_cm_vocab *vb, const int32_t *tok, size_t n, uint8_t *dst, size_t cap, size_t *size)
+{
+    if (!vb) return SKV_ERR_INVALID_ARG;
+    return encode_stream(tok, n, vb->V, vb, dst, cap, size);
+}
+
+int skv_cmv_decode_tokens(const skv_cm_vocab *vb, const uint8_t *src, size_t size, size_t n, int32_t *tok)
+{
+    if (!vb) return SKV_ERR_INVALID_ARG;
+    return decode_stream(src, size, n, vb->V, vb, tok);
 }

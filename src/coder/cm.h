@@ -37,13 +37,23 @@
 #define SKV_CM_MATCH_BITS 16  /* log2 of the match model's position table */
 #define SKV_CM_MATCH_MIN 3    /* ids a match hashes (its minimum length) */
 #define SKV_CM_PROB_BITS 16   /* each bit is coded as put_pow2(..., 16) */
+#define SKV_CMV_SLOT_BITS 18     /* codec cmv */
+#define SKV_CMV_DICT_SLOT_BITS 20 /* codec cmv with a dictionary (more contexts to keep) */
+#define SKV_CMV_SLOT_BITS_MIN 16
+#define SKV_CMV_SLOT_BITS_MAX 22
 #define SKV_CM_MAX_VOCAB ((uint32_t)1 << 24)
 
 typedef struct skv_cm skv_cm;
+struct skv_cm_vocab; /* coder/cm_vocab.h */
 
 /* A model for ids < n_vocab (1..2^24). SKV_ERR_INVALID_ARG, SKV_ERR_NOMEM. The model
  * starts reset. */
 int skv_cm_create(uint32_t n_vocab, skv_cm **out);
+/* Codec cmv: the same model with the vocabulary's side information (ids ordered by their
+ * text, a static prior, contexts over the text; docs/coder.md 4.6). vb must outlive the
+ * model. slot_bits: log2 of the slots per table, SKV_CMV_SLOT_BITS_MIN..MAX (a format
+ * constant of the codec: 18 for cmv, 20 for cmv primed by a dictionary). */
+int skv_cm_create_vocab(const struct skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out);
 void skv_cm_free(skv_cm *cm);
 /* Back to the initial state (a new stream). */
 void skv_cm_reset(skv_cm *cm);
@@ -55,6 +65,16 @@ int skv_cm_encode(skv_cm *cm, skv_rangecoder_enc *e, const int32_t *tok, size_t 
  * (the range coder's check), SKV_ERR_INVALID_ARG as for encode. */
 int skv_cm_decode(skv_cm *cm, skv_rangecoder_dec *d, int32_t *tok, size_t i);
 
+/* Priming (a dictionary, docs/coder.md 4.7): the model learns tok[n_coded..n) as if they
+ * had been coded, without output; a stream coded next continues at i = n, tok[0..n) being
+ * the dictionary. SKV_ERR_INVALID_ARG for an id >= n_vocab. */
+int skv_cm_prime(skv_cm *cm, const int32_t *tok, size_t n);
+/* dst takes src's whole state (same n_vocab and vocabulary): a primed model is built once
+ * and copied before each stream instead of primed again. */
+int skv_cm_copy(skv_cm *dst, const skv_cm *src);
+/* A new model holding src's state (SKV_ERR_NOMEM). */
+int skv_cm_clone(const skv_cm *src, skv_cm **out);
+
 /* Bytes that always hold the stream of n ids < n_vocab; SIZE_MAX on overflow. */
 size_t skv_cm_bound(uint64_t n, uint32_t n_vocab);
 
@@ -62,5 +82,10 @@ size_t skv_cm_bound(uint64_t n, uint32_t n_vocab);
  * back (n ids from exactly size bytes, dec_finish included). A fresh model each call. */
 int skv_cm_encode_tokens(const int32_t *tok, size_t n, uint32_t n_vocab, uint8_t *dst, size_t cap, size_t *size);
 int skv_cm_decode_tokens(const uint8_t *src, size_t size, size_t n, uint32_t n_vocab, int32_t *tok);
+
+/* The same for codec cmv (n_vocab = vb->V). */
+int skv_cmv_encode_tokens(const struct skv_cm_vocab *vb, const int32_t *tok, size_t n, uint8_t *dst, size_t cap,
+                          size_t *size);
+int skv_cmv_decode_tokens(const struct skv_cm_vocab *vb, const uint8_t *src, size_t size, size_t n, int32_t *tok);
 
 #endif

@@ -52,6 +52,7 @@ struct skv_encoder {
     int kv_scheme[2];
     uint64_t kv_seed;
     int finished;
+    int32_t *cm_dict;       /* codec cmvd: the owned copy of the dictionary */
     char err[512];
 };
 
@@ -119,6 +120,7 @@ void skv_encoder_free(skv_encoder *e)
     free(e->seg_tok);
     free(e->rc_buf);
     free(e->out);
+    free(e->cm_dict);
     free(e);
 }
 
@@ -133,6 +135,8 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, s
     e->p = *p;
     e->p.kv_quant = NULL; /* parsed now: the string need not outlive this call */
     e->V = (uint32_t)mi->n_vocab;
+    if ((rc = skv_session_cmv_setup(e->V, p->codec, p->cm_dict, p->n_cm_dict, &e->cm_dict, err, errcap))) return rc;
+    e->p.cm_dict = e->cm_dict;
     if (p->codec == SKV_CODEC_PRED && skv_session_pred_spec(p->kv_quant, &e->kvp))
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
                         "codec pred: kv_quant must be PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S] (none delta lpc lpc2 tok), not '%s'",
@@ -305,6 +309,12 @@ static int flush_segment(skv_encoder *e)
         if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
         if ((rc = skv_session_cm_payload(e->seg_tok, e->seg_n, e->V, &e->rc_buf, &e->rc_cap, &plen)))
             return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory" : "cm coder bound violated (internal)");
+        payload = e->rc_buf;
+    } else if (e->p.codec == SKV_CODEC_CMV || e->p.codec == SKV_CODEC_CMVD) {
+        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
+        if ((rc = skv_session_cmv_payload(e->m, e->cm_dict, e->p.n_cm_dict, e->seg_tok, e->seg_n, &e->rc_buf, &e->rc_cap,
+                                          &plen)))
+            return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory" : "cmv coder failed (internal)");
         payload = e->rc_buf;
     } else if ((rc = zstd_tokens(e, &plen))) {
         return rc;

@@ -318,6 +318,14 @@ static int restore_codec(const skv_session *s, const seg_view *g, skv_model *m, 
         st->n_passes = 1;
         return SKV_OK;
     }
+    if (s->info.codec == SKV_CODEC_CMV || s->info.codec == SKV_CODEC_CMVD) {
+        if ((rc = skv_session_decode_cmv(g, s->info.codec, m, p ? p->cm_dict : NULL, p ? p->n_cm_dict : 0, tokens, err,
+                                         errcap)))
+            return rc;
+        if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL))) return forward_failed(ctx, rc, err, errcap);
+        st->n_passes = 1;
+        return SKV_OK;
+    }
     if (skv_codec_is_kv(s->info.codec)) return load_kv_segment(s, g, m, ctx, tokens, err, errcap);
     /* AUTO = token by token: measured faster than n-gram drafts on non-repetitive text */
     if (p && p->draft == SKV_DRAFT_NGRAM) return restore_model_codec_spec(s, g, ctx, p, tokens, st, err, errcap);

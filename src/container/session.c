@@ -19,6 +19,8 @@
  *                                              ids) | per-vector encoded KV, canonical order
  *                                            payload, codec cm (9): range-coded stream of the
  *                                              ids under the context-mixing model (cmcodec.c)
+ *                                            codecs cmv / cmvd (20, 21): the same model with the
+ *                                              vocabulary's side information (cmvcodec.c)
  * Every segment is an independent KV cache: it starts from an empty context. */
 #include <stdarg.h>
 #include "core/fpguard.h"
@@ -35,7 +37,8 @@
 
 /* ---- codec names; quantized-KV codecs --------------------------------------------- */
 
-static const char *const codec_names[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq", "cm", "pred"};
+static const char *const codec_names[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq", "cm",
+                                          [SKV_CODEC_PRED] = "pred", [SKV_CODEC_CMV] = "cmv", [SKV_CODEC_CMVD] = "cmvd"};
 #define N_CODECS ((int)(sizeof codec_names / sizeof codec_names[0]))
 
 const char *skv_codec_name(int codec) { return codec >= 0 && codec < N_CODECS ? codec_names[codec] : NULL; }
@@ -43,7 +46,7 @@ const char *skv_codec_name(int codec) { return codec >= 0 && codec < N_CODECS ? 
 int skv_codec_parse(const char *name)
 {
     for (int i = 0; name && i < N_CODECS; i++)
-        if (!strcmp(name, codec_names[i])) return i;
+        if (codec_names[i] && !strcmp(name, codec_names[i])) return i;
     return SKV_ERR_INVALID_ARG;
 }
 

@@ -90,6 +90,25 @@ int skv_session_cm_payload(const int32_t *tok, size_t n, uint32_t V, uint8_t **b
 /* A codec cm payload of g's n_tokens ids into tok (each < V by construction). */
 int skv_session_decode_cm(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap);
 
+/* ---- cmvcodec.c: codecs cmv (20) and cmv with a dictionary (21) ---- */
+struct skv_cm_vocab;
+struct skv_tokenizer;
+/* The cm side information of a tokenizer's vocabulary (a new one; skv_cm_vocab_free it). */
+int skv_session_cm_vocab(const struct skv_tokenizer *tk, struct skv_cm_vocab **out);
+/* Encoder setup: for codec cmvd a dictionary of 1..2^24 ids < V (copied to *copy), for the
+ * other codecs none (SKV_ERR_INVALID_ARG with a message otherwise). */
+int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap);
+/* XXH3-64 of n ids as little-endian u32: how a cmv file names its dictionary. */
+uint64_t skv_session_dict_id(const int32_t *dict, size_t n);
+/* Codec cmv's payload of the n ids tok[] under m's vocabulary, primed by dict[0..n_dict)
+ * when n_dict > 0 (codec 21). SKV_ERR_NOMEM, SKV_ERR_INVALID_ARG (an id >= V in dict). */
+int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, const int32_t *tok, size_t n,
+                            uint8_t **buf, size_t *cap, size_t *len);
+/* A cmv / cmvd (codec) payload of g's n_tokens ids into tok; SKV_ERR_MISMATCH when the
+ * file needs another vocabulary or dictionary than (m, dict); dict is ignored for cmv. */
+int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int32_t *dict, size_t n_dict,
+                           int32_t *tok, char *err, size_t cap);
+
 /* ---- restore.c: the steps restore_batch.c shares ---- */
 /* SKV_OK if m is the model s was written with (fingerprint and vocabulary), else
  * SKV_ERR_MISMATCH naming both. */

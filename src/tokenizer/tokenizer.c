@@ -246,6 +246,12 @@ const char *skv_tokenizer_token_text(const skv_tokenizer *t, int32_t id, size_t 
     return (const char *)s;
 }
 
+float skv_tokenizer_token_score(const skv_tokenizer *t, int32_t id)
+{
+    if (!t || id < 0 || (size_t)id >= t->n_vocab) return -INFINITY;
+    return t->score ? t->score[id] : 0.0f;
+}
+
 int skv_tokenizer_token_type(const skv_tokenizer *t, int32_t id)
 {
     uint8_t a;

@@ -128,5 +128,8 @@ const char *skv_tokenizer_token_text(const skv_tokenizer *t, int32_t id, size_t 
 /* Effective token type (SKV_TOKEN_TYPE_*, 0 = undefined) after llama.cpp's
  * text-based fix-ups (e.g. "<|endoftext|>" is always control); -1 for a bad id. */
 int skv_tokenizer_token_type(const skv_tokenizer *t, int32_t id);
+/* The vocabulary score of a token (SPM: its unigram log-probability; 0 when the
+ * vocabulary has none; -inf for a bad id). */
+float skv_tokenizer_token_score(const skv_tokenizer *t, int32_t id);
 
 #endif

@@ -1,0 +1,257 @@
+/* Codecs cmv (20) and cmv with a dictionary (21), docs/format.md section 2.6: a segment's
+ * ids range-coded under the cm model with the vocabulary's side information
+ * (coder/cm_vocab.h), optionally primed by a dictionary of ids (a store's own sessions).
+ * Restored like codec tokens: decode the ids, one batched prefill, digest verified.
+ *
+ * Payload: u64 vocabulary check (skv_cm_vocab.check of the model's vocabulary), then for
+ * codec 21 u64 dictionary id (XXH3-64 of its ids as little-endian u32) and u32 its length,
+ * then the range-coded stream. A decoder refuses a file whose vocabulary check or
+ * dictionary it does not have (the file never carries the dictionary).
+ *
+ * Side information and primed models are built once per vocabulary (per dictionary) and
+ * kept for the life of the process in a small table (never freed while the process
+ * runs, so a model copied from one is never pulled away). */
+#include <pthread.h>
+#include "core/fpguard.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "coder/cm.h"
+#include "coder/cm_vocab.h"
+#include "container/session_int.h"
+#include "engine/model.h"
+
+#define CACHE_N 8
+#define PIECE_MAX 256
+#define SKV_CMV_DICT_MAX ((size_t)1 << 24) /* ids of a dictionary (format: u32 length) */
+
+typedef struct {
+    uint8_t fp[16];        /* model fingerprint the entry was built for */
+    skv_cm_vocab *vb;
+    uint64_t dict_id;      /* primed entries: the dictionary, else 0 */
+    size_t n_dict;
+    skv_cm *primed;        /* NULL: side information only */
+} cache_entry;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static cache_entry g_cache[CACHE_N];
+static int g_n;
+
+int skv_session_cm_vocab(const struct skv_tokenizer *tk, skv_cm_vocab **out)
+{
+    uint32_t V = (uint32_t)skv_tokenizer_n_vocab(tk);
+    char *blob = malloc((size_t)V * PIECE_MAX);
+    const char **p = malloc((size_t)V * sizeof *p);
+    size_t *len = malloc((size_t)V * sizeof *len);
+    float *sc = malloc((size_t)V * sizeof *sc);
+    int rc = blob && p && len && sc ? SKV_OK : SKV_ERR_NOMEM;
+    for (uint32_t i = 0; rc == SKV_OK && i < V; i++) {
+        p[i] = blob + (size_t)i * PIECE_MAX;
+        if (skv_tokenizer_piece(tk, (int32_t)i, blob + (size_t)i * PIECE_MAX, PIECE_MAX, &len[i]) < 0) len[i] = 0;
+        if (len[i] > PIECE_MAX) len[i] = PIECE_MAX; /* a longer piece: its first bytes */
+        sc[i] = skv_tokenizer_token_score(tk, (int32_t)i);
+    }
+    if (rc == SKV_OK) rc = skv_cm_vocab_create(V, p, len, sc, out);
+    free(blob);
+    free(p);
+    free(len);
+    free(sc);
+    return rc;
+}
+
+uint64_t skv_session_dict_id(const int32_t *dict, size_t n)
+{
+    XXH3_state_t *s = XXH3_createState();
+    uint64_t h = 0;
+    uint8_t b[4];
+    if (!s) return 0;
+    XXH3_64bits_reset(s);
+    for (size_t i = 0; i < n; i++) {
+        skv_wr32(b, (uint32_t)dict[i]);
+        XXH3_64bits_update(s, b, 4);
+    }
+    h = XXH3_64bits_digest(s);
+    XXH3_freeState(s);
+    return h;
+}
+
+static cache_entry *find(const uint8_t fp[16], uint64_t dict_id, size_t n_dict)
+{
+    for (int i = 0; i < g_n; i++)
+        if (!memcmp(g_cache[i].fp, fp, 16) && g_cache[i].dict_id == dict_id && g_cache[i].n_dict == n_dict)
+            return &g_cache[i];
+    return NULL;
+}
+
+/* The side information of m's vocabulary (built on first use). */
+static int vocab_of(skv_model *m, const skv_cm_vocab **out)
+{
+    uint8_t fp[16];
+    int rc = skv_model_fingerprint(m, fp);
+    if (rc) return rc;
+    pthread_mutex_lock(&g_lock);
+    cache_entry *c = find(fp, 0, 0);
+    if (!c && g_n < CACHE_N) {
+        skv_cm_vocab *vb = NULL;
+        if ((rc = skv_session_cm_vocab(m->tok, &vb)) == SKV_OK) {
+            c = &g_cache[g_n++];
+            *c = (cache_entry){.vb = vb};
+            memcpy(c->fp, fp, 16);
+        }
+    } else if (!c) {
+        rc = SKV_ERR_NOMEM; /* more vocabularies than the table holds */
+    }
+    if (c) *out = c->vb;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* A model primed by the dictionary (built on first use); dict ids < V checked. */
+static int primed_of(skv_model *m, const skv_cm_vocab *vb, const int32_t *dict, size_t n, const skv_cm **out)
+{
+    uint8_t fp[16];
+    uint64_t id = skv_session_dict_id(dict, n);
+    int rc = skv_model_fingerprint(m, fp);
+    if (rc) return rc;
+    pthread_mutex_lock(&g_lock);
+    cache_entry *c = find(fp, id, n);
+    if (!c && g_n < CACHE_N) {
+        skv_cm *cm = NULL;
+        rc = skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &cm);
+        if (rc == SKV_OK && (rc = skv_cm_prime(cm, dict, n)) == SKV_OK) {
+            c = &g_cache[g_n++];
+            *c = (cache_entry){.vb = NULL, .dict_id = id, .n_dict = n, .primed = cm};
+            memcpy(c->fp, fp, 16);
+        } else {
+            skv_cm_free(cm);
+        }
+    } else if (!c) {
+        rc = SKV_ERR_NOMEM;
+    }
+    if (c) *out = c->primed;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* The model a segment is coded with: a fresh cmv model, or a copy of the primed one. */
+static int model_for(skv_model *m, const int32_t *dict, size_t n_dict, const skv_cm_vocab **vb, skv_cm **cm)
+{
+    const skv_cm *primed = NULL;
+    int rc = vocab_of(m, vb);
+    if (rc) return rc;
+    if (!n_dict) return skv_cm_create_vocab(*vb, SKV_CMV_SLOT_BITS, cm);
+    if ((rc = primed_of(m, *vb, dict, n_dict, &primed))) return rc;
+    return skv_cm_clone(primed, cm);
+}
+
+/* hist = dict ++ tok (n_dict + n ids), or NULL on overflow / no memory. */
+static int32_t *history(const int32_t *dict, size_t n_dict, const int32_t *tok, size_t n)
+{
+    if (n_dict > SIZE_MAX / 4 - n) return NULL;
+    int32_t *h = malloc((n_dict + n + 1) * sizeof *h);
+    if (!h) return NULL;
+    if (n_dict) memcpy(h, dict, n_dict * sizeof *h);
+    if (n && tok) memcpy(h + n_dict, tok, n * sizeof *h);
+    return h;
+}
+
+static size_t header_bytes(size_t n_dict) { return n_dict ? 20 : 8; }
+
+static int encode_ids(skv_cm *cm, const int32_t *h, size_t n_dict, size_t n, uint8_t *dst, size_t cap, size_t *len)
+{
+    skv_rangecoder_enc e;
+    int rc = SKV_OK;
+    skv_rangecoder_enc_init(&e, dst, cap);
+    for (size_t i = 0; i < n && rc == SKV_OK; i++) rc = skv_cm_encode(cm, &e, h, n_dict + i);
+    return rc ? rc : skv_rangecoder_enc_finish(&e, len);
+}
+
+int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, const int32_t *tok, size_t n,
+                            uint8_t **buf, size_t *cap, size_t *len)
+{
+    const skv_cm_vocab *vb = NULL;
+    skv_cm *cm = NULL;
+    size_t hb = header_bytes(n_dict), need = skv_cm_bound(n, (uint32_t)m->info.n_vocab), body = 0;
+    if (need == SIZE_MAX || need > SIZE_MAX - hb) return SKV_ERR_NOMEM;
+    if (need + hb > *cap) {
+        uint8_t *nb = realloc(*buf, need + hb);
+        if (!nb) return SKV_ERR_NOMEM;
+        *buf = nb;
+        *cap = need + hb;
+    }
+    int32_t *h = history(dict, n_dict, tok, n);
+    int rc = h ? model_for(m, dict, n_dict, &vb, &cm) : SKV_ERR_NOMEM;
+    if (rc == SKV_OK) rc = encode_ids(cm, h, n_dict, n, *buf + hb, *cap - hb, &body);
+    if (rc == SKV_OK) {
+        skv_wr64(*buf, vb->check);
+        if (n_dict) skv_wr64(*buf + 8, skv_session_dict_id(dict, n_dict)), skv_wr32(*buf + 16, (uint32_t)n_dict);
+        *len = hb + body;
+    }
+    skv_cm_free(cm);
+    free(h);
+    return rc == SKV_ERR_RANGE ? SKV_ERR_INTERNAL : rc;
+}
+
+/* The payload's header against this vocabulary and dictionary. */
+static int check_header(const seg_view *g, const skv_cm_vocab *vb, const int32_t *dict, size_t n_dict, char *err,
+                        size_t cap)
+{
+    size_t hb = header_bytes(n_dict);
+    if (g->payload_bytes < hb) return skv_session_bad(err, cap, "cmv payload shorter than its header");
+    if (skv_rd64(g->payload) != vb->check)
+        return skv_errf(err, cap, SKV_ERR_MISMATCH, "cmv segment coded with another vocabulary side information");
+    if (n_dict && (skv_rd64(g->payload + 8) != skv_session_dict_id(dict, n_dict) ||
+                   skv_rd32(g->payload + 16) != n_dict))
+        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+                        "cmv segment primed by dictionary %016llx (%u ids), not the one given",
+                        (unsigned long long)skv_rd64(g->payload + 8), skv_rd32(g->payload + 16));
+    return SKV_OK;
+}
+
+int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int32_t *dict, size_t n_dict,
+                           int32_t *tok, char *err, size_t cap)
+{
+    if (codec != SKV_CODEC_CMVD) dict = NULL, n_dict = 0;
+    else if (!dict || !n_dict)
+        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+                        "codec cmvd: give the dictionary the file was written with (skv_restore_params.cm_dict)");
+    if (n_dict > SKV_CMV_DICT_MAX) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "cm_dict longer than 2^24 ids");
+    const skv_cm_vocab *vb = NULL;
+    skv_cm *cm = NULL;
+    skv_rangecoder_dec d;
+    size_t n = g->n_tokens, hb = header_bytes(n_dict);
+    int32_t *h = history(dict, n_dict, NULL, n);
+    int rc = h ? model_for(m, dict, n_dict, &vb, &cm) : SKV_ERR_NOMEM;
+    if (rc == SKV_ERR_INVALID_ARG) rc = skv_errf(err, cap, SKV_ERR_FORMAT, "cmv dictionary holds an id outside the vocabulary");
+    else if (rc) rc = skv_errf(err, cap, rc, "cannot build the cmv model (out of memory)");
+    if (rc == SKV_OK) rc = check_header(g, vb, dict, n_dict, err, cap);
+    if (rc == SKV_OK && (rc = skv_rangecoder_dec_init(&d, g->payload + hb, (size_t)g->payload_bytes - hb)))
+        rc = skv_session_bad(err, cap, "corrupt cmv token stream");
+    for (size_t i = 0; rc == SKV_OK && i < n; i++)
+        if (skv_cm_decode(cm, &d, h, n_dict + i)) rc = skv_session_bad(err, cap, "corrupt cmv token stream");
+    if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = skv_session_bad(err, cap, "corrupt cmv token stream");
+    if (rc == SKV_OK) memcpy(tok, h + n_dict, n * sizeof *tok);
+    skv_cm_free(cm);
+    free(h);
+    return rc;
+}
+
+int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap)
+{
+    *copy = NULL;
+    if (codec != SKV_CODEC_CMVD) {
+        if (dict || n) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "cm_dict is for codec cmvd only");
+        return SKV_OK;
+    }
+    if (!dict || n < 1 || n > SKV_CMV_DICT_MAX)
+        return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "codec cmvd needs a dictionary of 1..%u ids (cm_dict)",
+                        (unsigned)SKV_CMV_DICT_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (dict[i] < 0 || (uint32_t)dict[i] >= V)
+            return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "cm_dict[%zu] = %d is outside the vocabulary", i, dict[i]);
+    if (!(*copy = malloc(n * sizeof **copy))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    memcpy(*copy, dict, n * sizeof **copy);
+    return SKV_OK;
+}

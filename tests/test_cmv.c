@@ -1,0 +1,335 @@
+/* Codecs cmv (20) and cmvd (21), issue 16: the cm model with the vocabulary's side
+ * information (coder/cm_vocab.c) and primed by a dictionary. Proves: the side information
+ * is a permutation with a well-formed prior; cmv and primed streams round-trip on
+ * synthetic vocabularies and on real text; the bytes are pinned (known answer); hostile
+ * streams decode to ids < V or an error; a cmv / cmvd session restores the bit-exact KV
+ * (the same digests as codec tokens); cmvd is smaller than cm; a restore without the
+ * dictionary, with another one, or with a corrupted payload is refused.
+ * Model: the bundled models/kjv-4m.gguf (held-out KJV: the first 6000 bytes are the
+ * session, the text from byte 30000 on is the dictionary). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "coder/cm.h"
+#include "coder/cm_vocab.h"
+#include "core/util.h"
+#include "seqkv.h"
+#include "test.h"
+
+#define HDR 128
+#define SEGHDR 32
+#define KA_SIZE 1856
+#define KA_HASH 0xe7cd0ef9af17b32aull
+
+static skv_model *g_m;
+static int32_t *g_text, *g_dict; /* held-out KJV: the session, the dictionary */
+static size_t g_text_n, g_dict_n;
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15u;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Du;
+}
+
+/* V synthetic pieces: 1..4 letters of a small alphabet, some with a leading space, some
+ * empty (control tokens); scores decreasing with the id when scored. */
+static skv_cm_vocab *synthetic_vocab(uint32_t V, int scored)
+{
+    char **p = malloc(V * sizeof *p);
+    size_t *len = malloc(V * sizeof *len);
+    float *sc = malloc(V * sizeof *sc);
+    skv_cm_vocab *vb = NULL;
+    for (uint32_t i = 0; i < V; i++) {
+        p[i] = malloc(6);
+        len[i] = i % 97 == 3 ? 0 : 1 + i % 4;
+        for (size_t k = 0; k < len[i]; k++) p[i][k] = (char)(k == 0 && i % 3 == 0 ? ' ' : 'a' + (i >> (3 * k)) % 7);
+        sc[i] = -(float)i / 100.0f;
+    }
+    if (skv_cm_vocab_create(V, (const char *const *)p, len, scored ? sc : NULL, &vb) != SKV_OK) vb = NULL;
+    for (uint32_t i = 0; i < V; i++) free(p[i]);
+    free(p);
+    free(len);
+    free(sc);
+    return vb;
+}
+
+static void side_information_well_formed(void)
+{
+    static const uint32_t vocab[] = {1, 2, 3, 255, 4096, 5000, 32000};
+    for (size_t vi = 0; vi < sizeof vocab / sizeof *vocab; vi++) {
+        skv_cm_vocab *vb = synthetic_vocab(vocab[vi], (int)(vi & 1));
+        CHECK(vb);
+        uint8_t *seen = calloc(vb->V, 1);
+        for (uint32_t i = 0; i < vb->V; i++) {
+            CHECK(vb->code[i] < vb->V && !seen[vb->code[i]]);
+            seen[vb->code[i]] = 1;
+            CHECK_EQ_INT(vb->id[vb->code[i]], i);
+        }
+        for (size_t n = 1; n < ((size_t)1 << vb->B); n++) CHECK(vb->prior[n] >= 1 && vb->prior[n] <= 4095);
+        free(seen);
+        skv_cm_vocab_free(vb);
+        if (test_cur_failed) return;
+    }
+    skv_cm_vocab *vb = NULL;
+    const char *p[2] = {"a", NULL};
+    size_t len[2] = {1, 2};
+    CHECK_EQ_INT(skv_cm_vocab_create(2, p, len, NULL, &vb), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_vocab_create(0, p, len, NULL, &vb), SKV_ERR_INVALID_ARG);
+    CHECK(vb == NULL);
+}
+
+/* Encodes n ids (after the primed model's dictionary when dict) and decodes them back. */
+static void roundtrip(const skv_cm_vocab *vb, const int32_t *dict, size_t nd, const int32_t *t, size_t n)
+{
+    size_t cap = skv_cm_bound(n, vb->V), size = 0;
+    uint8_t *buf = malloc(cap);
+    int32_t *h = malloc((nd + n + 1) * sizeof *h);
+    skv_cm *cm = NULL;
+    skv_rangecoder_enc e;
+    skv_rangecoder_dec d;
+    if (nd) memcpy(h, dict, nd * sizeof *h);
+    memcpy(h + nd, t, n * sizeof *h);
+    for (int pass = 0; pass < 2 && !test_cur_failed; pass++) {
+        CHECK_EQ_INT(skv_cm_create_vocab(vb, nd ? SKV_CMV_DICT_SLOT_BITS : SKV_CMV_SLOT_BITS, &cm), SKV_OK);
+        CHECK_EQ_INT(skv_cm_prime(cm, h, nd), SKV_OK);
+        if (pass == 0) skv_rangecoder_enc_init(&e, buf, cap);
+        else CHECK_EQ_INT(skv_rangecoder_dec_init(&d, buf, size), SKV_OK);
+        for (size_t i = 0; i < n && !test_cur_failed; i++)
+            CHECK_EQ_INT(pass ? skv_cm_decode(cm, &d, h, nd + i) : skv_cm_encode(cm, &e, h, nd + i), SKV_OK);
+        if (pass == 0) CHECK_EQ_INT(skv_rangecoder_enc_finish(&e, &size), SKV_OK);
+        else CHECK_EQ_INT(skv_rangecoder_dec_finish(&d), SKV_OK);
+        skv_cm_free(cm);
+        if (pass == 0) memset(h + nd, 0, n * sizeof *h);
+    }
+    CHECK_MSG(!memcmp(h + nd, t, n * sizeof *t), "decoded ids differ (V %u, dict %zu)", vb->V, nd);
+    free(buf);
+    free(h);
+}
+
+static void roundtrip_synthetic(void)
+{
+    static const uint32_t vocab[] = {1, 2, 3, 255, 4096, 5000, 32000, 128256};
+    int32_t t[2000], dict[500];
+    for (size_t vi = 0; vi < sizeof vocab / sizeof *vocab && !test_cur_failed; vi++) {
+        uint32_t V = vocab[vi];
+        skv_cm_vocab *vb = synthetic_vocab(V, (int)(vi & 1));
+        CHECK(vb);
+        for (size_t i = 0; i < 2000; i++) t[i] = (int32_t)(rng() % (i % 3 ? 50 : V) % V);
+        for (size_t i = 0; i < 500; i++) dict[i] = (int32_t)(rng() % V);
+        roundtrip(vb, NULL, 0, t, (size_t)(rng() % 2000) + 1);
+        roundtrip(vb, dict, 500, t, (size_t)(rng() % 2000) + 1);
+        roundtrip(vb, NULL, 0, t, 0);
+        skv_cm_vocab_free(vb);
+    }
+}
+
+/* The coded bytes are a format (docs/coder.md 4.6): pinned like codec cm's. */
+static void known_answer(void)
+{
+    int32_t t[2000];
+    uint8_t buf[8192];
+    size_t size = 0;
+    skv_cm_vocab *vb = synthetic_vocab(4096, 1);
+    CHECK(vb);
+    for (size_t i = 0; i < 2000; i++) t[i] = (int32_t)((i * i + 3 * (i / 7)) % 97 + (i % 5 == 0 ? 3000 : 0));
+    CHECK_EQ_INT(skv_cmv_encode_tokens(vb, t, 2000, buf, sizeof buf, &size), SKV_OK);
+    printf("# cmv known answer: %zu bytes, xxh3-64 %016llx, vocabulary check %016llx\n", size,
+           (unsigned long long)XXH3_64bits(buf, size), (unsigned long long)vb->check);
+    CHECK_EQ_INT(size, KA_SIZE);
+    CHECK_MSG(XXH3_64bits(buf, size) == KA_HASH, "cmv stream bytes changed: %016llx",
+              (unsigned long long)XXH3_64bits(buf, size));
+    skv_cm_vocab_free(vb);
+}
+
+static void hostile_streams(void)
+{
+    skv_cm_vocab *vb = synthetic_vocab(5000, 1);
+    uint8_t bad[3000];
+    int32_t back[800];
+    CHECK(vb);
+    for (int trial = 0; trial < 20; trial++) {
+        size_t size = (size_t)(rng() % sizeof bad);
+        for (size_t i = 0; i < size; i++) bad[i] = (uint8_t)rng();
+        int rc = skv_cmv_decode_tokens(vb, bad, size, 800, back);
+        CHECK(rc == SKV_OK || rc == SKV_ERR_FORMAT);
+        for (size_t i = 0; rc == SKV_OK && i < 800; i++) CHECK(back[i] >= 0 && back[i] < 5000);
+    }
+    skv_cm *cm = NULL;
+    int32_t out_of_range[2] = {1, 5000};
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, 8, &cm), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_SLOT_BITS, &cm), SKV_OK);
+    CHECK_EQ_INT(skv_cm_prime(cm, out_of_range, 2), SKV_ERR_INVALID_ARG);
+    skv_cm_free(cm);
+    skv_cm_vocab_free(vb);
+}
+
+/* ---- the .skv codecs ------------------------------------------------------------- */
+
+static int encode_session(int codec, const int32_t *dict, size_t nd, uint8_t **data, size_t *size)
+{
+    skv_encoder_params ep = skv_encoder_default_params();
+    skv_encoder *e = NULL;
+    ep.codec = codec;
+    ep.n_ctx = 512;
+    ep.segment = 1;
+    ep.skip_entropy = 1;
+    ep.cm_dict = dict;
+    ep.n_cm_dict = nd;
+    int rc = skv_encoder_create(g_m, &ep, &e, NULL, 0);
+    if (!rc) rc = skv_encoder_append(e, g_text, g_text_n, NULL);
+    if (!rc) rc = skv_encoder_finish(e, data, size);
+    skv_encoder_free(e);
+    return rc;
+}
+
+/* Restores every segment verified; SKV_OK only if all ids are the text's; digest of the
+ * last segment's KV into dg. */
+static int restore_all(const uint8_t *data, size_t size, const int32_t *dict, size_t nd, skv_ctx *c, uint8_t dg[16])
+{
+    skv_session *s = NULL;
+    skv_session_info si;
+    skv_restore_params rp = {.verify = 1, .cm_dict = dict, .n_cm_dict = nd};
+    int rc = skv_session_open(data, size, &s, NULL, 0);
+    int32_t *out = rc ? NULL : malloc(512 * sizeof *out);
+    size_t at = 0;
+    if (!rc) skv_session_get_info(s, &si);
+    for (uint32_t i = 0; !rc && i < si.n_segments; i++) {
+        uint32_t nt = 0;
+        skv_session_segment_info(s, i, &nt, NULL, NULL);
+        rc = skv_session_restore_segment(s, g_m, i, c, &rp, out, 512);
+        if (!rc && memcmp(out, g_text + at, nt * sizeof *out)) rc = SKV_ERR_INTERNAL;
+        at += nt;
+    }
+    if (!rc && dg) rc = skv_ctx_kv_digest(c, skv_ctx_n_pos(c), dg);
+    free(out);
+    skv_session_free(s);
+    return rc;
+}
+
+static skv_ctx *new_ctx(void)
+{
+    skv_ctx_params p = skv_ctx_default_params();
+    skv_ctx *c = NULL;
+    p.n_ctx = 512;
+    return skv_ctx_create(g_m, &p, &c) == SKV_OK ? c : NULL;
+}
+
+static void session_roundtrip_bit_exact(void)
+{
+    uint8_t *tk = NULL, *cm = NULL, *cmv = NULL, *cmvd = NULL, d0[16], d1[16], d2[16];
+    size_t st = 0, sc = 0, sv = 0, sd = 0;
+    skv_ctx *c = new_ctx();
+    CHECK(c);
+    CHECK_EQ_INT(encode_session(SKV_CODEC_TOKENS, NULL, 0, &tk, &st), SKV_OK);
+    CHECK_EQ_INT(encode_session(SKV_CODEC_CM, NULL, 0, &cm, &sc), SKV_OK);
+    CHECK_EQ_INT(encode_session(SKV_CODEC_CMV, NULL, 0, &cmv, &sv), SKV_OK);
+    CHECK_EQ_INT(encode_session(SKV_CODEC_CMVD, g_dict, g_dict_n, &cmvd, &sd), SKV_OK);
+    printf("# held-out KJV, %zu ids: tokens %zu, cm %zu, cmv %zu, cmvd %zu bytes (dictionary %zu ids)\n", g_text_n, st,
+           sc, sv, sd, g_dict_n);
+    CHECK_MSG(sd * 100 < sc * 97, "cmvd %zu bytes vs cm %zu", sd, sc);
+    CHECK_EQ_INT(restore_all(tk, st, NULL, 0, c, d0), SKV_OK);
+    CHECK_EQ_INT(restore_all(cmv, sv, NULL, 0, c, d1), SKV_OK);
+    CHECK(!memcmp(d0, d1, 16));
+    CHECK_EQ_INT(restore_all(cmvd, sd, g_dict, g_dict_n, c, d2), SKV_OK);
+    CHECK(!memcmp(d0, d2, 16));
+    CHECK(!memcmp(cmvd + HDR + 16, tk + HDR + 16, 16)); /* the same segment digests */
+    /* the dictionary must be the one the file names */
+    CHECK_EQ_INT(restore_all(cmvd, sd, NULL, 0, c, NULL), SKV_ERR_MISMATCH);
+    CHECK_EQ_INT(restore_all(cmvd, sd, g_dict, g_dict_n - 1, c, NULL), SKV_ERR_MISMATCH);
+    CHECK_EQ_INT(restore_all(cmvd, sd, g_text, g_dict_n < g_text_n ? g_dict_n : g_text_n, c, NULL), SKV_ERR_MISMATCH);
+    skv_ctx_free(c);
+    free(tk);
+    free(cm);
+    free(cmv);
+    free(cmvd);
+}
+
+static void encoder_refuses_bad_dictionaries(void)
+{
+    uint8_t *d = NULL;
+    size_t size = 0;
+    int32_t bad[2] = {1, 4096};
+    CHECK_EQ_INT(encode_session(SKV_CODEC_CMVD, NULL, 0, &d, &size), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(encode_session(SKV_CODEC_CMVD, bad, 2, &d, &size), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(encode_session(SKV_CODEC_CMV, bad, 1, &d, &size), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_codec_parse("cmv"), SKV_CODEC_CMV);
+    CHECK_EQ_INT(skv_codec_parse("cmvd"), SKV_CODEC_CMVD);
+    CHECK(!strcmp(skv_codec_name(SKV_CODEC_CMVD), "cmvd"));
+    CHECK(skv_codec_name(15) == NULL || strcmp(skv_codec_name(15), "cmv"));
+    CHECK(d == NULL);
+}
+
+static void fix_segment0(uint8_t *d, uint64_t plen)
+{
+    skv_wr64(d + HDR + 8, plen);
+    skv_wr64(d + HDR + SEGHDR + plen, XXH3_64bits(d + HDR, SEGHDR + (size_t)plen));
+}
+
+/* Flipped bytes (checksums recomputed) of a cmvd payload: refused (corrupt stream, another
+ * dictionary or vocabulary, KV digest mismatch) or, for the flush byte, the same ids. */
+static void session_corruption_refused(void)
+{
+    uint8_t *d = NULL, *bad;
+    size_t size = 0;
+    skv_ctx *c = new_ctx();
+    CHECK(c);
+    CHECK_EQ_INT(encode_session(SKV_CODEC_CMVD, g_dict, g_dict_n, &d, &size), SKV_OK);
+    uint64_t plen = skv_rd64(d + HDR + 8);
+    CHECK((bad = malloc(size)) != NULL);
+    for (size_t i = HDR + SEGHDR; i < HDR + SEGHDR + plen; i += 13) {
+        memcpy(bad, d, size);
+        bad[i] ^= 0x10;
+        CHECK_EQ_INT(restore_all(bad, size, g_dict, g_dict_n, c, NULL), SKV_ERR_FORMAT);
+        fix_segment0(bad, plen);
+        int rc = restore_all(bad, size, g_dict, g_dict_n, c, NULL);
+        CHECK_MSG(rc == SKV_ERR_FORMAT || rc == SKV_ERR_MISMATCH, "flip at %zu: rc %d", i, rc);
+    }
+    skv_ctx_free(c);
+    free(d);
+    free(bad);
+}
+
+static int32_t *tokenize_part(const char *path, long off, size_t max, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *text = f ? malloc(max + 1) : NULL;
+    size_t len = text && !fseek(f, off, SEEK_SET) ? fread(text, 1, max, f) : 0;
+    if (f) fclose(f);
+    int32_t *t = len ? malloc((len + 2) * sizeof *t) : NULL;
+    if (t && skv_tokenize(g_m, text, len, 1, t, len + 2, n) != SKV_OK) free(t), t = NULL;
+    free(text);
+    return t;
+}
+
+int main(void)
+{
+    char err[256];
+    TEST_BEGIN("test_cmv");
+    if (skv_model_load("models/kjv-4m.gguf", NULL, &g_m, err, sizeof err) != SKV_OK) {
+        printf("FAIL test_cmv:<load>: %s\n", err);
+        return 1;
+    }
+    g_text = tokenize_part("tests/data/model_ref/heldout.txt", 0, 6000, &g_text_n);
+    g_dict = tokenize_part("tests/data/model_ref/heldout.txt", 30000, 40000, &g_dict_n);
+    if (!g_text || !g_dict || g_text_n < 1000 || g_dict_n < 5000) {
+        printf("FAIL test_cmv:<text>: cannot tokenize tests/data/model_ref/heldout.txt\n");
+        return 1;
+    }
+    RUN(side_information_well_formed);
+    RUN(roundtrip_synthetic);
+    RUN(known_answer);
+    RUN(hostile_streams);
+    RUN(session_roundtrip_bit_exact);
+    RUN(encoder_refuses_bad_dictionaries);
+    RUN(session_corruption_refused);
+    free(g_text);
+    free(g_dict);
+    skv_model_free(g_m);
+    TEST_END();
+}
