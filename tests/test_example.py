@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from clitest import BUILD, ROOT, Reporter, check, run_cases
+from clitest import BUILD, ROOT, WRAP, Reporter, check, run_cases
 
 LIB = os.path.join(BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD), "libseqkv.a")
 TEXT = "In the beginning God created the heaven and the earth."
@@ -31,12 +31,12 @@ def case_example_compiles_and_runs(tmp):
         "-llmdb", "-lzstd", "-lxxhash", "-lpthread", "-lm", "-o", exe]
     p = subprocess.run(cmd, capture_output=True, text=True)
     check(p.returncode == 0, "compile: %s" % p.stderr)
-    p = subprocess.run([exe, os.path.join(ROOT, "models", "kjv-4m.gguf"), TEXT], capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(WRAP + [exe, os.path.join(ROOT, "models", "kjv-4m.gguf"), TEXT], capture_output=True,
+                       text=True, timeout=120 * (30 if WRAP else 1))  # WRAP: make valgrind-cli
     check(p.returncode == 0, "run: exit %d: %s" % (p.returncode, p.stderr))
     check("digest verified" in p.stdout and p.stdout.rstrip("\n").endswith("text: " + TEXT),
           "output: %r" % p.stdout)
-    p = subprocess.run([exe], capture_output=True, text=True)
+    p = subprocess.run(WRAP + [exe], capture_output=True, text=True)
     check(p.returncode == 2 and "usage" in p.stderr, "no arguments: exit %d" % p.returncode)
 
 

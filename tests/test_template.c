@@ -236,6 +236,8 @@ static const struct { const char *src, *want; } semantics[] = {
     {"{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list }}", "['Hi']"},
     {"{{ {'a': [1, 2.5, none, true]} | tojson }}", "{\"a\": [1, 2.5, null, true]}"},
     {"{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1 ~ 'x' }}", "3 -4 2 1024 3.5 1x"},
+    /* ~ joins text whatever its operands (a list ~ anything read the other as a list: a crash, fuzz_template) */
+    {"{{ [1] ~ 'x' }}|{{ [1] ~ [2] }}|{{ [1] + [2] }}|{{ 'a' ~ [none] }}", "[1]x|[1][2]|[1, 2]|a[None]"},
     {"{% macro f(a, b='d') %}[{{ a }}{{ b }}]{% endmacro %}{{ f(1) }}{{ f(2, b='e') }}", "[1d][2e]"},
     {"{% if x is not defined and 'i' in 'hi' and 3 is odd %}ok{% endif %}", "ok"},
     {"{{ 'yes' if messages|length > 1 else 'no' }}{{ undefined_thing | default('dflt') }}", "yesdflt"},

@@ -122,6 +122,7 @@ static int store_one(const bench_run *r, const char *dir, const int32_t *tok, si
     skv_store_stats s;
     char err[600] = "";
     p.budget = budget0 ? 0 : -1;
+    p.map_size = cli_store_map_size();
     int rc = skv_store_open(dir, r->m, SKV_STORE_CREATE, &p, &st, err, sizeof err) ? -1 : 0;
     if (!rc) rc = put_sessions(r, st, tok, S, len) || skv_store_get_stats(st, &s) ? -1 : 0;
     if (rc) bench_progress("  (store failed: %s)", st ? skv_store_last_error(st) : err);

@@ -431,6 +431,14 @@ static void mismatch_hint(const char *dir, const char *err)
               sm.path[0] ? ", recorded at " : "", sm.path);
 }
 
+uint64_t cli_store_map_size(void)
+{
+    const char *s = getenv("SEQKV_STORE_MAP_SIZE");
+    char *end = NULL;
+    unsigned long long v = s && *s ? strtoull(s, &end, 10) : 0;
+    return end && *end == 0 ? (uint64_t)v : 0;
+}
+
 static int open_and_run(size_t k, const store_opts *o)
 {
     skv_store_params p = skv_store_default_params();
@@ -440,6 +448,7 @@ static int open_and_run(size_t k, const store_opts *o)
     skv_model *m = path ? cli_load_model(path) : NULL;
     int rc = CLI_FAIL;
     p.budget = o->budget;
+    p.map_size = cli_store_map_size();
     p.n_threads = (int)o->threads;
     p.model_path = path;
     int orc = m ? skv_store_open(o->dir, m, subs[k].flags, &p, &st, err, sizeof err) : SKV_OK;

@@ -44,18 +44,25 @@ static tv tp_repeat(tp_ctx *c, const tp_node *at, tv seq, int64_t n)
     return seq.k == V_STR ? tv_strn(c->a, b.p ? b.p : "", b.n) : out;
 }
 
+/* x ~ y: both as text, whatever they are (a list ~ anything is not a list concatenation). */
+static tv tp_cat_str(tp_ctx *c, tv x, tv y)
+{
+    tp_buf b = {.limit = c->lim->max_output};
+    tv_to_buf(c->a, &b, x, 0);
+    tv_to_buf(c->a, &b, y, 0);
+    return tv_strn(c->a, b.p ? b.p : "", b.n);
+}
+
+/* x + y of two strings or two lists. */
 static tv tp_concat(tp_ctx *c, tv x, tv y)
 {
-    if (x.k == V_LIST) {
+    if (x.k == V_LIST && y.k == V_LIST) {
         tv out = tv_list_new(c->a);
         for (size_t i = 0; i < x.u.l->n; i++) tv_list_push(c->a, out.u.l, x.u.l->v[i]);
         for (size_t i = 0; i < y.u.l->n; i++) tv_list_push(c->a, out.u.l, y.u.l->v[i]);
         return out;
     }
-    tp_buf b = {.limit = c->lim->max_output};
-    tv_to_buf(c->a, &b, x, 0);
-    tv_to_buf(c->a, &b, y, 0);
-    return tv_strn(c->a, b.p ? b.p : "", b.n);
+    return tp_cat_str(c, x, y);
 }
 
 static tv tp_int_pow(tp_ctx *c, const tp_node *at, int64_t b, int64_t e)
@@ -117,7 +124,7 @@ tv tp_binop(tp_ctx *c, const tp_node *at, tv x, tv y)
 {
     int op = at->k == N_NEG ? OP_SUB : at->op;
     if (op >= OP_EQ) return tp_compare_op(c, at, x, y);
-    if (op == OP_CAT) return tp_concat(c, x, y);
+    if (op == OP_CAT) return tp_cat_str(c, x, y);
     if (tp_num(x) && tp_num(y)) {
         tp_node tmp = *at;
         tmp.op = op;
