@@ -1,6 +1,6 @@
 /* The store as near-reuse sees it (near.h): every session's tokens and surprisals read
- * from the trie in one snapshot, and the near-reuse counter record. Small accessors over
- * store_int.h so the store's own files need no change.
+ * from the trie in one read transaction (store_run: LMDB or Redis, backend.h), and the
+ * near-reuse counter record. Small accessors over store_int.h.
  *
  *   meta "near" -> "SKVR" | u32 version 1 | u64 gets | u64 approximate | u64 positions exact
  *                  | u64 positions approx | u64 positions recomputed | u64 XXH3-64 of the 48 bytes before */
@@ -62,23 +62,31 @@ static int path_arrays(const skv_trie_path *p, int32_t **tok, float **sur)
     return SKV_OK;
 }
 
-/* Appends one session: its name and the tokens and surprisals along its trie path. */
-static int add_session(tx *t, near_set *s, const MDB_val *k, const MDB_val *v)
+typedef struct {
+    tx *t;
+    near_set *s;
+} load_args;
+
+/* Appends one session (a TB_SESSIONS record): its name and the tokens and surprisals along
+ * its trie path. */
+static int add_session(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
 {
+    load_args *a = u;
+    near_set *s = a->s;
     ses_rec r;
     skv_trie_path p;
     int32_t *tok = NULL;
     float *sur = NULL;
     char *name = NULL;
     int rc;
-    if (store_ses_decode(v, &r)) return store_err(t->st, SKV_ERR_FORMAT, "a session record is damaged");
-    if ((rc = skv_trie_path_to(&t->io, r.end, &p))) return store_trie_err(t->st, rc, "session path");
+    if (store_ses_decode(v, vn, &r)) return store_err(a->t->st, SKV_ERR_FORMAT, "a session record is damaged");
+    if ((rc = skv_trie_path_to(&a->t->io, r.end, &p))) return store_trie_err(a->t->st, rc, "session path");
     if (!(rc = s->n == s->cap ? set_grow(s) : SKV_OK) && !(rc = path_arrays(&p, &tok, &sur)) &&
-        !(name = malloc(k->mv_size + 1)))
+        !(name = malloc(kn + 1)))
         rc = SKV_ERR_NOMEM;
     if (!rc) {
-        memcpy(name, k->mv_data, k->mv_size);
-        name[k->mv_size] = 0;
+        memcpy(name, k, kn);
+        name[kn] = 0;
         s->names[s->n] = name, s->toks[s->n] = tok, s->surs[s->n] = sur;
         s->seqs[s->n++] = (near_seq){tok, sur, p.matched};
     } else {
@@ -88,34 +96,29 @@ static int add_session(tx *t, near_set *s, const MDB_val *k, const MDB_val *v)
     return rc;
 }
 
+/* One read transaction over the sessions; run again from an empty set on a conflict. */
+static int load_tx(tx *t, void *u)
+{
+    near_set *s = u;
+    near_set_free(s);
+    load_args a = {t, s};
+    int rc = store_scan(t, TB_SESSIONS, NULL, 0, add_session, &a);
+    return rc < 0 ? rc : SKV_OK;
+}
+
 int near_set_load(skv_store *st, near_set *s)
 {
-    tx t;
-    MDB_cursor *cur;
-    MDB_val k, v;
-    int rc;
     memset(s, 0, sizeof *s);
-    if ((rc = store_tx_begin(st, 0, &t))) return rc;
-    if ((rc = mdb_cursor_open(t.txn, st->sessions, &cur))) {
-        store_tx_abort(&t);
-        return store_lmdb_err(st, rc, "sessions");
-    }
-    int r = SKV_OK;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); !rc && !r; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
-        r = add_session(&t, s, &k, &v);
-    mdb_cursor_close(cur);
-    store_tx_abort(&t);
-    if (!r && rc != MDB_NOTFOUND) r = store_lmdb_err(st, rc, "sessions");
-    if (r) near_set_free(s);
-    return r;
+    int rc = store_run(st, 0, load_tx, s);
+    if (rc) near_set_free(s);
+    return rc;
 }
 
 /* ---- the counter record ------------------------------------------------- */
 
-static int stats_decode(const MDB_val *v, skv_store_near_stats *s)
+static int stats_decode(const uint8_t *p, size_t n, skv_store_near_stats *s)
 {
-    const uint8_t *p = v->mv_data;
-    if (v->mv_size != NEAR_REC || skv_rd32(p) != NEAR_MAGIC || skv_rd32(p + 4) != 1 ||
+    if (n != NEAR_REC || skv_rd32(p) != NEAR_MAGIC || skv_rd32(p + 4) != 1 ||
         XXH3_64bits(p, NEAR_REC - 8) != skv_rd64(p + NEAR_REC - 8))
         return SKV_ERR_FORMAT;
     *s = (skv_store_near_stats){skv_rd64(p + 8), skv_rd64(p + 16), skv_rd64(p + 24), skv_rd64(p + 32), skv_rd64(p + 40)};
@@ -136,48 +139,42 @@ static void stats_encode(const skv_store_near_stats *s, uint8_t *p)
 
 static int stats_read(tx *t, skv_store_near_stats *s)
 {
-    MDB_val k = {4, (void *)"near"}, v;
-    int rc = mdb_get(t->txn, t->st->meta, &k, &v);
+    const uint8_t *v;
+    size_t vn;
+    int rc = store_get(t, TB_META, "near", 4, &v, &vn);
     memset(s, 0, sizeof *s);
-    if (rc == MDB_NOTFOUND) return SKV_OK;
-    if (rc) return store_lmdb_err(t->st, rc, "near-reuse record");
-    if (stats_decode(&v, s)) return store_err(t->st, SKV_ERR_FORMAT, "the near-reuse record (meta \"near\") is damaged");
+    if (rc == 1) return SKV_OK;
+    if (rc) return rc;
+    if (stats_decode(v, vn, s)) return store_err(t->st, SKV_ERR_FORMAT, "the near-reuse record (meta \"near\") is damaged");
     return SKV_OK;
 }
 
-int near_stats_add(skv_store *st, const skv_store_near_report *r)
+static int stats_add_tx(tx *t, void *u)
 {
-    tx t;
+    const skv_store_near_report *r = *(const skv_store_near_report **)u;
     skv_store_near_stats s;
     uint8_t buf[NEAR_REC];
-    int rc = store_tx_begin(st, 1, &t);
+    int rc = stats_read(t, &s);
     if (rc) return rc;
-    if ((rc = stats_read(&t, &s))) {
-        store_tx_abort(&t);
-        return rc;
-    }
     s.n_gets++;
     s.n_approximate += r->approximate != 0;
     s.positions_exact += r->n_exact;
     s.positions_approx += r->n_approx;
     s.positions_recomputed += r->n_recomputed;
     stats_encode(&s, buf);
-    MDB_val k = {4, (void *)"near"}, v = {NEAR_REC, buf};
-    if ((rc = mdb_put(t.txn, st->meta, &k, &v, 0))) {
-        store_tx_abort(&t);
-        return store_lmdb_err(st, rc, "near-reuse record");
-    }
-    return store_tx_commit(&t);
+    return store_put(t, TB_META, "near", 4, buf, NEAR_REC);
 }
+
+int near_stats_add(skv_store *st, const skv_store_near_report *r)
+{
+    return store_run(st, 1, stats_add_tx, &r);
+}
+
+static int stats_get_tx(tx *t, void *u) { return stats_read(t, u); }
 
 int skv_store_get_near_stats(skv_store *st, skv_store_near_stats *s)
 {
-    tx t;
-    int rc;
     if (!st) return SKV_ERR_INVALID_ARG;
     if (!s) return store_done(st, store_err(st, SKV_ERR_INVALID_ARG, "skv_store_get_near_stats: NULL output"));
-    if ((rc = store_tx_begin(st, 0, &t))) return store_done(st, rc);
-    rc = stats_read(&t, s);
-    store_tx_abort(&t);
-    return store_done(st, rc);
+    return store_done(st, store_run(st, 0, stats_get_tx, s));
 }
