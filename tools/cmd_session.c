@@ -112,13 +112,13 @@ static int compress_check(const compress_opts *o, int *codec)
     if (!!o->file + !!o->ids + !!o->kv_in != 1 || !o->out)
         return cli_usage(&compress_cmd, "needs exactly one input (-f, --ids or --kv-in) and -o OUT.skv");
     if ((*codec = skv_codec_parse(o->codec)) < 0)
-        return cli_usage(&compress_cmd, "--codec must be one of model tokens cm f16 q8 q4 tq2 tq3 tq4 kvq pred, not '%s'", o->codec);
-    if (*codec == SKV_CODEC_PRED) return CLI_CONTINUE; /* --kv-quant optional (the encoder checks it) */
-        return cli_usage(&compress_cmd, "--codec must be one of model tokens cm cmv cmvd f16 q8 q4 tq2 tq3 tq4 kvq, not '%s'", o->codec);
-    if ((*codec == SKV_CODEC_KVQ) != !!o->kv_quant)
-        return cli_usage(&compress_cmd, "--kv-quant SPEC goes with --codec kvq (and --codec kvq needs it)");
+        return cli_usage(&compress_cmd, "--codec must be one of model tokens cm cmv cmvd f16 q8 q4 tq2 tq3 tq4 kvq pred, not '%s'",
+                         o->codec);
     if ((*codec == SKV_CODEC_CMVD) != !!o->cm_dict)
         return cli_usage(&compress_cmd, "--cm-dict TEXT goes with --codec cmvd (and --codec cmvd needs it)");
+    if (*codec == SKV_CODEC_PRED) return CLI_CONTINUE; /* --kv-quant optional (the encoder checks it) */
+    if ((*codec == SKV_CODEC_KVQ) != !!o->kv_quant)
+        return cli_usage(&compress_cmd, "--kv-quant SPEC goes with --codec kvq (and --codec kvq needs it)");
     if (o->kv_quant && skv_kv_quant_check(o->kv_quant, NULL, qerr, sizeof qerr))
         return cli_usage(&compress_cmd, "%s", qerr);
     return CLI_CONTINUE;
