@@ -12,8 +12,9 @@
  *     produce ids < V, whatever the bytes.
  *  2. Each coded bit is predicted by hashed context slots of orders 0..4 (the last k ids
  *     and the tree node) and by a match model (the id that followed the last occurrence
- *     of the last 3 ids), mixed in the logistic domain by a small adaptive mixer, then
- *     refined by an APM. Everything is integer arithmetic (no float anywhere): the coded
+ *     of the last 3 ids), mixed in the logistic domain by a small adaptive mixer (codec
+ *     cmv, skv_cm_create_vocab: three text contexts and a static prior more, a second
+ *     mixer, then an APM; docs/coder.md 4.6). Everything is integer arithmetic (no float anywhere): the coded
  *     bytes are identical on every machine and compiler.
  *  3. Encoder and decoder must see the same calls: reset, then the tokens of one stream
  *     in order (i = 0, 1, 2, ...). The history is the caller's token array itself
