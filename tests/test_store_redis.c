@@ -466,12 +466,15 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     snprintf(g_root, sizeof g_root, "/tmp/seqkv_test_redis_%d", (int)getpid());
     mkdir(g_root, 0700);
-    RUN(test_basic);
-    RUN(test_two_writers);
-    RUN(test_kill_restart);
-    RUN(test_conn_drop);
-    RUN(test_maxmemory_lru);
-    RUN(test_maxmemory_noeviction);
+    const char *only = getenv("SEQKV_REDIS_CASE"); /* one case by name, for debugging */
+#define RUN_IF(fn) \
+    if (!only || !strcmp(only, #fn)) RUN(fn)
+    RUN_IF(test_basic);
+    RUN_IF(test_two_writers);
+    RUN_IF(test_kill_restart);
+    RUN_IF(test_conn_drop);
+    RUN_IF(test_maxmemory_lru);
+    RUN_IF(test_maxmemory_noeviction);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_root);
