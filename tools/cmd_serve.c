@@ -10,7 +10,8 @@
 typedef struct {
     const char *model, *store, *host, *api_key, *alias, *chat_template, *slot_save_path;
     long port, parallel, ctx, threads;
-    int ctx_shift;
+    int ctx_shift, reuse;
+    double recompute, quality;
     long long budget;
 } serve_opts;
 
@@ -36,11 +37,16 @@ static const cli_opt serve_table[] = {
                                                                       "files (.skv; created if absent); default: none (501)"},
     {"context-shift", 0, CLI_FLAG, NULL, 0, 0, F(ctx_shift), "a full context keeps n_keep tokens, drops half the rest\n"
                                                              "and goes on (default: generation stops at a full context)"},
+    {"reuse", 0, CLI_CHOICE, "exact|near", 0, 0, F(reuse), "near (needs --store): prompts the exact caches cover badly\n"
+     "reuse a near-duplicate stored session: APPROXIMATE, marked in every reply (docs/near.md)"},
+    {"recompute", 0, CLI_FLOAT, "F", 0, 1, F(recompute), "--reuse near: fraction of positions to recompute (default 0.15)"},
+    {"quality", 0, CLI_FLOAT, "KL", 1e-12, 100, F(quality),
+     "--reuse near: target mean KL (nats); picks the fraction from the measured calibration"},
     {0},
 };
 static const cli_cmd serve_cmd = {
     "serve", "[-m MODEL] [--store DIR] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c CTX]\n"
-             "[--api-key KEY] [--cache-budget BYTES]",
+             "[--api-key KEY] [--cache-budget BYTES] [--reuse near [--recompute F | --quality KL]]",
     "Serves the model over HTTP with llama-server's and OpenAI's API (/completion,\n"
     "/v1/completions, /v1/chat/completions, /tokenize, /health, ...). With --store, every\n"
     "prompt is looked up in the session store and only its unmatched tail is computed;\n"
@@ -49,12 +55,17 @@ static const cli_cmd serve_cmd = {
 
 int cmd_serve(int argc, char **argv)
 {
-    serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .threads = 1, .budget = -1};
+    serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .threads = 1, .budget = -1, .recompute = -1};
     int rc = cli_parse(&serve_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE) return rc;
+    if (o.recompute >= 0 && o.quality > 0) return cli_usage(&serve_cmd, "give --recompute F or --quality KL, not both");
+    if (!o.reuse && (o.recompute >= 0 || o.quality > 0))
+        return cli_usage(&serve_cmd, "--recompute and --quality need --reuse near");
+    if (o.reuse && !o.store) return cli_usage(&serve_cmd, "--reuse near needs --store DIR");
     skv_server_params p = {.model_path = o.model ? o.model : cli_default_model(), .store_dir = o.store,
                            .host = o.host, .api_key = o.api_key, .alias = o.alias, .chat_template = o.chat_template, .port = (int)o.port,
                            .parallel = (int)o.parallel, .n_ctx = (int)o.ctx, .n_threads = (int)o.threads,
-                           .cache_budget = o.budget, .slot_save_path = o.slot_save_path, .ctx_shift = o.ctx_shift};
+                           .cache_budget = o.budget, .slot_save_path = o.slot_save_path, .ctx_shift = o.ctx_shift,
+                           .reuse_near = o.reuse, .near_recompute = o.recompute, .near_quality = o.quality};
     return skv_server_run(&p) ? CLI_FAIL : CLI_OK;
 }

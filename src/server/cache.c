@@ -143,18 +143,62 @@ static int store_restore(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *prom
     return 1;
 }
 
-size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have, size_t n_have,
-                         const int32_t *prompt, size_t n, double *bits)
+/* --reuse near: rebuilds ctx as skv_store_get_near's approximate KV of prompt[0..limit).
+ * Returns the positions ctx holds (0 after a failure: ctx cleared, all is prefilled). */
+static size_t near_restore(srv *s, skv_ctx *ctx, const int32_t *prompt, size_t limit, srv_reuse *u)
 {
-    size_t limit = n - 1, keep = common(have, n_have, prompt, limit), got = 0;
+    skv_store_near_params np = skv_store_near_default_params();
+    skv_store_near_report rep;
+    np.recompute = s->p.near_recompute, np.kl_target = s->p.near_quality > 0 ? s->p.near_quality : 0;
+    if (skv_store_get_near(s->store, prompt, limit, ctx, &np, NULL, &rep)) {
+        srv_log("near reuse: %s", skv_store_last_error(s->store));
+        skv_ctx_truncate(ctx, 0);
+        u->n_reused = 0, u->approx_from = SIZE_MAX;
+        return 0;
+    }
+    u->n_reused = rep.n_exact + rep.n_approx;
+    u->approximate = rep.approximate;
+    u->n_approx = rep.n_approx, u->n_recomputed = rep.n_recomputed;
+    u->approx_from = rep.approximate ? rep.n_exact : SIZE_MAX;
+    if (rep.approximate) atomic_fetch_add(&s->m.n_near_approx, 1);
+    atomic_fetch_add(&s->m.n_near_positions, rep.n_approx);
+    return limit;
+}
+
+/* The exact caches: the slot's own KV, else the store's longest stored prefix. With
+ * --reuse near, when neither covers all but SRV_NEAR_MIN positions, *near is set and ctx
+ * is left alone (the near restore replaces it). */
+static size_t exact_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have, size_t n_have,
+                            const int32_t *prompt, size_t limit, srv_reuse *u, int *near)
+{
+    size_t keep = common(have, n_have, prompt, limit), got = 0;
     skv_store_match_result m = {0};
-    *bits = 0.0;
-    if (s->store && !skv_store_match(s->store, prompt, limit, &m)) *bits = m.bits;
+    if (s->store && !skv_store_match(s->store, prompt, limit, &m)) u->bits = m.bits;
+    size_t best = m.n_matched > keep ? m.n_matched : keep;
+    *near = s->p.reuse_near && s->store && limit - best >= SRV_NEAR_MIN;
+    if (*near) return 0;
     skv_ctx_truncate(ctx, (int)keep);
     int r = m.n_matched > keep ? store_restore(s, c, ctx, prompt, limit, keep, &got) : 0;
-    if (r != 0) return r > 0 ? got : 0;
+    if (r != 0) {
+        u->approx_from = SIZE_MAX; /* the store's KV replaced the slot's */
+        return r > 0 ? got : 0;
+    }
     if (keep) atomic_fetch_add(&s->m.n_slot_hits, 1);
     return keep;
+}
+
+size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have, size_t n_have,
+                         const int32_t *prompt, size_t n, srv_reuse *u)
+{
+    size_t limit = n - 1, from = u->approx_from;
+    int near = 0;
+    *u = (srv_reuse){.approx_from = from};
+    size_t got = exact_prepare(s, c, ctx, have, n_have, prompt, limit, u, &near);
+    if (near) return near_restore(s, ctx, prompt, limit, u);
+    u->n_reused = got;
+    if (u->approx_from >= got) u->approx_from = SIZE_MAX; /* what was approximate is cut off */
+    u->approximate = u->approx_from != SIZE_MAX;
+    return got;
 }
 
 /* ---- the index file ---- */

@@ -19,5 +19,6 @@
 #define SRV_MAX_FILENAME 255          /* slot file names: [A-Za-z0-9._-], not starting with a dot */
 #define SRV_MAX_SLOT_FILE (256u << 20) /* bytes of a slot file read back (restore) */
 #define SRV_RECENT 256                 /* conversations remembered for mid-session cache hits */
+#define SRV_NEAR_MIN 8                 /* --reuse near: uncovered positions worth a near restore */
 
 #endif

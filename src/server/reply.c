@@ -26,14 +26,27 @@ static json_t *usage(const srv_job *j)
                      "cached_tokens", (json_int_t)j->n_cached);
 }
 
+/* usage with the prompt cache's APPROXIMATE mark (--reuse near), in replies and chunks. */
+static json_t *usage_marked(const srv_job *j)
+{
+    json_t *u = usage(j), *d = u ? json_object_get(u, "prompt_tokens_details") : NULL;
+    if (d) json_object_set_new(d, "cached_approximate", json_boolean(j->cache_approx));
+    return u;
+}
+
 static json_t *timings(const srv_job *j)
 {
     double pn = (double)(j->n_prompt - j->n_cached), gn = (double)j->n_gen;
-    return json_pack("{s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:f}", "cache_n", (json_int_t)j->n_cached, "prompt_n",
+    json_t *t = json_pack("{s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:f}", "cache_n", (json_int_t)j->n_cached, "prompt_n",
                      (json_int_t)(j->n_prompt - j->n_cached), "prompt_ms", j->t_prompt_ms, "prompt_per_second",
                      j->t_prompt_ms > 0 ? pn * 1e3 / j->t_prompt_ms : 0.0, "predicted_n", (json_int_t)j->n_gen,
                      "predicted_ms", j->t_gen_ms, "predicted_per_second",
                      j->t_gen_ms > 0 ? gn * 1e3 / j->t_gen_ms : 0.0, "cached_bits", j->cached_bits);
+    /* --reuse near (docs/near.md): reused KV computed in another context is APPROXIMATE */
+    json_object_set_new(t, "cache_approximate", json_boolean(j->cache_approx));
+    json_object_set_new(t, "cache_n_approx", json_integer((json_int_t)j->n_cache_approx));
+    json_object_set_new(t, "cache_n_recomputed", json_integer((json_int_t)j->n_near_recomputed));
+    return t;
 }
 
 /* text[from..to) of the job as a JSON string (valid UTF-8). Caller holds j->mu. */
@@ -102,7 +115,8 @@ json_t *srv_reply_final(const srv *s, srv_job *j)
     if (j->fmt == SRV_FMT_LLAMA) return llama_final(s, j, text);
     json_t *o = oai_object(s, j, json_pack("[o]", oai_choice(j, text, 0)),
                            j->fmt == SRV_FMT_OAI_CHAT ? "chat.completion" : "text_completion");
-    json_object_set_new(o, "usage", usage(j));
+    json_object_set_new(o, "usage", usage_marked(j));
+    json_object_set_new(o, "timings", timings(j));
     return o;
 }
 
@@ -151,7 +165,7 @@ static void finish(const srv *s, const srv_job *j, char **acc, size_t *len)
     event(acc, len, chunk(s, j, c));
     if (j->usage_chunk) {
         json_t *u = chunk(s, j, NULL);
-        json_object_set_new(u, "usage", usage(j));
+        json_object_set_new(u, "usage", usage_marked(j));
         event(acc, len, u);
     }
     char *a = realloc(*acc, *len + 15);

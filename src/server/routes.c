@@ -128,6 +128,10 @@ static int rt_metrics(srv_req *r)
            (double)m->n_store_hits);
     metric(buf, cap, &at, "seqkv:slot_hits_total", "counter", "Prompts continued from a slot's KV.",
            (double)m->n_slot_hits);
+    metric(buf, cap, &at, "seqkv:near_approximate_total", "counter",
+           "Prompts built by --reuse near with APPROXIMATE KV.", (double)m->n_near_approx);
+    metric(buf, cap, &at, "seqkv:near_approx_positions_total", "counter",
+           "Prompt positions reused approximately by --reuse near.", (double)m->n_near_positions);
     metric(buf, cap, &at, "seqkv:store_puts_total", "counter", "Conversations put into the store.",
            (double)m->n_store_puts);
     metric(buf, cap, &at, "seqkv:requests_rejected_total", "counter", "Requests refused with 503 (queue full).",

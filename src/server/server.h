@@ -18,6 +18,10 @@ typedef struct skv_server_params {
     long long cache_budget; /* store budget in bytes; < 0 = the store's own */
     const char *slot_save_path; /* directory of POST /slots/{id}?action=save|restore files, or NULL: 501 */
     int ctx_shift;          /* 1: a full context drops half of what follows n_keep and goes on */
+    int reuse_near;         /* 1: --reuse near: prompts the exact caches cover badly are built by
+                             * skv_store_get_near (APPROXIMATE, marked in every reply; docs/near.md) */
+    double near_recompute;  /* --recompute F (< 0: the library's default) */
+    double near_quality;    /* --quality KL (> 0: the fraction from the calibration) */
 } skv_server_params;
 
 /* Runs until SIGINT or SIGTERM. Prints its address and errors to stderr. 0 = clean exit. */

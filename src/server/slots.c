@@ -27,6 +27,7 @@ typedef struct slot {
     skv_ctx *ctx;
     int32_t *tokens;     /* [n_ctx] the tokens whose KV ctx holds */
     size_t n_tokens;
+    size_t approx_from;  /* first position whose KV is APPROXIMATE (--reuse near); SIZE_MAX: none */
     float *logits;       /* [n_vocab] */
     void *scratch;       /* sampling */
     srv_job *job;        /* running, for /slots (guarded by the pool's mu) */
@@ -189,25 +190,30 @@ static void job_done(slot *sl, srv_job *j, int status, const char *msg)
 static int run_prompt(slot *sl, srv_job *j)
 {
     srv *s = sl->pool->s;
-    double t0 = now_ms(), bits = 0.0;
+    double t0 = now_ms();
+    srv_reuse u = {.approx_from = sl->approx_from};
     size_t keep = 0;
     if (j->cache_prompt)
-        keep = srv_cache_prepare(s, sl->pool->cache, sl->ctx, sl->tokens, sl->n_tokens, j->prompt, j->n_prompt, &bits);
+        keep = srv_cache_prepare(s, sl->pool->cache, sl->ctx, sl->tokens, sl->n_tokens, j->prompt, j->n_prompt, &u);
     else
-        skv_ctx_truncate(sl->ctx, 0);
+        skv_ctx_truncate(sl->ctx, 0), u.approx_from = SIZE_MAX;
     memcpy(sl->tokens, j->prompt, j->n_prompt * sizeof *j->prompt);
     sl->n_tokens = keep;
+    sl->approx_from = u.approx_from;
     int rc = skv_prefill(sl->ctx, j->prompt + keep, j->n_prompt - keep, SKV_LOGITS_LAST, sl->logits);
     if (rc) {
         skv_ctx_truncate(sl->ctx, 0);
+        sl->approx_from = SIZE_MAX;
         return rc;
     }
     sl->n_tokens = j->n_prompt;
-    j->n_cached = keep;
-    j->cached_bits = bits;
+    size_t reused = j->cache_prompt ? u.n_reused : 0;
+    j->n_cached = reused;
+    j->cached_bits = u.bits;
+    j->cache_approx = u.approximate, j->n_cache_approx = u.n_approx, j->n_near_recomputed = u.n_recomputed;
     j->t_prompt_ms = now_ms() - t0;
-    atomic_fetch_add(&s->m.n_prompt_tokens, j->n_prompt - keep);
-    atomic_fetch_add(&s->m.n_cached_tokens, keep);
+    atomic_fetch_add(&s->m.n_prompt_tokens, j->n_prompt - reused);
+    atomic_fetch_add(&s->m.n_cached_tokens, reused);
     atomic_fetch_add(&s->m.prompt_us, (unsigned long long)(j->t_prompt_ms * 1e3));
     return 0;
 }
@@ -310,6 +316,7 @@ static void run_action_job(slot *sl, srv_job *j)
 {
     j->slot = sl->id;
     int rc = srv_slot_action(sl->pool->s, j, sl->ctx, sl->tokens, &sl->n_tokens);
+    if (j->action != SRV_ACT_SAVE) sl->approx_from = SIZE_MAX; /* restored or erased: exact */
     job_done(sl, j, rc, NULL);
 }
 
@@ -368,6 +375,7 @@ static int slot_init(srv_pool *p, slot *sl, int id)
     cp.n_ctx = s->n_ctx;
     cp.n_threads = s->p.n_threads;
     sl->id = id;
+    sl->approx_from = SIZE_MAX;
     sl->pool = p;
     if (skv_ctx_create(s->model, &cp, &sl->ctx)) return -1;
     sl->tokens = malloc((size_t)s->n_ctx * sizeof *sl->tokens);

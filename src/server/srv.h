@@ -33,6 +33,7 @@ typedef struct srv_pool srv_pool;
 typedef struct srv_metrics {
     atomic_ullong n_requests, n_prompt_tokens, n_gen_tokens, n_cached_tokens;
     atomic_ullong n_store_hits, n_store_puts, n_slot_hits, n_rejected;
+    atomic_ullong n_near_approx, n_near_positions; /* --reuse near: approximate prompts, positions */
     atomic_ullong prompt_us, gen_us; /* microseconds spent */
 } srv_metrics;
 
@@ -78,6 +79,8 @@ typedef struct srv_job {
     char stopping_word[SRV_MAX_STOP_LEN + 1];
     size_t n_cached;           /* prompt positions reused */
     double cached_bits;        /* d_T of the store match */
+    int cache_approx;          /* 1: reused KV is APPROXIMATE (--reuse near; docs/near.md) */
+    size_t n_cache_approx, n_near_recomputed; /* near reuse: positions reused approximately, recomputed */
     int slot;
     double t_prompt_ms, t_gen_ms;
     int return_tokens;         /* the reply lists the generated token ids */
@@ -122,11 +125,21 @@ int srv_job_append(srv_job *j, const skv_model *m, int32_t tok);
 typedef struct srv_cache srv_cache;
 srv_cache *srv_cache_create(void);
 void srv_cache_free(srv_cache *c);
+/* What a prompt reused. approx_from: in, the slot's first position whose KV is approximate
+ * (SIZE_MAX: none); out, the same for ctx after srv_cache_prepare. */
+typedef struct srv_reuse {
+    double bits;            /* the store's d_T of the match (0 if none) */
+    size_t approx_from;
+    size_t n_reused;        /* positions not computed for this prompt (exact or approximate) */
+    int approximate;        /* 1: some of them are approximate */
+    size_t n_approx, n_recomputed; /* near reuse: reused from other positions/contexts; recomputed */
+} srv_reuse;
 /* Makes ctx hold the longest reusable prefix of prompt (at most n - 1 positions, so one is
  * left to prefill): the slot's own tokens (have[0..n_have)), else the store's longest
- * match. Returns the positions kept; *bits the store's d_T of the match (0 if none). */
+ * match; with --reuse near, a prompt those leave >= SRV_NEAR_MIN positions of is built by
+ * skv_store_get_near instead. Returns the positions ctx holds; *u what was reused. */
 size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have, size_t n_have,
-                         const int32_t *prompt, size_t n, double *bits);
+                         const int32_t *prompt, size_t n, srv_reuse *u);
 /* Loads DIR/server-index.skvi (the conversations to look prefixes up in), compacts it
  * and keeps it open for appending. -1 after a message. */
 int srv_cache_open_index(srv_cache *c, const char *dir, size_t max_tokens);
