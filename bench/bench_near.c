@@ -172,7 +172,7 @@ static int build(skv_model *m, skv_store *st, const sentences *s, instance inst[
             if (x->nc > 80) x->nc = 80;
         }
     for (int d = 0; d < 4; d++) { /* distractors: unrelated passages */
-        char name[16];
+        char name[24];
         snprintf(name, sizeof name, "other-%d", d);
         cat_sent(buf, sizeof buf, 0, s, 700 + 20 * (size_t)d, 10);
         if (tokenize(m, buf, 1, tok, MAXT, &n) || skv_store_put(st, name, tok, n, NULL)) return -1;
