@@ -87,8 +87,9 @@ static const cli_opt compress_opts_table[] = {
     {"kv-quant", 0, CLI_STR, "SPEC", 0, 0, F(kv_quant),
      "with --codec kvq: schemes per kind, e.g. k=tq4,v=tq3 or tq3p,seed=7\n"
      "(schemes f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p);\n"
-     "with --codec pred: PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S],\n"
-     "predictors none delta lpc lpc2 tok (default tok,ramp,step=1)"},
+     "with --codec pred: PREDICTOR[,ramp][,surprisal][,step=S][,kstep=S][,vstep=S]\n"
+     "[,rate=BITS], predictors none delta lpc lpc2 tok (default tok,ramp,step=1);\n"
+     "surprisal: finer steps where the model was surprised; rate: KV bits per position"},
     CLI_OPT_CTX(F(ctx), 1, "context (segment capacity) in positions; default: the model's"),
     {"segment", 0, CLI_FLAG, NULL, 0, 0, F(segment), "allow sessions longer than the context: stored as consecutive\n"
                                                      "independent segments, each with a fresh context"},

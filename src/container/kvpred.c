@@ -297,6 +297,10 @@ static int encode_main(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_hea
 int skv_kvp_encode(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim, const float *kv,
                    size_t n_pos, uint8_t **body, size_t *body_len, skv_kvp_header *h, float *deq)
 {
+    if (p && (p->surprisal || p->rate != 0.0f)) {
+        kvp_dims dm = {n_layer, n_head_kv, head_dim, kv, n_pos};
+        return kvp_encode_alloc(p, &dm, body, body_len, h, deq);
+    }
     if (!p || !p->ramp) return encode_main(p, n_layer, n_head_kv, head_dim, kv, n_pos, body, body_len, h, deq);
     if (p->level) return SKV_ERR_INVALID_ARG;
     skv_kvp_params q = *p;

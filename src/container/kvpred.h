@@ -54,6 +54,10 @@ typedef struct skv_kvp_params {
     const float *abs_step;  /* NULL, or n_layer * 2 absolute steps (layer, kind) replacing step[] */
     const int32_t *tokens;  /* predictor tok: the n_pos token ids (else ignored) */
     int ramp;               /* 1: levels from the recency ramp (skv_kvp_ramp_levels), steps / 8; level must be NULL */
+    const float *surprisal; /* NULL, or n_pos surprisals (bits): levels from skv_kvp_surprisal_levels (plus the ramp's
+                               when ramp); level must be NULL */
+    float rate;             /* 0, or the target KV bits per position (sub-header, side, stream): step[] scaled to
+                               the finest that fits (the coarsest tried when none does) */
 } skv_kvp_params;
 
 /* "none" "delta" "lpc" "lpc2" <-> SKV_KVP_*; NULL / -1 if unknown. */
@@ -64,6 +68,11 @@ int skv_kvp_pred_parse(const char *name);
  * negative), level[0] = 0: the step grows as sqrt of the distance from the end, the
  * attention sink (position 0) and the recent positions finest. */
 void skv_kvp_ramp_levels(size_t n, uint8_t *level);
+
+/* Surprisal-adaptive levels: s_ref = 4 x the mean of sur[1..n) (bits, > 0), level[t] =
+ * clamp(round(2 log2(s_ref / max(sur[t], s_ref / 16))), 0, 7), level[0] = 0; base (NULL, or
+ * n levels, may equal level) is added, capped at 7. Finer steps where the model was surprised. */
+void skv_kvp_surprisal_levels(const float *sur, size_t n, const uint8_t *base, uint8_t *level);
 
 void skv_kvp_header_write(const skv_kvp_header *h, uint8_t out[SKV_KVP_HDR]);
 /* Validates p[0..size) (size = the whole payload: header, tokens, body): magic, sizes,
