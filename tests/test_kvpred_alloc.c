@@ -1,13 +1,15 @@
 /* Surprisal-adaptive allocation and target rates of the predictive KV coder
  * (src/container/kvpred_alloc.c): the levels follow the surprisal, a target rate is met
  * from below and decodes bit for bit, and in a .skv file (codec pred, kv_quant
- * "tok,surprisal,rate=BITS") the encoder's own surprisals drive it through a verified restore. */
+ * "tok,surprisal,rate=BITS") the encoder's own surprisals drive it through a verified restore;
+ * and with layer0 (flag bit 1) layer 0 is not stored, the model regenerates it exactly. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "container/kvpred.h"
+#include "core/util.h"
 #include "seqkv.h"
 #include "test.h"
 
@@ -154,11 +156,94 @@ static void skv_surprisal_rate(void)
     skv_model_free(m);
 }
 
+static void layer0_not_stored(void)
+{
+    size_t L = 3, H = 2, d = 8, n = 40, tot = L * 2 * H * d * n, l0 = 2 * H * d * n, len = 0, len2 = 0;
+    float *kv = malloc(tot * sizeof *kv), *deq = malloc(tot * sizeof *deq), *out = malloc(tot * sizeof *out);
+    uint8_t *body = NULL, *body2 = NULL, pay[SKV_KVP_HDR];
+    skv_kvp_header h, h2;
+    for (size_t i = 0; i < tot; i++) kv[i] = (float)(urand() - 0.5);
+    skv_kvp_params p = {.predictor = SKV_KVP_LPC, .step = {0.05f, 0.05f}, .layer0 = 1};
+    CHECK_EQ_INT(skv_kvp_encode(&p, (uint32_t)L, (uint32_t)H, (uint32_t)d, kv, n, &body, &len, &h, deq), SKV_OK);
+    CHECK(h.flags == 2 && h.n_layer == L && memcmp(deq, kv, l0 * sizeof *kv) == 0);
+    h.tokens_bytes = 0;
+    skv_kvp_header_write(&h, pay);
+    uint8_t *full = malloc(SKV_KVP_HDR + len);
+    memcpy(full, pay, SKV_KVP_HDR), memcpy(full + SKV_KVP_HDR, body, len);
+    CHECK_EQ_INT(skv_kvp_header_parse(full, SKV_KVP_HDR + len, &h2, NULL, 0), SKV_OK);
+    for (size_t i = 0; i < tot; i++) out[i] = 1.0f;
+    CHECK_EQ_INT(skv_kvp_decode(&h2, full + SKV_KVP_HDR, len, n, NULL, out, tot), SKV_OK);
+    CHECK(memcmp(out + l0, deq + l0, (tot - l0) * sizeof *out) == 0);
+    for (size_t i = 0; i < l0; i++) CHECK(out[i] == 0.0f);
+    CHECK_EQ_INT(skv_kvp_decode(&h2, full + SKV_KVP_HDR, len, n, NULL, out, tot - 1), SKV_ERR_RANGE);
+    p.layer0 = 0;
+    CHECK_EQ_INT(skv_kvp_encode(&p, (uint32_t)L, (uint32_t)H, (uint32_t)d, kv, n, &body2, &len2, &h, NULL), SKV_OK);
+    CHECK(len < len2);
+    full[7] = 2; /* a one-layer header with bit 1 is refused */
+    skv_wr32(full + 8, 1);
+    CHECK_EQ_INT(skv_kvp_header_parse(full, SKV_KVP_HDR + len, &h2, NULL, 0), SKV_ERR_FORMAT);
+    p.layer0 = 1;
+    free(body), free(body2);
+    body = NULL;
+    CHECK_EQ_INT(skv_kvp_encode(&p, 1, (uint32_t)H, (uint32_t)d, kv, n, &body, &len, &h, NULL), SKV_ERR_INVALID_ARG);
+    free(full), free(kv), free(deq), free(out);
+}
+
+/* A .skv with layer0: smaller, refused by the model-free restore, restored with the model
+ * (digest verified): layers 1.. as in the same file with layer 0 stored, layer 0 exact. */
+static void skv_layer0(void)
+{
+    skv_model *m = NULL;
+    int32_t tok[256], back[256];
+    size_t n = 0, sz[2];
+    uint8_t *data[2];
+    char err[256];
+    if (skv_model_load(MODEL, NULL, &m, NULL, 0)) SKIP("%s not loadable", MODEL);
+    const char *text = "In the beginning God created the heaven and the earth. And the earth was without form, and void.";
+    CHECK_EQ_INT(skv_tokenize(m, text, strlen(text), 1, tok, 256, &n), SKV_OK);
+    size_t nf = (size_t)4 * 2 * 2 * 64 * n, l0 = (size_t)2 * 2 * 64 * n;
+    float *kv[2] = {malloc(nf * sizeof(float)), malloc(nf * sizeof(float))};
+    skv_ctx *c = NULL, *ref = NULL;
+    skv_ctx_params cp = skv_ctx_default_params();
+    cp.n_ctx = 128;
+    CHECK_EQ_INT(skv_ctx_create(m, &cp, &c), SKV_OK);
+    CHECK_EQ_INT(skv_ctx_create(m, &cp, &ref), SKV_OK);
+    CHECK_EQ_INT(skv_prefill(ref, tok, n, SKV_LOGITS_NONE, NULL), SKV_OK);
+    for (int i = 0; i < 2; i++) {
+        skv_encoder *e = NULL;
+        skv_session *s = NULL;
+        skv_encoder_params ep = skv_encoder_default_params();
+        skv_restore_params rp = {.verify = 1};
+        ep.codec = SKV_CODEC_PRED;
+        ep.kv_quant = i ? "tok,ramp,layer0" : "tok,ramp";
+        CHECK_EQ_INT(skv_encoder_create(m, &ep, &e, err, sizeof err), SKV_OK);
+        CHECK_EQ_INT(skv_encoder_append(e, tok, n, NULL), SKV_OK);
+        CHECK_EQ_INT(skv_encoder_finish(e, &data[i], &sz[i]), SKV_OK);
+        CHECK_EQ_INT(skv_session_open(data[i], sz[i], &s, err, sizeof err), SKV_OK);
+        CHECK_EQ_INT(skv_session_restore_kv(s, 0, kv[i], nf, back, 256, 1), i ? SKV_ERR_UNSUPPORTED : SKV_OK);
+        skv_ctx_truncate(c, 0);
+        CHECK_EQ_INT(skv_session_restore_segment(s, m, 0, c, &rp, back, 256), SKV_OK);
+        CHECK_EQ_INT(skv_ctx_kv_read(c, 0, (int)n, kv[i]), SKV_OK);
+        skv_session_free(s);
+        skv_encoder_free(e);
+    }
+    CHECK(sz[1] < sz[0]);
+    CHECK(memcmp(kv[0] + l0, kv[1] + l0, (nf - l0) * sizeof(float)) == 0); /* layers 1.. coded alike */
+    CHECK_EQ_INT(skv_ctx_kv_read(ref, 0, (int)n, kv[0]), SKV_OK);
+    CHECK(memcmp(kv[0], kv[1], l0 * sizeof(float)) == 0);
+    free(kv[0]), free(kv[1]), free(data[0]), free(data[1]);
+    skv_ctx_free(c);
+    skv_ctx_free(ref);
+    skv_model_free(m);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_kvpred_alloc");
     RUN(levels_follow_surprisal);
     RUN(rate_is_met);
     RUN(skv_surprisal_rate);
+    RUN(layer0_not_stored);
+    RUN(skv_layer0);
     TEST_END();
 }

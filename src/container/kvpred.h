@@ -39,7 +39,8 @@ enum { SKV_KVP_NONE = 0, SKV_KVP_DELTA = 1, SKV_KVP_LPC = 2, SKV_KVP_LPC2 = 3, S
 
 typedef struct skv_kvp_header {
     int predictor;          /* SKV_KVP_* */
-    int flags;              /* bit 0: per-position levels in the stream */
+    int flags;              /* bit 0: per-position levels in the stream; bit 1: layer 0 not stored (regenerated
+                               from the tokens by the model: engine/layer0.h), side and stream code layers 1.. */
     uint32_t n_layer, n_head_kv, head_dim;
     uint64_t tokens_bytes;  /* .skv: the token frame between the sub-header and the body */
     uint64_t side_bytes;    /* steps, pairings, coefficients */
@@ -56,6 +57,7 @@ typedef struct skv_kvp_params {
     int ramp;               /* 1: levels from the recency ramp (skv_kvp_ramp_levels), steps / 8; level must be NULL */
     const float *surprisal; /* NULL, or n_pos surprisals (bits): levels from skv_kvp_surprisal_levels (plus the ramp's
                                when ramp); level must be NULL */
+    int layer0;             /* 1: layer 0 not stored (flag bit 1; n_layer >= 2): the reader regenerates it */
     float rate;             /* 0, or the target KV bits per position (sub-header, side, stream): step[] scaled to
                                the finest that fits (the coarsest tried when none does) */
 } skv_kvp_params;
@@ -89,7 +91,8 @@ uint64_t skv_kvp_side_bytes(int predictor, uint32_t n_layer, uint32_t n_head_kv,
 int skv_kvp_encode(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim, const float *kv,
                    size_t n_pos, uint8_t **body, size_t *body_len, skv_kvp_header *h, float *deq);
 /* body (side_bytes + stream_bytes) of a parsed header -> kv (kv_cap floats); tokens: the
- * n_pos ids for predictor tok (else may be NULL).
+ * n_pos ids for predictor tok (else may be NULL). With flag bit 1 layer 0 of kv is left
+ * zero (the caller regenerates it: skv_ctx_layer0_kv).
  * SKV_ERR_FORMAT (bad side values, a corrupt stream, a non-finite result), SKV_ERR_RANGE
  * (kv_cap too small), SKV_ERR_NOMEM. */
 int skv_kvp_decode(const skv_kvp_header *h, const uint8_t *body, size_t body_len, size_t n_pos, const int32_t *tokens,

@@ -16,6 +16,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "seqkv.h"
 
@@ -97,4 +98,20 @@ int kvp_encode_alloc(const skv_kvp_params *p, const kvp_dims *dm, uint8_t **body
     }
     free(lv);
     return rc;
+}
+
+int kvp_encode_layer0(const skv_kvp_params *p, const kvp_dims *dm, uint8_t **body, size_t *body_len, skv_kvp_header *h,
+                      float *deq)
+{
+    skv_kvp_params q = *p;
+    size_t l0 = 2 * (size_t)dm->n_head_kv * dm->head_dim * dm->n_pos;
+    if (dm->n_layer < 2 || !dm->kv) return SKV_ERR_INVALID_ARG;
+    q.layer0 = 0;
+    q.abs_step = p->abs_step ? p->abs_step + 2 : NULL; /* the steps of layers 1.. */
+    int rc = skv_kvp_encode(&q, dm->n_layer - 1, dm->n_head_kv, dm->head_dim, dm->kv + l0, dm->n_pos, body, body_len, h,
+                            deq ? deq + l0 : NULL);
+    if (rc) return rc;
+    if (deq) memcpy(deq, dm->kv, l0 * sizeof *deq);
+    h->n_layer = dm->n_layer, h->flags |= 2;
+    return SKV_OK;
 }

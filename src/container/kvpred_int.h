@@ -45,6 +45,9 @@ typedef struct kvp_dims {
     const float *kv;
     size_t n_pos;
 } kvp_dims;
+/* p->layer0: layers 1.. coded (flag bit 1), deq's layer 0 = kv's (the regenerated rows). */
+int kvp_encode_layer0(const skv_kvp_params *p, const kvp_dims *dm, uint8_t **body, size_t *body_len, skv_kvp_header *h,
+                      float *deq);
 int kvp_encode_alloc(const skv_kvp_params *p, const kvp_dims *dm, uint8_t **body, size_t *body_len, skv_kvp_header *h,
                      float *deq);
 

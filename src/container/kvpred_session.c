@@ -15,7 +15,7 @@
 
 #define PRED_DEFAULT_STEP 1.0f
 
-/* "PREDICTOR[,ramp][,surprisal][,step=S][,kstep=S][,vstep=S][,rate=BITS]" -> p (*want_sur: the
+/* "PREDICTOR[,ramp][,surprisal][,layer0][,step=S][,kstep=S][,vstep=S][,rate=BITS]" -> p (*want_sur: the
  * encoder must record each token's surprisal); NULL or "" = "tok,ramp,step=1" (the best
  * model-free point measured, bench/results/rd.md). */
 int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur)
@@ -34,6 +34,7 @@ int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur)
         if (!eq) {
             if (!strcmp(it, "ramp")) p->ramp = 1;
             else if (!strcmp(it, "surprisal")) *want_sur = 1;
+            else if (!strcmp(it, "layer0")) p->layer0 = 1;
             else if ((p->predictor = skv_kvp_pred_parse(it)) < 0) return SKV_ERR_INVALID_ARG;
             continue;
         }
@@ -100,12 +101,16 @@ int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap)
     return SKV_OK;
 }
 
-int skv_session_decode_pred(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok, char *err,
-                            size_t cap)
+int skv_session_decode_pred(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
+                            int32_t *tok, char *err, size_t cap)
 {
     const skv_kvp_header *h = &g->kph;
     seg_view t = *g;
     int rc;
+    if (model_free && (h->flags & 2))
+        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
+                        "this pred segment regenerates layer 0 from the model: restore it with the model "
+                        "(skv_session_restore_segment)");
     t.payload = g->payload + SKV_KVP_HDR;
     t.payload_bytes = h->tokens_bytes;
     if ((rc = skv_session_decode_tokens(&t, s->info.n_vocab, tok, err, cap))) return rc;

@@ -81,9 +81,10 @@ int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const 
                              const uint8_t *tframe, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16]);
 /* Segment i's SKVP sub-header into segs[i].kph (and its geometry into segs[i].kvh). */
 int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap);
-/* Tokens and decoded KV (skv_session_kv_floats(g) floats) of a codec pred segment. */
-int skv_session_decode_pred(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok, char *err,
-                            size_t cap);
+/* Tokens and decoded KV (skv_session_kv_floats(g) floats) of a codec pred segment; with
+ * flag bit 1 layer 0 is left zero (model_free: SKV_ERR_UNSUPPORTED): the caller regenerates it. */
+int skv_session_decode_pred(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
+                            int32_t *tok, char *err, size_t cap);
 
 /* ---- cmcodec.c ---- */
 /* Codec cm's payload of the n ids tok[] (< V) into *buf (realloc'ed to *cap as needed),
