@@ -5,9 +5,10 @@
  * (a) The payload is parsed and decoded: every call must return SKV_OK, SKV_ERR_FORMAT or
  *     SKV_ERR_RANGE (an output above the fuzzer's cap), and every decoded value must be
  *     finite.
- * (b) A small KV made from the input bytes (geometry, predictor, steps and levels from the
- *     first bytes) is encoded and decoded: the decode must equal the encoder's
- *     reconstruction bit for bit. */
+ * (b) A small KV made from the input bytes (geometry, predictor, steps, levels or
+ *     surprisals, layer 0 stored or not, from the first bytes) is encoded and decoded: the
+ *     decode must equal the encoder's reconstruction bit for bit (layers 1.. when layer 0
+ *     is not stored). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,16 +44,22 @@ static void roundtrip(const uint8_t *data, size_t size)
     size_t n = 1 + data[2] % 32, nf = (size_t)L * 2 * H * d * n;
     int32_t tok[32];
     uint8_t lv[32];
+    float sur[32];
     float *kv = malloc(nf * sizeof *kv), *deq = malloc(nf * sizeof *deq), *out = malloc(nf * sizeof *out);
     skv_kvp_params p = {.predictor = data[3] % SKV_KVP_N_PRED, .step = {0.01f + (float)data[4] / 64.0f, 0.02f + (float)data[5] / 64.0f},
-                        .level = (data[6] & 1) ? lv : NULL, .tokens = tok};
+                        .level = (data[6] & 1) ? lv : NULL, .tokens = tok, .layer0 = L == 2 && (data[6] & 2),
+                        .surprisal = (data[6] & 5) == 4 ? sur : NULL};
     for (size_t t = 0; t < n; t++) tok[t] = data[(7 + t) % size] & 7, lv[t] = (uint8_t)(data[(9 + t) % size] % 9);
+    for (size_t t = 0; t < n; t++) sur[t] = (float)data[(10 + t) % size] / 16.0f;
     for (size_t i = 0; kv && i < nf; i++) kv[i] = (float)((int)data[(8 + i) % size] - 128) / 16.0f + (float)(i % 5);
     uint8_t *body = NULL;
     size_t len = 0;
     skv_kvp_header h;
+    size_t l0 = p.layer0 ? nf / L : 0; /* layer 0 not stored: decoded as zeros, deq holds kv's */
     if (kv && deq && out && skv_kvp_encode(&p, L, H, d, kv, n, &body, &len, &h, deq) == SKV_OK) {
-        if (skv_kvp_decode(&h, body, len, n, tok, out, nf) != SKV_OK || memcmp(out, deq, nf * sizeof *out)) abort();
+        if (skv_kvp_decode(&h, body, len, n, tok, out, nf) != SKV_OK || memcmp(out + l0, deq + l0, (nf - l0) * sizeof *out))
+            abort();
+        if (l0 && memcmp(deq, kv, l0 * sizeof *kv)) abort();
     }
     free(body), free(kv), free(deq), free(out);
 }

@@ -2,6 +2,7 @@
  * and writes each segment as the codec says (layout in session.c, docs/format.md). */
 #include <stdio.h>
 #include "core/fpguard.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -49,6 +50,8 @@ struct skv_encoder {
     skv_encoder_stats st;
     skv_kvcodec *kvc;       /* quantized-KV codecs: the per-(layer, kind) quantizers */
     skv_kvp_params kvp;     /* codec pred: predictor and steps */
+    int want_sur;           /* codec pred with surprisal: seg_sur is kept */
+    float *seg_sur;         /* [n_ctx] the model's surprisal (bits) of each segment token, 0 at the first */
     int kv_scheme[2];
     uint64_t kv_seed;
     int finished;
@@ -118,6 +121,7 @@ void skv_encoder_free(skv_encoder *e)
     free(e->freq);
     free(e->cum);
     free(e->seg_tok);
+    free(e->seg_sur);
     free(e->rc_buf);
     free(e->out);
     free(e->cm_dict);
@@ -137,9 +141,10 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, s
     e->V = (uint32_t)mi->n_vocab;
     if ((rc = skv_session_cmv_setup(e->V, p->codec, p->cm_dict, p->n_cm_dict, &e->cm_dict, err, errcap))) return rc;
     e->p.cm_dict = e->cm_dict;
-    if (p->codec == SKV_CODEC_PRED && skv_session_pred_spec(p->kv_quant, &e->kvp))
+    if (p->codec == SKV_CODEC_PRED && skv_session_pred_spec(p->kv_quant, &e->kvp, &e->want_sur))
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
-                        "codec pred: kv_quant must be PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S] (none delta lpc lpc2 tok), not '%s'",
+                        "codec pred: kv_quant must be PREDICTOR[,ramp][,surprisal][,layer0][,step=S][,kstep=S][,vstep=S][,rate=BITS] "
+                        "(none delta lpc lpc2 tok), not '%s'",
                         p->kv_quant);
     if (p->codec != SKV_CODEC_PRED && skv_codec_is_kv(p->codec) && (rc = kv_codec_setup(e, p)))
         return skv_errf(err, errcap, rc, "codec %s: kv_quant must be %s", skv_codec_name(p->codec),
@@ -159,7 +164,10 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, s
 
 /* Every token's logits are needed when tokens are coded under the model or their
  * surprisal is measured; otherwise at most the last row (next_logits) is asked for. */
-static int needs_all_logits(const skv_encoder *e) { return e->p.codec == SKV_CODEC_MODEL || !e->p.skip_entropy; }
+static int needs_all_logits(const skv_encoder *e)
+{
+    return e->p.codec == SKV_CODEC_MODEL || !e->p.skip_entropy || e->want_sur;
+}
 
 /* The encoder's context (its live KV cache) and its buffers for segments of n_ctx tokens. */
 static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
@@ -181,7 +189,8 @@ static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err,
     e->cum = malloc((V + 1) * sizeof(uint32_t));
     e->seg_tok = malloc(S * sizeof(int32_t));
     e->rc_buf = malloc(e->rc_cap);
-    if ((needs_all_logits(e) && !e->logits) || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE))
+    e->seg_sur = e->want_sur ? calloc(S, sizeof(float)) : NULL;
+    if ((e->want_sur && !e->seg_sur) || (needs_all_logits(e) && !e->logits) || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE))
         return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory for the encoder's buffers");
     e->out_len = HDR_SIZE;
     skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
@@ -206,10 +215,11 @@ int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **
     return SKV_OK;
 }
 
-/* Codes token t under the distribution `logits` (the model's prediction for it). */
-static int code_token(skv_encoder *e, const float *logits, int32_t t)
+/* Codes token t (segment position pos) under the distribution `logits` (the model's prediction for it). */
+static int code_token(skv_encoder *e, const float *logits, int32_t t, size_t pos)
 {
     int rc;
+    if (e->seg_sur) e->seg_sur[pos] = (float)fmax(0.0, skv_token_surprisal(logits, (int)e->V, t));
     if (!e->p.skip_entropy) e->st.model_bits += skv_token_surprisal(logits, (int)e->V, t);
     e->st.n_model_coded++;
     if (e->p.codec != SKV_CODEC_MODEL) return SKV_OK;
@@ -319,7 +329,7 @@ static int flush_segment(skv_encoder *e)
     } else if ((rc = zstd_tokens(e, &plen))) {
         return rc;
     } else if (e->p.codec == SKV_CODEC_PRED) {
-        if ((rc = skv_session_pred_payload(&e->kvp, e->ctx, e->seg_tok, e->seg_n, e->rc_buf, plen, &owned, &plen, digest)))
+        if ((rc = skv_session_pred_payload(&e->kvp, e->ctx, e->seg_tok, e->seg_sur, e->seg_n, e->rc_buf, plen, &owned, &plen, digest)))
             return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory"
                                                        : "the KV cannot be coded predictively (non-finite values, or a step too small for them)");
         payload = owned;
@@ -360,14 +370,14 @@ static int append_chunk(skv_encoder *e, const int32_t *t, size_t k, int want_las
     if (e->seg_n == 0) {
         if (e->p.codec == SKV_CODEC_MODEL && (rc = skv_rangecoder_enc_put_bits(&e->rc, (uint32_t)t[0], e->first_bits)))
             return enc_fail(e, rc, "range coder output overflow");
-    } else if ((rc = code_token(e, e->prev, t[0]))) { /* reads e->prev only when all */
+    } else if ((rc = code_token(e, e->prev, t[0], e->seg_n))) { /* reads e->prev only when all */
         return rc;
     }
     if ((rc = skv_prefill(e->ctx, t, k, mode, all ? e->logits : want_last ? e->prev : NULL)))
         return enc_fail(e, rc, skv_ctx_last_error(e->ctx));
     e->st.n_logit_rows += all ? k : want_last ? 1 : 0;
     for (size_t j = 1; all && j < k; j++)
-        if ((rc = code_token(e, e->logits + (j - 1) * e->V, t[j]))) return rc;
+        if ((rc = code_token(e, e->logits + (j - 1) * e->V, t[j], e->seg_n + j))) return rc;
     if (all) memcpy(e->prev, e->logits + (k - 1) * e->V, e->V * sizeof(float));
     e->prev_valid = all || want_last;
     memcpy(e->seg_tok + e->seg_n, t, k * sizeof *t);

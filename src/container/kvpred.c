@@ -67,12 +67,14 @@ static int kvp_bad(char *err, size_t cap, const char *what)
 static int check_header(const skv_kvp_header *h, size_t size, char *err, size_t cap)
 {
     uint64_t ch = (uint64_t)h->n_head_kv * h->head_dim;
-    if (h->predictor >= SKV_KVP_N_PRED || (h->flags & ~1))
+    uint32_t coded = h->n_layer - (uint32_t)((h->flags >> 1) & 1); /* layers in side and stream */
+    if (h->predictor >= SKV_KVP_N_PRED || (h->flags & ~3))
         return kvp_bad(err, cap, "unknown predictor or flags");
+    if ((h->flags & 2) && h->n_layer < 2) return kvp_bad(err, cap, "layer 0 regenerated but no other layer stored");
     if (h->n_layer < 1 || h->n_layer > KVP_MAX_LAYERS || h->n_head_kv < 1 || h->head_dim < 1 || ch > SKV_KVP_MAX_ROW)
         return kvp_bad(err, cap, "geometry (layers, KV heads, head_dim) out of range");
     if (h->predictor == SKV_KVP_LPC2 && (h->head_dim & 1)) return kvp_bad(err, cap, "lpc2 needs an even head_dim");
-    if (h->side_bytes != skv_kvp_side_bytes(h->predictor, h->n_layer, h->n_head_kv, h->head_dim))
+    if (h->side_bytes != skv_kvp_side_bytes(h->predictor, coded, h->n_head_kv, h->head_dim))
         return kvp_bad(err, cap, "side information size does not match the geometry");
     for (int k = 0; k < 2; k++)
         if (!(h->rel_mse[k] >= 0.0f) || isinf(h->rel_mse[k])) return kvp_bad(err, cap, "quality field is not finite");
@@ -297,6 +299,14 @@ static int encode_main(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_hea
 int skv_kvp_encode(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim, const float *kv,
                    size_t n_pos, uint8_t **body, size_t *body_len, skv_kvp_header *h, float *deq)
 {
+    if (p && p->layer0) {
+        kvp_dims dm = {n_layer, n_head_kv, head_dim, kv, n_pos};
+        return kvp_encode_layer0(p, &dm, body, body_len, h, deq);
+    }
+    if (p && (p->surprisal || p->rate != 0.0f)) {
+        kvp_dims dm = {n_layer, n_head_kv, head_dim, kv, n_pos};
+        return kvp_encode_alloc(p, &dm, body, body_len, h, deq);
+    }
     if (!p || !p->ramp) return encode_main(p, n_layer, n_head_kv, head_dim, kv, n_pos, body, body_len, h, deq);
     if (p->level) return SKV_ERR_INVALID_ARG;
     skv_kvp_params q = *p;
@@ -386,8 +396,28 @@ static int decode_blocks(const skv_kvp_header *hd, const kvp_geom *g, const uint
     return rc;
 }
 
+static int decode_main(const skv_kvp_header *h, const uint8_t *body, size_t body_len, size_t n_pos,
+                       const int32_t *tokens, float *kv, size_t kv_cap);
+
 int skv_kvp_decode(const skv_kvp_header *h, const uint8_t *body, size_t body_len, size_t n_pos, const int32_t *tokens,
                    float *kv, size_t kv_cap)
+{
+    if (!h || !(h->flags & 2)) return decode_main(h, body, body_len, n_pos, tokens, kv, kv_cap);
+    skv_kvp_header r = *h;
+    size_t l0 = 0, total = 0;
+    kvp_geom g;
+    if (h->n_layer < 2 || (n_pos && !kv)) return SKV_ERR_FORMAT;
+    if (h->predictor >= SKV_KVP_N_PRED || h->predictor < 0 ||
+        !geom_make(&g, h->predictor, h->n_layer, h->n_head_kv, h->head_dim, n_pos, &total) || kv_cap < total)
+        return SKV_ERR_RANGE;
+    l0 = 2 * g.block;
+    r.n_layer--, r.flags &= 1;
+    memset(kv, 0, l0 * sizeof *kv);
+    return decode_main(&r, body, body_len, n_pos, tokens, kv + l0, kv_cap - l0);
+}
+
+static int decode_main(const skv_kvp_header *h, const uint8_t *body, size_t body_len, size_t n_pos,
+                       const int32_t *tokens, float *kv, size_t kv_cap)
 {
     kvp_geom g;
     kvp_head s;

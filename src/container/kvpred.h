@@ -39,7 +39,8 @@ enum { SKV_KVP_NONE = 0, SKV_KVP_DELTA = 1, SKV_KVP_LPC = 2, SKV_KVP_LPC2 = 3, S
 
 typedef struct skv_kvp_header {
     int predictor;          /* SKV_KVP_* */
-    int flags;              /* bit 0: per-position levels in the stream */
+    int flags;              /* bit 0: per-position levels in the stream; bit 1: layer 0 not stored (regenerated
+                               from the tokens by the model: engine/layer0.h), side and stream code layers 1.. */
     uint32_t n_layer, n_head_kv, head_dim;
     uint64_t tokens_bytes;  /* .skv: the token frame between the sub-header and the body */
     uint64_t side_bytes;    /* steps, pairings, coefficients */
@@ -54,6 +55,11 @@ typedef struct skv_kvp_params {
     const float *abs_step;  /* NULL, or n_layer * 2 absolute steps (layer, kind) replacing step[] */
     const int32_t *tokens;  /* predictor tok: the n_pos token ids (else ignored) */
     int ramp;               /* 1: levels from the recency ramp (skv_kvp_ramp_levels), steps / 8; level must be NULL */
+    const float *surprisal; /* NULL, or n_pos surprisals (bits): levels from skv_kvp_surprisal_levels (plus the ramp's
+                               when ramp); level must be NULL */
+    int layer0;             /* 1: layer 0 not stored (flag bit 1; n_layer >= 2): the reader regenerates it */
+    float rate;             /* 0, or the target KV bits per position (sub-header, side, stream): step[] scaled to
+                               the finest that fits (the coarsest tried when none does) */
 } skv_kvp_params;
 
 /* "none" "delta" "lpc" "lpc2" <-> SKV_KVP_*; NULL / -1 if unknown. */
@@ -64,6 +70,11 @@ int skv_kvp_pred_parse(const char *name);
  * negative), level[0] = 0: the step grows as sqrt of the distance from the end, the
  * attention sink (position 0) and the recent positions finest. */
 void skv_kvp_ramp_levels(size_t n, uint8_t *level);
+
+/* Surprisal-adaptive levels: s_ref = 4 x the mean of sur[1..n) (bits, > 0), level[t] =
+ * clamp(round(2 log2(s_ref / max(sur[t], s_ref / 16))), 0, 7), level[0] = 0; base (NULL, or
+ * n levels, may equal level) is added, capped at 7. Finer steps where the model was surprised. */
+void skv_kvp_surprisal_levels(const float *sur, size_t n, const uint8_t *base, uint8_t *level);
 
 void skv_kvp_header_write(const skv_kvp_header *h, uint8_t out[SKV_KVP_HDR]);
 /* Validates p[0..size) (size = the whole payload: header, tokens, body): magic, sizes,
@@ -80,7 +91,8 @@ uint64_t skv_kvp_side_bytes(int predictor, uint32_t n_layer, uint32_t n_head_kv,
 int skv_kvp_encode(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim, const float *kv,
                    size_t n_pos, uint8_t **body, size_t *body_len, skv_kvp_header *h, float *deq);
 /* body (side_bytes + stream_bytes) of a parsed header -> kv (kv_cap floats); tokens: the
- * n_pos ids for predictor tok (else may be NULL).
+ * n_pos ids for predictor tok (else may be NULL). With flag bit 1 layer 0 of kv is left
+ * zero (the caller regenerates it: skv_ctx_layer0_kv).
  * SKV_ERR_FORMAT (bad side values, a corrupt stream, a non-finite result), SKV_ERR_RANGE
  * (kv_cap too small), SKV_ERR_NOMEM. */
 int skv_kvp_decode(const skv_kvp_header *h, const uint8_t *body, size_t body_len, size_t n_pos, const int32_t *tokens,

@@ -39,4 +39,16 @@ int kvp_decode_series(skv_rangecoder_dec *d, kvp_head *s, size_t n_pos, float st
 /* ref[t] = the latest t' < t with tokens[t'] == tokens[t], else -1 (malloc'ed; NULL: no memory). */
 int32_t *kvp_refs(const int32_t *tokens, size_t n);
 
+/* kvpred_alloc.c: skv_kvp_encode with surprisal or a target rate (kvpred.h). */
+typedef struct kvp_dims {
+    uint32_t n_layer, n_head_kv, head_dim;
+    const float *kv;
+    size_t n_pos;
+} kvp_dims;
+/* p->layer0: layers 1.. coded (flag bit 1), deq's layer 0 = kv's (the regenerated rows). */
+int kvp_encode_layer0(const skv_kvp_params *p, const kvp_dims *dm, uint8_t **body, size_t *body_len, skv_kvp_header *h,
+                      float *deq);
+int kvp_encode_alloc(const skv_kvp_params *p, const kvp_dims *dm, uint8_t **body, size_t *body_len, skv_kvp_header *h,
+                     float *deq);
+
 #endif

@@ -15,12 +15,14 @@
 
 #define PRED_DEFAULT_STEP 1.0f
 
-/* "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]" -> p; NULL or "" = "tok,ramp,step=1" (the
- * best model-free point measured, bench/results/rd.md). */
-int skv_session_pred_spec(const char *spec, skv_kvp_params *p)
+/* "PREDICTOR[,ramp][,surprisal][,layer0][,step=S][,kstep=S][,vstep=S][,rate=BITS]" -> p (*want_sur: the
+ * encoder must record each token's surprisal); NULL or "" = "tok,ramp,step=1" (the best
+ * model-free point measured, bench/results/rd.md). */
+int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur)
 {
     char buf[128];
     *p = (skv_kvp_params){.predictor = SKV_KVP_TOK, .step = {PRED_DEFAULT_STEP, PRED_DEFAULT_STEP}};
+    *want_sur = 0;
     if (!spec || !*spec) {
         p->ramp = 1;
         return SKV_OK;
@@ -31,13 +33,16 @@ int skv_session_pred_spec(const char *spec, skv_kvp_params *p)
         char *eq = strchr(it, '='), *end = NULL;
         if (!eq) {
             if (!strcmp(it, "ramp")) p->ramp = 1;
+            else if (!strcmp(it, "surprisal")) *want_sur = 1;
+            else if (!strcmp(it, "layer0")) p->layer0 = 1;
             else if ((p->predictor = skv_kvp_pred_parse(it)) < 0) return SKV_ERR_INVALID_ARG;
             continue;
         }
         *eq = 0;
         float v = strtof(eq + 1, &end);
-        if (end == eq + 1 || *end || !(v > 0.0f && v <= 1e6f)) return SKV_ERR_INVALID_ARG;
-        if (!strcmp(it, "step")) p->step[0] = p->step[1] = v;
+        if (end == eq + 1 || *end || !(v > 0.0f && v <= (strcmp(it, "rate") ? 1e6f : 1e9f))) return SKV_ERR_INVALID_ARG;
+        if (!strcmp(it, "rate")) p->rate = v;
+        else if (!strcmp(it, "step")) p->step[0] = p->step[1] = v;
         else if (!strcmp(it, "kstep")) p->step[0] = v;
         else if (!strcmp(it, "vstep")) p->step[1] = v;
         else return SKV_ERR_INVALID_ARG;
@@ -45,7 +50,7 @@ int skv_session_pred_spec(const char *spec, skv_kvp_params *p)
     return SKV_OK;
 }
 
-int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const int32_t *tok, size_t n,
+int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const int32_t *tok, const float *sur, size_t n,
                              const uint8_t *tframe, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16])
 {
     const skv_model_info *mi = &skv_ctx_model(ctx)->info;
@@ -56,6 +61,7 @@ int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const 
     skv_kvp_header h;
     int rc = SKV_ERR_NOMEM;
     q.tokens = tok;
+    q.surprisal = sur;
     if (kv && deq && !(rc = skv_ctx_kv_read(ctx, 0, (int)n, kv)) &&
         !(rc = skv_kvp_encode(&q, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv, (uint32_t)mi->head_dim, kv, n, &body,
                               &blen, &h, deq)) &&
@@ -95,12 +101,16 @@ int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap)
     return SKV_OK;
 }
 
-int skv_session_decode_pred(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok, char *err,
-                            size_t cap)
+int skv_session_decode_pred(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
+                            int32_t *tok, char *err, size_t cap)
 {
     const skv_kvp_header *h = &g->kph;
     seg_view t = *g;
     int rc;
+    if (model_free && (h->flags & 2))
+        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
+                        "this pred segment regenerates layer 0 from the model: restore it with the model "
+                        "(skv_session_restore_segment)");
     t.payload = g->payload + SKV_KVP_HDR;
     t.payload_bytes = h->tokens_bytes;
     if ((rc = skv_session_decode_tokens(&t, s->info.n_vocab, tok, err, cap))) return rc;

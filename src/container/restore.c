@@ -7,6 +7,7 @@
 
 #include "core/util.h"
 #include "engine/draft.h"
+#include "engine/layer0.h"
 #include "engine/model.h"
 #include "coder/probq.h"
 #include "container/session_int.h"
@@ -25,7 +26,11 @@ static int load_kv_segment(const skv_session *s, const seg_view *g, skv_model *m
                         "KV geometry mismatch: the session stores %u layers x %u KV heads x %u, the model has %d x %d x %d",
                         h->n_layer, h->n_head_kv, h->head_dim, m->info.n_layer, m->info.n_head_kv, m->info.head_dim);
     if (!(kv = malloc(nf * sizeof *kv))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-    if (!(rc = skv_session_decode_kv(s, g, 0, kv, nf, tok, err, cap)) && (rc = skv_ctx_kv_write(ctx, 0, (int)g->n_tokens, kv)))
+    rc = skv_session_decode_kv(s, g, 0, kv, nf, tok, err, cap);
+    if (!rc && s->info.codec == SKV_CODEC_PRED && (g->kph.flags & 2) && /* layer 0 from the tokens (engine/layer0.h) */
+        (rc = skv_ctx_layer0_kv(ctx, tok, g->n_tokens, 0, kv)))
+        rc = skv_errf(err, cap, rc, "cannot regenerate layer 0: %s", skv_ctx_last_error(ctx));
+    if (!rc && (rc = skv_ctx_kv_write(ctx, 0, (int)g->n_tokens, kv)))
         rc = skv_errf(err, cap, rc, "cannot load the KV into the context: %s", skv_ctx_last_error(ctx));
     free(kv);
     return rc;

@@ -363,7 +363,7 @@ int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_fre
     seg_view t = *g;
     skv_kvcodec *c = NULL;
     int rc;
-    if (s->info.codec == SKV_CODEC_PRED) return skv_session_decode_pred(s, g, kv, kv_cap, tok, err, cap);
+    if (s->info.codec == SKV_CODEC_PRED) return skv_session_decode_pred(s, g, model_free, kv, kv_cap, tok, err, cap);
     if (model_free && (rc = skv_kvc_check_budget(h, err, cap))) return rc;
     t.payload = g->payload + SKV_KVC_HDR;
     t.payload_bytes = h->tokens_bytes;

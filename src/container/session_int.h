@@ -71,17 +71,20 @@ int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_fre
                           int32_t *tok, char *err, size_t cap);
 
 /* ---- kvpred_session.c: codec pred ---- */
-/* "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]" (NULL or "": tok,ramp,step=1) -> p; SKV_ERR_INVALID_ARG. */
-int skv_session_pred_spec(const char *spec, skv_kvp_params *p);
-/* The payload of ctx's first n positions (tokens tok, token frame tframe of tlen bytes)
- * into *out (malloc'ed, *plen bytes); digest: that of the decoded KV. */
-int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const int32_t *tok, size_t n,
+/* "PREDICTOR[,ramp][,surprisal][,step=S][,kstep=S][,vstep=S][,rate=BITS]" (NULL or "":
+ * tok,ramp,step=1) -> p, *want_sur (surprisal asked for); SKV_ERR_INVALID_ARG. */
+int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur);
+/* The payload of ctx's first n positions (tokens tok, surprisals sur: NULL or n bits,
+ * token frame tframe of tlen bytes) into *out (malloc'ed, *plen bytes); digest: that of
+ * the decoded KV. */
+int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const int32_t *tok, const float *sur, size_t n,
                              const uint8_t *tframe, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16]);
 /* Segment i's SKVP sub-header into segs[i].kph (and its geometry into segs[i].kvh). */
 int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap);
-/* Tokens and decoded KV (skv_session_kv_floats(g) floats) of a codec pred segment. */
-int skv_session_decode_pred(const skv_session *s, const seg_view *g, float *kv, size_t kv_cap, int32_t *tok, char *err,
-                            size_t cap);
+/* Tokens and decoded KV (skv_session_kv_floats(g) floats) of a codec pred segment; with
+ * flag bit 1 layer 0 is left zero (model_free: SKV_ERR_UNSUPPORTED): the caller regenerates it. */
+int skv_session_decode_pred(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
+                            int32_t *tok, char *err, size_t cap);
 
 /* ---- cmcodec.c ---- */
 /* Codec cm's payload of the n ids tok[] (< V) into *buf (realloc'ed to *cap as needed),

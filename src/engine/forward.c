@@ -16,6 +16,7 @@
 #include "core/detmath.h"
 #include "quant/kvquant.h"
 #include "engine/arch.h"
+#include "engine/layer0.h"
 #include "engine/archops.h"
 #include "engine/model.h"
 #include "engine/ops.h"
@@ -627,6 +628,47 @@ static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_
     }
     if (!logits || t_first >= T) return;
     output_rows(c, t_first, T, logits);
+}
+
+/* Layer 0's kk, vv of the T embedded rows in x (engine/layer0.h): norm, projections, RoPE of K. */
+static void layer0_rows(skv_ctx *c, size_t T, int p0)
+{
+    const skv_model_info *h = &c->m->info;
+    const skv_layer *L = &c->m->layers[0];
+    size_t D = (size_t)h->n_embd, KV = (size_t)h->n_head_kv * (size_t)h->head_dim;
+    for (size_t t = 0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, L->attn_norm, D, h->norm_eps);
+    if (L->wqkv.data) {
+        qkv_rows(c, L, T);
+    } else { /* qkv_rows without Q */
+        matmul(c, &L->wk, c->xb, D, T, c->kk, KV);
+        matmul(c, &L->wv, c->xb, D, T, c->vv, KV);
+        bias_rows(c, c->kk, L->bk, T, KV);
+        bias_rows(c, c->vv, L->bv, T, KV);
+        norm_rows(c, c->kk, L->k_norm, T * (size_t)h->n_head_kv, (size_t)h->head_dim);
+    }
+    rope_rows(c, NULL, 0, c->kk, T, (size_t)h->n_head_kv, p0);
+}
+
+int skv_ctx_layer0_kv(skv_ctx *c, const int32_t *tokens, size_t n, int p0, float *kv)
+{
+    if (!c || (!tokens && n) || (n && !kv) || p0 < 0) return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "layer0_kv: NULL or negative argument") : SKV_ERR_INVALID_ARG;
+    const skv_model_info *h = &c->m->info;
+    size_t H = (size_t)h->n_head_kv, hd = (size_t)h->head_dim;
+    if (n > (size_t)c->n_ctx - (size_t)p0 || p0 > c->n_ctx) return skv_ctx_set_error(c, SKV_ERR_RANGE, "layer0_kv: positions past the context");
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= h->n_vocab) return skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "layer0_kv: token outside the vocabulary");
+    for (size_t done = 0, T; done < n; done += T) {
+        T = n - done < (size_t)c->max_batch ? n - done : (size_t)c->max_batch;
+        c->active = T >= POOL_MIN_BATCH ? c->pool : NULL;
+        embed_rows(c, tokens + done, T);
+        layer0_rows(c, T, p0 + (int)done);
+        for (size_t t = 0; t < T; t++)
+            for (size_t hh = 0; hh < H; hh++) {
+                memcpy(kv + ((hh * n) + done + t) * hd, c->kk + (t * H + hh) * hd, hd * sizeof(float));
+                memcpy(kv + (((H + hh) * n) + done + t) * hd, c->vv + (t * H + hh) * hd, hd * sizeof(float));
+            }
+    }
+    return SKV_OK;
 }
 
 static int check_tokens(skv_ctx *c, const int32_t *tokens, size_t n)
