@@ -6,9 +6,9 @@
  *     SKV_ERR_RANGE (an output above the fuzzer's cap), and every decoded value must be
  *     finite.
  * (b) A small KV made from the input bytes (geometry, predictor, steps, levels or
- *     surprisals, layer 0 stored or not, from the first bytes) is encoded and decoded: the
- *     decode must equal the encoder's reconstruction bit for bit (layers 1.. when layer 0
- *     is not stored). */
+ *     surprisals, layer 0 stored or not, residuals rotated or not, from the first bytes) is
+ *     encoded and decoded: the decode must equal the encoder's reconstruction bit for bit
+ *     (layers 1.. when layer 0 is not stored). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -48,7 +48,7 @@ static void roundtrip(const uint8_t *data, size_t size)
     float *kv = malloc(nf * sizeof *kv), *deq = malloc(nf * sizeof *deq), *out = malloc(nf * sizeof *out);
     skv_kvp_params p = {.predictor = data[3] % SKV_KVP_N_PRED, .step = {0.01f + (float)data[4] / 64.0f, 0.02f + (float)data[5] / 64.0f},
                         .level = (data[6] & 1) ? lv : NULL, .tokens = tok, .layer0 = L == 2 && (data[6] & 2),
-                        .surprisal = (data[6] & 5) == 4 ? sur : NULL};
+                        .surprisal = (data[6] & 5) == 4 ? sur : NULL, .rot = (data[6] & 8) != 0};
     for (size_t t = 0; t < n; t++) tok[t] = data[(7 + t) % size] & 7, lv[t] = (uint8_t)(data[(9 + t) % size] % 9);
     for (size_t t = 0; t < n; t++) sur[t] = (float)data[(10 + t) % size] / 16.0f;
     for (size_t i = 0; kv && i < nf; i++) kv[i] = (float)((int)data[(8 + i) % size] - 128) / 16.0f + (float)(i % 5);

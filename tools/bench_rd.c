@@ -68,23 +68,34 @@ static void pervec_points(rd_point *pts, int *n)
     }
 }
 
+/* 1 when the comma-separated list names tag exactly. */
+static int rd_list_has(const char *list, const char *tag)
+{
+    size_t n = strlen(tag);
+    for (const char *s = list; (s = strstr(s, tag)); s += n)
+        if ((s == list || s[-1] == ',') && (s[n] == ',' || s[n] == 0)) return 1;
+    return 0;
+}
+
 static void pred_points(rd_point *pts, int *n, const char *steps, const char *preds, double ratio)
 {
-    static const struct { int pred, levels, l0; const char *tag; } var[] = {
-        {SKV_KVP_NONE, 0, 0, "none"}, {SKV_KVP_DELTA, 0, 0, "delta"}, {SKV_KVP_LPC, 0, 0, "lpc"},
-        {SKV_KVP_LPC2, 0, 0, "lpc2"}, {SKV_KVP_TOK, 0, 0, "tok"}, {SKV_KVP_TOK, RD_LV_SURPRISAL, 0, "tok+surprisal"},
-        {SKV_KVP_TOK, RD_LV_SINK, 0, "tok+sink"}, {SKV_KVP_TOK, RD_LV_RECENT, 0, "tok+sink+recent"},
-        {SKV_KVP_TOK, RD_LV_RAMP, 0, "tok+ramp"}, {SKV_KVP_TOK, 0, 1, "tok+layer0"},
-        {SKV_KVP_TOK, RD_LV_RAMP, 1, "tok+ramp+layer0"}};
+    static const struct { int pred, levels, l0, rot; const char *tag; } var[] = {
+        {SKV_KVP_NONE, 0, 0, 0, "none"}, {SKV_KVP_DELTA, 0, 0, 0, "delta"}, {SKV_KVP_LPC, 0, 0, 0, "lpc"},
+        {SKV_KVP_LPC2, 0, 0, 0, "lpc2"}, {SKV_KVP_TOK, 0, 0, 0, "tok"},
+        {SKV_KVP_TOK, RD_LV_SURPRISAL, 0, 0, "tok+surprisal"}, {SKV_KVP_TOK, RD_LV_SINK, 0, 0, "tok+sink"},
+        {SKV_KVP_TOK, RD_LV_RECENT, 0, 0, "tok+sink+recent"}, {SKV_KVP_TOK, RD_LV_RAMP, 0, 0, "tok+ramp"},
+        {SKV_KVP_TOK, 0, 1, 0, "tok+layer0"}, {SKV_KVP_TOK, RD_LV_RAMP, 1, 0, "tok+ramp+layer0"},
+        {SKV_KVP_NONE, 0, 0, 1, "none+rot"}, {SKV_KVP_TOK, 0, 0, 1, "tok+rot"},
+        {SKV_KVP_TOK, RD_LV_RAMP, 0, 1, "tok+ramp+rot"}, {SKV_KVP_TOK, RD_LV_RAMP, 1, 1, "tok+ramp+layer0+rot"}};
     for (size_t v = 0; v < sizeof var / sizeof *var; v++)
         for (const char *s = steps; *s;) {
             char *end;
             double st = strtod(s, &end);
             if (end == s) break;
             rd_point p = {.family = RD_PRED, .pred = var[v].pred, .levels = var[v].levels, .l0 = var[v].l0,
-                          .step = (float)st, .kv_ratio = (float)ratio};
+                          .rot = var[v].rot, .step = (float)st, .kv_ratio = (float)ratio};
             snprintf(p.name, sizeof p.name, "%s@%g", var[v].tag, st);
-            if (!preds || strstr(preds, var[v].tag)) add_point(pts, n, p);
+            if (!preds || rd_list_has(preds, var[v].tag)) add_point(pts, n, p);
             s = *end == ',' ? end + 1 : end;
         }
 }
@@ -149,7 +160,7 @@ static int restore_pred(rd_window *w, rd_point *pt)
     size_t L0 = pt->l0 ? 1 : 0, off = L0 * 2 * (size_t)w->mi.n_head_kv * w->P * (size_t)w->mi.head_dim, len = 0;
     uint8_t *body = NULL, *lv = pt->levels ? malloc(w->P) : NULL;
     skv_kvp_params p = {.predictor = pt->pred, .step = {pt->step * pt->kv_ratio, pt->step / pt->kv_ratio}, .level = lv,
-                        .tokens = w->win};
+                        .tokens = w->win, .rot = pt->rot};
     skv_kvp_header h;
     if (pt->levels && !lv) return -1;
     if (lv && pt->levels == RD_LV_RAMP) skv_kvp_ramp_levels(w->P, lv);
@@ -201,8 +212,9 @@ static const cli_opt rd_table[] = {
     {"tokens", 'n', CLI_INT, "N", -1, 1 << 30, F(max_tok), "text tokens used (default 4096; -1 or 0 = all)"},
     {"steps", 0, CLI_STR, "LIST", 0, 0, F(steps), "relative steps of the predictive codecs (default 0.05,0.1,0.2,0.35,0.6,1)"},
     {"topk-steps", 0, CLI_STR, "LIST", 0, 0, F(topk_steps), "steps of the top-k predictor (default 0.1,0.35,1; '' = none)"},
-    {"predictors", 0, CLI_STR, "LIST", 0, 0, F(preds), "only the predictive variants named (none delta lpc lpc2 tok tok+surprisal\n"
-                                                       "tok+layer0; default all)"},
+    {"predictors", 0, CLI_STR, "LIST", 0, 0, F(preds), "only the predictive variants named, comma-separated (none delta lpc lpc2\n"
+                                                       "tok tok+surprisal tok+ramp tok+layer0 none+rot tok+rot tok+ramp+rot ...;\n"
+                                                       "default all)"},
     {"kv-ratio", 0, CLI_FLOAT, "R", 0.01, 100, F(ratio), "predictive codecs: K step x R, V step / R (default 1)"},
     {"pervector", 0, CLI_STR, "yes|no", 0, 0, F(pervec), "include the per-vector points (default yes)"},
     {"csv", 0, CLI_STR, "FILE", 0, 0, F(csv), "append the points to FILE as CSV"},

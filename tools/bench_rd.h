@@ -21,6 +21,7 @@ typedef struct rd_point {
     float kv_ratio;   /* RD_PRED: K step = step * kv_ratio, V step = step / kv_ratio */
     int levels;       /* RD_PRED: RD_LV_* per-position levels */
     int l0;           /* RD_PRED: layer 0 regenerated from the model (0 bits) */
+    int rot;          /* RD_PRED: residuals rotated (TurboQuant's rotation, SKVP flag bit 2) */
     double bits;      /* stored bits, all windows */
     double dec_cpu;   /* restore CPU seconds, all windows */
     double passes;    /* RD_TOPK: forward passes the restore needs */

@@ -68,12 +68,13 @@ static int check_header(const skv_kvp_header *h, size_t size, char *err, size_t 
 {
     uint64_t ch = (uint64_t)h->n_head_kv * h->head_dim;
     uint32_t coded = h->n_layer - (uint32_t)((h->flags >> 1) & 1); /* layers in side and stream */
-    if (h->predictor >= SKV_KVP_N_PRED || (h->flags & ~3))
+    if (h->predictor >= SKV_KVP_N_PRED || (h->flags & ~7))
         return kvp_bad(err, cap, "unknown predictor or flags");
     if ((h->flags & 2) && h->n_layer < 2) return kvp_bad(err, cap, "layer 0 regenerated but no other layer stored");
     if (h->n_layer < 1 || h->n_layer > KVP_MAX_LAYERS || h->n_head_kv < 1 || h->head_dim < 1 || ch > SKV_KVP_MAX_ROW)
         return kvp_bad(err, cap, "geometry (layers, KV heads, head_dim) out of range");
     if (h->predictor == SKV_KVP_LPC2 && (h->head_dim & 1)) return kvp_bad(err, cap, "lpc2 needs an even head_dim");
+    if ((h->flags & 4) && h->head_dim > SKV_KVP_ROT_MAX_D) return kvp_bad(err, cap, "rotated residuals need head_dim <= 4096");
     if (h->side_bytes != skv_kvp_side_bytes(h->predictor, coded, h->n_head_kv, h->head_dim))
         return kvp_bad(err, cap, "side information size does not match the geometry");
     for (int k = 0; k < 2; k++)
@@ -222,6 +223,7 @@ static int check_params(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_he
     if (!skv_kvp_side_bytes(p->predictor, n_layer, n_head, d) || n_layer < 1 || n_head < 1 || d < 1)
         return SKV_ERR_INVALID_ARG;
     if (p->predictor == SKV_KVP_TOK && !p->tokens) return SKV_ERR_INVALID_ARG;
+    if (p->rot && d > SKV_KVP_ROT_MAX_D) return SKV_ERR_INVALID_ARG;
     return p->predictor == SKV_KVP_LPC2 && (d & 1) ? SKV_ERR_INVALID_ARG : SKV_OK;
 }
 
@@ -333,10 +335,13 @@ static int encode_main(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_hea
         if (p->level[t] > SKV_KVP_SKIP) return SKV_ERR_INVALID_ARG;
     side_n = (size_t)skv_kvp_side_bytes(p->predictor, n_layer, n_head_kv, head_dim);
     float *y = deq ? deq : malloc(total ? total * sizeof *y : 1);
-    if (!y || (rc = kvp_head_alloc(&s, head_dim))) {
+    skv_quant_ctx *rot = NULL;
+    if (!y || (rc = kvp_head_alloc(&s, head_dim)) || (rc = kvp_rot_create(p->rot, head_dim, &rot))) {
+        if (y) kvp_head_free(&s);
         if (!deq) free(y);
-        return SKV_ERR_NOMEM;
+        return y && rc != SKV_ERR_NOMEM ? rc : SKV_ERR_NOMEM;
     }
+    s.rot = rot;
     *body = NULL;
     for (cap = total * 2 + 4096; full && !rc;) {
         uint8_t *nb = realloc(*body, side_n + cap);
@@ -345,7 +350,7 @@ static int encode_main(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_hea
         if (full) rc = SKV_OK, cap *= 4;
     }
     if (!rc) {
-        *h = (skv_kvp_header){.predictor = p->predictor, .flags = p->level ? 1 : 0, .n_layer = n_layer,
+        *h = (skv_kvp_header){.predictor = p->predictor, .flags = (p->level ? 1 : 0) | (p->rot ? 4 : 0), .n_layer = n_layer,
                               .n_head_kv = n_head_kv, .head_dim = head_dim, .side_bytes = side_n, .stream_bytes = len};
         rel_errors(kv, y, &g, h->rel_mse);
         *body_len = side_n + len;
@@ -354,6 +359,7 @@ static int encode_main(const skv_kvp_params *p, uint32_t n_layer, uint32_t n_hea
         *body = NULL;
     }
     kvp_head_free(&s);
+    skv_quant_ctx_free(rot);
     if (!deq) free(y);
     return rc;
 }
@@ -411,7 +417,7 @@ int skv_kvp_decode(const skv_kvp_header *h, const uint8_t *body, size_t body_len
         !geom_make(&g, h->predictor, h->n_layer, h->n_head_kv, h->head_dim, n_pos, &total) || kv_cap < total)
         return SKV_ERR_RANGE;
     l0 = 2 * g.block;
-    r.n_layer--, r.flags &= 1;
+    r.n_layer--, r.flags &= ~2;
     memset(kv, 0, l0 * sizeof *kv);
     return decode_main(&r, body, body_len, n_pos, tokens, kv + l0, kv_cap - l0);
 }
@@ -432,20 +438,25 @@ static int decode_main(const skv_kvp_header *h, const uint8_t *body, size_t body
     if (!geom_make(&g, h->predictor, h->n_layer, h->n_head_kv, h->head_dim, n_pos, &total) || kv_cap < total)
         return SKV_ERR_RANGE;
     if (h->predictor == SKV_KVP_TOK && !tokens) return SKV_ERR_INVALID_ARG;
+    if ((h->flags & 4) && h->head_dim > SKV_KVP_ROT_MAX_D) return SKV_ERR_FORMAT;
     int32_t *ref = h->predictor == SKV_KVP_TOK ? kvp_refs(tokens, n_pos) : NULL;
+    skv_quant_ctx *rot = NULL;
     if ((h->flags & 1) && !(level = malloc(n_pos ? n_pos : 1))) rc = SKV_ERR_NOMEM;
     else if (h->predictor == SKV_KVP_TOK && !ref) rc = SKV_ERR_NOMEM;
-    else rc = kvp_head_alloc(&s, h->head_dim);
+    else if (!(rc = kvp_head_alloc(&s, h->head_dim)) && (rc = kvp_rot_create((h->flags >> 2) & 1, h->head_dim, &rot)))
+        kvp_head_free(&s);
     if (rc) {
         free(level), free(ref);
-        return rc;
+        return rc == SKV_ERR_NOMEM ? rc : SKV_ERR_FORMAT;
     }
+    s.rot = rot;
     skv_rangecoder_dec_init(&d, body + h->side_bytes, (size_t)h->stream_bytes);
     rc = decode_blocks(h, &g, body, &d, &s, level, ref, kv);
     free(ref);
     if (!rc && skv_rangecoder_dec_finish(&d)) rc = SKV_ERR_FORMAT;
     if (rc && rc != SKV_ERR_NOMEM) rc = SKV_ERR_FORMAT;
     kvp_head_free(&s);
+    skv_quant_ctx_free(rot);
     free(level);
     return rc;
 }

@@ -17,6 +17,9 @@
  *   tok: the tokens are known to the decoder (a .skv stores them anyway): when token[t]
  *   occurred before, at t' (the latest such), pred[c] = mu[c] + b[c] * (x~[t'][c] - mu[c]);
  *   otherwise pred[c] = mu[c] + a[c] * (x~[t-1][c] - mu[c]).
+ * - Residual mode (flag bit 2, `rot`): the residual r = x - pred is rotated, y = R r with
+ *   the TurboQuant rotation of head_dim (quant.h, seed SKV_KVP_ROT_SEED), y is quantized
+ *   and coded channel by channel as r would be, and x~ = pred + R^T (q * step).
  * - Step of (layer, kind) at position t: step_lk * mult(level[t]) with
  *   mult(L) = 2^(L/2), L = 0..7; L = 8 (SKV_KVP_SKIP) codes no residual: x~[t] = pred.
  *   Levels are optional (surprisal-adaptive allocation): all 0 when absent.
@@ -34,13 +37,16 @@
 #define SKV_KVP_SKIP 8          /* level: no residual */
 #define SKV_KVP_MAX_Q ((1 << 20) - 1)
 #define SKV_KVP_MAX_ROW 65536   /* n_head_kv * head_dim a reader accepts */
+#define SKV_KVP_ROT_SEED 0x534B5650524F5431ull /* flag bit 2: the TurboQuant rotation of seed "SKVPROT1" */
+#define SKV_KVP_ROT_MAX_D 4096u  /* flag bit 2: head_dim at most the tq schemes' limit */
 
 enum { SKV_KVP_NONE = 0, SKV_KVP_DELTA = 1, SKV_KVP_LPC = 2, SKV_KVP_LPC2 = 3, SKV_KVP_TOK = 4, SKV_KVP_N_PRED = 5 };
 
 typedef struct skv_kvp_header {
     int predictor;          /* SKV_KVP_* */
     int flags;              /* bit 0: per-position levels in the stream; bit 1: layer 0 not stored (regenerated
-                               from the tokens by the model: engine/layer0.h), side and stream code layers 1.. */
+                               from the tokens by the model: engine/layer0.h), side and stream code layers 1..;
+                               bit 2: residuals rotated (SKV_KVP_ROT_SEED, head_dim <= SKV_KVP_ROT_MAX_D) */
     uint32_t n_layer, n_head_kv, head_dim;
     uint64_t tokens_bytes;  /* .skv: the token frame between the sub-header and the body */
     uint64_t side_bytes;    /* steps, pairings, coefficients */
@@ -58,6 +64,8 @@ typedef struct skv_kvp_params {
     const float *surprisal; /* NULL, or n_pos surprisals (bits): levels from skv_kvp_surprisal_levels (plus the ramp's
                                when ramp); level must be NULL */
     int layer0;             /* 1: layer 0 not stored (flag bit 1; n_layer >= 2): the reader regenerates it */
+    int rot;                /* 1: residuals rotated with the TurboQuant rotation of head_dim before the uniform
+                               quantizer (flag bit 2; docs/format.md 2.5) */
     float rate;             /* 0, or the target KV bits per position (sub-header, side, stream): step[] scaled to
                                the finest that fits (the coarsest tried when none does) */
 } skv_kvp_params;

@@ -11,7 +11,12 @@
  * Symbols of one integer q, contexts z = min(|q_prev|, 2), s = sign class of q_prev:
  *   bit q != 0 (model zero[c][z]); then bit q < 0 (sign[c][s]); m = |q|, n = floor(log2 m)
  *   in 0..19: n ones then (n < 19) a zero under ex[z][0..n] (shared by the head's channels);
- *   then the n low bits of m raw (put_bits). */
+ *   then the n low bits of m raw (put_bits).
+ *
+ * Residual mode rot (flag bit 2): the residual is rotated before the quantizer,
+ *     y = R (x[t] - pred),  q[c] = round(y[c] / step),  x~[t] = pred + R^T (q * step),
+ * R the TurboQuant rotation of d (quant.h): the symbols of q[c] are those of rotated
+ * coordinate c, with the same models and contexts. */
 #include "container/kvpred_int.h"
 #include "core/fpguard.h"
 
@@ -35,16 +40,26 @@ int kvp_head_alloc(kvp_head *s, size_t d)
 {
     memset(s, 0, sizeof *s);
     s->d = d;
-    s->mem = malloc(d * 6 * sizeof(float) + d * sizeof(uint32_t) + d * sizeof(int32_t));
+    s->mem = malloc(d * 7 * sizeof(float) + d * sizeof(uint32_t) + d * sizeof(int32_t));
     s->models = malloc(d * 6 * sizeof *s->models);
     if (!s->mem || !s->models) {
         kvp_head_free(s);
         return SKV_ERR_NOMEM;
     }
     s->mu = s->mem, s->a = s->mu + d, s->b = s->a + d, s->prev = s->b + d, s->pred = s->prev + d, s->row = s->pred + d;
-    s->part = (uint32_t *)(s->row + d);
+    s->ry = s->row + d;
+    s->part = (uint32_t *)(s->ry + d);
     s->pq = (int32_t *)(s->part + d);
     return SKV_OK;
+}
+
+int kvp_rot_create(int rot, size_t d, skv_quant_ctx **out)
+{
+    *out = NULL;
+    if (!rot) return SKV_OK;
+    if (d > SKV_KVP_ROT_MAX_D) return SKV_ERR_INVALID_ARG;
+    int rc = skv_quant_ctx_create(out, SKV_QUANT_TQ4, d, SKV_KVP_ROT_SEED);
+    return rc == SKV_ERR_NOMEM ? rc : rc ? SKV_ERR_INVALID_ARG : SKV_OK;
 }
 
 /* Fresh models and x~[-1] = mu at the start of one head's series. */
@@ -133,21 +148,43 @@ static int skip_pos(kvp_head *s)
     return SKV_OK;
 }
 
+/* The quantizer's input of one position: the residual, rotated in mode rot (into s->ry). */
+static const float *residual(kvp_head *s, const float *x)
+{
+    for (size_t c = 0; c < s->d; c++) s->ry[c] = x[c] - s->pred[c];
+    if (s->rot) skv_quant_ctx_rotate(s->rot, s->ry, s->ry);
+    return s->ry;
+}
+
+/* x~ = pred + (R^T) (q * st) into dst, q the integers in s->pq; 0 if some x~ is not finite. */
+static int reconstruct(kvp_head *s, float st, float *dst)
+{
+    for (size_t c = 0; c < s->d; c++) s->ry[c] = (float)s->pq[c] * st;
+    if (s->rot) skv_quant_ctx_unrotate(s->rot, s->ry, s->ry);
+    int ok = 1;
+    for (size_t c = 0; c < s->d; c++) {
+        dst[c] = s->pred[c] + s->ry[c];
+        ok &= isfinite(dst[c]) != 0;
+    }
+    return ok;
+}
+
 /* One position of the encoder: x (d floats) -> symbols; s->prev = x~. */
 static int enc_pos(skv_rangecoder_enc *e, kvp_head *s, const float *x, float step, unsigned L, const float *ref)
 {
     predict(s, ref);
     if (L == SKV_KVP_SKIP) return skip_pos(s);
     float st = step * level_mult[L];
+    const float *r = residual(s, x);
     for (size_t c = 0; c < s->d; c++) {
-        double v = floor((double)(x[c] - s->pred[c]) / (double)st + 0.5);
+        double v = floor((double)r[c] / (double)st + 0.5);
         if (!(fabs(v) <= SKV_KVP_MAX_Q)) return SKV_ERR_RANGE;
         int32_t q = (int32_t)v;
         int rc = put_q(e, s, c, q);
         if (rc) return rc;
-        s->row[c] = s->pred[c] + (float)q * st;
         s->pq[c] = q;
     }
+    if (!reconstruct(s, st, s->row)) return SKV_ERR_RANGE;
     memcpy(s->prev, s->row, s->d * sizeof *s->prev);
     return SKV_OK;
 }
@@ -161,11 +198,9 @@ static int dec_pos(skv_rangecoder_dec *d, kvp_head *s, float step, unsigned L, c
         int32_t q = 0;
         int rc = get_q(d, s, c, &q);
         if (rc) return rc;
-        s->prev[c] = s->pred[c] + (float)q * st;
-        if (!isfinite(s->prev[c])) return SKV_ERR_FORMAT;
         s->pq[c] = q;
     }
-    return SKV_OK;
+    return reconstruct(s, st, s->prev) ? SKV_OK : SKV_ERR_FORMAT;
 }
 
 static const float *ref_row(const int32_t *ref, size_t t, const float *out, size_t d)

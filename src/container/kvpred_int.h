@@ -8,6 +8,7 @@
 
 #include "coder/adbit.h"
 #include "container/kvpred.h"
+#include "quant/quant.h"
 
 #define KVP_EXP 20 /* magnitude classes: |q| < 2^20 */
 
@@ -18,6 +19,8 @@ typedef struct kvp_head {
     float *mu, *a, *b;     /* [d] predictor coefficients */
     uint32_t *part;        /* [d] partner channel of each channel */
     float *prev, *pred, *row; /* [d] x~[t-1], the prediction, scratch */
+    float *ry;             /* [d] rot: the rotated residual, scratch */
+    const skv_quant_ctx *rot; /* NULL, or the rotation of the residuals (flag bit 2) */
     int32_t *pq;           /* [d] q[t-1] */
     skv_adbit *models;     /* [d][6]: zero[3], sign[3] */
     skv_adbit ex[3][KVP_EXP];
@@ -26,6 +29,8 @@ typedef struct kvp_head {
 } kvp_head;
 
 int kvp_head_alloc(kvp_head *s, size_t d);
+/* The rotation of flag bit 2 for head_dim d: *out NULL when rot is 0. */
+int kvp_rot_create(int rot, size_t d, skv_quant_ctx **out);
 void kvp_head_free(kvp_head *s);
 void kvp_head_reset(kvp_head *s);
 int kvp_put_level(skv_rangecoder_enc *e, kvp_head *s, unsigned L);

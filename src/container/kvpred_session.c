@@ -15,7 +15,7 @@
 
 #define PRED_DEFAULT_STEP 1.0f
 
-/* "PREDICTOR[,ramp][,surprisal][,layer0][,step=S][,kstep=S][,vstep=S][,rate=BITS]" -> p (*want_sur: the
+/* "PREDICTOR[,ramp][,surprisal][,layer0][,rot][,step=S][,kstep=S][,vstep=S][,rate=BITS]" -> p (*want_sur: the
  * encoder must record each token's surprisal); NULL or "" = "tok,ramp,step=1" (the best
  * model-free point measured, bench/results/rd.md). */
 int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur)
@@ -35,6 +35,7 @@ int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur)
             if (!strcmp(it, "ramp")) p->ramp = 1;
             else if (!strcmp(it, "surprisal")) *want_sur = 1;
             else if (!strcmp(it, "layer0")) p->layer0 = 1;
+            else if (!strcmp(it, "rot")) p->rot = 1;
             else if ((p->predictor = skv_kvp_pred_parse(it)) < 0) return SKV_ERR_INVALID_ARG;
             continue;
         }
