@@ -402,6 +402,7 @@ int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv
         const skv_kvp_header *p = &s->segs[i].kph;
         out->kv_bytes = SKV_KVP_HDR + p->side_bytes + p->stream_bytes;
         out->position_bytes = (out->kv_bytes + s->segs[i].n_tokens - 1) / s->segs[i].n_tokens;
+        out->model_layers = (p->flags & 2) ? 1 : 0;
     }
     return ses_ok(s);
 }
