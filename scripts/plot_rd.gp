@@ -1,4 +1,4 @@
-# Rate-distortion plot of `seqkv kv-rd` (bench/results/rd.md):
+# Rate-distortion plot of `seqkv kv-rd` (bench/results/rd.md) and of `seqkv bench` (rd.csv -> rd.png):
 #   gnuplot -e "csv='bench/results/rd.csv'; out='bench/results/rd.png'" scripts/plot_rd.gp
 # One panel per model: KL(p_exact || p_restored) against stored bits per position, both log
 # scale; per-vector schemes as labelled points, each predictive variant and the top-k
@@ -24,6 +24,7 @@ do for [m in "kjv-4m stories260K"] {
          csv using (is(m, "lpc2@") ? $4 : NaN):6 with linespoints lw 1.5 title "lpc2", \
          csv using (is(m, "tok@") ? $4 : NaN):6 with linespoints lw 2 title "tok", \
          csv using (is(m, "tok+ramp@") ? $4 : NaN):6 with linespoints lw 2 title "tok+ramp", \
+         csv using (is(m, "tok+ramp+rot@") ? $4 : NaN):6 with linespoints lw 1.5 dt 4 title "tok+ramp+rot (TurboQuant rotation)", \
          csv using (is(m, "tok+ramp+layer0@") ? $4 : NaN):6 with linespoints lw 2 dt 2 title "tok+ramp+layer0 (needs 1 layer of weights)", \
          csv using (is(m, "topk4@") ? $4 : NaN):6 with linespoints lw 2 dt 3 title "paper's top-4 predictor (needs the model)"
 }

@@ -274,7 +274,32 @@ def every_row(tmp):
           "a tokens-only store is larger than the shared TQ-3.5 KV")
 
 
-CASES = [outputs_exist, representation_invariants, corollary5_and_floor, store_and_projection, custom_text, errors,
+def rd_section(tmp):
+    """--quick runs a tiny rate-distortion section: rd.md, rd.csv (per-vector points with the
+    exact bits of their layouts, predictive points with KL and restore time, +layer0 among them)
+    and its summary in report.md; --rd-only writes only that section."""
+    d = quick_run(tmp)
+    rows = rows_of(os.path.join(d, "rd.csv"))
+    by = {r["codec"]: r for r in rows}
+    sc = scalars_per_position()
+    for need in ("q8_0", "q4_0", "tq2", "tq3", "tq4", "TQ-3.5 (k=tq4 v=tq3)", "tok@1", "tok+ramp@1", "tok+ramp+layer0@1"):
+        check(need in by, "rd.csv has no point '%s'" % need)
+    check(close(float(by["TQ-3.5 (k=tq4 v=tq3)"]["bits_pos"]), 3.75 * sc), "TQ-3.5 bits/position != 3.75 x %d" % sc)
+    check(close(float(by["q8_0"]["bits_pos"]), 8.5 * sc), "q8_0 bits/position != 8.5 x %d" % sc)
+    for k, r in by.items():
+        check(float(r["kl"]) >= 0 and float(r["restore_us_pos"]) > 0, "%s: no KL or restore time" % k)
+    check(float(by["tq2"]["kl"]) > float(by["q8_0"]["kl"]), "tq2 should cost more KL than q8_0")
+    md = open(os.path.join(d, "rd.md")).read()
+    check("## At TQ-3.5's quality" in md and "restore CPU us/position" in md, "rd.md lacks its summary")
+    rep = open(os.path.join(d, "report.md")).read()
+    check("## Rate-distortion" in rep, "report.md lacks the rate-distortion summary")
+    out = os.path.join(tmp, "rdonly")
+    rc, so, se = run("bench", "--quick", "--rd-only", "--no-plots", "--out", out, timeout=300)
+    check(rc == 0 and os.path.isfile(os.path.join(out, "rd.md")), "bench --rd-only: exit %d: %s" % (rc, se[-300:]))
+    check(not os.path.exists(os.path.join(out, "report.md")), "--rd-only wrote report.md")
+
+
+CASES = [outputs_exist, rd_section, representation_invariants, corollary5_and_floor, store_and_projection, custom_text, errors,
          info_sizes_exact, quick_keeps_committed_report, every_row]
 
 

@@ -10,6 +10,7 @@
  *   bench_report*.c      report.md, one section per function (c5 and store in their own files)
  *   bench_csv.c          the CSV files
  *   bench_plot.c         plot data and gnuplot
+ *   bench_rd_section.c   rate-distortion curves (kv-rd's machinery, bench_rd.c) per model
  *   bench_util.c         paths, directories, notes, progress
  *
  * Everything measured goes through the public API (include/seqkv.h): the command never runs
@@ -84,7 +85,7 @@ typedef struct {
     cli_list models;  /* -m, repeatable (at most BENCH_MAX_MODELS) */
     cli_list files;   /* -f, repeatable (at most BENCH_MAX_TEXTS) */
     const char *out;
-    int quick, plots, store, kv_files;
+    int quick, plots, store, kv_files, rd, rd_only;
     long threads, tokens, windows;
     char notes[BENCH_MAX_NOTES][256];
     int n_notes;
@@ -160,5 +161,11 @@ void bench_report_store(FILE *f, FILE *csv, const bench_case *cs, int n_cases);
 int bench_write_plot_data(const char *dir, const bench_case *cs, int n_cases);
 /* Removes a previous run's PNGs, then renders the plots (or notes why not). */
 void bench_plots(bench_opts *o, int n_cases);
+/* gnuplot -e expr script: its exit status, 127 when gnuplot is missing, -1 on a failure. */
+int bench_gnuplot(const char *script, const char *expr);
+
+/* bench_rd_section.c: rd.md, rd.csv, rd.png in o->out; append_report: a summary appended to
+ * report.md. 0 or -1 after a message. */
+int bench_rd_section(bench_opts *o, const bench_text *tx, int n_tx, int append_report);
 
 #endif

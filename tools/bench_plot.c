@@ -77,16 +77,22 @@ static void render_plots(bench_opts *o, int n_cases)
         return;
     }
     snprintf(e, sizeof e, "outdir='%s'; ncases=%d", o->out, n_cases);
+    int st = bench_gnuplot(script, e);
+    if (st < 0 || st == 127)
+        bench_note(o, "plots skipped: gnuplot not found (install gnuplot-nox: scripts/install-deps.sh --bench)");
+    else if (st) bench_note(o, "plots incomplete: gnuplot exited with status %d", st);
+}
+
+int bench_gnuplot(const char *script, const char *expr)
+{
     pid_t pid = fork();
     if (pid == 0) {
-        execlp("gnuplot", "gnuplot", "-e", e, script, (char *)NULL);
+        execlp("gnuplot", "gnuplot", "-e", expr, script, (char *)NULL);
         _exit(127);
     }
     int st = 0;
-    if (pid < 0 || waitpid(pid, &st, 0) < 0) st = -1;
-    if (pid < 0 || !WIFEXITED(st) || WEXITSTATUS(st) == 127)
-        bench_note(o, "plots skipped: gnuplot not found (install gnuplot-nox: scripts/install-deps.sh --bench)");
-    else if (WEXITSTATUS(st)) bench_note(o, "plots incomplete: gnuplot exited with status %d", WEXITSTATUS(st));
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st);
 }
 
 void bench_plots(bench_opts *o, int n_cases)

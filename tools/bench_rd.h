@@ -4,11 +4,21 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cli.h"
 
 enum { RD_PERVEC = 0, RD_PRED = 1, RD_TOPK = 2 };
 enum { RD_LV_NONE = 0, RD_LV_SURPRISAL = 1, RD_LV_SINK = 2, RD_LV_RECENT = 3, RD_LV_RAMP = 4 };
+
+#define RD_MAX_POINTS 256
+
+/* The options of kv-rd (and of bench's rate-distortion section). */
+typedef struct {
+    const char *model, *file, *steps, *topk_steps, *csv, *label, *preds, *pervec, *kl_targets;
+    long ctx, prefix, max_tok, threads;
+    double ratio;
+} rd_opts;
 
 /* One point of a curve: how the prefix's KV is stored, and what it cost. */
 typedef struct rd_point {
@@ -22,10 +32,14 @@ typedef struct rd_point {
     int levels;       /* RD_PRED: RD_LV_* per-position levels */
     int l0;           /* RD_PRED: layer 0 regenerated from the model (0 bits) */
     int rot;          /* RD_PRED: residuals rotated (TurboQuant's rotation, SKVP flag bit 2) */
+    float kl;         /* RD_PRED: 0, or the writer's target KL (skv_kvp_encode_quality: step searched) */
+    double kl_writer; /* RD_PRED with kl: the KL the writer measured, summed over windows */
+    double enc_cpu;   /* encode CPU seconds, all windows */
     double bits;      /* stored bits, all windows */
     double dec_cpu;   /* restore CPU seconds, all windows */
     double passes;    /* RD_TOPK: forward passes the restore needs */
     size_t positions; /* prefix positions stored, all windows */
+    size_t windows;   /* windows evaluated */
     cli_score s;
 } rd_point;
 
@@ -41,6 +55,10 @@ typedef struct rd_window {
 } rd_window;
 
 double rd_cpu_now(void);
+/* The curves of o over tok[0..n) (BOS not included; windows of o->ctx): up to RD_MAX_POINTS
+ * points into pts (*n_pts), the markdown table to md, the CSV appended to o->csv when set.
+ * 0, or -1 after a message. */
+int rd_run(const rd_opts *o, skv_model *m, const int32_t *tok, size_t n, rd_point *pts, int *n_pts, FILE *md);
 /* Surprisal in bits of win[t] under the exact logits row t - 1 (0 for t = 0); *top1 its
  * argmax row's probability and whether win[t] is that argmax. */
 double rd_surprisal(const rd_window *w, size_t t, double *p_top1, int *is_top1);

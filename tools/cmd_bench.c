@@ -37,6 +37,8 @@ static const cli_opt bench_table[] = {
      "windows averaged for Corollary 5 (default 16, as many as the text holds; --quick 1)"},
     {"no-plots", 0, CLI_UNSET, NULL, 0, 0, F(plots), "do not run gnuplot"},
     {"no-store", 0, CLI_UNSET, NULL, 0, 0, F(store), "skip the real store rows of the store workload (never run with --quick)"},
+    {"no-rd", 0, CLI_UNSET, NULL, 0, 0, F(rd), "skip the rate-distortion curves (rd.md, rd.csv, rd.png)"},
+    {"rd-only", 0, CLI_FLAG, NULL, 0, 0, F(rd_only), "only the rate-distortion curves (report.md is not written)"},
     {"no-kv-files", 0, CLI_UNSET, NULL, 0, 0, F(kv_files),
      "skip the quantized-KV .skv rows (codecs f16|q8|...; not with --quick)"},
     {0},
@@ -44,12 +46,13 @@ static const cli_opt bench_table[] = {
 #undef F
 
 static const cli_cmd bench_cmd = {
-    "bench", "[-m MODEL ...] [-f TEXT ...] [-o DIR] [--quick] [-t N] [-n N]\n[--windows W] [--no-plots] [--no-store] [--no-kv-files]",
+    "bench", "[-m MODEL ...] [-f TEXT ...] [-o DIR] [--quick] [-t N] [-n N]\n[--windows W] [--no-plots] [--no-store] [--no-kv-files]\n[--no-rd] [--rd-only]",
     "Measures every representation of the same KV cache (per-vector f32/f16/q8_0/q4_0/TurboQuant,\n"
     "zstd on the KV, raw tokens + prefill, model-coded tokens) on each model x text: bits per\n"
     "position, ratios to f16 and TurboQuant-3.5, quality cost, restore speed, bit-exact verification;\n"
-    "plus Corollary 5 (bits per position vs context length), a multi-session store workload and a\n"
-    "labelled projection to 7B/8B/70B geometries. Writes report.md, CSVs and PNG plots (gnuplot).\n",
+    "plus Corollary 5 (bits per position vs context length), a multi-session store workload, a\n"
+    "labelled projection to 7B/8B/70B geometries and rate-distortion curves of stored KV (bits per\n"
+    "position vs KL, restore speed: rd.md). Writes report.md, CSVs and PNG plots (gnuplot).\n",
     bench_table, 0, "Definitions of every column: docs/bench.md.\n"};
 
 /* The output directory: --out, else for --quick a fresh temporary one (a smoke run never
@@ -82,6 +85,7 @@ static int run_and_report(bench_opts *o, const bench_text *tx, int n_tx, bench_c
     if (bench_run_all(o, tx, n_tx, cs, &n_cases) || bench_write_plot_data(o->out, cs, n_cases)) return -1;
     bench_plots(o, n_cases);
     if (bench_write_report(o, tx, n_tx, cs, n_cases, cli_now() - t0)) return -1;
+    if (o->rd && bench_rd_section(o, tx, n_tx, 1)) return -1;
     printf("bench: %d model x text cases in %.0f s; report: %s/report.md\n", n_cases, cli_now() - t0, o->out);
     for (int i = 0; i < o->n_notes; i++) printf("note: %s\n", o->notes[i]);
     return 0;
@@ -89,7 +93,7 @@ static int run_and_report(bench_opts *o, const bench_text *tx, int n_tx, bench_c
 
 int cmd_bench(int argc, char **argv)
 {
-    bench_opts o = {.plots = 1, .store = 1, .kv_files = 1, .threads = 1};
+    bench_opts o = {.plots = 1, .store = 1, .kv_files = 1, .rd = 1, .threads = 1};
     bench_text tx[BENCH_MAX_TEXTS];
     char mbuf[4096];
     int n_tx = 0, rc = CLI_FAIL;
@@ -100,7 +104,9 @@ int cmd_bench(int argc, char **argv)
     bench_case *cs = calloc(BENCH_MAX_CASES, sizeof *cs);
     double t0 = cli_now();
     bench_machine_line(o.machine, sizeof o.machine);
-    if (cs && !bench_load_texts(&o, tx, &n_tx) && !output_dir(&o) && !run_and_report(&o, tx, n_tx, cs, t0)) rc = CLI_OK;
+    if (cs && !bench_load_texts(&o, tx, &n_tx) && !output_dir(&o) &&
+        !(o.rd_only ? bench_rd_section(&o, tx, n_tx, 0) : run_and_report(&o, tx, n_tx, cs, t0)))
+        rc = CLI_OK;
     for (int i = 0; i < BENCH_MAX_TEXTS; i++) free(tx[i].bytes);
     free(cs);
     return rc;

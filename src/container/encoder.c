@@ -143,7 +143,7 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, s
     e->p.cm_dict = e->cm_dict;
     if (p->codec == SKV_CODEC_PRED && skv_session_pred_spec(p->kv_quant, &e->kvp, &e->want_sur))
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
-                        "codec pred: kv_quant must be PREDICTOR[,ramp][,surprisal][,layer0][,rot][,step=S][,kstep=S][,vstep=S][,rate=BITS] "
+                        "codec pred: kv_quant must be PREDICTOR[,ramp][,surprisal][,layer0][,rot][,step=S][,kstep=S][,vstep=S][,rate=BITS][,kl=X] "
                         "(none delta lpc lpc2 tok), not '%s'",
                         p->kv_quant);
     if (p->codec != SKV_CODEC_PRED && skv_codec_is_kv(p->codec) && (rc = kv_codec_setup(e, p)))

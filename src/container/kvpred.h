@@ -66,6 +66,8 @@ typedef struct skv_kvp_params {
     int layer0;             /* 1: layer 0 not stored (flag bit 1; n_layer >= 2): the reader regenerates it */
     int rot;                /* 1: residuals rotated with the TurboQuant rotation of head_dim before the uniform
                                quantizer (flag bit 2; docs/format.md 2.5) */
+    float kl;               /* 0, or the target KL (nats per token) of skv_kvp_encode_quality (it runs the model:
+                               container/kvpred_quality.h); skv_kvp_encode ignores it */
     float rate;             /* 0, or the target KV bits per position (sub-header, side, stream): step[] scaled to
                                the finest that fits (the coarsest tried when none does) */
 } skv_kvp_params;

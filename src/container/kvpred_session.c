@@ -11,11 +11,12 @@
 #include <string.h>
 
 #include "container/kvpred.h"
+#include "container/kvpred_quality.h"
 #include "engine/model.h"
 
 #define PRED_DEFAULT_STEP 1.0f
 
-/* "PREDICTOR[,ramp][,surprisal][,layer0][,rot][,step=S][,kstep=S][,vstep=S][,rate=BITS]" -> p (*want_sur: the
+/* "PREDICTOR[,ramp][,surprisal][,layer0][,rot][,step=S][,kstep=S][,vstep=S][,rate=BITS][,kl=X]" -> p (*want_sur: the
  * encoder must record each token's surprisal); NULL or "" = "tok,ramp,step=1" (the best
  * model-free point measured, bench/results/rd.md). */
 int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur)
@@ -43,12 +44,23 @@ int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur)
         float v = strtof(eq + 1, &end);
         if (end == eq + 1 || *end || !(v > 0.0f && v <= (strcmp(it, "rate") ? 1e6f : 1e9f))) return SKV_ERR_INVALID_ARG;
         if (!strcmp(it, "rate")) p->rate = v;
+        else if (!strcmp(it, "kl")) p->kl = v;
         else if (!strcmp(it, "step")) p->step[0] = p->step[1] = v;
         else if (!strcmp(it, "kstep")) p->step[0] = v;
         else if (!strcmp(it, "vstep")) p->step[1] = v;
         else return SKV_ERR_INVALID_ARG;
     }
-    return SKV_OK;
+    return p->kl > 0.0f && p->rate > 0.0f ? SKV_ERR_INVALID_ARG : SKV_OK;
+}
+
+/* skv_kvp_encode, or with a target KL the quality search (it runs the model). */
+static int pred_encode(const skv_kvp_params *q, const skv_ctx *ctx, const float *kv, size_t n, uint8_t **body,
+                       size_t *blen, skv_kvp_header *h, float *deq)
+{
+    const skv_model_info *mi = &skv_ctx_model(ctx)->info;
+    if (q->kl > 0.0f) return skv_kvp_encode_quality(q, skv_ctx_model(ctx), q->tokens, kv, n, body, blen, h, deq, NULL, NULL);
+    return skv_kvp_encode(q, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv, (uint32_t)mi->head_dim, kv, n, body, blen,
+                          h, deq);
 }
 
 int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const int32_t *tok, const float *sur, size_t n,
@@ -64,8 +76,7 @@ int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const 
     q.tokens = tok;
     q.surprisal = sur;
     if (kv && deq && !(rc = skv_ctx_kv_read(ctx, 0, (int)n, kv)) &&
-        !(rc = skv_kvp_encode(&q, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv, (uint32_t)mi->head_dim, kv, n, &body,
-                              &blen, &h, deq)) &&
+        !(rc = pred_encode(&q, ctx, kv, n, &body, &blen, &h, deq)) &&
         !(rc = skv_digest_f32(deq, nf, digest))) {
         rc = (buf = malloc(SKV_KVP_HDR + tlen + blen)) ? SKV_OK : SKV_ERR_NOMEM;
         h.tokens_bytes = tlen;
