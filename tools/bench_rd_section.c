@@ -102,7 +102,7 @@ static void write_summary(FILE *f, const rd_model_sum *ms, int n_models)
 
 static rd_opts section_opts(const bench_opts *o, const char *label, const char *text, const char *csv)
 {
-    rd_opts ro = {.steps = RD_STEPS, .topk_steps = "0.1,0.35,1", .preds = RD_PREDS, .max_tok = 4096, .threads = o->threads,
+    rd_opts ro = {.steps = RD_STEPS, .topk_steps = "0.1,0.35,1,2", .preds = RD_PREDS, .max_tok = 4096, .threads = o->threads,
                   .label = label, .csv = csv, .file = text};
     if (o->quick) ro.ctx = 64, ro.prefix = 48, ro.max_tok = 63, ro.steps = "1", ro.topk_steps = "",
                   ro.preds = "tok,tok+ramp,tok+ramp+layer0";

@@ -107,6 +107,7 @@ int cmd_bench(int argc, char **argv)
     if (cs && !bench_load_texts(&o, tx, &n_tx) && !output_dir(&o) &&
         !(o.rd_only ? bench_rd_section(&o, tx, n_tx, 0) : run_and_report(&o, tx, n_tx, cs, t0)))
         rc = CLI_OK;
+    if (rc == CLI_OK && o.rd_only) printf("bench: rate-distortion curves in %.0f s; %s/rd.md\n", cli_now() - t0, o.out);
     for (int i = 0; i < BENCH_MAX_TEXTS; i++) free(tx[i].bytes);
     free(cs);
     return rc;
