@@ -46,12 +46,13 @@ static int decode_symbol(skv_rangecoder_dec *d, const float *logits, uint32_t V,
                          uint32_t *cum, int32_t *tok, char *err, size_t cap)
 {
     uint32_t target = 0;
-    if (skv_probq_freqs(logits, V, tb, freq, cum))
-        return skv_errf(err, cap, SKV_ERR_MISMATCH, "the model produced non-finite logits");
+    skv_probq_sym q;
     if (skv_rangecoder_dec_get_freq_pow2(d, tb, &target)) return skv_session_bad(err, cap, "corrupt model-coded stream");
-    size_t sym = skv_probq_find(cum, V, target);
-    if (skv_rangecoder_dec_update(d, cum[sym], freq[sym])) return skv_session_bad(err, cap, "corrupt model-coded stream");
-    *tok = (int32_t)sym;
+    /* the symbol found by a pass that stops at it: no table built (cum is work space) */
+    if (skv_probq_decode(logits, V, tb, target, freq, cum, &q))
+        return skv_errf(err, cap, SKV_ERR_MISMATCH, "the model produced non-finite logits");
+    if (skv_rangecoder_dec_update(d, q.lo, q.freq)) return skv_session_bad(err, cap, "corrupt model-coded stream");
+    *tok = (int32_t)q.sym;
     return SKV_OK;
 }
 
