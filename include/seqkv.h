@@ -491,6 +491,13 @@ typedef struct skv_restore_job {
  * unaffected). */
 SKV_API int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, const skv_restore_params *p);
 
+/* The number of model-coded segments worth decoding together (skv_session_restore_batch)
+ * for a queue of n_queued segments of contexts of n_ctx positions on model m: 1 when the
+ * weights are small enough to stay in a core's cache (a pass then costs about the same per
+ * row alone or batched: bench/results/restore.md), else min(n_queued, 64, contexts fitting
+ * in 1 GiB of KV). Never 0. */
+SKV_API uint32_t skv_restore_batch_width(const skv_model *m, size_t n_queued, int n_ctx);
+
 /* Quantized-KV sessions (codecs SKV_CODEC_F16 .. SKV_CODEC_KVQ, and SKV_CODEC_PRED: its
  * scheme[] are "pred", its predictor name; position_bytes the mean, rounded up). */
 typedef struct skv_session_kv_info {
