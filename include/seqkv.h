@@ -437,8 +437,14 @@ enum {
     SKV_DRAFT_AUTO = 0,  /* the default: currently SKV_DRAFT_NONE (n-gram drafts pay only on
                             sessions that repeat themselves: bench/results/restore.md) */
     SKV_DRAFT_NONE = 1,  /* token by token: one forward pass per token */
-    SKV_DRAFT_NGRAM = 2  /* n-gram drafts from the segment's own decoded tokens (orders 1..4) */
+    SKV_DRAFT_NGRAM = 2, /* n-gram drafts from the segment's own decoded tokens (orders 1..4) */
+    SKV_DRAFT_EXTERN = 3 /* the params' draft_fn first (e.g. skv_store_draft: the continuation of
+                            the longest stored prefix), the n-gram draft when it proposes nothing */
 };
+
+/* A draft source: writes up to max proposed tokens to follow hist[0..n) (a segment's
+ * decoded tokens so far) to out and returns how many (0: none). Any answer is safe. */
+typedef size_t (*skv_draft_fn)(void *user, const int32_t *hist, size_t n, int32_t *out, size_t max);
 
 typedef struct skv_restore_stats {
     uint64_t n_tokens;   /* tokens restored */
@@ -459,6 +465,9 @@ typedef struct skv_restore_params {
      * another one or none is given) */
     const int32_t *cm_dict;
     size_t n_cm_dict;
+    /* draft SKV_DRAFT_EXTERN: the draft source and its user pointer */
+    skv_draft_fn draft_fn;
+    void *draft_user;
 } skv_restore_params;
 
 /* Restores segment i into ctx (cleared first; its capacity must hold the segment):
@@ -490,6 +499,13 @@ typedef struct skv_restore_job {
  * skv_ctx_last_error(job.ctx); a failed job's context is left undefined, the others are
  * unaffected). */
 SKV_API int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, const skv_restore_params *p);
+
+/* The number of model-coded segments worth decoding together (skv_session_restore_batch)
+ * for a queue of n_queued segments of contexts of n_ctx positions on model m: 1 when the
+ * weights are small enough to stay in a core's cache (a pass then costs about the same per
+ * row alone or batched: bench/results/restore.md), else min(n_queued, 64, contexts fitting
+ * in 1 GiB of KV). Never 0. */
+SKV_API uint32_t skv_restore_batch_width(const skv_model *m, size_t n_queued, int n_ctx);
 
 /* Quantized-KV sessions (codecs SKV_CODEC_F16 .. SKV_CODEC_KVQ, and SKV_CODEC_PRED: its
  * scheme[] are "pred", its predictor name; position_bytes the mean, rounded up). */
@@ -609,6 +625,10 @@ typedef struct skv_store_match_result {
     uint32_t n_load, n_compute; /* a restore of that prefix: positions loaded vs recomputed */
 } skv_store_match_result;
 SKV_API int skv_store_match(skv_store *st, const int32_t *tokens, size_t n, skv_store_match_result *r);
+/* Store-prefix drafts, an skv_draft_fn (restore params draft SKV_DRAFT_EXTERN, draft_user =
+ * the skv_store): when the store holds sessions beginning with hist[0..n), up to max of the
+ * tokens that follow it there (down the path most stored sessions take); else 0. */
+SKV_API size_t skv_store_draft(void *store, const int32_t *hist, size_t n, int32_t *out, size_t max);
 
 /* Removes a session; nodes no other session needs (and their KV) go. */
 SKV_API int skv_store_remove(skv_store *st, const char *name);

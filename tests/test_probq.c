@@ -511,12 +511,58 @@ static void coder_roundtrip(void)
     free(buf);
 }
 
+/* The SIMD passes give the scalar passes' bits (sizes with every tail length,
+ * every generator, including subnormals, -0 and logits far below the max), and
+ * skv_probq_decode finds exactly the symbol, interval start and frequency that
+ * the full table and skv_probq_find give, for random targets and both ends. */
+static void simd_and_decode_match_scalar(void)
+{
+    static const size_t sizes[] = {1, 7, 8, 9, 15, 16, 31, 100, 4096, 4099, 32001};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t n = sizes[si];
+        float *l = malloc(n * sizeof *l);
+        uint32_t *f = malloc(n * sizeof *f), *g = malloc(n * sizeof *g), *cum = malloc((n + 1) * sizeof *cum);
+        uint32_t *w = malloc(n * sizeof *w), *sc = malloc(n * sizeof *sc);
+        CHECK(l && f && g && cum && w && sc);
+        for (int kind = 0; kind < GEN_COUNT; kind++) {
+            for (int rep = 0; rep < 4; rep++) {
+                unsigned bits = 16 + (unsigned)(rng() % 13);
+                if (n > (1u << bits)) bits = 24;
+                gen_logits(l, n, kind, 1.0 + (double)(rng() % 40));
+                CHECK_EQ_INT(skv_probq_freqs(l, n, bits, f, cum), SKV_OK);
+                CHECK_EQ_INT(skv_probq_freqs_ref(l, n, bits, g, NULL), SKV_OK);
+                CHECK_MSG(memcmp(f, g, n * sizeof *f) == 0, "n %zu kind %d bits %u: SIMD != scalar", n, kind, bits);
+                for (int t = 0; t < 8; t++) {
+                    uint32_t target = t == 0 ? 0 : t == 1 ? (uint32_t)((1u << bits) - 1) : (uint32_t)(rng() >> 40) & ((1u << bits) - 1);
+                    size_t sym = skv_probq_find(cum, n, target);
+                    skv_probq_sym q = {0, 0, 0};
+                    CHECK_EQ_INT(skv_probq_decode(l, n, bits, target, w, sc, &q), SKV_OK);
+                    CHECK_MSG(q.sym == sym && q.lo == cum[sym] && q.freq == f[sym], "n %zu kind %d target %u", n, kind,
+                              target);
+                }
+                CHECK_EQ_INT(skv_probq_decode(l, n, bits, 1u << bits, w, sc, &(skv_probq_sym){0, 0, 0}), SKV_ERR_RANGE);
+            }
+        }
+        l[n / 2] = NAN;
+        CHECK_EQ_INT(skv_probq_decode(l, n, 24, 0, w, sc, &(skv_probq_sym){0, 0, 0}), SKV_ERR_INVALID_ARG);
+        l[n / 2] = -INFINITY;
+        CHECK_EQ_INT(skv_probq_freqs(l, n, 24, f, NULL), SKV_ERR_INVALID_ARG);
+        free(l);
+        free(f);
+        free(g);
+        free(cum);
+        free(w);
+        free(sc);
+    }
+}
+
 int main(void)
 {
     TEST_BEGIN("test_probq");
     (void)test_stories_path; /* unused here; silences -Wunused-function */
     RUN(matches_reference_and_properties);
     RUN(selection_paths_match_reference);
+    RUN(simd_and_decode_match_scalar);
     RUN(close_to_softmax);
     RUN(floor_cost_at_2_24);
     RUN(exp2_fix_against_libm);

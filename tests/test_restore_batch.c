@@ -302,6 +302,20 @@ static void batch_restore_refuses_kv_quant_contexts(void)
     free(tok);
 }
 
+/* The library's batch width: never 0, capped by the queue and 64, 1 for a queue of one;
+ * kjv-4m's 8.5 MB of weights do not stay in cache, so a queue is batched; a context too
+ * big for the KV budget gives 1. */
+static void batch_width_rule(void)
+{
+    CHECK_EQ_INT((int)skv_restore_batch_width(NULL, 8, 800), 1);
+    CHECK_EQ_INT((int)skv_restore_batch_width(g_m, 0, 800), 1);
+    CHECK_EQ_INT((int)skv_restore_batch_width(g_m, 1, 800), 1);
+    CHECK_EQ_INT((int)skv_restore_batch_width(g_m, 8, 800), 8);
+    CHECK_EQ_INT((int)skv_restore_batch_width(g_m, 1000, 800), 64);
+    CHECK_EQ_INT((int)skv_restore_batch_width(g_m, 8, 0), 1);
+    CHECK_EQ_INT((int)skv_restore_batch_width(g_m, 8, 1 << 30), 1);
+}
+
 int main(void)
 {
     char err[256];
@@ -318,6 +332,7 @@ int main(void)
     RUN(batch_restore_equals_solo);
     RUN(batch_restore_job_errors_are_per_job);
     RUN(batch_restore_refuses_kv_quant_contexts);
+    RUN(batch_width_rule);
     skv_model_free(g_m);
     return test_n_fail ? 1 : 0;
 }

@@ -388,10 +388,10 @@ static const cli_opt restore_opts_table[] = {
     {"cm-dict", 0, CLI_PATH, "TEXT", 0, 0, F(cm_dict), "codec cmvd: the dictionary text the file was written with"},
     {"batch", 0, CLI_INT, "N", 1, 64, F(batch),
      "codec model, several segments: decode up to N segments together, one\n"
-     "forward pass per step for all of them (default 1: one at a time; not\n"
-     "combined with --draft). Same tokens and KV; memory: N contexts. Pays\n"
-     "when reading the weights bounds a pass (large models), not when they\n"
-     "fit in cache (bench/results/restore.md)."},
+     "forward pass per step for all of them (default: the library's choice,\n"
+     "skv_restore_batch_width: 1 when the weights fit in cache, else all; not\n"
+     "combined with --draft). Same tokens and KV; memory: N contexts\n"
+     "(bench/results/restore.md)."},
     CLI_OPT_THREADS(F(threads)),
     {0},
 };
@@ -565,10 +565,11 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
     p.cm_dict = dict;
     int after_bos = 1, rc;
     /* several model-coded segments and --batch N > 1: decoded together */
-    int batched = si.codec == SKV_CODEC_MODEL && si.n_segments > 1 && o->batch > 1 && o->draft == SKV_DRAFT_AUTO && !o->kv;
+    uint32_t width = o->batch ? (uint32_t)o->batch : skv_restore_batch_width(m, si.n_segments, cp.n_ctx);
+    int batched = si.codec == SKV_CODEC_MODEL && si.n_segments > 1 && width > 1 && o->draft == SKV_DRAFT_AUTO && !o->kv;
     cli_progress_start(&rp.pr, "restore");
     double t0 = cli_now();
-    if (batched) rc = restore_waves(s, m, &cp, (uint32_t)o->batch, &p, text->f, &after_bos);
+    if (batched) rc = restore_waves(s, m, &cp, width, &p, text->f, &after_bos);
     else rc = restore_each(s, m, c, &p, (uint32_t)cp.n_ctx, text->f, kv, &after_bos);
     cli_progress_end(&rp.pr);
     double secs = cli_now() - t0;
@@ -581,7 +582,7 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
 
 int cmd_restore(int argc, char **argv)
 {
-    restore_opts o = {.threads = 1, .batch = 1, .verify = 1, .draft = SKV_DRAFT_AUTO};
+    restore_opts o = {.threads = 1, .batch = 0, .verify = 1, .draft = SKV_DRAFT_AUTO};
     const char *in = NULL;
     int n_pos = 0, rc = cli_parse(&restore_cmd, argc, argv, &o, &in, &n_pos);
     if (rc != CLI_CONTINUE) return rc;

@@ -23,6 +23,9 @@
 #include "coder/probq.h"
 #include "core/fpguard.h"
 
+#include "coder/probq_kern.h"
+#include "core/cpu.h"
+
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -42,7 +45,7 @@ static const float probq_k = 0x1.715476p+16f;
  * within 1e-9 of a tie). Generated with 60-digit decimal arithmetic; the
  * SHA-256 of both tables as 512 little-endian uint32 (hi then lo) is
  * b81d0ac7c767b97f6326bafaecba66a40763fe93ed92a74e34403a8bbad3895a. */
-static const uint32_t skv_probq_exp2_hi[256] = {
+const uint32_t skv_probq_exp2_hi[256] = {
     0x80000000u, 0x7fa765adu, 0x7f4f08aeu, 0x7ef6e8dau, 0x7e9f0606u, 0x7e476009u,
     0x7deff6b6u, 0x7d98c9e6u, 0x7d41d96eu, 0x7ceb2523u, 0x7c94acdeu, 0x7c3e7073u,
     0x7be86fbau, 0x7b92aa88u, 0x7b3d20b6u, 0x7ae7d21au, 0x7a92be8bu, 0x7a3de5dfu,
@@ -87,7 +90,7 @@ static const uint32_t skv_probq_exp2_hi[256] = {
     0x41c1aca7u, 0x41942839u, 0x4166c34cu, 0x41397dccu, 0x410c57a2u, 0x40df50b8u,
     0x40b268fau, 0x4085a051u, 0x4058f6a8u, 0x402c6be9u,
 };
-static const uint32_t skv_probq_exp2_lo[256] = {
+const uint32_t skv_probq_exp2_lo[256] = {
     0x80000000u, 0x7fffa747u, 0x7fff4e8eu, 0x7ffef5d6u, 0x7ffe9d1eu, 0x7ffe4466u,
     0x7ffdebaeu, 0x7ffd92f7u, 0x7ffd3a3fu, 0x7ffce188u, 0x7ffc88d2u, 0x7ffc301bu,
     0x7ffbd765u, 0x7ffb7eafu, 0x7ffb25f9u, 0x7ffacd43u, 0x7ffa748eu, 0x7ffa1bd9u,
@@ -223,7 +226,7 @@ static uint64_t probq_scaled_sum(const uint32_t *w, size_t n, uint64_t m)
  * bucket is a w interval [lo, hi], so later passes test membership with two
  * integer compares. */
 
-#define PROBQ_NBUCKET 240
+#define PROBQ_NBUCKET SKV_PROBQ_NBUCKET
 #define PROBQ_FEW 256
 
 static inline unsigned probq_ilog2(uint32_t w) /* floor(log2 w), w >= 1 */
@@ -392,49 +395,114 @@ static void probq_select(const float *logits, const uint32_t *w, size_t n, uint3
     probq_select_in_bucket(logits, w, n, scratch, d, sel);
 }
 
-int skv_probq_freqs(const float *logits, size_t n, unsigned total_bits,
-                    uint32_t *freq_out, uint32_t *cum_out)
+/* ---- the plan: everything but the final pass ---------------------------- */
+
+static const skv_probq_kern probq_ref = {probq_max_key, probq_weights, probq_scaled_sum,
+                                         probq_scaled_sum_hist};
+
+static const skv_probq_kern *probq_kern_native(void)
+{
+    const skv_probq_kern *k = skv_probq_kern_avx2();
+    return k ? k : &probq_ref;
+}
+
+typedef struct {
+    uint64_t base, m1, m2; /* f_i = 1 + base + floor(w m1 / 2^35) + floor(w m2 / 2^35) (+1) */
+    probq_sel sel;
+    uint64_t taken;        /* boundary-bucket ties given +1 so far (final pass state) */
+} probq_plan;
+
+static int probq_args(const float *logits, size_t n, unsigned total_bits, const uint32_t *w)
+{
+    if (!logits || !w || n == 0 || total_bits < SKV_PROBQ_BITS_MIN || total_bits > SKV_PROBQ_BITS_MAX)
+        return SKV_ERR_INVALID_ARG;
+    return n > ((uint64_t)1 << total_bits) ? SKV_ERR_RANGE : SKV_OK;
+}
+
+/* Passes 0-4: w[] and the plan. scratch (n entries) may be NULL. */
+static int probq_plan_make(const skv_probq_kern *k, const float *logits, size_t n, unsigned total_bits,
+                           uint32_t *w, uint32_t *scratch, probq_plan *pl)
 {
     uint32_t hist[4][PROBQ_NBUCKET], kmax;
-    uint64_t total, r, s, m1, m2, l, d, base, taken = 0, cum = 0;
-    probq_sel sel = {UINT32_MAX, UINT32_MAX, 0, 0}; /* nobody gets +1 */
+    uint64_t r, s, l, d;
+    int rc = probq_args(logits, n, total_bits, w);
+    if (rc) return rc;
+    if ((kmax = k->max_key(logits, n)) == 0) return SKV_ERR_INVALID_ARG;
+    pl->sel = (probq_sel){UINT32_MAX, UINT32_MAX, 0, 0}; /* nobody gets +1 */
+    pl->taken = 0;
+    s = k->weights(logits, n, probq_unkey(kmax), w); /* 2^31 <= s <= 2^59 */
+    r = ((uint64_t)1 << total_bits) - n;
+    pl->m1 = (r << PROBQ_SHIFT) / s;
+    l = r - k->scaled_sum(w, n, pl->m1);
+    pl->m2 = (l << PROBQ_SHIFT) / s;
+    d = l - k->scaled_sum_hist(w, n, pl->m2, hist);
+    pl->base = d / n;
+    d -= pl->base * n;
+    if (d > 0) probq_select(logits, w, n, scratch, hist[0], d, &pl->sel);
+    return SKV_OK;
+}
 
-    if (!logits || !freq_out || n == 0 || total_bits < SKV_PROBQ_BITS_MIN ||
-        total_bits > SKV_PROBQ_BITS_MAX)
-        return SKV_ERR_INVALID_ARG;
-    total = (uint64_t)1 << total_bits;
-    if (n > total) return SKV_ERR_RANGE;
-    if ((kmax = probq_max_key(logits, n)) == 0) return SKV_ERR_INVALID_ARG;
-
-    s = probq_weights(logits, n, probq_unkey(kmax), freq_out); /* 2^31 <= s <= 2^59 */
-    r = total - n;
-    m1 = (r << PROBQ_SHIFT) / s;
-    l = r - probq_scaled_sum(freq_out, n, m1);
-    m2 = (l << PROBQ_SHIFT) / s;
-    d = l - probq_scaled_sum_hist(freq_out, n, m2, hist);
-    base = d / n;
-    d -= base * n;
-    if (d > 0) probq_select(logits, freq_out, n, cum_out, hist[0], d, &sel);
-
-    for (size_t i = 0; i < n; i++) {
-        uint32_t w = freq_out[i];
-        uint64_t f = 1 + base + (((uint64_t)w * m1) >> PROBQ_SHIFT) +
-                     (((uint64_t)w * m2) >> PROBQ_SHIFT);
-        if (w > sel.hi) {
+/* The final pass's f_i (advances the plan's tie counter). */
+static inline uint32_t probq_f(probq_plan *pl, const float *logits, size_t i, uint32_t w)
+{
+    uint64_t f = 1 + pl->base + (((uint64_t)w * pl->m1) >> PROBQ_SHIFT) + (((uint64_t)w * pl->m2) >> PROBQ_SHIFT);
+    if (w > pl->sel.hi) {
+        f++;
+    } else if (w >= pl->sel.lo) { /* the boundary bucket */
+        uint32_t k = probq_key(logits[i]);
+        if (k > pl->sel.kappa || (k == pl->sel.kappa && pl->taken < pl->sel.take)) {
+            pl->taken += k == pl->sel.kappa;
             f++;
-        } else if (w >= sel.lo) { /* the boundary bucket */
-            uint32_t k = probq_key(logits[i]);
-            if (k > sel.kappa || (k == sel.kappa && taken < sel.take)) {
-                taken += k == sel.kappa;
-                f++;
-            }
         }
-        freq_out[i] = (uint32_t)f;
+    }
+    return (uint32_t)f;
+}
+
+static int probq_freqs_with(const skv_probq_kern *k, const float *logits, size_t n, unsigned total_bits,
+                            uint32_t *freq_out, uint32_t *cum_out)
+{
+    probq_plan pl;
+    uint64_t cum = 0;
+    int rc = probq_plan_make(k, logits, n, total_bits, freq_out, cum_out, &pl);
+    if (rc) return rc;
+    for (size_t i = 0; i < n; i++) {
+        freq_out[i] = probq_f(&pl, logits, i, freq_out[i]);
         if (cum_out) cum_out[i] = (uint32_t)cum;
-        cum += f;
+        cum += freq_out[i];
     }
     if (cum_out) cum_out[n] = (uint32_t)cum;
-    return cum == total ? SKV_OK : SKV_ERR_INTERNAL;
+    return cum == ((uint64_t)1 << total_bits) ? SKV_OK : SKV_ERR_INTERNAL;
+}
+
+int skv_probq_freqs(const float *logits, size_t n, unsigned total_bits, uint32_t *freq_out, uint32_t *cum_out)
+{
+    return probq_freqs_with(probq_kern_native(), logits, n, total_bits, freq_out, cum_out);
+}
+
+int skv_probq_freqs_ref(const float *logits, size_t n, unsigned total_bits, uint32_t *freq_out, uint32_t *cum_out)
+{
+    return probq_freqs_with(&probq_ref, logits, n, total_bits, freq_out, cum_out);
+}
+
+int skv_probq_decode(const float *logits, size_t n, unsigned total_bits, uint32_t target, uint32_t *w,
+                     uint32_t *scratch, skv_probq_sym *out)
+{
+    probq_plan pl;
+    uint64_t cum = 0;
+    int rc = probq_plan_make(probq_kern_native(), logits, n, total_bits, w, scratch, &pl);
+    if (rc) return rc;
+    if (!out) return SKV_ERR_INVALID_ARG;
+    for (size_t i = 0; i < n; i++) { /* stops at the symbol: on average half a pass */
+        uint32_t f = probq_f(&pl, logits, i, w[i]);
+        if (target - cum < f) { /* target >= cum here */
+            out->sym = (uint32_t)i;
+            out->lo = (uint32_t)cum;
+            out->freq = f;
+            return SKV_OK;
+        }
+        cum += f;
+    }
+    return SKV_ERR_RANGE; /* target >= 2^total_bits */
 }
 
 int skv_probq_cum(const uint32_t *freq, size_t n, uint32_t *cum)

@@ -50,6 +50,23 @@
 int skv_probq_freqs(const float *logits, size_t n, unsigned total_bits,
                     uint32_t *freq_out, uint32_t *cum_out);
 
+/* skv_probq_freqs computed by the scalar passes only (the SIMD paths must
+ * give the same bits; tests compare them). */
+int skv_probq_freqs_ref(const float *logits, size_t n, unsigned total_bits,
+                        uint32_t *freq_out, uint32_t *cum_out);
+
+/* The decoder's lookup without building the table: the symbol whose
+ * interval [lo, lo + freq) of skv_probq_freqs' cumulative frequencies holds
+ * target, found by the same passes and a final pass that stops there.
+ * w and scratch: n entries each, caller's work space (contents unspecified
+ * after). Errors as skv_probq_freqs, and SKV_ERR_RANGE for a target >=
+ * 2^total_bits. */
+typedef struct skv_probq_sym {
+    uint32_t sym, lo, freq;
+} skv_probq_sym;
+int skv_probq_decode(const float *logits, size_t n, unsigned total_bits, uint32_t target,
+                     uint32_t *w, uint32_t *scratch, skv_probq_sym *out);
+
 /* cum[0] = 0, cum[i + 1] = cum[i] + freq[i] for i < n. SKV_ERR_RANGE if the
  * sum exceeds 2^32 - 1. */
 int skv_probq_cum(const uint32_t *freq, size_t n, uint32_t *cum);

@@ -46,12 +46,13 @@ static int decode_symbol(skv_rangecoder_dec *d, const float *logits, uint32_t V,
                          uint32_t *cum, int32_t *tok, char *err, size_t cap)
 {
     uint32_t target = 0;
-    if (skv_probq_freqs(logits, V, tb, freq, cum))
-        return skv_errf(err, cap, SKV_ERR_MISMATCH, "the model produced non-finite logits");
+    skv_probq_sym q;
     if (skv_rangecoder_dec_get_freq_pow2(d, tb, &target)) return skv_session_bad(err, cap, "corrupt model-coded stream");
-    size_t sym = skv_probq_find(cum, V, target);
-    if (skv_rangecoder_dec_update(d, cum[sym], freq[sym])) return skv_session_bad(err, cap, "corrupt model-coded stream");
-    *tok = (int32_t)sym;
+    /* the symbol found by a pass that stops at it: no table built (cum is work space) */
+    if (skv_probq_decode(logits, V, tb, target, freq, cum, &q))
+        return skv_errf(err, cap, SKV_ERR_MISMATCH, "the model produced non-finite logits");
+    if (skv_rangecoder_dec_update(d, q.lo, q.freq)) return skv_session_bad(err, cap, "corrupt model-coded stream");
+    *tok = (int32_t)q.sym;
     return SKV_OK;
 }
 
@@ -139,6 +140,9 @@ typedef struct spec {
     size_t kmax, k_cur;   /* block size limit, current block size */
     uint32_t gate_try[5], gate_hit[5], gate_skip[5];
     skv_draft *dr;
+    uint32_t V;
+    skv_draft_fn ext;     /* SKV_DRAFT_EXTERN's source (NULL: n-gram only) */
+    void *ext_user;
     float *logits;        /* [kmax][V] */
     uint32_t *freq, *cum; /* [V], [V + 1] */
     int32_t *batch;       /* [kmax] */
@@ -147,9 +151,10 @@ typedef struct spec {
 static int spec_init(spec *sp, const skv_restore_params *p, uint32_t V, uint32_t n)
 {
     *sp = (spec){.kmax = p && p->draft_max > 0 ? (size_t)p->draft_max : DRAFT_MAX_DEFAULT, .k_cur = 4,
-                 .gate_try = {1, 1, 1, 1, 1}, .gate_hit = {1, 1, 1, 1, 1}};
+                 .gate_try = {1, 1, 1, 1, 1}, .gate_hit = {1, 1, 1, 1, 1}, .V = V};
     if (sp->kmax * V > LOGITS_BUDGET) sp->kmax = V >= LOGITS_BUDGET ? 1 : LOGITS_BUDGET / V; /* huge vocabularies */
     if (sp->k_cur > sp->kmax) sp->k_cur = sp->kmax;
+    if (p && p->draft == SKV_DRAFT_EXTERN) sp->ext = p->draft_fn, sp->ext_user = p->draft_user;
     sp->freq = malloc(V * sizeof(uint32_t));
     sp->cum = malloc(((size_t)V + 1) * sizeof(uint32_t));
     sp->logits = malloc(sp->kmax * V * sizeof(float));
@@ -175,8 +180,14 @@ static size_t spec_propose(spec *sp, const int32_t *tok, uint32_t pos, size_t k,
     /* the history is tok[0..pos]: push what is not in the draft yet */
     for (size_t i = skv_draft_len(sp->dr); i <= pos; i++) skv_draft_push(sp->dr, tok[i]);
     sp->batch[0] = tok[pos];
-    size_t nd = k > 1 ? skv_draft_propose(sp->dr, sp->batch + 1, k - 1, &ml) : 0;
     *cls = -1;
+    if (sp->ext && k > 1) { /* the external source, trusted while its blocks are confirmed */
+        size_t ne = sp->ext(sp->ext_user, tok, (size_t)pos + 1, sp->batch + 1, k - 1), ok = 0;
+        if (ne > k - 1) ne = k - 1;
+        while (ok < ne && sp->batch[ok + 1] >= 0 && (uint32_t)sp->batch[ok + 1] < sp->V) ok++; /* ids in range only */
+        if (ok) return ok;
+    }
+    size_t nd = k > 1 ? skv_draft_propose(sp->dr, sp->batch + 1, k - 1, &ml) : 0;
     if (nd) {
         /* Gate by how often drafts of this match length were right lately: a wrong
          * draft costs a batch row. Gated-off classes still get an occasional probe. */
@@ -297,7 +308,8 @@ static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx
     if (!s || !m || !tokens || i >= s->info.n_segments || skv_ctx_model(ctx) != m)
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
                         "invalid argument (NULL session, model or tokens, segment out of range, or a context of another model)");
-    if (p && (p->draft < SKV_DRAFT_AUTO || p->draft > SKV_DRAFT_NGRAM || p->draft_max < 0 ||
+    if (p && (p->draft < SKV_DRAFT_AUTO || p->draft > SKV_DRAFT_EXTERN || p->draft_max < 0 ||
+              (p->draft == SKV_DRAFT_EXTERN && !p->draft_fn) ||
               p->draft_max > DRAFT_MAX_LIMIT))
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid restore parameters (draft %d, draft_max %d)",
                         p->draft, p->draft_max);
@@ -333,7 +345,7 @@ static int restore_codec(const skv_session *s, const seg_view *g, skv_model *m, 
     }
     if (skv_codec_is_kv(s->info.codec)) return load_kv_segment(s, g, m, ctx, tokens, err, errcap);
     /* AUTO = token by token: measured faster than n-gram drafts on non-repetitive text */
-    if (p && p->draft == SKV_DRAFT_NGRAM) return restore_model_codec_spec(s, g, ctx, p, tokens, st, err, errcap);
+    if (p && (p->draft == SKV_DRAFT_NGRAM || p->draft == SKV_DRAFT_EXTERN)) return restore_model_codec_spec(s, g, ctx, p, tokens, st, err, errcap);
     return restore_model_codec(s, g, ctx, p, tokens, st, err, errcap);
 }
 

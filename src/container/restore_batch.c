@@ -26,6 +26,8 @@
 #include "engine/model.h"
 
 #define MAX_ACTIVE 64
+#define BATCH_MIN_WEIGHTS ((uint64_t)4 << 20) /* smaller models: weights stay in cache, no batching */
+#define BATCH_KV_BUDGET ((uint64_t)1 << 30)   /* KV memory of the contexts of one wave */
 
 typedef struct {
     skv_restore_job *job;
@@ -221,4 +223,19 @@ int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, con
     for (size_t i = 0; i < n; i++)
         if (jobs[i].status != SKV_OK) return jobs[i].status;
     return SKV_OK;
+}
+
+uint32_t skv_restore_batch_width(const skv_model *m, size_t n_queued, int n_ctx)
+{
+    skv_model_info mi;
+    uint64_t ctx_bytes, fit;
+    if (!m || n_queued < 2 || n_ctx < 1) return 1;
+    skv_model_get_info(m, &mi);
+    if (mi.file_bytes < BATCH_MIN_WEIGHTS) return 1;
+    /* K and V, every layer, f32 */
+    ctx_bytes = (uint64_t)mi.n_layer * 2u * (uint64_t)mi.n_head_kv * (uint64_t)mi.head_dim * (uint64_t)n_ctx * 4u;
+    fit = ctx_bytes ? BATCH_KV_BUDGET / ctx_bytes : MAX_ACTIVE;
+    if (fit > MAX_ACTIVE) fit = MAX_ACTIVE;
+    if (fit > n_queued) fit = n_queued;
+    return fit ? (uint32_t)fit : 1;
 }
