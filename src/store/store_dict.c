@@ -25,6 +25,7 @@ static void dict_key(char key[22], uint64_t id) { snprintf(key, 22, "dict.%016ll
 
 static int dict_bad(tx *t, uint64_t id, const char *what)
 {
+    t->damaged = 1;
     return store_err(t->st, SKV_ERR_FORMAT,
                      "store dictionary %016llx %s: the nodes coded with it cannot be restored (restore the store "
                      "from a backup)", (unsigned long long)id, what);

@@ -81,6 +81,7 @@ typedef struct tx {
     uint64_t miss[2];  /* records found evicted: [0] KV blobs, [1] trie nodes / sessions */
     skv_trie_io io;
     int tier_ok;       /* tier loaded (read once per transaction) */
+    int damaged;       /* a record was found damaged (not evicted): never reported as a miss */
     struct store_tier_rec {
         double price;      /* seconds of restore time one stored byte is worth */
         uint64_t dict_id;  /* the dictionary new cheap-coded nodes use (0: none) */

@@ -287,7 +287,7 @@ static int verify_digest(skv_store *st, const char *name, skv_ctx *ctx, uint32_t
 /* A session's path that cannot be read: damage in LMDB, an eviction (a miss) in Redis. */
 static int path_err(tx *t, const char *name, int rc)
 {
-    if (!t->st->be->evicts || rc == SKV_ERR_NOMEM) return store_trie_err(t->st, rc, "session path");
+    if (!t->st->be->evicts || rc == SKV_ERR_NOMEM || t->damaged) return store_trie_err(t->st, rc, "session path");
     t->miss[1]++;
     return store_err(t->st, SKV_ERR_IO, "session '%s' was evicted from the Redis store (a miss, counted in stats): "
                      "store it again", name);

@@ -267,7 +267,7 @@ static int coded_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out)
     size_t rn = 0;
     char e[200];
     int rc = coded_check(t, v, n, &len, &P), codec = v[5];
-    if (rc) return rc;
+    if (rc) return t->damaged = 1, rc;
     if (codec == SKV_CODEC_CMVD && (rc = store_dict_get(t, skv_rd64(v + 64), skv_rd32(v + 72), &dict))) return rc;
     seg_view g = {.n_tokens = len, .payload_bytes = P, .payload = v + CODED_HDR + 2u * len};
     if (!(tok = malloc((size_t)len * sizeof *tok))) rc = SKV_ERR_NOMEM, snprintf(e, sizeof e, "out of memory");
@@ -277,6 +277,7 @@ static int coded_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out)
     free(dict);
     free(tok);
     free(raw);
+    if (rc && rc != SKV_ERR_NOMEM) t->damaged = 1;
     if (rc) return store_err(t->st, rc == SKV_ERR_NOMEM ? rc : SKV_ERR_FORMAT, "coded node record: %s", e);
     return SKV_OK;
 }
