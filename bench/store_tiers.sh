@@ -3,18 +3,21 @@
 # time per tier, and cmvd with a store-trained dictionary vs cmv on held-out text.
 # Usage: bench/store_tiers.sh [SEQKV] [MODEL]  (Markdown on stdout; bench/results/store.md)
 set -eu
+if [ "${1:-}" = --gets ]; then # internal: SEQKV MODEL DIR: a verified get of every session
+    for n in $("$2" store ls "$4" -m "$3" | cut -f1); do "$2" store get "$4" "$n" -m "$3" -o /dev/null >/dev/null; done
+    exit 0
+fi
 seqkv=${1:-build/seqkv}
 model=${2:-models/kjv-4m.gguf}
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-cpu() { /usr/bin/time -f "%U %S" -o "$w/t" "$@" >/dev/null && awk '{printf "%.2f", $1 + $2}' "$w/t"; }
+cpu() { /usr/bin/time -f "%U %S" -o "$w/t" sh "$0" --gets "$seqkv" "$model" "$1" >/dev/null && awk '{printf "%.2f", $1 + $2}' "$w/t"; }
 tier() { # STATS TIER -> "nodes positions bytes"
     awk -v t="$2" '$1 == t || ($1 " " $2) == t { for (i = 1; i <= NF; i++) if ($i == "nodes") n = $(i-1);
         for (i = 1; i <= NF; i++) if ($i == "positions") p = $(i-1); for (i = 1; i <= NF; i++) if ($i == "bytes") b = $(i-1);
         print n, p, b }' "$1"
 }
 puts() { for f in "$2"/*.txt; do "$seqkv" store put "$1" -m "$model" -f "$f" >/dev/null; done; }
-gets() { for n in $("$seqkv" store ls "$1" -m "$model" | cut -f1); do "$seqkv" store get "$1" "$n" -m "$model" -o /dev/null >/dev/null; done; }
 half() { # FILE FIRST|SECOND OUT
     n=$(wc -c <"$1"); h=$((n / 2))
     if [ "$2" = first ]; then head -c $h "$1" >"$3"; else tail -c +$((h + 1)) "$1" >"$3"; fi
@@ -39,12 +42,12 @@ mk() { # NAME BUDGET PRICE [dict]
     "$seqkv" store stats "$d" -m "$model" >"$w/$1.stats"
 }
 mk tok 0 1e-12; mk cmv 0 1; mk cmvd 0 1 dict; mk kv 64M 1e-12
-base=$(cpu gets "$w/tok")
+base=$(cpu "$w/tok")
 for t in tok cmv cmvd kv; do
     case $t in tok) label="tokens (raw)"; how="price 1e-12";; cmv) label=cmv; how="price 1";;
         cmvd) label=cmvd; how="price 1, dictionary trained on these sessions";; kv) label="kv (materialised)"; how="budget 64M";; esac
     set -- $(tier "$w/$t.stats" "$label")
-    c=$( [ $t = tok ] && echo "$base" || cpu gets "$w/$t")
+    c=$( [ $t = tok ] && echo "$base" || cpu "$w/$t")
     echo "| $label | $how | $1 | $2 | $3 | $(awk -v b="$3" -v p="$2" 'BEGIN{printf "%.2f", p ? b/p : 0}') | $c | $(awk -v a="$c" -v b="$base" 'BEGIN{printf "%.2fx", a/b}') |"
 done
 echo

@@ -198,6 +198,7 @@ void store_tx_abort(tx *t)
 {
     if (t->bt) t->st->be->ops->abort(t->bt);
     t->bt = NULL;
+    store_tier_tx_free(t);
 }
 
 static void note_misses(tx *t)
@@ -214,6 +215,7 @@ int store_tx_commit(tx *t)
     }
     rc = t->st->be->ops->commit(t->bt);
     t->bt = NULL;
+    store_tier_tx_free(t);
     note_misses(t);
     return rc;
 }
@@ -222,6 +224,7 @@ int store_tx_end(tx *t)
 {
     int rc = t->st->be->ops->commit(t->bt);
     t->bt = NULL;
+    store_tier_tx_free(t);
     note_misses(t);
     return rc;
 }

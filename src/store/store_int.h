@@ -87,6 +87,8 @@ typedef struct tx {
         uint64_t dict_id;  /* the dictionary new cheap-coded nodes use (0: none) */
         uint32_t dict_n;
     } tier;
+    struct store_memo *memo; /* coded nodes decoded in this transaction (store_tier.c) */
+    size_t n_memo;
 } tx;
 
 typedef struct ses_rec {
@@ -185,6 +187,7 @@ int store_node_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out); /*
 int store_node_tier(const uint8_t *v, size_t n); /* STORE_TIER_* of a record, -1 if unknown */
 int store_retier(tx *t, uint32_t *n_changed); /* rewrites nodes whose tier the rule changed */
 int store_tier_count(tx *t, skv_store_stats *s);
+void store_tier_tx_free(tx *t); /* at the transaction's end */
 
 /* ---- store_dict.c: dictionaries (meta "dict.<16 hex>") ---- */
 #define STORE_DICT_MAX (1u << 20) /* ids of a store dictionary */

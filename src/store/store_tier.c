@@ -86,6 +86,57 @@ int store_tier_put(tx *t, const struct store_tier_rec *r)
     return store_put(t, TB_META, "tier", 4, b, TIER_REC);
 }
 
+/* ---- memo: a node decoded and written back unchanged (a get's access, a put through it)
+ * keeps its payload instead of being coded again ----------------------------------------- */
+
+#define MEMO_MAX 64
+
+struct store_memo {
+    uint64_t id, dict_id;
+    uint32_t len;
+    int codec;
+    int32_t *tok;
+    uint8_t *payload;
+    size_t P;
+};
+
+void store_tier_tx_free(tx *t)
+{
+    for (size_t i = 0; i < t->n_memo; i++) free(t->memo[i].tok), free(t->memo[i].payload);
+    free(t->memo);
+    t->memo = NULL;
+    t->n_memo = 0;
+}
+
+/* Best effort: without memory the node is simply coded again. */
+static void memo_add(tx *t, const uint8_t *v, uint32_t len, uint32_t P, const int32_t *tok)
+{
+    if (t->n_memo == MEMO_MAX) return;
+    if (!t->memo && !(t->memo = calloc(MEMO_MAX, sizeof *t->memo))) return;
+    struct store_memo *m = &t->memo[t->n_memo];
+    *m = (struct store_memo){skv_rd64(v + 8), skv_rd64(v + 64), len, v[5], malloc((size_t)len * 4), malloc(P ? P : 1), P};
+    if (!m->tok || !m->payload) {
+        free(m->tok), free(m->payload);
+        return;
+    }
+    memcpy(m->tok, tok, (size_t)len * 4);
+    memcpy(m->payload, v + CODED_HDR + 2u * len, P);
+    t->n_memo++;
+}
+
+/* The payload of n under (codec, dictionary) if this transaction decoded the same ids. */
+static const struct store_memo *memo_find(const tx *t, const skv_trie_node *n, int codec)
+{
+    uint64_t did = codec == SKV_CODEC_CMVD ? t->tier.dict_id : 0;
+    for (size_t i = 0; i < t->n_memo; i++) {
+        const struct store_memo *m = &t->memo[i];
+        if (m->id == n->id && m->len == n->len && m->codec == codec && m->dict_id == did &&
+            !memcmp(m->tok, n->tokens, (size_t)n->len * 4))
+            return m;
+    }
+    return NULL;
+}
+
 /* ---- the rule ------------------------------------------------------------ */
 
 typedef struct tier_in {
@@ -179,8 +230,10 @@ static int coded_encode(tx *t, const skv_trie_node *n, int codec, uint8_t **buf,
 {
     uint8_t *pl;
     size_t P;
-    int rc = cm_payload(t, n, codec, &pl, &P);
-    if (rc) return rc;
+    const struct store_memo *m = memo_find(t, n, codec);
+    int rc = SKV_OK;
+    if (m && (pl = malloc(m->P ? m->P : 1))) memcpy(pl, m->payload, P = m->P);
+    else if ((rc = cm_payload(t, n, codec, &pl, &P))) return rc;
     *size = CODED_HDR + 2u * (size_t)n->len + P + 8;
     if (!(*buf = malloc(*size))) {
         free(pl);
@@ -274,6 +327,7 @@ static int coded_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out)
     if (!rc) rc = skv_session_decode_cmv(&g, codec, t->st->model, dict, dict ? skv_rd32(v + 72) : 0, tok, e, sizeof e);
     if (!rc && !(raw = as_raw(v, len, tok, &rn))) rc = SKV_ERR_NOMEM, snprintf(e, sizeof e, "out of memory");
     if (!rc) rc = skv_trie_node_decode(raw, rn, out, e, sizeof e);
+    if (!rc && t->write) memo_add(t, v, len, P, tok);
     free(dict);
     free(tok);
     free(raw);
