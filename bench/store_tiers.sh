@@ -17,7 +17,7 @@ tier() { # STATS TIER -> "nodes positions bytes"
         for (i = 1; i <= NF; i++) if ($i == "positions") p = $(i-1); for (i = 1; i <= NF; i++) if ($i == "bytes") b = $(i-1);
         print n, p, b }' "$1"
 }
-puts() { for f in "$2"/*.txt; do "$seqkv" store put "$1" -m "$model" -f "$f" >/dev/null; done; }
+puts() { for f in "$2"/*.txt; do "$seqkv" store put "$1" -m "$model" -f "$f" --name "${3:-}$(basename "$f")" >/dev/null; done; }
 half() { # FILE FIRST|SECOND OUT
     n=$(wc -c <"$1"); h=$((n / 2))
     if [ "$2" = first ]; then head -c $h "$1" >"$3"; else tail -c +$((h + 1)) "$1" >"$3"; fi
@@ -63,7 +63,7 @@ dict_case() { # NAME TEXT
         d="$w/$1.$v"; "$seqkv" store init "$d" -m "$model" --budget 0 >/dev/null
         "$seqkv" store gc "$d" -m "$model" --price 1 >/dev/null; puts "$d" "$w/$1.wa"
         [ $v = dic ] && "$seqkv" store dict "$d" -m "$model" >/dev/null
-        "$seqkv" store stats "$d" -m "$model" >"$w/$1.$v.s0"; puts "$d" "$w/$1.wb"
+        "$seqkv" store stats "$d" -m "$model" >"$w/$1.$v.s0"; puts "$d" "$w/$1.wb" b-
         "$seqkv" store stats "$d" -m "$model" >"$w/$1.$v.s1"
     done
     set -- $(tier "$w/$1.nod.s0" cmv) $(tier "$w/$1.nod.s1" cmv) $(tier "$w/$1.dic.s1" cmvd)

@@ -198,7 +198,6 @@ void store_tx_abort(tx *t)
 {
     if (t->bt) t->st->be->ops->abort(t->bt);
     t->bt = NULL;
-    store_tier_tx_free(t);
 }
 
 static void note_misses(tx *t)
@@ -215,7 +214,6 @@ int store_tx_commit(tx *t)
     }
     rc = t->st->be->ops->commit(t->bt);
     t->bt = NULL;
-    store_tier_tx_free(t);
     note_misses(t);
     return rc;
 }
@@ -224,7 +222,6 @@ int store_tx_end(tx *t)
 {
     int rc = t->st->be->ops->commit(t->bt);
     t->bt = NULL;
-    store_tier_tx_free(t);
     note_misses(t);
     return rc;
 }
@@ -386,6 +383,7 @@ void skv_store_close(skv_store *st)
     if (!st) return;
     if (st->be) st->be->ops->close(st->be);
     skv_ctx_free(st->work);
+    store_tier_free(st);
     skv_errbox_free(st->err);
     free(st->model_path);
     free(st);

@@ -70,6 +70,7 @@ struct skv_store {
     char *model_path;        /* the model file (absolute) to record, or NULL */
     skv_ctx *work;           /* put's context: used only inside the write transaction */
     skv_errbox *err;         /* last error, per thread (skv_store_last_error) */
+    struct store_memo *memo; /* coded nodes decoded lately (store_tier.c; its own lock) */
 };
 
 /* One transaction with its trie view. */
@@ -87,8 +88,6 @@ typedef struct tx {
         uint64_t dict_id;  /* the dictionary new cheap-coded nodes use (0: none) */
         uint32_t dict_n;
     } tier;
-    struct store_memo *memo; /* coded nodes decoded in this transaction (store_tier.c) */
-    size_t n_memo;
 } tx;
 
 typedef struct ses_rec {
@@ -187,7 +186,7 @@ int store_node_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out); /*
 int store_node_tier(const uint8_t *v, size_t n); /* STORE_TIER_* of a record, -1 if unknown */
 int store_retier(tx *t, uint32_t *n_changed); /* rewrites nodes whose tier the rule changed */
 int store_tier_count(tx *t, skv_store_stats *s);
-void store_tier_tx_free(tx *t); /* at the transaction's end */
+void store_tier_free(skv_store *st); /* the decoded-node cache, at close */
 
 /* ---- store_dict.c: dictionaries (meta "dict.<16 hex>") ---- */
 #define STORE_DICT_MAX (1u << 20) /* ids of a store dictionary */

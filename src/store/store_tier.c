@@ -27,6 +27,7 @@
  * header without decoding the tokens. */
 #include <math.h>
 #include "core/fpguard.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,55 +87,102 @@ int store_tier_put(tx *t, const struct store_tier_rec *r)
     return store_put(t, TB_META, "tier", 4, b, TIER_REC);
 }
 
-/* ---- memo: a node decoded and written back unchanged (a get's access, a put through it)
- * keeps its payload instead of being coded again ----------------------------------------- */
+/* ---- memo: the ids of coded records decoded lately, per handle. A record is named by
+ * its node id and its checksum (records are written whole, never patched), so a get's
+ * second read of a node (the access it records) decodes nothing, and a node written back
+ * with the same ids (an access, a put through it) keeps its payload instead of being
+ * coded again. -------------------------------------------------------------------------- */
 
-#define MEMO_MAX 64
+#define MEMO_N 64
 
-struct store_memo {
-    uint64_t id, dict_id;
+typedef struct memo_ent {
+    uint64_t id, sum, dict_id;
     uint32_t len;
     int codec;
     int32_t *tok;
     uint8_t *payload;
     size_t P;
+} memo_ent;
+
+struct store_memo {
+    pthread_mutex_t lock;
+    memo_ent e[MEMO_N];
+    size_t next; /* round robin */
 };
 
-void store_tier_tx_free(tx *t)
+void store_tier_free(skv_store *st)
 {
-    for (size_t i = 0; i < t->n_memo; i++) free(t->memo[i].tok), free(t->memo[i].payload);
-    free(t->memo);
-    t->memo = NULL;
-    t->n_memo = 0;
+    if (!st->memo) return;
+    for (size_t i = 0; i < MEMO_N; i++) free(st->memo->e[i].tok), free(st->memo->e[i].payload);
+    pthread_mutex_destroy(&st->memo->lock);
+    free(st->memo);
+    st->memo = NULL;
 }
 
-/* Best effort: without memory the node is simply coded again. */
-static void memo_add(tx *t, const uint8_t *v, uint32_t len, uint32_t P, const int32_t *tok)
+/* The handle's memo, made on first use (NULL without memory: then nothing is kept). */
+static struct store_memo *memo_of(skv_store *st)
 {
-    if (t->n_memo == MEMO_MAX) return;
-    if (!t->memo && !(t->memo = calloc(MEMO_MAX, sizeof *t->memo))) return;
-    struct store_memo *m = &t->memo[t->n_memo];
-    *m = (struct store_memo){skv_rd64(v + 8), skv_rd64(v + 64), len, v[5], malloc((size_t)len * 4), malloc(P ? P : 1), P};
-    if (!m->tok || !m->payload) {
-        free(m->tok), free(m->payload);
+    static pthread_mutex_t make = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&make);
+    if (!st->memo && (st->memo = calloc(1, sizeof *st->memo)) && pthread_mutex_init(&st->memo->lock, NULL)) {
+        free(st->memo);
+        st->memo = NULL;
+    }
+    pthread_mutex_unlock(&make);
+    return st->memo;
+}
+
+/* Best effort: without memory the node is simply decoded / coded again. */
+static void memo_add(skv_store *st, const uint8_t *v, size_t n, uint32_t len, uint32_t P, const int32_t *tok)
+{
+    struct store_memo *m = memo_of(st);
+    int32_t *tk = malloc((size_t)len * 4);
+    uint8_t *pl = malloc(P ? P : 1);
+    if (!m || !tk || !pl) {
+        free(tk), free(pl);
         return;
     }
-    memcpy(m->tok, tok, (size_t)len * 4);
-    memcpy(m->payload, v + CODED_HDR + 2u * len, P);
-    t->n_memo++;
+    memcpy(tk, tok, (size_t)len * 4);
+    memcpy(pl, v + CODED_HDR + 2u * len, P);
+    pthread_mutex_lock(&m->lock);
+    memo_ent *e = &m->e[m->next++ % MEMO_N];
+    free(e->tok), free(e->payload);
+    *e = (memo_ent){skv_rd64(v + 8), skv_rd64(v + n - 8), skv_rd64(v + 64), len, v[5], tk, pl, P};
+    pthread_mutex_unlock(&m->lock);
 }
 
-/* The payload of n under (codec, dictionary) if this transaction decoded the same ids. */
-static const struct store_memo *memo_find(const tx *t, const skv_trie_node *n, int codec)
+/* The ids of the record v (checked by coded_check) if decoded lately: 1, tok filled. */
+static int memo_tokens(skv_store *st, const uint8_t *v, size_t n, uint32_t len, int32_t *tok)
 {
-    uint64_t did = codec == SKV_CODEC_CMVD ? t->tier.dict_id : 0;
-    for (size_t i = 0; i < t->n_memo; i++) {
-        const struct store_memo *m = &t->memo[i];
-        if (m->id == n->id && m->len == n->len && m->codec == codec && m->dict_id == did &&
-            !memcmp(m->tok, n->tokens, (size_t)n->len * 4))
-            return m;
+    struct store_memo *m = memo_of(st);
+    int hit = 0;
+    if (!m) return 0;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < MEMO_N && !hit; i++) {
+        memo_ent *e = &m->e[i];
+        if (e->tok && e->id == skv_rd64(v + 8) && e->sum == skv_rd64(v + n - 8) && e->len == len && e->codec == v[5])
+            memcpy(tok, e->tok, (size_t)len * 4), hit = 1;
     }
-    return NULL;
+    pthread_mutex_unlock(&m->lock);
+    return hit;
+}
+
+/* A copy of n's payload under (codec, dictionary) if its ids were decoded lately, else NULL. */
+static uint8_t *memo_payload(tx *t, const skv_trie_node *n, int codec, size_t *P)
+{
+    struct store_memo *m = memo_of(t->st);
+    uint64_t did = codec == SKV_CODEC_CMVD ? t->tier.dict_id : 0;
+    uint8_t *pl = NULL;
+    if (!m) return NULL;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < MEMO_N && !pl; i++) {
+        memo_ent *e = &m->e[i];
+        if (e->tok && e->id == n->id && e->len == n->len && e->codec == codec && e->dict_id == did &&
+            !memcmp(e->tok, n->tokens, (size_t)n->len * 4) && (pl = malloc(e->P ? e->P : 1)))
+            memcpy(pl, e->payload, *P = e->P);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return pl;
 }
 
 /* ---- the rule ------------------------------------------------------------ */
@@ -230,10 +278,8 @@ static int coded_encode(tx *t, const skv_trie_node *n, int codec, uint8_t **buf,
 {
     uint8_t *pl;
     size_t P;
-    const struct store_memo *m = memo_find(t, n, codec);
     int rc = SKV_OK;
-    if (m && (pl = malloc(m->P ? m->P : 1))) memcpy(pl, m->payload, P = m->P);
-    else if ((rc = cm_payload(t, n, codec, &pl, &P))) return rc;
+    if (!(pl = memo_payload(t, n, codec, &P)) && (rc = cm_payload(t, n, codec, &pl, &P))) return rc;
     *size = CODED_HDR + 2u * (size_t)n->len + P + 8;
     if (!(*buf = malloc(*size))) {
         free(pl);
@@ -312,27 +358,41 @@ static uint8_t *as_raw(const uint8_t *v, uint32_t len, const int32_t *tok, size_
     return r;
 }
 
+/* The span's ids of a checked coded record: from the memo, else decoded (and memoised). */
+static int coded_ids(tx *t, const uint8_t *v, size_t n, uint32_t len, uint32_t P, int32_t *tok, char *e, size_t ecap)
+{
+    int32_t *dict = NULL;
+    int codec = v[5], rc;
+    if (memo_tokens(t->st, v, n, len, tok)) return SKV_OK;
+    if (codec == SKV_CODEC_CMVD && (rc = store_dict_get(t, skv_rd64(v + 64), skv_rd32(v + 72), &dict))) {
+        snprintf(e, ecap, "%s", skv_errbox_get(t->st->err));
+        return rc;
+    }
+    seg_view g = {.n_tokens = len, .payload_bytes = P, .payload = v + CODED_HDR + 2u * len};
+    rc = skv_session_decode_cmv(&g, codec, t->st->model, dict, dict ? skv_rd32(v + 72) : 0, tok, e, ecap);
+    free(dict);
+    if (!rc) memo_add(t->st, v, n, len, P, tok);
+    return rc;
+}
+
 static int coded_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out)
 {
     uint32_t len = 0, P = 0;
-    int32_t *dict = NULL, *tok = NULL;
+    int32_t *tok = NULL;
     uint8_t *raw = NULL;
     size_t rn = 0;
-    char e[200];
-    int rc = coded_check(t, v, n, &len, &P), codec = v[5];
+    char e[420];
+    int rc = coded_check(t, v, n, &len, &P);
     if (rc) return t->damaged = 1, rc;
-    if (codec == SKV_CODEC_CMVD && (rc = store_dict_get(t, skv_rd64(v + 64), skv_rd32(v + 72), &dict))) return rc;
-    seg_view g = {.n_tokens = len, .payload_bytes = P, .payload = v + CODED_HDR + 2u * len};
     if (!(tok = malloc((size_t)len * sizeof *tok))) rc = SKV_ERR_NOMEM, snprintf(e, sizeof e, "out of memory");
-    if (!rc) rc = skv_session_decode_cmv(&g, codec, t->st->model, dict, dict ? skv_rd32(v + 72) : 0, tok, e, sizeof e);
+    if (!rc) rc = coded_ids(t, v, n, len, P, tok, e, sizeof e);
     if (!rc && !(raw = as_raw(v, len, tok, &rn))) rc = SKV_ERR_NOMEM, snprintf(e, sizeof e, "out of memory");
     if (!rc) rc = skv_trie_node_decode(raw, rn, out, e, sizeof e);
-    if (!rc && t->write) memo_add(t, v, len, P, tok);
-    free(dict);
     free(tok);
     free(raw);
     if (rc && rc != SKV_ERR_NOMEM) t->damaged = 1;
-    if (rc) return store_err(t->st, rc == SKV_ERR_NOMEM ? rc : SKV_ERR_FORMAT, "coded node record: %s", e);
+    if (rc) return store_err(t->st, rc == SKV_ERR_NOMEM ? rc : SKV_ERR_FORMAT, "%s%s",
+                             strncmp(e, "store dictionary", 16) ? "coded node record: " : "", e);
     return SKV_OK;
 }
 
