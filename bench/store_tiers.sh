@@ -30,6 +30,7 @@ echo "included), every restore digest-verified (the default)."
 echo
 
 # ---- per tier: the same 30 sessions in four stores -------------------------------------
+if [ "${ONLY:-}" != dict ]; then
 python3 scripts/gen_workload.py "$w/wl" --sessions 30 --seed 1 >/dev/null
 echo "## Tiers: 30 workload sessions (scripts/gen_workload.py --sessions 30 --seed 1, held-out KJV)"
 echo
@@ -53,32 +54,39 @@ done
 echo
 echo "kv row: the materialised nodes' KV blobs (+ their raw records); the other tiers hold node records only."
 echo
+fi
 
 # ---- dictionaries on held-out text ---------------------------------------------------------
 dict_case() { # NAME TEXT
+    cname=$1
     half "$2" first "$w/$1.a"; half "$2" second "$w/$1.b"
-    python3 scripts/gen_workload.py "$w/$1.wa" --sessions 20 --seed 1 --text "$w/$1.a" >/dev/null
-    python3 scripts/gen_workload.py "$w/$1.wb" --sessions 20 --seed 2 --text "$w/$1.b" >/dev/null
+    python3 scripts/gen_workload.py "$w/$1.wa" --sessions 20 --seed 1 --text "$w/$1.a" --max-chars 2400 >/dev/null
+    python3 scripts/gen_workload.py "$w/$1.wb" --sessions 20 --seed 2 --text "$w/$1.b" --max-chars 2400 >/dev/null
     for v in nod dic; do
         d="$w/$1.$v"; "$seqkv" store init "$d" -m "$model" --budget 0 >/dev/null
         "$seqkv" store gc "$d" -m "$model" --price 1 >/dev/null; puts "$d" "$w/$1.wa"
-        [ $v = dic ] && "$seqkv" store dict "$d" -m "$model" >/dev/null
+        if [ $v = dic ]; then "$seqkv" store dict "$d" -m "$model" >/dev/null; "$seqkv" store gc "$d" -m "$model" >/dev/null; fi
         "$seqkv" store stats "$d" -m "$model" >"$w/$1.$v.s0"; puts "$d" "$w/$1.wb" b-
         "$seqkv" store stats "$d" -m "$model" >"$w/$1.$v.s1"
     done
-    set -- $(tier "$w/$1.nod.s0" cmv) $(tier "$w/$1.nod.s1" cmv) $(tier "$w/$1.dic.s1" cmvd)
-    # held-out nodes: cmv (no dictionary) = after - before; cmvd = the dictionary store's cmvd tier
-    awk -v n0="$1" -v p0="$2" -v b0="$3" -v n1="$4" -v p1="$5" -v b1="$6" -v nd="$7" -v pd="$8" -v bd="$9" -v name="$name" 'BEGIN {
-        n = n1 - n0; p = p1 - p0; b = b1 - b0
-        printf "| %s | cmv (no dictionary) | %d | %d | %.2f | %.2f |\n", name, n, p, b / p, (b - 88 * n - 2 * p) * 8 / p
-        printf "| %s | cmvd (store dictionary) | %d | %d | %.2f | %.2f |\n", name, nd, pd, bd / pd, (bd - 88 * nd - 2 * pd) * 8 / pd }'
+    # held-out nodes: what the second half's puts added to the tier (after - before)
+    for v in nod dic; do
+        c=$([ $v = nod ] && echo cmv || echo cmvd); lab=$([ $v = nod ] && echo "cmv (no dictionary)" || echo "cmvd (store dictionary)")
+        set -- $(tier "$w/$1.$v.s0" $c) $(tier "$w/$1.$v.s1" $c)
+        awk -v n0="$1" -v p0="$2" -v b0="$3" -v n1="$4" -v p1="$5" -v b1="$6" -v name="$name" -v lab="$lab" 'BEGIN {
+            n = n1 - n0; p = p1 - p0; b = b1 - b0
+            printf "| %s | %s | %d | %d | %.2f | %.2f |\n", name, lab, n, p, b / p, (b - 88 * n - 2 * p) * 8 / p }'
+        set -- "$cname"
+    done
 }
 echo "## Store-trained dictionary on held-out text"
 echo
-echo "Each text is cut in two halves: 20 workload sessions from the first half are put (price 1: every"
-echo "node cheap-coded), then \`store dict\` trains the dictionary on them (the store's unique positions,"
-echo "65536 ids at most), then 20 sessions from the second half are put. The rows are the second half's nodes"
-echo "only. payload bits/position: the coded record's bytes less its 88-byte header and 2-byte surprisals."
+echo "Each text is cut in two halves: 20 workload sessions (--max-chars 2400) from the first half are put"
+echo "(price 1: every node cheap-coded); in the dictionary store \`store dict\` then trains the dictionary on"
+echo "them (the store's unique positions, 65536 ids at most) and \`store gc\` re-codes them under it; then 20"
+echo "sessions (seed 2) from the second half are put. The rows are what those puts added to the tier (the"
+echo "second half's nodes, and the split of the shared BOS node). payload bits/position: the coded"
+echo "record's bytes less its 88-byte header and 2-byte surprisals (the cmv/cmvd header of 8/20 bytes included)."
 echo "Raw token ids of this vocabulary: $(python3 -c "import math,sys; print(math.ceil(math.log2(4096)))") bits; the raw tier's record: 64 bits/position + 80 bytes/node."
 echo
 echo "| text | codec | nodes | positions | record bytes/position | payload bits/position |"
