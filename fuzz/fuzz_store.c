@@ -1,7 +1,8 @@
 /* Fuzz target for the session store's records (src/store/store*.c): a store whose LMDB
  * records were damaged by someone else.
  *
- * Setup (once): a store of three sessions sharing prefixes, made with the stories260K model
+ * Setup (once): a store of four sessions sharing prefixes (nodes in every tier: kv, cmvd,
+ * with the dictionary and tier records; docs/store.md "Tiers"), made with the stories260K model
  * (../shared, $SEQKV_SHARED; else the bundled models/kjv-4m.gguf), in a fresh directory
  * under /dev/shm (else $TMPDIR, /tmp), removed at exit; its data file is kept in memory,
  * and every record of every table (meta: header, state, model path; nodes; children;
@@ -30,7 +31,7 @@
 
 #include "seqkv.h"
 
-#define N_SES 3
+#define N_SES 4
 #define MAX_REC 512
 #define CTX 64
 
@@ -53,7 +54,7 @@ static struct {
     int ready;
 } g;
 
-static const char *const ses_name[N_SES] = {"alpha", "beta", "gamma"};
+static const char *const ses_name[N_SES] = {"alpha", "beta", "gamma", "delta"};
 
 static int load_model(void)
 {
@@ -81,11 +82,21 @@ static int make_store(void)
     memcpy(g.tok[1], g.tok[0], 12 * sizeof(int32_t));
     for (int i = 12; i < 22; i++) g.tok[1][i] = (int32_t)((i * 53 + 5) % mi.n_vocab);
     memcpy(g.tok[2], g.tok[0], 20 * sizeof(int32_t));
-    g.n_tok[0] = 30, g.n_tok[1] = 22, g.n_tok[2] = 20;
+    memcpy(g.tok[3], g.tok[0], 8 * sizeof(int32_t));
+    for (int i = 8; i < 18; i++) g.tok[3][i] = (int32_t)((i * 71 + 3) % mi.n_vocab);
+    g.n_tok[0] = 30, g.n_tok[1] = 22, g.n_tok[2] = 20, g.n_tok[3] = 18;
     /* the default budget: every node keeps its KV, so a get reads blobs and runs no model */
     if (skv_store_open(g.base, g.model, SKV_STORE_CREATE, &p, &st, NULL, 0)) return -1;
-    for (int i = 0; i < N_SES; i++)
+    for (int i = 0; i < N_SES - 1; i++)
         if (skv_store_put(st, ses_name[i], g.tok[i], g.n_tok[i], NULL)) return -1;
+    /* every record kind of docs/store.md "Tiers": a dictionary and the tier record, then a put
+     * with budget 0 codes every node (cmvd); a get of alpha materialises its path again */
+    int32_t tk[CTX];
+    size_t nt;
+    if (skv_store_set_price(st, 1.0) || skv_store_train_dict(st, 0, NULL, NULL) || skv_store_set_budget(st, 0) ||
+        skv_store_put(st, ses_name[3], g.tok[3], g.n_tok[3], NULL) || skv_store_set_budget(st, 64u << 20) ||
+        skv_store_get(st, ses_name[0], g.ctx, SKV_STORE_VERIFY, tk, CTX, &nt, NULL))
+        return -1;
     skv_store_close(st);
     return 0;
 }

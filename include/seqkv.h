@@ -662,7 +662,19 @@ typedef struct skv_store_stats {
      * is a miss (recomputed or reported), never a wrong restore. Always 0 for LMDB. */
     uint64_t kv_misses;                    /* materialised KV found evicted: recomputed */
     uint64_t node_misses;                  /* trie nodes / sessions found evicted */
+    /* Added for issue 16: the tier of every node (docs/store.md "Tiers"), indexed by
+     * SKV_STORE_TIER_*: nodes, positions and stored bytes (node records, + KV blobs for
+     * the materialised tier); the storage price the rule uses and the store's dictionary. */
+    uint64_t tier_nodes[4], tier_positions[4], tier_bytes[4];
+    double price;                          /* seconds of restore time one stored byte is worth */
+    uint64_t dict_id;                      /* dictionary new cheap-coded nodes use (0: none) */
+    uint32_t dict_ids;                     /* its length, ids */
+    double cm_tps;                         /* measured cheap-coding speed, positions/s (setup included) */
+    double cm_bpp;                         /* measured cheap-coded payload bytes per position */
 } skv_store_stats;
+/* Tiers of a node: materialised KV (+ raw tokens), raw tokens, tokens coded with codec cmv,
+ * tokens coded with cmvd primed by a dictionary the store keeps. */
+enum { SKV_STORE_TIER_KV, SKV_STORE_TIER_TOKENS, SKV_STORE_TIER_CMV, SKV_STORE_TIER_CMVD };
 SKV_API int skv_store_get_stats(skv_store *st, skv_store_stats *s);
 
 typedef struct skv_store_gc_report {
@@ -670,6 +682,7 @@ typedef struct skv_store_gc_report {
     uint64_t bytes_freed;
     uint64_t mat_bytes;    /* materialised KV after */
     uint32_t n_materialised; /* nodes materialised (the budget allowed more) */
+    uint32_t n_retiered;   /* added for issue 16: token-only nodes whose tier the rule changed */
 } skv_store_gc_report;
 /* Checks the trie's invariants and every stored KV blob, then applies the placement policy
  * in both directions: demotes the lowest-valued nodes while over the budget, and (running
@@ -680,6 +693,16 @@ typedef struct skv_store_gc_report {
 SKV_API int skv_store_gc(skv_store *st, skv_store_gc_report *r);
 /* Changes the budget (stored); takes effect at the next put or gc. */
 SKV_API int skv_store_set_budget(skv_store *st, uint64_t bytes);
+/* Added for issue 16. The storage price of the tier rule: seconds of restore time one
+ * stored byte is worth (> 0, finite; stored; default 2e-5); takes effect as nodes are
+ * written and at the next gc. */
+SKV_API int skv_store_set_price(skv_store *st, double seconds_per_byte);
+/* Trains a cmvd dictionary on the store's own sessions (the trie's unique positions,
+ * depth first, at most max_ids ids; 0 = 65536), records it (versioned, checksummed) and
+ * makes it the one new cheap-coded nodes are primed with; nodes coded with an older one
+ * keep naming theirs. *id / *n_ids (optional) receive it. SKV_ERR_INVALID_ARG on an
+ * empty store. */
+SKV_API int skv_store_train_dict(skv_store *st, size_t max_ids, uint64_t *id, size_t *n_ids);
 
 /* ---- Near-duplicate reuse (docs/near.md; opt-in, APPROXIMATE) -------------
  * Builds the KV of a NEW token sequence from the stored session that shares the most

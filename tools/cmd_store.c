@@ -15,6 +15,8 @@ typedef struct {
     int verify, lossy_text;
     int reuse;                  /* get: 0 exact, 1 near (docs/near.md) */
     double recompute, quality;  /* get --reuse near: < 0 = not given */
+    double price;               /* gc --price: < 0 = not given */
+    long dict_ids;              /* dict --ids */
 } store_opts;
 
 #define F(x) offsetof(store_opts, x)
@@ -27,7 +29,11 @@ typedef struct {
                       "suffixes K, M, G = powers of 1024)"}
 
 static const cli_opt init_opts[] = {STORE_COMMON, STORE_BUDGET, {0}};
-static const cli_opt gc_opts[] = {STORE_COMMON, STORE_BUDGET, {0}};
+static const cli_opt gc_opts[] = {STORE_COMMON, STORE_BUDGET,
+    {"price", 0, CLI_FLOAT, "S", 1e-15, 1e6, F(price), "storage price of the tier rule: seconds of restore time one\n"
+     "stored byte is worth (default 2e-5; docs/store.md \"Tiers\")"}, {0}};
+static const cli_opt dict_opts[] = {STORE_COMMON,
+    {"ids", 0, CLI_INT, "N", 1, 1 << 20, F(dict_ids), "dictionary length, ids (default 65536)"}, {0}};
 static const cli_opt plain_opts[] = {STORE_COMMON, {0}};
 static const cli_opt match_opts[] = {STORE_COMMON, CLI_OPT_FILE(F(file), "TEXT", "the text ('-' = stdin)"), {0}};
 static const cli_opt put_opts[] = {
@@ -77,7 +83,10 @@ static const cli_cmd stats_cmd = {"store stats", "DIR [-m MODEL]\n",
                                   "Sizes, dedup, bits per position, the policy's parameters.\n", plain_opts, 1, NULL};
 static const cli_cmd rm_cmd = {"store rm", "DIR NAME [-m MODEL]\n",
                                "Removes a session (and the nodes only it needed).\n", plain_opts, 2, NULL};
-static const cli_cmd gc_cmd = {"store gc", "DIR [--budget BYTES] [-m MODEL]\n",
+static const cli_cmd dict_cmd = {"store dict", "DIR [--ids N] [-m MODEL]\n",
+                                 "Trains a cmvd dictionary on the store's sessions; new cheap-coded nodes use it\n"
+                                 "(then 'store gc' re-codes the older ones).\n", dict_opts, 1, NULL};
+static const cli_cmd gc_cmd = {"store gc", "DIR [--budget BYTES] [--price S] [-m MODEL]\n",
                                "Checks the trie and applies the placement policy now (after changing the budget).\n",
                                gc_opts, 1, NULL};
 
@@ -279,6 +288,21 @@ static int print_session(void *user, const skv_store_session_info *s)
     return 0;
 }
 
+static void print_tiers(const skv_store_stats *s)
+{
+    static const char *names[4] = {"kv (materialised)", "tokens (raw)", "cmv", "cmvd"};
+    printf("tiers: price %.3g s/byte; cheap coding %.0f positions/s, %.2f bytes/position (measured);\n"
+           "       cost = price x bytes + (hits + refcount + prior_weight x 2^-d_T) x decode seconds; dictionary ",
+           s->price, s->cm_tps, s->cm_bpp);
+    if (s->dict_id) printf("%016llx (%u ids)\n", (unsigned long long)s->dict_id, s->dict_ids);
+    else printf("none\n");
+    for (int i = 0; i < 4; i++)
+        printf("  %-18s %8llu nodes %10llu positions %12llu bytes (%.2f bytes/position)\n", names[i],
+               (unsigned long long)s->tier_nodes[i], (unsigned long long)s->tier_positions[i],
+               (unsigned long long)s->tier_bytes[i],
+               s->tier_positions[i] ? (double)s->tier_bytes[i] / (double)s->tier_positions[i] : 0.0);
+}
+
 static void print_stats(const skv_store_stats *s)
 {
     double mib = 1048576.0;
@@ -309,6 +333,7 @@ static void print_stats(const skv_store_stats *s)
            (unsigned long long)s->clock);
     printf("policy: score = reuse x max(0, len/recompute - bytes/load) / bytes,\n"
            "        reuse = (hits + refcount + prior_weight x 2^-d_T) / (clock + prior_weight)\n");
+    print_tiers(s);
 }
 
 static int do_init(const store_opts *o, skv_model *m, skv_store *st)
@@ -352,11 +377,24 @@ static int do_rm(const store_opts *o, skv_model *m, skv_store *st)
 static int do_gc(const store_opts *o, skv_model *m, skv_store *st)
 {
     skv_store_gc_report g;
-    (void)o, (void)m;
+    (void)m;
+    if (o->price > 0 && skv_store_set_price(st, o->price)) return fail(st);
     if (skv_store_gc(st, &g)) return fail(st);
     printf("trie and KV blobs checked; demoted %u nodes to tokens, freed %llu bytes; re-materialised %u nodes; "
-           "materialised KV now %llu bytes\n",
-           g.n_demoted, (unsigned long long)g.bytes_freed, g.n_materialised, (unsigned long long)g.mat_bytes);
+           "materialised KV now %llu bytes; %u token-only nodes changed tier\n",
+           g.n_demoted, (unsigned long long)g.bytes_freed, g.n_materialised, (unsigned long long)g.mat_bytes,
+           g.n_retiered);
+    return CLI_OK;
+}
+
+static int do_dict(const store_opts *o, skv_model *m, skv_store *st)
+{
+    uint64_t id;
+    size_t n;
+    (void)m;
+    if (skv_store_train_dict(st, (size_t)o->dict_ids, &id, &n)) return fail(st);
+    printf("dictionary %016llx: %zu ids from the store's sessions; new cheap-coded nodes use it\n",
+           (unsigned long long)id, n);
     return CLI_OK;
 }
 
@@ -374,6 +412,7 @@ static const struct {
     {&stats_cmd, do_stats, SKV_STORE_READONLY, "sizes, dedup, bits per position, policy"},
     {&rm_cmd, do_rm, 0, "remove a session"},
     {&gc_cmd, do_gc, 0, "check the trie, apply the placement policy"},
+    {&dict_cmd, do_dict, 0, "train the store's cmvd dictionary on its sessions"},
 };
 
 static void store_help(FILE *f)
@@ -462,7 +501,7 @@ static int open_and_run(size_t k, const store_opts *o)
 
 int cmd_store(int argc, char **argv)
 {
-    store_opts o = {.budget = -1, .threads = 1, .verify = 1, .recompute = -1, .quality = -1};
+    store_opts o = {.budget = -1, .threads = 1, .verify = 1, .recompute = -1, .quality = -1, .price = -1};
     const char *pos[2] = {NULL, NULL};
     size_t k = 0, n_subs = sizeof subs / sizeof *subs;
     int n_pos = 0;

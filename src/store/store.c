@@ -51,33 +51,53 @@ skv_store_params skv_store_default_params(void)
 
 /* ---- meta records ------------------------------------------------------- */
 
-static void state_encode(const store_state *s, uint8_t *p)
+/* state (version 3, 80 bytes; version 2 stores hold the first 56 bytes + checksum):
+ *   0 next_id | 8 clock | 16 budget | 24 f64 prefill_tps | 32 f64 load_bps | 40 f64 prior_weight
+ *   | 48 f64 comp_ratio | 56 f64 cm_tps | 64 f64 cm_bpp | 72 u64 XXH3-64 */
+static void wr_f64(uint8_t *p, double d)
 {
     uint64_t u;
-    memset(p, 0, STATE_SIZE);
+    memcpy(&u, &d, 8);
+    skv_wr64(p, u);
+}
+
+static double rd_f64(const uint8_t *p)
+{
+    uint64_t u = skv_rd64(p);
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+static void state_encode(const store_state *s, uint8_t *p)
+{
+    memset(p, 0, STATE_SIZE3);
     skv_wr64(p, s->next_id);
     skv_wr64(p + 8, s->clock);
     skv_wr64(p + 16, s->budget);
-    memcpy(&u, &s->prefill_tps, 8); skv_wr64(p + 24, u);
-    memcpy(&u, &s->load_bps, 8); skv_wr64(p + 32, u);
-    memcpy(&u, &s->prior_weight, 8); skv_wr64(p + 40, u);
-    memcpy(&u, &s->comp_ratio, 8); skv_wr64(p + 48, u);
-    skv_wr64(p + 56, XXH3_64bits(p, 56));
+    wr_f64(p + 24, s->prefill_tps);
+    wr_f64(p + 32, s->load_bps);
+    wr_f64(p + 40, s->prior_weight);
+    wr_f64(p + 48, s->comp_ratio);
+    wr_f64(p + 56, s->cm_tps);
+    wr_f64(p + 64, s->cm_bpp);
+    skv_wr64(p + 72, XXH3_64bits(p, 72));
 }
 
 static int state_decode(const uint8_t *p, size_t n, store_state *s)
 {
-    uint64_t u;
-    if (n != STATE_SIZE || XXH3_64bits(p, 56) != skv_rd64(p + 56)) return SKV_ERR_FORMAT;
+    if ((n != STATE_SIZE && n != STATE_SIZE3) || XXH3_64bits(p, n - 8) != skv_rd64(p + n - 8)) return SKV_ERR_FORMAT;
     s->next_id = skv_rd64(p);
     s->clock = skv_rd64(p + 8);
     s->budget = skv_rd64(p + 16);
-    u = skv_rd64(p + 24); memcpy(&s->prefill_tps, &u, 8);
-    u = skv_rd64(p + 32); memcpy(&s->load_bps, &u, 8);
-    u = skv_rd64(p + 40); memcpy(&s->prior_weight, &u, 8);
-    u = skv_rd64(p + 48); memcpy(&s->comp_ratio, &u, 8);
+    s->prefill_tps = rd_f64(p + 24);
+    s->load_bps = rd_f64(p + 32);
+    s->prior_weight = rd_f64(p + 40);
+    s->comp_ratio = rd_f64(p + 48);
+    s->cm_tps = n == STATE_SIZE3 ? rd_f64(p + 56) : STORE_CM_TPS0;
+    s->cm_bpp = n == STATE_SIZE3 ? rd_f64(p + 64) : STORE_CM_BPP0;
     if (!(s->prefill_tps > 0) || !(s->load_bps > 0) || !(s->prior_weight >= 0) || !(s->comp_ratio > 0) ||
-        s->next_id == 0)
+        !(s->cm_tps > 0) || !(s->cm_bpp > 0) || s->next_id == 0)
         return SKV_ERR_FORMAT;
     return SKV_OK;
 }
@@ -106,9 +126,9 @@ static int header_check(skv_store *st, const uint8_t *p, size_t n, const char *d
         return store_err(st, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store (bad header)", dir);
     if (XXH3_64bits(p, 160) != skv_rd64(p + 160))
         return store_err(st, SKV_ERR_FORMAT, "store '%s': header checksum mismatch (damaged)", dir);
-    if (skv_rd32(p + 8) != STORE_VERSION)
-        return store_err(st, SKV_ERR_UNSUPPORTED, "store '%s' has format version %u (this build reads %d)", dir,
-                       skv_rd32(p + 8), STORE_VERSION);
+    if (!store_version_ok(skv_rd32(p + 8)))
+        return store_err(st, SKV_ERR_UNSUPPORTED, "store '%s' has format version %u (this build reads %d..%d)", dir,
+                         skv_rd32(p + 8), STORE_VERSION_MIN, STORE_VERSION);
     memcpy(name, p + 32, 96);
     name[96] = 0;
     if (memcmp(p + 16, st->fp, 16) != 0)
@@ -124,7 +144,8 @@ static int state_load(tx *t)
     int rc = t->st->be->ops->get(t->bt, TB_META, "state", 5, STORE_NOWATCH, &v, &n);
     if (rc == 1 && t->st->be->evicts) { /* evicted: start the statistics again */
         t->s = (store_state){.next_id = 1, .budget = DEFAULT_BUDGET, .prefill_tps = 2000.0, .load_bps = 200e6,
-                             .prior_weight = 16.0, .comp_ratio = 0.8};
+                             .prior_weight = 16.0, .comp_ratio = 0.8, .cm_tps = STORE_CM_TPS0,
+                             .cm_bpp = STORE_CM_BPP0};
         memset(&t->s0, 0xff, sizeof t->s0);
         return SKV_OK;
     }
@@ -137,10 +158,10 @@ static int state_load(tx *t)
 
 static int state_save(tx *t)
 {
-    uint8_t buf[STATE_SIZE];
+    uint8_t buf[STATE_SIZE3];
     if (!memcmp(&t->s, &t->s0, sizeof t->s)) return SKV_OK;
     state_encode(&t->s, buf);
-    return store_put(t, TB_META, "state", 5, buf, STATE_SIZE);
+    return store_put(t, TB_META, "state", 5, buf, STATE_SIZE3);
 }
 
 /* ---- transactions ------------------------------------------------------- */
@@ -261,7 +282,7 @@ static int init_store(tx *t, const skv_store_params *p)
     if (rc <= 0) return rc;
     t->s = (store_state){.next_id = 1, .clock = 0, .budget = p->budget >= 0 ? (uint64_t)p->budget : DEFAULT_BUDGET,
                          .prefill_tps = measure_prefill(t->st), .load_bps = 200e6, .prior_weight = 16.0,
-                         .comp_ratio = 0.8};
+                         .comp_ratio = 0.8, .cm_tps = STORE_CM_TPS0, .cm_bpp = STORE_CM_BPP0};
     memset(&t->s0, 0xff, sizeof t->s0);
     header_encode(t->st, hdr);
     rc = store_put(t, TB_META, "header", 6, hdr, HEADER_SIZE);
@@ -294,6 +315,12 @@ static int check_store(tx *t, void *u)
     int rc = store_get(t, TB_META, "header", 6, &v, &n);
     if (rc == 1) return store_err(t->st, SKV_ERR_FORMAT, "'%s' holds no seqkv store header", dir);
     if (rc || (rc = header_check(t->st, v, n, dir))) return rc;
+    if (t->write && skv_rd32(v + 8) < STORE_VERSION) { /* version 2: upgrade (nothing else changes) */
+        uint8_t hdr[HEADER_SIZE];
+        header_encode(t->st, hdr);
+        if ((rc = store_put(t, TB_META, "header", 6, hdr, HEADER_SIZE))) return rc;
+        memset(&t->s0, 0xff, sizeof t->s0); /* the state record is rewritten in the version-3 layout */
+    }
     if (t->write && (rc = store_get(t, TB_META, "mat", 3, &v, &n)) == 1) return store_mat_build(t);
     return rc;
 }
@@ -356,6 +383,7 @@ void skv_store_close(skv_store *st)
     if (!st) return;
     if (st->be) st->be->ops->close(st->be);
     skv_ctx_free(st->work);
+    store_tier_free(st);
     skv_errbox_free(st->err);
     free(st->model_path);
     free(st);

@@ -128,6 +128,7 @@ int skv_store_get_stats(skv_store *st, skv_store_stats *s)
     if ((rc = skv_store_list(st, sum_session, s))) return rc;
     if ((rc = store_tx_begin(st, 0, &t))) return rc;
     rc = store_scan_nodes(&t, count_node, s);
+    if (!rc) rc = store_tier_count(&t, s);
     store_tx_abort(&t);
     if (rc || (rc = st->be->ops->bytes(st->be, &s->disk_bytes))) return rc;
     uint64_t miss[2];
@@ -146,6 +147,8 @@ int skv_store_get_stats(skv_store *st, skv_store_stats *s)
     s->load_bps = t.s.load_bps;
     s->prior_weight = t.s.prior_weight;
     s->clock = t.s.clock;
+    s->cm_tps = t.s.cm_tps;
+    s->cm_bpp = t.s.cm_bpp;
     return SKV_OK;
 }
 
@@ -204,6 +207,7 @@ static int gc_tx(tx *t, void *u)
     if (rc || (rc = store_mat_total(t, &before))) return rc;
     if (!(rc = store_evict_to(t, t->s.budget, &g->n_demoted)) && !(rc = gc_check_blobs(t)))
         rc = store_fill_to(t, t->s.budget, &g->n_materialised, &g->n_demoted);
+    if (!rc) rc = store_retier(t, &g->n_retiered);
     if (!rc && !(rc = store_mat_total(t, &after))) {
         g->mat_bytes = after;
         g->bytes_freed = before > after ? before - after : 0;
@@ -241,8 +245,12 @@ static int bulk_one(tx *t, const bulk_args *a, size_t i)
     if (rc || (rc = store_check_tokens(st, a->tokens[i], a->lens[i]))) return rc;
     if ((rc = store_get(t, TB_SESSIONS, a->names[i], nl, &old, &on)) <= 0)
         return rc ? rc : store_err(st, SKV_ERR_INVALID_ARG, "session '%s' exists", a->names[i]);
-    if ((rc = skv_trie_insert(&t->io, a->tokens[i], a->lens[i], a->surprisal[i], ++t->s.clock, &sr.end)))
-        return store_trie_err(st, rc, "insert");
+    float *sq = malloc((a->lens[i] ? a->lens[i] : 1) * sizeof *sq); /* on the stored grid */
+    if (!sq) return store_err(st, SKV_ERR_NOMEM, "out of memory");
+    for (size_t j = 0; j < a->lens[i]; j++) sq[j] = store_sur_q(a->surprisal[i][j]);
+    rc = skv_trie_insert(&t->io, a->tokens[i], a->lens[i], sq, ++t->s.clock, &sr.end);
+    free(sq);
+    if (rc) return store_trie_err(st, rc, "insert");
     store_ses_encode(&sr, rec);
     return store_put(t, TB_SESSIONS, a->names[i], nl, rec, SESSION_SIZE);
 }

@@ -8,6 +8,9 @@
  *   store_policy.c   placement policy: which nodes keep their KV materialised
  *   store_session.c  session records, put, get
  *   store_admin.c    match, remove, list, stats, gc, bulk insert
+ *   store_tier.c     node tiers: which form a token-only node's record takes (raw or
+ *                    cheap-coded), the coded record, the "tier" meta record
+ *   store_dict.c     store-kept cmvd dictionaries: training, records, lookup
  */
 #ifndef SKV_STORE_INT_H
 #define SKV_STORE_INT_H
@@ -19,9 +22,12 @@
 #include "store/trie.h"
 
 #define STORE_MAGIC "SKVSTORE"
-#define STORE_VERSION 2
+#define STORE_VERSION 3     /* 3: node tiers (coded node records), "tier" and "dict.*" meta records */
+#define STORE_VERSION_MIN 2 /* a version-2 store opens; its first write transaction upgrades it */
+#define STORE_KEY_VERSION 2 /* Redis key namespace "P:skv2:": unchanged by version 3 */
 #define HEADER_SIZE 168
-#define STATE_SIZE 64
+#define STATE_SIZE 64   /* version 2 */
+#define STATE_SIZE3 80  /* version 3: + cm decode speed, cm bytes per position */
 #define SESSION_SIZE 56
 #define BLOB_HDR 16
 #define MODEL_MAGIC 0x4d564b53u /* "SKVM" */
@@ -31,11 +37,28 @@
 #define DEFAULT_BUDGET (64ull << 20)
 #define DEFAULT_MAP (64ull << 30)
 #define ZSTD_KV_LEVEL 3
+#define STORE_CM_TPS0 100000.0 /* cheap-coding speed before any is measured, positions/s */
+enum { STORE_TIER_KV, STORE_TIER_TOKENS, STORE_TIER_CMV, STORE_TIER_CMVD, STORE_TIER_N };
+#define STORE_CM_BPP0 1.5      /* cheap-coded bytes per position before any is measured */
 
 typedef struct store_state {
     uint64_t next_id, clock, budget;
     double prefill_tps, load_bps, prior_weight, comp_ratio;
+    double cm_tps, cm_bpp; /* measured cheap-coding speed (positions/s, setup included), bytes/position */
 } store_state;
+
+/* Surprisals are stored on a grid of 2^-9 bits (0 .. 65535/512), so a cheap-coded record
+ * keeps them exactly in 16 bits and every d_end stays the sum of what is stored. */
+#define STORE_SUR_SCALE 512.0f
+static inline float store_sur_q(float s)
+{
+    float m = 65535.0f / STORE_SUR_SCALE;
+    if (!(s > 0)) return 0.0f;
+    if (s > m) return m;
+    return (float)(uint32_t)(s * STORE_SUR_SCALE + 0.5f) / STORE_SUR_SCALE;
+}
+
+static inline int store_version_ok(uint32_t v) { return v >= STORE_VERSION_MIN && v <= STORE_VERSION; }
 
 struct skv_store {
     store_backend *be;
@@ -47,6 +70,7 @@ struct skv_store {
     char *model_path;        /* the model file (absolute) to record, or NULL */
     skv_ctx *work;           /* put's context: used only inside the write transaction */
     skv_errbox *err;         /* last error, per thread (skv_store_last_error) */
+    struct store_memo *memo; /* coded nodes decoded lately (store_tier.c; its own lock) */
 };
 
 /* One transaction with its trie view. */
@@ -57,6 +81,13 @@ typedef struct tx {
     store_state s, s0; /* s0: as loaded (saved only when changed) */
     uint64_t miss[2];  /* records found evicted: [0] KV blobs, [1] trie nodes / sessions */
     skv_trie_io io;
+    int tier_ok;       /* tier loaded (read once per transaction) */
+    int damaged;       /* a record was found damaged (not evicted): never reported as a miss */
+    struct store_tier_rec {
+        double price;      /* seconds of restore time one stored byte is worth */
+        uint64_t dict_id;  /* the dictionary new cheap-coded nodes use (0: none) */
+        uint32_t dict_n;
+    } tier;
 } tx;
 
 typedef struct ses_rec {
@@ -143,6 +174,24 @@ int store_place(tx *t, const skv_trie_path *p, skv_ctx *ctx, uint32_t *n_mat, ui
 /* The other direction (gc): materialises the best-scoring token-only nodes whose parent is
  * materialised (or the root) while they fit the budget, computing their KV with st->work. */
 int store_fill_to(tx *t, uint64_t budget, uint32_t *n_mat, uint32_t *n_dem);
+
+/* ---- store_tier.c: node tiers ---- */
+#define STORE_PRICE0 2e-5 /* default price: seconds of restore per stored byte (docs/store.md) */
+int store_tier_get(tx *t, struct store_tier_rec *r);
+int store_tier_put(tx *t, const struct store_tier_rec *r);
+/* A node's record in its tier (malloc'ed): materialised nodes and the ones the rule keeps
+ * raw in the trie's codec, the others cheap-coded. */
+int store_node_encode(tx *t, const skv_trie_node *n, uint8_t **buf, size_t *size);
+int store_node_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out); /* message set */
+int store_node_tier(const uint8_t *v, size_t n); /* STORE_TIER_* of a record, -1 if unknown */
+int store_retier(tx *t, uint32_t *n_changed); /* rewrites nodes whose tier the rule changed */
+int store_tier_count(tx *t, skv_store_stats *s);
+void store_tier_free(skv_store *st); /* the decoded-node cache, at close */
+
+/* ---- store_dict.c: dictionaries (meta "dict.<16 hex>") ---- */
+#define STORE_DICT_MAX (1u << 20) /* ids of a store dictionary */
+int store_dict_get(tx *t, uint64_t id, uint32_t n, int32_t **ids); /* malloc'ed; message set */
+int store_dict_put(tx *t, const int32_t *ids, uint32_t n, uint64_t *id);
 
 /* ---- store_session.c: session records ---- */
 void store_ses_encode(const ses_rec *r, uint8_t *p);

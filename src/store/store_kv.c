@@ -4,6 +4,7 @@
  * updates the placement index (store_policy.c), so the policy never rescans the trie. */
 #include <stdlib.h>
 #include "core/fpguard.h"
+#include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 #include <zstd.h>
@@ -131,14 +132,16 @@ int store_io_get_node(void *u, uint64_t id, skv_trie_node *out)
 {
     tx *t = u;
     uint8_t key[8];
-    char e[160];
     const uint8_t *v;
     size_t n;
     be64(key, id);
     int rc = store_get(t, TB_NODES, key, 8, &v, &n);
     if (rc) return rc;
-    if ((rc = skv_trie_node_decode(v, n, out, e, sizeof e)))
+    if ((rc = store_node_decode(t, v, n, out))) {
+        char e[420];
+        snprintf(e, sizeof e, "%s", skv_errbox_get(t->st->err));
         return store_err(t->st, rc, "node %llu: %s", (unsigned long long)id, e);
+    }
     if (out->id != id) {
         skv_trie_node_clear(out);
         return store_err(t->st, SKV_ERR_FORMAT, "node %llu: record names id %llu", (unsigned long long)id,
@@ -150,13 +153,12 @@ int store_io_get_node(void *u, uint64_t id, skv_trie_node *out)
 int store_io_put_node(void *u, const skv_trie_node *n)
 {
     tx *t = u;
-    uint8_t key[8];
-    size_t sz = skv_trie_node_size(n->len);
-    uint8_t *buf = malloc(sz);
-    if (!buf) return store_err(t->st, SKV_ERR_NOMEM, "out of memory");
-    skv_trie_node_encode(n, buf);
+    uint8_t key[8], *buf;
+    size_t sz;
+    int rc = store_node_encode(t, n, &buf, &sz); /* its tier's record (store_tier.c) */
+    if (rc) return rc;
     be64(key, n->id);
-    int rc = store_put(t, TB_NODES, key, 8, buf, sz);
+    rc = store_put(t, TB_NODES, key, 8, buf, sz);
     free(buf);
     return rc ? rc : store_mat_note(t, n);
 }
@@ -171,11 +173,10 @@ static int scan_node(void *u, const uint8_t *k, size_t kn, const uint8_t *v, siz
 {
     scan_nodes *sn = u;
     skv_trie_node nd;
-    char e[128];
     (void)k;
     (void)kn;
-    int r = skv_trie_node_decode(v, vn, &nd, e, sizeof e);
-    if (r) return store_err(sn->t->st, r, "%s", e);
+    int r = store_node_decode(sn->t, v, vn, &nd);
+    if (r) return r;
     r = sn->fn(sn->u, &nd);
     skv_trie_node_clear(&nd);
     return r;

@@ -70,7 +70,7 @@ static int header_read(const uint8_t *p, size_t n, skv_store_model *out)
 {
     if (n != HEADER_SIZE || memcmp(p, STORE_MAGIC, 8) != 0 || XXH3_64bits(p, 160) != skv_rd64(p + 160))
         return SKV_ERR_FORMAT;
-    if (skv_rd32(p + 8) != STORE_VERSION) return SKV_ERR_UNSUPPORTED;
+    if (!store_version_ok(skv_rd32(p + 8))) return SKV_ERR_UNSUPPORTED;
     memcpy(out->fingerprint, p + 16, 16);
     memcpy(out->name, p + 32, 95);
     out->name[95] = 0;

@@ -150,7 +150,7 @@ static int surprisal_chunk(skv_store *st, const int32_t *tokens, size_t n, size_
     if (rc) return store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
     for (size_t r = 0; r < c; r++) { /* rounding never makes a cost negative */
         size_t j = q0 + r + 1;
-        if (j >= m && j < n) sur[j] = (float)fmax(0.0, skv_token_surprisal(logits + r * (size_t)V, V, tokens[j]));
+        if (j >= m && j < n) sur[j] = store_sur_q((float)skv_token_surprisal(logits + r * (size_t)V, V, tokens[j]));
     }
     return SKV_OK;
 }
@@ -287,7 +287,7 @@ static int verify_digest(skv_store *st, const char *name, skv_ctx *ctx, uint32_t
 /* A session's path that cannot be read: damage in LMDB, an eviction (a miss) in Redis. */
 static int path_err(tx *t, const char *name, int rc)
 {
-    if (!t->st->be->evicts || rc == SKV_ERR_NOMEM) return store_trie_err(t->st, rc, "session path");
+    if (!t->st->be->evicts || rc == SKV_ERR_NOMEM || t->damaged) return store_trie_err(t->st, rc, "session path");
     t->miss[1]++;
     return store_err(t->st, SKV_ERR_IO, "session '%s' was evicted from the Redis store (a miss, counted in stats): "
                      "store it again", name);

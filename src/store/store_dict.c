@@ -1,0 +1,139 @@
+/* Store-kept cmvd dictionaries (docs/store.md "Dictionaries"): the store trains one on its
+ * own sessions, records it, and cheap-coded nodes name it by id (store_tier.c); a node is
+ * decoded with exactly the dictionary it names or not at all.
+ *
+ *   meta "dict.<id: 16 hex digits>" -> "SKVD" | u32 version 1 | u64 id | u32 n | u32 0
+ *                                      | u32 ids[n] | u64 XXH3-64 of every byte before it
+ *
+ * id = XXH3-64 of the ids as little-endian u32 (skv_session_dict_id, what a cmvd payload
+ * names); n is 1 .. 2^20, every id < n_vocab. Records are never changed (a new training
+ * writes a new one); the "tier" record names the current one. */
+#include <stdio.h>
+#include "core/fpguard.h"
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "container/session_int.h"
+#include "store/store_int.h"
+
+#define DICT_MAGIC 0x44564b53u /* "SKVD" */
+#define DICT_HDR 24u
+#define DICT_DEFAULT 65536u
+
+static void dict_key(char key[22], uint64_t id) { snprintf(key, 22, "dict.%016llx", (unsigned long long)id); }
+
+static int dict_bad(tx *t, uint64_t id, const char *what)
+{
+    t->damaged = 1;
+    return store_err(t->st, SKV_ERR_FORMAT,
+                     "store dictionary %016llx %s: the nodes coded with it cannot be restored (restore the store "
+                     "from a backup)", (unsigned long long)id, what);
+}
+
+int store_dict_get(tx *t, uint64_t id, uint32_t n, int32_t **ids)
+{
+    char key[22];
+    const uint8_t *v;
+    size_t vn;
+    dict_key(key, id);
+    *ids = NULL;
+    int rc = store_get(t, TB_META, key, 21, &v, &vn);
+    if (rc == 1) return dict_bad(t, id, "is missing");
+    if (rc) return rc;
+    if (n < 1 || n > STORE_DICT_MAX || vn != DICT_HDR + 4ull * n + 8 || skv_rd32(v) != DICT_MAGIC ||
+        skv_rd32(v + 4) != 1 || skv_rd64(v + 8) != id || skv_rd32(v + 16) != n ||
+        XXH3_64bits(v, vn - 8) != skv_rd64(v + vn - 8))
+        return dict_bad(t, id, "is damaged");
+    if (!(*ids = malloc((size_t)n * sizeof **ids))) return store_err(t->st, SKV_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x = skv_rd32(v + DICT_HDR + 4u * i);
+        if (x >= (uint32_t)t->st->info.n_vocab) {
+            free(*ids);
+            *ids = NULL;
+            return dict_bad(t, id, "holds an id outside the vocabulary");
+        }
+        (*ids)[i] = (int32_t)x;
+    }
+    if (skv_session_dict_id(*ids, n) != id) {
+        free(*ids);
+        *ids = NULL;
+        return dict_bad(t, id, "does not match its id");
+    }
+    return SKV_OK;
+}
+
+int store_dict_put(tx *t, const int32_t *ids, uint32_t n, uint64_t *id)
+{
+    char key[22];
+    size_t vn = DICT_HDR + 4ull * n + 8;
+    uint8_t *b = malloc(vn);
+    if (!b) return store_err(t->st, SKV_ERR_NOMEM, "out of memory");
+    *id = skv_session_dict_id(ids, n);
+    memset(b, 0, DICT_HDR);
+    skv_wr32(b, DICT_MAGIC);
+    skv_wr32(b + 4, 1);
+    skv_wr64(b + 8, *id);
+    skv_wr32(b + 16, n);
+    for (uint32_t i = 0; i < n; i++) skv_wr32(b + DICT_HDR + 4u * i, (uint32_t)ids[i]);
+    skv_wr64(b + vn - 8, XXH3_64bits(b, vn - 8));
+    dict_key(key, *id);
+    int rc = store_put(t, TB_META, key, 21, b, vn);
+    free(b);
+    return rc;
+}
+
+/* ---- training ------------------------------------------------------------ */
+
+typedef struct train {
+    int32_t *ids;
+    uint32_t n, cap;
+} train;
+
+/* Depth first: every unique position once, shared prefixes first. */
+static int train_visit(void *u, const skv_trie_node *nd, const int32_t *seq)
+{
+    train *tr = u;
+    (void)seq;
+    uint32_t k = nd->len < tr->cap - tr->n ? nd->len : tr->cap - tr->n;
+    memcpy(tr->ids + tr->n, nd->tokens, (size_t)k * sizeof *tr->ids);
+    tr->n += k;
+    return tr->n == tr->cap;
+}
+
+typedef struct train_args {
+    uint32_t cap;
+    uint64_t id;
+    uint32_t n;
+} train_args;
+
+static int train_tx(tx *t, void *u)
+{
+    train_args *a = u;
+    struct store_tier_rec r;
+    train tr = {malloc((size_t)a->cap * sizeof(int32_t)), 0, a->cap};
+    int rc = tr.ids ? store_tier_get(t, &r) : store_err(t->st, SKV_ERR_NOMEM, "out of memory");
+    if (!rc && (rc = skv_trie_walk(&t->io, train_visit, &tr)) > 0) rc = SKV_OK;
+    if (rc < 0) rc = store_trie_err(t->st, rc, "dictionary training");
+    else if (tr.n == 0) rc = store_err(t->st, SKV_ERR_INVALID_ARG, "the store holds no sessions to train on");
+    if (!rc) rc = store_dict_put(t, tr.ids, tr.n, &a->id);
+    if (!rc) {
+        r.dict_id = a->id;
+        r.dict_n = a->n = tr.n;
+        rc = store_tier_put(t, &r);
+    }
+    free(tr.ids);
+    return rc;
+}
+
+int skv_store_train_dict(skv_store *st, size_t max_ids, uint64_t *id, size_t *n_ids)
+{
+    if (!st) return SKV_ERR_INVALID_ARG;
+    if (max_ids > STORE_DICT_MAX)
+        return store_err(st, SKV_ERR_INVALID_ARG, "a store dictionary holds at most %u ids", STORE_DICT_MAX);
+    train_args a = {max_ids ? (uint32_t)max_ids : DICT_DEFAULT, 0, 0};
+    int rc = store_run(st, 1, train_tx, &a);
+    if (!rc && id) *id = a.id;
+    if (!rc && n_ids) *n_ids = a.n;
+    return store_done(st, rc);
+}
