@@ -5,7 +5,9 @@
  *               rejected; then int8 logits are used instead)
  *        bit 1: also decode with a non-power-of-two model (get_freq path)
  *        bit 2: interleave raw bits in the round trip
- *   h[1] % 13 + 16: total_bits;  h[2..3]: vocabulary size 1..4096
+ *   h[1] % 13 + 16: total_bits;  h[2..3]: vocabulary size 1 + (v % 4096 >> (v >> 12)),
+ *               v = h[2] | h[3] << 8: 1..4096, smaller sizes more often (15 of 16 values
+ *               of the top nibble shift the size down: each input costs about its size)
  * (a) The body is decoded as a stream: every decoded symbol must lie in
  *     range and its interval must hold the target; update must accept it.
  * (b) Symbols derived from the body are encoded and decoded back: any
@@ -121,7 +123,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int st;
     if (size < 4) return 0;
     bits = 16 + data[1] % 13;
-    n = 1 + (((size_t)data[2] | (size_t)data[3] << 8) % MAXV);
+    n = (size_t)data[2] | (size_t)data[3] << 8;
+    n = 1 + ((n % MAXV) >> (n >> 12));
     bsize = size - 4;
 
     make_logits(body, bsize, n, data[0] & 1);

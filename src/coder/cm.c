@@ -161,21 +161,42 @@ void skv_cm_free(skv_cm *cm)
     free(cm);
 }
 
+/* Fills n elements of `size` bytes at dst with copies of the first `have` elements (already
+ * written): memcpy of what is there, doubling (a few calls instead of one store per slot). */
+static void fill_doubling(void *dst, size_t size, size_t have, size_t n)
+{
+    uint8_t *b = dst;
+    while (have < n) {
+        size_t k = have < n - have ? have : n - have;
+        memcpy(b + have * size, b, k * size);
+        have += k;
+    }
+}
+
 void skv_cm_reset(skv_cm *cm)
 {
-    for (int k = 0; k < cm->n_slots; k++)
-        for (size_t j = 0; j < ((size_t)1 << cm->slot_bits); j++) cm->slot[k][j] = CM_SLOT_INIT;
+    size_t n_slot = (size_t)1 << cm->slot_bits;
+    for (int k = 0; k < cm->n_slots; k++) {
+        uint32_t *s = cm->slot[k];
+        s[0] = CM_SLOT_INIT;
+        fill_doubling(s, sizeof *s, 1, n_slot);
+    }
     memset(cm->mpos, 0, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
     for (int c = 0; c < CM_MATCH_CTX; c++) cm->msm[c] = CM_SLOT_INIT;
-    for (int s = 0; s < CM_SETS; s++)
-        for (int j = 0; j < CM_INPUTS; j++) cm->w[s][j] = CM_W_INIT;
+    cm->w[0][0] = CM_W_INIT;
+    fill_doubling(cm->w, sizeof cm->w[0][0], 1, (size_t)CM_SETS * CM_INPUTS);
     cm->n_coded = 0;
     cm->mlen = cm->mptr = 0;
     cm->mtok = -1;
     cm->text4 = cm->frag = 0;
-    for (size_t s2 = 0; cm->w2 && s2 < CMV_SETS2; s2++)
-        for (int j = 0; j < CM_INPUTS; j++) cm->w2[s2][j] = CM_W_INIT;
-    for (size_t j = 0; cm->apm && j < CMV_APM_N; j++) cm->apm[j] = (uint16_t)squash16((int32_t)(j % 33) * 128 - 2048);
+    if (cm->w2) {
+        cm->w2[0][0] = CM_W_INIT;
+        fill_doubling(cm->w2, sizeof cm->w2[0][0], 1, CMV_SETS2 * CM_INPUTS);
+    }
+    if (cm->apm) { /* 33 knots per context, the same for every context */
+        for (size_t j = 0; j < 33; j++) cm->apm[j] = (uint16_t)squash16((int32_t)j * 128 - 2048);
+        fill_doubling(cm->apm, sizeof *cm->apm, 33, CMV_APM_N);
+    }
 }
 
 size_t skv_cm_bound(uint64_t n, uint32_t n_vocab)
