@@ -47,6 +47,13 @@ static inline __m256 scales8(const uint8_t *const w[8], size_t off)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
 }
 
+/* Asks for the bytes `ahead` past block b of the 8 rows (decode streams weights
+ * from memory: eight rows at once is more streams than the prefetcher follows). */
+static inline void prefetch8(const uint8_t *const w[8], size_t off)
+{
+    for (int i = 0; i < 8; i++) _mm_prefetch((const char *)(w[i] + off), _MM_HINT_T0);
+}
+
 static inline __m256i ld32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* acc = fma(d * dx, (float)isum, acc), lane by lane. */
@@ -58,6 +65,7 @@ static inline __m256 fma_scaled(__m256 acc, __m256 d, float dx, __m256i isum)
 /* Up to NT tokens share one unpacking of a weight block: y[t*ldy + i] =
  * dot(row w[i], activation row qa + t*qs) for t < nt, i < m; nb blocks. */
 #define NT 4
+#define PF_AHEAD 512 /* bytes of each weight row prefetched ahead of the block in use */
 typedef void (*tile_fn)(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
                         size_t nt, size_t m);
 
@@ -95,6 +103,7 @@ static void tile_q8_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
     __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (size_t b = 0; b < nb; b++) {
         __m256i q[8], p[8];
+        prefetch8(w, 34 * b + PF_AHEAD);
         __m256 d = scales8(w, 34 * b);
         for (int i = 0; i < 8; i++) q[i] = ld32(w[i] + 34 * b + 2);
 #if SKV_DOT_VNNI
@@ -126,6 +135,7 @@ static void tile_q4_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
     __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (size_t b = 0; b < nb; b++) {
         __m256i v[8], p[8];
+        prefetch8(w, 18 * b + PF_AHEAD);
         __m256 d = scales8(w, 18 * b);
         for (int i = 0; i < 8; i++) {
             __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(w[i] + 18 * b + 2));
@@ -197,6 +207,7 @@ static void tile_q4_k(float *y, size_t ldy, const uint8_t *const w[8], const uin
     __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     q4k_unpacked u;
     for (size_t b = 0; b < nb; b++) {
+        for (int c = 0; c < 3; c++) prefetch8(w, 144 * b + PF_AHEAD + 64 * c);
         q4_k_unpack(&u, w, b);
         for (size_t t = 0; t < nt; t++) {
             const skv_act256 *a = ACT256(qa, qs, t, b);
@@ -262,6 +273,7 @@ static void tile_q6_k(float *y, size_t ldy, const uint8_t *const w[8], const uin
     __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     q6k_unpacked u;
     for (size_t b = 0; b < nb; b++) {
+        for (int c = 0; c < 4; c++) prefetch8(w, 210 * b + PF_AHEAD + 64 * c);
         q6_k_unpack(&u, w, b);
         for (size_t t = 0; t < nt; t++) {
             const skv_act256 *a = ACT256(qa, qs, t, b);
