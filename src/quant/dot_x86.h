@@ -42,9 +42,11 @@ static inline __m256i reduce8_epi32(const __m256i p[8])
 /* The binary16 at w[i] + off of the 8 rows, as floats (exact). */
 static inline __m256 scales8(const uint8_t *const w[8], size_t off)
 {
-    uint16_t h[8];
-    for (int i = 0; i < 8; i++) h[i] = skv_rd16le(w[i] + off);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
+    /* built in registers: eight 2-byte stores read back as one 16-byte load would stall
+     * store forwarding once per block */
+#define H_(i) (short)skv_rd16le(w[i] + off)
+    return _mm256_cvtph_ps(_mm_set_epi16(H_(7), H_(6), H_(5), H_(4), H_(3), H_(2), H_(1), H_(0)));
+#undef H_
 }
 
 /* Asks for the bytes `ahead` past block b of the 8 rows (decode streams weights
