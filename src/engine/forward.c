@@ -28,6 +28,9 @@
 /* Batches smaller than this run on the calling thread: waking workers for a handful of
  * tokens costs more than it saves (and never changes a result: see ops.h). */
 #define POOL_MIN_BATCH 8
+/* ... except matrix products of at least this many weights per token: a 1B model's
+ * decode spends its time streaming weights, which two threads do faster than one. */
+#define POOL_MIN_WEIGHTS ((size_t)1 << 18)
 
 struct skv_ctx {
     const skv_model *m;
@@ -333,7 +336,8 @@ static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, 
         skv_qmatmul_quantize(c->k, w->type, x, ldx, T, w->K, c->qact);
         j.qa = c->qact;
     }
-    skv_pool_run(c->active, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
+    skv_pool *p = c->active ? c->active : w->N * w->K >= POOL_MIN_WEIGHTS ? c->pool : NULL;
+    skv_pool_run(p, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
 }
 
 /* ---- attention --------------------------------------------------------------------

@@ -70,10 +70,44 @@ static inline void tile_8x1(float *y, const float *W, size_t K, const float *x)
     dot8(y, a, b, K);
 }
 
+/* Tile: 3 weight rows x 4 tokens, twelve 8-lane accumulators (each output's own chain,
+ * reduced by the same tree as dot_avx2); 7 loads per 12 fma instead of 6 per 8. */
+static void tile_3x4(float *y, size_t ldy, const float *W, size_t K, const float *x, size_t ldx)
+{
+    __m256 acc[16];
+    float o[16];
+    size_t n8 = K & ~(size_t)7, j;
+    for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
+    for (j = 0; j < n8; j += 8) {
+        __m256 w0 = _mm256_loadu_ps(W + j), w1 = _mm256_loadu_ps(W + K + j), w2 = _mm256_loadu_ps(W + 2 * K + j);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            __m256 xv = _mm256_loadu_ps(x + (size_t)t * ldx + j);
+            acc[3 * t] = _mm256_fmadd_ps(w0, xv, acc[3 * t]);
+            acc[3 * t + 1] = _mm256_fmadd_ps(w1, xv, acc[3 * t + 1]);
+            acc[3 * t + 2] = _mm256_fmadd_ps(w2, xv, acc[3 * t + 2]);
+        }
+    }
+    _mm256_storeu_ps(o, skv_reduce8_avx2(acc));
+    _mm256_storeu_ps(o + 8, skv_reduce8_avx2(acc + 8));
+    for (int t = 0; t < 4; t++)
+        for (int r = 0; r < 3; r++) {
+            float s = o[3 * t + r];
+            for (size_t k = n8; k < K; k++) s = fmaf(W[(size_t)r * K + k], x[(size_t)t * ldx + k], s);
+            y[(size_t)t * ldy + r] = s;
+        }
+}
+
 static void matmul_avx2(float *y, size_t ldy, const float *W, size_t K, const float *x, size_t ldx,
                         size_t T, size_t n_rows)
 {
     size_t t = 0;
+    for (; t + 4 <= T; t += 4) {
+        size_t r = 0;
+        for (; r + 3 <= n_rows; r += 3) tile_3x4(y + t * ldy + r, ldy, W + r * K, K, x + t * ldx, ldx);
+        for (; r < n_rows; r++)
+            for (size_t u = t; u < t + 4; u++) y[u * ldy + r] = dot_avx2(W + r * K, x + u * ldx, K);
+    }
     for (; t + 2 <= T; t += 2) {
         size_t r = 0;
         for (; r + 4 <= n_rows; r += 4) tile_4x2(y + t * ldy + r, ldy, W + r * K, K, x + t * ldx, ldx);

@@ -30,18 +30,6 @@ static inline __m256i dp_u8s8(__m256i acc, __m256i u, __m256i s)
 #endif
 }
 
-/* acc + sc * (u8 x s8 products), sc_lo for bytes 0..15, sc_hi for bytes 16..31 (u <= 63). */
-static inline __m256i dp_scaled(__m256i acc, __m256i u, __m256i s, int sc_lo, int sc_hi)
-{
-#if SKV_DOT_VNNI
-    __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-    return _mm256_add_epi32(acc, _mm256_mullo_epi32(p, _mm256_set_m128i(_mm_set1_epi32(sc_hi), _mm_set1_epi32(sc_lo))));
-#else
-    __m256i sc = _mm256_set_m128i(_mm_set1_epi16((short)sc_hi), _mm_set1_epi16((short)sc_lo));
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc));
-#endif
-}
-
 /* Lane r = the sum of the 8 lanes of p[r] (integer: exact in any order). */
 static inline __m256i reduce8_epi32(const __m256i p[8])
 {
@@ -54,9 +42,18 @@ static inline __m256i reduce8_epi32(const __m256i p[8])
 /* The binary16 at w[i] + off of the 8 rows, as floats (exact). */
 static inline __m256 scales8(const uint8_t *const w[8], size_t off)
 {
-    uint16_t h[8];
-    for (int i = 0; i < 8; i++) h[i] = skv_rd16le(w[i] + off);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
+    /* built in registers: eight 2-byte stores read back as one 16-byte load would stall
+     * store forwarding once per block */
+#define H_(i) (short)skv_rd16le(w[i] + off)
+    return _mm256_cvtph_ps(_mm_set_epi16(H_(7), H_(6), H_(5), H_(4), H_(3), H_(2), H_(1), H_(0)));
+#undef H_
+}
+
+/* Asks for the bytes `ahead` past block b of the 8 rows (decode streams weights
+ * from memory: eight rows at once is more streams than the prefetcher follows). */
+static inline void prefetch8(const uint8_t *const w[8], size_t off)
+{
+    for (int i = 0; i < 8; i++) _mm_prefetch((const char *)(w[i] + off), _MM_HINT_T0);
 }
 
 static inline __m256i ld32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -67,8 +64,12 @@ static inline __m256 fma_scaled(__m256 acc, __m256 d, float dx, __m256i isum)
     return _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(isum), acc);
 }
 
-/* out[i] = dot(row w[i], activation row qa) for the 8 rows of a tile, nb blocks. */
-typedef void (*tile_fn)(float out[8], const uint8_t *const w[8], const uint8_t *qa, size_t nb);
+/* Up to NT tokens share one unpacking of a weight block: y[t*ldy + i] =
+ * dot(row w[i], activation row qa + t*qs) for t < nt, i < m; nb blocks. */
+#define NT 4
+#define PF_AHEAD 512 /* bytes of each weight row prefetched ahead of the block in use */
+typedef void (*tile_fn)(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                        size_t nt, size_t m);
 
 static void gemm_tiles(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride,
                        size_t nb, size_t T, size_t n_rows, tile_fn tile)
@@ -78,85 +79,155 @@ static void gemm_tiles(float *y, size_t ldy, const void *W, size_t row_bytes, co
         size_t m = n_rows - r0 < 8 ? n_rows - r0 : 8;
         const uint8_t *w[8];
         for (size_t i = 0; i < 8; i++) w[i] = w0 + (r0 + (i < m ? i : m - 1)) * row_bytes; /* short tile: repeats */
-        for (size_t t = 0; t < T; t++) {
-            float o[8];
-            tile(o, w, a0 + t * qa_stride, nb);
-            memcpy(y + t * ldy + r0, o, m * sizeof(float));
-        }
+        for (size_t t = 0; t < T; t += NT)
+            tile(y + t * ldy + r0, ldy, w, a0 + t * qa_stride, qa_stride, nb, T - t < NT ? T - t : NT, m);
     }
 }
 
-/* ---- q8_0: sum q*a with the sign trick (|q| as u8, a with q's sign) ---- */
-static void tile_q8_0(float out[8], const uint8_t *const w[8], const uint8_t *qa, size_t nb)
+/* The nt accumulators of a tile to y (m rows each). */
+static inline void store_tile(float *y, size_t ldy, const __m256 acc[NT], size_t nt, size_t m)
 {
-    const skv_act32 *a = (const skv_act32 *)(const void *)qa;
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        __m256i av = ld32(a[b].qs), p[8];
-        for (int i = 0; i < 8; i++) {
-            __m256i q = ld32(w[i] + 34 * b + 2);
-            p[i] = dp_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(av, q));
-        }
-        acc = fma_scaled(acc, scales8(w, 34 * b), a[b].d, reduce8_epi32(p));
+    for (size_t t = 0; t < nt; t++) {
+        float o[8];
+        _mm256_storeu_ps(o, acc[t]);
+        memcpy(y + t * ldy, o, m * sizeof(float));
     }
-    _mm256_storeu_ps(out, acc);
+}
+
+#define ACT32(qa, qs, t, b) ((const skv_act32 *)(const void *)((qa) + (t) * (qs)) + (b))
+#define ACT256(qa, qs, t, b) ((const skv_act256 *)(const void *)((qa) + (t) * (qs)) + (b))
+
+/* ---- q8_0: sum q*a with the sign trick (|q| as u8, a with q's sign); with
+ * VNNI (no saturation) (a + 128) as u8 times q, minus 128 * sum q ---- */
+static void tile_q8_0(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                      size_t nt, size_t m)
+{
+    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t b = 0; b < nb; b++) {
+        __m256i q[8], p[8];
+        prefetch8(w, 34 * b + PF_AHEAD);
+        __m256 d = scales8(w, 34 * b);
+        for (int i = 0; i < 8; i++) q[i] = ld32(w[i] + 34 * b + 2);
+#if SKV_DOT_VNNI
+        for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(1), q[i]);
+        __m256i corr = _mm256_slli_epi32(reduce8_epi32(p), 7);
+#endif
+        for (size_t t = 0; t < nt; t++) {
+            const skv_act32 *a = ACT32(qa, qs, t, b);
+            __m256i av = ld32(a->qs);
+#if SKV_DOT_VNNI
+            __m256i ax = _mm256_xor_si256(av, _mm256_set1_epi8((char)0x80));
+            for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), ax, q[i]);
+            acc[t] = fma_scaled(acc[t], d, a->d, _mm256_sub_epi32(reduce8_epi32(p), corr));
+#else
+            for (int i = 0; i < 8; i++)
+                p[i] = dp_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(q[i], q[i]), _mm256_sign_epi8(av, q[i]));
+            acc[t] = fma_scaled(acc[t], d, a->d, reduce8_epi32(p));
+#endif
+        }
+    }
+    store_tile(y, ldy, acc, nt, m);
 }
 
 /* ---- q4_0: sum (q - 8)*a = sum q*a - 8 * sum a ---- */
-static void tile_q4_0(float out[8], const uint8_t *const w[8], const uint8_t *qa, size_t nb)
+static void tile_q4_0(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                      size_t nt, size_t m)
 {
-    const skv_act32 *a = (const skv_act32 *)(const void *)qa;
     const __m256i m4 = _mm256_set1_epi8(15);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (size_t b = 0; b < nb; b++) {
-        __m256i av = ld32(a[b].qs), p[8];
+        __m256i v[8], p[8];
+        prefetch8(w, 18 * b + PF_AHEAD);
+        __m256 d = scales8(w, 18 * b);
         for (int i = 0; i < 8; i++) {
             __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(w[i] + 18 * b + 2));
-            __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-            p[i] = dp_u8s8(_mm256_setzero_si256(), v, av);
+            v[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
         }
-        __m256i isum = _mm256_sub_epi32(reduce8_epi32(p), _mm256_set1_epi32(8 * (a[b].bsum[0] + a[b].bsum[1])));
-        acc = fma_scaled(acc, scales8(w, 18 * b), a[b].d, isum);
+        for (size_t t = 0; t < nt; t++) {
+            const skv_act32 *a = ACT32(qa, qs, t, b);
+            __m256i av = ld32(a->qs);
+            for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), v[i], av);
+            __m256i isum = _mm256_sub_epi32(reduce8_epi32(p), _mm256_set1_epi32(8 * (a->bsum[0] + a->bsum[1])));
+            acc[t] = fma_scaled(acc[t], d, a->d, isum);
+        }
     }
-    _mm256_storeu_ps(out, acc);
+    store_tile(y, ldy, acc, nt, m);
 }
+
+/* acc + the u8 x s8 products of u and s, each pair scaled by the int16 lanes
+ * of sc (u * s pairs stay within int16: u <= 63). */
+static inline __m256i dp_sc16(__m256i acc, __m256i u, __m256i s, __m256i sc)
+{
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), sc));
+}
+
+/* Lane r = sum_k madd(pairs[k] lane r, bcast[k]): int16 pairs x int16 pairs, exact. */
+static inline __m256i madd_pairs(const __m256i *pairs, const int32_t *bcast, int n)
+{
+    __m256i s = _mm256_setzero_si256();
+    for (int k = 0; k < n; k++) s = _mm256_add_epi32(s, _mm256_madd_epi16(pairs[k], _mm256_set1_epi32(bcast[k])));
+    return s;
+}
+
+/* Two int16 values as one int32 (low, high). */
+static inline int32_t pair16(int lo, int hi) { return (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo); }
 
 /* ---- q4_k: 8 runs of 32 nibbles, each with a 6-bit scale and min ---- */
 
-/* Row i's integer sums of one q4_k block: the scaled products, and (return) sum mn*asum. */
-static inline __m256i q4_k_row(const uint8_t *blk, const skv_act256 *a, const int32_t asum[8], int32_t *imin)
+/* One q4_k weight block of the 8 rows, unpacked once for all tokens. */
+typedef struct {
+    __m256i u[8][8];   /* [row][run]: the 32 nibbles of run c */
+    __m256i sc[8][8];  /* [row][run]: the run's scale in every int16 lane */
+    __m256i mn[4];     /* [k]: lane r = (mn[2k], mn[2k+1]) of row r, int16 pairs */
+    __m256 d, dm;      /* the rows' d and m */
+} q4k_unpacked;
+
+static void q4_k_unpack(q4k_unpacked *o, const uint8_t *const w[8], size_t b)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
-    uint8_t sc[8], mn[8];
-    __m256i acc = _mm256_setzero_si256();
-    int32_t m = 0;
-    skv_k4_scales8(blk + 4, sc, mn);
-    for (int c = 0; c < 4; c++) {
-        __m256i q = ld32(blk + 16 + 32 * c);
-        acc = dp_scaled(acc, _mm256_and_si256(q, m4), ld32(a->qs + 64 * c), sc[2 * c], sc[2 * c]);
-        acc = dp_scaled(acc, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), ld32(a->qs + 64 * c + 32), sc[2 * c + 1],
-                        sc[2 * c + 1]);
+    int32_t mp[4][8];
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *blk = w[i] + 144 * b;
+        uint8_t sc[8], mn[8];
+        skv_k4_scales8(blk + 4, sc, mn);
+        for (int c = 0; c < 4; c++) {
+            __m256i q = ld32(blk + 16 + 32 * c);
+            o->u[i][2 * c] = _mm256_and_si256(q, m4);
+            o->u[i][2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        }
+        for (int s = 0; s < 8; s++) o->sc[i][s] = _mm256_set1_epi16((short)sc[s]);
+        for (int k = 0; k < 4; k++) mp[k][i] = pair16(mn[2 * k], mn[2 * k + 1]);
     }
-    for (int s = 0; s < 8; s++) m += (int32_t)mn[s] * asum[s];
-    *imin = m;
-    return acc;
+    for (int k = 0; k < 4; k++) o->mn[k] = ld32(mp[k]);
+    o->d = scales8(w, 144 * b);
+    o->dm = _mm256_xor_ps(scales8(w, 144 * b + 2), _mm256_set1_ps(-0.0f));
 }
 
-static void tile_q4_k(float out[8], const uint8_t *const w[8], const uint8_t *qa, size_t nb)
+static void tile_q4_k(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                      size_t nt, size_t m)
 {
-    const skv_act256 *a = (const skv_act256 *)(const void *)qa;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    q4k_unpacked u;
     for (size_t b = 0; b < nb; b++) {
-        int32_t asum[8], imin[8];
-        __m256i p[8];
-        for (int s = 0; s < 8; s++) asum[s] = a[b].bsum[2 * s] + a[b].bsum[2 * s + 1];
-        for (int i = 0; i < 8; i++) p[i] = q4_k_row(w[i] + 144 * b, &a[b], asum, &imin[i]);
-        acc = fma_scaled(acc, scales8(w, 144 * b), a[b].d, reduce8_epi32(p));
-        __m256 dm = _mm256_xor_ps(_mm256_mul_ps(scales8(w, 144 * b + 2), _mm256_set1_ps(a[b].d)), sign);
-        acc = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(ld32(imin)), acc);
+        for (int c = 0; c < 3; c++) prefetch8(w, 144 * b + PF_AHEAD + 64 * c);
+        q4_k_unpack(&u, w, b);
+        for (size_t t = 0; t < nt; t++) {
+            const skv_act256 *a = ACT256(qa, qs, t, b);
+            __m256i av[8], p[8];
+            int32_t as[4];
+            for (int s = 0; s < 8; s++) av[s] = ld32(a->qs + 32 * s);
+            for (int k = 0; k < 4; k++)
+                as[k] = pair16(a->bsum[4 * k] + a->bsum[4 * k + 1], a->bsum[4 * k + 2] + a->bsum[4 * k + 3]);
+            for (int i = 0; i < 8; i++) {
+                p[i] = _mm256_setzero_si256();
+                for (int s = 0; s < 8; s++) p[i] = dp_sc16(p[i], u.u[i][s], av[s], u.sc[i][s]);
+            }
+            __m256 dx = _mm256_set1_ps(a->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(u.d, dx), _mm256_cvtepi32_ps(reduce8_epi32(p)), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(u.dm, dx), _mm256_cvtepi32_ps(madd_pairs(u.mn, as, 4)), acc[t]);
+        }
     }
-    _mm256_storeu_ps(out, acc);
+    store_tile(y, ldy, acc, nt, m);
 }
 
 /* ---- q6_k: 16 runs of 16 six-bit values q - 32, int8 scales ---- */
@@ -170,35 +241,57 @@ static inline __m256i q6_values(__m256i l0, __m256i l1, __m256i h, int k)
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
-/* Row i's scaled unsigned products of one q6_k block; *corr = 32 * sum sc*bsum. */
-static inline __m256i q6_k_row(const uint8_t *blk, const skv_act256 *a, int32_t *corr)
+/* One q6_k weight block of the 8 rows, unpacked once for all tokens. */
+typedef struct {
+    __m256i u[8][8];  /* [row][j]: values 32j .. 32j+31 (unsigned, q + 32) */
+    __m256i sc[8][8]; /* [row][j]: scales of runs 2j (low 16 bytes) and 2j+1 (high) as int16 */
+    __m256i sp[8];    /* [k]: lane r = (sc[2k], sc[2k+1]) of row r, int16 pairs */
+    __m256 d;
+} q6k_unpacked;
+
+static void q6_k_unpack(q6k_unpacked *o, const uint8_t *const w[8], size_t b)
 {
-    const int8_t *sc = (const int8_t *)(const void *)(blk + 192);
-    __m256i acc = _mm256_setzero_si256();
-    int32_t c = 0;
-    for (int g = 0; g < 2; g++) {
-        __m256i l0 = ld32(blk + 64 * g), l1 = ld32(blk + 64 * g + 32), h = ld32(blk + 128 + 32 * g);
-        for (int k = 0; k < 4; k++) {
-            int s = 8 * g + 2 * k;
-            acc = dp_scaled(acc, q6_values(l0, l1, h, k), ld32(a->qs + 128 * g + 32 * k), sc[s], sc[s + 1]);
+    int32_t sp[8][8];
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *blk = w[i] + 210 * b;
+        const int8_t *sc = (const int8_t *)(const void *)(blk + 192);
+        for (int g = 0; g < 2; g++) {
+            __m256i l0 = ld32(blk + 64 * g), l1 = ld32(blk + 64 * g + 32), h = ld32(blk + 128 + 32 * g);
+            for (int k = 0; k < 4; k++) {
+                int s = 8 * g + 2 * k;
+                o->u[i][4 * g + k] = q6_values(l0, l1, h, k);
+                o->sc[i][4 * g + k] = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+            }
         }
+        for (int k = 0; k < 8; k++) sp[k][i] = pair16(sc[2 * k], sc[2 * k + 1]);
     }
-    for (int s = 0; s < 16; s++) c += (int32_t)sc[s] * a->bsum[s];
-    *corr = 32 * c;
-    return acc;
+    for (int k = 0; k < 8; k++) o->sp[k] = ld32(sp[k]);
+    o->d = scales8(w, 210 * b + 208);
 }
 
-static void tile_q6_k(float out[8], const uint8_t *const w[8], const uint8_t *qa, size_t nb)
+static void tile_q6_k(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                      size_t nt, size_t m)
 {
-    const skv_act256 *a = (const skv_act256 *)(const void *)qa;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    q6k_unpacked u;
     for (size_t b = 0; b < nb; b++) {
-        int32_t corr[8];
-        __m256i p[8];
-        for (int i = 0; i < 8; i++) p[i] = q6_k_row(w[i] + 210 * b, &a[b], &corr[i]);
-        acc = fma_scaled(acc, scales8(w, 210 * b + 208), a[b].d, _mm256_sub_epi32(reduce8_epi32(p), ld32(corr)));
+        for (int c = 0; c < 4; c++) prefetch8(w, 210 * b + PF_AHEAD + 64 * c);
+        q6_k_unpack(&u, w, b);
+        for (size_t t = 0; t < nt; t++) {
+            const skv_act256 *a = ACT256(qa, qs, t, b);
+            __m256i av[8], p[8];
+            int32_t bs[8];
+            for (int j = 0; j < 8; j++) av[j] = ld32(a->qs + 32 * j);
+            for (int k = 0; k < 8; k++) bs[k] = pair16(a->bsum[2 * k], a->bsum[2 * k + 1]);
+            for (int i = 0; i < 8; i++) {
+                p[i] = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) p[i] = dp_sc16(p[i], u.u[i][j], av[j], u.sc[i][j]);
+            }
+            __m256i corr = _mm256_slli_epi32(madd_pairs(u.sp, bs, 8), 5);
+            acc[t] = fma_scaled(acc[t], u.d, a->d, _mm256_sub_epi32(reduce8_epi32(p), corr));
+        }
     }
-    _mm256_storeu_ps(out, acc);
+    store_tile(y, ldy, acc, nt, m);
 }
 
 /* The exported gemm of one type over tiles of tile_<name>, blocks of n values. */
