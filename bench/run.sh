@@ -121,7 +121,13 @@ if want restore; then
             "$build/bench/bench_restore" "$m" "$t" "$name, queue of 256-token sessions ($dom)" 24000 256 1 1 nospec
         done
     done
-} >"$out/restore.md"
+} >"$out/restore.md.new"
+# The hand-written sections after the generated table (each starts with "## ": measured runs
+# of codecs and protocols this script does not reproduce) are carried over, not lost.
+if [ -f "$out/restore.md" ]; then
+    sed -n '/^## /,$p' "$out/restore.md" | { read -r first || exit 0; echo; echo "$first"; cat; } >>"$out/restore.md.new"
+fi
+mv "$out/restore.md.new" "$out/restore.md"
 echo "wrote $out/restore.md"
 fi
 
