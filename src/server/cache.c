@@ -13,6 +13,7 @@
  * finds every committed conversation again. The index is a hint: a name the store lacks
  * is simply a miss. */
 #include <fcntl.h>
+#include "core/fpguard.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "core/fpguard.h"
 #include "server/srv.h"
 
 #define INDEX_FILE "server-index.skvi"

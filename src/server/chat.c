@@ -1,9 +1,9 @@
 /* The built-in chat templates (chat.h) and reading the model's own template. */
 #include <stdio.h>
+#include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/fpguard.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "server/chat.h"

@@ -2,12 +2,12 @@
  * /v1/chat/completions. Each parses and validates its body into a job (prompt tokens,
  * sampling, stops), hands it to the slots and replies with the finished result or a stream. */
 #include <stdint.h>
+#include "core/fpguard.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "core/fpguard.h"
 #include "server/chat.h"
 #include "server/srv.h"
 

@@ -3,6 +3,7 @@
  * SRV_MAX_BODY, then the request goes down the socket-free path (request.c: routes, API
  * key, JSON, handlers) with this file's sink sending the replies. */
 #include <arpa/inet.h>
+#include "core/fpguard.h"
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -10,7 +11,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "core/fpguard.h"
 #include "server/srv.h"
 
 typedef struct conn_st {

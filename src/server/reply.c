@@ -5,10 +5,10 @@
  *           stream_options.include_usage, then data: [DONE]
  * and ": keep-alive" comments while a slot is busy elsewhere. */
 #include <stdlib.h>
+#include "core/fpguard.h"
 #include <string.h>
 #include <time.h>
 
-#include "core/fpguard.h"
 #include "server/srv.h"
 
 enum { ST_START = 0, ST_BODY = 1, ST_END = 2 };

@@ -5,11 +5,11 @@
  * fuzz/fuzz_http.c. Replies use llama-server's error envelope
  * {"error":{"code","message","type"}} with the HTTP status equal to code. */
 #include <stdarg.h>
+#include "core/fpguard.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/fpguard.h"
 #include "server/srv.h"
 
 const char *srv_error_type(int code)

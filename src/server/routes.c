@@ -2,11 +2,11 @@
  * models, props, tokenize, detokenize, slots, metrics. Routes parse and validate; the
  * library does the work. */
 #include <inttypes.h>
+#include "core/fpguard.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/fpguard.h"
 #include "server/srv.h"
 
 static int rt_health(srv_req *r)

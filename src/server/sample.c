@@ -5,10 +5,10 @@
  * a tail that could still grow into a stop string (so a client never sees part of one).
  * safe only grows: a held tail is either released by the next bytes or cut with its stop. */
 #include <math.h>
+#include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/fpguard.h"
 #include "server/srv.h"
 
 typedef struct scored {

@@ -1,6 +1,7 @@
 /* seqkv serve: startup (the HTTP side first, so /health answers 503 while the model
  * loads), the model, the store, the slots; then waits for SIGINT/SIGTERM. */
 #include <errno.h>
+#include "core/fpguard.h"
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,7 +10,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "core/fpguard.h"
 #include "server/srv.h"
 #include "server/template.h"
 

@@ -11,6 +11,7 @@
  * The action runs as a job on its slot (the slot's thread, between two completions), so
  * it never races the slot's decoding; the HTTP thread waits for it like a completion. */
 #include <errno.h>
+#include "core/fpguard.h"
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/fpguard.h"
 #include "server/srv.h"
 
 static double ms_now(void)

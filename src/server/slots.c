@@ -14,11 +14,11 @@
  *        +---- job->text / safe / done (mu, cv) <--------------+
  */
 #include <stdio.h>
+#include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "core/fpguard.h"
 #include "server/srv.h"
 
 typedef struct slot {
