@@ -2,7 +2,7 @@
  * (docs/bench.md). Times the pp and tg tests the way llama-bench defines them, through
  * llama.cpp's public C API, linked to the PREBUILT libllama of the npm package
  * @node-llama-cpp/linux-x64@3.21.1 with one CPU backend variant loaded (scripts/oracle/common.c;
- * scripts/peer/build_peer_llama.sh picks the AVX-512 "skylakex" build, never the AMX one):
+ * scripts/peer/build_peer_llama.sh picks the fastest variant the CPU runs, never the AMX one):
  *
  *   peer_llama MODEL THREADS [N_PROMPT=512] [N_GEN=128] [REPS=2]
  *

@@ -90,8 +90,8 @@ def llama_text(programs, llama_bench):
     if any("llama-bench" not in p for p in programs):
         said.append("`peer_llama` (scripts/peer/peer_llama.c: llama-bench's pp and tg tests "
                     "re-implemented on llama.cpp's C API) linked to the prebuilt libllama v0.4.0 "
-                    "of @node-llama-cpp/linux-x64@3.21.1 with its AVX-512 `skylakex` CPU variant "
-                    "(AMX off), because building llama-bench takes over an hour on this machine")
+                    "of @node-llama-cpp/linux-x64@3.21.1 with the fastest CPU variant "
+                    "that runs here, AMX excepted (`icelake` on the Xeon: AVX-512 VNNI+VBMI), because building llama-bench takes over an hour on this machine")
     return " and ".join(said) or (llama_bench or "llama-bench")
 
 
