@@ -107,6 +107,8 @@ static void check_roundtrip(const int32_t *t, size_t n, uint32_t V, int compare)
     free(buf);
 }
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     int32_t tok[MAXN], tok1[MAXN];
