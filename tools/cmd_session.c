@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_cmdict.h"
 
 /* Reads and opens a .skv file ("-" = stdin); NULL after a message. */
 /* Codecs that store quantized KV (restored without running the model). */
@@ -152,30 +153,9 @@ static int32_t *dump_tokens(const char *path, skv_model *m, size_t *n)
     return tok;
 }
 
-/* The primed cmvd model kept next to the dictionary (TEXT.skvcm): loaded when it is
- * valid, else primed and (re)written, so that later calls do not prime again. A cache:
- * failing to write it only costs the next call the priming. */
-static void cli_dict_snapshot(skv_model *m, const char *path, const int32_t *tok, size_t n)
-{
-    char err[512] = "", *snap = malloc(strlen(path) + 7);
-    if (!snap) return;
-    snprintf(snap, strlen(path) + 7, "%s.skvcm", path);
-    int rc = skv_cm_dict_load(m, tok, n, snap, err, sizeof err);
-    if (rc == SKV_ERR_FORMAT) fprintf(stderr, "seqkv: note: %s; rebuilding it\n", err);
-    if (rc != SKV_OK) skv_cm_dict_save(m, tok, n, snap, err, sizeof err);
-    free(snap);
-}
-
-/* --cm-dict TEXT: the dictionary's ids (BOS first); NULL after a message. */
-static int32_t *cli_dict_tokens(skv_model *m, const char *path, size_t *n)
-{
-    size_t len = 0;
-    char *text = cli_read_file(path, &len);
-    int32_t *tok = text ? cli_text_tokens(m, path, text, len, 0, n) : NULL;
-    free(text);
-    if (tok && *n) cli_dict_snapshot(m, path, tok, *n);
-    return tok;
-}
+/* --cm-dict TEXT: the dictionary's ids (BOS first), cached with its primed model next to
+ * TEXT (cli_cmdict.c); NULL after a message. */
+static int32_t *cli_dict_tokens(skv_model *m, const char *path, size_t *n) { return cli_cm_dict(m, path, n); }
 
 /* The input's tokens (-f, --ids or --kv-in); NULL after a message. */
 static int32_t *compress_input(const compress_opts *o, skv_model *m, size_t *n)

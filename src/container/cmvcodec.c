@@ -70,12 +70,13 @@ uint64_t skv_session_dict_id(const int32_t *dict, size_t n)
 {
     XXH3_state_t *s = XXH3_createState();
     uint64_t h = 0;
-    uint8_t b[4];
+    uint8_t b[4096]; /* the ids as little-endian u32, a block at a time (the same hash) */
     if (!s) return 0;
     XXH3_64bits_reset(s);
-    for (size_t i = 0; i < n; i++) {
-        skv_wr32(b, (uint32_t)dict[i]);
-        XXH3_64bits_update(s, b, 4);
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < sizeof b / 4 && i < n; k++, i++) skv_wr32(b + 4 * k, (uint32_t)dict[i]);
+        XXH3_64bits_update(s, b, 4 * k);
     }
     h = XXH3_64bits_digest(s);
     XXH3_freeState(s);
