@@ -341,6 +341,15 @@ enum { SKV_CODEC_PRED = 10 };
  * must be given to the restore: skv_restore_params.cm_dict), e.g. earlier sessions of a
  * store. Restored like "cm": decode, one batched prefill, digest verified. */
 enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
+/* Codec cmvd's primed model, kept in a snapshot file (docs/coder.md 4.8): priming walks
+ * every dictionary id (~10 us each); loading its snapshot takes milliseconds. _save primes
+ * (once per process) and writes path (atomically); _load reads path into this process's
+ * cache of primed models, so that encoders and restores with this (m, dict) skip priming.
+ * _load: SKV_ERR_IO (cannot read), SKV_ERR_FORMAT (damaged: delete and _save again),
+ * SKV_ERR_MISMATCH (written for another vocabulary, dictionary or version). The message is
+ * written to err[0..cap). */
+SKV_API int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);
+SKV_API int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);
 /* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" "cmv" "cmvd" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
 SKV_API const char *skv_codec_name(int codec);
 SKV_API int skv_codec_parse(const char *name);

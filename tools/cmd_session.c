@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_cmdict.h"
 
 /* Reads and opens a .skv file ("-" = stdin); NULL after a message. */
 /* Codecs that store quantized KV (restored without running the model). */
@@ -152,15 +153,9 @@ static int32_t *dump_tokens(const char *path, skv_model *m, size_t *n)
     return tok;
 }
 
-/* --cm-dict TEXT: the dictionary's ids (BOS first); NULL after a message. */
-static int32_t *cli_dict_tokens(skv_model *m, const char *path, size_t *n)
-{
-    size_t len = 0;
-    char *text = cli_read_file(path, &len);
-    int32_t *tok = text ? cli_text_tokens(m, path, text, len, 0, n) : NULL;
-    free(text);
-    return tok;
-}
+/* --cm-dict TEXT: the dictionary's ids (BOS first), cached with its primed model next to
+ * TEXT (cli_cmdict.c); NULL after a message. */
+static int32_t *cli_dict_tokens(skv_model *m, const char *path, size_t *n) { return cli_cm_dict(m, path, n); }
 
 /* The input's tokens (-f, --ids or --kv-in); NULL after a message. */
 static int32_t *compress_input(const compress_opts *o, skv_model *m, size_t *n)

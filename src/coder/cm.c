@@ -37,6 +37,9 @@
 #define CM_W_INIT (1 << 14)           /* initial weight: 0.25 */
 #define CM_W_MAX (1 << 22)
 #define CM_SLOT_INIT ((uint32_t)1 << 31) /* p = 1/2, count 0 */
+#define CM_JOUR_CAP ((size_t)1 << 20)   /* journal entries; past them the next copy is whole */
+#define CM_JOUR_MPOS CM_SLOTS             /* journal table numbers: slots 0..7, then these */
+#define CM_JOUR_APM (CM_SLOTS + 1)
 
 struct skv_cm {
     uint32_t V;
@@ -67,6 +70,12 @@ struct skv_cm {
     int32_t dot1, dot2;               /* the two mixers' outputs (logistic domain) */
     uint16_t *apm;                    /* cmv: [2^CMV_APM_BITS][33] refined P(1) by order-1 context */
     uint32_t apm_at, apm_f, p_mix;    /* the knot pair used, its weight, the mixer's p */
+    /* journal (skv_cm_journal): the table elements written since the model was copied from
+     * jsrc, table << 24 | index, so that the next copy from jsrc rewrites only those */
+    uint32_t *jour;
+    size_t jn;
+    int jover;                        /* more writes than the journal holds */
+    const skv_cm *jsrc;
 };
 
 /* squash(d) = 65536 / (1 + e^(-d / 256)) at d = 32 j - 2048, rounded; interpolated between. */
@@ -158,6 +167,7 @@ void skv_cm_free(skv_cm *cm)
     free(cm->apm);
     free(cm->w2);
     free(cm->mpos);
+    free(cm->jour);
     free(cm);
 }
 
@@ -176,6 +186,7 @@ static void fill_doubling(void *dst, size_t size, size_t have, size_t n)
 void skv_cm_reset(skv_cm *cm)
 {
     size_t n_slot = (size_t)1 << cm->slot_bits;
+    cm->jn = 0, cm->jover = 0, cm->jsrc = NULL; /* every table changes: the next copy is whole */
     for (int k = 0; k < cm->n_slots; k++) {
         uint32_t *s = cm->slot[k];
         s[0] = CM_SLOT_INIT;
@@ -208,6 +219,14 @@ size_t skv_cm_bound(uint64_t n, uint32_t n_vocab)
     return skv_rangecoder_bound(n * b, 12);
 }
 
+/* Records that element `index` of table `t` is about to be written (journaling models). */
+static inline void jour_add(skv_cm *cm, uint32_t t, uint32_t index)
+{
+    if (!cm->jour) return;
+    if (cm->jn < CM_JOUR_CAP) cm->jour[cm->jn++] = t << 24 | index;
+    else cm->jover = 1;
+}
+
 /* ---- per token: context hashes and the match ------------------------------------ */
 
 /* Length of the common run of ids ending before p and before i (p < i), at most
@@ -234,7 +253,7 @@ static void match_update(skv_cm *cm, const int32_t *tok, size_t i)
         uint32_t p = cm->mpos[h], len = match_length(tok, p, i);
         if (len >= SKV_CM_MATCH_MIN) cm->mptr = p, cm->mlen = len;
     }
-    if (i >= SKV_CM_MATCH_MIN) cm->mpos[h] = (uint32_t)i;
+    if (i >= SKV_CM_MATCH_MIN) jour_add(cm, CM_JOUR_MPOS, h), cm->mpos[h] = (uint32_t)i;
     cm->mtok = cm->mlen > 0 ? tok[cm->mptr] : -1;
 }
 
@@ -290,6 +309,7 @@ static void apm_refine(skv_cm *cm, uint32_t node)
 
 static void apm_learn(skv_cm *cm, uint32_t bit)
 {
+    jour_add(cm, CM_JOUR_APM, cm->apm_at + (cm->apm_f >= 64));
     uint16_t *a = &cm->apm[cm->apm_at + (cm->apm_f >= 64)];
     int32_t target = bit ? 65535 : 0;
     *a = (uint16_t)(*a + asr(target - *a, CMV_APM_RATE));
@@ -350,6 +370,7 @@ static void learn(skv_cm *cm, uint32_t bit)
     int64_t err = ((int64_t)bit << 16) - (cm->w2 ? squash16(cm->dot1) : cm->p); /* in (-2^16, 2^16) */
     mixer_learn(cm, cm->w[cm->set], err);
     if (cm->w2) mixer_learn(cm, cm->w2[cm->set2], ((int64_t)bit << 16) - squash16(cm->dot2));
+    for (int k = 0; k < cm->n_slots; k++) jour_add(cm, (uint32_t)k, cm->idx[k]);
     for (int k = 0; k < cm->n_slots; k++) slot_update(cm, &cm->slot[k][cm->idx[k]], bit);
     if (cm->mctx >= 0) slot_update(cm, &cm->msm[cm->mctx], bit);
 }
@@ -431,12 +452,32 @@ int skv_cm_clone(const skv_cm *src, skv_cm **out)
     return rc;
 }
 
-int skv_cm_copy(skv_cm *dst, const skv_cm *src)
+/* Rewrites from src the table elements dst's journal names (dst was copied from src and
+ * src has not changed since). */
+static void copy_journaled(skv_cm *dst, const skv_cm *src)
 {
-    if (!dst || !src || dst->V != src->V || dst->vb != src->vb || dst->slot_bits != src->slot_bits)
-        return SKV_ERR_INVALID_ARG;
+    for (size_t j = 0; j < dst->jn; j++) {
+        uint32_t t = dst->jour[j] >> 24, x = dst->jour[j] & 0xFFFFFFu;
+        if (t < CM_SLOTS) dst->slot[t][x] = src->slot[t][x];
+        else if (t == CM_JOUR_MPOS) dst->mpos[x] = src->mpos[x];
+        else dst->apm[x] = src->apm[x];
+    }
+}
+
+static void copy_tables(skv_cm *dst, const skv_cm *src)
+{
     for (int k = 0; k < src->n_slots; k++) memcpy(dst->slot[k], src->slot[k], sizeof(uint32_t) << src->slot_bits);
     memcpy(dst->mpos, src->mpos, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
+    if (src->apm) memcpy(dst->apm, src->apm, CMV_APM_N * sizeof *dst->apm);
+}
+
+int skv_cm_copy(skv_cm *dst, const skv_cm *src)
+{
+    if (!dst || !src || dst == src || dst->V != src->V || dst->vb != src->vb || dst->slot_bits != src->slot_bits)
+        return SKV_ERR_INVALID_ARG;
+    if (dst->jour && dst->jsrc == src && !dst->jover) copy_journaled(dst, src);
+    else copy_tables(dst, src);
+    dst->jn = 0, dst->jover = 0, dst->jsrc = dst->jour ? src : NULL;
     memcpy(dst->msm, src->msm, sizeof dst->msm);
     memcpy(dst->w, src->w, sizeof dst->w);
     dst->n_coded = src->n_coded;
@@ -444,9 +485,64 @@ int skv_cm_copy(skv_cm *dst, const skv_cm *src)
     dst->mptr = src->mptr, dst->mlen = src->mlen, dst->mtok = src->mtok;
     dst->text4 = src->text4, dst->frag = src->frag;
     if (src->w2) memcpy(dst->w2, src->w2, CMV_SETS2 * sizeof *dst->w2);
-    if (src->apm) memcpy(dst->apm, src->apm, CMV_APM_N * sizeof *dst->apm);
     return SKV_OK;
 }
+
+int skv_cm_journal(skv_cm *cm, const skv_cm *same)
+{
+    if (!cm || cm == same) return SKV_ERR_INVALID_ARG;
+    if (!cm->jour && !(cm->jour = malloc(CM_JOUR_CAP * sizeof *cm->jour))) return SKV_ERR_NOMEM;
+    cm->jn = 0, cm->jover = 0, cm->jsrc = same;
+    return SKV_OK;
+}
+
+/* ---- state access for snapshots (cm_snap.c) ------------------------------------- */
+
+int skv_cm_sections(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS])
+{
+    int n = 0;
+    for (int k = 0; k < cm->n_slots; k++)
+        sec[n++] = (skv_cm_section){cm->slot[k], (size_t)1 << cm->slot_bits, 4, SKV_CM_SEC_SLOT};
+    sec[n++] = (skv_cm_section){cm->mpos, (size_t)1 << SKV_CM_MATCH_BITS, 4, SKV_CM_SEC_POS};
+    sec[n++] = (skv_cm_section){cm->msm, CM_MATCH_CTX, 4, SKV_CM_SEC_SLOT};
+    sec[n++] = (skv_cm_section){cm->w, (size_t)CM_SETS * CM_INPUTS, 4, SKV_CM_SEC_WEIGHT};
+    if (cm->w2) sec[n++] = (skv_cm_section){cm->w2, CMV_SETS2 * CM_INPUTS, 4, SKV_CM_SEC_WEIGHT};
+    if (cm->apm) sec[n++] = (skv_cm_section){cm->apm, CMV_APM_N, 2, SKV_CM_SEC_ANY};
+    return n;
+}
+
+int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v)
+{
+    switch (kind) {
+    case SKV_CM_SEC_SLOT: return (v & 1023) <= cm->limit; /* the count indexes rate[] */
+    case SKV_CM_SEC_POS: return v == 0 || v < cm->n_coded; /* a match reads tok[v - 1 ..] and tok[v] */
+    case SKV_CM_SEC_WEIGHT: return (int32_t)v >= -CM_W_MAX && (int32_t)v <= CM_W_MAX;
+    default: return 1;
+    }
+}
+
+void skv_cm_get_scalars(const skv_cm *cm, uint32_t v[SKV_CM_N_SCALARS])
+{
+    v[0] = (uint32_t)cm->n_coded;
+    for (int k = 0; k < CM_SLOTS; k++) v[1 + k] = cm->hash[k];
+    v[9] = cm->text4, v[10] = cm->frag, v[11] = cm->mptr, v[12] = cm->mlen, v[13] = (uint32_t)cm->mtok;
+}
+
+int skv_cm_set_scalars(skv_cm *cm, const uint32_t v[SKV_CM_N_SCALARS])
+{
+    int32_t mtok = (int32_t)v[13];
+    if (v[0] >= UINT32_MAX || v[12] > 65535 || (v[12] && (v[11] >= v[0] || mtok < 0 || (uint32_t)mtok >= cm->V)) ||
+        (!v[12] && mtok != -1))
+        return SKV_ERR_FORMAT;
+    cm->n_coded = v[0];
+    for (int k = 0; k < CM_SLOTS; k++) cm->hash[k] = v[1 + k];
+    cm->text4 = v[9], cm->frag = v[10], cm->mptr = v[11], cm->mlen = v[12], cm->mtok = mtok;
+    return SKV_OK;
+}
+
+uint32_t skv_cm_n_vocab(const skv_cm *cm) { return cm->V; }
+unsigned skv_cm_slot_bits(const skv_cm *cm) { return cm->slot_bits; }
+size_t skv_cm_n_coded(const skv_cm *cm) { return cm->n_coded; }
 
 static int encode_stream(const int32_t *tok, size_t n, uint32_t V, const skv_cm_vocab *vb, uint8_t *dst, size_t cap,
                          size_t *size)

@@ -73,8 +73,41 @@ int skv_cm_prime(skv_cm *cm, const int32_t *tok, size_t n);
 /* dst takes src's whole state (same n_vocab and vocabulary): a primed model is built once
  * and copied before each stream instead of primed again. */
 int skv_cm_copy(skv_cm *dst, const skv_cm *src);
+/* Makes later skv_cm_copy(cm, src) calls cheap: cm keeps a journal of the table elements
+ * it writes (4 MiB), and a copy from the same src as the last one rewrites only those
+ * (whole tables when the journal overflowed). src must not change between such copies
+ * (a primed model is read-only). same: NULL, or a model whose state cm holds now (just
+ * cloned or copied from it). SKV_ERR_NOMEM. */
+int skv_cm_journal(skv_cm *cm, const skv_cm *same);
 /* A new model holding src's state (SKV_ERR_NOMEM). */
 int skv_cm_clone(const skv_cm *src, skv_cm **out);
+
+/* ---- state snapshot (coder/cm_snap.c, docs/coder.md 4.8) ---------------------------- */
+
+/* One table of a model's state: n elements of `size` bytes (2 or 4, host order) at p, and
+ * what a valid element is (a snapshot reader checks every element it loads). */
+enum { SKV_CM_SEC_ANY = 0, SKV_CM_SEC_SLOT = 1, SKV_CM_SEC_POS = 2, SKV_CM_SEC_WEIGHT = 3 };
+typedef struct skv_cm_section {
+    void *p;
+    size_t n;
+    unsigned size, kind;
+} skv_cm_section;
+#define SKV_CM_MAX_SECTIONS 16
+#define SKV_CM_N_SCALARS 14
+/* The model's tables (slot tables, match positions and reliabilities, mixers, APM), in a
+ * fixed order that depends only on (vocabulary or not, slot_bits); returns their count. */
+int skv_cm_sections(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS]);
+/* The per-stream scalars (ids coded, hashes, text state, the match) as u32 values. */
+void skv_cm_get_scalars(const skv_cm *cm, uint32_t v[SKV_CM_N_SCALARS]);
+/* Sets them back; SKV_ERR_FORMAT when they cannot come from a model (a match pointing past
+ * the ids coded, a predicted id >= n_vocab). */
+int skv_cm_set_scalars(skv_cm *cm, const uint32_t v[SKV_CM_N_SCALARS]);
+/* Checks a loaded element of a section of kind `kind` (SKV_CM_SEC_*): 1 if valid. */
+int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v);
+/* n_vocab, slot_bits, ids coded since the reset. */
+uint32_t skv_cm_n_vocab(const skv_cm *cm);
+unsigned skv_cm_slot_bits(const skv_cm *cm);
+size_t skv_cm_n_coded(const skv_cm *cm);
 
 /* Bytes that always hold the stream of n ids < n_vocab; SIZE_MAX on overflow. */
 size_t skv_cm_bound(uint64_t n, uint32_t n_vocab);

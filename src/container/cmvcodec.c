@@ -14,11 +14,13 @@
 #include <pthread.h>
 #include "core/fpguard.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "coder/cm.h"
+#include "coder/cm_snap.h"
 #include "coder/cm_vocab.h"
 #include "container/session_int.h"
 #include "engine/model.h"
@@ -68,12 +70,13 @@ uint64_t skv_session_dict_id(const int32_t *dict, size_t n)
 {
     XXH3_state_t *s = XXH3_createState();
     uint64_t h = 0;
-    uint8_t b[4];
+    uint8_t b[4096]; /* the ids as little-endian u32, a block at a time (the same hash) */
     if (!s) return 0;
     XXH3_64bits_reset(s);
-    for (size_t i = 0; i < n; i++) {
-        skv_wr32(b, (uint32_t)dict[i]);
-        XXH3_64bits_update(s, b, 4);
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < sizeof b / 4 && i < n; k++, i++) skv_wr32(b + 4 * k, (uint32_t)dict[i]);
+        XXH3_64bits_update(s, b, 4 * k);
     }
     h = XXH3_64bits_digest(s);
     XXH3_freeState(s);
@@ -111,6 +114,25 @@ static int vocab_of(skv_model *m, const skv_cm_vocab **out)
     return rc;
 }
 
+/* Files the primed model cm as (fp, id, n); a model already there wins (cm is freed).
+ * Called with g_lock held. */
+static int cache_add(const uint8_t fp[16], uint64_t id, size_t n, skv_cm *cm, cache_entry **out)
+{
+    cache_entry *c = find(fp, id, n);
+    if (c) {
+        skv_cm_free(cm);
+    } else if (g_n < CACHE_N) {
+        c = &g_cache[g_n++];
+        *c = (cache_entry){.vb = NULL, .dict_id = id, .n_dict = n, .primed = cm};
+        memcpy(c->fp, fp, 16);
+    } else {
+        skv_cm_free(cm);
+        return SKV_ERR_NOMEM; /* more dictionaries than the table holds */
+    }
+    if (out) *out = c;
+    return SKV_OK;
+}
+
 /* A model primed by the dictionary (built on first use); dict ids < V checked. */
 static int primed_of(skv_model *m, const skv_cm_vocab *vb, const int32_t *dict, size_t n, cache_entry **out)
 {
@@ -120,18 +142,11 @@ static int primed_of(skv_model *m, const skv_cm_vocab *vb, const int32_t *dict, 
     if (rc) return rc;
     pthread_mutex_lock(&g_lock);
     cache_entry *c = find(fp, id, n);
-    if (!c && g_n < CACHE_N) {
+    if (!c) {
         skv_cm *cm = NULL;
         rc = skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &cm);
-        if (rc == SKV_OK && (rc = skv_cm_prime(cm, dict, n)) == SKV_OK) {
-            c = &g_cache[g_n++];
-            *c = (cache_entry){.vb = NULL, .dict_id = id, .n_dict = n, .primed = cm};
-            memcpy(c->fp, fp, 16);
-        } else {
-            skv_cm_free(cm);
-        }
-    } else if (!c) {
-        rc = SKV_ERR_NOMEM;
+        if (rc == SKV_OK && (rc = skv_cm_prime(cm, dict, n)) == SKV_OK) rc = cache_add(fp, id, n, cm, &c);
+        else skv_cm_free(cm);
     }
     if (c) *out = c;
     pthread_mutex_unlock(&g_lock);
@@ -155,7 +170,8 @@ static int model_for(skv_model *m, const int32_t *dict, size_t n_dict, const skv
     c->spare = NULL;
     pthread_mutex_unlock(&g_lock);
     if (*cm) return skv_cm_copy(*cm, c->primed); /* the primed model is read-only: no lock */
-    return skv_cm_clone(c->primed, cm);
+    if ((rc = skv_cm_clone(c->primed, cm))) return rc;
+    return skv_cm_journal(*cm, c->primed);
 }
 
 /* Gives a model_for model back: kept as the entry's spare, or freed. */
@@ -279,4 +295,105 @@ int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, 
     if (!(*copy = malloc(n * sizeof **copy))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     memcpy(*copy, dict, n * sizeof **copy);
     return SKV_OK;
+}
+
+/* ---- primed-state snapshots (skv_cm_dict_load / _save, docs/coder.md 4.8) ---- */
+
+/* The vocabulary, the fingerprint and the snapshot identity of (m, dict). */
+static int snap_who(skv_model *m, const int32_t *dict, size_t n, const skv_cm_vocab **vb, uint8_t fp[16],
+                    skv_cm_snap_id *id, char *err, size_t cap)
+{
+    if (!m || !dict || n < 1 || n > SKV_CMV_DICT_MAX)
+        return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "a cmvd dictionary of 1..%u ids is needed",
+                        (unsigned)SKV_CMV_DICT_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (dict[i] < 0 || dict[i] >= m->info.n_vocab)
+            return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "dictionary id %zu (%d) is outside the vocabulary", i,
+                            dict[i]);
+    int rc = vocab_of(m, vb);
+    if (!rc) rc = skv_model_fingerprint(m, fp);
+    if (rc) return skv_errf(err, cap, rc, "cannot build the cmv side information (out of memory)");
+    *id = (skv_cm_snap_id){(*vb)->check, skv_session_dict_id(dict, n), (uint32_t)n};
+    return SKV_OK;
+}
+
+/* The whole file, at most max bytes (SKV_ERR_FORMAT if longer). */
+static int read_whole(const char *path, size_t max, uint8_t **buf, size_t *len, char *err, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    *buf = NULL;
+    if (!f) return skv_errf(err, cap, SKV_ERR_IO, "cannot open the cmvd snapshot %s", path);
+    int rc = SKV_OK;
+    long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (sz < 0 || fseek(f, 0, SEEK_SET)) rc = skv_errf(err, cap, SKV_ERR_IO, "cannot read the cmvd snapshot %s", path);
+    else if ((uint64_t)sz > max) rc = skv_errf(err, cap, SKV_ERR_FORMAT, "cmvd snapshot %s is too long (damaged)", path);
+    else if (!(*buf = malloc(sz ? (size_t)sz : 1))) rc = skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    else if (fread(*buf, 1, (size_t)sz, f) != (size_t)sz) rc = skv_errf(err, cap, SKV_ERR_IO, "cannot read %s", path);
+    fclose(f);
+    if (rc) free(*buf), *buf = NULL;
+    *len = (size_t)(sz > 0 ? sz : 0);
+    return rc;
+}
+
+int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+{
+    const skv_cm_vocab *vb = NULL;
+    uint8_t fp[16], *buf = NULL;
+    skv_cm_snap_id id;
+    skv_cm *cm = NULL;
+    size_t len = 0;
+    int rc = path ? snap_who(m, dict, n, &vb, fp, &id, err, cap)
+                  : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
+    if (!rc && (rc = skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &cm))) rc = skv_errf(err, cap, rc, "out of memory");
+    if (!rc) rc = read_whole(path, skv_cm_snap_bound(cm), &buf, &len, err, cap);
+    if (!rc && (rc = skv_cm_snap_read(cm, &id, buf, len))) {
+        if (rc == SKV_ERR_MISMATCH || rc == SKV_ERR_UNSUPPORTED)
+            rc = skv_errf(err, cap, SKV_ERR_MISMATCH, "cmvd snapshot %s is for another model, dictionary or version", path);
+        else if (rc == SKV_ERR_FORMAT)
+            rc = skv_errf(err, cap, rc, "cmvd snapshot %s is damaged (delete it: it is rebuilt from the dictionary)", path);
+        else rc = skv_errf(err, cap, rc, "cannot load the cmvd snapshot %s", path);
+    }
+    free(buf);
+    if (rc) {
+        skv_cm_free(cm);
+        return rc;
+    }
+    pthread_mutex_lock(&g_lock);
+    rc = cache_add(fp, id.dict_id, n, cm, NULL);
+    pthread_mutex_unlock(&g_lock);
+    return rc ? skv_errf(err, cap, rc, "more than %d cmv models in this process", CACHE_N) : SKV_OK;
+}
+
+/* buf[0..len) into path through a temporary file and a rename (never half a file). */
+static int write_whole(const char *path, const uint8_t *buf, size_t len, char *err, size_t cap)
+{
+    size_t pn = strlen(path);
+    char *tmp = malloc(pn + 8);
+    if (!tmp) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    memcpy(tmp, path, pn);
+    memcpy(tmp + pn, ".tmp", 5);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(buf, 1, len, f) == len;
+    if (f && fclose(f)) ok = 0;
+    if (ok && rename(tmp, path)) ok = 0;
+    if (!ok && f) remove(tmp);
+    free(tmp);
+    return ok ? SKV_OK : skv_errf(err, cap, SKV_ERR_IO, "cannot write the cmvd snapshot %s", path);
+}
+
+int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+{
+    const skv_cm_vocab *vb = NULL;
+    uint8_t fp[16], *buf = NULL;
+    skv_cm_snap_id id;
+    cache_entry *c = NULL;
+    size_t len = 0, bound;
+    int rc = path ? snap_who(m, dict, n, &vb, fp, &id, err, cap)
+                  : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
+    if (!rc && (rc = primed_of(m, vb, dict, n, &c))) rc = skv_errf(err, cap, rc, "cannot prime the cmvd model");
+    if (!rc && !(buf = malloc(bound = skv_cm_snap_bound(c->primed)))) rc = skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    if (!rc && (rc = skv_cm_snap_write(c->primed, &id, buf, bound, &len))) rc = skv_errf(err, cap, rc, "cannot snapshot the cmvd model");
+    if (!rc) rc = write_whole(path, buf, len, err, cap);
+    free(buf);
+    return rc;
 }

@@ -1,0 +1,219 @@
+/* cm_snap.c - snapshots of a cm model's state (see cm_snap.h, docs/coder.md 4.8).
+ *
+ * Runs: a section is walked against a freshly reset model of the same kind; elements that
+ * equal the reset value are skipped (gap), the others are written (len). A literal run
+ * absorbs equal stretches shorter than RUN_JOIN elements, so a dense table costs about its
+ * own size and a sparse one (a small dictionary) a fraction of it. */
+#include "coder/cm_snap.h"
+#include "core/fpguard.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/util.h"
+#include "seqkv.h"
+
+#define SNAP_MAGIC 0x43564b53u /* "SKVC" */
+#define SNAP_HDR (4 + 4 + 4 + 4 + 8 + 8 + 4 + 4 + 4 * SKV_CM_N_SCALARS)
+#define RUN_JOIN 3
+
+static inline uint32_t elem_get(const skv_cm_section *s, size_t i)
+{
+    return s->size == 2 ? ((const uint16_t *)s->p)[i] : ((const uint32_t *)s->p)[i];
+}
+
+static inline void elem_put(const skv_cm_section *s, size_t i, uint32_t v)
+{
+    if (s->size == 2) ((uint16_t *)s->p)[i] = (uint16_t)v;
+    else ((uint32_t *)s->p)[i] = v;
+}
+
+size_t skv_cm_snap_bound(skv_cm *cm)
+{
+    skv_cm_section sec[SKV_CM_MAX_SECTIONS];
+    int ns = skv_cm_sections(cm, sec);
+    size_t b = SNAP_HDR + 8;
+    /* worst case: every other element differs, a run of 1 per 2 elements */
+    for (int k = 0; k < ns; k++) b += 12 + sec[k].n / 2 * 8 + 8 + sec[k].n * sec[k].size;
+    return b;
+}
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t cap, len;
+    int full;
+} wbuf;
+
+static void put32(wbuf *w, uint32_t v)
+{
+    if (w->cap - w->len < 4) {
+        w->full = 1;
+        return;
+    }
+    skv_wr32(w->p + w->len, v);
+    w->len += 4;
+}
+
+static void put_elems(wbuf *w, const skv_cm_section *s, size_t at, size_t n)
+{
+    if (w->cap - w->len < n * s->size) {
+        w->full = 1;
+        return;
+    }
+    for (size_t i = 0; i < n; i++, w->len += s->size) {
+        if (s->size == 2) skv_wr16(w->p + w->len, (uint16_t)elem_get(s, at + i));
+        else skv_wr32(w->p + w->len, elem_get(s, at + i));
+    }
+}
+
+/* End of the literal run starting at i (an element differing from the reference). */
+static size_t run_end(const skv_cm_section *s, const skv_cm_section *ref, size_t i)
+{
+    size_t same = 0, j = i;
+    while (j < s->n && same < RUN_JOIN) {
+        same = elem_get(s, j) == elem_get(ref, j) ? same + 1 : 0;
+        j++;
+    }
+    return same >= RUN_JOIN ? j - same : j;
+}
+
+static void write_section(wbuf *w, const skv_cm_section *s, const skv_cm_section *ref)
+{
+    size_t at_runs = w->len, runs = 0, i = 0;
+    put32(w, (uint32_t)s->n);
+    put32(w, s->size);
+    put32(w, 0);
+    while (!w->full) {
+        size_t j = i;
+        while (j < s->n && elem_get(s, j) == elem_get(ref, j)) j++;
+        if (j == s->n) break;
+        size_t e = run_end(s, ref, j);
+        put32(w, (uint32_t)(j - i));
+        put32(w, (uint32_t)(e - j));
+        put_elems(w, s, j, e - j);
+        runs++;
+        i = e;
+    }
+    if (!w->full) skv_wr32(w->p + at_runs + 8, (uint32_t)runs);
+}
+
+static void write_header(wbuf *w, skv_cm *cm, const skv_cm_snap_id *id, int ns)
+{
+    uint32_t sc[SKV_CM_N_SCALARS];
+    put32(w, SNAP_MAGIC);
+    put32(w, SKV_CM_SNAP_VERSION);
+    put32(w, skv_cm_n_vocab(cm));
+    put32(w, skv_cm_slot_bits(cm));
+    put32(w, (uint32_t)id->vocab_check), put32(w, (uint32_t)(id->vocab_check >> 32));
+    put32(w, (uint32_t)id->dict_id), put32(w, (uint32_t)(id->dict_id >> 32));
+    put32(w, id->dict_n);
+    put32(w, (uint32_t)ns);
+    skv_cm_get_scalars(cm, sc);
+    for (int k = 0; k < SKV_CM_N_SCALARS; k++) put32(w, sc[k]);
+}
+
+int skv_cm_snap_write(skv_cm *cm, const skv_cm_snap_id *id, uint8_t *dst, size_t cap, size_t *len)
+{
+    skv_cm_section sec[SKV_CM_MAX_SECTIONS], rsec[SKV_CM_MAX_SECTIONS];
+    skv_cm *ref = NULL;
+    if (!cm || !id || (!dst && cap) || !len) return SKV_ERR_INVALID_ARG;
+    int rc = skv_cm_clone(cm, &ref);
+    if (rc) return rc;
+    skv_cm_reset(ref);
+    int ns = skv_cm_sections(cm, sec);
+    skv_cm_sections(ref, rsec);
+    wbuf w = {dst, cap, 0, 0};
+    write_header(&w, cm, id, ns);
+    for (int k = 0; k < ns && !w.full; k++) write_section(&w, &sec[k], &rsec[k]);
+    skv_cm_free(ref);
+    if (w.full || w.cap - w.len < 8) return SKV_ERR_RANGE;
+    skv_wr64(w.p + w.len, XXH3_64bits(w.p, w.len));
+    *len = w.len + 8;
+    return SKV_OK;
+}
+
+/* ---- reading ------------------------------------------------------------------ */
+
+typedef struct rbuf {
+    const uint8_t *p;
+    size_t len, at;
+} rbuf;
+
+/* The next u32, or 0 with *ok cleared past the end. */
+static uint32_t get32(rbuf *r, int *ok)
+{
+    if (r->len - r->at < 4) {
+        *ok = 0;
+        return 0;
+    }
+    r->at += 4;
+    return skv_rd32(r->p + r->at - 4);
+}
+
+static int read_run(rbuf *r, skv_cm *cm, const skv_cm_section *s, size_t *i)
+{
+    int ok = 1;
+    uint32_t gap = get32(r, &ok), n = get32(r, &ok);
+    if (!ok || n == 0 || gap > s->n - *i || n > s->n - *i - gap || (r->len - r->at) / s->size < n)
+        return SKV_ERR_FORMAT;
+    *i += gap;
+    for (uint32_t k = 0; k < n; k++, r->at += s->size) {
+        uint32_t v = s->size == 2 ? skv_rd16(r->p + r->at) : skv_rd32(r->p + r->at);
+        if (!skv_cm_valid(cm, s->kind, v)) return SKV_ERR_FORMAT;
+        elem_put(s, *i + k, v);
+    }
+    *i += n;
+    return SKV_OK;
+}
+
+static int read_section(rbuf *r, skv_cm *cm, const skv_cm_section *s)
+{
+    int ok = 1;
+    uint32_t n = get32(r, &ok), size = get32(r, &ok), runs = get32(r, &ok);
+    size_t i = 0;
+    if (!ok || n != s->n || size != s->size || runs > s->n) return SKV_ERR_FORMAT;
+    for (uint32_t k = 0; k < runs; k++) {
+        int rc = read_run(r, cm, s, &i);
+        if (rc) return rc;
+    }
+    return SKV_OK;
+}
+
+/* The header against cm and id; the scalars are set on cm. */
+static int read_header(rbuf *r, skv_cm *cm, const skv_cm_snap_id *id, uint32_t *ns)
+{
+    int ok = 1;
+    uint32_t magic = get32(r, &ok), ver = get32(r, &ok), V = get32(r, &ok), bits = get32(r, &ok), sc[SKV_CM_N_SCALARS];
+    uint64_t vc = get32(r, &ok), dict;
+    vc |= (uint64_t)get32(r, &ok) << 32;
+    dict = get32(r, &ok);
+    dict |= (uint64_t)get32(r, &ok) << 32;
+    uint32_t dn = get32(r, &ok);
+    *ns = get32(r, &ok);
+    for (int k = 0; k < SKV_CM_N_SCALARS; k++) sc[k] = get32(r, &ok);
+    if (!ok || magic != SNAP_MAGIC) return SKV_ERR_FORMAT;
+    if (ver != SKV_CM_SNAP_VERSION) return SKV_ERR_UNSUPPORTED;
+    if (V != skv_cm_n_vocab(cm) || bits != skv_cm_slot_bits(cm) || vc != id->vocab_check || dict != id->dict_id ||
+        dn != id->dict_n)
+        return SKV_ERR_MISMATCH;
+    if (sc[0] != dn) return SKV_ERR_FORMAT; /* primed by exactly the dictionary's ids */
+    return skv_cm_set_scalars(cm, sc);
+}
+
+int skv_cm_snap_read(skv_cm *cm, const skv_cm_snap_id *id, const uint8_t *src, size_t len)
+{
+    skv_cm_section sec[SKV_CM_MAX_SECTIONS];
+    uint32_t ns = 0;
+    if (!cm || !id || (!src && len)) return SKV_ERR_INVALID_ARG;
+    skv_cm_reset(cm);
+    if (len < SNAP_HDR + 8) return SKV_ERR_FORMAT;
+    if (skv_rd32(src) != SNAP_MAGIC || XXH3_64bits(src, len - 8) != skv_rd64(src + len - 8)) return SKV_ERR_FORMAT;
+    rbuf r = {src, len - 8, 0};
+    int rc = read_header(&r, cm, id, &ns);
+    if (rc == SKV_OK && ns != (uint32_t)skv_cm_sections(cm, sec)) rc = SKV_ERR_FORMAT;
+    for (uint32_t k = 0; rc == SKV_OK && k < ns; k++) rc = read_section(&r, cm, &sec[k]);
+    if (rc == SKV_OK && r.at != r.len) rc = SKV_ERR_FORMAT;
+    if (rc) skv_cm_reset(cm);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/* cm_snap.h - a snapshot of a cm model's whole state (docs/coder.md 4.8).
+ *
+ * A model primed by a dictionary (codec cmvd) costs a walk of every dictionary id to build
+ * (~10 us per id: over a second for 10^5 ids); its snapshot is read back in a few
+ * milliseconds. The bytes hold every table as runs of elements that differ from a freshly
+ * reset model, the per-stream scalars, and the checks a reader needs: the model's kind
+ * (vocabulary check, n_vocab, slot bits), the dictionary it was primed by (id, length) and
+ * an XXH3-64 of every byte. A reader treats the bytes as hostile: anything inconsistent is
+ * SKV_ERR_FORMAT, another model or dictionary SKV_ERR_MISMATCH, and every loaded element
+ * is checked (skv_cm_valid) so that no table index can leave its table.
+ *
+ *   "SKVC" u32 version 1 | u32 n_vocab | u32 slot_bits | u64 vocab check (0: codec cm)
+ *   | u64 dictionary id | u32 dictionary ids | u32 sections | u32 scalars[14]
+ *   | per section: u32 elements | u32 element bytes | u32 runs
+ *                  | per run: u32 gap (elements as reset) | u32 len | len elements (LE)
+ *   | u64 XXH3-64 of every byte before it
+ */
+#ifndef SKV_CM_SNAP_H
+#define SKV_CM_SNAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coder/cm.h"
+
+#define SKV_CM_SNAP_VERSION 1
+
+/* Who the snapshot is for: checked by the reader, written by the writer. */
+typedef struct skv_cm_snap_id {
+    uint64_t vocab_check; /* skv_cm_vocab.check, 0 for codec cm */
+    uint64_t dict_id;     /* the dictionary the model was primed by */
+    uint32_t dict_n;
+} skv_cm_snap_id;
+
+/* Bytes that always hold cm's snapshot. */
+size_t skv_cm_snap_bound(skv_cm *cm);
+/* cm's state into dst[0..cap) (*len bytes). SKV_ERR_RANGE (cap too small), SKV_ERR_NOMEM. */
+int skv_cm_snap_write(skv_cm *cm, const skv_cm_snap_id *id, uint8_t *dst, size_t cap, size_t *len);
+/* cm (created for the same vocabulary and slot bits) takes the state of src[0..len).
+ * SKV_ERR_FORMAT (damaged, truncated, inconsistent), SKV_ERR_MISMATCH (a snapshot of
+ * another model kind or dictionary than id), SKV_ERR_UNSUPPORTED (another version),
+ * SKV_ERR_NOMEM. On error cm is left reset. */
+int skv_cm_snap_read(skv_cm *cm, const skv_cm_snap_id *id, const uint8_t *src, size_t len);
+
+#endif

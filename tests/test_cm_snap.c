@@ -1,0 +1,353 @@
+/* Snapshots of a primed cm model (coder/cm_snap.c, docs/coder.md 4.8) and journaled
+ * copies (skv_cm_journal), issue 16. Proves: a model read back from its snapshot codes the
+ * same bytes as the model it was taken from (codec cm and cmv, sparse and dense tables);
+ * a damaged, truncated or re-checksummed hostile snapshot is refused or loads a state that
+ * codes safely, never a crash; another dictionary or version is refused; a journaled copy
+ * codes exactly like a whole copy, also past the journal's capacity; through the library,
+ * skv_cm_dict_save / _load round-trip, refuse damaged files with SKV_ERR_FORMAT, and a cmvd
+ * session restores bit-exact after a load. Model: the bundled models/kjv-4m.gguf. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "coder/cm.h"
+#include "coder/cm_snap.h"
+#include "coder/cm_vocab.h"
+#include "container/session_int.h"
+#include "core/util.h"
+#include "engine/model.h"
+#include "seqkv.h"
+#include "test.h"
+
+static uint64_t rng_state = 0x2B7E151628AED2A6u;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Du;
+}
+
+/* V pieces "a".."zz..." with spaces now and then; no scores. */
+static skv_cm_vocab *small_vocab(uint32_t V)
+{
+    char (*p)[8] = malloc(V * sizeof *p);
+    const char **pp = malloc(V * sizeof *pp);
+    size_t *len = malloc(V * sizeof *len);
+    skv_cm_vocab *vb = NULL;
+    for (uint32_t i = 0; i < V; i++) {
+        len[i] = 1 + i % 3;
+        for (size_t k = 0; k < len[i]; k++) p[i][k] = (char)(k == 0 && i % 5 == 0 ? ' ' : 'a' + (i / (k + 1)) % 11);
+        pp[i] = p[i];
+    }
+    if (skv_cm_vocab_create(V, pp, len, NULL, &vb)) vb = NULL;
+    free(p);
+    free(pp);
+    free(len);
+    return vb;
+}
+
+/* Text-like ids: a small working set most of the time. */
+static void fill_ids(int32_t *t, size_t n, uint32_t V)
+{
+    for (size_t i = 0; i < n; i++) t[i] = (int32_t)((i % 4 ? rng() % 40 : rng()) % V);
+}
+
+/* Bytes of t[nd..nd+n) coded by cm (history t). */
+static size_t code(skv_cm *cm, const int32_t *t, size_t nd, size_t n, uint8_t *buf, size_t cap)
+{
+    skv_rangecoder_enc e;
+    size_t size = 0;
+    int rc = SKV_OK;
+    skv_rangecoder_enc_init(&e, buf, cap);
+    for (size_t i = 0; i < n && !rc; i++) rc = skv_cm_encode(cm, &e, t, nd + i);
+    if (!rc) rc = skv_rangecoder_enc_finish(&e, &size);
+    if (rc) test_fail_at(__FILE__, __LINE__, "coding failed: %d", rc);
+    return size;
+}
+
+static skv_cm *new_model(const skv_cm_vocab *vb, uint32_t V, unsigned bits)
+{
+    skv_cm *cm = NULL;
+    int rc = vb ? skv_cm_create_vocab(vb, bits, &cm) : skv_cm_create(V, &cm);
+    return rc ? NULL : cm;
+}
+
+/* A primed model, its snapshot, and a model read back from it code the same bytes. */
+static void snapshot_codes_the_same(const skv_cm_vocab *vb, uint32_t V, unsigned bits, size_t nd)
+{
+    size_t n = 600, cap = skv_cm_bound(n, V), len = 0;
+    int32_t *t = malloc((nd + n) * sizeof *t);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    skv_cm *p = new_model(vb, V, bits), *q = new_model(vb, V, bits);
+    skv_cm_snap_id id = {vb ? vb->check : 0, 0x1234567890ABCDEFull, (uint32_t)nd};
+    fill_ids(t, nd + n, V);
+    CHECK(p && q);
+    CHECK_EQ_INT(skv_cm_prime(p, t, nd), SKV_OK);
+    size_t bound = skv_cm_snap_bound(p);
+    uint8_t *snap = malloc(bound);
+    CHECK_EQ_INT(skv_cm_snap_write(p, &id, snap, bound, &len), SKV_OK);
+    CHECK_EQ_INT(skv_cm_snap_write(p, &id, snap, len - 1, &(size_t){0}), SKV_ERR_RANGE);
+    CHECK_EQ_INT(skv_cm_snap_read(q, &id, snap, len), SKV_OK);
+    size_t sa = code(p, t, nd, n, a, cap), sb = code(q, t, nd, n, b, cap);
+    CHECK_MSG(sa == sb && !memcmp(a, b, sa), "V %u, dict %zu: %zu vs %zu bytes", V, nd, sa, sb);
+    printf("# V %u, slot bits %u, dictionary %zu ids: snapshot %zu bytes (bound %zu)\n", V, bits, nd, len, bound);
+    free(snap);
+    free(t);
+    free(a);
+    free(b);
+    skv_cm_free(p);
+    skv_cm_free(q);
+}
+
+static void roundtrip_codes_the_same(void)
+{
+    skv_cm_vocab *vb = small_vocab(300), *vb2 = small_vocab(4096);
+    CHECK(vb && vb2);
+    snapshot_codes_the_same(NULL, 4096, SKV_CM_SLOT_BITS, 3000);
+    snapshot_codes_the_same(NULL, 5, SKV_CM_SLOT_BITS, 1);
+    snapshot_codes_the_same(vb, 300, SKV_CMV_SLOT_BITS_MIN, 2000);
+    snapshot_codes_the_same(vb2, 4096, SKV_CMV_DICT_SLOT_BITS, 20000);
+    skv_cm_vocab_free(vb);
+    skv_cm_vocab_free(vb2);
+}
+
+/* A hostile snapshot of a small model: every outcome is a status; a loaded state codes. */
+static void hostile_snapshots(void)
+{
+    skv_cm_vocab *vb = small_vocab(300);
+    skv_cm *p = new_model(vb, 300, SKV_CMV_SLOT_BITS_MIN), *q = new_model(vb, 300, SKV_CMV_SLOT_BITS_MIN);
+    int32_t t[1400];
+    uint8_t out[4096];
+    size_t len = 0;
+    skv_cm_snap_id id = {vb ? vb->check : 0, 77, 1000}, other = id;
+    fill_ids(t, 1400, 300);
+    CHECK(p && q);
+    CHECK_EQ_INT(skv_cm_prime(p, t, 1000), SKV_OK);
+    size_t bound = skv_cm_snap_bound(p);
+    uint8_t *snap = malloc(bound), *bad = malloc(bound);
+    CHECK_EQ_INT(skv_cm_snap_write(p, &id, snap, bound, &len), SKV_OK);
+    other.dict_id = 78;
+    CHECK_EQ_INT(skv_cm_snap_read(q, &other, snap, len), SKV_ERR_MISMATCH);
+    other = id, other.dict_n = 999;
+    CHECK_EQ_INT(skv_cm_snap_read(q, &other, snap, len), SKV_ERR_MISMATCH);
+    for (size_t k = 0; k < len && !test_cur_failed; k += 1 + k / 64) /* truncated */
+        CHECK_EQ_INT(skv_cm_snap_read(q, &id, snap, k), SKV_ERR_FORMAT);
+    for (int r = 0; r < 400 && !test_cur_failed; r++) { /* a flipped byte: the checksum */
+        memcpy(bad, snap, len);
+        bad[rng() % len] ^= (uint8_t)(1 + rng() % 255);
+        CHECK_EQ_INT(skv_cm_snap_read(q, &id, bad, len), SKV_ERR_FORMAT);
+    }
+    memcpy(bad, snap, len);
+    skv_wr32(bad + 4, 2);
+    skv_wr64(bad + len - 8, XXH3_64bits(bad, len - 8));
+    CHECK_EQ_INT(skv_cm_snap_read(q, &id, bad, len), SKV_ERR_UNSUPPORTED);
+    for (int r = 0; r < 600 && !test_cur_failed; r++) { /* forged: a valid checksum over bad bytes */
+        memcpy(bad, snap, len);
+        size_t at = r < 200 ? rng() % (len < 200 ? len : 200) : rng() % (len - 8);
+        bad[at] ^= (uint8_t)(1 + rng() % 255);
+        if (r % 3 == 0) skv_wr32(bad + (rng() % (len - 12)) / 4 * 4, (uint32_t)rng());
+        skv_wr64(bad + len - 8, XXH3_64bits(bad, len - 8));
+        int rc = skv_cm_snap_read(q, &id, bad, len);
+        CHECK_MSG(rc == SKV_OK || rc == SKV_ERR_FORMAT || rc == SKV_ERR_MISMATCH || rc == SKV_ERR_UNSUPPORTED,
+                  "status %d", rc);
+        if (rc == SKV_OK) code(q, t, 1000, 400, out, sizeof out); /* must not crash (ASan) */
+    }
+    free(snap);
+    free(bad);
+    skv_cm_free(p);
+    skv_cm_free(q);
+    skv_cm_vocab_free(vb);
+}
+
+/* Segments coded after journaled copies give the bytes of whole copies: short ones, one
+ * past the journal's capacity, and after a copy from another source. */
+static void journal_copies_code_the_same(void)
+{
+    skv_cm_vocab *vb = small_vocab(4096);
+    size_t nd = 3000, seg[] = {500, 800, 1, 12000, 700, 300};
+    size_t cap = skv_cm_bound(12000, 4096);
+    int32_t *t = malloc((nd + 12000) * sizeof *t);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    skv_cm *p = new_model(vb, 4096, SKV_CMV_DICT_SLOT_BITS), *p2 = NULL, *j = NULL, *f = NULL;
+    CHECK(p);
+    fill_ids(t, nd + 12000, 4096);
+    CHECK_EQ_INT(skv_cm_prime(p, t, nd), SKV_OK);
+    CHECK_EQ_INT(skv_cm_clone(p, &p2), SKV_OK);
+    CHECK_EQ_INT(skv_cm_prime(p2, t, nd + 50), SKV_OK); /* another source */
+    CHECK_EQ_INT(skv_cm_clone(p, &j), SKV_OK);
+    CHECK_EQ_INT(skv_cm_journal(j, p), SKV_OK);
+    CHECK_EQ_INT(skv_cm_journal(j, j), SKV_ERR_INVALID_ARG);
+    for (size_t s = 0; s < sizeof seg / sizeof *seg && !test_cur_failed; s++) {
+        if (s == 4) {
+            CHECK_EQ_INT(skv_cm_copy(j, p2), SKV_OK);
+            code(j, t, nd + 50, 100, a, cap);
+        }
+        for (size_t i = 0; i < seg[s]; i++) t[nd + i] = (int32_t)((rng() % 7 ? rng() % 60 : rng()) % 4096);
+        if (s > 0) CHECK_EQ_INT(skv_cm_copy(j, p), SKV_OK);
+        CHECK_EQ_INT(skv_cm_clone(p, &f), SKV_OK);
+        size_t sa = code(j, t, nd, seg[s], a, cap), sb = code(f, t, nd, seg[s], b, cap);
+        CHECK_MSG(sa == sb && !memcmp(a, b, sa), "segment %zu (%zu ids): %zu vs %zu bytes", s, seg[s], sa, sb);
+        skv_cm_free(f);
+        f = NULL;
+    }
+    free(t);
+    free(a);
+    free(b);
+    skv_cm_free(p);
+    skv_cm_free(p2);
+    skv_cm_free(j);
+    skv_cm_vocab_free(vb);
+}
+
+/* ---- through the library: skv_cm_dict_save / _load ------------------------------ */
+
+static skv_model *g_m;
+static int32_t *g_text, *g_dict;
+static size_t g_text_n, g_dict_n;
+
+static int32_t *tokenize_part(const char *path, long off, size_t max, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    char *text = f ? malloc(max + 1) : NULL;
+    size_t len = text && !fseek(f, off, SEEK_SET) ? fread(text, 1, max, f) : 0;
+    if (f) fclose(f);
+    int32_t *t = len ? malloc((len + 2) * sizeof *t) : NULL;
+    if (t && skv_tokenize(g_m, text, len, 1, t, len + 2, n) != SKV_OK) free(t), t = NULL;
+    free(text);
+    return t;
+}
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *b = NULL;
+    long sz = f && !fseek(f, 0, SEEK_END) ? ftell(f) : -1;
+    if (sz > 0 && !fseek(f, 0, SEEK_SET) && (b = malloc((size_t)sz)) && fread(b, 1, (size_t)sz, f) != (size_t)sz)
+        free(b), b = NULL;
+    if (f) fclose(f);
+    *len = sz > 0 ? (size_t)sz : 0;
+    return b;
+}
+
+static void spit(const char *path, const uint8_t *b, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(b, 1, len, f) == len);
+    if (f) fclose(f);
+}
+
+/* Encodes the text as cmvd in segments of 512 and restores every segment, verified. */
+static int cmvd_session_restores(void)
+{
+    skv_encoder_params ep = skv_encoder_default_params();
+    skv_encoder *e = NULL;
+    skv_session *s = NULL;
+    skv_ctx_params cp = skv_ctx_default_params();
+    skv_ctx *c = NULL;
+    uint8_t *data = NULL;
+    size_t size = 0, at = 0;
+    int32_t out[512];
+    ep.codec = SKV_CODEC_CMVD, ep.n_ctx = 512, ep.segment = 1, ep.skip_entropy = 1;
+    ep.cm_dict = g_dict, ep.n_cm_dict = g_dict_n;
+    cp.n_ctx = 512;
+    int rc = skv_encoder_create(g_m, &ep, &e, NULL, 0);
+    if (!rc) rc = skv_encoder_append(e, g_text, g_text_n, NULL);
+    if (!rc) rc = skv_encoder_finish(e, &data, &size);
+    if (!rc) rc = skv_session_open(data, size, &s, NULL, 0);
+    if (!rc) rc = skv_ctx_create(g_m, &cp, &c);
+    skv_restore_params rp = {.verify = 1, .cm_dict = g_dict, .n_cm_dict = g_dict_n};
+    skv_session_info si = {0};
+    if (!rc) skv_session_get_info(s, &si);
+    for (uint32_t i = 0; !rc && i < si.n_segments; i++) {
+        uint32_t nt = 0;
+        skv_session_segment_info(s, i, &nt, NULL, NULL);
+        rc = skv_session_restore_segment(s, g_m, i, c, &rp, out, 512);
+        if (!rc && memcmp(out, g_text + at, nt * sizeof *out)) rc = SKV_ERR_INTERNAL;
+        at += nt;
+    }
+    skv_ctx_free(c);
+    skv_session_free(s);
+    skv_encoder_free(e);
+    free(data);
+    return rc;
+}
+
+static void library_save_load(void)
+{
+    char path[64], err[256];
+    size_t len = 0;
+    snprintf(path, sizeof path, "/tmp/test_cm_snap.%d.skvcm", (int)getpid());
+    CHECK_EQ_INT(skv_cm_dict_load(g_m, g_dict, g_dict_n, path, err, sizeof err), SKV_ERR_IO);
+    CHECK_EQ_INT(skv_cm_dict_save(g_m, g_dict, g_dict_n, path, err, sizeof err), SKV_OK);
+    uint8_t *b = slurp(path, &len);
+    CHECK(b && len > 100);
+    CHECK_EQ_INT(skv_cm_dict_load(g_m, g_dict, g_dict_n, path, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(skv_cm_dict_load(g_m, g_dict, g_dict_n - 1, path, err, sizeof err), SKV_ERR_MISMATCH);
+    CHECK_EQ_INT(skv_cm_dict_load(g_m, g_text, g_text_n, path, err, sizeof err), SKV_ERR_MISMATCH);
+    int32_t bad[2] = {1, 4096};
+    CHECK_EQ_INT(skv_cm_dict_load(g_m, bad, 2, path, err, sizeof err), SKV_ERR_INVALID_ARG);
+    b[len / 2] ^= 0x40;
+    spit(path, b, len);
+    CHECK_EQ_INT(skv_cm_dict_load(g_m, g_dict, g_dict_n, path, err, sizeof err), SKV_ERR_FORMAT);
+    CHECK_MSG(strstr(err, "damaged") != NULL, "message: %s", err);
+    spit(path, b, len / 3);
+    CHECK_EQ_INT(skv_cm_dict_load(g_m, g_dict, g_dict_n, path, err, sizeof err), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(cmvd_session_restores(), SKV_OK);
+    free(b);
+    remove(path);
+}
+
+/* A snapshot written from a model primed here (not by the library) is what the library
+ * codes with after _load: the session still restores bit-exact. Runs first in its
+ * process so that the library has primed nothing yet. */
+static void library_uses_a_loaded_snapshot(void)
+{
+    char path[64], err[256];
+    skv_cm_vocab *vb = NULL;
+    skv_cm *cm = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "/tmp/test_cm_snap.%d.a.skvcm", (int)getpid());
+    CHECK_EQ_INT(skv_session_cm_vocab(g_m->tok, &vb), SKV_OK);
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &cm), SKV_OK);
+    CHECK_EQ_INT(skv_cm_prime(cm, g_dict, g_dict_n), SKV_OK);
+    skv_cm_snap_id id = {vb->check, skv_session_dict_id(g_dict, g_dict_n), (uint32_t)g_dict_n};
+    size_t bound = skv_cm_snap_bound(cm);
+    uint8_t *b = malloc(bound);
+    CHECK_EQ_INT(skv_cm_snap_write(cm, &id, b, bound, &len), SKV_OK);
+    spit(path, b, len);
+    CHECK_EQ_INT(skv_cm_dict_load(g_m, g_dict, g_dict_n, path, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(cmvd_session_restores(), SKV_OK);
+    free(b);
+    skv_cm_free(cm);
+    skv_cm_vocab_free(vb);
+    remove(path);
+}
+
+int main(void)
+{
+    char err[256];
+    TEST_BEGIN("test_cm_snap");
+    RUN(roundtrip_codes_the_same);
+    RUN(hostile_snapshots);
+    RUN(journal_copies_code_the_same);
+    if (skv_model_load("models/kjv-4m.gguf", NULL, &g_m, err, sizeof err) != SKV_OK) {
+        printf("FAIL test_cm_snap:<load>: %s\n", err);
+        return 1;
+    }
+    g_text = tokenize_part("tests/data/model_ref/heldout.txt", 0, 4000, &g_text_n);
+    g_dict = tokenize_part("tests/data/model_ref/heldout.txt", 30000, 20000, &g_dict_n);
+    if (!g_text || !g_dict) {
+        printf("FAIL test_cm_snap:<text>: cannot tokenize tests/data/model_ref/heldout.txt\n");
+        return 1;
+    }
+    RUN(library_uses_a_loaded_snapshot);
+    RUN(library_save_load);
+    free(g_text);
+    free(g_dict);
+    skv_model_free(g_m);
+    TEST_END();
+}

@@ -1,0 +1,97 @@
+/* cli_cmdict.c - --cm-dict TEXT: cached ids and primed model (see cli_cmdict.h).
+ *
+ * TEXT.skvids: "SKVI" | u32 version 1 | u8 model fingerprint[16] | u64 XXH3-64 of TEXT
+ *              | u32 n | u32 ids[n] | u64 XXH3-64 of every byte before it (little-endian) */
+#include "cli_cmdict.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "cli.h"
+
+#define IDS_MAGIC 0x49564b53u /* "SKVI" */
+#define IDS_HDR 36u
+
+static void wr32(uint8_t *p, uint32_t v)
+{
+    for (int k = 0; k < 4; k++) p[k] = (uint8_t)(v >> (8 * k));
+}
+static uint32_t rd32(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+static void wr64(uint8_t *p, uint64_t v) { wr32(p, (uint32_t)v), wr32(p + 4, (uint32_t)(v >> 32)); }
+static uint64_t rd64(const uint8_t *p) { return rd32(p) | (uint64_t)rd32(p + 4) << 32; }
+
+static char *side_path(const char *path, const char *ext)
+{
+    size_t n = strlen(path) + strlen(ext) + 1;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s%s", path, ext);
+    return s;
+}
+
+/* The cached ids if the cache is intact and for (fp, key); else NULL. */
+static int32_t *ids_load(const char *cache, const uint8_t fp[16], uint64_t key, size_t max, size_t *n)
+{
+    FILE *f = fopen(cache, "rb");
+    uint8_t h[IDS_HDR];
+    int32_t *ids = NULL;
+    if (!f) return NULL;
+    if (fread(h, 1, IDS_HDR, f) == IDS_HDR && rd32(h) == IDS_MAGIC && rd32(h + 4) == 1 && !memcmp(h + 8, fp, 16) &&
+        rd64(h + 24) == key && rd32(h + 32) >= 1 && rd32(h + 32) <= max) {
+        size_t k = rd32(h + 32), len = IDS_HDR + 4 * k + 8;
+        uint8_t *b = malloc(len);
+        if (b && (memcpy(b, h, IDS_HDR), fread(b + IDS_HDR, 1, len - IDS_HDR, f) == len - IDS_HDR) &&
+            fgetc(f) == EOF && XXH3_64bits(b, len - 8) == rd64(b + len - 8) && (ids = malloc(k * sizeof *ids))) {
+            for (size_t i = 0; i < k; i++) ids[i] = (int32_t)rd32(b + IDS_HDR + 4 * i);
+            *n = k;
+        }
+        free(b);
+    }
+    fclose(f);
+    return ids;
+}
+
+static void ids_save(const char *cache, const uint8_t fp[16], uint64_t key, const int32_t *ids, size_t n)
+{
+    size_t len = IDS_HDR + 4 * n + 8;
+    uint8_t *b = n <= UINT32_MAX ? malloc(len) : NULL;
+    char *tmp = side_path(cache, ".tmp");
+    FILE *f = b && tmp ? fopen(tmp, "wb") : NULL;
+    if (f) {
+        wr32(b, IDS_MAGIC), wr32(b + 4, 1), memcpy(b + 8, fp, 16), wr64(b + 24, key), wr32(b + 32, (uint32_t)n);
+        for (size_t i = 0; i < n; i++) wr32(b + IDS_HDR + 4 * i, (uint32_t)ids[i]);
+        wr64(b + len - 8, XXH3_64bits(b, len - 8));
+        int ok = fwrite(b, 1, len, f) == len;
+        if (fclose(f) || !ok || rename(tmp, cache)) remove(tmp);
+    }
+    free(tmp);
+    free(b);
+}
+
+/* The primed model: TEXT.skvcm loaded when valid, else primed and (re)written. */
+static void primed_cache(skv_model *m, const char *path, const int32_t *ids, size_t n)
+{
+    char err[512] = "", *snap = side_path(path, ".skvcm");
+    if (!snap) return;
+    int rc = skv_cm_dict_load(m, ids, n, snap, err, sizeof err);
+    if (rc == SKV_ERR_FORMAT) fprintf(stderr, "seqkv: note: %s; rebuilding it\n", err);
+    if (rc != SKV_OK) skv_cm_dict_save(m, ids, n, snap, err, sizeof err);
+    free(snap);
+}
+
+int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n)
+{
+    size_t len = 0;
+    uint8_t fp[16];
+    char *text = cli_read_file(path, &len), *cache = side_path(path, ".skvids");
+    int32_t *ids = NULL;
+    int have_fp = text && cache && skv_model_fingerprint(m, fp) == SKV_OK;
+    uint64_t key = text ? XXH3_64bits(text, len) : 0;
+    if (have_fp) ids = ids_load(cache, fp, key, len + 2, n);
+    if (!ids && text && (ids = cli_text_tokens(m, path, text, len, 0, n)) && have_fp && *n) ids_save(cache, fp, key, ids, *n);
+    if (ids && *n) primed_cache(m, path, ids, *n);
+    free(text);
+    free(cache);
+    return ids;
+}
