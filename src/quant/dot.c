@@ -107,6 +107,24 @@ void skv_act256_quantize_ref(const float *x, void *qa, size_t K)
     for (size_t b = 0; b < K / 256; b++) act256_block(x + 256 * b, a + b);
 }
 
+/* The lanes layout of 16 rows of 256-value blocks: per block, bytes 4k..4k+3 of
+ * row t at 64k + 4t as q + 128, the 16 scales at 4096, and at 4160 + 64k + 4t row
+ * t's group sums 2k and 2k+1 as an int16 pair: the values of 16 skv_act256 rows. */
+static void act256_lanes(const float *x, size_t ldx, size_t K, uint8_t *out)
+{
+    for (size_t b = 0; b < K / 256; b++, out += 16 * sizeof(skv_act256))
+        for (size_t t = 0; t < 16; t++) {
+            skv_act256 a;
+            act256_block(x + t * ldx + 256 * b, &a);
+            for (size_t j = 0; j < 256; j++) out[64 * (j / 4) + 4 * t + j % 4] = (uint8_t)(a.qs[j] + 128);
+            memcpy(out + 4096 + 4 * t, &a.d, 4);
+            for (size_t k = 0; k < 8; k++) {
+                uint32_t v = (uint32_t)(uint16_t)a.bsum[2 * k] | (uint32_t)(uint16_t)a.bsum[2 * k + 1] << 16;
+                memcpy(out + 4160 + 64 * k + 4 * t, &v, 4);
+            }
+        }
+}
+
 /* One block's exact integer sums against its activation values. */
 static void block_isums(const skv_iblock *w, const int8_t *qs, const int16_t *bsum, size_t n, int32_t *isum,
                         int32_t *imin)
@@ -223,7 +241,8 @@ int skv_dot_level(int max_level)
 static int lanes_layout(int level, uint32_t wtype)
 {
 #if defined(__x86_64__)
-    return skv_dot_avx512_lanes && level >= SKV_DOT_AVX512 && (wtype == SKV_GGML_Q8_0 || wtype == SKV_GGML_Q4_0);
+    return skv_dot_avx512_lanes && level >= SKV_DOT_AVX512 &&
+           (wtype == SKV_GGML_Q8_0 || wtype == SKV_GGML_Q4_0 || wtype == SKV_GGML_Q4_K || wtype == SKV_GGML_Q6_K);
 #else
     (void)level, (void)wtype;
     return 0;
@@ -237,7 +256,8 @@ void skv_act_quantize(int level, uint32_t wtype, const float *x, size_t ldx, siz
     if (!rb) return;
     level = skv_dot_level(level);
     if (lanes_layout(level, wtype))
-        for (; t + 16 <= T; t += 16) act32_lanes(x + t * ldx, ldx, K, (uint8_t *)qa + t * rb);
+        for (; t + 16 <= T; t += 16)
+            (act_of(wtype) == SKV_ACT_Q8_32 ? act32_lanes : act256_lanes)(x + t * ldx, ldx, K, (uint8_t *)qa + t * rb);
     AT_LEVEL(k_acts[act_of(wtype)].quant, level, q);
     for (; t < T; t++) q(x + t * ldx, (uint8_t *)qa + t * rb, K);
 }
