@@ -99,7 +99,7 @@ static inline void store_tile(float *y, size_t ldy, const __m256 acc[NT], size_t
 #define ACT256(qa, qs, t, b) ((const skv_act256 *)(const void *)((qa) + (t) * (qs)) + (b))
 
 /* ---- q8_0: sum q*a with the sign trick (|q| as u8, a with q's sign); with
- * VNNI (no saturation) (a + 128) as u8 times q, minus 128 * sum q ---- */
+ * VNNI (no saturation) (q + 128) as u8 times a, minus 128 * sum a ---- */
 static void tile_q8_0(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
                       size_t nt, size_t m)
 {
@@ -108,17 +108,19 @@ static void tile_q8_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
         __m256i q[8], p[8];
         prefetch8(w, 34 * b + PF_AHEAD);
         __m256 d = scales8(w, 34 * b);
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++) q[i] = ld32(w[i] + 34 * b + 2);
 #if SKV_DOT_VNNI
-        for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(1), q[i]);
-        __m256i corr = _mm256_slli_epi32(reduce8_epi32(p), 7);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) q[i] = _mm256_xor_si256(q[i], _mm256_set1_epi8((char)0x80)); /* q + 128 as u8 */
 #endif
         for (size_t t = 0; t < nt; t++) {
             const skv_act32 *a = ACT32(qa, qs, t, b);
             __m256i av = ld32(a->qs);
 #if SKV_DOT_VNNI
-            __m256i ax = _mm256_xor_si256(av, _mm256_set1_epi8((char)0x80));
-            for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), ax, q[i]);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), q[i], av);
+            __m256i corr = _mm256_set1_epi32(128 * (a->bsum[0] + a->bsum[1]));
             acc[t] = fma_scaled(acc[t], d, a->d, _mm256_sub_epi32(reduce8_epi32(p), corr));
 #else
             for (int i = 0; i < 8; i++)
@@ -140,6 +142,7 @@ static void tile_q4_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
         __m256i v[8], p[8];
         if (b % 3 == 0) prefetch8(w, 18 * b + PF_AHEAD); /* 54 bytes per 3 blocks: every line once or twice */
         __m256 d = scales8(w, 18 * b);
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
             __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(w[i] + 18 * b + 2));
             v[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
@@ -147,6 +150,7 @@ static void tile_q4_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
         for (size_t t = 0; t < nt; t++) {
             const skv_act32 *a = ACT32(qa, qs, t, b);
             __m256i av = ld32(a->qs);
+#pragma GCC unroll 8
             for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), v[i], av);
             __m256i isum = _mm256_sub_epi32(reduce8_epi32(p), _mm256_set1_epi32(8 * (a->bsum[0] + a->bsum[1])));
             acc[t] = fma_scaled(acc[t], d, a->d, isum);
