@@ -208,11 +208,62 @@ static void q4_k_unpack(q4k_unpacked *o, const uint8_t *const w[8], size_t b)
     o->dm = _mm256_xor_ps(scales8(w, 144 * b + 2), _mm256_set1_ps(-0.0f));
 }
 
+/* The 8 rows' isum of q4_k block b against one token's values av (multiplied as
+ * they are unpacked: decode has no other token to share an unpacked copy with). */
+static inline __m256i q4_k_isum1(const uint8_t *const w[8], size_t b, const __m256i av[8], __m256i mn[4])
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i p[8];
+    int32_t mp[4][8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *blk = w[i] + 144 * b;
+        uint8_t sc[8], mnb[8];
+        __m256i s = _mm256_setzero_si256();
+        skv_k4_scales8(blk + 4, sc, mnb);
+        for (int c = 0; c < 4; c++) {
+            __m256i q = ld32(blk + 16 + 32 * c), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            s = dp_sc16(s, _mm256_and_si256(q, m4), av[2 * c], _mm256_set1_epi16((short)sc[2 * c]));
+            s = dp_sc16(s, hi, av[2 * c + 1], _mm256_set1_epi16((short)sc[2 * c + 1]));
+        }
+        p[i] = s;
+        for (int k = 0; k < 4; k++) mp[k][i] = pair16(mnb[2 * k], mnb[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; k++) mn[k] = ld32(mp[k]);
+    return reduce8_epi32(p);
+}
+
+/* tile_q4_k for one token. */
+static void tile1_q4_k(float *y, const uint8_t *const w[8], const uint8_t *qa, size_t nb, size_t m)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const skv_act256 *a = ACT256(qa, 0, 0, b);
+        __m256i av[8], mn[4];
+        int32_t as[4];
+        for (int c = 0; c < 3; c++) prefetch8(w, 144 * b + PF_AHEAD + 64 * c);
+        for (int s = 0; s < 8; s++) av[s] = ld32(a->qs + 32 * s);
+        for (int k = 0; k < 4; k++)
+            as[k] = pair16(a->bsum[4 * k] + a->bsum[4 * k + 1], a->bsum[4 * k + 2] + a->bsum[4 * k + 3]);
+        __m256i isum = q4_k_isum1(w, b, av, mn);
+        __m256 dx = _mm256_set1_ps(a->d), dm = _mm256_xor_ps(scales8(w, 144 * b + 2), _mm256_set1_ps(-0.0f));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(scales8(w, 144 * b), dx), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(madd_pairs(mn, as, 4)), acc);
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+    memcpy(y, o, m * sizeof(float));
+}
+
 static void tile_q4_k(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
                       size_t nt, size_t m)
 {
     __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     q4k_unpacked u;
+    if (nt == 1) {
+        tile1_q4_k(y, w, qa, nb, m);
+        return;
+    }
     for (size_t b = 0; b < nb; b++) {
         for (int c = 0; c < 3; c++) prefetch8(w, 144 * b + PF_AHEAD + 64 * c);
         q4_k_unpack(&u, w, b);
