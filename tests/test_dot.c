@@ -71,7 +71,7 @@ static double act_value(uint32_t type, const void *qa, size_t j)
 typedef struct {
     uint32_t type;
     size_t K, T, n, row_bytes;
-    uint8_t *W, *qa;
+    uint8_t *W, *qa, *ql; /* qa: reference-level activations; ql: those of the level run last */
     float *x, *y[3];
 } fixture;
 
@@ -82,9 +82,10 @@ static int fixture_make(fixture *f, uint32_t type, size_t K, size_t T, size_t n)
     f->row_bytes = skv_type_row_bytes(type, K);
     f->W = malloc(n * f->row_bytes);
     f->qa = malloc(T * skv_act_row_bytes(type, K));
+    f->ql = malloc(T * skv_act_row_bytes(type, K));
     f->x = malloc(T * K * sizeof(float));
     for (int l = 0; l < 3; l++) f->y[l] = malloc(T * n * sizeof(float));
-    if (!f->W || !f->qa || !f->x || !f->y[0] || !f->y[1] || !f->y[2]) return 0;
+    if (!f->W || !f->qa || !f->ql || !f->x || !f->y[0] || !f->y[1] || !f->y[2]) return 0;
     random_rows(type, f->W, n * f->row_bytes);
     for (size_t i = 0; i < T * K; i++) f->x[i] = rnd_float() * (i % 7 == 0 ? 10.0f : 1.0f);
     skv_act_quantize(SKV_DOT_REF, type, f->x, K, T, K, f->qa);
@@ -93,13 +94,16 @@ static int fixture_make(fixture *f, uint32_t type, size_t K, size_t T, size_t n)
 
 static void fixture_free(fixture *f)
 {
-    free(f->W), free(f->qa), free(f->x);
+    free(f->W), free(f->qa), free(f->ql), free(f->x);
     for (int l = 0; l < 3; l++) free(f->y[l]);
 }
 
+/* The gemm of a level on the activations quantized at that level (their layout may
+ * differ between levels: dot.h, skv_act_quantize). */
 static void run_level(fixture *f, int level, float *y)
 {
-    skv_dot_gemm(level, f->type)(y, f->n, f->W, f->row_bytes, f->qa, skv_act_row_bytes(f->type, f->K), f->K, f->T,
+    skv_act_quantize(level, f->type, f->x, f->K, f->T, f->K, f->ql);
+    skv_dot_gemm(level, f->type)(y, f->n, f->W, f->row_bytes, f->ql, skv_act_row_bytes(f->type, f->K), f->K, f->T,
                                  f->n);
 }
 
@@ -173,6 +177,36 @@ static void batch_invariant(void)
     }
 }
 
+/* Batches of 16 tokens and more (the AVX-512 lanes kernels of q8_0 and q4_0 take full
+ * groups of 16, the tile kernels the rest; rows in chunks of 64 blocks, groups in
+ * batches of 32): every level gives the reference's bits, and a product run on the
+ * tokens from a group boundary on (the engine's token blocks) gives the same rows. */
+static void long_batches_bit_identical(void)
+{
+    static const size_t shapes[][3] = {{256, 16, 16}, {256, 17, 7}, {64, 33, 21}, {2560, 40, 9},
+                                       {2048, 31, 16}, {64, 530, 3}, {4096, 48, 1}};
+    int top = skv_dot_level(SKV_DOT_AVX512);
+    if (top == SKV_DOT_REF) SKIP("no AVX2 on this CPU: only the reference runs");
+    for (size_t i = 0; i < N_DOT_TYPES; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            fixture f;
+            size_t K = shapes[s][0], T = shapes[s][1], n = shapes[s][2];
+            if (K % act_block(k_dot_types[i])) continue;
+            CHECK(fixture_make(&f, k_dot_types[i], K, T, n));
+            run_level(&f, SKV_DOT_REF, f.y[0]);
+            for (int l = 1; l <= top; l++) {
+                size_t ab = skv_act_row_bytes(f.type, K);
+                run_level(&f, l, f.y[1]);
+                CHECK_MSG(!memcmp(f.y[0], f.y[1], T * n * sizeof(float)), "%s K %zu T %zu rows %zu: level %d differs",
+                          skv_ggml_type_name(f.type), K, T, n, l);
+                skv_dot_gemm(l, f.type)(f.y[2], n, f.W, f.row_bytes, f.ql + 16 * ab, ab, K, T - 16, n);
+                CHECK_MSG(!memcmp(f.y[0] + 16 * n, f.y[2], (T - 16) * n * sizeof(float)),
+                          "%s K %zu T %zu: level %d from token 16 differs", skv_ggml_type_name(f.type), K, T, l);
+            }
+            fixture_free(&f);
+        }
+}
+
 /* q8_0 activations: binary16-exact scale amax/127, values roundf(x / d) in [-127, 127];
  * q8_K: the largest magnitude maps to -127, d = max / -127. */
 static void act_quantizers_follow_llama(void)
@@ -216,6 +250,7 @@ int main(void)
     RUN(levels_bit_identical);
     RUN(reference_is_the_dequantized_dot);
     RUN(batch_invariant);
+    RUN(long_batches_bit_identical);
     RUN(act_quantizers_follow_llama);
     RUN(non_finite_activations);
     TEST_END();

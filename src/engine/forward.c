@@ -332,11 +332,17 @@ static void matmul_task(void *arg, size_t task, int thread)
 static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, size_t T, float *y, size_t ldy)
 {
     matmul_job j = {c, w, x, ldx, T, y, ldy, NULL};
-    if (skv_qmatmul_act_bytes(w->type, w->K)) { /* quantized weights: integer dot products */
-        skv_qmatmul_quantize(c->k, w->type, x, ldx, T, w->K, c->qact);
-        j.qa = c->qact;
-    }
     skv_pool *p = c->active ? c->active : w->N * w->K >= POOL_MIN_WEIGHTS ? c->pool : NULL;
+    size_t ab = skv_qmatmul_act_bytes(w->type, w->K);
+    if (ab) { /* quantized weights: integer dot products, one cache-sized block of tokens at a time */
+        size_t tb = skv_qmatmul_token_block(w->type, w->K);
+        skv_qmatmul_quantize(c->k, w->type, x, ldx, T, w->K, c->qact);
+        for (size_t t0 = 0; t0 < T; t0 += tb) {
+            j.qa = c->qact + t0 * ab, j.y = y + t0 * ldy, j.T = T - t0 < tb ? T - t0 : tb;
+            skv_pool_run(p, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
+        }
+        return;
+    }
     skv_pool_run(p, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
 }
 

@@ -190,6 +190,8 @@ void skv_dequant_rows(uint32_t type, const void *src, size_t row_bytes, size_t K
 
 size_t skv_qmatmul_act_bytes(uint32_t type, size_t K) { return skv_act_row_bytes(type, K); }
 
+size_t skv_qmatmul_token_block(uint32_t type, size_t K) { return skv_act_token_block(type, K); }
+
 void skv_qmatmul_quantize(const skv_kernels *k, uint32_t type, const float *x, size_t ldx, size_t T, size_t K,
                           void *qa)
 {

@@ -67,6 +67,10 @@ typedef struct skv_kernels {
  * SKV_QMATMUL_ACT_BOUND(K) bytes per activation row, for every type. */
 #define SKV_QMATMUL_ACT_BOUND(K) (((K) / 32 + 1) * 40)
 size_t skv_qmatmul_act_bytes(uint32_t type, size_t K);
+/* Tokens per pass over the weights (a multiple of 16; the passes' activations stay in
+ * L2): a product of T tokens may run as skv_qmatmul calls on tokens [t0, t0 + that) at
+ * qa + t0 * act_bytes, t0 a multiple of it (speed only: the bits do not change). */
+size_t skv_qmatmul_token_block(uint32_t type, size_t K);
 void skv_qmatmul_quantize(const skv_kernels *k, uint32_t type, const float *x, size_t ldx, size_t T, size_t K,
                           void *qa);
 void skv_qmatmul(const skv_kernels *k, float *y, size_t ldy, uint32_t type, const void *W, size_t row_bytes,

@@ -58,6 +58,26 @@ void skv_act32_quantize_ref(const float *x, void *qa, size_t K)
     for (size_t b = 0; b < K / 32; b++) act32_block(x + 32 * b, a + b);
 }
 
+/* The lanes layout of 16 rows (row t at x + t*ldx; dot_avx512.c): per block,
+ * bytes 4k..4k+3 of row t at 64k + 4t as q + 128, then the 16 scales and the
+ * 16 block sums, 16 x 40 bytes: the same values as 16 skv_act32 rows. */
+static void act32_lanes(const float *x, size_t ldx, size_t K, uint8_t *out)
+{
+    for (size_t b = 0; b < K / 32; b++, out += 16 * sizeof(skv_act32)) {
+        skv_act32 a[16];
+        float d[16];
+        int32_t s[16];
+        for (size_t t = 0; t < 16; t++) {
+            act32_block(x + t * ldx + 32 * b, a + t);
+            d[t] = a[t].d;
+            s[t] = a[t].bsum[0] + a[t].bsum[1];
+            for (size_t j = 0; j < 32; j++) out[64 * (j / 4) + 4 * t + j % 4] = (uint8_t)(a[t].qs[j] + 128);
+        }
+        memcpy(out + 512, d, sizeof d);
+        memcpy(out + 576, s, sizeof s);
+    }
+}
+
 /* nearest_int of quantize_row_q8_K: the 1.5 * 2^23 trick read as bits, then clamped. */
 static int8_t q8k_round(float v)
 {
@@ -85,6 +105,24 @@ void skv_act256_quantize_ref(const float *x, void *qa, size_t K)
 {
     skv_act256 *a = qa;
     for (size_t b = 0; b < K / 256; b++) act256_block(x + 256 * b, a + b);
+}
+
+/* The lanes layout of 16 rows of 256-value blocks: per block, bytes 4k..4k+3 of
+ * row t at 64k + 4t as q + 128, the 16 scales at 4096, and at 4160 + 64k + 4t row
+ * t's group sums 2k and 2k+1 as an int16 pair: the values of 16 skv_act256 rows. */
+static void act256_lanes(const float *x, size_t ldx, size_t K, uint8_t *out)
+{
+    for (size_t b = 0; b < K / 256; b++, out += 16 * sizeof(skv_act256))
+        for (size_t t = 0; t < 16; t++) {
+            skv_act256 a;
+            act256_block(x + t * ldx + 256 * b, &a);
+            for (size_t j = 0; j < 256; j++) out[64 * (j / 4) + 4 * t + j % 4] = (uint8_t)(a.qs[j] + 128);
+            memcpy(out + 4096 + 4 * t, &a.d, 4);
+            for (size_t k = 0; k < 8; k++) {
+                uint32_t v = (uint32_t)(uint16_t)a.bsum[2 * k] | (uint32_t)(uint16_t)a.bsum[2 * k + 1] << 16;
+                memcpy(out + 4160 + 64 * k + 4 * t, &v, 4);
+            }
+        }
 }
 
 /* One block's exact integer sums against its activation values. */
@@ -176,6 +214,14 @@ size_t skv_act_row_bytes(uint32_t wtype, size_t K)
     return K / k_acts[a].n * k_acts[a].bytes;
 }
 
+#define ACT_L2_BYTES ((size_t)768 << 10) /* the activations' share of a 2 MiB L2 */
+
+size_t skv_act_token_block(uint32_t wtype, size_t K)
+{
+    size_t rb = skv_act_row_bytes(wtype, K), n = rb ? ACT_L2_BYTES / rb / 16 * 16 : 0;
+    return n < 16 ? 16 : n;
+}
+
 int skv_dot_level(int max_level)
 {
     int l = SKV_DOT_REF;
@@ -191,13 +237,29 @@ int skv_dot_level(int max_level)
         for ((out) = NULL; l_ >= 0 && !(out); l_--) (out) = (col)[l_]; \
     } while (0)
 
+/* Whether the gemm of wtype at level reads full groups of 16 rows in the lanes layout. */
+static int lanes_layout(int level, uint32_t wtype)
+{
+#if defined(__x86_64__)
+    return skv_dot_avx512_lanes && level >= SKV_DOT_AVX512 &&
+           (wtype == SKV_GGML_Q8_0 || wtype == SKV_GGML_Q4_0 || wtype == SKV_GGML_Q4_K || wtype == SKV_GGML_Q6_K);
+#else
+    (void)level, (void)wtype;
+    return 0;
+#endif
+}
+
 void skv_act_quantize(int level, uint32_t wtype, const float *x, size_t ldx, size_t T, size_t K, void *qa)
 {
-    size_t rb = skv_act_row_bytes(wtype, K);
+    size_t rb = skv_act_row_bytes(wtype, K), t = 0;
     skv_act_quant_fn q;
     if (!rb) return;
-    AT_LEVEL(k_acts[act_of(wtype)].quant, skv_dot_level(level), q);
-    for (size_t t = 0; t < T; t++) q(x + t * ldx, (uint8_t *)qa + t * rb, K);
+    level = skv_dot_level(level);
+    if (lanes_layout(level, wtype))
+        for (; t + 16 <= T; t += 16)
+            (act_of(wtype) == SKV_ACT_Q8_32 ? act32_lanes : act256_lanes)(x + t * ldx, ldx, K, (uint8_t *)qa + t * rb);
+    AT_LEVEL(k_acts[act_of(wtype)].quant, level, q);
+    for (; t < T; t++) q(x + t * ldx, (uint8_t *)qa + t * rb, K);
 }
 
 skv_gemm_fn skv_dot_gemm(int level, uint32_t wtype)

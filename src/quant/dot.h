@@ -52,11 +52,19 @@ typedef void (*skv_act_quant_fn)(const float *x, void *qa, size_t K);
  * 0 when the type has no integer dot or K is not a multiple of its block. */
 size_t skv_act_row_bytes(uint32_t wtype, size_t K);
 
+/* Tokens per pass of a long batch over the weights: a multiple of 16 whose activation
+ * rows (skv_act_row_bytes each) fit in about half an L2 cache, so the weight tiles that
+ * stream by reuse them from L2 rather than from L3 or memory. */
+size_t skv_act_token_block(uint32_t wtype, size_t K);
+
 /* The highest level the CPU allows, capped by max_level (SEQKV_CPU caps the CPU). */
 int skv_dot_level(int max_level);
 
 /* Quantizes T rows (row t at x + t*ldx) into qa (row stride skv_act_row_bytes)
- * for weights of type wtype at the given level (same bytes at every level). */
+ * for weights of type wtype at the given level, for the gemm of the same level: the
+ * AVX-512 q8_0 / q4_0 / q4_k / q6_k gemms read each full group of 16 rows (rows 16g .. 16g+15) in
+ * an interleaved "lanes" layout of the same size (dot_avx512.c); the rows after the
+ * last full group, and every row at other levels and types, are in the row layout. */
 void skv_act_quantize(int level, uint32_t wtype, const float *x, size_t ldx, size_t T, size_t K, void *qa);
 
 /* The gemm of the weight type at level (falling back to lower levels where a

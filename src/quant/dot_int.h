@@ -76,6 +76,9 @@ void skv_gemm_q8_0_avx2(float *, size_t, const void *, size_t, const void *, siz
 void skv_gemm_q4_0_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q6_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+/* Whether the AVX-512 q8_0 / q4_0 / q4_k / q6_k gemms read groups of 16 activation rows in the
+ * lanes layout (dot_avx512.c; 0 when the compiler could not build them). */
+extern const int skv_dot_avx512_lanes;
 void skv_gemm_q8_0_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_0_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_k_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);

@@ -53,6 +53,7 @@ static inline __m256 scales8(const uint8_t *const w[8], size_t off)
  * from memory: eight rows at once is more streams than the prefetcher follows). */
 static inline void prefetch8(const uint8_t *const w[8], size_t off)
 {
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) _mm_prefetch((const char *)(w[i] + off), _MM_HINT_T0);
 }
 
@@ -98,7 +99,7 @@ static inline void store_tile(float *y, size_t ldy, const __m256 acc[NT], size_t
 #define ACT256(qa, qs, t, b) ((const skv_act256 *)(const void *)((qa) + (t) * (qs)) + (b))
 
 /* ---- q8_0: sum q*a with the sign trick (|q| as u8, a with q's sign); with
- * VNNI (no saturation) (a + 128) as u8 times q, minus 128 * sum q ---- */
+ * VNNI (no saturation) (q + 128) as u8 times a, minus 128 * sum a ---- */
 static void tile_q8_0(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
                       size_t nt, size_t m)
 {
@@ -107,17 +108,19 @@ static void tile_q8_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
         __m256i q[8], p[8];
         prefetch8(w, 34 * b + PF_AHEAD);
         __m256 d = scales8(w, 34 * b);
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++) q[i] = ld32(w[i] + 34 * b + 2);
 #if SKV_DOT_VNNI
-        for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), _mm256_set1_epi8(1), q[i]);
-        __m256i corr = _mm256_slli_epi32(reduce8_epi32(p), 7);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) q[i] = _mm256_xor_si256(q[i], _mm256_set1_epi8((char)0x80)); /* q + 128 as u8 */
 #endif
         for (size_t t = 0; t < nt; t++) {
             const skv_act32 *a = ACT32(qa, qs, t, b);
             __m256i av = ld32(a->qs);
 #if SKV_DOT_VNNI
-            __m256i ax = _mm256_xor_si256(av, _mm256_set1_epi8((char)0x80));
-            for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), ax, q[i]);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), q[i], av);
+            __m256i corr = _mm256_set1_epi32(128 * (a->bsum[0] + a->bsum[1]));
             acc[t] = fma_scaled(acc[t], d, a->d, _mm256_sub_epi32(reduce8_epi32(p), corr));
 #else
             for (int i = 0; i < 8; i++)
@@ -137,8 +140,9 @@ static void tile_q4_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
     __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (size_t b = 0; b < nb; b++) {
         __m256i v[8], p[8];
-        prefetch8(w, 18 * b + PF_AHEAD);
+        if (b % 3 == 0) prefetch8(w, 18 * b + PF_AHEAD); /* 54 bytes per 3 blocks: every line once or twice */
         __m256 d = scales8(w, 18 * b);
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
             __m128i q = _mm_loadu_si128((const __m128i *)(const void *)(w[i] + 18 * b + 2));
             v[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
@@ -146,6 +150,7 @@ static void tile_q4_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
         for (size_t t = 0; t < nt; t++) {
             const skv_act32 *a = ACT32(qa, qs, t, b);
             __m256i av = ld32(a->qs);
+#pragma GCC unroll 8
             for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), v[i], av);
             __m256i isum = _mm256_sub_epi32(reduce8_epi32(p), _mm256_set1_epi32(8 * (a->bsum[0] + a->bsum[1])));
             acc[t] = fma_scaled(acc[t], d, a->d, isum);
@@ -203,11 +208,62 @@ static void q4_k_unpack(q4k_unpacked *o, const uint8_t *const w[8], size_t b)
     o->dm = _mm256_xor_ps(scales8(w, 144 * b + 2), _mm256_set1_ps(-0.0f));
 }
 
+/* The 8 rows' isum of q4_k block b against one token's values av (multiplied as
+ * they are unpacked: decode has no other token to share an unpacked copy with). */
+static inline __m256i q4_k_isum1(const uint8_t *const w[8], size_t b, const __m256i av[8], __m256i mn[4])
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i p[8];
+    int32_t mp[4][8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *blk = w[i] + 144 * b;
+        uint8_t sc[8], mnb[8];
+        __m256i s = _mm256_setzero_si256();
+        skv_k4_scales8(blk + 4, sc, mnb);
+        for (int c = 0; c < 4; c++) {
+            __m256i q = ld32(blk + 16 + 32 * c), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            s = dp_sc16(s, _mm256_and_si256(q, m4), av[2 * c], _mm256_set1_epi16((short)sc[2 * c]));
+            s = dp_sc16(s, hi, av[2 * c + 1], _mm256_set1_epi16((short)sc[2 * c + 1]));
+        }
+        p[i] = s;
+        for (int k = 0; k < 4; k++) mp[k][i] = pair16(mnb[2 * k], mnb[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; k++) mn[k] = ld32(mp[k]);
+    return reduce8_epi32(p);
+}
+
+/* tile_q4_k for one token. */
+static void tile1_q4_k(float *y, const uint8_t *const w[8], const uint8_t *qa, size_t nb, size_t m)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const skv_act256 *a = ACT256(qa, 0, 0, b);
+        __m256i av[8], mn[4];
+        int32_t as[4];
+        for (int c = 0; c < 3; c++) prefetch8(w, 144 * b + PF_AHEAD + 64 * c);
+        for (int s = 0; s < 8; s++) av[s] = ld32(a->qs + 32 * s);
+        for (int k = 0; k < 4; k++)
+            as[k] = pair16(a->bsum[4 * k] + a->bsum[4 * k + 1], a->bsum[4 * k + 2] + a->bsum[4 * k + 3]);
+        __m256i isum = q4_k_isum1(w, b, av, mn);
+        __m256 dx = _mm256_set1_ps(a->d), dm = _mm256_xor_ps(scales8(w, 144 * b + 2), _mm256_set1_ps(-0.0f));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(scales8(w, 144 * b), dx), _mm256_cvtepi32_ps(isum), acc);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(madd_pairs(mn, as, 4)), acc);
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+    memcpy(y, o, m * sizeof(float));
+}
+
 static void tile_q4_k(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
                       size_t nt, size_t m)
 {
     __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     q4k_unpacked u;
+    if (nt == 1) {
+        tile1_q4_k(y, w, qa, nb, m);
+        return;
+    }
     for (size_t b = 0; b < nb; b++) {
         for (int c = 0; c < 3; c++) prefetch8(w, 144 * b + PF_AHEAD + 64 * c);
         q4_k_unpack(&u, w, b);
