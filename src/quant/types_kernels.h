@@ -27,6 +27,9 @@ void skv_f16_to_float_avx2(const void *src, float *dst, size_t n);
 int skv_f16_from_float_avx2(const float *src, void *dst, size_t n);
 /* The f16 weight matrix-vector product (skv_matvec_fn). */
 void skv_f16_matvec_avx2(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows);
+/* The f16 weight matrix product (skv_matmul_fn): y[t][r] for T tokens, weights converted in registers. */
+void skv_f16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
+                         size_t T, size_t n_rows);
 
 void skv_bf16_to_float_ref(const void *src, float *dst, size_t n);
 
