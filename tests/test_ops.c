@@ -13,6 +13,7 @@
 #include "core/cpu.h"
 #include "engine/ops.h"
 #include "quant/types.h"
+#include "quant/types_kernels.h"
 #include "test.h"
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
@@ -72,7 +73,7 @@ static void matmul_f16_case(const skv_kernels *ref, const skv_kernels *fast, siz
 {
     size_t row_bytes = 2 * K + 2 * (n % 3), ldx = K + T % 2, ldy = n + 1;
     uint8_t *W = calloc(n, row_bytes);
-    float *x = calloc(T * ldx, sizeof *x), *Wf = malloc(n * K * sizeof *Wf);
+    float *x = calloc(T * ldx, sizeof *x), *Wf = malloc((n + 8) * K * sizeof *Wf);
     float *y1 = calloc(T * ldy, sizeof *y1), *y2 = calloc(T * ldy, sizeof *y2);
     CHECK(W && x && Wf && y1 && y2);
     for (size_t r = 0; r < n; r++)
@@ -83,7 +84,7 @@ static void matmul_f16_case(const skv_kernels *ref, const skv_kernels *fast, siz
     for (size_t i = 0; i < T * ldx; i++) x[i] = rnd_float();
     ref->dequant(1 /* f16 */, W, row_bytes, K, n, Wf);
     ref->matmul(y1, ldy, Wf, K, x, ldx, T, n);
-    fast->matmul_f16(y2, ldy, W, row_bytes, K, x, ldx, T, n);
+    fast->matmul_f16(y2, ldy, W, row_bytes, K, x, ldx, T, n, Wf + n * K); /* scratch: 8 * K floats */
     CHECK_MSG(!memcmp(y1, y2, T * ldy * sizeof *y1), "matmul_f16 differs from dequant+matmul (K %zu, rows %zu, T %zu)",
               K, n, T);
     free(W), free(x), free(Wf), free(y1), free(y2);
@@ -98,6 +99,9 @@ static void matmul_f16_equals_dequant_matmul(void)
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
         for (size_t n = 1; n <= 19; n += (n < 9 ? 1 : 5))
             for (size_t T = 1; T <= 11; T++) matmul_f16_case(ref, fast, Ks[ki], n, T);
+    /* prefill-sized: the AVX-512 tiles where the CPU (and SEQKV_CPU) allows them */
+    for (size_t T = SKV_F16_MATMUL_WIDE_T; T <= SKV_F16_MATMUL_WIDE_T + 13; T += 1)
+        for (size_t n = 7; n <= 17; n += 5) matmul_f16_case(ref, fast, 67 + T % 3, n, T);
 }
 
 /* attn of nq rows over K/V of n_max positions (rows attend to n[i] of them), AVX2 vs scalar. */

@@ -315,7 +315,9 @@ static void matmul_task(void *arg, size_t task, int thread)
         return;
     }
     if (w->type == SKV_GGML_F16 && j->c->k->matmul_f16) { /* no f32 copy of the rows */
-        j->c->k->matmul_f16(j->y + r0, j->ldy, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->x, j->ldx, j->T, nr);
+        float *buf = j->c->thread_scratch + (size_t)thread * j->c->scratch_stride; /* ROW_BLOCK * K floats */
+        j->c->k->matmul_f16(j->y + r0, j->ldy, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->x, j->ldx, j->T, nr,
+                            buf);
         return;
     }
     if (w->type == SKV_GGML_F32) {

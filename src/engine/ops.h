@@ -57,7 +57,7 @@ typedef struct skv_kernels {
      * dequant + matmul, the f16 rows converted in registers instead of into an f32 copy
      * (tests/test_ops.c compares it with dequant + the scalar matmul). */
     void (*matmul_f16)(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
-                       size_t T, size_t n_rows);
+                       size_t T, size_t n_rows, float *scratch); /* scratch: NULL or 8 * K floats */
     /* The level of the integer dot kernels (quant/dot.h) this set runs: skv_qmatmul at
      * any level gives the same bits, the level only decides the speed. */
     int dot_level;

@@ -58,9 +58,10 @@ typedef void (*skv_matvec_fn)(float *y, const void *W, size_t row_bytes, size_t 
                               size_t n_rows);
 
 /* y[t*ldy + r] = dot(f32(W_r), x + t*ldx, K) for t < T and n_rows rows: the same
- * bits as T calls of the matvec (the canonical dot), weights read once per tile. */
+ * bits as T calls of the matvec (the canonical dot), weights read once per tile.
+ * scratch: NULL or room for 8 * K floats (lets a wide kernel convert rows once). */
 typedef void (*skv_matmul_fn)(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
-                              size_t ldx, size_t T, size_t n_rows);
+                              size_t ldx, size_t T, size_t n_rows, float *scratch);
 
 typedef struct skv_type_traits {
     const char *name;               /* ggml's lower-case name ("q8_0") */

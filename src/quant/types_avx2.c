@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "core/cpu.h"
 #include "core/f16.h"
 #include "quant/simd_avx2.h"
 
@@ -135,22 +136,39 @@ static inline __attribute__((always_inline)) void tile_f16(float *y, size_t ldy,
         }
 }
 
-/* Rows r0.. of a token group of TT tokens: tiles of R rows, then single rows. */
+/* Prefetches bytes [off, off + n) of W (an address hint: it may lie past the rows the call
+ * owns, the next call's rows, and never faults). */
+static inline void prefetch_span(const void *W, size_t off, size_t n)
+{
+    uintptr_t a = (uintptr_t)W + off;
+    for (size_t i = 0; i < n; i += 64) _mm_prefetch((const char *)(a + i), _MM_HINT_T0);
+}
+
+/* Rows r0.. of a token group of TT tokens: tiles of R rows, then single rows. The first
+ * group (pf) prefetches the rows of the next tile: the weights come from L3 or memory
+ * once per call, in short runs the hardware prefetcher does not pick up. */
 static inline __attribute__((always_inline)) void rows_f16(float *y, size_t ldy, const void *W, size_t rb, size_t K,
                                                            const float *x, size_t ldx, size_t n_rows, const int R,
-                                                           const int TT)
+                                                           const int TT, int pf)
 {
     size_t r = 0;
-    for (; r + (size_t)R <= n_rows; r += (size_t)R) tile_f16(y + r, ldy, row_at(W, rb, r), rb, K, x, ldx, R, TT);
+    for (; r + (size_t)R <= n_rows; r += (size_t)R) {
+        if (pf) prefetch_span(W, (r + (size_t)R) * rb, (size_t)R * rb);
+        tile_f16(y + r, ldy, row_at(W, rb, r), rb, K, x, ldx, R, TT);
+    }
     for (; r < n_rows; r++) tile_f16(y + r, ldy, row_at(W, rb, r), rb, K, x, ldx, 1, TT);
 }
 
 void skv_f16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
-                         size_t T, size_t n_rows)
+                         size_t T, size_t n_rows, float *scratch)
 {
     size_t t = 0;
-    for (; t + 4 <= T; t += 4) rows_f16(y + t * ldy, ldy, W, row_bytes, K, x + t * ldx, ldx, n_rows, 3, 4);
-    for (; t + 2 <= T; t += 2) rows_f16(y + t * ldy, ldy, W, row_bytes, K, x + t * ldx, ldx, n_rows, 4, 2);
+    if (scratch && T >= SKV_F16_MATMUL_WIDE_T && n_rows >= 8 && skv_cpu_has(SKV_CPU_AVX512_SET)) {
+        skv_f16_matmul_avx512(y, ldy, W, row_bytes, K, x, ldx, T, n_rows, scratch);
+        return;
+    }
+    for (; t + 4 <= T; t += 4) rows_f16(y + t * ldy, ldy, W, row_bytes, K, x + t * ldx, ldx, n_rows, 3, 4, t == 0);
+    for (; t + 2 <= T; t += 2) rows_f16(y + t * ldy, ldy, W, row_bytes, K, x + t * ldx, ldx, n_rows, 4, 2, t == 0);
     if (t < T) skv_f16_matvec_avx2(y + t * ldy, W, row_bytes, K, x + t * ldx, n_rows);
 }
 
