@@ -288,7 +288,7 @@ static void scores_pair(float *s0, float *s1, const float *q0, const float *q1, 
     for (; j + 4 <= n; j += 4) {
         __m256 acc[8], o;
         const float *k = K + j * hd;
-        for (size_t p = 0; p < 4 * hd; p += 16) _mm_prefetch((const char *)(k + 16 * hd + p), _MM_HINT_T0);
+        for (size_t p = 0; p < 4 * hd; p += 16) _mm_prefetch((const char *)(k + 32 * hd + p), _MM_HINT_T1);
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
         for (size_t d = 0; d < hd; d += 8) {
@@ -319,8 +319,8 @@ static void wsum_pair(float *o0, float *o1, const float *w0, const float *w1, si
         for (size_t j = 0; j < n; j++) {
             __m256 a = _mm256_broadcast_ss(w0 + j), b = _mm256_broadcast_ss(w1 + j);
             const float *v = V + j * hd + d;
-            _mm_prefetch((const char *)(v + 8 * hd), _MM_HINT_T0);
-            _mm_prefetch((const char *)(v + 8 * hd + 16), _MM_HINT_T0);
+            _mm_prefetch((const char *)(v + 16 * hd), _MM_HINT_T1);
+            _mm_prefetch((const char *)(v + 16 * hd + 16), _MM_HINT_T1);
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 __m256 vv = _mm256_loadu_ps(v + 8 * c);
