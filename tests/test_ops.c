@@ -13,6 +13,7 @@
 #include "core/cpu.h"
 #include "engine/ops.h"
 #include "quant/types.h"
+#include "quant/types_kernels.h"
 #include "test.h"
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
@@ -65,6 +66,76 @@ static void matvec_f16_equals_dequant_matmul(void)
                       n);
             free(W), free(x), free(Wf), free(y1), free(y2), free(y3);
         }
+}
+
+/* One case of matmul_f16: n rows (row_bytes apart) x T tokens (x rows ldx apart, y rows ldy). */
+static void matmul_f16_case(const skv_kernels *ref, const skv_kernels *fast, size_t K, size_t n, size_t T)
+{
+    size_t row_bytes = 2 * K + 2 * (n % 3), ldx = K + T % 2, ldy = n + 1;
+    uint8_t *W = calloc(n, row_bytes);
+    float *x = calloc(T * ldx, sizeof *x), *Wf = malloc((n + 8) * K * sizeof *Wf);
+    float *y1 = calloc(T * ldy, sizeof *y1), *y2 = calloc(T * ldy, sizeof *y2);
+    CHECK(W && x && Wf && y1 && y2);
+    for (size_t r = 0; r < n; r++)
+        for (size_t j = 0; j < K; j++) {
+            uint16_t h = rnd_half();
+            memcpy(W + r * row_bytes + 2 * j, &h, 2);
+        }
+    for (size_t i = 0; i < T * ldx; i++) x[i] = rnd_float();
+    ref->dequant(1 /* f16 */, W, row_bytes, K, n, Wf);
+    ref->matmul(y1, ldy, Wf, K, x, ldx, T, n);
+    fast->matmul_f16(y2, ldy, W, row_bytes, K, x, ldx, T, n, Wf + n * K); /* scratch: 8 * K floats */
+    CHECK_MSG(!memcmp(y1, y2, T * ldy * sizeof *y1), "matmul_f16 differs from dequant+matmul (K %zu, rows %zu, T %zu)",
+              K, n, T);
+    free(W), free(x), free(Wf), free(y1), free(y2);
+}
+
+static void matmul_f16_equals_dequant_matmul(void)
+{
+    const skv_kernels *ref = skv_kernels_scalar(), *fast = avx2_or_skip();
+    if (!fast) SKIP("no AVX2+FMA+F16C on this CPU");
+    CHECK(fast->matmul_f16 != NULL);
+    static const size_t Ks[] = {1, 7, 8, 13, 64, 67, 256};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
+        for (size_t n = 1; n <= 19; n += (n < 9 ? 1 : 5))
+            for (size_t T = 1; T <= 11; T++) matmul_f16_case(ref, fast, Ks[ki], n, T);
+    /* prefill-sized: the AVX-512 tiles where the CPU (and SEQKV_CPU) allows them */
+    for (size_t T = SKV_F16_MATMUL_WIDE_T; T <= SKV_F16_MATMUL_WIDE_T + 13; T += 1)
+        for (size_t n = 7; n <= 17; n += 5) matmul_f16_case(ref, fast, 67 + T % 3, n, T);
+}
+
+/* attn of nq rows over K/V of n_max positions (rows attend to n[i] of them), AVX2 vs scalar. */
+static void attn_case(const skv_kernels *ref, const skv_kernels *fast, size_t hd, size_t nq, const size_t *n,
+                      size_t n_max)
+{
+    float *K = malloc(n_max * hd * sizeof *K), *V = malloc(n_max * hd * sizeof *V), *q = malloc(nq * hd * sizeof *q);
+    float *o1 = malloc(nq * hd * sizeof *o1), *o2 = malloc(nq * hd * sizeof *o2);
+    float *s1 = malloc(nq * n_max * sizeof *s1), *s2 = malloc(nq * n_max * sizeof *s2);
+    float *op1[4], *op2[4];
+    const float *qp[4];
+    CHECK(K && V && q && o1 && o2 && s1 && s2 && nq <= 4);
+    for (size_t i = 0; i < n_max * hd; i++) K[i] = rnd_float(), V[i] = rnd_float();
+    for (size_t i = 0; i < nq * hd; i++) q[i] = rnd_float();
+    for (size_t i = 0; i < nq; i++) op1[i] = o1 + i * hd, op2[i] = o2 + i * hd, qp[i] = q + i * hd;
+    ref->attn(op1, qp, n, nq, K, V, hd, 0.125f, s1, n_max);
+    fast->attn(op2, qp, n, nq, K, V, hd, 0.125f, s2, n_max);
+    CHECK_MSG(!memcmp(o1, o2, nq * hd * sizeof *o1), "AVX2 attn differs from scalar (hd %zu, rows %zu, n %zu)", hd, nq,
+              n[0]);
+    free(K), free(V), free(q), free(o1), free(o2), free(s1), free(s2);
+}
+
+static void attn_equals_scalar(void)
+{
+    const skv_kernels *ref = skv_kernels_scalar(), *fast = avx2_or_skip();
+    if (!fast) SKIP("no AVX2+FMA+F16C on this CPU");
+    static const size_t hds[] = {8, 13, 32, 64, 96};
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
+        for (size_t len = 1; len <= 41; len += 4)
+            for (size_t nq = 1; nq <= 4; nq++) {
+                size_t same[4] = {len, len, len, len}, ramp[4] = {len, len + 1, len + 2, len + 3};
+                attn_case(ref, fast, hds[hi], nq, same, len);
+                attn_case(ref, fast, hds[hi], nq, ramp, len + 3);
+            }
 }
 
 static void matmul_tiles_equal_scalar(void)
@@ -131,6 +202,8 @@ int main(void)
 {
     TEST_BEGIN("test_ops");
     RUN(matvec_f16_equals_dequant_matmul);
+    RUN(matmul_f16_equals_dequant_matmul);
+    RUN(attn_equals_scalar);
     RUN(matmul_tiles_equal_scalar);
     RUN(dequant_twins_every_type);
     RUN(kernels_follow_cpu_features);

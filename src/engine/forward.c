@@ -314,8 +314,10 @@ static void matmul_task(void *arg, size_t task, int thread)
         skv_qmatmul(j->c->k, j->y + r0, j->ldy, w->type, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->qa, j->T, nr);
         return;
     }
-    if (j->T == 1 && w->type == SKV_GGML_F16 && j->c->k->matvec_f16) { /* decode: no f32 copy */
-        j->c->k->matvec_f16(j->y + r0, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->x, nr);
+    if (w->type == SKV_GGML_F16 && j->c->k->matmul_f16) { /* no f32 copy of the rows */
+        float *buf = j->c->thread_scratch + (size_t)thread * j->c->scratch_stride; /* ROW_BLOCK * K floats */
+        j->c->k->matmul_f16(j->y + r0, j->ldy, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->x, j->ldx, j->T, nr,
+                            buf);
         return;
     }
     if (w->type == SKV_GGML_F32) {

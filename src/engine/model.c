@@ -18,7 +18,7 @@
 
 void skv_weight_row(const skv_weight *w, size_t row, float *dst)
 {
-    skv_dequant_rows(w->type, w->data + row * w->row_bytes, w->row_bytes, w->K, 1, dst);
+    skv_dequant_rows_simd(1, w->type, w->data + row * w->row_bytes, w->row_bytes, w->K, 1, dst); /* same values */
 }
 
 /* ---- common validation --------------------------------------------------- */

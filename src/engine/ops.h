@@ -53,6 +53,11 @@ typedef struct skv_kernels {
      * that copy; its twin is the dequant + matmul path, compared bit for bit by
      * tests/test_engine.c (scalar kernels, which lack it, vs AVX2, single-token decodes). */
     void (*matvec_f16)(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows);
+    /* Optional (NULL: not provided). The same for T tokens (y[t*ldy + r], x + t*ldx): exactly
+     * dequant + matmul, the f16 rows converted in registers instead of into an f32 copy
+     * (tests/test_ops.c compares it with dequant + the scalar matmul). */
+    void (*matmul_f16)(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
+                       size_t T, size_t n_rows, float *scratch); /* scratch: NULL or 8 * K floats */
     /* The level of the integer dot kernels (quant/dot.h) this set runs: skv_qmatmul at
      * any level gives the same bits, the level only decides the speed. */
     int dot_level;

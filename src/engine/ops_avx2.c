@@ -129,6 +129,12 @@ static void matvec_f16_avx2(float *y, const void *W, size_t row_bytes, size_t K,
     skv_type_matvec(skv_type_traits_of(SKV_GGML_F16), 1)(y, W, row_bytes, K, x, n_rows);
 }
 
+static void matmul_f16_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
+                            size_t ldx, size_t T, size_t n_rows, float *scratch)
+{
+    skv_type_matmul(skv_type_traits_of(SKV_GGML_F16), 1)(y, ldy, W, row_bytes, K, x, ldx, T, n_rows, scratch);
+}
+
 static void axpy_avx2(float *y, float a, const float *x, size_t n)
 {
     __m256 av = _mm256_set1_ps(a);
@@ -270,10 +276,89 @@ WSUM(8)
 typedef void (*wsum_t)(float *const *, const float *, size_t, const size_t *, size_t, const float *, size_t);
 static const wsum_t wsum_fn[9] = {NULL, wsum_1, wsum_2, wsum_3, wsum_4, wsum_5, wsum_6, wsum_7, wsum_8};
 
+/* Decode-shaped attention (issue 16): two query rows with the same n and hd % 32 == 0.
+ * Scores: 4 keys x 2 rows per tile (8 chains, one reduce8), each K row loaded once for
+ * both rows; value sums: positions outer, 32 dims x 2 rows of accumulators inner, each V
+ * load shared by both rows. Per output the operations of the reference (ops.h). */
+static void scores_pair(float *s0, float *s1, const float *q0, const float *q1, const float *K, size_t n, size_t hd,
+                        float scale)
+{
+    const __m256 sv = _mm256_set1_ps(scale);
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256 acc[8], o;
+        const float *k = K + j * hd;
+        for (size_t p = 0; p < 4 * hd; p += 16) _mm_prefetch((const char *)(k + 32 * hd + p), _MM_HINT_T1);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+        for (size_t d = 0; d < hd; d += 8) {
+            __m256 a = _mm256_loadu_ps(q0 + d), b = _mm256_loadu_ps(q1 + d);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m256 kv = _mm256_loadu_ps(k + (size_t)r * hd + d);
+                acc[r] = _mm256_fmadd_ps(a, kv, acc[r]);
+                acc[4 + r] = _mm256_fmadd_ps(b, kv, acc[4 + r]);
+            }
+        }
+        o = _mm256_mul_ps(skv_reduce8_avx2(acc), sv);
+        _mm_storeu_ps(s0 + j, _mm256_castps256_ps128(o));
+        _mm_storeu_ps(s1 + j, _mm256_extractf128_ps(o, 1));
+    }
+    for (; j < n; j++) {
+        s0[j] = dot_avx2(q0, K + j * hd, hd) * scale;
+        s1[j] = dot_avx2(q1, K + j * hd, hd) * scale;
+    }
+}
+
+static void wsum_pair(float *o0, float *o1, const float *w0, const float *w1, size_t n, const float *V, size_t hd)
+{
+    for (size_t d = 0; d < hd; d += 32) {
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+        for (size_t j = 0; j < n; j++) {
+            __m256 a = _mm256_broadcast_ss(w0 + j), b = _mm256_broadcast_ss(w1 + j);
+            const float *v = V + j * hd + d;
+            _mm_prefetch((const char *)(v + 16 * hd), _MM_HINT_T1);
+            _mm_prefetch((const char *)(v + 16 * hd + 16), _MM_HINT_T1);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                __m256 vv = _mm256_loadu_ps(v + 8 * c);
+                acc[c] = _mm256_fmadd_ps(a, vv, acc[c]);
+                acc[4 + c] = _mm256_fmadd_ps(b, vv, acc[4 + c]);
+            }
+        }
+        for (int c = 0; c < 4; c++) {
+            _mm256_storeu_ps(o0 + d + 8 * c, acc[c]);
+            _mm256_storeu_ps(o1 + d + 8 * c, acc[4 + c]);
+        }
+    }
+}
+
+static void softmax_row(float *s, size_t n)
+{
+    exp_sub_avx2(s, s, max_avx2(s, n), n);
+    scale_avx2(s, 1.0f / sum_avx2(s, n), n);
+}
+
+static void attn_pair(float *const *out, const float *const *q, size_t n, const float *K, const float *V, size_t hd,
+                      float scale, float *scores, size_t n_max)
+{
+    float *s0 = scores, *s1 = scores + n_max;
+    scores_pair(s0, s1, q[0], q[1], K, n, hd, scale);
+    softmax_row(s0, n);
+    softmax_row(s1, n);
+    wsum_pair(out[0], out[1], s0, s1, n, V, hd);
+}
+
 static void attn_avx2(float *const *out, const float *const *q, const size_t *n, size_t nq, const float *K,
                       const float *V, size_t hd, float scale, float *scores, size_t n_max)
 {
     const __m256 sv = _mm256_set1_ps(scale);
+    if (nq == 2 && n[0] == n[1] && hd % 32 == 0) { /* a decode step of a GQA pair */
+        attn_pair(out, q, n[0], K, V, hd, scale, scores, n_max);
+        return;
+    }
     for (size_t i = 0; i < nq; i++) {
         float *s = scores + i * n_max;
         size_t j = 0;
@@ -325,6 +410,7 @@ static const skv_kernels k_avx2 = {
     .attn = attn_avx2,
     .dequant = dequant_avx2,
     .matvec_f16 = matvec_f16_avx2,
+    .matmul_f16 = matmul_f16_avx2,
     .dot_level = SKV_DOT_AVX512, /* the widest the CPU has (skv_dot_level): same bits */
 };
 

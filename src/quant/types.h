@@ -57,6 +57,12 @@ typedef int (*skv_check_fn)(const void *src, size_t n);
 typedef void (*skv_matvec_fn)(float *y, const void *W, size_t row_bytes, size_t K, const float *x,
                               size_t n_rows);
 
+/* y[t*ldy + r] = dot(f32(W_r), x + t*ldx, K) for t < T and n_rows rows: the same
+ * bits as T calls of the matvec (the canonical dot), weights read once per tile.
+ * scratch: NULL or room for 8 * K floats (lets a wide kernel convert rows once). */
+typedef void (*skv_matmul_fn)(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
+                              size_t ldx, size_t T, size_t n_rows, float *scratch);
+
 typedef struct skv_type_traits {
     const char *name;               /* ggml's lower-case name ("q8_0") */
     uint32_t blck_size;             /* values per block */
@@ -69,6 +75,7 @@ typedef struct skv_type_traits {
     skv_to_float_fn to_float_simd;
     skv_from_float_fn from_float_simd;
     skv_matvec_fn matvec_simd;
+    skv_matmul_fn matmul_simd;
     uint32_t simd_needs;            /* SKV_CPU_* bits the SIMD twins execute */
     /* Integer dot kernels (quant/dot.h): the activation format and the gemm by
      * skv_dot_level, [SKV_DOT_REF] the reference (NULL: no integer dot), higher
@@ -97,6 +104,7 @@ size_t skv_type_readable_names(char *buf, size_t cap);
 skv_to_float_fn skv_type_to_float(const skv_type_traits *t, int simd);
 skv_from_float_fn skv_type_from_float(const skv_type_traits *t, int simd);
 skv_matvec_fn skv_type_matvec(const skv_type_traits *t, int simd);
+skv_matmul_fn skv_type_matmul(const skv_type_traits *t, int simd);
 
 /* ggml-style accessors (GGUF loader): elements per block and bytes per block,
  * 0 for unknown types; "unknown" as the name of an unknown type. */

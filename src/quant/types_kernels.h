@@ -27,6 +27,14 @@ void skv_f16_to_float_avx2(const void *src, float *dst, size_t n);
 int skv_f16_from_float_avx2(const float *src, void *dst, size_t n);
 /* The f16 weight matrix-vector product (skv_matvec_fn). */
 void skv_f16_matvec_avx2(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows);
+/* The f16 weight matrix product (skv_matmul_fn): y[t][r] for T tokens, weights converted in
+ * registers; with scratch (8 * K floats) and T >= SKV_F16_MATMUL_WIDE_T on an AVX-512 CPU it
+ * runs the AVX-512 twin (types_avx512.c: 8-row tiles converted once into scratch). */
+#define SKV_F16_MATMUL_WIDE_T 24
+void skv_f16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
+                         size_t T, size_t n_rows, float *scratch);
+void skv_f16_matmul_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
+                           size_t T, size_t n_rows, float *scratch);
 
 void skv_bf16_to_float_ref(const void *src, float *dst, size_t n);
 

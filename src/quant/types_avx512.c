@@ -1,0 +1,118 @@
+/* AVX-512 twin of the f16 weight matrix product (types_kernels.h) for prefill-sized
+ * batches: compiled with the AVX-512 flags (Makefile), run only where the CPU has
+ * SKV_CPU_AVX512_SET (skv_f16_matmul_avx2 decides). Same bits as the reference: every
+ * output is still one 8-lane chain (fma over j ascending), a zmm register holds the
+ * chains of two rows for one token, and each chain is reduced by the canonical tree
+ * (skv_reduce8_avx2). The f16 rows are converted once per 8-row tile into scratch,
+ * laid out pair by pair, and reused for every token. */
+#include "quant/types_kernels.h"
+#include "core/fpguard.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/f16.h"
+#include "quant/simd_avx2.h"
+
+#define TILE_T 6 /* tokens per tile: 4 x 6 accumulators + 4 weights + 1 token = 29 of 32 registers */
+
+static inline const uint16_t *row16(const void *W, size_t rb, size_t r)
+{
+    return (const uint16_t *)(const void *)((const uint8_t *)W + r * rb);
+}
+
+/* dst = rows 0..7 (f16, rb apart) as f32 over [0, n8): pair p at dst + p * 2 * n8, in
+ * runs of 8 values alternating row 2p and row 2p + 1. */
+static void pack8(float *dst, const void *W, size_t rb, size_t n8)
+{
+    for (size_t p = 0; p < 4; p++) {
+        const uint16_t *a = row16(W, rb, 2 * p), *b = row16(W, rb, 2 * p + 1);
+        float *d = dst + p * 2 * n8;
+        for (size_t j = 0; j < n8; j += 8) {
+            _mm256_storeu_ps(d + 2 * j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a + j))));
+            _mm256_storeu_ps(d + 2 * j + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(b + j))));
+        }
+    }
+}
+
+static inline __m512 bcast8(const float *p)
+{
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
+}
+
+/* y[t*ldy + 0..8) for TT tokens from the packed 8-row tile P; K's tail (K > n8) from the
+ * f16 rows, after the reduction as in the reference. */
+static inline __attribute__((always_inline)) void tile8(float *y, size_t ldy, const float *P, const void *W, size_t rb,
+                                                        size_t K, size_t n8, const float *x, size_t ldx, const int TT)
+{
+    __m512 acc[4 * TILE_T];
+#pragma GCC unroll 24
+    for (int i = 0; i < 4 * TT; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t j = 0; j < n8; j += 8) {
+        __m512 w[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) w[p] = _mm512_loadu_ps(P + (size_t)p * 2 * n8 + 2 * j);
+#pragma GCC unroll 6
+        for (int t = 0; t < TT; t++) {
+            __m512 xv = bcast8(x + (size_t)t * ldx + j);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) acc[4 * t + p] = _mm512_fmadd_ps(w[p], xv, acc[4 * t + p]);
+        }
+    }
+    for (int t = 0; t < TT; t++) {
+        __m256 h[8];
+        float o[8];
+        for (int p = 0; p < 4; p++) {
+            h[2 * p] = _mm512_castps512_ps256(acc[4 * t + p]);
+            h[2 * p + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[4 * t + p]), 1));
+        }
+        _mm256_storeu_ps(o, skv_reduce8_avx2(h));
+        for (int r = 0; r < 8; r++) {
+            const uint16_t *wr = row16(W, rb, (size_t)r);
+            for (size_t k = n8; k < K; k++) o[r] = fmaf(skv_f16_to_f32(wr[k]), x[(size_t)t * ldx + k], o[r]);
+        }
+        memcpy(y + (size_t)t * ldy, o, sizeof o);
+    }
+}
+
+static void tokens8(float *y, size_t ldy, const float *P, const void *W, size_t rb, size_t K, const float *x,
+                    size_t ldx, size_t T)
+{
+    size_t n8 = K & ~(size_t)7, t = 0;
+    for (; t + TILE_T <= T; t += TILE_T) tile8(y + t * ldy, ldy, P, W, rb, K, n8, x + t * ldx, ldx, TILE_T);
+    switch (T - t) {
+    case 5: tile8(y + t * ldy, ldy, P, W, rb, K, n8, x + t * ldx, ldx, 5); break;
+    case 4: tile8(y + t * ldy, ldy, P, W, rb, K, n8, x + t * ldx, ldx, 4); break;
+    case 3: tile8(y + t * ldy, ldy, P, W, rb, K, n8, x + t * ldx, ldx, 3); break;
+    case 2: tile8(y + t * ldy, ldy, P, W, rb, K, n8, x + t * ldx, ldx, 2); break;
+    case 1: tile8(y + t * ldy, ldy, P, W, rb, K, n8, x + t * ldx, ldx, 1); break;
+    default: break;
+    }
+}
+
+void skv_f16_matmul_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
+                           size_t T, size_t n_rows, float *scratch)
+{
+    size_t r = 0, n8 = K & ~(size_t)7;
+    for (; r + 8 <= n_rows; r += 8) {
+        const void *Wr = (const uint8_t *)W + r * row_bytes;
+        pack8(scratch, Wr, row_bytes, n8);
+        tokens8(y + r, ldy, scratch, Wr, row_bytes, K, x, ldx, T);
+    }
+    if (r < n_rows)
+        skv_f16_matmul_avx2(y + r, ldy, (const uint8_t *)W + r * row_bytes, row_bytes, K, x, ldx, T, n_rows - r, NULL);
+}
+
+#elif defined(__x86_64__)
+/* A compiler without the AVX-512 flags: the AVX2 kernel under this name. */
+void skv_f16_matmul_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
+                           size_t T, size_t n_rows, float *scratch)
+{
+    (void)scratch;
+    skv_f16_matmul_avx2(y, ldy, W, row_bytes, K, x, ldx, T, n_rows, NULL);
+}
+#else
+typedef int skv_types_avx512_unused;
+#endif
