@@ -196,9 +196,20 @@ typedef struct skv_ctx_params {
      * quantized vector's quantize->dequantize round trip (memory is not saved yet). The string
      * is parsed by skv_ctx_create and need not outlive it. */
     const char *kv_quant;
+    /* SKV_KV_CACHE_*: how the KV cache stores K and V (docs/determinism.md, "f16 KV cache").
+     * F16: every K (after RoPE) and V value is rounded to binary16 (nearest, ties to even)
+     * when written, by the forward pass and by skv_ctx_kv_write alike, and attention computes
+     * over exactly those values; half the memory of F32. kv_read, kv_digest and sessions see
+     * the stored values as f32 (exact); kv_view is refused (SKV_ERR_UNSUPPORTED), and so are
+     * kv_quant and skv_decode_multi with an f16 cache. */
+    int kv_cache_type;
 } skv_ctx_params;
 
+enum { SKV_KV_CACHE_F32 = 0, SKV_KV_CACHE_F16 = 1 };
+
 SKV_API skv_ctx_params skv_ctx_default_params(void);
+/* The context's SKV_KV_CACHE_* (SKV_KV_CACHE_F32 for NULL). */
+SKV_API int skv_ctx_kv_cache_type(const skv_ctx *c);
 /* Validates a kv_quant spec (and, when m is non-NULL, that its schemes support m's head_dim):
  * SKV_OK, or SKV_ERR_INVALID_ARG / SKV_ERR_RANGE with a message in err. */
 SKV_API int skv_kv_quant_check(const char *spec, const skv_model *m, char *err, size_t errcap);
@@ -373,6 +384,10 @@ typedef struct skv_encoder_params {
      * with; copied by skv_encoder_create. NULL/0 for the other codecs. */
     const int32_t *cm_dict;
     size_t n_cm_dict;
+    /* SKV_KV_CACHE_* of the encoder's context (skv_ctx_params): the digests then cover the
+     * f16 cache, and the file says so (header flag, docs/format.md): it restores only into
+     * contexts of the same kv_cache_type. */
+    int kv_cache_type;
 } skv_encoder_params;
 
 typedef struct skv_encoder_stats {
@@ -425,6 +440,7 @@ typedef struct skv_session_info {
     uint8_t fingerprint[16]; /* model */
     char model_name[49];
     uint64_t file_bytes;
+    int kv_cache_type;       /* SKV_KV_CACHE_* of the contexts it was made with and restores into */
 } skv_session_info;
 
 /* Parses and validates a .skv file (structure and checksums); copies what it needs. */

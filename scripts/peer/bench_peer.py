@@ -20,6 +20,7 @@ Environment (all optional):
   PEER_REPS     repetitions per test (mean and stddev over them), default 2
   PEER_ENGINES  "llama seqkv" (default) or one of them
   PEER_TIMEOUT  seconds per process before it is killed and recorded as a timeout (1800)
+  PEER_KV       seqkv's KV cache type, f32 (default) or f16 (llama.cpp's default is F16)
   PEER_JOBS     processes at once (default 1). Above 1 the wall-clock columns mean nothing;
                 only on a machine already overloaded, for the per-CPU-second columns (docs/bench.md)
   SEQKV_PEER_MODELS  where the GGUFs are (default /work/llama/peer-models if it exists,
@@ -107,7 +108,7 @@ def run_one(engine, exe, path, threads, reps, timeout):
         cmd = [exe, "-m", path, "-p", str(N_PROMPT), "-n", str(N_GEN), "-t", str(threads),
                "-r", str(reps), "-o", "csv"]
     else:
-        cmd = [exe, path, str(threads), str(N_PROMPT), str(N_GEN), str(reps)]
+        cmd = [exe, path, str(threads), str(N_PROMPT), str(N_GEN), str(reps), "0", os.environ.get("PEER_KV", "f32")]
     base = {"engine": engine, "program": os.path.basename(exe), "threads": threads, "reps": reps, "load1": load1(),
             "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
     rc, out, err, rss, pct = timed(cmd, timeout)

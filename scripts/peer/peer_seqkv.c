@@ -1,8 +1,11 @@
 /* peer_seqkv: seqkv's half of the side-by-side benchmark with llama.cpp (make bench-peer,
  * docs/bench.md). Times what llama-bench's pp and tg tests time, through the public API:
  *
- *   peer_seqkv MODEL THREADS [N_PROMPT=512] [N_GEN=128] [REPS=2]
+ *   peer_seqkv MODEL THREADS [N_PROMPT=512] [N_GEN=128] [REPS=2] [DEPTH=0] [KV=f32|f16]
  *
+ * DEPTH > 0: the tg test decodes after an untimed prefill of DEPTH tokens (decode deep in a
+ * long context; the context then holds DEPTH more positions). KV: the context's
+ * kv_cache_type (f16: K and V stored as binary16, llama.cpp's default cache type).
  * pp: one skv_prefill of N_PROMPT tokens into an empty cache (logits of the last only).
  * tg: N_GEN skv_decode calls, one token each, into an empty cache (logits every step).
  * Tokens are pseudo-random ids (llama-bench also feeds ids, not text). Before timing, one
@@ -24,7 +27,7 @@ struct run {
     skv_ctx *c;
     int32_t *tok;   /* (n_prompt + n_gen) pseudo-random token ids */
     float *logits;  /* (n_vocab) */
-    int n_prompt, n_gen, reps;
+    int n_prompt, n_gen, reps, depth, kv_type;
 };
 
 /* clock: CLOCK_MONOTONIC (wall) or CLOCK_PROCESS_CPUTIME_ID (all threads' CPU time) */
@@ -55,7 +58,7 @@ static int run_pp(struct run *r)
 
 static int run_tg(struct run *r)
 {
-    skv_ctx_truncate(r->c, 0);
+    skv_ctx_truncate(r->c, r->depth); /* keeps the untimed prefix of bench() */
     for (int i = 0; i < r->n_gen; i++)
         if (skv_decode(r->c, r->tok[r->n_prompt + i], r->logits)) return -1;
     return 0;
@@ -88,13 +91,18 @@ static int bench(const skv_model *m, int threads, struct run *r)
 {
     skv_ctx_params p = skv_ctx_default_params();
     p.n_threads = threads;
-    p.n_ctx = r->n_prompt + r->n_gen;
+    p.n_ctx = r->n_prompt + r->n_gen + r->depth;
+    p.kv_cache_type = r->kv_type;
     if (skv_ctx_create(m, &p, &r->c)) {
         fprintf(stderr, "peer_seqkv: cannot create a context\n");
         return 1;
     }
     int rc = skv_decode(r->c, r->tok[0], r->logits) != SKV_OK; /* warm-up */
     if (!rc && r->n_prompt > 0) rc = report(r, "pp", r->n_prompt, threads, run_pp);
+    if (!rc && r->n_gen > 0 && r->depth > 0) { /* untimed: the tokens after the tg ones */
+        skv_ctx_truncate(r->c, 0);
+        rc = skv_prefill(r->c, r->tok + r->n_prompt + r->n_gen, (size_t)r->depth, SKV_LOGITS_NONE, NULL) != SKV_OK;
+    }
     if (!rc && r->n_gen > 0) rc = report(r, "tg", r->n_gen, threads, run_tg);
     skv_ctx_free(r->c);
     return rc;
@@ -106,23 +114,26 @@ int main(int argc, char **argv)
     skv_model *m;
     skv_model_info info;
     if (argc < 3) {
-        fprintf(stderr, "usage: peer_seqkv MODEL THREADS [N_PROMPT=512] [N_GEN=128] [REPS=2]\n");
+        fprintf(stderr, "usage: peer_seqkv MODEL THREADS [N_PROMPT=512] [N_GEN=128] [REPS=2] [DEPTH=0] [KV=f32|f16]\n");
         return 2;
     }
     struct run r = {.n_prompt = argc > 3 ? atoi(argv[3]) : 512, .n_gen = argc > 4 ? atoi(argv[4]) : 128,
-                    .reps = argc > 5 ? atoi(argv[5]) : 2};
+                    .reps = argc > 5 ? atoi(argv[5]) : 2, .depth = argc > 6 ? atoi(argv[6]) : 0,
+                    .kv_type = argc > 7 && !strcmp(argv[7], "f16") ? SKV_KV_CACHE_F16 : SKV_KV_CACHE_F32};
     int threads = atoi(argv[2]);
-    if (threads < 1 || r.n_prompt < 0 || r.n_gen < 0 || r.reps < 1) return 2;
+    if (threads < 1 || r.n_prompt < 0 || r.n_gen < 0 || r.reps < 1 || r.depth < 0 || r.depth > (1 << 20) ||
+        (argc > 7 && strcmp(argv[7], "f16") && strcmp(argv[7], "f32")))
+        return 2;
     if (skv_model_load(argv[1], NULL, &m, err, sizeof err)) {
         fprintf(stderr, "peer_seqkv: %s\n", err);
         return 1;
     }
     skv_model_get_info(m, &info);
-    r.tok = malloc((size_t)(r.n_prompt + r.n_gen + 1) * sizeof *r.tok);
+    r.tok = malloc((size_t)(r.n_prompt + r.n_gen + r.depth + 1) * sizeof *r.tok);
     r.logits = malloc((size_t)info.n_vocab * sizeof *r.logits);
     int rc = !r.tok || !r.logits;
     if (!rc) {
-        fill_tokens(r.tok, r.n_prompt + r.n_gen + 1, info.n_vocab);
+        fill_tokens(r.tok, r.n_prompt + r.n_gen + r.depth + 1, info.n_vocab);
         rc = bench(m, threads, &r);
     }
     free(r.tok);

@@ -176,6 +176,7 @@ static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err,
     int rc;
     cp.n_ctx = p->n_ctx;
     cp.n_threads = p->n_threads;
+    cp.kv_cache_type = p->kv_cache_type;
     if ((rc = skv_ctx_create(e->m, &cp, &e->ctx)))
         return skv_errf(err, errcap, rc, "cannot create the context (n_ctx %d, n_threads %d): %s", p->n_ctx,
                         p->n_threads, skv_status_str(rc));
@@ -469,7 +470,7 @@ int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
     skv_wr16(h + 8, SKV_VERSION);
     skv_wr16(h + 10, HDR_SIZE);
     skv_wr32(h + 12, (uint32_t)e->p.codec);
-    skv_wr32(h + 16, e->p.segment ? 1u : 0u);
+    skv_wr32(h + 16, (e->p.segment ? 1u : 0u) | (skv_ctx_kv_cache_type(e->ctx) == SKV_KV_CACHE_F16 ? 2u : 0u));
     skv_wr32(h + 20, e->n_segments);
     skv_wr64(h + 24, e->st.n_tokens);
     skv_wr32(h + 32, (uint32_t)e->p.n_ctx);

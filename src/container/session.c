@@ -95,6 +95,7 @@ static int read_header(skv_session *s, uint32_t *flags, char *err, size_t cap)
     in->codec = (int)skv_rd32(h + 12);
     *flags = skv_rd32(h + 16);
     in->segmented = (int)(*flags & 1);
+    in->kv_cache_type = (*flags & 2) ? SKV_KV_CACHE_F16 : SKV_KV_CACHE_F32;
     in->n_segments = skv_rd32(h + 20);
     in->n_tokens = skv_rd64(h + 24);
     in->n_ctx = skv_rd32(h + 32);
@@ -129,7 +130,7 @@ static int parse_header(skv_session *s, char *err, size_t cap)
     if ((rc = read_header(s, &flags, err, cap)) || (rc = check_name_field(s->data, err, cap))) return rc;
     if (!skv_codec_name(in->codec))
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "unknown codec id %d", in->codec);
-    if (flags & ~1u) return skv_session_bad(err, cap, "unknown flags");
+    if (flags & ~3u) return skv_session_bad(err, cap, "unknown flags");
     if (in->n_vocab < 1 || in->n_vocab > (1u << 24) || in->n_ctx < 1 || in->n_ctx > (1u << 24))
         return skv_session_bad(err, cap, "vocabulary or context size out of range");
     if (in->codec == SKV_CODEC_MODEL

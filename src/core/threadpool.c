@@ -1,18 +1,25 @@
-/* Fork-join pool. State machine of one job:
+/* Fork-join pool. State machine of one job g (the caller's g-th):
  *
- *   caller: publish (fn, ctx, n), next = 0, pending = n; gen++ ; wake sleepers
- *   everyone (caller included): while ((i = next++) < n) fn(ctx, i); pending -= done
- *   workers: acks++ after each job
- *   caller: wait until pending == 0 and acks == n_workers (a full barrier)
+ *   caller: slot[g & 1] := (fn, ctx, n); pending = n; ticket = (g, 0) (release); gen++;
+ *           wake sleepers
+ *   everyone (caller included): t = ticket; (g', i) = t; if i >= slot[g' & 1].n: stop;
+ *           else claim task i by CAS(ticket, t, t + 1) and run it; pending -= 1
+ *   caller: wait until pending == 0, then return
  *
- * Workers watch `gen`: they spin (with a pause) up to SPIN_ITERS polls, then sleep
- * on the condition variable. */
+ * The handoff is the one counter `pending`, not a barrier: the caller does not wait for
+ * workers that claimed nothing (one that the OS has descheduled, say, on a loaded machine;
+ * the caller and the others take its share). A worker that wakes late reads whichever
+ * job the ticket names; the fields it read are valid if its CAS succeeds, because a
+ * slot is rewritten only two jobs later, after the ticket has moved on (the CAS compares
+ * generation and index together). Workers watch `gen`: they spin (with a pause) up to
+ * SPIN_ITERS polls, then sleep on the condition variable. */
 #include "core/threadpool.h"
 #include "core/fpguard.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -29,6 +36,12 @@ typedef struct {
     pthread_t tid;
 } worker;
 
+typedef struct {
+    _Atomic(skv_task_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_size_t n_tasks;
+} job_slot;
+
 struct skv_pool {
     int n_threads;
     worker *workers;
@@ -36,23 +49,30 @@ struct skv_pool {
     pthread_cond_t cv;
     atomic_uint gen;
     atomic_int stop;
-    skv_task_fn fn;
-    void *ctx;
-    size_t n_tasks;
-    atomic_size_t next;
-    atomic_size_t pending;
-    atomic_int acks; /* workers that finished the current job: every job is a full barrier */
+    uint32_t job;                /* the caller's job counter */
+    job_slot slot[2];            /* job g in slot[g & 1] */
+    atomic_uint_fast64_t ticket; /* job << 32 | next task index */
+    atomic_size_t pending;       /* tasks of the current job not finished */
     atomic_int sleepers;
 };
 
+/* Claims and runs tasks of whichever job the ticket names until it has none left. */
 static void run_tasks(skv_pool *p, int thread)
 {
-    size_t done = 0, i;
-    while ((i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->n_tasks) {
-        p->fn(p->ctx, i, thread);
-        done++;
+    uint_fast64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+    for (;;) {
+        const job_slot *s = &p->slot[(t >> 32) & 1];
+        size_t i = (size_t)(t & 0xffffffffu), n = atomic_load_explicit(&s->n_tasks, memory_order_relaxed);
+        skv_task_fn fn = atomic_load_explicit(&s->fn, memory_order_relaxed);
+        void *ctx = atomic_load_explicit(&s->ctx, memory_order_relaxed);
+        if (i >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* t reloaded: another thread took task i, or a new job started */
+        fn(ctx, i, thread);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        t = atomic_load_explicit(&p->ticket, memory_order_acquire);
     }
-    if (done) atomic_fetch_sub_explicit(&p->pending, done, memory_order_release);
 }
 
 static void *worker_main(void *arg)
@@ -78,7 +98,6 @@ static void *worker_main(void *arg)
         if (atomic_load(&p->stop)) return NULL;
         seen = g;
         run_tasks(p, w->index);
-        atomic_fetch_add_explicit(&p->acks, 1, memory_order_release);
     }
 }
 
@@ -128,16 +147,16 @@ int skv_pool_size(const skv_pool *p) { return p ? p->n_threads : 1; }
 
 void skv_pool_run(skv_pool *p, skv_task_fn fn, void *ctx, size_t n_tasks)
 {
-    if (!p || p->n_threads <= 1 || n_tasks <= 1) {
+    if (!p || p->n_threads <= 1 || n_tasks <= 1 || n_tasks > 0xffffffffu) {
         for (size_t i = 0; i < n_tasks; i++) fn(ctx, i, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    job_slot *s = &p->slot[++p->job & 1];
+    atomic_store_explicit(&s->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&s->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&s->n_tasks, n_tasks, memory_order_relaxed);
     atomic_store_explicit(&p->pending, n_tasks, memory_order_relaxed);
-    atomic_store_explicit(&p->acks, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->ticket, (uint_fast64_t)p->job << 32, memory_order_release);
     atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers check below */
     if (atomic_load(&p->sleepers)) {
         pthread_mutex_lock(&p->mu);
@@ -145,10 +164,8 @@ void skv_pool_run(skv_pool *p, skv_task_fn fn, void *ctx, size_t n_tasks)
         pthread_mutex_unlock(&p->mu);
     }
     run_tasks(p, 0);
-    /* Wait for every worker, not just every task, so no straggler from this job can
-     * observe the next job's fields half-written. */
-    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) != 0 ||
-                        atomic_load_explicit(&p->acks, memory_order_acquire) != p->n_threads - 1;) {
+    /* the last tasks may still run on workers: wait for them, not for idle workers */
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) != 0;) {
         /* yield once spinning stops paying off: with more threads than free cores the
          * worker we wait for may need this very core */
         if (++spins < 2000) CPU_RELAX();

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "core/detmath.h"
 #include "quant/kvquant.h"
@@ -22,8 +21,7 @@
 #include "engine/ops.h"
 #include "core/threadpool.h"
 #include "core/log.h"
-
-#define ROW_BLOCK 16 /* weight rows per matmul task (dequantised together) */
+#include "engine/ctx_int.h"
 
 /* Batches smaller than this run on the calling thread: waking workers for a handful of
  * tokens costs more than it saves (and never changes a result: see ops.h). */
@@ -31,46 +29,9 @@
 /* ... except matrix products of at least this many weights per token: a 1B model's
  * decode spends its time streaming weights, which two threads do faster than one. */
 #define POOL_MIN_WEIGHTS ((size_t)1 << 18)
-
-struct skv_ctx {
-    const skv_model *m;
-    const skv_kernels *k;
-    skv_pool *pool;        /* NULL: single-threaded */
-    skv_pool *active;      /* pool for the current batch (NULL for small batches) */
-    int n_ctx, n_pos, max_batch;
-    size_t kmax;           /* longest matmul input row */
-    float *k_cache, *v_cache;
-    /* Quantized KV (kvquant.h; NULL when off): attention reads kq_cache / vq_cache for the
-     * active (layer, kind) pairs, the exact k_cache / v_cache otherwise. Invariant after every
-     * batch: view rows [0, kvq_done) are round trips of the exact rows, rows [kvq_done, n_pos)
-     * copies of them, kvq_done = max(0, n_pos - window). */
-    skv_kvquant *kvq;
-    float *kq_cache, *vq_cache; /* same layout as k_cache / v_cache */
-    int kvq_done;
-    float *rope_cos, *rope_sin; /* [S][rope_dim/2] */
-    float *swa_cos, *swa_sin;   /* [S][rope_dim/2] of windowed layers with their own base; else NULL */
-    float *fused;               /* [max_batch][max(Q + 2 KV, 2 F)] fused matmul outputs, or NULL */
-    float *rope_tmp;            /* [rope_dim]: one head's rotated pairs gathered (skv_rope_apply) */
-    float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2; /* activations for max_batch tokens */
-    float *thread_scratch; /* per thread: ROW_BLOCK*kmax dequant rows + S attention scores */
-    size_t scratch_stride;
-    uint8_t *qact;         /* [max_batch][SKV_QMATMUL_ACT_BOUND(kmax)]: a matmul's quantized inputs */
-    char err[512];         /* last error: set on failure, "" after a success */
-};
-
-static size_t kv_block(const skv_ctx *c) { return (size_t)c->n_ctx * (size_t)c->m->info.head_dim; }
-
-static float *kv_ptr(float *cache, const skv_ctx *c, int layer, int head)
-{
-    return cache + ((size_t)layer * (size_t)c->m->info.n_head_kv + (size_t)head) * kv_block(c);
-}
-
-/* The cache attention reads for (layer, kind): the quantized view when that pair is active. */
-static float *attn_cache(const skv_ctx *c, int layer, int kind)
-{
-    if (!skv_kvquant_active(c->kvq, layer, kind)) return kind ? c->v_cache : c->k_cache;
-    return kind ? c->vq_cache : c->kq_cache;
-}
+/* ... and attention of small batches once tokens x positions attended reaches this: a decode
+ * step deep into a long context splits its KV heads between the threads. */
+#define POOL_MIN_ATTN ((size_t)128)
 
 /* View rows [r0, r1) of every active pair := exact rows (quant = 0) or their round trips. */
 static void kvq_set_rows(skv_ctx *c, int layer, int r0, int r1, int quant)
@@ -101,7 +62,7 @@ static void kvq_truncate(skv_ctx *c)
 
 skv_ctx_params skv_ctx_default_params(void)
 {
-    skv_ctx_params p = {0, 1, SKV_KERNELS_AUTO, 512, NULL};
+    skv_ctx_params p = {.n_ctx = 0, .n_threads = 1, .kernels = SKV_KERNELS_AUTO, .max_batch = 512};
     return p;
 }
 
@@ -149,8 +110,13 @@ static int ctx_alloc(skv_ctx *c)
     c->kmax = D > F ? D : F;
     if (Q > c->kmax) c->kmax = Q;
     if (!skv_mul_ok((size_t)h->n_layer * KV, S, &cache) || cache > ((size_t)1 << 40)) return SKV_ERR_RANGE;
-    c->k_cache = calloc(cache, sizeof(float));
-    c->v_cache = calloc(cache, sizeof(float));
+    if (c->kv_f16) {
+        c->k16 = calloc(cache, sizeof(uint16_t));
+        c->v16 = calloc(cache, sizeof(uint16_t));
+    } else {
+        c->k_cache = calloc(cache, sizeof(float));
+        c->v_cache = calloc(cache, sizeof(float));
+    }
     if (c->kvq && skv_kvquant_spec(c->kvq)->scheme[0] >= 0 && !(c->kq_cache = calloc(cache, sizeof(float))))
         return SKV_ERR_NOMEM;
     if (c->kvq && skv_kvquant_spec(c->kvq)->scheme[1] >= 0 && !(c->vq_cache = calloc(cache, sizeof(float))))
@@ -166,10 +132,10 @@ static int ctx_alloc(skv_ctx *c)
     c->att = malloc(B * Q * sizeof(float));
     c->hb = malloc(B * F * sizeof(float));
     c->hb2 = malloc(B * F * sizeof(float));
-    c->scratch_stride = ROW_BLOCK * c->kmax + SKV_ATTN_MAX_Q * S + 16;
+    c->scratch_stride = ROW_BLOCK * c->kmax + SKV_ATTN_MAX_Q * S + 16 + (c->kv_f16 ? 2 * S * (size_t)h->head_dim : 0);
     c->thread_scratch = malloc((size_t)skv_pool_size(c->pool) * c->scratch_stride * sizeof(float));
     c->qact = malloc(B * SKV_QMATMUL_ACT_BOUND(c->kmax));
-    if (!c->qact ||!c->k_cache || !c->v_cache || !c->rope_cos || !c->rope_sin || !c->rope_tmp || !c->x || !c->xb || !c->q || !c->kk ||
+    if (!c->qact || (c->kv_f16 ? !c->k16 || !c->v16 : !c->k_cache || !c->v_cache) || !c->rope_cos || !c->rope_sin || !c->rope_tmp || !c->x || !c->xb || !c->q || !c->kk ||
         !c->vv || !c->att || !c->hb || !c->hb2 || !c->thread_scratch)
         return SKV_ERR_NOMEM;
     return ctx_alloc_arch(c);
@@ -178,7 +144,7 @@ static int ctx_alloc(skv_ctx *c)
 static int ctx_params_ok(const skv_ctx_params *p)
 {
     return p->n_ctx >= 0 && p->n_ctx <= (1 << 24) && p->n_threads >= 0 && p->n_threads <= 1024 && p->max_batch >= 0 &&
-           p->max_batch <= 65536;
+           p->max_batch <= 65536 && (p->kv_cache_type == SKV_KV_CACHE_F32 || p->kv_cache_type == SKV_KV_CACHE_F16);
 }
 
 static int ctx_kernels(skv_ctx *c, int kernels)
@@ -207,7 +173,9 @@ static int ctx_create_failed(const skv_model *m, const skv_ctx_params *p, int rc
     const char *why = rc == SKV_ERR_NOMEM ? "out of memory for the context's buffers (try a smaller n_ctx or max_batch)"
                       : rc == SKV_ERR_UNSUPPORTED ? "the requested AVX2 kernels need a CPU with AVX2, FMA and F16C"
                       : !ctx_params_ok(p) ? "a parameter is out of range (n_ctx 0..2^24, n_threads 0..1024, "
-                                            "max_batch 0..65536)"
+                                            "max_batch 0..65536, kv_cache_type f32 or f16)"
+                      : p->kv_cache_type == SKV_KV_CACHE_F16 && p->kv_quant && p->kv_quant[0]
+                          ? "kv_quant and an f16 KV cache cannot be combined"
                       : p->kernels < SKV_KERNELS_AUTO || p->kernels > SKV_KERNELS_AVX2 ? "unknown kernels value"
                       : "bad kv_quant spec (skv_kv_quant_check says why)";
     return skv_errbox_set(m->err, rc, "cannot create a context: %s", why);
@@ -229,6 +197,8 @@ int skv_ctx_create(const skv_model *m, const skv_ctx_params *p, skv_ctx **out)
     if (c->max_batch > c->n_ctx) c->max_batch = c->n_ctx;
     if ((rc = ctx_kernels(c, p->kernels)) == SKV_OK && p->n_threads > 1 && !(c->pool = skv_pool_create(p->n_threads)))
         rc = SKV_ERR_NOMEM;
+    c->kv_f16 = p->kv_cache_type == SKV_KV_CACHE_F16;
+    if (rc == SKV_OK && c->kv_f16 && p->kv_quant && p->kv_quant[0]) rc = SKV_ERR_INVALID_ARG;
     if (rc == SKV_OK) rc = ctx_kv_quant(c, p->kv_quant);
     if (rc == SKV_OK) rc = ctx_alloc(c);
     if (rc) {
@@ -250,6 +220,8 @@ void skv_ctx_free(skv_ctx *c)
     skv_pool_free(c->pool);
     free(c->k_cache);
     free(c->v_cache);
+    free(c->k16);
+    free(c->v16);
     free(c->kq_cache);
     free(c->vq_cache);
     skv_kvquant_free(c->kvq);
@@ -401,6 +373,13 @@ static void attn_task(void *arg, size_t task, int thread)
         n[nq] = (size_t)j->p0 + t + 1;
     }
     float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
+    if (c->kv_f16) { /* the head's rows as f32 (exact), then the same kernel */
+        float *K = scores + SKV_ATTN_MAX_Q * (size_t)c->n_ctx + 16, *V = K + (size_t)c->n_ctx * hd;
+        skv_kv16_load(c, j->layer, 0, (int)hk, 0, n[nq - 1], K);
+        skv_kv16_load(c, j->layer, 1, (int)hk, 0, n[nq - 1], V);
+        attn_call(c, j->layer, out, q, n, nq, K, V, scores);
+        return;
+    }
     attn_call(c, j->layer, out, q, n, nq, kv_ptr(attn_cache(c, j->layer, 0), c, j->layer, (int)hk),
               kv_ptr(attn_cache(c, j->layer, 1), c, j->layer, (int)hk), scores);
 }
@@ -411,7 +390,8 @@ static void attention(skv_ctx *c, int layer, size_t t0, size_t t1, int p0)
     const skv_model_info *h = &c->m->info;
     size_t g = (size_t)(h->n_head / h->n_head_kv), T = t1 - t0;
     attn_job aj = {c, layer, p0, t0, T, (T * g + SKV_ATTN_MAX_Q - 1) / SKV_ATTN_MAX_Q};
-    skv_pool_run(c->active, attn_task, &aj, aj.per_head * (size_t)h->n_head_kv);
+    skv_pool *p = c->active ? c->active : T * ((size_t)p0 + t1) >= POOL_MIN_ATTN ? c->pool : NULL;
+    skv_pool_run(p, attn_task, &aj, aj.per_head * (size_t)h->n_head_kv);
 }
 
 /* Multi-sequence step: batch row t is the next token of context seq[t] and attends to that
@@ -564,8 +544,14 @@ static void attn_block(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0)
         skv_ctx *dst = seq ? seq[t] : c;
         size_t row = row_pos(seq, t, p0) * hd;
         for (int hh = 0; hh < h->n_head_kv; hh++) {
-            memcpy(kv_ptr(dst->k_cache, dst, l, hh) + row, c->kk + t * KV + (size_t)hh * hd, hd * sizeof(float));
-            memcpy(kv_ptr(dst->v_cache, dst, l, hh) + row, c->vv + t * KV + (size_t)hh * hd, hd * sizeof(float));
+            const float *kr = c->kk + t * KV + (size_t)hh * hd, *vr = c->vv + t * KV + (size_t)hh * hd;
+            if (dst->kv_f16) { /* rounded once, here: attention reads these values */
+                skv_kv16_store(kv16_ptr(dst->k16, dst, l, hh) + row, kr, hd);
+                skv_kv16_store(kv16_ptr(dst->v16, dst, l, hh) + row, vr, hd);
+                continue;
+            }
+            memcpy(kv_ptr(dst->k_cache, dst, l, hh) + row, kr, hd * sizeof(float));
+            memcpy(kv_ptr(dst->v_cache, dst, l, hh) + row, vr, hd * sizeof(float));
         }
     }
     if (seq) attention_multi(c, seq, l, T);
@@ -740,8 +726,8 @@ static int multi_check(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, sk
                 snprintf(e->err, sizeof e->err, "decode_multi: context %zu appears twice (entries %zu and %zu)", i, k, i);
                 return SKV_ERR_INVALID_ARG;
             }
-        if (ctxs[i]->kvq) {
-            snprintf(e->err, sizeof e->err, "decode_multi: context %zu has a quantized KV cache (not supported)", i);
+        if (ctxs[i]->kvq || ctxs[i]->kv_f16) {
+            snprintf(e->err, sizeof e->err, "decode_multi: context %zu has a quantized or f16 KV cache (not supported)", i);
             return SKV_ERR_UNSUPPORTED;
         }
         int rc = check_tokens(ctxs[i], tokens + i, 1);
@@ -776,67 +762,5 @@ int skv_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, floa
     size_t B = (size_t)c->max_batch, V = (size_t)c->m->info.n_vocab;
     for (size_t r = 0; r < n; r += B) /* rows are independent: chunking changes nothing */
         multi_chunk(c, ctxs + r, tokens + r, n - r < B ? n - r : B, logits ? logits + r * V : NULL);
-    return SKV_OK;
-}
-
-int skv_ctx_kv_view(const skv_ctx *c, int layer, int kind, int kv_head, const float **data)
-{
-    if (!c || !data || layer < 0 || layer >= c->m->info.n_layer || kind < 0 || kind > 1 || kv_head < 0 ||
-        kv_head >= c->m->info.n_head_kv)
-        return SKV_ERR_INVALID_ARG;
-    *data = kv_ptr(attn_cache(c, layer, kind), c, layer, kv_head);
-    return SKV_OK;
-}
-
-int skv_ctx_kv_digest(const skv_ctx *c, int n_pos, uint8_t out[16])
-{
-    XXH3_state_t *st;
-    if (!c || !out || n_pos < 0 || n_pos > c->n_pos) return SKV_ERR_INVALID_ARG;
-    if (!(st = XXH3_createState())) return SKV_ERR_NOMEM;
-    XXH3_128bits_reset(st);
-    size_t hd = (size_t)c->m->info.head_dim;
-    for (int l = 0; l < c->m->info.n_layer; l++)
-        for (int kind = 0; kind < 2; kind++)
-            for (int hh = 0; hh < c->m->info.n_head_kv; hh++)
-                skv_digest_f32_update(st, kv_ptr(attn_cache(c, l, kind), c, l, hh), (size_t)n_pos * hd);
-    skv_digest_finish(st, out);
-    return SKV_OK;
-}
-
-/* ---- bulk KV access (canonical order: layer, kind, kv_head, position, dimension) -------- */
-
-static int kv_range_ok(const skv_ctx *c, int pos0, int n, int limit)
-{
-    return c && pos0 >= 0 && n >= 0 && pos0 <= limit && n <= c->n_ctx - pos0;
-}
-
-int skv_ctx_kv_read(const skv_ctx *c, int pos0, int n, float *out)
-{
-    if (!kv_range_ok(c, pos0, n, c ? c->n_pos : 0) || pos0 + n > c->n_pos || (!out && n > 0))
-        return SKV_ERR_INVALID_ARG;
-    size_t hd = (size_t)c->m->info.head_dim, row = (size_t)n * hd;
-    for (int l = 0; l < c->m->info.n_layer; l++)
-        for (int kind = 0; kind < 2; kind++)
-            for (int hh = 0; hh < c->m->info.n_head_kv; hh++, out += row)
-                memcpy(out, kv_ptr(attn_cache(c, l, kind), c, l, hh) + (size_t)pos0 * hd, row * sizeof(float));
-    return SKV_OK;
-}
-
-int skv_ctx_kv_write(skv_ctx *c, int pos0, int n, const float *kv)
-{
-    if (!kv_range_ok(c, pos0, n, c ? c->n_pos : 0) || (!kv && n > 0))
-        return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "kv_write: positions out of range or NULL data")
-                 : SKV_ERR_INVALID_ARG;
-    c->err[0] = 0;
-    if (c->kvq) {
-        snprintf(c->err, sizeof c->err, "KV cannot be loaded into a context with a quantized cache");
-        return SKV_ERR_UNSUPPORTED;
-    }
-    size_t hd = (size_t)c->m->info.head_dim, row = (size_t)n * hd;
-    for (int l = 0; l < c->m->info.n_layer && n > 0; l++) /* n = 0: kv may be NULL (memcpy must not see it) */
-        for (int kind = 0; kind < 2; kind++)
-            for (int hh = 0; hh < c->m->info.n_head_kv; hh++, kv += row)
-                memcpy(kv_ptr(kind ? c->v_cache : c->k_cache, c, l, hh) + (size_t)pos0 * hd, kv, row * sizeof(float));
-    c->n_pos = pos0 + n;
     return SKV_OK;
 }

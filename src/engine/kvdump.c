@@ -105,6 +105,8 @@ int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtyp
     int rc;
     if (!c || (!tokens && n) || !path || (dtype != SKV_KVDUMP_F32 && dtype != SKV_KVDUMP_F16))
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    if (skv_ctx_kv_cache_type(c) != SKV_KV_CACHE_F32) /* dumps read the f32 views (kv_view) */
+        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "KV dumps need an f32 KV cache (the context has kv_cache_type f16)");
     if (n > (size_t)skv_ctx_n_pos(c))
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "asked to dump %zu positions but the cache holds %d", n,
                         skv_ctx_n_pos(c));

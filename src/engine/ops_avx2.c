@@ -242,28 +242,44 @@ static float max_avx2(const float *s, size_t n)
     return mx;
 }
 
-/* Weighted value sums for N query rows (w: row i at w + i*ldw): rows run jointly over the
- * first lo positions, then each row finishes its own tail; per element the fma order is
- * j ascending, as in the reference. hd is a multiple of 8. */
-#define WSUM(N)                                                                                       \
-    static void wsum_##N(float *const *out, const float *w, size_t ldw, const size_t *n, size_t lo,  \
-                         const float *V, size_t hd)                                                   \
-    {                                                                                                 \
-        for (size_t d = 0; d < hd; d += 8) {                                                          \
-            __m256 acc[N];                                                                            \
-            _Pragma("GCC unroll 8") for (int i = 0; i < N; i++) acc[i] = _mm256_setzero_ps();        \
-            for (size_t j = 0; j < lo; j++) {                                                         \
-                __m256 v = _mm256_loadu_ps(V + j * hd + d);                                           \
-                _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                                   \
-                    acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + (size_t)i * ldw + j), v, acc[i]); \
-            }                                                                                         \
-            for (int i = 0; i < N; i++) {                                                             \
-                for (size_t j = lo; j < n[i]; j++)                                                    \
-                    acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + (size_t)i * ldw + j),            \
-                                             _mm256_loadu_ps(V + j * hd + d), acc[i]);                \
-                _mm256_storeu_ps(out[i] + d, acc[i]);                                                 \
-            }                                                                                         \
-        }                                                                                             \
+/* Key/value blocks of the attention kernel: positions [0, B), [B, 2B), ... with B * hd * 4
+ * bytes about 16 KiB, so one block of K (or V) stays in L1 while every query row of the call
+ * uses it. The blocking only reorders loops over independent outputs: each score and each
+ * output element keeps the reference's operation sequence (ops.h), so results do not depend
+ * on B, on the rows grouped into a call, or on the batch. */
+static size_t attn_block(size_t hd)
+{
+    size_t b = (4096 / hd) & ~(size_t)7;
+    return b < 8 ? 8 : b;
+}
+
+/* Weighted value sums for N query rows (w: row i at w + i*ldw) over positions [j0, j1) of
+ * V, added to out (which holds the sums of the positions before j0): rows run jointly up to
+ * lo = min(j1, n[i]), then each row finishes its own tail; per element the fma order is j
+ * ascending, as in the reference (the f32 partial sums round trip through out exactly).
+ * hd is a multiple of 8. */
+#define WSUM(N)                                                                                        \
+    static void wsum_##N(float *const *out, const float *w, size_t ldw, const size_t *n, size_t j0,   \
+                         size_t j1, const float *V, size_t hd)                                         \
+    {                                                                                                  \
+        size_t lo = j1;                                                                                \
+        for (int i = 0; i < N; i++) lo = n[i] < lo ? n[i] : lo;                                        \
+        for (size_t d = 0; d < hd; d += 8) {                                                           \
+            __m256 acc[N];                                                                             \
+            _Pragma("GCC unroll 8") for (int i = 0; i < N; i++) acc[i] = _mm256_loadu_ps(out[i] + d); \
+            for (size_t j = j0; j < lo; j++) {                                                         \
+                __m256 v = _mm256_loadu_ps(V + j * hd + d);                                            \
+                _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                                    \
+                    acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + (size_t)i * ldw + j), v, acc[i]);  \
+            }                                                                                          \
+            for (int i = 0; i < N; i++) {                                                              \
+                size_t end = n[i] < j1 ? n[i] : j1;                                                    \
+                for (size_t j = lo > j0 ? lo : j0; j < end; j++)                                       \
+                    acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + (size_t)i * ldw + j),             \
+                                             _mm256_loadu_ps(V + j * hd + d), acc[i]);                 \
+                _mm256_storeu_ps(out[i] + d, acc[i]);                                                  \
+            }                                                                                          \
+        }                                                                                              \
     }
 WSUM(1)
 WSUM(2)
@@ -273,8 +289,39 @@ WSUM(5)
 WSUM(6)
 WSUM(7)
 WSUM(8)
-typedef void (*wsum_t)(float *const *, const float *, size_t, const size_t *, size_t, const float *, size_t);
+typedef void (*wsum_t)(float *const *, const float *, size_t, const size_t *, size_t, size_t, const float *,
+                       size_t);
 static const wsum_t wsum_fn[9] = {NULL, wsum_1, wsum_2, wsum_3, wsum_4, wsum_5, wsum_6, wsum_7, wsum_8};
+
+/* Scores s_i[j] = dot(q_i, k_j) * scale of the full 8-groups j < n[i] & ~7 inside the key
+ * block [j0, j1) (a multiple of 8 apart), for every row: the block is read from L1 nq times. */
+static void scores_block(const float *const *q, const size_t *n, size_t nq, const float *K, size_t hd,
+                         float scale, float *scores, size_t n_max, size_t j0, size_t j1)
+{
+    const __m256 sv = _mm256_set1_ps(scale);
+    for (size_t i = 0; i < nq; i++) {
+        float *s = scores + i * n_max;
+        for (size_t j = j0; j < j1 && j + 8 <= n[i]; j += 8) {
+            const float *a[8] = {q[i], q[i], q[i], q[i], q[i], q[i], q[i], q[i]};
+            const float *b[8];
+            for (int r = 0; r < 8; r++) b[r] = K + (j + (size_t)r) * hd;
+            dot8(s + j, a, b, hd);
+            _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), sv));
+        }
+    }
+}
+
+/* Softmax weights of each row in place: the 8-group tails, then exp(s - max) / sum. */
+static void softmax_rows(const float *const *q, const size_t *n, size_t nq, const float *K, size_t hd,
+                         float scale, float *scores, size_t n_max)
+{
+    for (size_t i = 0; i < nq; i++) {
+        float *s = scores + i * n_max;
+        for (size_t j = n[i] & ~(size_t)7; j < n[i]; j++) s[j] = dot_avx2(q[i], K + j * hd, hd) * scale;
+        exp_sub_avx2(s, s, max_avx2(s, n[i]), n[i]);
+        scale_avx2(s, 1.0f / sum_avx2(s, n[i]), n[i]);
+    }
+}
 
 /* Decode-shaped attention (issue 16): two query rows with the same n and hd % 32 == 0.
  * Scores: 4 keys x 2 rows per tile (8 chains, one reduce8), each K row loaded once for
@@ -354,25 +401,14 @@ static void attn_pair(float *const *out, const float *const *q, size_t n, const 
 static void attn_avx2(float *const *out, const float *const *q, const size_t *n, size_t nq, const float *K,
                       const float *V, size_t hd, float scale, float *scores, size_t n_max)
 {
-    const __m256 sv = _mm256_set1_ps(scale);
     if (nq == 2 && n[0] == n[1] && hd % 32 == 0) { /* a decode step of a GQA pair */
         attn_pair(out, q, n[0], K, V, hd, scale, scores, n_max);
         return;
     }
-    for (size_t i = 0; i < nq; i++) {
-        float *s = scores + i * n_max;
-        size_t j = 0;
-        for (; j + 8 <= n[i]; j += 8) {
-            const float *a[8] = {q[i], q[i], q[i], q[i], q[i], q[i], q[i], q[i]};
-            const float *b[8];
-            for (int r = 0; r < 8; r++) b[r] = K + (j + (size_t)r) * hd;
-            dot8(s + j, a, b, hd);
-            _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), sv));
-        }
-        for (; j < n[i]; j++) s[j] = dot_avx2(q[i], K + j * hd, hd) * scale;
-        exp_sub_avx2(s, s, max_avx2(s, n[i]), n[i]);
-        scale_avx2(s, 1.0f / sum_avx2(s, n[i]), n[i]);
-    }
+    size_t B = attn_block(hd);
+    for (size_t j0 = 0; j0 < n_max; j0 += B)
+        scores_block(q, n, nq, K, hd, scale, scores, n_max, j0, j0 + B < n_max ? j0 + B : n_max);
+    softmax_rows(q, n, nq, K, hd, scale, scores, n_max);
     if (hd % 8) { /* generic shapes: one row at a time */
         for (size_t i = 0; i < nq; i++) {
             memset(out[i], 0, hd * sizeof(float));
@@ -381,12 +417,13 @@ static void attn_avx2(float *const *out, const float *const *q, const size_t *n,
         return;
     }
     /* out_i[d] = fma(w_ij, v_j[d], out_i[d]), j ascending: independent chains, up to 8 rows
-     * at a time sharing each V load */
-    for (size_t i0 = 0; i0 < nq; i0 += 8) {
-        size_t m = nq - i0 < 8 ? nq - i0 : 8, lo = SIZE_MAX;
-        for (size_t i = i0; i < i0 + m; i++) lo = n[i] < lo ? n[i] : lo;
-        wsum_fn[m](out + i0, scores + i0 * n_max, n_max, n + i0, lo, V, hd);
-    }
+     * at a time sharing each V load, one value block at a time */
+    for (size_t i = 0; i < nq; i++) memset(out[i], 0, hd * sizeof(float));
+    for (size_t j0 = 0; j0 < n_max; j0 += B)
+        for (size_t i0 = 0; i0 < nq; i0 += 8) {
+            size_t m = nq - i0 < 8 ? nq - i0 : 8;
+            wsum_fn[m](out + i0, scores + i0 * n_max, n_max, n + i0, j0, j0 + B, V, hd);
+        }
 }
 
 /* The type table's SIMD to_float where a row has one (exact: same values). */
