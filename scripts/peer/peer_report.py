@@ -16,6 +16,9 @@ GEOM_TEXT = {"tinyllama-1.1b": "TinyLlama-1.1B geometry (22 layers, 2048 wide, 3
              "llama-3.2-1b": "Llama-3.2-1B geometry (16 layers, 2048 wide, 32/8 heads, FFN 8192, "
                              "vocabulary 128256, tied output)"}
 TYPES = ["F16", "Q8_0", "Q4_0", "Q4_K_M"]
+# Read bandwidth of one thread in GB per CPU-second: scripts/peer/membw.c (eight interleaved
+# streams over 1 GiB, best of 5 passes, process CPU time), measured on the machine of the table.
+MEMBW = {"gb_per_cpu_s": 13.8, "when": "2026-12-01 ~16:30 UTC, load ~9"}
 
 
 def sh(cmd):
@@ -128,6 +131,48 @@ def header(rows, llama_bench):
     ]
 
 
+def model_bytes(geom, typ):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_peer import models_dir
+    try:
+        return os.path.getsize(os.path.join(models_dir(), "%s-%s.gguf" % (geom, typ)))
+    except OSError:
+        return None
+
+
+def bound_rows(rows, geom):
+    """Per type: the decode bound (weight bytes per token over the bandwidth) and both engines' tg128."""
+    idx = {(r["engine"], r["type"]): r for r in rows
+           if r["geometry"] == geom and r["threads"] == "1" and r["test"] == "tg128"}
+    out = []
+    for t in TYPES:
+        size = model_bytes(geom, t)
+        if not size:
+            continue
+        bound = MEMBW["gb_per_cpu_s"] * 1e9 / size
+        cells = [t, "%.0f" % (size / 1e6), "%.1f" % bound]
+        for e in ("seqkv", "llama"):
+            v = num(idx.get((e, t)), "cpu_ts")
+            cells += [v or "-", "%.0f%%" % (100 * float(v) / bound) if v else "-"]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def bandwidth_section(rows):
+    out = ["## Decode against the memory-bandwidth bound (issue 15's moonshot)", "",
+           "One thread of this machine reads %.1f GB per CPU-second (`scripts/peer/membw.c`: eight "
+           "interleaved streams over 1 GiB, timed in process CPU time so that it compares with the "
+           "per-CPU-second columns; measured %s). A decoded token reads every weight once (the "
+           "file's size), so the bound is that bandwidth over the file's bytes (slightly low where the output is untied: the token embedding table is read one row per token, 6%% of the TinyLlama file). tg128 at 1 thread, "
+           "tokens per CPU-second:" % (MEMBW["gb_per_cpu_s"], MEMBW["when"]), ""]
+    for geom in GEOM_TEXT:
+        body = bound_rows(rows, geom)
+        if body:
+            out += ["%s:" % geom, "", "| type | MB per token | bound | seqkv | of bound | llama.cpp | "
+                    "of bound |", "|---|--:|--:|--:|--:|--:|--:|"] + body + [""]
+    return out if len(out) > 3 else []
+
+
 def write(rows, path, llama_bench=""):
     out = header(rows, llama_bench)
     for geom in GEOM_TEXT:
@@ -137,6 +182,7 @@ def write(rows, path, llama_bench=""):
         out += ["## " + GEOM_TEXT[geom], "", "Tokens per second (wall clock, llama-bench's measure):",
                 ""] + TABLE_HEAD + body + ["", CPU_TEXT, ""] + TABLE_HEAD
         out += table_rows(rows, geom, "cpu_ts") + [""]
+    out += bandwidth_section(rows)
     fails = sorted({(r["engine"], r["geometry"], r["type"], r["status"]) for r in rows if r["status"] != "ok"})
     if fails:
         out += ["Failures:", ""] + ["- %s on %s %s: %s" % f for f in fails] + [""]
