@@ -84,4 +84,16 @@ void skv_gemm_q4_0_avx512(float *, size_t, const void *, size_t, const void *, s
 void skv_gemm_q4_k_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q6_k_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 
+/* ---- T = 1 kernels of the packed layouts (quant/repack.h; dot_pack_x86.h): n_rows (a
+ * multiple of 16) packed rows of row_bytes from the group at W, one activation row. ---- */
+#define SKV_PK_DECL(name)                                                                                  \
+    void skv_gemv_##name##_pk_avx2(float *y, const void *W, size_t row_bytes, const void *qa, size_t K,   \
+                                   size_t n_rows);                                                        \
+    void skv_gemv_##name##_pk_avx512(float *y, const void *W, size_t row_bytes, const void *qa, size_t K, \
+                                     size_t n_rows)
+extern size_t skv_pk_pf_tune; /* TUNING ONLY */
+SKV_PK_DECL(q4_0);
+SKV_PK_DECL(q4_k);
+SKV_PK_DECL(q6_k);
+
 #endif
