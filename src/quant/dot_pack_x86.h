@@ -144,6 +144,29 @@ static inline void pk_group_q6_k(float *y, const uint8_t *g, const skv_act256 *a
     _mm256_storeu_ps(y + 8, acc[1]);
 }
 
+/* Rows r0 .. r0 + 7 (r0: 0 or 8) of a packed q4_0 group of nb blocks back in the file
+ * layout at dst (repack.c's fallback for batches): per block a 4 x 8 transposition of
+ * the half's four chunks gives each row its 16 bytes of qs. */
+void SKV_DOT_PFN(unpack8_q4_0)(const void *P, size_t nb, size_t r0, void *dst)
+{
+    const uint8_t *p = P;
+    uint8_t *d = dst;
+    size_t frb = 18 * nb;
+    for (size_t b = 0; b < nb; b++, p += 288, d += 18) {
+        const uint8_t *c = p + 32 + 4 * r0;
+        __m256i t0 = _mm256_unpacklo_epi32(ld32(c), ld32(c + 64)), t1 = _mm256_unpackhi_epi32(ld32(c), ld32(c + 64));
+        __m256i t2 = _mm256_unpacklo_epi32(ld32(c + 128), ld32(c + 192));
+        __m256i t3 = _mm256_unpackhi_epi32(ld32(c + 128), ld32(c + 192));
+        __m256i r[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                        _mm256_unpackhi_epi64(t1, t3)}; /* r[k]: rows k (low half) and k + 4 (high half) */
+        for (int k = 0; k < 4; k++) {
+            _mm_storeu_si128((__m128i *)(void *)(d + k * frb + 2), _mm256_castsi256_si128(r[k]));
+            _mm_storeu_si128((__m128i *)(void *)(d + (k + 4) * frb + 2), _mm256_extracti128_si256(r[k], 1));
+        }
+        for (size_t i = 0; i < 8; i++) memcpy(d + i * frb, p + 2 * (r0 + i), 2);
+    }
+}
+
 #if SKV_DOT_VNNI
 /* ---- AVX-512: the same per lane, a whole group of 16 rows in the 16 lanes of a zmm
  * register (a 64-byte chunk is one load). ---- */

@@ -169,7 +169,13 @@ void skv_gemm_packed(int level, uint32_t type, float *y, size_t ldy, const void 
     g = skv_dot_gemm(level, type);
     if (!k || !g) return;
     for (size_t r = 0; r < n_rows; r += 8) { /* 8 rows back to the file layout, then the level's gemm */
-        skv_unpack_group_rows(type, w + r / SKV_PACK_ROWS * SKV_PACK_ROWS * row_bytes, K, r % SKV_PACK_ROWS, 8, buf);
+        const uint8_t *grp = w + r / SKV_PACK_ROWS * SKV_PACK_ROWS * row_bytes;
+#if defined(__x86_64__)
+        if (type == SKV_GGML_Q4_0 && level >= SKV_DOT_AVX2)
+            skv_gemv_unpack8_q4_0_pk_avx2(grp, K / 32, r % SKV_PACK_ROWS, buf);
+        else
+#endif
+            skv_unpack_group_rows(type, grp, K, r % SKV_PACK_ROWS, 8, buf);
         g(y + r, ldy, buf, K / k->n * k->fbytes, qa, qa_stride, K, T, 8);
     }
 }
