@@ -91,7 +91,6 @@ void skv_gemm_q6_k_avx512(float *, size_t, const void *, size_t, const void *, s
                                    size_t n_rows);                                                        \
     void skv_gemv_##name##_pk_avx512(float *y, const void *W, size_t row_bytes, const void *qa, size_t K, \
                                      size_t n_rows)
-extern size_t skv_pk_pf_tune; /* TUNING ONLY */
 SKV_PK_DECL(q4_0);
 /* Rows r0 .. r0 + 7 of a packed q4_0 group of nb blocks in the file layout (repack.c). */
 void skv_gemv_unpack8_q4_0_pk_avx2(const void *P, size_t nb, size_t r0, void *dst);

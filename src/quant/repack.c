@@ -2,7 +2,6 @@
 #include "quant/repack.h"
 #include "core/fpguard.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "quant/dot_int.h"
@@ -150,8 +149,6 @@ static pk_gemv_fn gemv_of(int level, uint32_t type)
     return NULL;
 }
 
-size_t skv_pk_pf_tune = 1536; /* TUNING ONLY */
-
 void skv_gemm_packed(int level, uint32_t type, float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa,
                      size_t qa_stride, size_t K, size_t T, size_t n_rows)
 {
@@ -161,7 +158,6 @@ void skv_gemm_packed(int level, uint32_t type, float *y, size_t ldy, const void 
     pk_gemv_fn gv;
     skv_gemm_fn g;
     level = skv_dot_level(level);
-    { static int once; if (!once) { const char *e = getenv("SEQKV_PK_PF"); if (e) skv_pk_pf_tune = (size_t)atoi(e); once = 1; } } /* TUNING ONLY */
     if (T == 1 && (gv = gemv_of(level, type))) {
         gv(y, W, row_bytes, qa, K, n_rows);
         return;
