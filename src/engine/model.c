@@ -6,13 +6,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
+
+#include "core/cpu.h"
 
 #include "core/detmath.h"
 #include "core/f16.h"
 #include "core/log.h"
 #include "engine/ops.h"
 #include "engine/vocab_load.h"
+#include "quant/repack.h"
 
 #define MAX_DIM (1 << 20)
 
@@ -95,11 +100,7 @@ static int gguf_weight(const skv_gguf *g, const char *name, size_t K, size_t N, 
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
                         "GGUF tensor '%s': f32 data at an offset that is not a multiple of 4 (general.alignment too small)",
                         name);
-    w->type = t->type;
-    w->data = t->data;
-    w->K = K;
-    w->N = N;
-    w->row_bytes = t->nbytes / N;
+    *w = (skv_weight){.type = t->type, .data = t->data, .K = K, .N = N, .row_bytes = t->nbytes / N};
     return SKV_OK;
 }
 
@@ -353,6 +354,62 @@ static void layer_free(skv_layer *L)
 {
     for (int t = 0; t < SKV_LT_COUNT; t++)
         if (is_vector(&skv_layer_tensors[t])) free(*layer_vector(L, &skv_layer_tensors[t]));
+        else free((void *)(uintptr_t)layer_matrix(L, &skv_layer_tensors[t])->packed);
+}
+
+/* ---- repacked weights (quant/repack.h) ----------------------------------------------
+ * Where the CPU has AVX2, q4_0 / q4_k / q6_k matrices get a packed copy at load for the
+ * decode kernels (SEQKV_REPACK=0: none); the file's pages they came from are dropped
+ * from the process (madvise: they read back from the file if touched again, e.g. by
+ * the fingerprint), so memory stays about one copy of the weights. */
+
+static void drop_pages(const uint8_t *p, size_t n)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p, lo, hi;
+    if (ps <= 0) return;
+    lo = (a + (uintptr_t)ps - 1) / (uintptr_t)ps * (uintptr_t)ps;
+    hi = (a + n) / (uintptr_t)ps * (uintptr_t)ps;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+#define PACK_CHUNK_ROWS 1024 /* packed and dropped a chunk at a time: the file pages never pile up */
+
+/* n bytes aligned to huge pages (fewer faults at load, fewer TLB misses in decode), or NULL. */
+static uint8_t *packed_alloc(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_PAGE, n)) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (n >= HUGE_PAGE) (void)madvise(p, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+static void repack_weight(skv_weight *w)
+{
+    size_t prb = skv_pack_row_bytes(w->type, w->K);
+    uint8_t *p;
+    if (!w->data || !prb || w->N % SKV_PACK_ROWS || w->packed || !(p = packed_alloc(prb * w->N))) return; /* keeps the file's rows */
+    for (size_t r = 0; r < w->N; r += PACK_CHUNK_ROWS) {
+        size_t n = w->N - r < PACK_CHUNK_ROWS ? w->N - r : PACK_CHUNK_ROWS;
+        skv_pack_rows(w->type, w->data + r * w->row_bytes, w->row_bytes, w->K, n, p + r * prb);
+        drop_pages(w->data + r * w->row_bytes, n * w->row_bytes);
+    }
+    w->packed = p;
+    w->packed_row_bytes = prb;
+    drop_pages(w->data, w->row_bytes * w->N); /* the pages the chunks shared */
+}
+
+static void repack_weights(skv_model *m)
+{
+    const char *e = getenv("SEQKV_REPACK");
+    if ((e && !strcmp(e, "0")) || !skv_cpu_has(SKV_CPU_AVX2_SET)) return;
+    for (int l = 0; l < m->info.n_layer; l++)
+        for (int t = 0; t < SKV_LT_COUNT; t++)
+            if (!is_vector(&skv_layer_tensors[t])) repack_weight(layer_matrix(&m->layers[l], &skv_layer_tensors[t]));
+    repack_weight(&m->output); /* tied: token rows still read from the file's copy */
 }
 
 /* ---- GGUF tensors ------------------------------------------------------------------ */
@@ -455,7 +512,7 @@ static int l2c_take(const uint8_t **p, const uint8_t *end, size_t n_floats, cons
 
 static void l2c_weight(skv_weight *w, const float *data, size_t K, size_t N)
 {
-    *w = (skv_weight){SKV_GGML_F32, (const uint8_t *)data, K * 4, K, N};
+    *w = (skv_weight){.type = SKV_GGML_F32, .data = (const uint8_t *)data, .row_bytes = K * 4, .K = K, .N = N};
 }
 
 static int find_l2c_tokenizer(const char *path, int vocab, const char *given, char *out, size_t cap)
@@ -635,6 +692,7 @@ int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out
         skv_model_free(m);
         return rc;
     }
+    if (m->gguf) repack_weights(m);
     m->info.n_params = count_params(m);
     m->info.tokenizer_kind = skv_tokenizer_kind(m->tok);
     m->info.bos_id = skv_tokenizer_bos(m->tok);
@@ -656,6 +714,7 @@ void skv_model_free(skv_model *m)
     if (m->layers)
         for (int l = 0; l < m->info.n_layer; l++) layer_free(&m->layers[l]);
     free(m->layers);
+    free((void *)(uintptr_t)m->output.packed);
     free(m->output_norm);
     free(m->rope_freq);
     free(m->ap.rope_freq_swa);
@@ -697,6 +756,7 @@ static int fp_weight(XXH3_state_t *st, const skv_weight *w, float *row)
         skv_weight_row(w, r, row);
         fp_f32s(st, row, w->K);
     }
+    if (w->packed) drop_pages(w->data, w->row_bytes * w->N); /* read back for the hash only */
     return SKV_OK;
 }
 

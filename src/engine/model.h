@@ -24,6 +24,8 @@ typedef struct skv_weight {
     const uint8_t *data;  /* N rows of row_bytes */
     size_t row_bytes;
     size_t K, N;
+    const uint8_t *packed;   /* the rows repacked for the integer dot (quant/repack.h), owned; or NULL */
+    size_t packed_row_bytes; /* its bytes per row */
 } skv_weight;
 
 /* One decoder layer. Every field is described by a row of skv_layer_tensors (arch.c),

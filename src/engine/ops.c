@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "quant/dot.h"
+#include "quant/repack.h"
 #include "quant/types.h"
 
 /* ---- exp ------------------------------------------------------------------
@@ -201,6 +202,12 @@ void skv_qmatmul_quantize(const skv_kernels *k, uint32_t type, const float *x, s
 void skv_qmatmul(const skv_kernels *k, float *y, size_t ldy, uint32_t type, const void *W, size_t row_bytes,
                  size_t K, const void *qa, size_t T, size_t n_rows)
 {
-    skv_gemm_fn g = skv_dot_gemm(k->dot_level, type);
+    skv_gemm_fn g;
+    if (type & SKV_QMATMUL_PACKED) {
+        type &= ~SKV_QMATMUL_PACKED;
+        skv_gemm_packed(k->dot_level, type, y, ldy, W, row_bytes, qa, skv_act_row_bytes(type, K), K, T, n_rows);
+        return;
+    }
+    g = skv_dot_gemm(k->dot_level, type);
     if (g) g(y, ldy, W, row_bytes, qa, skv_act_row_bytes(type, K), K, T, n_rows);
 }

@@ -80,6 +80,9 @@ void skv_qmatmul_quantize(const skv_kernels *k, uint32_t type, const float *x, s
                           void *qa);
 void skv_qmatmul(const skv_kernels *k, float *y, size_t ldy, uint32_t type, const void *W, size_t row_bytes,
                  size_t K, const void *qa, size_t T, size_t n_rows);
+/* Or'ed into skv_qmatmul's type: W holds rows in the packed layout of quant/repack.h
+ * (row_bytes: its bytes per row; n_rows a multiple of 16).  The same bits. */
+#define SKV_QMATMUL_PACKED 0x80000000u
 
 /* Largest nq the attn kernels accept. */
 #define SKV_ATTN_MAX_Q 16

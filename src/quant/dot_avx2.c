@@ -6,5 +6,7 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define SKV_DOT_VNNI 0
 #define SKV_DOT_FN(name) skv_gemm_##name##_avx2
+#define SKV_DOT_PFN(name) skv_gemv_##name##_pk_avx2
 #include "quant/dot_x86.h"
+#include "quant/dot_pack_x86.h"
 #endif

@@ -26,7 +26,9 @@ TILES_DECL(q8_0);
 TILES_DECL(q4_0);
 TILES_DECL(q4_k);
 TILES_DECL(q6_k);
+#define SKV_DOT_PFN(name) skv_gemv_##name##_pk_avx512
 #include "quant/dot_x86.h"
+#include "quant/dot_pack_x86.h"
 
 const int skv_dot_avx512_lanes = 1;
 
@@ -334,4 +336,16 @@ SKV_DOT_ALIAS(q8_0)
 SKV_DOT_ALIAS(q4_0)
 SKV_DOT_ALIAS(q4_k)
 SKV_DOT_ALIAS(q6_k)
+#define SKV_PK_ALIAS(name)                                                                                      \
+    void skv_gemv_##name##_pk_avx512(float *y, const void *W, size_t row_bytes, const void *qa, size_t K, size_t n) \
+    {                                                                                                           \
+        skv_gemv_##name##_pk_avx2(y, W, row_bytes, qa, K, n);                                                   \
+    }
+SKV_PK_ALIAS(q4_0)
+SKV_PK_ALIAS(q4_k)
+SKV_PK_ALIAS(q6_k)
+void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *dst)
+{
+    skv_gemv_unpack8_q4_0_pk_avx2(P, nb, r0, dst);
+}
 #endif

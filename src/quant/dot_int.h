@@ -84,4 +84,18 @@ void skv_gemm_q4_0_avx512(float *, size_t, const void *, size_t, const void *, s
 void skv_gemm_q4_k_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q6_k_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 
+/* ---- T = 1 kernels of the packed layouts (quant/repack.h; dot_pack_x86.h): n_rows (a
+ * multiple of 16) packed rows of row_bytes from the group at W, one activation row. ---- */
+#define SKV_PK_DECL(name)                                                                                  \
+    void skv_gemv_##name##_pk_avx2(float *y, const void *W, size_t row_bytes, const void *qa, size_t K,   \
+                                   size_t n_rows);                                                        \
+    void skv_gemv_##name##_pk_avx512(float *y, const void *W, size_t row_bytes, const void *qa, size_t K, \
+                                     size_t n_rows)
+SKV_PK_DECL(q4_0);
+/* Rows r0 .. r0 + 7 of a packed q4_0 group of nb blocks in the file layout (repack.c). */
+void skv_gemv_unpack8_q4_0_pk_avx2(const void *P, size_t nb, size_t r0, void *dst);
+void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *dst);
+SKV_PK_DECL(q4_k);
+SKV_PK_DECL(q6_k);
+
 #endif

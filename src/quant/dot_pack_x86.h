@@ -1,0 +1,287 @@
+/* The T = 1 (decode) kernels of the packed layouts (quant/repack.h), one source
+ * built twice like dot_x86.h, after which dot_avx2.c and dot_avx512.c include it
+ * (SKV_DOT_PFN names the entry points).  A group of 16 rows is read as two
+ * halves of 8 rows, row i of a half in lane i of a ymm register: a 32-byte half
+ * of a 64-byte chunk holds the same four bytes of eight rows, against which the
+ * activation's four matching bytes are broadcast.  Each int32 lane so ends a
+ * block with its row's exact integer sum (no horizontal reduction) and runs the
+ * reference's chain (dot.c): acc = fma(d * dx, (float)isum, acc), then the min
+ * term.  The stream of a group is contiguous, prefetched PK_PF bytes ahead.  The
+ * ymm kernels serve the AVX2 level (maddubs pairs summed in int16 where the bound
+ * allows: no saturation, no overflow), the zmm ones (vpdpbusd) the AVX-512 level. */
+#ifndef SKV_DOT_PACK_X86_H
+#define SKV_DOT_PACK_X86_H
+
+#define PK_PF 12288 /* measured best of 0 .. 12288 on TinyLlama q4_0 / Q4_K_M decode */
+
+static inline __m256i bcast4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+static inline void pk_prefetch(const uint8_t *p, size_t n)
+{
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
+}
+
+static inline __m256 half_scales(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
+
+static inline __m256i lo4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(15)); }
+static inline __m256i hi4(__m256i v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15)); }
+
+/* q4_0: per block 16 scales, then chunk j (0..3) = the rows' qs[4j..4j+3]: low nibbles
+ * are values 4j.., high nibbles values 16 + 4j.. */
+static inline void pk_group_q4_0(float *y, const uint8_t *g, const skv_act32 *a, size_t nb)
+{
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t b = 0; b < nb; b++, g += 288) {
+        __m256i ab[8];
+        pk_prefetch(g + PK_PF, 288);
+        for (int k = 0; k < 8; k++) ab[k] = bcast4(a[b].qs + 4 * k);
+        __m256i corr = _mm256_set1_epi32(8 * (a[b].bsum[0] + a[b].bsum[1]));
+        for (int h = 0; h < 2; h++) {
+            __m256i s = _mm256_setzero_si256(); /* int16 pairs: 8 x 2 * 15 * 128 < 2^15, exact */
+            for (int j = 0; j < 4; j++) {
+                __m256i v = ld32(g + 32 + 64 * j + 32 * h);
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo4(v), ab[j]));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi4(v), ab[j + 4]));
+            }
+            __m256i p = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+            acc[h] = fma_scaled(acc[h], half_scales(g + 16 * h), a[b].d, _mm256_sub_epi32(p, corr));
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+/* int32 lanes from 8 bytes: the half's rows of one run's scales. */
+static inline __m256i u8x8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)); }
+static inline __m256i s8x8(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)); }
+
+/* q4_k half h of block g: sum_r sc[r] * (run r's sum), runs 2c / 2c+1 in the low / high
+ * nibbles of chunks 8c .. 8c+7. */
+static inline __m256i q4k_isum(const uint8_t *g, const int8_t *qs, int h)
+{
+    __m256i is = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i pl = _mm256_setzero_si256(), ph = _mm256_setzero_si256(); /* int16 pairs, exact as above */
+        for (int j = 0; j < 8; j++) {
+            __m256i v = ld32(g + 320 + 64 * (8 * c + j) + 32 * h);
+            pl = _mm256_add_epi16(pl, _mm256_maddubs_epi16(lo4(v), bcast4(qs + 64 * c + 4 * j)));
+            ph = _mm256_add_epi16(ph, _mm256_maddubs_epi16(hi4(v), bcast4(qs + 64 * c + 32 + 4 * j)));
+        }
+        pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(1));
+        ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(1));
+        is = _mm256_add_epi32(is, _mm256_mullo_epi32(pl, u8x8(g + 64 + 16 * (2 * c) + 8 * h)));
+        is = _mm256_add_epi32(is, _mm256_mullo_epi32(ph, u8x8(g + 64 + 16 * (2 * c + 1) + 8 * h)));
+    }
+    return is;
+}
+
+static inline void pk_group_q4_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t b = 0; b < nb; b++, g += 2368) {
+        int32_t bs[4];
+        pk_prefetch(g + PK_PF, 2368);
+        for (int k = 0; k < 4; k++)
+            bs[k] = pair16(a[b].bsum[4 * k] + a[b].bsum[4 * k + 1], a[b].bsum[4 * k + 2] + a[b].bsum[4 * k + 3]);
+        __m256 dx = _mm256_set1_ps(a[b].d);
+        for (int h = 0; h < 2; h++) {
+            __m256i is = q4k_isum(g, a[b].qs, h), mi = _mm256_setzero_si256();
+            for (int k = 0; k < 4; k++) {
+                __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(g + 192 + 32 * k + 16 * h)));
+                mi = _mm256_add_epi32(mi, _mm256_madd_epi16(mn, _mm256_set1_epi32(bs[k])));
+            }
+            __m256 dm = _mm256_xor_ps(half_scales(g + 32 + 16 * h), _mm256_set1_ps(-0.0f));
+            acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(half_scales(g + 16 * h), dx), _mm256_cvtepi32_ps(is), acc[h]);
+            acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(mi), acc[h]);
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+/* q6_k half h, 128-value part gg, groups 8gg + 2k + jh: values 128gg + 32k + 4j.. are the
+ * nibble (k >= 2: high) of ql chunk 16gg + 8(k%2) + j with bits 2k of qh chunk 8gg + j. */
+static inline __m256i q6k_part(const uint8_t *g, const skv_act256 *a, int h, int gg, int jh)
+{
+    const __m256i m30 = _mm256_set1_epi8(0x30);
+    __m256i u[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    __m256i is = _mm256_setzero_si256();
+    for (int j = 4 * jh; j < 4 * jh + 4; j++) {
+        __m256i qh = ld32(g + 2336 + 64 * (8 * gg + j) + 32 * h);
+        __m256i l0 = ld32(g + 288 + 64 * (16 * gg + j) + 32 * h), l1 = ld32(g + 288 + 64 * (16 * gg + 8 + j) + 32 * h);
+        const int8_t *x = a->qs + 128 * gg + 4 * j;
+        u[0] = dp_u8s8(u[0], _mm256_or_si256(lo4(l0), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)), bcast4(x));
+        u[1] = dp_u8s8(u[1], _mm256_or_si256(lo4(l1), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)), bcast4(x + 32));
+        u[2] = dp_u8s8(u[2], _mm256_or_si256(hi4(l0), _mm256_and_si256(qh, m30)), bcast4(x + 64));
+        u[3] = dp_u8s8(u[3], _mm256_or_si256(hi4(l1), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30)), bcast4(x + 96));
+    }
+    for (int k = 0; k < 4; k++) {
+        int s = 8 * gg + 2 * k + jh;
+        __m256i v = _mm256_sub_epi32(u[k], _mm256_set1_epi32(32 * a->bsum[s]));
+        is = _mm256_add_epi32(is, _mm256_mullo_epi32(v, s8x8(g + 32 + 16 * s + 8 * h)));
+    }
+    return is;
+}
+
+static inline void pk_group_q6_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t b = 0; b < nb; b++, g += 3360) {
+        pk_prefetch(g + PK_PF, 3360);
+        for (int h = 0; h < 2; h++) {
+            __m256i is = _mm256_setzero_si256();
+            for (int gg = 0; gg < 2; gg++)
+                for (int jh = 0; jh < 2; jh++) is = _mm256_add_epi32(is, q6k_part(g, a + b, h, gg, jh));
+            acc[h] = fma_scaled(acc[h], half_scales(g + 16 * h), a[b].d, is);
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+/* Rows r0 .. r0 + 7 (r0: 0 or 8) of a packed q4_0 group of nb blocks back in the file
+ * layout at dst (repack.c's fallback for batches): per block a 4 x 8 transposition of
+ * the half's four chunks gives each row its 16 bytes of qs. */
+void SKV_DOT_PFN(unpack8_q4_0)(const void *P, size_t nb, size_t r0, void *dst)
+{
+    const uint8_t *p = P;
+    uint8_t *d = dst;
+    size_t frb = 18 * nb;
+    for (size_t b = 0; b < nb; b++, p += 288, d += 18) {
+        const uint8_t *c = p + 32 + 4 * r0;
+        __m256i t0 = _mm256_unpacklo_epi32(ld32(c), ld32(c + 64)), t1 = _mm256_unpackhi_epi32(ld32(c), ld32(c + 64));
+        __m256i t2 = _mm256_unpacklo_epi32(ld32(c + 128), ld32(c + 192));
+        __m256i t3 = _mm256_unpackhi_epi32(ld32(c + 128), ld32(c + 192));
+        __m256i r[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                        _mm256_unpackhi_epi64(t1, t3)}; /* r[k]: rows k (low half) and k + 4 (high half) */
+        for (int k = 0; k < 4; k++) {
+            _mm_storeu_si128((__m128i *)(void *)(d + k * frb + 2), _mm256_castsi256_si128(r[k]));
+            _mm_storeu_si128((__m128i *)(void *)(d + (k + 4) * frb + 2), _mm256_extracti128_si256(r[k], 1));
+        }
+        for (size_t i = 0; i < 8; i++) memcpy(d + i * frb, p + 2 * (r0 + i), 2);
+    }
+}
+
+#if SKV_DOT_VNNI
+/* ---- AVX-512: the same per lane, a whole group of 16 rows in the 16 lanes of a zmm
+ * register (a 64-byte chunk is one load). ---- */
+
+static inline __m512i bc4(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+static inline __m512i ld64(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
+static inline __m512i lo4z(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(15)); }
+static inline __m512i hi4z(__m512i v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15)); }
+static inline __m512 scales16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
+static inline __m512i u8x16(const uint8_t *p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)); }
+static inline __m512i s8x16(const uint8_t *p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)); }
+#define DPZ(acc, u, s) _mm512_dpbusd_epi32((acc), (u), (s))
+
+static void pkz_group_q4_0(float *y, const uint8_t *g, const skv_act32 *a, size_t nb)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += 288) {
+        __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
+        pk_prefetch(g + PK_PF, 288);
+        for (int j = 0; j < 4; j++) {
+            __m512i v = ld64(g + 32 + 64 * j);
+            p0 = DPZ(p0, lo4z(v), bc4(a[b].qs + 4 * j));
+            p1 = DPZ(p1, hi4z(v), bc4(a[b].qs + 16 + 4 * j));
+        }
+        __m512i is = _mm512_sub_epi32(_mm512_add_epi32(p0, p1), _mm512_set1_epi32(8 * (a[b].bsum[0] + a[b].bsum[1])));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(g), _mm512_set1_ps(a[b].d)), _mm512_cvtepi32_ps(is), acc);
+    }
+    _mm512_storeu_ps(y, acc);
+}
+
+static void pkz_group_q4_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += 2368) {
+        const int8_t *qs = a[b].qs;
+        __m512i is = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+        pk_prefetch(g + PK_PF, 2368);
+        for (int c = 0; c < 4; c++) {
+            __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j++) {
+                __m512i v = ld64(g + 320 + 64 * (8 * c + j));
+                pl = DPZ(pl, lo4z(v), bc4(qs + 64 * c + 4 * j));
+                ph = DPZ(ph, hi4z(v), bc4(qs + 64 * c + 32 + 4 * j));
+            }
+            is = _mm512_add_epi32(is, _mm512_mullo_epi32(pl, u8x16(g + 64 + 16 * (2 * c))));
+            is = _mm512_add_epi32(is, _mm512_mullo_epi32(ph, u8x16(g + 64 + 16 * (2 * c + 1))));
+        }
+        for (int k = 0; k < 4; k++) {
+            int32_t bs = pair16(a[b].bsum[4 * k] + a[b].bsum[4 * k + 1], a[b].bsum[4 * k + 2] + a[b].bsum[4 * k + 3]);
+            __m512i mn = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(g + 192 + 32 * k)));
+            mi = _mm512_add_epi32(mi, _mm512_madd_epi16(mn, _mm512_set1_epi32(bs)));
+        }
+        __m512 dx = _mm512_set1_ps(a[b].d);
+        __m512 dm = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(scales16(g + 32)), _mm512_set1_epi32((int)0x80000000u)));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(g), dx), _mm512_cvtepi32_ps(is), acc);
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(mi), acc);
+    }
+    _mm512_storeu_ps(y, acc);
+}
+
+static inline __m512i q6kz_part(const uint8_t *g, const skv_act256 *a, int gg, int jh)
+{
+    const __m512i m30 = _mm512_set1_epi8(0x30);
+    __m512i u[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+    __m512i is = _mm512_setzero_si512();
+    for (int j = 4 * jh; j < 4 * jh + 4; j++) {
+        __m512i qh = ld64(g + 2336 + 64 * (8 * gg + j));
+        __m512i l0 = ld64(g + 288 + 64 * (16 * gg + j)), l1 = ld64(g + 288 + 64 * (16 * gg + 8 + j));
+        const int8_t *x = a->qs + 128 * gg + 4 * j;
+        u[0] = DPZ(u[0], _mm512_or_si512(lo4z(l0), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30)), bc4(x));
+        u[1] = DPZ(u[1], _mm512_or_si512(lo4z(l1), _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30)), bc4(x + 32));
+        u[2] = DPZ(u[2], _mm512_or_si512(hi4z(l0), _mm512_and_si512(qh, m30)), bc4(x + 64));
+        u[3] = DPZ(u[3], _mm512_or_si512(hi4z(l1), _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30)), bc4(x + 96));
+    }
+    for (int k = 0; k < 4; k++) {
+        int s = 8 * gg + 2 * k + jh;
+        __m512i v = _mm512_sub_epi32(u[k], _mm512_set1_epi32(32 * a->bsum[s]));
+        is = _mm512_add_epi32(is, _mm512_mullo_epi32(v, s8x16(g + 32 + 16 * s)));
+    }
+    return is;
+}
+
+static void pkz_group_q6_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += 3360) {
+        __m512i is = _mm512_setzero_si512();
+        pk_prefetch(g + PK_PF, 3360);
+        for (int gg = 0; gg < 2; gg++)
+            for (int jh = 0; jh < 2; jh++) is = _mm512_add_epi32(is, q6kz_part(g, a + b, gg, jh));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(g), _mm512_set1_ps(a[b].d)), _mm512_cvtepi32_ps(is), acc);
+    }
+    _mm512_storeu_ps(y, acc);
+}
+#define PK_GROUP(name) pkz_group_##name
+#else
+#define PK_GROUP(name) pk_group_##name
+#endif
+
+/* The entry points: n_rows (a multiple of 16) packed rows of row_bytes, one token. */
+#define SKV_PK_GEMV(name, act_t, n)                                                                              \
+    void SKV_DOT_PFN(name)(float *y, const void *W, size_t row_bytes, const void *qa, size_t K, size_t n_rows) \
+    {                                                                                                          \
+        const uint8_t *w = W;                                                                                  \
+        for (size_t r = 0; r < n_rows; r += 16)                                                                \
+            PK_GROUP(name)(y + r, w + r * row_bytes, (const act_t *)qa, K / (n));                              \
+    }
+SKV_PK_GEMV(q4_0, skv_act32, 32)
+SKV_PK_GEMV(q4_k, skv_act256, 256)
+SKV_PK_GEMV(q6_k, skv_act256, 256)
+
+#endif

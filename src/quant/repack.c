@@ -1,0 +1,177 @@
+/* The packed weight layouts (repack.h): packing, unpacking and the packed gemm. */
+#include "quant/repack.h"
+#include "core/fpguard.h"
+
+#include <string.h>
+
+#include "quant/dot_int.h"
+#include "quant/types.h"
+
+/* A field of the (expanded) file block: nu units of us bytes at offset fo; unit u of
+ * row i goes to po + (16 u + i) * us of the group's packed block. */
+typedef struct { unsigned fo, nu, us, po; } pk_seg;
+
+/* A packed type: file block bytes, expanded block bytes (q4_k: the 12 scale bytes as
+ * sc[8] and mn[8]), values per block, fields, and the T = 1 kernels per level. */
+typedef struct {
+    uint32_t type;
+    unsigned fbytes, xbytes, n, nseg;
+    pk_seg seg[5];
+} pk_kind;
+
+static const pk_kind k_kinds[] = {
+    {SKV_GGML_Q4_0, 18, 18, 32, 2, {{0, 1, 2, 0}, {2, 4, 4, 32}}},
+    {SKV_GGML_Q4_K, 144, 148, 256, 5, {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 8, 1, 64}, {12, 4, 2, 192}, {20, 32, 4, 320}}},
+    {SKV_GGML_Q6_K, 210, 210, 256, 4, {{208, 1, 2, 0}, {192, 16, 1, 32}, {0, 32, 4, 288}, {128, 16, 4, 2336}}},
+};
+
+static const pk_kind *kind_of(uint32_t type)
+{
+    for (size_t i = 0; i < sizeof k_kinds / sizeof k_kinds[0]; i++)
+        if (k_kinds[i].type == type) return &k_kinds[i];
+    return NULL;
+}
+
+size_t skv_pack_row_bytes(uint32_t type, size_t K)
+{
+    const pk_kind *k = kind_of(type);
+    if (!k || K == 0 || K % k->n || 8 * (K / k->n) * k->fbytes > SKV_PACK_BUF) return 0;
+    return K / k->n * k->xbytes;
+}
+
+/* A file block as its expanded form (q4_k: d, dmin, sc[8], mn[8], qs[128]). */
+static void expand(const pk_kind *k, const uint8_t *f, uint8_t *x)
+{
+    if (k->type != SKV_GGML_Q4_K) {
+        memcpy(x, f, k->fbytes);
+        return;
+    }
+    memcpy(x, f, 4);
+    skv_k4_scales8(f + 4, x + 4, x + 12);
+    memcpy(x + 20, f + 16, 128);
+}
+
+/* The inverse of expand: q4_k's 6-bit scales and mins back into their 12 bytes. */
+static void compress(const pk_kind *k, const uint8_t *x, uint8_t *f)
+{
+    if (k->type != SKV_GGML_Q4_K) {
+        memcpy(f, x, k->fbytes);
+        return;
+    }
+    const uint8_t *sc = x + 4, *mn = x + 12;
+    uint8_t *s = f + 4;
+    memcpy(f, x, 4);
+    for (unsigned j = 0; j < 4; j++) {
+        s[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+        s[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+    memcpy(f + 16, x + 20, 128);
+}
+
+/* Copies n units of us (1, 2 or 4) bytes: unit i from src + i * ss to dst + i * ds. */
+static void copy_units(uint8_t *dst, size_t ds, const uint8_t *src, size_t ss, unsigned us, size_t n)
+{
+    if (us == 1)
+        for (size_t i = 0; i < n; i++) dst[i * ds] = src[i * ss];
+    else if (us == 2)
+        for (size_t i = 0; i < n; i++) memcpy(dst + i * ds, src + i * ss, 2);
+    else
+        for (size_t i = 0; i < n; i++) memcpy(dst + i * ds, src + i * ss, 4);
+}
+
+/* Moves the fields of the expanded blocks of rows r0 .. r0 + n - 1 (row r0 + i's at
+ * x + i * xs) into (to_packed) or out of the packed block p of their group. */
+static void move_fields(const pk_kind *k, uint8_t *x, size_t xs, uint8_t *p, size_t r0, size_t n, int to_packed)
+{
+    for (unsigned s = 0; s < k->nseg; s++) {
+        const pk_seg *g = &k->seg[s];
+        for (unsigned u = 0; u < g->nu; u++) {
+            uint8_t *a = p + g->po + (16 * u + r0) * g->us, *e = x + g->fo + u * g->us;
+            if (to_packed) copy_units(a, g->us, e, xs, g->us, n);
+            else copy_units(e, xs, a, g->us, g->us, n);
+        }
+    }
+}
+
+void skv_pack_rows(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, void *dst)
+{
+    const pk_kind *k = kind_of(type);
+    const uint8_t *s = src;
+    uint8_t *d = dst, xb[SKV_PACK_ROWS * 148];
+    if (!k) return; /* callers check skv_pack_row_bytes */
+    size_t nb = K / k->n, gb = SKV_PACK_ROWS * k->xbytes;
+    for (size_t r = 0; r + SKV_PACK_ROWS <= n_rows; r += SKV_PACK_ROWS)
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *f = s + r * row_bytes + b * k->fbytes;
+            uint8_t *p = d + r * nb * k->xbytes + b * gb;
+            if (k->type != SKV_GGML_Q4_K) {
+                move_fields(k, (uint8_t *)(uintptr_t)f, row_bytes, p, 0, SKV_PACK_ROWS, 1); /* read only */
+                continue;
+            }
+            for (size_t i = 0; i < SKV_PACK_ROWS; i++) expand(k, f + i * row_bytes, xb + 148 * i);
+            move_fields(k, xb, 148, p, 0, SKV_PACK_ROWS, 1);
+        }
+}
+
+void skv_unpack_group_rows(uint32_t type, const void *P, size_t K, size_t r0, size_t n, void *dst)
+{
+    const pk_kind *k = kind_of(type);
+    const uint8_t *p = P;
+    uint8_t *d = dst, xb[SKV_PACK_ROWS * 148];
+    if (!k) return;
+    size_t nb = K / k->n, gb = SKV_PACK_ROWS * k->xbytes, frb = nb * k->fbytes;
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *pb = (uint8_t *)(uintptr_t)(p + b * gb); /* read only */
+        if (k->type != SKV_GGML_Q4_K) {
+            move_fields(k, d + b * k->fbytes, frb, pb, r0, n, 0);
+            continue;
+        }
+        move_fields(k, xb, 148, pb, r0, n, 0);
+        for (size_t i = 0; i < n; i++) compress(k, xb + 148 * i, d + i * frb + b * k->fbytes);
+    }
+}
+
+/* The T = 1 kernel of a packed type at a level (dot_pack_x86.h), or NULL. */
+typedef void (*pk_gemv_fn)(float *y, const void *W, size_t row_bytes, const void *qa, size_t K, size_t n_rows);
+
+static pk_gemv_fn gemv_of(int level, uint32_t type)
+{
+#if defined(__x86_64__)
+    static const pk_gemv_fn avx2[3] = {skv_gemv_q4_0_pk_avx2, skv_gemv_q4_k_pk_avx2, skv_gemv_q6_k_pk_avx2};
+    static const pk_gemv_fn avx512[3] = {skv_gemv_q4_0_pk_avx512, skv_gemv_q4_k_pk_avx512, skv_gemv_q6_k_pk_avx512};
+    size_t i = type == SKV_GGML_Q4_0 ? 0 : type == SKV_GGML_Q4_K ? 1 : 2;
+    if (level >= SKV_DOT_AVX512) return avx512[i];
+    if (level >= SKV_DOT_AVX2) return avx2[i];
+#else
+    (void)level, (void)type;
+#endif
+    return NULL;
+}
+
+void skv_gemm_packed(int level, uint32_t type, float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa,
+                     size_t qa_stride, size_t K, size_t T, size_t n_rows)
+{
+    const pk_kind *k = kind_of(type);
+    const uint8_t *w = W;
+    uint8_t buf[SKV_PACK_BUF];
+    pk_gemv_fn gv;
+    skv_gemm_fn g;
+    level = skv_dot_level(level);
+    if (T == 1 && (gv = gemv_of(level, type))) {
+        gv(y, W, row_bytes, qa, K, n_rows);
+        return;
+    }
+    g = skv_dot_gemm(level, type);
+    if (!k || !g) return;
+    for (size_t r = 0; r < n_rows; r += 8) { /* 8 rows back to the file layout, then the level's gemm */
+        const uint8_t *grp = w + r / SKV_PACK_ROWS * SKV_PACK_ROWS * row_bytes;
+#if defined(__x86_64__)
+        if (type == SKV_GGML_Q4_0 && level >= SKV_DOT_AVX2)
+            skv_gemv_unpack8_q4_0_pk_avx2(grp, K / 32, r % SKV_PACK_ROWS, buf);
+        else
+#endif
+            skv_unpack_group_rows(type, grp, K, r % SKV_PACK_ROWS, 8, buf);
+        g(y + r, ldy, buf, K / k->n * k->fbytes, qa, qa_stride, K, T, 8);
+    }
+}
