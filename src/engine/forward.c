@@ -348,6 +348,25 @@ static void attn_call(const skv_ctx *c, int layer, float *const *out, const floa
     }
 }
 
+/* attn_call over sc's f16 cache (head hk): the plain case reads the binary16 rows in the
+ * kernel (attn_f16); windows and capped scores convert the rows first. The conversion
+ * scratch follows the scores in the thread's scratch (2 * n_ctx * hd floats). */
+static void attn_call16(const skv_ctx *c, const skv_ctx *sc, int layer, int hk, float *const *out,
+                        const float *const *q, const size_t *n, size_t nq, float *scores)
+{
+    const skv_arch_params *ap = &c->m->ap;
+    size_t hd = (size_t)c->m->info.head_dim, n_max = n[nq - 1];
+    float *K = scores + SKV_ATTN_MAX_Q * (size_t)c->n_ctx + 16, *V = K + (size_t)c->n_ctx * hd;
+    if (!skv_layer_windowed(c->m, layer) && ap->attn_softcap == 0.0f) {
+        c->k->attn_f16(out, q, n, nq, kv16_ptr(sc->k16, sc, layer, hk), kv16_ptr(sc->v16, sc, layer, hk), hd,
+                       ap->attn_scale, scores, n_max, K);
+        return;
+    }
+    skv_kv16_load(sc, layer, 0, hk, 0, n_max, K);
+    skv_kv16_load(sc, layer, 1, hk, 0, n_max, V);
+    attn_call(c, layer, out, q, n, nq, K, V, scores);
+}
+
 typedef struct {
     skv_ctx *c;
     int layer, p0;
@@ -373,11 +392,8 @@ static void attn_task(void *arg, size_t task, int thread)
         n[nq] = (size_t)j->p0 + t + 1;
     }
     float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
-    if (c->kv_f16) { /* the head's rows as f32 (exact), then the same kernel */
-        float *K = scores + SKV_ATTN_MAX_Q * (size_t)c->n_ctx + 16, *V = K + (size_t)c->n_ctx * hd;
-        skv_kv16_load(c, j->layer, 0, (int)hk, 0, n[nq - 1], K);
-        skv_kv16_load(c, j->layer, 1, (int)hk, 0, n[nq - 1], V);
-        attn_call(c, j->layer, out, q, n, nq, K, V, scores);
+    if (c->kv_f16) {
+        attn_call16(c, c, j->layer, (int)hk, out, q, n, nq, scores);
         return;
     }
     attn_call(c, j->layer, out, q, n, nq, kv_ptr(attn_cache(c, j->layer, 0), c, j->layer, (int)hk),
@@ -423,6 +439,10 @@ static void attn_multi_task(void *arg, size_t task, int thread)
         n[nq] = (size_t)sc->n_pos + 1;
     }
     float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
+    if (sc->kv_f16) {
+        attn_call16(c, sc, j->layer, (int)hk, out, q, n, nq, scores);
+        return;
+    }
     attn_call(c, j->layer, out, q, n, nq, kv_ptr(sc->k_cache, sc, j->layer, (int)hk),
               kv_ptr(sc->v_cache, sc, j->layer, (int)hk), scores);
 }
@@ -726,8 +746,12 @@ static int multi_check(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, sk
                 snprintf(e->err, sizeof e->err, "decode_multi: context %zu appears twice (entries %zu and %zu)", i, k, i);
                 return SKV_ERR_INVALID_ARG;
             }
-        if (ctxs[i]->kvq || ctxs[i]->kv_f16) {
-            snprintf(e->err, sizeof e->err, "decode_multi: context %zu has a quantized or f16 KV cache (not supported)", i);
+        if (ctxs[i]->kvq) {
+            snprintf(e->err, sizeof e->err, "decode_multi: context %zu has a quantized KV cache (not supported)", i);
+            return SKV_ERR_UNSUPPORTED;
+        }
+        if (ctxs[i]->kv_f16 != ctxs[0]->kv_f16) { /* the lead's scratch is sized for its own type */
+            snprintf(e->err, sizeof e->err, "decode_multi: context %zu's KV cache type differs from context 0's", i);
             return SKV_ERR_UNSUPPORTED;
         }
         int rc = check_tokens(ctxs[i], tokens + i, 1);
