@@ -37,6 +37,10 @@ struct skv_ctx {
     float *thread_scratch; /* per thread: ROW_BLOCK*kmax dequant rows + S attention scores
                             * (+ with an f16 cache: one head's K and V rows as f32) */
     size_t scratch_stride;
+    /* f16 cache, per thread: the rows of (layer, head) its scratch holds as f32 since the
+     * attention call numbered epoch (a prefill's tasks of one head extend them) */
+    struct kv16_conv { uint64_t epoch; int layer, head; size_t rows; } *kv16_conv;
+    uint64_t kv16_epoch;
     uint8_t *qact;         /* [max_batch][SKV_QMATMUL_ACT_BOUND(kmax)]: a matmul's quantized inputs */
     char err[512];         /* last error: set on failure, "" after a success */
 };

@@ -135,6 +135,7 @@ static int ctx_alloc(skv_ctx *c)
     c->scratch_stride = ROW_BLOCK * c->kmax + SKV_ATTN_MAX_Q * S + 16 + (c->kv_f16 ? 2 * S * (size_t)h->head_dim : 0);
     c->thread_scratch = malloc((size_t)skv_pool_size(c->pool) * c->scratch_stride * sizeof(float));
     c->qact = malloc(B * SKV_QMATMUL_ACT_BOUND(c->kmax));
+    if (c->kv_f16 && !(c->kv16_conv = calloc((size_t)skv_pool_size(c->pool), sizeof *c->kv16_conv))) return SKV_ERR_NOMEM;
     if (!c->qact || (c->kv_f16 ? !c->k16 || !c->v16 : !c->k_cache || !c->v_cache) || !c->rope_cos || !c->rope_sin || !c->rope_tmp || !c->x || !c->xb || !c->q || !c->kk ||
         !c->vv || !c->att || !c->hb || !c->hb2 || !c->thread_scratch)
         return SKV_ERR_NOMEM;
@@ -240,6 +241,7 @@ void skv_ctx_free(skv_ctx *c)
     free(c->hb);
     free(c->hb2);
     free(c->thread_scratch);
+    free(c->kv16_conv);
     free(c->qact);
     free(c);
 }
@@ -367,6 +369,20 @@ static void attn_call16(const skv_ctx *c, const skv_ctx *sc, int layer, int hk, 
     attn_call(c, layer, out, q, n, nq, K, V, scores);
 }
 
+/* Rows [0, n) of (layer, hk) of c's f16 cache as f32 in the thread's K / V scratch: only
+ * the rows this thread's earlier tasks of the same head in this attention call did not
+ * convert (exact values, so reuse changes nothing). */
+static void kv16_rows(skv_ctx *c, int thread, int layer, int hk, size_t n, float *K, float *V)
+{
+    struct kv16_conv *t = &c->kv16_conv[thread];
+    size_t hd = (size_t)c->m->info.head_dim;
+    size_t r0 = t->epoch == c->kv16_epoch && t->layer == layer && t->head == hk ? t->rows : 0;
+    if (r0 >= n) return;
+    skv_kv16_load(c, layer, 0, hk, r0, n, K + r0 * hd);
+    skv_kv16_load(c, layer, 1, hk, r0, n, V + r0 * hd);
+    *t = (struct kv16_conv){c->kv16_epoch, layer, hk, n};
+}
+
 typedef struct {
     skv_ctx *c;
     int layer, p0;
@@ -392,8 +408,14 @@ static void attn_task(void *arg, size_t task, int thread)
         n[nq] = (size_t)j->p0 + t + 1;
     }
     float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
-    if (c->kv_f16) {
+    if (c->kv_f16 && j->T == 1) { /* a decode step: the kernel reads the halves */
         attn_call16(c, c, j->layer, (int)hk, out, q, n, nq, scores);
+        return;
+    }
+    if (c->kv_f16) { /* a batch: the head's rows converted once per thread, then f32 */
+        float *K = scores + SKV_ATTN_MAX_Q * (size_t)c->n_ctx + 16, *V = K + (size_t)c->n_ctx * hd;
+        kv16_rows(c, thread, j->layer, (int)hk, n[nq - 1], K, V);
+        attn_call(c, j->layer, out, q, n, nq, K, V, scores);
         return;
     }
     attn_call(c, j->layer, out, q, n, nq, kv_ptr(attn_cache(c, j->layer, 0), c, j->layer, (int)hk),
@@ -406,6 +428,7 @@ static void attention(skv_ctx *c, int layer, size_t t0, size_t t1, int p0)
     const skv_model_info *h = &c->m->info;
     size_t g = (size_t)(h->n_head / h->n_head_kv), T = t1 - t0;
     attn_job aj = {c, layer, p0, t0, T, (T * g + SKV_ATTN_MAX_Q - 1) / SKV_ATTN_MAX_Q};
+    c->kv16_epoch++; /* rows converted by earlier calls may have changed since */
     skv_pool *p = c->active ? c->active : T * ((size_t)p0 + t1) >= POOL_MIN_ATTN ? c->pool : NULL;
     skv_pool_run(p, attn_task, &aj, aj.per_head * (size_t)h->n_head_kv);
 }
