@@ -66,6 +66,9 @@ static inline float *attn_cache(const skv_ctx *c, int layer, int kind)
 
 /* Rows [r0, r1) of one (layer, kind, head) of an f16 cache as f32 (exact). */
 void skv_kv16_load(const skv_ctx *c, int layer, int kind, int head, size_t r0, size_t r1, float *dst);
+/* Rows [0, n) of (layer, hk) as f32 in a thread's K / V scratch, reusing the rows its
+ * earlier tasks of the same head converted in this attention call (c->kv16_epoch). */
+void skv_kv16_rows(skv_ctx *c, int thread, int layer, int hk, size_t n, float *K, float *V);
 /* n values rounded to binary16 (nearest, ties to even), as the cache stores them. */
 void skv_kv16_store(uint16_t *dst, const float *src, size_t n);
 

@@ -369,20 +369,6 @@ static void attn_call16(const skv_ctx *c, const skv_ctx *sc, int layer, int hk, 
     attn_call(c, layer, out, q, n, nq, K, V, scores);
 }
 
-/* Rows [0, n) of (layer, hk) of c's f16 cache as f32 in the thread's K / V scratch: only
- * the rows this thread's earlier tasks of the same head in this attention call did not
- * convert (exact values, so reuse changes nothing). */
-static void kv16_rows(skv_ctx *c, int thread, int layer, int hk, size_t n, float *K, float *V)
-{
-    struct kv16_conv *t = &c->kv16_conv[thread];
-    size_t hd = (size_t)c->m->info.head_dim;
-    size_t r0 = t->epoch == c->kv16_epoch && t->layer == layer && t->head == hk ? t->rows : 0;
-    if (r0 >= n) return;
-    skv_kv16_load(c, layer, 0, hk, r0, n, K + r0 * hd);
-    skv_kv16_load(c, layer, 1, hk, r0, n, V + r0 * hd);
-    *t = (struct kv16_conv){c->kv16_epoch, layer, hk, n};
-}
-
 typedef struct {
     skv_ctx *c;
     int layer, p0;
@@ -414,7 +400,7 @@ static void attn_task(void *arg, size_t task, int thread)
     }
     if (c->kv_f16) { /* a batch: the head's rows converted once per thread, then f32 */
         float *K = scores + SKV_ATTN_MAX_Q * (size_t)c->n_ctx + 16, *V = K + (size_t)c->n_ctx * hd;
-        kv16_rows(c, thread, j->layer, (int)hk, n[nq - 1], K, V);
+        skv_kv16_rows(c, thread, j->layer, (int)hk, n[nq - 1], K, V);
         attn_call(c, j->layer, out, q, n, nq, K, V, scores);
         return;
     }
