@@ -200,8 +200,8 @@ typedef struct skv_ctx_params {
      * F16: every K (after RoPE) and V value is rounded to binary16 (nearest, ties to even)
      * when written, by the forward pass and by skv_ctx_kv_write alike, and attention computes
      * over exactly those values; half the memory of F32. kv_read, kv_digest and sessions see
-     * the stored values as f32 (exact); kv_view is refused (SKV_ERR_UNSUPPORTED), and so are
-     * kv_quant and skv_decode_multi with an f16 cache. */
+     * the stored values as f32 (exact); kv_view is refused (SKV_ERR_UNSUPPORTED), and so is
+     * kv_quant with an f16 cache; skv_decode_multi steps f16 contexts (all of one type). */
     int kv_cache_type;
 } skv_ctx_params;
 
@@ -243,7 +243,8 @@ SKV_API int skv_decode(skv_ctx *c, int32_t token, float *logits);
  * own integer quantization of the logits (docs/coder.md), never this. */
 SKV_API double skv_token_surprisal(const float *logits, int n_vocab, int32_t token);
 /* One decoding step of n independent sequences at once: token i is appended to ctxs[i]
- * (distinct contexts of the same model, without kv_quant) and logits row i (NULL, or room
+ * (distinct contexts of the same model and kv_cache_type, without kv_quant; else
+ * SKV_ERR_UNSUPPORTED) and logits row i (NULL, or room
  * for n * n_vocab floats) is that context's next-token logits. The weights are read once
  * for all n rows, so a queue of sequences decodes at nearly prefill speed; every row's
  * result is bit-identical to skv_decode on its own context. The context with the largest

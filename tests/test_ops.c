@@ -99,6 +99,9 @@ static void matmul_f16_equals_dequant_matmul(void)
     for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
         for (size_t n = 1; n <= 19; n += (n < 9 ? 1 : 5))
             for (size_t T = 1; T <= 11; T++) matmul_f16_case(ref, fast, Ks[ki], n, T);
+    /* T 2..23: the AVX-512 register tiles (4 rows x up to 8 tokens) where the CPU allows */
+    for (size_t T = 12; T < SKV_F16_MATMUL_WIDE_T; T += 5)
+        for (size_t n = 4; n <= 13; n += 3) matmul_f16_case(ref, fast, 64 + T % 5, n, T);
     /* prefill-sized: the AVX-512 tiles where the CPU (and SEQKV_CPU) allows them */
     for (size_t T = SKV_F16_MATMUL_WIDE_T; T <= SKV_F16_MATMUL_WIDE_T + 13; T += 1)
         for (size_t n = 7; n <= 17; n += 5) matmul_f16_case(ref, fast, 67 + T % 3, n, T);
@@ -135,6 +138,49 @@ static void attn_equals_scalar(void)
                 size_t same[4] = {len, len, len, len}, ramp[4] = {len, len + 1, len + 2, len + 3};
                 attn_case(ref, fast, hds[hi], nq, same, len);
                 attn_case(ref, fast, hds[hi], nq, ramp, len + 3);
+            }
+}
+
+/* attn_f16 over binary16 K/V (an f16 KV cache), AVX2 vs the scalar reference, and both vs
+ * the f32 attn of the converted rows. */
+static void attn_f16_case(const skv_kernels *ref, const skv_kernels *fast, size_t hd, size_t nq, const size_t *n,
+                          size_t n_max)
+{
+    uint16_t *K = malloc(n_max * hd * sizeof *K), *V = malloc(n_max * hd * sizeof *V);
+    float *Kf = malloc(n_max * hd * sizeof *Kf), *Vf = malloc(n_max * hd * sizeof *Vf), *q = malloc(nq * hd * sizeof *q);
+    float *o1 = malloc(nq * hd * sizeof *o1), *o2 = malloc(nq * hd * sizeof *o2), *o3 = malloc(nq * hd * sizeof *o3);
+    float *s = malloc(nq * n_max * sizeof *s), *kv = malloc(2 * n_max * hd * sizeof *kv);
+    float *op1[4], *op2[4], *op3[4];
+    const float *qp[4];
+    CHECK(K && V && Kf && Vf && q && o1 && o2 && o3 && s && kv && nq <= 4);
+    for (size_t i = 0; i < n_max * hd; i++) {
+        K[i] = rnd_half(), V[i] = rnd_half();
+        Kf[i] = skv_f16_to_f32(K[i]), Vf[i] = skv_f16_to_f32(V[i]);
+    }
+    for (size_t i = 0; i < nq * hd; i++) q[i] = rnd_float();
+    for (size_t i = 0; i < nq; i++) op1[i] = o1 + i * hd, op2[i] = o2 + i * hd, op3[i] = o3 + i * hd, qp[i] = q + i * hd;
+    ref->attn(op1, qp, n, nq, Kf, Vf, hd, 0.125f, s, n_max);
+    ref->attn_f16(op2, qp, n, nq, K, V, hd, 0.125f, s, n_max, kv);
+    fast->attn_f16(op3, qp, n, nq, K, V, hd, 0.125f, s, n_max, kv);
+    CHECK_MSG(!memcmp(o1, o2, nq * hd * sizeof *o1), "scalar attn_f16 differs from attn (hd %zu, rows %zu, n %zu)", hd,
+              nq, n[0]);
+    CHECK_MSG(!memcmp(o1, o3, nq * hd * sizeof *o1), "AVX2 attn_f16 differs from scalar (hd %zu, rows %zu, n %zu)", hd,
+              nq, n[0]);
+    free(K), free(V), free(Kf), free(Vf), free(q), free(o1), free(o2), free(o3), free(s), free(kv);
+}
+
+static void attn_f16_equals_scalar(void)
+{
+    const skv_kernels *ref = skv_kernels_scalar(), *fast = avx2_or_skip();
+    if (!fast) SKIP("no AVX2+FMA+F16C on this CPU");
+    CHECK(ref->attn_f16 && fast->attn_f16);
+    static const size_t hds[] = {8, 13, 32, 64, 128};
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
+        for (size_t len = 1; len <= 70; len += 3)
+            for (size_t nq = 1; nq <= 3; nq++) {
+                size_t same[4] = {len, len, len, len}, ramp[4] = {len, len + 1, len + 2, len + 3};
+                attn_f16_case(ref, fast, hds[hi], nq, same, len);
+                attn_f16_case(ref, fast, hds[hi], nq, ramp, len + 2);
             }
 }
 
@@ -204,6 +250,7 @@ int main(void)
     RUN(matvec_f16_equals_dequant_matmul);
     RUN(matmul_f16_equals_dequant_matmul);
     RUN(attn_equals_scalar);
+    RUN(attn_f16_equals_scalar);
     RUN(matmul_tiles_equal_scalar);
     RUN(dequant_twins_every_type);
     RUN(kernels_follow_cpu_features);

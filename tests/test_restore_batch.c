@@ -16,6 +16,7 @@
 
 static skv_model *g_m;
 static skv_model_info g_info;
+static int g_kv; /* SKV_KV_CACHE_* of new_ctx's contexts and encode's sessions */
 
 static void make_tokens(int32_t *t, size_t n, unsigned seed)
 {
@@ -33,6 +34,7 @@ static skv_ctx *new_ctx(int n_ctx, int threads, int max_batch)
     p.n_ctx = n_ctx;
     p.n_threads = threads;
     p.max_batch = max_batch;
+    p.kv_cache_type = g_kv;
     return skv_ctx_create(g_m, &p, &c) == SKV_OK ? c : NULL;
 }
 
@@ -88,6 +90,15 @@ static void decode_multi_equals_solo_1_thread(void) { multi_equals_solo(1, 8); }
 static void decode_multi_equals_solo_2_threads(void) { multi_equals_solo(2, 8); }
 /* more rows than the lead's batch: the step runs in chunks */
 static void decode_multi_in_chunks_equals_solo(void) { multi_equals_solo(2, 2); }
+
+/* f16 KV caches: the attention reads the halves (AVX2: converted in registers) */
+static void decode_multi_f16_equals_solo(void)
+{
+    g_kv = SKV_KV_CACHE_F16;
+    multi_equals_solo(1, 8);
+    multi_equals_solo(2, 2);
+    g_kv = SKV_KV_CACHE_F32;
+}
 
 static void decode_multi_rejects_bad_calls(void)
 {
@@ -158,6 +169,7 @@ static skv_session *encode(const int32_t *tok, size_t n, int codec, int n_ctx)
     ep.codec = codec;
     ep.n_ctx = n_ctx;
     ep.segment = 1;
+    ep.kv_cache_type = g_kv;
     if (skv_encoder_create(g_m, &ep, &e, NULL, 0) == SKV_OK && skv_encoder_append(e, tok, n, NULL) == SKV_OK &&
         skv_encoder_finish(e, &data, &size) == SKV_OK)
         skv_session_open(data, size, &s, err, sizeof err);
@@ -302,6 +314,51 @@ static void batch_restore_refuses_kv_quant_contexts(void)
     free(tok);
 }
 
+/* Sessions written with an f16 KV cache restore as a queue into f16 contexts (verified
+ * against their digests, equal to the solo restore); an f32 context is refused alone, by
+ * name, before any pass. */
+static void batch_restore_f16_sessions(void)
+{
+    size_t n = 0;
+    int32_t *tok = heldout_tokens(300, &n), out[5][64], solo_tok[64];
+    g_kv = SKV_KV_CACHE_F16;
+    skv_session *s = encode(tok, 300, SKV_CODEC_MODEL, 64);
+    skv_ctx *c[5] = {new_ctx(64, 1, 0), new_ctx(64, 2, 0), new_ctx(64, 1, 0), new_ctx(64, 1, 0), NULL};
+    skv_ctx *solo = new_ctx(64, 1, 0);
+    g_kv = SKV_KV_CACHE_F32;
+    c[4] = new_ctx(64, 1, 0);
+    skv_restore_job jobs[5];
+    skv_restore_params rp = {.verify = 1};
+    CHECK(n == 300 && s && c[0] && c[1] && c[2] && c[3] && c[4] && solo);
+    memset(jobs, 0, sizeof jobs);
+    for (int j = 0; j < 5; j++) {
+        jobs[j].session = s;
+        jobs[j].segment = (uint32_t)(j % 4);
+        jobs[j].ctx = c[j];
+        jobs[j].tokens = out[j];
+        jobs[j].cap = 64;
+    }
+    CHECK_EQ_INT(skv_session_restore_batch(g_m, jobs, 5, &rp), SKV_ERR_MISMATCH);
+    CHECK_EQ_INT(jobs[4].status, SKV_ERR_MISMATCH);
+    CHECK_MSG(strstr(skv_ctx_last_error(c[4]), "kv_cache_type f16") != NULL, "%s", skv_ctx_last_error(c[4]));
+    CHECK_EQ_INT(skv_ctx_n_pos(c[4]), 0);
+    for (int j = 0; j < 4; j++) {
+        uint8_t a[16], b[16];
+        uint32_t nt = 0;
+        skv_session_segment_info(s, (uint32_t)j, &nt, NULL, NULL);
+        CHECK_MSG(jobs[j].status == SKV_OK, "job %d: %s", j, skv_ctx_last_error(c[j]));
+        CHECK(skv_session_restore_segment(s, g_m, (uint32_t)j, solo, &rp, solo_tok, 64) == SKV_OK);
+        CHECK(memcmp(out[j], solo_tok, nt * sizeof(int32_t)) == 0);
+        CHECK(skv_ctx_kv_digest(solo, (int)nt, a) == SKV_OK && skv_ctx_kv_digest(c[j], (int)nt, b) == SKV_OK);
+        CHECK_MSG(memcmp(a, b, 16) == 0, "job %d: KV differs from the solo restore", j);
+    }
+    CHECK(memcmp(out[0], tok, 64 * sizeof(int32_t)) == 0);
+    for (int j = 0; j < 5; j++) skv_ctx_free(c[j]);
+    skv_ctx_free(solo);
+    skv_session_free(s);
+    free(tok);
+}
+
 /* The library's batch width: never 0, capped by the queue and 64, 1 for a queue of one;
  * kjv-4m's 8.5 MB of weights do not stay in cache, so a queue is batched; a context too
  * big for the KV budget gives 1. */
@@ -328,10 +385,12 @@ int main(void)
     RUN(decode_multi_equals_solo_1_thread);
     RUN(decode_multi_equals_solo_2_threads);
     RUN(decode_multi_in_chunks_equals_solo);
+    RUN(decode_multi_f16_equals_solo);
     RUN(decode_multi_rejects_bad_calls);
     RUN(batch_restore_equals_solo);
     RUN(batch_restore_job_errors_are_per_job);
     RUN(batch_restore_refuses_kv_quant_contexts);
+    RUN(batch_restore_f16_sessions);
     RUN(batch_width_rule);
     skv_model_free(g_m);
     return test_n_fail ? 1 : 0;

@@ -443,8 +443,43 @@ def generation_stored_as_it_runs(tmp):
     check(rc == 2 and "codec" in err, "bad --codec: exit %d, want 2" % rc)
 
 
+def f16_kv_cache_sessions(tmp):
+    """compress --kv-cache f16 records the type; restore takes the file's type by default
+    (batched or one by one, verified, same text), refuses the other type by name (exit 1),
+    and generate --kv-cache f16 -o stores a session that restores the same way."""
+    if not os.access(SEQKV, os.X_OK):
+        raise Skip("%s not built" % SEQKV)
+    kjv = os.path.join(ROOT, "models", "kjv-4m.gguf")
+    text = open(os.path.join(ROOT, "tests", "data", "model_ref", "heldout.txt"), "rb").read()[:3000]
+    text = text[:text.rindex(b" ")]
+    src = os.path.join(tmp, "f.txt")
+    open(src, "wb").write(text)
+    for codec in ("model", "tokens"):
+        skv = os.path.join(tmp, "f16_%s.skv" % codec)
+        rc, out, err = run("compress", "-m", kjv, "-f", src, "-o", skv, "--segment", "--ctx", "96", "--codec", codec,
+                           "--kv-cache", "f16")
+        check(rc == 0, "compress --kv-cache f16: exit %d: %s" % (rc, err.strip()))
+        for extra in ([], ["--batch", "1"], ["--kv-cache", "f16"]):
+            back = os.path.join(tmp, "f16_back")
+            rc, out, err = run("restore", "-m", kjv, skv, "-o", back, *extra)
+            check(rc == 0 and "verified bit-exact" in out, "restore %s %r: exit %d: %s" % (codec, extra, rc, err.strip()))
+            check(open(back, "rb").read() == text, "restore %s %r: text differs" % (codec, extra))
+        for extra in ([], ["--batch", "1"]):
+            rc, out, err = run("restore", "-m", kjv, skv, "-o", os.path.join(tmp, "no"), "--kv-cache", "f32", *extra)
+            check(rc == 1 and "kv_cache_type f16" in err, "restore --kv-cache f32 of an f16 file: exit %d: %s" % (rc, err))
+    rc, out, err = run("restore", "-m", kjv, skv, "--kv-cache", "f8")
+    check(rc == 2, "--kv-cache f8: exit %d, want 2" % rc)
+    g = os.path.join(tmp, "g16.skv")
+    rc, plain, err = run("generate", "-m", kjv, "-p", "And God said", "-n", "40", "--kv-cache", "f16", "-o", g)
+    check(rc == 0, "generate --kv-cache f16: exit %d: %s" % (rc, err.strip()))
+    rc, out, err = run("restore", "-m", kjv, g, "-o", os.path.join(tmp, "g16.txt"))
+    check(rc == 0 and "verified" in out, "restore of the f16 generation: exit %d: %s" % (rc, err.strip()))
+    check(open(os.path.join(tmp, "g16.txt"), encoding="utf-8").read() == plain.rstrip("\n"), "restored text differs")
+
+
 CASES = [help_and_usage_errors, roundtrip_text_and_kv, other_inputs, segments, corrupt_files, wrong_model,
-         quantized_kv_codec, pred_layer0_restore, batch_restore_of_segments, generation_stored_as_it_runs]
+         quantized_kv_codec, pred_layer0_restore, batch_restore_of_segments, generation_stored_as_it_runs,
+         f16_kv_cache_sessions]
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ typedef struct {
     const char *model, *prompt, *file, *out, *logits, *kv_quant, *codec;
     long n_predict, ctx, threads, seed, top_k;
     double temp, top_p;
-    int f16, truncate, no_bos;
+    int f16, truncate, no_bos, kv_cache;
 } opts;
 
 #define F(x) offsetof(opts, x)
@@ -124,12 +124,14 @@ static const cli_opt gen_opts[] = {
     CLI_OPT_OUTPUT(F(out), "OUT.skv", "also store the session (prompt + generation) as it is generated:\n"
                                       "the .skv encoder is the inference loop's context (docs/format.md)"),
     {"codec", 0, CLI_STR, "CODEC", 0, 0, F(codec), "codec of OUT.skv: model (default), tokens, f16, q8, q4, tq2, tq3, tq4"},
+    {"kv-cache", 0, CLI_CHOICE, "f32|f16", 0, 0, F(kv_cache),
+     "KV cache type (default f32; f16: binary16, half the memory; recorded in OUT.skv)"},
     {0},
 };
 
 static const cli_cmd gen_cmd = {
     "generate", "[-m MODEL] (-p PROMPT | -f FILE) [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-                "[-s SEED] [-c N] [-t N] [-o OUT.skv [--codec CODEC]]\n",
+                "[-s SEED] [-c N] [-t N] [-o OUT.skv [--codec CODEC]] [--kv-cache f32|f16]\n",
     "Generates up to N tokens after the prompt and prints the prompt and the text (stdout);\n"
     "stops at the end-of-sequence token or when the context is full.\n", gen_opts, 0,
     "With -o, a line on stderr reports the stored session's size.\n"};
@@ -143,12 +145,21 @@ typedef struct {
 
 static int sink_open(gen_sink *g, skv_model *m, const opts *o)
 {
-    if (!o->out) return (g->ctx = make_ctx(m, o->ctx, o->threads)) ? SKV_OK : SKV_ERR_NOMEM;
+    if (!o->out) {
+        skv_ctx_params p = skv_ctx_default_params();
+        p.n_ctx = (int)o->ctx;
+        p.n_threads = (int)o->threads;
+        p.kv_cache_type = o->kv_cache;
+        int rc = skv_ctx_create(m, &p, &g->ctx);
+        if (rc) cli_error("cannot create a context of %ld positions: %s", o->ctx, skv_status_str(rc));
+        return rc;
+    }
     skv_encoder_params ep = skv_encoder_default_params();
     ep.codec = skv_codec_parse(o->codec ? o->codec : "model"); /* checked by gen_check */
     ep.skip_entropy = 1; /* the loop reports the file's size, not the cross-entropy */
     ep.n_threads = (int)o->threads;
     ep.n_ctx = (int)o->ctx;
+    ep.kv_cache_type = o->kv_cache;
     char err[256] = "";
     int rc = skv_encoder_create(m, &ep, &g->enc, err, sizeof err);
     if (rc) cli_error("cannot create the session encoder: %s", err[0] ? err : skv_status_str(rc));

@@ -57,7 +57,7 @@ static int32_t *parse_ids(const char *text, size_t *n)
 typedef struct {
     const char *model, *file, *ids, *kv_in, *out, *codec, *kv_quant, *cm_dict;
     long threads, ctx;
-    int segment, lossy_text;
+    int segment, lossy_text, kv_cache;
 } compress_opts;
 
 #define F(x) offsetof(compress_opts, x)
@@ -98,6 +98,10 @@ static const cli_opt compress_opts_table[] = {
     CLI_OPT_CTX(F(ctx), 1, "context (segment capacity) in positions; default: the model's"),
     {"segment", 0, CLI_FLAG, NULL, 0, 0, F(segment), "allow sessions longer than the context: stored as consecutive\n"
                                                      "independent segments, each with a fresh context"},
+    {"kv-cache", 0, CLI_CHOICE, "f32|f16", 0, 0, F(kv_cache),
+     "how the encoder's KV cache holds K and V (default f32); f16: rounded to\n"
+     "binary16, half the memory, and a model-coded restore reads half the\n"
+     "bytes per step; recorded in the file, which restores only into the same"},
     CLI_OPT_THREADS(F(threads)),
     {0},
 };
@@ -106,7 +110,8 @@ static const cli_opt compress_opts_table[] = {
 
 static const cli_cmd compress_cmd = {
     "compress", "[-m MODEL] (-f TEXT | --ids IDS | --kv-in DUMP) -o OUT.skv\n"
-                "[--codec CODEC] [--kv-quant SPEC] [--segment] [--lossy-text] [-c N] [-t N]\n",
+                "[--codec CODEC] [--kv-quant SPEC] [--segment] [--lossy-text] [--kv-cache f32|f16]\n"
+                "[-c N] [-t N]\n",
     "Stores a session (the KV cache of a text) as a .skv file (docs/format.md).\n", compress_opts_table, 0,
     "Prints the size in bits per token position next to the model's cross-entropy and the\n"
     "size of the same KV cache as f16 and as TurboQuant-3.5.\n"};
@@ -187,6 +192,7 @@ static skv_encoder *make_encoder(const compress_opts *o, int codec, skv_model *m
     ep.n_threads = (int)o->threads;
     ep.segment = o->segment;
     ep.n_ctx = (int)o->ctx;
+    ep.kv_cache_type = o->kv_cache;
     int32_t *dict = NULL;
     if (o->cm_dict && !(dict = cli_dict_tokens(m, o->cm_dict, &ep.n_cm_dict))) return NULL;
     ep.cm_dict = dict;
@@ -362,7 +368,7 @@ int cmd_compress(int argc, char **argv)
 typedef struct {
     const char *model, *out, *kv, *cm_dict;
     long threads, draft_max, batch;
-    int verify, draft;
+    int verify, draft, kv_cache;
 } restore_opts;
 
 #define F(x) offsetof(restore_opts, x)
@@ -387,6 +393,9 @@ static const cli_opt restore_opts_table[] = {
      "skv_restore_batch_width: 1 when the weights fit in cache, else all; not\n"
      "combined with --draft). Same tokens and KV; memory: N contexts\n"
      "(bench/results/restore.md)."},
+    {"kv-cache", 0, CLI_CHOICE, "f32|f16", 0, 0, F(kv_cache),
+     "the KV cache type to restore into (default: the file's, as compress\n"
+     "--kv-cache wrote it; the other type is refused: the digests cover it)"},
     CLI_OPT_THREADS(F(threads)),
     {0},
 };
@@ -395,7 +404,7 @@ static const cli_opt restore_opts_table[] = {
 
 static const cli_cmd restore_cmd = {
     "restore", "[-m MODEL] IN.skv [-o TEXT] [--kv OUT.kv] [--no-verify] [-t N]\n"
-               "[--draft auto|none|ngram] [--draft-max N] [--batch N]\n",
+               "[--draft auto|none|ngram] [--draft-max N] [--batch N] [--kv-cache f32|f16]\n",
     "Regenerates a session's tokens and KV cache from a .skv file ('-' = stdin). Quantized-KV\n"
     "codecs (f16 q8 q4 tq2 tq3 tq4 kvq pred) decode the stored, lossy KV without running the model\n"
     "(the model is still loaded: its fingerprint is checked and it renders the text), except\n"
@@ -544,6 +553,7 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
     skv_session_get_info(s, &si);
     cp.n_ctx = (int)longest_segment(s);
     cp.n_threads = (int)o->threads;
+    cp.kv_cache_type = o->kv_cache >= 0 ? o->kv_cache : si.kv_cache_type;
     if (skv_ctx_create(m, &cp, &c)) {
         cli_error("cannot create a context of %d positions", cp.n_ctx);
         return -1;
@@ -577,7 +587,7 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
 
 int cmd_restore(int argc, char **argv)
 {
-    restore_opts o = {.threads = 1, .batch = 0, .verify = 1, .draft = SKV_DRAFT_AUTO};
+    restore_opts o = {.threads = 1, .batch = 0, .verify = 1, .draft = SKV_DRAFT_AUTO, .kv_cache = -1};
     const char *in = NULL;
     int n_pos = 0, rc = cli_parse(&restore_cmd, argc, argv, &o, &in, &n_pos);
     if (rc != CLI_CONTINUE) return rc;

@@ -319,12 +319,17 @@ static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx
         return skv_errf(err, errcap, SKV_ERR_RANGE, "context of %d positions cannot hold a segment of %u tokens",
                         skv_ctx_n_ctx(ctx), g->n_tokens);
     int rc = skv_session_check_ctx(ctx, err, errcap);
-    if (!rc && skv_ctx_kv_cache_type(ctx) != s->info.kv_cache_type)
-        return skv_errf(err, errcap, SKV_ERR_MISMATCH,
-                        "the session was made with an %s KV cache and verifies only in one: create the context with "
-                        "kv_cache_type %s (this one is %s)", s->info.kv_cache_type ? "f16" : "f32",
-                        s->info.kv_cache_type ? "f16" : "f32", skv_ctx_kv_cache_type(ctx) ? "f16" : "f32");
+    if (!rc) rc = skv_session_check_kv_type(s, ctx, err, errcap);
     return rc ? rc : skv_session_check_model(s, m, err, errcap);
+}
+
+int skv_session_check_kv_type(const skv_session *s, const skv_ctx *ctx, char *err, size_t errcap)
+{
+    if (skv_ctx_kv_cache_type(ctx) == s->info.kv_cache_type) return SKV_OK;
+    return skv_errf(err, errcap, SKV_ERR_MISMATCH,
+                    "the session was made with an %s KV cache and verifies only in one: create the context with "
+                    "kv_cache_type %s (this one is %s)", s->info.kv_cache_type ? "f16" : "f32",
+                    s->info.kv_cache_type ? "f16" : "f32", skv_ctx_kv_cache_type(ctx) ? "f16" : "f32");
 }
 
 /* Regenerates segment g into the cleared ctx as its codec says. */

@@ -67,6 +67,7 @@ static int job_validate(batch *b, skv_restore_job *j)
     skv_session_get_info(j->session, &si);
     if (j->segment >= si.n_segments) return job_fail(j, SKV_ERR_INVALID_ARG, "segment index out of range");
     if (job_check(j, skv_session_check_ctx(j->ctx, e, sizeof e), e) ||
+        job_check(j, skv_session_check_kv_type(j->session, j->ctx, e, sizeof e), e) ||
         job_check(j, skv_session_check_model(j->session, b->m, e, sizeof e), e))
         return j->status;
     skv_session_segment_info(j->session, j->segment, &n, NULL, NULL);

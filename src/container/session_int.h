@@ -119,6 +119,8 @@ int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_
 /* SKV_OK if ctx holds exact KV, else SKV_ERR_UNSUPPORTED (a context with kv_quant): every
  * restore refuses such a context before changing it. */
 int skv_session_check_ctx(skv_ctx *ctx, char *err, size_t cap);
+/* SKV_OK when ctx's kv_cache_type is the session's, else SKV_ERR_MISMATCH with a message. */
+int skv_session_check_kv_type(const skv_session *s, const skv_ctx *ctx, char *err, size_t errcap);
 /* Opens segment i's model-coded stream (i < n_segments) and reads its first token. */
 int skv_session_stream_open(const skv_session *s, uint32_t i, skv_rangecoder_dec *d, int32_t *tok0, char *err,
                             size_t cap);

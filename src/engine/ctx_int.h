@@ -37,6 +37,10 @@ struct skv_ctx {
     float *thread_scratch; /* per thread: ROW_BLOCK*kmax dequant rows + S attention scores
                             * (+ with an f16 cache: one head's K and V rows as f32) */
     size_t scratch_stride;
+    /* f16 cache, per thread: the rows of (layer, head) its scratch holds as f32 since the
+     * attention call numbered epoch (a prefill's tasks of one head extend them) */
+    struct kv16_conv { uint64_t epoch; int layer, head; size_t rows; } *kv16_conv;
+    uint64_t kv16_epoch;
     uint8_t *qact;         /* [max_batch][SKV_QMATMUL_ACT_BOUND(kmax)]: a matmul's quantized inputs */
     char err[512];         /* last error: set on failure, "" after a success */
 };
@@ -62,6 +66,9 @@ static inline float *attn_cache(const skv_ctx *c, int layer, int kind)
 
 /* Rows [r0, r1) of one (layer, kind, head) of an f16 cache as f32 (exact). */
 void skv_kv16_load(const skv_ctx *c, int layer, int kind, int head, size_t r0, size_t r1, float *dst);
+/* Rows [0, n) of (layer, hk) as f32 in a thread's K / V scratch, reusing the rows its
+ * earlier tasks of the same head converted in this attention call (c->kv16_epoch). */
+void skv_kv16_rows(skv_ctx *c, int thread, int layer, int hk, size_t n, float *K, float *V);
 /* n values rounded to binary16 (nearest, ties to even), as the cache stores them. */
 void skv_kv16_store(uint16_t *dst, const float *src, size_t n);
 

@@ -135,6 +135,7 @@ static int ctx_alloc(skv_ctx *c)
     c->scratch_stride = ROW_BLOCK * c->kmax + SKV_ATTN_MAX_Q * S + 16 + (c->kv_f16 ? 2 * S * (size_t)h->head_dim : 0);
     c->thread_scratch = malloc((size_t)skv_pool_size(c->pool) * c->scratch_stride * sizeof(float));
     c->qact = malloc(B * SKV_QMATMUL_ACT_BOUND(c->kmax));
+    if (c->kv_f16 && !(c->kv16_conv = calloc((size_t)skv_pool_size(c->pool), sizeof *c->kv16_conv))) return SKV_ERR_NOMEM;
     if (!c->qact || (c->kv_f16 ? !c->k16 || !c->v16 : !c->k_cache || !c->v_cache) || !c->rope_cos || !c->rope_sin || !c->rope_tmp || !c->x || !c->xb || !c->q || !c->kk ||
         !c->vv || !c->att || !c->hb || !c->hb2 || !c->thread_scratch)
         return SKV_ERR_NOMEM;
@@ -240,6 +241,7 @@ void skv_ctx_free(skv_ctx *c)
     free(c->hb);
     free(c->hb2);
     free(c->thread_scratch);
+    free(c->kv16_conv);
     free(c->qact);
     free(c);
 }
@@ -352,6 +354,25 @@ static void attn_call(const skv_ctx *c, int layer, float *const *out, const floa
     }
 }
 
+/* attn_call over sc's f16 cache (head hk): the plain case reads the binary16 rows in the
+ * kernel (attn_f16); windows and capped scores convert the rows first. The conversion
+ * scratch follows the scores in the thread's scratch (2 * n_ctx * hd floats). */
+static void attn_call16(const skv_ctx *c, const skv_ctx *sc, int layer, int hk, float *const *out,
+                        const float *const *q, const size_t *n, size_t nq, float *scores)
+{
+    const skv_arch_params *ap = &c->m->ap;
+    size_t hd = (size_t)c->m->info.head_dim, n_max = n[nq - 1];
+    float *K = scores + SKV_ATTN_MAX_Q * (size_t)c->n_ctx + 16, *V = K + (size_t)c->n_ctx * hd;
+    if (!skv_layer_windowed(c->m, layer) && ap->attn_softcap == 0.0f) {
+        c->k->attn_f16(out, q, n, nq, kv16_ptr(sc->k16, sc, layer, hk), kv16_ptr(sc->v16, sc, layer, hk), hd,
+                       ap->attn_scale, scores, n_max, K);
+        return;
+    }
+    skv_kv16_load(sc, layer, 0, hk, 0, n_max, K);
+    skv_kv16_load(sc, layer, 1, hk, 0, n_max, V);
+    attn_call(c, layer, out, q, n, nq, K, V, scores);
+}
+
 typedef struct {
     skv_ctx *c;
     int layer, p0;
@@ -377,10 +398,13 @@ static void attn_task(void *arg, size_t task, int thread)
         n[nq] = (size_t)j->p0 + t + 1;
     }
     float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
-    if (c->kv_f16) { /* the head's rows as f32 (exact), then the same kernel */
+    if (c->kv_f16 && j->T == 1) { /* a decode step: the kernel reads the halves */
+        attn_call16(c, c, j->layer, (int)hk, out, q, n, nq, scores);
+        return;
+    }
+    if (c->kv_f16) { /* a batch: the head's rows converted once per thread, then f32 */
         float *K = scores + SKV_ATTN_MAX_Q * (size_t)c->n_ctx + 16, *V = K + (size_t)c->n_ctx * hd;
-        skv_kv16_load(c, j->layer, 0, (int)hk, 0, n[nq - 1], K);
-        skv_kv16_load(c, j->layer, 1, (int)hk, 0, n[nq - 1], V);
+        skv_kv16_rows(c, thread, j->layer, (int)hk, n[nq - 1], K, V);
         attn_call(c, j->layer, out, q, n, nq, K, V, scores);
         return;
     }
@@ -394,6 +418,7 @@ static void attention(skv_ctx *c, int layer, size_t t0, size_t t1, int p0)
     const skv_model_info *h = &c->m->info;
     size_t g = (size_t)(h->n_head / h->n_head_kv), T = t1 - t0;
     attn_job aj = {c, layer, p0, t0, T, (T * g + SKV_ATTN_MAX_Q - 1) / SKV_ATTN_MAX_Q};
+    c->kv16_epoch++; /* rows converted by earlier calls may have changed since */
     skv_pool *p = c->active ? c->active : T * ((size_t)p0 + t1) >= POOL_MIN_ATTN ? c->pool : NULL;
     skv_pool_run(p, attn_task, &aj, aj.per_head * (size_t)h->n_head_kv);
 }
@@ -427,6 +452,10 @@ static void attn_multi_task(void *arg, size_t task, int thread)
         n[nq] = (size_t)sc->n_pos + 1;
     }
     float *scores = c->thread_scratch + (size_t)thread * c->scratch_stride + ROW_BLOCK * c->kmax;
+    if (sc->kv_f16) {
+        attn_call16(c, sc, j->layer, (int)hk, out, q, n, nq, scores);
+        return;
+    }
     attn_call(c, j->layer, out, q, n, nq, kv_ptr(sc->k_cache, sc, j->layer, (int)hk),
               kv_ptr(sc->v_cache, sc, j->layer, (int)hk), scores);
 }
@@ -730,8 +759,12 @@ static int multi_check(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, sk
                 snprintf(e->err, sizeof e->err, "decode_multi: context %zu appears twice (entries %zu and %zu)", i, k, i);
                 return SKV_ERR_INVALID_ARG;
             }
-        if (ctxs[i]->kvq || ctxs[i]->kv_f16) {
-            snprintf(e->err, sizeof e->err, "decode_multi: context %zu has a quantized or f16 KV cache (not supported)", i);
+        if (ctxs[i]->kvq) {
+            snprintf(e->err, sizeof e->err, "decode_multi: context %zu has a quantized KV cache (not supported)", i);
+            return SKV_ERR_UNSUPPORTED;
+        }
+        if (ctxs[i]->kv_f16 != ctxs[0]->kv_f16) { /* the lead's scratch is sized for its own type */
+            snprintf(e->err, sizeof e->err, "decode_multi: context %zu's KV cache type differs from context 0's", i);
             return SKV_ERR_UNSUPPORTED;
         }
         int rc = check_tokens(ctxs[i], tokens + i, 1);

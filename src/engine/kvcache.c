@@ -21,7 +21,23 @@ void skv_kv16_load(const skv_ctx *c, int layer, int kind, int head, size_t r0, s
 
 void skv_kv16_store(uint16_t *dst, const float *src, size_t n)
 {
-    for (size_t i = 0; i < n; i++) dst[i] = skv_f32_to_f16(src[i]);
+    /* the type table's f16 encoder, SIMD where the CPU has it: the same bytes as
+     * skv_f32_to_f16 per value (its twin); the status (non-finite values) is not needed */
+    (void)skv_type_from_float(skv_type_traits_of(SKV_GGML_F16), 1)(src, dst, n);
+}
+
+/* Rows [0, n) of (layer, hk) of c's f16 cache as f32 in the thread's K / V scratch: only
+ * the rows this thread's earlier tasks of the same head in this attention call did not
+ * convert (exact values, so reuse changes nothing). */
+void skv_kv16_rows(skv_ctx *c, int thread, int layer, int hk, size_t n, float *K, float *V)
+{
+    struct kv16_conv *t = &c->kv16_conv[thread];
+    size_t hd = (size_t)c->m->info.head_dim;
+    size_t r0 = t->epoch == c->kv16_epoch && t->layer == layer && t->head == hk ? t->rows : 0;
+    if (r0 >= n) return;
+    skv_kv16_load(c, layer, 0, hk, r0, n, K + r0 * hd);
+    skv_kv16_load(c, layer, 1, hk, r0, n, V + r0 * hd);
+    *t = (struct kv16_conv){c->kv16_epoch, layer, hk, n};
 }
 
 int skv_ctx_kv_cache_type(const skv_ctx *c) { return c && c->kv_f16 ? SKV_KV_CACHE_F16 : SKV_KV_CACHE_F32; }

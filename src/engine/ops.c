@@ -140,6 +140,14 @@ static void attn_ref(float *const *out, const float *const *q, const size_t *n, 
     }
 }
 
+static void attn_f16_ref(float *const *out, const float *const *q, const size_t *n, size_t nq, const uint16_t *K,
+                         const uint16_t *V, size_t hd, float scale, float *scores, size_t n_max, float *kv)
+{
+    skv_dequant_rows(SKV_GGML_F16, K, hd * sizeof *K, hd, n_max, kv);
+    skv_dequant_rows(SKV_GGML_F16, V, hd * sizeof *V, hd, n_max, kv + n_max * hd);
+    attn_ref(out, q, n, nq, kv, kv + n_max * hd, hd, scale, scores, n_max);
+}
+
 static const skv_kernels k_scalar = {
     .name = "scalar",
     .matmul = matmul_ref,
@@ -153,6 +161,7 @@ static const skv_kernels k_scalar = {
     .rmsnorm = rmsnorm_ref,
     .rope = rope_ref,
     .attn = attn_ref,
+    .attn_f16 = attn_f16_ref,
     .dequant = skv_dequant_rows,
     .dot_level = SKV_DOT_REF,
 };

@@ -45,6 +45,12 @@ typedef struct skv_kernels {
      * scores: scratch of nq * n_max floats (n_max >= every n[i]). */
     void (*attn)(float *const *out, const float *const *q, const size_t *n, size_t nq, const float *K,
                  const float *V, size_t hd, float scale, float *scores, size_t n_max);
+    /* attn over binary16 K and V rows ([*][hd] uint16, an f16 KV cache): exactly the f32
+     * rows' values converted, then attn (same bits). kv: scratch of 2 * n_max * hd floats
+     * for shapes without a direct kernel (the scalar reference always converts there; the
+     * AVX2 set reads a decode step's GQA pair from the halves, converted in registers). */
+    void (*attn_f16)(float *const *out, const float *const *q, const size_t *n, size_t nq, const uint16_t *K,
+                     const uint16_t *V, size_t hd, float scale, float *scores, size_t n_max, float *kv);
     /* skv_dequant_rows, with SIMD conversions where they exist (exact: same values) */
     void (*dequant)(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst);
     /* Optional (NULL: not provided). y[r] = dot(f32(W_r), x, K) for n_rows binary16 rows W_r
@@ -83,6 +89,15 @@ void skv_qmatmul(const skv_kernels *k, float *y, size_t ldy, uint32_t type, cons
 /* Or'ed into skv_qmatmul's type: W holds rows in the packed layout of quant/repack.h
  * (row_bytes: its bytes per row; n_rows a multiple of 16).  The same bits. */
 #define SKV_QMATMUL_PACKED 0x80000000u
+
+/* x86-64: the AVX-512 parts of the AVX2 set's attn_f16 decode pair (ops_avx512.c; used
+ * only when skv_ops_avx512_built() and the CPU has SKV_CPU_AVX512_SET): scores of the
+ * first n & ~7 keys (returns that count) and the value sums (hd a multiple of 64). */
+int skv_ops_avx512_built(void);
+size_t skv_scores_pair_h_avx512(float *s0, float *s1, const float *q0, const float *q1, const uint16_t *K, size_t n,
+                                size_t hd, float scale);
+void skv_wsum_pair_h_avx512(float *o0, float *o1, const float *w0, const float *w1, size_t n, const uint16_t *V,
+                            size_t hd);
 
 /* Largest nq the attn kernels accept. */
 #define SKV_ATTN_MAX_Q 16

@@ -12,6 +12,8 @@
 #include "quant/dot.h"
 #include "quant/simd_avx2.h"
 #include "quant/types.h"
+#include "quant/types_kernels.h"
+#include "core/f16.h"
 
 
 static float dot_avx2(const float *a, const float *b, size_t n)
@@ -327,60 +329,75 @@ static void softmax_rows(const float *const *q, const size_t *n, size_t nq, cons
  * Scores: 4 keys x 2 rows per tile (8 chains, one reduce8), each K row loaded once for
  * both rows; value sums: positions outer, 32 dims x 2 rows of accumulators inner, each V
  * load shared by both rows. Per output the operations of the reference (ops.h). */
-static void scores_pair(float *s0, float *s1, const float *q0, const float *q1, const float *K, size_t n, size_t hd,
-                        float scale)
+/* The pair kernels for K / V rows of type T (float, or uint16_t halves converted by LOAD
+ * in registers: exact), DOT the matching dot_avx2; scores of keys [j, n). */
+#define PAIR_KERNELS(SUF, T, LOAD, DOT)                                                                            \
+    static void scores_pair##SUF(float *s0, float *s1, const float *q0, const float *q1, const T *K, size_t j,    \
+                                 size_t n, size_t hd, float scale)                                                \
+    {                                                                                                              \
+        const __m256 sv = _mm256_set1_ps(scale);                                                                   \
+        for (; j + 4 <= n; j += 4) {                                                                               \
+            __m256 acc[8], o;                                                                                      \
+            const T *k = K + j * hd;                                                                               \
+            for (size_t p = 0; p < 4 * hd; p += 64 / sizeof(T))                                                    \
+                _mm_prefetch((const char *)(k + 32 * hd + p), _MM_HINT_T1);                                        \
+            _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();                      \
+            for (size_t d = 0; d < hd; d += 8) {                                                                   \
+                __m256 a = _mm256_loadu_ps(q0 + d), b = _mm256_loadu_ps(q1 + d);                                   \
+                _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                                              \
+                    __m256 kv = LOAD(k + (size_t)r * hd + d);                                                      \
+                    acc[r] = _mm256_fmadd_ps(a, kv, acc[r]);                                                       \
+                    acc[4 + r] = _mm256_fmadd_ps(b, kv, acc[4 + r]);                                               \
+                }                                                                                                  \
+            }                                                                                                      \
+            o = _mm256_mul_ps(skv_reduce8_avx2(acc), sv);                                                          \
+            _mm_storeu_ps(s0 + j, _mm256_castps256_ps128(o));                                                      \
+            _mm_storeu_ps(s1 + j, _mm256_extractf128_ps(o, 1));                                                    \
+        }                                                                                                          \
+        for (; j < n; j++) {                                                                                       \
+            s0[j] = DOT(q0, K + j * hd, hd) * scale;                                                               \
+            s1[j] = DOT(q1, K + j * hd, hd) * scale;                                                               \
+        }                                                                                                          \
+    }                                                                                                              \
+    static void wsum_pair##SUF(float *o0, float *o1, const float *w0, const float *w1, size_t n, const T *V,      \
+                               size_t hd)                                                                          \
+    {                                                                                                              \
+        for (size_t d = 0; d < hd; d += 32) {                                                                      \
+            __m256 acc[8];                                                                                         \
+            _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();                      \
+            for (size_t j = 0; j < n; j++) {                                                                       \
+                __m256 a = _mm256_broadcast_ss(w0 + j), b = _mm256_broadcast_ss(w1 + j);                           \
+                const T *v = V + j * hd + d;                                                                       \
+                for (size_t p = 0; p < 32; p += 64 / sizeof(T))                                                    \
+                    _mm_prefetch((const char *)(v + 16 * hd + p), _MM_HINT_T1);                                    \
+                _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {                                              \
+                    __m256 vv = LOAD(v + 8 * c);                                                                   \
+                    acc[c] = _mm256_fmadd_ps(a, vv, acc[c]);                                                       \
+                    acc[4 + c] = _mm256_fmadd_ps(b, vv, acc[4 + c]);                                               \
+                }                                                                                                  \
+            }                                                                                                      \
+            for (int c = 0; c < 4; c++) {                                                                          \
+                _mm256_storeu_ps(o0 + d + 8 * c, acc[c]);                                                          \
+                _mm256_storeu_ps(o1 + d + 8 * c, acc[4 + c]);                                                      \
+            }                                                                                                      \
+        }                                                                                                          \
+    }
+
+static inline __m256 h8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
+
+/* dot_avx2(a, f32(b), n): the same chain and reduction. */
+static float dot_h(const float *a, const uint16_t *b, size_t n)
 {
-    const __m256 sv = _mm256_set1_ps(scale);
-    size_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        __m256 acc[8], o;
-        const float *k = K + j * hd;
-        for (size_t p = 0; p < 4 * hd; p += 16) _mm_prefetch((const char *)(k + 32 * hd + p), _MM_HINT_T1);
-#pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
-        for (size_t d = 0; d < hd; d += 8) {
-            __m256 a = _mm256_loadu_ps(q0 + d), b = _mm256_loadu_ps(q1 + d);
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m256 kv = _mm256_loadu_ps(k + (size_t)r * hd + d);
-                acc[r] = _mm256_fmadd_ps(a, kv, acc[r]);
-                acc[4 + r] = _mm256_fmadd_ps(b, kv, acc[4 + r]);
-            }
-        }
-        o = _mm256_mul_ps(skv_reduce8_avx2(acc), sv);
-        _mm_storeu_ps(s0 + j, _mm256_castps256_ps128(o));
-        _mm_storeu_ps(s1 + j, _mm256_extractf128_ps(o, 1));
-    }
-    for (; j < n; j++) {
-        s0[j] = dot_avx2(q0, K + j * hd, hd) * scale;
-        s1[j] = dot_avx2(q1, K + j * hd, hd) * scale;
-    }
+    __m256 acc = _mm256_setzero_ps();
+    size_t n8 = n & ~(size_t)7, j;
+    for (j = 0; j < n8; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), h8(b + j), acc);
+    float s = skv_hsum8_avx2(acc);
+    for (; j < n; j++) s = fmaf(a[j], skv_f16_to_f32(b[j]), s);
+    return s;
 }
 
-static void wsum_pair(float *o0, float *o1, const float *w0, const float *w1, size_t n, const float *V, size_t hd)
-{
-    for (size_t d = 0; d < hd; d += 32) {
-        __m256 acc[8];
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
-        for (size_t j = 0; j < n; j++) {
-            __m256 a = _mm256_broadcast_ss(w0 + j), b = _mm256_broadcast_ss(w1 + j);
-            const float *v = V + j * hd + d;
-            _mm_prefetch((const char *)(v + 16 * hd), _MM_HINT_T1);
-            _mm_prefetch((const char *)(v + 16 * hd + 16), _MM_HINT_T1);
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                __m256 vv = _mm256_loadu_ps(v + 8 * c);
-                acc[c] = _mm256_fmadd_ps(a, vv, acc[c]);
-                acc[4 + c] = _mm256_fmadd_ps(b, vv, acc[4 + c]);
-            }
-        }
-        for (int c = 0; c < 4; c++) {
-            _mm256_storeu_ps(o0 + d + 8 * c, acc[c]);
-            _mm256_storeu_ps(o1 + d + 8 * c, acc[4 + c]);
-        }
-    }
-}
+PAIR_KERNELS(, float, _mm256_loadu_ps, dot_avx2)
+PAIR_KERNELS(_h, uint16_t, h8, dot_h)
 
 static void softmax_row(float *s, size_t n)
 {
@@ -392,7 +409,7 @@ static void attn_pair(float *const *out, const float *const *q, size_t n, const 
                       float scale, float *scores, size_t n_max)
 {
     float *s0 = scores, *s1 = scores + n_max;
-    scores_pair(s0, s1, q[0], q[1], K, n, hd, scale);
+    scores_pair(s0, s1, q[0], q[1], K, 0, n, hd, scale);
     softmax_row(s0, n);
     softmax_row(s1, n);
     wsum_pair(out[0], out[1], s0, s1, n, V, hd);
@@ -426,6 +443,28 @@ static void attn_avx2(float *const *out, const float *const *q, const size_t *n,
         }
 }
 
+/* ---- attention over an f16 KV cache: attn_pair with the K / V rows read as halves and
+ * converted in registers (exact), half the bytes of the f32 rows per position; the pair
+ * kernels are the f32 ones (PAIR_KERNELS above), the AVX-512 parts in ops_avx512.c. */
+static void attn_f16_avx2(float *const *out, const float *const *q, const size_t *n, size_t nq, const uint16_t *K,
+                          const uint16_t *V, size_t hd, float scale, float *scores, size_t n_max, float *kv)
+{
+    if (nq == 2 && n[0] == n[1] && hd % 32 == 0) { /* a decode step of a GQA pair */
+        float *s0 = scores, *s1 = scores + n_max;
+        int wide = hd % 64 == 0 && skv_ops_avx512_built() && skv_cpu_has(SKV_CPU_AVX512_SET);
+        size_t j = wide ? skv_scores_pair_h_avx512(s0, s1, q[0], q[1], K, n[0], hd, scale) : 0;
+        scores_pair_h(s0, s1, q[0], q[1], K, j, n[0], hd, scale);
+        softmax_row(s0, n[0]);
+        softmax_row(s1, n[0]);
+        if (wide) skv_wsum_pair_h_avx512(out[0], out[1], s0, s1, n[0], V, hd);
+        else wsum_pair_h(out[0], out[1], s0, s1, n[0], V, hd);
+        return;
+    }
+    skv_f16_to_float_avx2(K, kv, n_max * hd);
+    skv_f16_to_float_avx2(V, kv + n_max * hd, n_max * hd);
+    attn_avx2(out, q, n, nq, kv, kv + n_max * hd, hd, scale, scores, n_max);
+}
+
 /* The type table's SIMD to_float where a row has one (exact: same values). */
 static void dequant_avx2(uint32_t type, const void *src, size_t row_bytes, size_t K, size_t n_rows, float *dst)
 {
@@ -445,6 +484,7 @@ static const skv_kernels k_avx2 = {
     .rmsnorm = rmsnorm_avx2,
     .rope = rope_avx2,
     .attn = attn_avx2,
+    .attn_f16 = attn_f16_avx2,
     .dequant = dequant_avx2,
     .matvec_f16 = matvec_f16_avx2,
     .matmul_f16 = matmul_f16_avx2,

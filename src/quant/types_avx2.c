@@ -159,17 +159,25 @@ static inline __attribute__((always_inline)) void rows_f16(float *y, size_t ldy,
     for (; r < n_rows; r++) tile_f16(y + r, ldy, row_at(W, rb, r), rb, K, x, ldx, 1, TT);
 }
 
-void skv_f16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
-                         size_t T, size_t n_rows, float *scratch)
+void skv_f16_matmul_tiles_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
+                               size_t ldx, size_t T, size_t n_rows)
 {
     size_t t = 0;
-    if (scratch && T >= SKV_F16_MATMUL_WIDE_T && n_rows >= 8 && skv_cpu_has(SKV_CPU_AVX512_SET)) {
-        skv_f16_matmul_avx512(y, ldy, W, row_bytes, K, x, ldx, T, n_rows, scratch);
-        return;
-    }
     for (; t + 4 <= T; t += 4) rows_f16(y + t * ldy, ldy, W, row_bytes, K, x + t * ldx, ldx, n_rows, 3, 4, t == 0);
     for (; t + 2 <= T; t += 2) rows_f16(y + t * ldy, ldy, W, row_bytes, K, x + t * ldx, ldx, n_rows, 4, 2, t == 0);
     if (t < T) skv_f16_matvec_avx2(y + t * ldy, W, row_bytes, K, x + t * ldx, n_rows);
+}
+
+void skv_f16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
+                         size_t T, size_t n_rows, float *scratch)
+{
+    if (T >= 2 && n_rows >= 4 && skv_cpu_has(SKV_CPU_AVX512_SET)) {
+        if (scratch && T >= SKV_F16_MATMUL_WIDE_T && n_rows >= 8)
+            skv_f16_matmul_avx512(y, ldy, W, row_bytes, K, x, ldx, T, n_rows, scratch);
+        else skv_f16_matmul_avx512_small(y, ldy, W, row_bytes, K, x, ldx, T, n_rows);
+        return;
+    }
+    skv_f16_matmul_tiles_avx2(y, ldy, W, row_bytes, K, x, ldx, T, n_rows);
 }
 
 #else

@@ -102,7 +102,100 @@ void skv_f16_matmul_avx512(float *y, size_t ldy, const void *W, size_t row_bytes
         tokens8(y + r, ldy, scratch, Wr, row_bytes, K, x, ldx, T);
     }
     if (r < n_rows)
-        skv_f16_matmul_avx2(y + r, ldy, (const uint8_t *)W + r * row_bytes, row_bytes, K, x, ldx, T, n_rows - r, NULL);
+        skv_f16_matmul_tiles_avx2(y + r, ldy, (const uint8_t *)W + r * row_bytes, row_bytes, K, x, ldx, T, n_rows - r);
+}
+
+/* ---- small batches (2 <= T < SKV_F16_MATMUL_WIDE_T): no scratch, weights converted in
+ * registers. A tile is 4 rows (two zmm of two rows' 8-lane chains) x up to SMALL_T tokens:
+ * each group of 8 halves of the 4 rows is converted once and used for all the tile's
+ * tokens (the AVX2 tiles convert it once per 4 tokens). Same chains, same reduction. */
+#define SMALL_T 8 /* 2 x 8 accumulators + 2 weights + 1 token = 19 of 32 registers */
+
+static inline __m512 cvt_pair(const uint16_t *a, const uint16_t *b)
+{
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)a)),
+                                        _mm_loadu_si128((const __m128i *)(const void *)b), 1);
+    return _mm512_cvtph_ps(h);
+}
+
+/* y[t*ldy + 0..4) of TT tokens from acc (token t: rows 0,1 in acc[2t], rows 2,3 in
+ * acc[2t+1]): the canonical reduction two tokens at a time, then K's tail per output. */
+static inline __attribute__((always_inline)) void finish4(float *y, size_t ldy, const __m512 *acc, const void *W,
+                                                          size_t rb, size_t K, size_t n8, const float *x, size_t ldx,
+                                                          const int TT)
+{
+    for (int t = 0; t < TT; t += 2) {
+        __m256 h[8];
+        float o[8];
+        for (int u = 0; u < 2; u++)
+            for (int p = 0; p < 2; p++) {
+                __m512 a = t + u < TT ? acc[2 * (t + u) + p] : _mm512_setzero_ps();
+                h[4 * u + 2 * p] = _mm512_castps512_ps256(a);
+                h[4 * u + 2 * p + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+            }
+        _mm256_storeu_ps(o, skv_reduce8_avx2(h));
+        for (int u = 0; u < 2 && t + u < TT; u++)
+            for (int r = 0; r < 4; r++) {
+                const uint16_t *wr = row16(W, rb, (size_t)r);
+                const float *xt = x + (size_t)(t + u) * ldx;
+                float s = o[4 * u + r];
+                for (size_t k = n8; k < K; k++) s = fmaf(skv_f16_to_f32(wr[k]), xt[k], s);
+                y[(size_t)(t + u) * ldy + (size_t)r] = s;
+            }
+    }
+}
+
+/* 4 rows x TT tokens; pf: prefetch the next 4 rows (the weights stream from L3 in runs
+ * too short for the hardware prefetcher), done by the first token group only. */
+static inline __attribute__((always_inline)) void tile4(float *y, size_t ldy, const void *W, size_t rb, size_t K,
+                                                        size_t n8, const float *x, size_t ldx, const int TT, int pf)
+{
+    __m512 acc[2 * SMALL_T];
+    const uint16_t *w0 = row16(W, rb, 0), *w1 = row16(W, rb, 1), *w2 = row16(W, rb, 2), *w3 = row16(W, rb, 3);
+    uintptr_t nx = (uintptr_t)W + 4 * rb;
+#pragma GCC unroll 16
+    for (int i = 0; i < 2 * TT; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t j = 0; j < n8; j += 8) {
+        if (pf && (j & 31) == 0)
+            for (size_t r = 0; r < 4; r++) _mm_prefetch((const char *)(nx + r * rb + 2 * j), _MM_HINT_T0);
+        __m512 a = cvt_pair(w0 + j, w1 + j), b = cvt_pair(w2 + j, w3 + j);
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            __m512 xv = bcast8(x + (size_t)t * ldx + j);
+            acc[2 * t] = _mm512_fmadd_ps(a, xv, acc[2 * t]);
+            acc[2 * t + 1] = _mm512_fmadd_ps(b, xv, acc[2 * t + 1]);
+        }
+    }
+    finish4(y, ldy, acc, W, rb, K, n8, x, ldx, TT);
+}
+
+static void tokens4(float *y, size_t ldy, const void *W, size_t rb, size_t K, size_t n8, const float *x, size_t ldx,
+                    size_t TT, int pf)
+{
+    switch (TT) {
+    case 8: tile4(y, ldy, W, rb, K, n8, x, ldx, 8, pf); break;
+    case 7: tile4(y, ldy, W, rb, K, n8, x, ldx, 7, pf); break;
+    case 6: tile4(y, ldy, W, rb, K, n8, x, ldx, 6, pf); break;
+    case 5: tile4(y, ldy, W, rb, K, n8, x, ldx, 5, pf); break;
+    case 4: tile4(y, ldy, W, rb, K, n8, x, ldx, 4, pf); break;
+    case 3: tile4(y, ldy, W, rb, K, n8, x, ldx, 3, pf); break;
+    case 2: tile4(y, ldy, W, rb, K, n8, x, ldx, 2, pf); break;
+    default: tile4(y, ldy, W, rb, K, n8, x, ldx, 1, pf); break;
+    }
+}
+
+void skv_f16_matmul_avx512_small(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
+                                 size_t ldx, size_t T, size_t n_rows)
+{
+    size_t r = 0, n8 = K & ~(size_t)7;
+    for (; r + 4 <= n_rows; r += 4) {
+        const void *Wr = (const uint8_t *)W + r * row_bytes;
+        for (size_t t = 0; t < T; t += SMALL_T)
+            tokens4(y + t * ldy + r, ldy, Wr, row_bytes, K, n8, x + t * ldx, ldx, T - t < SMALL_T ? T - t : SMALL_T,
+                    t == 0);
+    }
+    if (r < n_rows) /* fewer than 4 rows: the AVX2 tiles */
+        skv_f16_matmul_tiles_avx2(y + r, ldy, (const uint8_t *)W + r * row_bytes, row_bytes, K, x, ldx, T, n_rows - r);
 }
 
 #elif defined(__x86_64__)
@@ -111,7 +204,13 @@ void skv_f16_matmul_avx512(float *y, size_t ldy, const void *W, size_t row_bytes
                            size_t T, size_t n_rows, float *scratch)
 {
     (void)scratch;
-    skv_f16_matmul_avx2(y, ldy, W, row_bytes, K, x, ldx, T, n_rows, NULL);
+    skv_f16_matmul_tiles_avx2(y, ldy, W, row_bytes, K, x, ldx, T, n_rows);
+}
+
+void skv_f16_matmul_avx512_small(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
+                                 size_t ldx, size_t T, size_t n_rows)
+{
+    skv_f16_matmul_tiles_avx2(y, ldy, W, row_bytes, K, x, ldx, T, n_rows);
 }
 #else
 typedef int skv_types_avx512_unused;

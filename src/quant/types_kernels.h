@@ -29,12 +29,19 @@ int skv_f16_from_float_avx2(const float *src, void *dst, size_t n);
 void skv_f16_matvec_avx2(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows);
 /* The f16 weight matrix product (skv_matmul_fn): y[t][r] for T tokens, weights converted in
  * registers; with scratch (8 * K floats) and T >= SKV_F16_MATMUL_WIDE_T on an AVX-512 CPU it
- * runs the AVX-512 twin (types_avx512.c: 8-row tiles converted once into scratch). */
+ * runs the AVX-512 twin (types_avx512.c: 8-row tiles converted once into scratch), for
+ * smaller T >= 2 the AVX-512 register tiles (skv_f16_matmul_avx512_small). */
 #define SKV_F16_MATMUL_WIDE_T 24
 void skv_f16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
                          size_t T, size_t n_rows, float *scratch);
 void skv_f16_matmul_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
                            size_t T, size_t n_rows, float *scratch);
+/* 2 <= T < SKV_F16_MATMUL_WIDE_T on an AVX-512 CPU: 4-row tiles converted in registers
+ * once for up to 8 tokens (types_avx512.c); the AVX2 tiles alone, without dispatch. */
+void skv_f16_matmul_avx512_small(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
+                                 size_t ldx, size_t T, size_t n_rows);
+void skv_f16_matmul_tiles_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
+                               size_t ldx, size_t T, size_t n_rows);
 
 void skv_bf16_to_float_ref(const void *src, float *dst, size_t n);
 
