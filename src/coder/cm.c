@@ -18,7 +18,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define CM_TEXT_SLOTS 3               /* with a vocabulary: last byte, last 3 bytes, word fragment */
 #define CM_SLOTS (SKV_CM_ORDERS + CM_TEXT_SLOTS)
@@ -42,7 +41,6 @@
 #define CM_JOUR_MPOS CM_SLOTS             /* journal table numbers: slots 0..7, then these */
 #define CM_JOUR_APM (CM_SLOTS + 1)
 #define CM_UNDO_MAX ((size_t)1 << 21)   /* undo entries (16 MiB of log); longer segments are copied */
-#define CM_HUGE ((size_t)2 << 20)       /* tables this large are 2 MiB aligned, huge pages advised */
 
 struct skv_cm {
     uint32_t V;
@@ -123,19 +121,10 @@ static void init_tables(skv_cm *cm)
     for (uint32_t n = 0; n <= CM_LIMIT; n++) cm->rate[n] = (uint16_t)((1u << 17) / (2 * n + 3));
 }
 
-/* The slot tables, in one block: past 2 MiB aligned to 2 MiB with transparent huge pages
- * advised (a hint: ~18 page faults instead of ~9000 for 36 MiB, and no TLB miss per slot
- * read; the bytes coded do not depend on it). */
-static uint32_t *table_alloc(size_t bytes)
-{
-    if (bytes < CM_HUGE) return malloc(bytes);
-    size_t r = (bytes + CM_HUGE - 1) / CM_HUGE * CM_HUGE;
-    void *p = aligned_alloc(CM_HUGE, r);
-#ifdef MADV_HUGEPAGE
-    if (p) (void)madvise(p, r, MADV_HUGEPAGE);
-#endif
-    return p;
-}
+/* The slot tables, in one block. (Transparent huge pages for it, madvise(MADV_HUGEPAGE),
+ * were measured: in half the runs of a CLI restore the kernel's compaction for them cost
+ * 0.2-0.3 s of system time, far more than the page faults they save; not kept.) */
+static uint32_t *table_alloc(size_t bytes) { return malloc(bytes); }
 
 /* A model with its tables allocated but not reset. */
 static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
