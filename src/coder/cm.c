@@ -121,11 +121,6 @@ static void init_tables(skv_cm *cm)
     for (uint32_t n = 0; n <= CM_LIMIT; n++) cm->rate[n] = (uint16_t)((1u << 17) / (2 * n + 3));
 }
 
-/* The slot tables, in one block. (Transparent huge pages for it, madvise(MADV_HUGEPAGE),
- * were measured: in half the runs of a CLI restore the kernel's compaction for them cost
- * 0.2-0.3 s of system time, far more than the page faults they save; not kept.) */
-static uint32_t *table_alloc(size_t bytes) { return malloc(bytes); }
-
 /* A model with its tables allocated but not reset. */
 static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
 {
@@ -146,8 +141,7 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits
     int ok = (cm->mpos = malloc(sizeof(uint32_t) << SKV_CM_MATCH_BITS)) != NULL;
     if (vb) ok &= (cm->apm = malloc(CMV_APM_N * sizeof *cm->apm)) != NULL;
     if (vb) ok &= (cm->w2 = malloc(CMV_SETS2 * sizeof *cm->w2)) != NULL;
-    if ((cm->slot[0] = table_alloc(((size_t)cm->n_slots * sizeof(uint32_t)) << cm->slot_bits)) == NULL) ok = 0;
-    for (int k = 1; cm->slot[0] && k < cm->n_slots; k++) cm->slot[k] = cm->slot[0] + ((size_t)k << cm->slot_bits);
+    for (int k = 0; k < cm->n_slots; k++) ok &= (cm->slot[k] = malloc(sizeof(uint32_t) << cm->slot_bits)) != NULL;
     if (!ok) {
         skv_cm_free(cm);
         return SKV_ERR_NOMEM;
@@ -176,7 +170,7 @@ int skv_cm_create_vocab(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out
 void skv_cm_free(skv_cm *cm)
 {
     if (!cm) return;
-    free(cm->slot[0]);
+    for (int k = 0; k < CM_SLOTS; k++) free(cm->slot[k]);
     free(cm->apm);
     free(cm->utag);
     free(cm->uold);
