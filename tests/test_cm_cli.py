@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Codec cmvd through the CLI (issue 16): --cm-dict TEXT keeps the dictionary's ids
-(TEXT.skvids) and its primed model (TEXT.skvcm, docs/coder.md 4.8) next to TEXT.
+(cm-H-F.skvids) and its primed model (cm-H-F.skvcm, docs/coder.md 4.8) in the cache
+directory, $XDG_CACHE_HOME/seqkv (else ~/.cache/seqkv), named by TEXT's hash and the model.
 
 Prints `PASS test_cm_cli:<case>` / `FAIL ...` / `SKIP ...` lines (counted by tests/run.sh).
 What is checked, on the bundled model:
@@ -9,8 +10,11 @@ What is checked, on the bundled model:
 - a damaged snapshot is reported on stderr and rebuilt, the restore still succeeds; a damaged
   or truncated ids cache is rebuilt silently; a changed TEXT invalidates both caches (the
   restore is then refused: the file names another dictionary) and never restores wrong text;
-- the bytes of the .skv file do not depend on whether the caches existed.
+- the bytes of the .skv file do not depend on whether the caches existed;
+- nothing is written beside TEXT; ~/.cache/seqkv without XDG_CACHE_HOME; --no-cm-cache and
+  SEQKV_NO_CM_CACHE=1 read and write no cache and still restore.
 """
+import glob
 import os
 import sys
 
@@ -29,18 +33,25 @@ def setup(tmp):
     text, dic = os.path.join(tmp, "t.txt"), os.path.join(tmp, "d.txt")
     open(text, "wb").write(held[:3000])
     open(dic, "wb").write(held[30000:50000])
+    os.environ["XDG_CACHE_HOME"] = os.path.join(tmp, "xdg")
+    os.environ.pop("SEQKV_NO_CM_CACHE", None)
     return text, dic
 
 
-def compress(text, dic, out):
+def cached(tmp, ext, root=None):
+    """The cache files with this extension (one per dictionary and model)."""
+    return glob.glob(os.path.join(root or os.path.join(tmp, "xdg"), "seqkv", "cm-*" + ext))
+
+
+def compress(text, dic, out, *extra):
     rc, _, err = run("compress", "-m", KJV, "-f", text, "--codec", "cmvd", "--cm-dict", dic, "--segment", "-c", "256",
-                     "-o", out)
+                     "-o", out, *extra)
     check(rc == 0, "compress failed: %s" % err)
     return open(out, "rb").read()
 
 
-def restore(skv, dic, out):
-    rc, _, err = run("restore", "-m", KJV, skv, "--cm-dict", dic, "-o", out)
+def restore(skv, dic, out, *extra):
+    rc, _, err = run("restore", "-m", KJV, skv, "--cm-dict", dic, "-o", out, *extra)
     return rc, err
 
 
@@ -48,28 +59,61 @@ def test_caches_written_and_used(tmp):
     text, dic = setup(tmp)
     skv, out = os.path.join(tmp, "s.skv"), os.path.join(tmp, "out.txt")
     first = compress(text, dic, skv)
-    check(os.path.getsize(dic + ".skvcm") > 100 and os.path.getsize(dic + ".skvids") > 36, "caches not written")
+    snaps, ids = cached(tmp, ".skvcm"), cached(tmp, ".skvids")
+    check(len(snaps) == 1 and len(ids) == 1, "caches not written: %r %r" % (snaps, ids))
+    check(os.path.getsize(snaps[0]) > 100 and os.path.getsize(ids[0]) > 36, "caches too short")
+    check(not os.path.exists(dic + ".skvcm") and not os.path.exists(dic + ".skvids"), "a cache beside the text")
     check(compress(text, dic, skv) == first, "the .skv bytes changed once the caches existed")
     rc, err = restore(skv, dic, out)
     check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore with caches failed: %s" % err)
-    check(not [f for f in os.listdir(tmp) if f.endswith(".tmp")], "temporary files left")
+    other = os.path.join(tmp, "copy.txt")  # the same text elsewhere: the same cache
+    open(other, "wb").write(open(dic, "rb").read())
+    rc, err = restore(skv, other, out)
+    check(rc == 0 and len(cached(tmp, ".skvcm")) == 1, "a copy of the text got its own cache: %s" % err)
+    check(not glob.glob(os.path.join(tmp, "xdg", "seqkv", "*.tmp")), "temporary files left")
+
+
+def test_home_and_opt_out(tmp):
+    text, dic = setup(tmp)
+    skv, out = os.path.join(tmp, "s.skv"), os.path.join(tmp, "out.txt")
+    del os.environ["XDG_CACHE_HOME"]
+    home = os.environ.get("HOME")
+    os.environ["HOME"] = os.path.join(tmp, "home")
+    try:
+        first = compress(text, dic, skv)
+        check(len(cached(tmp, ".skvcm", os.path.join(tmp, "home", ".cache"))) == 1, "no cache under ~/.cache/seqkv")
+        os.environ["HOME"] = os.path.join(tmp, "home2")
+        check(compress(text, dic, skv, "--no-cm-cache") == first, "--no-cm-cache changed the .skv bytes")
+        rc, err = restore(skv, dic, out, "--no-cm-cache")
+        check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore --no-cm-cache: %s" % err)
+        os.environ["SEQKV_NO_CM_CACHE"] = "1"
+        rc, err = restore(skv, dic, out)
+        check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore, SEQKV_NO_CM_CACHE: %s" % err)
+        check(not os.path.exists(os.path.join(tmp, "home2")), "a cache was written despite the opt-out")
+    finally:
+        os.environ.pop("SEQKV_NO_CM_CACHE", None)
+        if home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = home
 
 
 def test_damaged_caches_rebuilt(tmp):
     text, dic = setup(tmp)
     skv, out = os.path.join(tmp, "s.skv"), os.path.join(tmp, "out.txt")
     compress(text, dic, skv)
-    snap = bytearray(open(dic + ".skvcm", "rb").read())
+    snap_path, ids_path = cached(tmp, ".skvcm")[0], cached(tmp, ".skvids")[0]
+    snap = bytearray(open(snap_path, "rb").read())
     snap[len(snap) // 2] ^= 0x10
-    open(dic + ".skvcm", "wb").write(bytes(snap))
+    open(snap_path, "wb").write(bytes(snap))
     rc, err = restore(skv, dic, out)
     check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore after a damaged snapshot: %s" % err)
     check("damaged" in err, "no note about the damaged snapshot: %r" % err)
     rc, err = restore(skv, dic, out)
     check(rc == 0 and "damaged" not in err, "the snapshot was not rebuilt: %r" % err)
-    ids = open(dic + ".skvids", "rb").read()
+    ids = open(ids_path, "rb").read()
     for bad in (ids[:len(ids) // 2], ids[:40] + bytes([ids[40] ^ 1]) + ids[41:]):
-        open(dic + ".skvids", "wb").write(bad)
+        open(ids_path, "wb").write(bad)
         rc, err = restore(skv, dic, out)
         check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore after a damaged ids cache: %s" % err)
 
@@ -84,7 +128,8 @@ def test_changed_dictionary_refused(tmp):
 
 
 def main():
-    cases = [test_caches_written_and_used, test_damaged_caches_rebuilt, test_changed_dictionary_refused]
+    cases = [test_caches_written_and_used, test_home_and_opt_out, test_damaged_caches_rebuilt,
+             test_changed_dictionary_refused]
     return run_cases(REPORTER, cases, "skv_cmcli_")
 
 

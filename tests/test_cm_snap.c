@@ -3,9 +3,13 @@
  * same bytes as the model it was taken from (codec cm and cmv, sparse and dense tables);
  * a damaged, truncated or re-checksummed hostile snapshot is refused or loads a state that
  * codes safely, never a crash; another dictionary or version is refused; a journaled copy
- * codes exactly like a whole copy, also past the journal's capacity; through the library,
+ * codes exactly like a whole copy, also past the journal's capacity; a model coding in
+ * place under its undo log codes like a copy and is bit for bit its old self after the
+ * undo (its snapshot bytes), with the log's bounds refused; through the library,
  * skv_cm_dict_save / _load round-trip, refuse damaged files with SKV_ERR_FORMAT, and a cmvd
- * session restores bit-exact after a load. Model: the bundled models/kjv-4m.gguf. */
+ * session restores bit-exact after a load, also from two threads at once (the primed model
+ * is used in place by one at a time). Model: the bundled models/kjv-4m.gguf. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +207,56 @@ static void journal_copies_code_the_same(void)
     skv_cm_vocab_free(vb);
 }
 
+/* The snapshot bytes of cm (*len), for comparing whole states. */
+static uint8_t *state_of(skv_cm *cm, size_t *len)
+{
+    skv_cm_snap_id id = {0, 1, (uint32_t)skv_cm_n_coded(cm)};
+    size_t cap = skv_cm_snap_bound(cm);
+    uint8_t *b = malloc(cap);
+    if (!b || skv_cm_snap_write(cm, &id, b, cap, len)) test_fail_at(__FILE__, __LINE__, "snapshot failed");
+    return b;
+}
+
+/* Segments coded in place under the undo log give the bytes of a copy, and the undo puts
+ * the whole state back; the log's bounds are refused. */
+static void undo_codes_the_same(void)
+{
+    skv_cm_vocab *vb = small_vocab(4096);
+    size_t nd = 3000, seg[] = {500, 1, 800, 3000}, cap = skv_cm_bound(3000, 4096), l0 = 0, l1 = 0;
+    int32_t *t = malloc((nd + 3001) * sizeof *t);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    skv_cm *p = new_model(vb, 4096, SKV_CMV_DICT_SLOT_BITS), *f = NULL;
+    CHECK(p);
+    fill_ids(t, nd + 3001, 4096);
+    CHECK_EQ_INT(skv_cm_prime(p, t, nd), SKV_OK);
+    uint8_t *s0 = state_of(p, &l0);
+    for (size_t s = 0; s < sizeof seg / sizeof *seg && !test_cur_failed; s++) {
+        for (size_t i = 0; i < seg[s]; i++) t[nd + i] = (int32_t)((rng() % 7 ? rng() % 60 : rng()) % 4096);
+        CHECK_EQ_INT(skv_cm_clone(p, &f), SKV_OK);
+        CHECK_EQ_INT(skv_cm_undo_begin(p, seg[s]), SKV_OK);
+        CHECK_EQ_INT(skv_cm_undo_begin(p, seg[s]), SKV_ERR_INVALID_ARG);
+        CHECK_EQ_INT(skv_cm_prime(p, t, nd + 1), SKV_ERR_INVALID_ARG);
+        size_t sa = code(p, t, nd, seg[s], a, cap), sb = code(f, t, nd, seg[s], b, cap);
+        CHECK_MSG(sa == sb && !memcmp(a, b, sa), "segment %zu (%zu ids): %zu vs %zu bytes", s, seg[s], sa, sb);
+        skv_rangecoder_enc e;
+        skv_rangecoder_enc_init(&e, a, cap);
+        CHECK_EQ_INT(skv_cm_encode(p, &e, t, nd + seg[s]), SKV_ERR_INVALID_ARG); /* one id past the bound */
+        skv_cm_undo(p);
+        uint8_t *s1 = state_of(p, &l1);
+        CHECK_MSG(l1 == l0 && !memcmp(s0, s1, l0), "segment %zu: the state differs after the undo", s);
+        free(s1);
+        skv_cm_free(f);
+        f = NULL;
+    }
+    CHECK_EQ_INT(skv_cm_undo_begin(p, (size_t)1 << 20), SKV_ERR_RANGE);
+    free(s0);
+    free(t);
+    free(a);
+    free(b);
+    skv_cm_free(p);
+    skv_cm_vocab_free(vb);
+}
+
 /* ---- through the library: skv_cm_dict_save / _load ------------------------------ */
 
 static skv_model *g_m;
@@ -276,6 +330,23 @@ static int cmvd_session_restores(void)
     return rc;
 }
 
+static void *restore_thread(void *u)
+{
+    *(int *)u = cmvd_session_restores();
+    return NULL;
+}
+
+/* Two threads restore cmvd sessions at once (one primed model, taken in turn). */
+static void library_two_threads(void)
+{
+    pthread_t th[2];
+    int rc[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) CHECK(pthread_create(&th[k], NULL, restore_thread, &rc[k]) == 0);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    CHECK_EQ_INT(rc[0], SKV_OK);
+    CHECK_EQ_INT(rc[1], SKV_OK);
+}
+
 static void library_save_load(void)
 {
     char path[64], err[256];
@@ -334,6 +405,7 @@ int main(void)
     RUN(roundtrip_codes_the_same);
     RUN(hostile_snapshots);
     RUN(journal_copies_code_the_same);
+    RUN(undo_codes_the_same);
     if (skv_model_load("models/kjv-4m.gguf", NULL, &g_m, err, sizeof err) != SKV_OK) {
         printf("FAIL test_cm_snap:<load>: %s\n", err);
         return 1;
@@ -346,6 +418,7 @@ int main(void)
     }
     RUN(library_uses_a_loaded_snapshot);
     RUN(library_save_load);
+    RUN(library_two_threads);
     free(g_text);
     free(g_dict);
     skv_model_free(g_m);

@@ -1,12 +1,18 @@
 /* cli_cmdict.c - --cm-dict TEXT: cached ids and primed model (see cli_cmdict.h).
  *
- * TEXT.skvids: "SKVI" | u32 version 1 | u8 model fingerprint[16] | u64 XXH3-64 of TEXT
- *              | u32 n | u32 ids[n] | u64 XXH3-64 of every byte before it (little-endian) */
+ * In the cache directory ($XDG_CACHE_HOME/seqkv, else ~/.cache/seqkv), named by the XXH3-64
+ * of TEXT's bytes and the model's fingerprint (H = 16 hex digits, F = the first 16 of the
+ * fingerprint's), so any copy of the same text shares them and nothing is written beside it:
+ * cm-H-F.skvids: "SKVI" | u32 version 1 | u8 model fingerprint[16] | u64 XXH3-64 of TEXT
+ *                | u32 n | u32 ids[n] | u64 XXH3-64 of every byte before it (little-endian)
+ * cm-H-F.skvcm:  skv_cm_dict_save's snapshot of the primed model (docs/coder.md 4.8) */
 #include "cli_cmdict.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include "cli.h"
@@ -27,6 +33,37 @@ static char *side_path(const char *path, const char *ext)
     size_t n = strlen(path) + strlen(ext) + 1;
     char *s = malloc(n);
     if (s) snprintf(s, n, "%s%s", path, ext);
+    return s;
+}
+
+/* mkdir -p of the cache directory (0700); 0 if it exists or was made. */
+static int make_dirs(char *dir)
+{
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        int bad = mkdir(dir, 0700) && errno != EEXIST;
+        *p = '/';
+        if (bad) return -1;
+    }
+    return mkdir(dir, 0700) && errno != EEXIST ? -1 : 0;
+}
+
+/* "DIR/cm-H-F" (no extension) in the cache directory, made if need be; NULL when caching is
+ * off (SEQKV_NO_CM_CACHE set and not "0") or there is no usable directory. */
+static char *cache_base(const uint8_t fp[16], uint64_t key)
+{
+    const char *off = getenv("SEQKV_NO_CM_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[4096];
+    if (off && *off && strcmp(off, "0")) return NULL;
+    int n = xdg && *xdg == '/' ? snprintf(dir, sizeof dir, "%s/seqkv", xdg)
+            : home && *home    ? snprintf(dir, sizeof dir, "%s/.cache/seqkv", home)
+                               : -1;
+    if (n < 0 || (size_t)n >= sizeof dir - 64 || make_dirs(dir)) return NULL;
+    char *s = malloc((size_t)n + 64);
+    if (!s) return NULL;
+    int at = snprintf(s, (size_t)n + 64, "%s/cm-%016llx-", dir, (unsigned long long)key);
+    for (int i = 0; i < 8; i++) at += snprintf(s + at, (size_t)n + 64 - (size_t)at, "%02x", fp[i]);
     return s;
 }
 
@@ -69,29 +106,31 @@ static void ids_save(const char *cache, const uint8_t fp[16], uint64_t key, cons
     free(b);
 }
 
-/* The primed model: TEXT.skvcm loaded when valid, else primed and (re)written. */
-static void primed_cache(skv_model *m, const char *path, const int32_t *ids, size_t n)
+/* The primed model: BASE.skvcm loaded when valid, else primed and (re)written; with no
+ * cache (base NULL) primed only. */
+static void primed_cache(skv_model *m, const char *base, const int32_t *ids, size_t n)
 {
-    char err[512] = "", *snap = side_path(path, ".skvcm");
-    if (!snap) return;
-    int rc = skv_cm_dict_load(m, ids, n, snap, err, sizeof err);
+    char err[512] = "", *snap = base ? side_path(base, ".skvcm") : NULL;
+    int rc = snap ? skv_cm_dict_load(m, ids, n, snap, err, sizeof err) : SKV_ERR_IO;
     if (rc == SKV_ERR_FORMAT) fprintf(stderr, "seqkv: note: %s; rebuilding it\n", err);
-    if (rc != SKV_OK) skv_cm_dict_save(m, ids, n, snap, err, sizeof err);
+    if (rc != SKV_OK && snap) skv_cm_dict_save(m, ids, n, snap, err, sizeof err);
     free(snap);
 }
 
-int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n)
+int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
 {
     size_t len = 0;
     uint8_t fp[16];
-    char *text = cli_read_file(path, &len), *cache = side_path(path, ".skvids");
+    char *text = cli_read_file(path, &len), *base = NULL, *cache = NULL;
     int32_t *ids = NULL;
-    int have_fp = text && cache && skv_model_fingerprint(m, fp) == SKV_OK;
     uint64_t key = text ? XXH3_64bits(text, len) : 0;
-    if (have_fp) ids = ids_load(cache, fp, key, len + 2, n);
-    if (!ids && text && (ids = cli_text_tokens(m, path, text, len, 0, n)) && have_fp && *n) ids_save(cache, fp, key, ids, *n);
-    if (ids && *n) primed_cache(m, path, ids, *n);
+    if (text && !no_cache && skv_model_fingerprint(m, fp) == SKV_OK && (base = cache_base(fp, key)))
+        cache = side_path(base, ".skvids");
+    if (cache) ids = ids_load(cache, fp, key, len + 2, n);
+    if (!ids && text && (ids = cli_text_tokens(m, path, text, len, 0, n)) && cache && *n) ids_save(cache, fp, key, ids, *n);
+    if (ids && *n && base) primed_cache(m, base, ids, *n);
     free(text);
+    free(base);
     free(cache);
     return ids;
 }

@@ -57,7 +57,7 @@ static int32_t *parse_ids(const char *text, size_t *n)
 typedef struct {
     const char *model, *file, *ids, *kv_in, *out, *codec, *kv_quant, *cm_dict;
     long threads, ctx;
-    int segment, lossy_text, kv_cache;
+    int segment, lossy_text, kv_cache, no_cm_cache;
 } compress_opts;
 
 #define F(x) offsetof(compress_opts, x)
@@ -85,6 +85,7 @@ static const cli_opt compress_opts_table[] = {
      "cmvd: cmv primed by the dictionary of --cm-dict (smallest of the cheap\n"
      "  codecs; the restore needs the same dictionary)"},
     {"cm-dict", 0, CLI_PATH, "TEXT", 0, 0, F(cm_dict), "with --codec cmvd: the dictionary text (tokenized, BOS first)"},
+    CLI_OPT_NO_CM_CACHE(F(no_cm_cache)),
     {"kv-quant", 0, CLI_STR, "SPEC", 0, 0, F(kv_quant),
      "with --codec kvq: schemes per kind, e.g. k=tq4,v=tq3 or tq3p,seed=7\n"
      "(schemes f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p);\n"
@@ -160,7 +161,10 @@ static int32_t *dump_tokens(const char *path, skv_model *m, size_t *n)
 
 /* --cm-dict TEXT: the dictionary's ids (BOS first), cached with its primed model next to
  * TEXT (cli_cmdict.c); NULL after a message. */
-static int32_t *cli_dict_tokens(skv_model *m, const char *path, size_t *n) { return cli_cm_dict(m, path, n); }
+static int32_t *cli_dict_tokens(skv_model *m, const char *path, size_t *n, int no_cache)
+{
+    return cli_cm_dict(m, path, n, no_cache);
+}
 
 /* The input's tokens (-f, --ids or --kv-in); NULL after a message. */
 static int32_t *compress_input(const compress_opts *o, skv_model *m, size_t *n)
@@ -194,7 +198,7 @@ static skv_encoder *make_encoder(const compress_opts *o, int codec, skv_model *m
     ep.n_ctx = (int)o->ctx;
     ep.kv_cache_type = o->kv_cache;
     int32_t *dict = NULL;
-    if (o->cm_dict && !(dict = cli_dict_tokens(m, o->cm_dict, &ep.n_cm_dict))) return NULL;
+    if (o->cm_dict && !(dict = cli_dict_tokens(m, o->cm_dict, &ep.n_cm_dict, o->no_cm_cache))) return NULL;
     ep.cm_dict = dict;
     char err[256] = "";
     int st = skv_encoder_create(m, &ep, &e, err, sizeof err);
@@ -368,7 +372,7 @@ int cmd_compress(int argc, char **argv)
 typedef struct {
     const char *model, *out, *kv, *cm_dict;
     long threads, draft_max, batch;
-    int verify, draft, kv_cache;
+    int verify, draft, kv_cache, no_cm_cache;
 } restore_opts;
 
 #define F(x) offsetof(restore_opts, x)
@@ -387,6 +391,7 @@ static const cli_opt restore_opts_table[] = {
      "themselves). Both restore exactly the same tokens and KV."},
     {"draft-max", 0, CLI_INT, "N", 1, 256, F(draft_max), "most tokens verified per pass, 1..256 (default 16)"},
     {"cm-dict", 0, CLI_PATH, "TEXT", 0, 0, F(cm_dict), "codec cmvd: the dictionary text the file was written with"},
+    CLI_OPT_NO_CM_CACHE(F(no_cm_cache)),
     {"batch", 0, CLI_INT, "N", 1, 64, F(batch),
      "codec model, several segments: decode up to N segments together, one\n"
      "forward pass per step for all of them (default: the library's choice,\n"
@@ -563,7 +568,7 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
     skv_restore_params p = {.verify = o->verify, .progress = on_progress, .user = &rp, .draft = o->draft,
                             .draft_max = (int)o->draft_max, .stats = &rs};
     int32_t *dict = NULL;
-    if (o->cm_dict && !(dict = cli_dict_tokens(m, o->cm_dict, &p.n_cm_dict))) {
+    if (o->cm_dict && !(dict = cli_dict_tokens(m, o->cm_dict, &p.n_cm_dict, o->no_cm_cache))) {
         skv_ctx_free(c);
         return -1;
     }

@@ -40,6 +40,7 @@
 #define CM_JOUR_CAP ((size_t)1 << 20)   /* journal entries; past them the next copy is whole */
 #define CM_JOUR_MPOS CM_SLOTS             /* journal table numbers: slots 0..7, then these */
 #define CM_JOUR_APM (CM_SLOTS + 1)
+#define CM_UNDO_MAX ((size_t)1 << 21)   /* undo entries (16 MiB of log); longer segments are copied */
 
 struct skv_cm {
     uint32_t V;
@@ -76,6 +77,12 @@ struct skv_cm {
     size_t jn;
     int jover;                        /* more writes than the journal holds */
     const skv_cm *jsrc;
+    /* undo log (skv_cm_undo_begin): tag (as the journal's) and old value of every table
+     * element written since the begin, and the small state saved whole */
+    uint32_t *utag, *uold;
+    size_t un, ucap, ubase, umax;     /* entries, capacity, ids coded at the begin, ids allowed */
+    int uon, fresh;                   /* undo log on; tables as skv_cm_reset left them */
+    uint8_t *usave;
 };
 
 /* squash(d) = 65536 / (1 + e^(-d / 256)) at d = 32 j - 2048, rounded; interpolated between. */
@@ -165,6 +172,9 @@ void skv_cm_free(skv_cm *cm)
     if (!cm) return;
     for (int k = 0; k < CM_SLOTS; k++) free(cm->slot[k]);
     free(cm->apm);
+    free(cm->utag);
+    free(cm->uold);
+    free(cm->usave);
     free(cm->w2);
     free(cm->mpos);
     free(cm->jour);
@@ -187,6 +197,7 @@ void skv_cm_reset(skv_cm *cm)
 {
     size_t n_slot = (size_t)1 << cm->slot_bits;
     cm->jn = 0, cm->jover = 0, cm->jsrc = NULL; /* every table changes: the next copy is whole */
+    cm->uon = 0;
     for (int k = 0; k < cm->n_slots; k++) {
         uint32_t *s = cm->slot[k];
         s[0] = CM_SLOT_INIT;
@@ -208,6 +219,7 @@ void skv_cm_reset(skv_cm *cm)
         for (size_t j = 0; j < 33; j++) cm->apm[j] = (uint16_t)squash16((int32_t)j * 128 - 2048);
         fill_doubling(cm->apm, sizeof *cm->apm, 33, CMV_APM_N);
     }
+    cm->fresh = 1;
 }
 
 size_t skv_cm_bound(uint64_t n, uint32_t n_vocab)
@@ -222,6 +234,10 @@ size_t skv_cm_bound(uint64_t n, uint32_t n_vocab)
 /* Records that element `index` of table `t` is about to be written (journaling models). */
 static inline void jour_add(skv_cm *cm, uint32_t t, uint32_t index)
 {
+    if (cm->uon) { /* the bound of skv_cm_undo_begin keeps un < ucap */
+        cm->utag[cm->un] = t << 24 | index;
+        cm->uold[cm->un++] = t < CM_SLOTS ? cm->slot[t][index] : t == CM_JOUR_MPOS ? cm->mpos[index] : cm->apm[index];
+    }
     if (!cm->jour) return;
     if (cm->jn < CM_JOUR_CAP) cm->jour[cm->jn++] = t << 24 | index;
     else cm->jover = 1;
@@ -280,6 +296,7 @@ static void text_contexts(skv_cm *cm, const int32_t *tok, size_t i)
 static void begin_token(skv_cm *cm, const int32_t *tok, size_t i)
 {
     uint32_t h = 0;
+    cm->fresh = 0;
     cm->hash[0] = 0x9E3779B9u;
     for (size_t k = 1; k < SKV_CM_ORDERS; k++) {
         uint32_t v = i >= k ? (uint32_t)tok[i - k] + 1 : 0;
@@ -410,7 +427,9 @@ static int code_id(skv_cm *cm, skv_rangecoder_enc *e, skv_rangecoder_dec *d, uin
 
 int skv_cm_encode(skv_cm *cm, skv_rangecoder_enc *e, const int32_t *tok, size_t i)
 {
-    if (!cm || !e || !tok || i != cm->n_coded || i >= UINT32_MAX || tok[i] < 0 || (uint32_t)tok[i] >= cm->V) return SKV_ERR_INVALID_ARG;
+    if (!cm || !e || !tok || i != cm->n_coded || i >= UINT32_MAX || (cm->uon && i - cm->ubase >= cm->umax) ||
+        tok[i] < 0 || (uint32_t)tok[i] >= cm->V)
+        return SKV_ERR_INVALID_ARG;
     uint32_t v = cm->vb ? cm->vb->code[tok[i]] : (uint32_t)tok[i];
     begin_token(cm, tok, i);
     int rc = code_id(cm, e, NULL, &v);
@@ -420,7 +439,8 @@ int skv_cm_encode(skv_cm *cm, skv_rangecoder_enc *e, const int32_t *tok, size_t 
 
 int skv_cm_decode(skv_cm *cm, skv_rangecoder_dec *d, int32_t *tok, size_t i)
 {
-    if (!cm || !d || !tok || i != cm->n_coded || i >= UINT32_MAX) return SKV_ERR_INVALID_ARG;
+    if (!cm || !d || !tok || i != cm->n_coded || i >= UINT32_MAX || (cm->uon && i - cm->ubase >= cm->umax))
+        return SKV_ERR_INVALID_ARG;
     uint32_t v = 0;
     begin_token(cm, tok, i);
     int rc = code_id(cm, NULL, d, &v);
@@ -432,7 +452,7 @@ int skv_cm_decode(skv_cm *cm, skv_rangecoder_dec *d, int32_t *tok, size_t i)
 
 int skv_cm_prime(skv_cm *cm, const int32_t *tok, size_t n)
 {
-    if (!cm || (!tok && n) || n >= UINT32_MAX) return SKV_ERR_INVALID_ARG;
+    if (!cm || (!tok && n) || n >= UINT32_MAX || cm->uon) return SKV_ERR_INVALID_ARG;
     for (size_t i = cm->n_coded; i < n; i++) {
         if (tok[i] < 0 || (uint32_t)tok[i] >= cm->V) return SKV_ERR_INVALID_ARG;
         uint32_t v = cm->vb ? cm->vb->code[tok[i]] : (uint32_t)tok[i];
@@ -478,6 +498,7 @@ int skv_cm_copy(skv_cm *dst, const skv_cm *src)
     if (dst->jour && dst->jsrc == src && !dst->jover) copy_journaled(dst, src);
     else copy_tables(dst, src);
     dst->jn = 0, dst->jover = 0, dst->jsrc = dst->jour ? src : NULL;
+    dst->uon = 0, dst->fresh = src->fresh;
     memcpy(dst->msm, src->msm, sizeof dst->msm);
     memcpy(dst->w, src->w, sizeof dst->w);
     dst->n_coded = src->n_coded;
@@ -496,11 +517,69 @@ int skv_cm_journal(skv_cm *cm, const skv_cm *same)
     return SKV_OK;
 }
 
+/* ---- in-place use with an undo log ------------------------------------------------ */
+
+/* The small state kept whole by the undo log: msm, the mixers, the scalars. */
+static size_t save_bytes(const skv_cm *cm)
+{
+    return sizeof cm->msm + sizeof cm->w + (cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0) + SKV_CM_N_SCALARS * 4;
+}
+
+static void save_small(skv_cm *cm, int back)
+{
+    uint8_t *b = cm->usave;
+    void *part[3] = {cm->msm, cm->w, cm->w2};
+    size_t len[3] = {sizeof cm->msm, sizeof cm->w, cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0};
+    for (int k = 0; k < 3; b += len[k], k++)
+        if (len[k]) back ? memcpy(part[k], b, len[k]) : memcpy(b, part[k], len[k]);
+    uint32_t v[SKV_CM_N_SCALARS];
+    if (!back) {
+        skv_cm_get_scalars(cm, v);
+        memcpy(b, v, sizeof v);
+        return;
+    }
+    memcpy(v, b, sizeof v);
+    skv_cm_set_scalars(cm, v); /* they came from this model */
+}
+
+int skv_cm_undo_begin(skv_cm *cm, size_t n_ids)
+{
+    if (!cm || cm->uon) return SKV_ERR_INVALID_ARG;
+    size_t per = 1 + (size_t)cm->B * ((size_t)cm->n_slots + (cm->apm != NULL)); /* mpos, then per bit */
+    if (n_ids > CM_UNDO_MAX / per) return SKV_ERR_RANGE;
+    size_t need = n_ids * per < 4096 ? 4096 : n_ids * per;
+    if (need > cm->ucap) {
+        uint32_t *t = realloc(cm->utag, need * sizeof *t);
+        if (t) cm->utag = t;
+        uint32_t *o = t ? realloc(cm->uold, need * sizeof *o) : NULL;
+        if (!o) return SKV_ERR_NOMEM;
+        cm->uold = o, cm->ucap = need;
+    }
+    if (!cm->usave && !(cm->usave = malloc(save_bytes(cm)))) return SKV_ERR_NOMEM;
+    save_small(cm, 0);
+    cm->un = 0, cm->ubase = cm->n_coded, cm->umax = n_ids, cm->uon = 1;
+    return SKV_OK;
+}
+
+void skv_cm_undo(skv_cm *cm)
+{
+    if (!cm || !cm->uon) return;
+    for (size_t j = cm->un; j-- > 0;) { /* newest first: the oldest value of an element wins */
+        uint32_t t = cm->utag[j] >> 24, x = cm->utag[j] & 0xFFFFFFu, v = cm->uold[j];
+        if (t < CM_SLOTS) cm->slot[t][x] = v;
+        else if (t == CM_JOUR_MPOS) cm->mpos[x] = v;
+        else cm->apm[x] = (uint16_t)v;
+    }
+    save_small(cm, 1);
+    cm->un = 0, cm->uon = 0;
+}
+
 /* ---- state access for snapshots (cm_snap.c) ------------------------------------- */
 
 int skv_cm_sections(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS])
 {
     int n = 0;
+    cm->fresh = 0; /* the tables may be written through sec */
     for (int k = 0; k < cm->n_slots; k++)
         sec[n++] = (skv_cm_section){cm->slot[k], (size_t)1 << cm->slot_bits, 4, SKV_CM_SEC_SLOT};
     sec[n++] = (skv_cm_section){cm->mpos, (size_t)1 << SKV_CM_MATCH_BITS, 4, SKV_CM_SEC_POS};
@@ -521,6 +600,37 @@ int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v)
     }
 }
 
+/* Loads n elements of section s from little-endian bytes at src into elements at..at+n,
+ * checking each as skv_cm_valid does (one pass, no call per element); SKV_ERR_FORMAT (the
+ * elements are then written but the caller resets the model). */
+int skv_cm_load_run(skv_cm *cm, const skv_cm_section *s, size_t at, const uint8_t *src, size_t n)
+{
+    cm->fresh = 0;
+    if (s->size == 2) {
+        uint16_t *d = (uint16_t *)s->p + at;
+        for (size_t k = 0; k < n; k++) d[k] = (uint16_t)(src[2 * k] | src[2 * k + 1] << 8);
+        return SKV_OK;
+    }
+    uint32_t *d = (uint32_t *)s->p + at, bad = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(d, src, n * 4);
+#else
+    for (size_t k = 0; k < n; k++)
+        d[k] = (uint32_t)src[4 * k] | (uint32_t)src[4 * k + 1] << 8 | (uint32_t)src[4 * k + 2] << 16 |
+               (uint32_t)src[4 * k + 3] << 24;
+#endif
+    uint32_t lim = cm->limit, nc = (uint32_t)cm->n_coded;
+    if (s->kind == SKV_CM_SEC_SLOT)
+        for (size_t k = 0; k < n; k++) bad |= (d[k] & 1023) > lim;
+    else if (s->kind == SKV_CM_SEC_POS)
+        for (size_t k = 0; k < n; k++) bad |= d[k] != 0 && d[k] >= nc;
+    else if (s->kind == SKV_CM_SEC_WEIGHT)
+        for (size_t k = 0; k < n; k++) bad |= d[k] + (uint32_t)CM_W_MAX > 2 * (uint32_t)CM_W_MAX;
+    return bad ? SKV_ERR_FORMAT : SKV_OK;
+}
+
+int skv_cm_fresh(const skv_cm *cm) { return cm->fresh; }
+
 void skv_cm_get_scalars(const skv_cm *cm, uint32_t v[SKV_CM_N_SCALARS])
 {
     v[0] = (uint32_t)cm->n_coded;
@@ -534,6 +644,7 @@ int skv_cm_set_scalars(skv_cm *cm, const uint32_t v[SKV_CM_N_SCALARS])
     if (v[0] >= UINT32_MAX || v[12] > 65535 || (v[12] && (v[11] >= v[0] || mtok < 0 || (uint32_t)mtok >= cm->V)) ||
         (!v[12] && mtok != -1))
         return SKV_ERR_FORMAT;
+    cm->fresh = 0;
     cm->n_coded = v[0];
     for (int k = 0; k < CM_SLOTS; k++) cm->hash[k] = v[1 + k];
     cm->text4 = v[9], cm->frag = v[10], cm->mptr = v[11], cm->mlen = v[12], cm->mtok = mtok;

@@ -81,6 +81,15 @@ int skv_cm_copy(skv_cm *dst, const skv_cm *src);
 int skv_cm_journal(skv_cm *cm, const skv_cm *same);
 /* A new model holding src's state (SKV_ERR_NOMEM). */
 int skv_cm_clone(const skv_cm *src, skv_cm **out);
+/* In-place use (a primed model coding a segment without a copy of its ~36 MiB): from
+ * skv_cm_undo_begin(cm, n_ids) cm logs the old value of every table element it writes and
+ * keeps its small state (mixers, match reliabilities, scalars), for at most n_ids ids coded
+ * (more: SKV_ERR_INVALID_ARG from encode / decode; priming is refused); skv_cm_undo(cm)
+ * puts it all back, so cm is again bit for bit the model of the begin. SKV_ERR_RANGE when
+ * n_ids ids could need more than 2^21 log entries (copy the model instead), SKV_ERR_NOMEM.
+ * A reset or a copy into cm ends the log without undoing. */
+int skv_cm_undo_begin(skv_cm *cm, size_t n_ids);
+void skv_cm_undo(skv_cm *cm);
 
 /* ---- state snapshot (coder/cm_snap.c, docs/coder.md 4.8) ---------------------------- */
 
@@ -104,6 +113,13 @@ void skv_cm_get_scalars(const skv_cm *cm, uint32_t v[SKV_CM_N_SCALARS]);
 int skv_cm_set_scalars(skv_cm *cm, const uint32_t v[SKV_CM_N_SCALARS]);
 /* Checks a loaded element of a section of kind `kind` (SKV_CM_SEC_*): 1 if valid. */
 int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v);
+/* n little-endian elements at src into section s (from skv_cm_sections(cm)) at elements
+ * at..at+n (the caller keeps them inside the section), each checked as skv_cm_valid does;
+ * SKV_ERR_FORMAT if one is not (some are then written: reset the model). */
+int skv_cm_load_run(skv_cm *cm, const skv_cm_section *s, size_t at, const uint8_t *src, size_t n);
+/* 1 while the tables are as skv_cm_reset left them (nothing coded, primed, copied or
+ * loaded since), so a reader need not reset again. */
+int skv_cm_fresh(const skv_cm *cm);
 /* n_vocab, slot_bits, ids coded since the reset. */
 uint32_t skv_cm_n_vocab(const skv_cm *cm);
 unsigned skv_cm_slot_bits(const skv_cm *cm);

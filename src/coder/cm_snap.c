@@ -23,12 +23,6 @@ static inline uint32_t elem_get(const skv_cm_section *s, size_t i)
     return s->size == 2 ? ((const uint16_t *)s->p)[i] : ((const uint32_t *)s->p)[i];
 }
 
-static inline void elem_put(const skv_cm_section *s, size_t i, uint32_t v)
-{
-    if (s->size == 2) ((uint16_t *)s->p)[i] = (uint16_t)v;
-    else ((uint32_t *)s->p)[i] = v;
-}
-
 size_t skv_cm_snap_bound(skv_cm *cm)
 {
     skv_cm_section sec[SKV_CM_MAX_SECTIONS];
@@ -158,11 +152,8 @@ static int read_run(rbuf *r, skv_cm *cm, const skv_cm_section *s, size_t *i)
     if (!ok || n == 0 || gap > s->n - *i || n > s->n - *i - gap || (r->len - r->at) / s->size < n)
         return SKV_ERR_FORMAT;
     *i += gap;
-    for (uint32_t k = 0; k < n; k++, r->at += s->size) {
-        uint32_t v = s->size == 2 ? skv_rd16(r->p + r->at) : skv_rd32(r->p + r->at);
-        if (!skv_cm_valid(cm, s->kind, v)) return SKV_ERR_FORMAT;
-        elem_put(s, *i + k, v);
-    }
+    if (skv_cm_load_run(cm, s, *i, r->p + r->at, n)) return SKV_ERR_FORMAT;
+    r->at += (size_t)n * s->size;
     *i += n;
     return SKV_OK;
 }
@@ -206,7 +197,7 @@ int skv_cm_snap_read(skv_cm *cm, const skv_cm_snap_id *id, const uint8_t *src, s
     skv_cm_section sec[SKV_CM_MAX_SECTIONS];
     uint32_t ns = 0;
     if (!cm || !id || (!src && len)) return SKV_ERR_INVALID_ARG;
-    skv_cm_reset(cm);
+    if (!skv_cm_fresh(cm)) skv_cm_reset(cm); /* a new model is reset already (36 MiB not written twice) */
     if (len < SNAP_HDR + 8) return SKV_ERR_FORMAT;
     if (skv_rd32(src) != SNAP_MAGIC || XXH3_64bits(src, len - 8) != skv_rd64(src + len - 8)) return SKV_ERR_FORMAT;
     rbuf r = {src, len - 8, 0};

@@ -10,13 +10,19 @@
  *
  * Side information and primed models are built once per vocabulary (per dictionary) and
  * kept for the life of the process in a small table (never freed while the process
- * runs, so a model copied from one is never pulled away). */
+ * runs, so a model copied from one is never pulled away). A segment is coded by the primed
+ * model itself under an undo log (skv_cm_undo_begin / skv_cm_undo: one thread at a time
+ * per dictionary, the others wait), or, when it is too long for the log, by a copy. */
 #include <pthread.h>
 #include "core/fpguard.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "coder/cm.h"
@@ -38,11 +44,16 @@ typedef struct {
     skv_cm *spare;         /* primed entries: a model to copy the primed state into (its pages are
                               already faulted in: a fresh clone per segment cost ~0.02 s of page
                               faults for 36 MiB), or NULL while a coder uses it */
+    int busy;              /* primed is in use: coding in place, being copied or written */
+    int32_t *hist;         /* primed entries: the dictionary's ids, then a segment's (in place) */
+    size_t hist_cap;
 } cache_entry;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static cache_entry g_cache[CACHE_N];
 static int g_n;
+static size_t g_primings; /* dictionaries primed by this process (skv_session_cm_primings) */
 
 int skv_session_cm_vocab(const struct skv_tokenizer *tk, skv_cm_vocab **out)
 {
@@ -73,6 +84,10 @@ uint64_t skv_session_dict_id(const int32_t *dict, size_t n)
     uint8_t b[4096]; /* the ids as little-endian u32, a block at a time (the same hash) */
     if (!s) return 0;
     XXH3_64bits_reset(s);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n) XXH3_64bits_update(s, dict, n * 4); /* the ids are their own little-endian bytes */
+    n = 0;
+#endif
     for (size_t i = 0; i < n;) {
         size_t k = 0;
         for (; k < sizeof b / 4 && i < n; k++, i++) skv_wr32(b + 4 * k, (uint32_t)dict[i]);
@@ -114,30 +129,32 @@ static int vocab_of(skv_model *m, const skv_cm_vocab **out)
     return rc;
 }
 
-/* Files the primed model cm as (fp, id, n); a model already there wins (cm is freed).
- * Called with g_lock held. */
-static int cache_add(const uint8_t fp[16], uint64_t id, size_t n, skv_cm *cm, cache_entry **out)
+/* Files the primed model cm as (fp, id, n), keeping a copy of the dictionary's ids; a model
+ * already there wins (cm is freed). Called with g_lock held. */
+static int cache_add(const uint8_t fp[16], uint64_t id, const int32_t *dict, size_t n, skv_cm *cm, cache_entry **out)
 {
     cache_entry *c = find(fp, id, n);
-    if (c) {
+    int32_t *h = c ? NULL : malloc((n + 1) * sizeof *h);
+    if (c || !h || g_n >= CACHE_N) {
         skv_cm_free(cm);
-    } else if (g_n < CACHE_N) {
-        c = &g_cache[g_n++];
-        *c = (cache_entry){.vb = NULL, .dict_id = id, .n_dict = n, .primed = cm};
-        memcpy(c->fp, fp, 16);
+        free(h);
+        if (!c) return SKV_ERR_NOMEM; /* more dictionaries than the table holds, or no memory */
     } else {
-        skv_cm_free(cm);
-        return SKV_ERR_NOMEM; /* more dictionaries than the table holds */
+        memcpy(h, dict, n * sizeof *h);
+        c = &g_cache[g_n++];
+        *c = (cache_entry){.vb = NULL, .dict_id = id, .n_dict = n, .primed = cm, .hist = h, .hist_cap = n + 1};
+        memcpy(c->fp, fp, 16);
     }
     if (out) *out = c;
     return SKV_OK;
 }
 
-/* A model primed by the dictionary (built on first use); dict ids < V checked. */
-static int primed_of(skv_model *m, const skv_cm_vocab *vb, const int32_t *dict, size_t n, cache_entry **out)
+/* A model primed by the dictionary (id = its skv_session_dict_id), built on first use;
+ * dict ids < V checked. */
+static int primed_of(skv_model *m, const skv_cm_vocab *vb, const int32_t *dict, size_t n, uint64_t id,
+                     cache_entry **out)
 {
     uint8_t fp[16];
-    uint64_t id = skv_session_dict_id(dict, n);
     int rc = skv_model_fingerprint(m, fp);
     if (rc) return rc;
     pthread_mutex_lock(&g_lock);
@@ -145,7 +162,7 @@ static int primed_of(skv_model *m, const skv_cm_vocab *vb, const int32_t *dict, 
     if (!c) {
         skv_cm *cm = NULL;
         rc = skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &cm);
-        if (rc == SKV_OK && (rc = skv_cm_prime(cm, dict, n)) == SKV_OK) rc = cache_add(fp, id, n, cm, &c);
+        if (rc == SKV_OK && (rc = skv_cm_prime(cm, dict, n)) == SKV_OK) rc = cache_add(fp, id, dict, n, cm, &c), g_primings++;
         else skv_cm_free(cm);
     }
     if (c) *out = c;
@@ -153,28 +170,36 @@ static int primed_of(skv_model *m, const skv_cm_vocab *vb, const int32_t *dict, 
     return rc;
 }
 
-/* The model a segment is coded with: a fresh cmv model, or a copy of the primed one
- * (into the entry's spare when it is free). *pool: the entry to give it back to. */
-static int model_for(skv_model *m, const int32_t *dict, size_t n_dict, const skv_cm_vocab **vb, skv_cm **cm,
-                     cache_entry **pool)
+/* The entry's primed model for this thread alone (waits while another thread has it). */
+static void primed_take(cache_entry *c)
 {
-    cache_entry *c = NULL;
-    int rc = vocab_of(m, vb);
-    *pool = NULL;
-    if (rc) return rc;
-    if (!n_dict) return skv_cm_create_vocab(*vb, SKV_CMV_SLOT_BITS, cm);
-    if ((rc = primed_of(m, *vb, dict, n_dict, &c))) return rc;
-    *pool = c;
+    pthread_mutex_lock(&g_lock);
+    while (c->busy) pthread_cond_wait(&g_cond, &g_lock);
+    c->busy = 1;
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void primed_give(cache_entry *c)
+{
+    pthread_mutex_lock(&g_lock);
+    c->busy = 0;
+    pthread_cond_broadcast(&g_cond);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* A copy of the primed model (taken by the caller): into the entry's spare when it is free. */
+static int copy_primed(cache_entry *c, skv_cm **cm)
+{
     pthread_mutex_lock(&g_lock);
     *cm = c->spare;
     c->spare = NULL;
     pthread_mutex_unlock(&g_lock);
-    if (*cm) return skv_cm_copy(*cm, c->primed); /* the primed model is read-only: no lock */
-    if ((rc = skv_cm_clone(c->primed, cm))) return rc;
-    return skv_cm_journal(*cm, c->primed);
+    if (*cm) return skv_cm_copy(*cm, c->primed);
+    int rc = skv_cm_clone(c->primed, cm);
+    return rc ? rc : skv_cm_journal(*cm, c->primed);
 }
 
-/* Gives a model_for model back: kept as the entry's spare, or freed. */
+/* Gives a copy back: kept as the entry's spare, or freed. */
 static void model_done(skv_cm *cm, cache_entry *pool)
 {
     if (pool && cm) {
@@ -196,6 +221,57 @@ static int32_t *history(const int32_t *dict, size_t n_dict, const int32_t *tok, 
     return h;
 }
 
+/* The model a segment of n ids is coded with, and its history (dict ++ the ids). */
+typedef struct cmv_coder {
+    skv_cm *cm;
+    cache_entry *pool; /* primed entries */
+    int in_place;      /* cm is pool->primed under its undo log, h is pool->hist */
+    int32_t *h;
+} cmv_coder;
+
+/* Room in c->hist (taken) for n_dict + n ids; 0 if there is none. */
+static int hist_room(cache_entry *c, size_t need)
+{
+    if (need <= c->hist_cap) return 1;
+    int32_t *h = need < SIZE_MAX / 4 ? realloc(c->hist, need * sizeof *h) : NULL;
+    if (h) c->hist = h, c->hist_cap = need;
+    return h != NULL;
+}
+
+/* A fresh cmv model, the primed one in place, or (too long for the undo log) a copy. */
+static int coder_open(skv_model *m, const int32_t *dict, size_t n_dict, uint64_t dict_id, const int32_t *tok, size_t n,
+                      const skv_cm_vocab **vb, cmv_coder *k)
+{
+    cache_entry *c = NULL;
+    int rc = vocab_of(m, vb);
+    *k = (cmv_coder){NULL, NULL, 0, NULL};
+    if (!rc && !n_dict) rc = skv_cm_create_vocab(*vb, SKV_CMV_SLOT_BITS, &k->cm);
+    else if (!rc && !(rc = primed_of(m, *vb, dict, n_dict, dict_id, &c))) {
+        k->pool = c;
+        primed_take(c);
+        if (n_dict < SIZE_MAX / 4 - n && hist_room(c, n_dict + n + 1) && !skv_cm_undo_begin(c->primed, n)) {
+            k->cm = c->primed, k->in_place = 1, k->h = c->hist;
+            if (n && tok) memcpy(k->h + n_dict, tok, n * sizeof *tok);
+            return SKV_OK;
+        }
+        rc = copy_primed(c, &k->cm);
+        primed_give(c);
+    }
+    if (!rc && !(k->h = history(dict, n_dict, tok, n))) rc = SKV_ERR_NOMEM;
+    return rc;
+}
+
+static void coder_close(cmv_coder *k)
+{
+    if (k->in_place) {
+        skv_cm_undo(k->cm);
+        primed_give(k->pool);
+        return;
+    }
+    free(k->h);
+    model_done(k->cm, k->pool);
+}
+
 static size_t header_bytes(size_t n_dict) { return n_dict ? 20 : 8; }
 
 static int encode_ids(skv_cm *cm, const int32_t *h, size_t n_dict, size_t n, uint8_t *dst, size_t cap, size_t *len)
@@ -211,7 +287,6 @@ int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, co
                             uint8_t **buf, size_t *cap, size_t *len)
 {
     const skv_cm_vocab *vb = NULL;
-    skv_cm *cm = NULL;
     size_t hb = header_bytes(n_dict), need = skv_cm_bound(n, (uint32_t)m->info.n_vocab), body = 0;
     if (need == SIZE_MAX || need > SIZE_MAX - hb) return SKV_ERR_NOMEM;
     if (need + hb > *cap) {
@@ -220,34 +295,42 @@ int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, co
         *buf = nb;
         *cap = need + hb;
     }
-    int32_t *h = history(dict, n_dict, tok, n);
-    cache_entry *pool = NULL;
-    int rc = h ? model_for(m, dict, n_dict, &vb, &cm, &pool) : SKV_ERR_NOMEM;
-    if (rc == SKV_OK) rc = encode_ids(cm, h, n_dict, n, *buf + hb, *cap - hb, &body);
+    uint64_t id = n_dict ? skv_session_dict_id(dict, n_dict) : 0;
+    cmv_coder k;
+    int rc = coder_open(m, dict, n_dict, id, tok, n, &vb, &k);
+    if (rc == SKV_OK) rc = encode_ids(k.cm, k.h, n_dict, n, *buf + hb, *cap - hb, &body);
     if (rc == SKV_OK) {
         skv_wr64(*buf, vb->check);
-        if (n_dict) skv_wr64(*buf + 8, skv_session_dict_id(dict, n_dict)), skv_wr32(*buf + 16, (uint32_t)n_dict);
+        if (n_dict) skv_wr64(*buf + 8, id), skv_wr32(*buf + 16, (uint32_t)n_dict);
         *len = hb + body;
     }
-    model_done(cm, pool);
-    free(h);
+    coder_close(&k);
     return rc == SKV_ERR_RANGE ? SKV_ERR_INTERNAL : rc;
 }
 
-/* The payload's header against this vocabulary and dictionary. */
-static int check_header(const seg_view *g, const skv_cm_vocab *vb, const int32_t *dict, size_t n_dict, char *err,
-                        size_t cap)
+/* The payload's header against this vocabulary and dictionary (id, n_dict). */
+static int check_header(const seg_view *g, const skv_cm_vocab *vb, uint64_t id, size_t n_dict, char *err, size_t cap)
 {
     size_t hb = header_bytes(n_dict);
     if (g->payload_bytes < hb) return skv_session_bad(err, cap, "cmv payload shorter than its header");
     if (skv_rd64(g->payload) != vb->check)
         return skv_errf(err, cap, SKV_ERR_MISMATCH, "cmv segment coded with another vocabulary side information");
-    if (n_dict && (skv_rd64(g->payload + 8) != skv_session_dict_id(dict, n_dict) ||
-                   skv_rd32(g->payload + 16) != n_dict))
+    if (n_dict && (skv_rd64(g->payload + 8) != id || skv_rd32(g->payload + 16) != n_dict))
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
                         "cmv segment primed by dictionary %016llx (%u ids), not the one given",
                         (unsigned long long)skv_rd64(g->payload + 8), skv_rd32(g->payload + 16));
     return SKV_OK;
+}
+
+/* The n ids of the range-coded stream src[0..len) into h[n_dict ..] under cm. */
+static int decode_ids(skv_cm *cm, const uint8_t *src, size_t len, int32_t *h, size_t n_dict, size_t n, char *err,
+                      size_t cap)
+{
+    skv_rangecoder_dec d;
+    int rc = skv_rangecoder_dec_init(&d, src, len);
+    for (size_t i = 0; rc == SKV_OK && i < n; i++) rc = skv_cm_decode(cm, &d, h, n_dict + i);
+    if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = SKV_ERR_FORMAT;
+    return rc ? skv_session_bad(err, cap, "corrupt cmv token stream") : SKV_OK;
 }
 
 int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int32_t *dict, size_t n_dict,
@@ -259,23 +342,18 @@ int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int
                         "codec cmvd: give the dictionary the file was written with (skv_restore_params.cm_dict)");
     if (n_dict > SKV_CMV_DICT_MAX) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "cm_dict longer than 2^24 ids");
     const skv_cm_vocab *vb = NULL;
-    skv_cm *cm = NULL;
-    skv_rangecoder_dec d;
     size_t n = g->n_tokens, hb = header_bytes(n_dict);
-    int32_t *h = history(dict, n_dict, NULL, n);
-    cache_entry *pool = NULL;
-    int rc = h ? model_for(m, dict, n_dict, &vb, &cm, &pool) : SKV_ERR_NOMEM;
+    uint64_t id = n_dict ? skv_session_dict_id(dict, n_dict) : 0;
+    cmv_coder k = {NULL, NULL, 0, NULL};
+    int rc = vocab_of(m, &vb);
+    if (rc) return skv_errf(err, cap, rc, "cannot build the cmv side information (out of memory)");
+    if ((rc = check_header(g, vb, id, n_dict, err, cap))) return rc;
+    rc = coder_open(m, dict, n_dict, id, NULL, n, &vb, &k);
     if (rc == SKV_ERR_INVALID_ARG) rc = skv_errf(err, cap, SKV_ERR_FORMAT, "cmv dictionary holds an id outside the vocabulary");
     else if (rc) rc = skv_errf(err, cap, rc, "cannot build the cmv model (out of memory)");
-    if (rc == SKV_OK) rc = check_header(g, vb, dict, n_dict, err, cap);
-    if (rc == SKV_OK && (rc = skv_rangecoder_dec_init(&d, g->payload + hb, (size_t)g->payload_bytes - hb)))
-        rc = skv_session_bad(err, cap, "corrupt cmv token stream");
-    for (size_t i = 0; rc == SKV_OK && i < n; i++)
-        if (skv_cm_decode(cm, &d, h, n_dict + i)) rc = skv_session_bad(err, cap, "corrupt cmv token stream");
-    if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = skv_session_bad(err, cap, "corrupt cmv token stream");
-    if (rc == SKV_OK) memcpy(tok, h + n_dict, n * sizeof *tok);
-    model_done(cm, pool);
-    free(h);
+    if (rc == SKV_OK) rc = decode_ids(k.cm, g->payload + hb, (size_t)g->payload_bytes - hb, k.h, n_dict, n, err, cap);
+    if (rc == SKV_OK) memcpy(tok, k.h + n_dict, n * sizeof *tok);
+    coder_close(&k);
     return rc;
 }
 
@@ -335,33 +413,103 @@ static int read_whole(const char *path, size_t max, uint8_t **buf, size_t *len, 
     return rc;
 }
 
-int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+/* The same, mapped when the file is a regular one (no copy; the pages come from the page
+ * cache). *mapped: the caller munmaps *buf, else frees it. */
+static int map_whole(const char *path, size_t max, uint8_t **buf, size_t *len, int *mapped, char *err, size_t cap)
 {
-    const skv_cm_vocab *vb = NULL;
-    uint8_t fp[16], *buf = NULL;
-    skv_cm_snap_id id;
-    skv_cm *cm = NULL;
-    size_t len = 0;
-    int rc = path ? snap_who(m, dict, n, &vb, fp, &id, err, cap)
-                  : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
-    if (!rc && (rc = skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &cm))) rc = skv_errf(err, cap, rc, "out of memory");
-    if (!rc) rc = read_whole(path, skv_cm_snap_bound(cm), &buf, &len, err, cap);
-    if (!rc && (rc = skv_cm_snap_read(cm, &id, buf, len))) {
-        if (rc == SKV_ERR_MISMATCH || rc == SKV_ERR_UNSUPPORTED)
-            rc = skv_errf(err, cap, SKV_ERR_MISMATCH, "cmvd snapshot %s is for another model, dictionary or version", path);
-        else if (rc == SKV_ERR_FORMAT)
-            rc = skv_errf(err, cap, rc, "cmvd snapshot %s is damaged (delete it: it is rebuilt from the dictionary)", path);
-        else rc = skv_errf(err, cap, rc, "cannot load the cmvd snapshot %s", path);
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), fl = MAP_PRIVATE;
+    void *p = MAP_FAILED;
+    *mapped = 0;
+    if (fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= max) {
+#ifdef MAP_POPULATE
+        fl |= MAP_POPULATE; /* one call maps every page instead of a fault per 64 KiB */
+#endif
+        p = mmap(NULL, (size_t)st.st_size, PROT_READ, fl, fd, 0);
     }
-    free(buf);
+    if (fd >= 0) close(fd);
+    if (p == MAP_FAILED) return read_whole(path, max, buf, len, err, cap); /* the checks and messages */
+    *buf = p, *len = (size_t)st.st_size, *mapped = 1;
+    return SKV_OK;
+}
+
+size_t skv_session_cm_primings(void)
+{
+    pthread_mutex_lock(&g_lock);
+    size_t n = g_primings;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+int skv_session_cm_dict_have(skv_model *m, uint64_t id, size_t n)
+{
+    uint8_t fp[16];
+    if (!m || skv_model_fingerprint(m, fp)) return 0;
+    pthread_mutex_lock(&g_lock);
+    int have = find(fp, id, n) != NULL;
+    pthread_mutex_unlock(&g_lock);
+    return have;
+}
+
+/* The model cm (new, for the snapshot id) takes the snapshot bytes of the file or store
+ * record `what` and joins the cache of primed models; cm is freed on error. */
+static int read_snap(skv_cm *cm, const uint8_t fp[16], const skv_cm_snap_id *id, const int32_t *dict, size_t n,
+                     const uint8_t *buf, size_t len, const char *what, char *err, size_t cap)
+{
+    int rc = len > skv_cm_snap_bound(cm) ? SKV_ERR_FORMAT : skv_cm_snap_read(cm, id, buf, len);
+    if (rc == SKV_ERR_MISMATCH || rc == SKV_ERR_UNSUPPORTED)
+        rc = skv_errf(err, cap, SKV_ERR_MISMATCH, "cmvd snapshot %s is for another model, dictionary or version", what);
+    else if (rc == SKV_ERR_FORMAT)
+        rc = skv_errf(err, cap, rc, "cmvd snapshot %s is damaged (delete it: it is rebuilt from the dictionary)", what);
+    else if (rc) rc = skv_errf(err, cap, rc, "cannot load the cmvd snapshot %s", what);
     if (rc) {
         skv_cm_free(cm);
         return rc;
     }
     pthread_mutex_lock(&g_lock);
-    rc = cache_add(fp, id.dict_id, n, cm, NULL);
+    rc = cache_add(fp, id->dict_id, dict, n, cm, NULL);
     pthread_mutex_unlock(&g_lock);
     return rc ? skv_errf(err, cap, rc, "more than %d cmv models in this process", CACHE_N) : SKV_OK;
+}
+
+/* The snapshot identity of (m, dict) and a new model to read it into; with skip_held, *cm
+ * stays NULL when the process holds that primed model already (nothing to load). */
+static int snap_target(skv_model *m, const int32_t *dict, size_t n, int skip_held, uint8_t fp[16], skv_cm_snap_id *id,
+                       skv_cm **cm, char *err, size_t cap)
+{
+    const skv_cm_vocab *vb = NULL;
+    int rc = snap_who(m, dict, n, &vb, fp, id, err, cap);
+    *cm = NULL;
+    if (rc || (skip_held && skv_session_cm_dict_have(m, id->dict_id, n))) return rc;
+    if ((rc = skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, cm))) return skv_errf(err, cap, rc, "out of memory");
+    return SKV_OK;
+}
+
+int skv_session_cm_dict_load_mem(skv_model *m, const int32_t *dict, size_t n, const uint8_t *buf, size_t len,
+                                 char *err, size_t cap)
+{
+    uint8_t fp[16];
+    skv_cm_snap_id id;
+    skv_cm *cm = NULL;
+    if (!buf && len) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot bytes");
+    int rc = snap_target(m, dict, n, 1, fp, &id, &cm, err, cap);
+    return rc || !cm ? rc : read_snap(cm, fp, &id, dict, n, buf, len, "(store record)", err, cap);
+}
+
+int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+{
+    uint8_t fp[16], *buf = NULL;
+    skv_cm_snap_id id;
+    skv_cm *cm = NULL;
+    size_t len = 0;
+    int mapped = 0, rc = path ? snap_target(m, dict, n, 0, fp, &id, &cm, err, cap)
+                              : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
+    if (rc || !cm) return rc;
+    if ((rc = map_whole(path, skv_cm_snap_bound(cm), &buf, &len, &mapped, err, cap))) skv_cm_free(cm);
+    else rc = read_snap(cm, fp, &id, dict, n, buf, len, path, err, cap);
+    if (mapped) munmap(buf, len);
+    else free(buf);
+    return rc;
 }
 
 /* buf[0..len) into path through a temporary file and a rename (never half a file). */
@@ -381,18 +529,32 @@ static int write_whole(const char *path, const uint8_t *buf, size_t len, char *e
     return ok ? SKV_OK : skv_errf(err, cap, SKV_ERR_IO, "cannot write the cmvd snapshot %s", path);
 }
 
-int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, uint8_t **buf, size_t *len, char *err,
+                                 size_t cap)
 {
     const skv_cm_vocab *vb = NULL;
-    uint8_t fp[16], *buf = NULL;
+    uint8_t fp[16];
     skv_cm_snap_id id;
     cache_entry *c = NULL;
-    size_t len = 0, bound;
-    int rc = path ? snap_who(m, dict, n, &vb, fp, &id, err, cap)
+    size_t bound = 0;
+    int rc = snap_who(m, dict, n, &vb, fp, &id, err, cap);
+    *buf = NULL;
+    if (!rc && (rc = primed_of(m, vb, dict, n, id.dict_id, &c))) rc = skv_errf(err, cap, rc, "cannot prime the cmvd model");
+    if (rc) return rc;
+    primed_take(c);
+    if (!(*buf = malloc(bound = skv_cm_snap_bound(c->primed)))) rc = skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    else if ((rc = skv_cm_snap_write(c->primed, &id, *buf, bound, len))) rc = skv_errf(err, cap, rc, "cannot snapshot the cmvd model");
+    primed_give(c);
+    if (rc) free(*buf), *buf = NULL;
+    return rc;
+}
+
+int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = path ? skv_session_cm_dict_snapshot(m, dict, n, &buf, &len, err, cap)
                   : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
-    if (!rc && (rc = primed_of(m, vb, dict, n, &c))) rc = skv_errf(err, cap, rc, "cannot prime the cmvd model");
-    if (!rc && !(buf = malloc(bound = skv_cm_snap_bound(c->primed)))) rc = skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-    if (!rc && (rc = skv_cm_snap_write(c->primed, &id, buf, bound, &len))) rc = skv_errf(err, cap, rc, "cannot snapshot the cmvd model");
     if (!rc) rc = write_whole(path, buf, len, err, cap);
     free(buf);
     return rc;

@@ -7,7 +7,15 @@
  *
  * id = XXH3-64 of the ids as little-endian u32 (skv_session_dict_id, what a cmvd payload
  * names); n is 1 .. 2^20, every id < n_vocab. Records are never changed (a new training
- * writes a new one); the "tier" record names the current one. */
+ * writes a new one); the "tier" record names the current one.
+ *
+ *   meta "dictcm.<id>" -> the snapshot of the cm model primed by that dictionary (codec
+ *                         cmvd's coder, docs/coder.md 4.8: its own magic, version, model
+ *                         kind, dictionary id and length, XXH3-64), written by training
+ *
+ * A process that needs the primed model and does not hold it yet loads the snapshot
+ * instead of priming (~10 us per id); a missing or unusable one (an older store, another
+ * build's format) costs the priming, never the restore. */
 #include <stdio.h>
 #include "core/fpguard.h"
 #include <stdlib.h>
@@ -22,6 +30,21 @@
 #define DICT_DEFAULT 65536u
 
 static void dict_key(char key[22], uint64_t id) { snprintf(key, 22, "dict.%016llx", (unsigned long long)id); }
+static void snap_key(char key[24], uint64_t id) { snprintf(key, 24, "dictcm.%016llx", (unsigned long long)id); }
+
+/* Writes dictionary (id, ids[n])'s "dictcm" record (the model primed now if need be). */
+static int snap_put(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
+{
+    char key[24], err[256];
+    uint8_t *b = NULL;
+    size_t len = 0;
+    int rc = skv_session_cm_dict_snapshot(t->st->model, ids, n, &b, &len, err, sizeof err);
+    snap_key(key, id);
+    if (rc) return store_err(t->st, rc, "cannot snapshot the dictionary's cm model: %s", err);
+    rc = store_put(t, TB_META, key, 23, b, len);
+    free(b);
+    return rc;
+}
 
 static int dict_bad(tx *t, uint64_t id, const char *what)
 {
@@ -29,6 +52,23 @@ static int dict_bad(tx *t, uint64_t id, const char *what)
     return store_err(t->st, SKV_ERR_FORMAT,
                      "store dictionary %016llx %s: the nodes coded with it cannot be restored (restore the store "
                      "from a backup)", (unsigned long long)id, what);
+}
+
+/* The primed model of dictionary (id, ids[n]) from its "dictcm" record, unless the process
+ * holds it already. A record that is missing or unusable (a store trained by an older
+ * build) is left to the priming, and written by a write transaction (the next process
+ * loads it). */
+static int snap_load(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
+{
+    char key[24], err[256];
+    const uint8_t *v;
+    size_t vn;
+    if (skv_session_cm_dict_have(t->st->model, id, n)) return SKV_OK;
+    snap_key(key, id);
+    if (t->st->be->ops->get(t->bt, TB_META, key, 23, STORE_NOWATCH, &v, &vn) == SKV_OK &&
+        skv_session_cm_dict_load_mem(t->st->model, ids, n, v, vn, err, sizeof err) == SKV_OK)
+        return SKV_OK;
+    return t->write ? snap_put(t, id, ids, n) : SKV_OK;
 }
 
 int store_dict_get(tx *t, uint64_t id, uint32_t n, int32_t **ids)
@@ -60,7 +100,11 @@ int store_dict_get(tx *t, uint64_t id, uint32_t n, int32_t **ids)
         *ids = NULL;
         return dict_bad(t, id, "does not match its id");
     }
-    return SKV_OK;
+    if ((rc = snap_load(t, id, *ids, n))) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return rc;
 }
 
 int store_dict_put(tx *t, const int32_t *ids, uint32_t n, uint64_t *id)
@@ -117,6 +161,7 @@ static int train_tx(tx *t, void *u)
     if (rc < 0) rc = store_trie_err(t->st, rc, "dictionary training");
     else if (tr.n == 0) rc = store_err(t->st, SKV_ERR_INVALID_ARG, "the store holds no sessions to train on");
     if (!rc) rc = store_dict_put(t, tr.ids, tr.n, &a->id);
+    if (!rc) rc = snap_put(t, a->id, tr.ids, tr.n);
     if (!rc) {
         r.dict_id = a->id;
         r.dict_n = a->n = tr.n;
