@@ -27,18 +27,8 @@
 #define MAXN 700 /* longest row of the kernel checks */
 #define N_TOK 200 /* engine checks: 4 key blocks of 64 positions */
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 /* Tokens of the scalar engine runs: 2 key blocks under sanitizers (see the top). */
-#define N_TOK_SCALAR (SANITIZED ? 72 : N_TOK)
+#define N_TOK_SCALAR (TEST_SANITIZED ? 72 : N_TOK)
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 
@@ -160,7 +150,7 @@ static void engine_orders(void)
             for (int pl = 0; pl < 3; pl++) {
                 int scalar = kernels[k] == SKV_KERNELS_SCALAR;
                 if (scalar && (pl == 2 || t == 2)) continue; /* slow; the same code */
-                if (scalar && SANITIZED && pl == 0) continue;  /* see the top of the file */
+                if (scalar && TEST_SANITIZED && pl == 0) continue;  /* see the top of the file */
                 const size_t *plan = scalar && N_TOK_SCALAR != N_TOK && pl == 1 ? odd_short : plans[pl];
                 const outcome *want = scalar ? &ref_s : &ref;
                 CHECK(run(m, t, kernels[k], plan, tok, scalar ? N_TOK_SCALAR : N_TOK, &o));
