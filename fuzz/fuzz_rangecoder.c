@@ -9,7 +9,10 @@
  *               v = h[2] | h[3] << 8: 1..4096, smaller sizes more often (15 of 16 values
  *               of the top nibble shift the size down: each input costs about its size)
  * (a) The body is decoded as a stream: every decoded symbol must lie in
- *     range and its interval must hold the target; update must accept it.
+ *     range and its interval must hold the target; update must accept it. Past the
+ *     body the decoder reads zeros: decoding stops TAIL bytes after a real stream's
+ *     end (MAXSYM symbols of zeros cost most of the time on short bodies and add
+ *     nothing the first TAIL bytes of zeros do not).
  * (b) Symbols derived from the body are encoded and decoded back: any
  *     mismatch aborts. Encoding into one byte less than needed must fail
  *     with SKV_ERR_RANGE without writing outside the buffer (ASan). */
@@ -22,6 +25,7 @@
 
 #define MAXV 4096
 #define MAXSYM 600
+#define TAIL 8 /* virtual zero bytes decoded beyond a stream's end (SKV_RC_INIT_BYTES) */
 
 static float logits[MAXV];
 static uint32_t freq[MAXV], cum[MAXV + 1], freq2[MAXV], cum2[MAXV + 1];
@@ -48,7 +52,7 @@ static void decode_garbage(const uint8_t *body, size_t size, size_t n, unsigned 
 {
     skv_rangecoder_dec d;
     skv_rangecoder_dec_init(&d, body, size);
-    for (int i = 0; i < MAXSYM; i++) {
+    for (int i = 0; i < MAXSYM && d.pos <= size + SKV_RC_INIT_BYTES + TAIL; i++) {
         uint32_t t = 0;
         size_t s;
         int st = pow2 ? skv_rangecoder_dec_get_freq_pow2(&d, bits, &t)
