@@ -18,7 +18,9 @@ GEOM_TEXT = {"tinyllama-1.1b": "TinyLlama-1.1B geometry (22 layers, 2048 wide, 3
 TYPES = ["F16", "Q8_0", "Q4_0", "Q4_K_M"]
 # Read bandwidth of one thread in GB per CPU-second: scripts/peer/membw.c (eight interleaved
 # streams over 1 GiB, best of 5 passes, process CPU time), measured on the machine of the table.
-MEMBW = {"gb_per_cpu_s": 13.8, "when": "2026-12-01 ~16:30 UTC, load ~9"}
+MEMBW = {"gb_per_cpu_s": 13.8, "when": "2026-12-01 ~16:30 UTC, load ~9, the best of the runs; re-measured "
+         "2026-12-02 00:34 UTC during a CI run at load 2.2: 11.3-12.1 GB per CPU-second with 4-16 streams, "
+         "so the percentages below, taken against 13.8, are the conservative ones"}
 
 
 def sh(cmd):
