@@ -2,8 +2,8 @@
  * records were damaged by someone else.
  *
  * Setup (once): a store of four sessions sharing prefixes (nodes in every tier: kv, cmvd,
- * with the dictionary and tier records; docs/store.md "Tiers"), made with the stories260K model
- * (../shared, $SEQKV_SHARED; else the bundled models/kjv-4m.gguf), in a fresh directory
+ * with the dictionary and tier records; docs/store.md "Tiers"), made with the fuzzing model
+ * fuzz/models/tiny.gguf ($SEQKV_FUZZ_STORE_MODEL overrides), in a fresh directory
  * under /dev/shm (else $TMPDIR, /tmp), removed at exit; its data file is kept in memory,
  * and every record of every table (meta: header, state, model path; nodes; children;
  * sessions; KV blobs) is listed. With $FUZZ_STORE_SEEDS set to a directory, one seed per
@@ -56,18 +56,13 @@ static struct {
 
 static const char *const ses_name[N_SES] = {"alpha", "beta", "gamma", "delta"};
 
+/* $SEQKV_FUZZ_STORE_MODEL, else the fuzzing model fuzz/models/tiny.gguf (2 layers, n_embd
+ * 16): a verified get of a session stored without KV recomputes it, and the seeds' record
+ * indices are those of a store made with this model. */
 static int load_model(void)
 {
-    static const char *cands[] = {"../shared", "../../shared"};
-    const char *env = getenv("SEQKV_SHARED");
-    char path[1024];
-    for (size_t i = 0; i < 3; i++) {
-        const char *dir = i == 0 ? env : cands[i - 1];
-        if (!dir || !*dir) continue;
-        snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", dir);
-        if (skv_model_load(path, NULL, &g.model, NULL, 0) == SKV_OK) return 0;
-    }
-    return skv_model_load("models/kjv-4m.gguf", NULL, &g.model, NULL, 0) == SKV_OK ? 0 : -1;
+    const char *env = getenv("SEQKV_FUZZ_STORE_MODEL");
+    return skv_model_load(env && *env ? env : "fuzz/models/tiny.gguf", NULL, &g.model, NULL, 0) == SKV_OK ? 0 : -1;
 }
 
 /* Three sessions: 30 tokens, its first 12 plus 10 others, its first 20 (splits, an end
