@@ -72,8 +72,9 @@ static void setup(void)
     const char *m = getenv("SEQKV_FUZZ_HTTP_MODEL");
     snprintf(dir, sizeof dir, "/tmp/fuzz-http-XXXXXX");
     if (!mkdtemp(dir)) abort();
-    S.p = (skv_server_params){.model_path = m && *m ? m : "fuzz/models/tiny.gguf", .host = "127.0.0.1", .api_key = "fuzzkey",
-                              .parallel = 1, .n_ctx = 64, .n_threads = 1, .cache_budget = -1, .slot_save_path = dir};
+    S.p = (skv_server_params){.model_path = m && *m ? m : "fuzz/models/tiny.gguf", .host = "127.0.0.1",
+                              .api_key = "fuzzkey", .parallel = 1, .n_ctx = 64, .n_threads = 1, .cache_budget = -1,
+                              .slot_save_path = dir};
     S.t_start = srv_unix_now();
     if (srv_load(&S)) abort();
     atomic_store(&S.ready, 1);

@@ -14,12 +14,13 @@
  *               get past the checksums
  *   mode bit 1: delete the record instead
  *   mode bit 2: also run gc (check, demote / refill to the budget)
- * Per input the pristine data file is written back, the one record is changed with LMDB
- * directly, and the store is opened and used: list, stats, match, a verified get of every
+ * Per input the one record is changed with LMDB directly in an edit copy of the pristine
+ * store (kept open for the run, the record put back after), the result copied to work/,
+ * and that store is opened and used: list, stats, match, a verified get of every
  * listed session (at most 4), remove of a session that does not exist.
  * Checks (abort on violation): open either succeeds or fails with a message; every call
  * that fails leaves a message (skv_store_last_error) and a known status; a verified get
- * that succeeds returns the tokens of one of the three sessions, whole. ASan / LSan: no
+ * that succeeds returns the tokens of one of the four sessions, whole. ASan / LSan: no
  * bad access and no leak, whatever the record says. */
 #include <lmdb.h>
 #include <stdint.h>
