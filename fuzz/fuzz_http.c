@@ -7,8 +7,9 @@
  *     (Authorization: V | X-Api-Key: V) LF ...   (other header lines are ignored)
  *     LF
  *     BODY
- * The server is set up once: the bundled model (SEQKV_FUZZ_HTTP_MODEL overrides), one slot
- * of 64 positions, API key "fuzzkey", a temporary --slot-save-path (emptied after each
+ * The server is set up once: the fuzzing model fuzz/models/tiny.gguf (2 layers, n_embd 16:
+ * the request path, not the model, is what is fuzzed; SEQKV_FUZZ_HTTP_MODEL overrides), one
+ * slot of 64 positions, API key "fuzzkey", a temporary --slot-save-path (emptied after each
  * input). Every reply is checked: a status in 200..599, a JSON reply that parses, an
  * error reply in llama-server's envelope with code == status. A stream is read to its
  * end. Any violation, crash, sanitizer report or leak is a bug. SEQKV_FUZZ_HTTP_VERBOSE=1
@@ -71,8 +72,9 @@ static void setup(void)
     const char *m = getenv("SEQKV_FUZZ_HTTP_MODEL");
     snprintf(dir, sizeof dir, "/tmp/fuzz-http-XXXXXX");
     if (!mkdtemp(dir)) abort();
-    S.p = (skv_server_params){.model_path = m ? m : "models/kjv-4m.gguf", .host = "127.0.0.1", .api_key = "fuzzkey",
-                              .parallel = 1, .n_ctx = 64, .n_threads = 1, .cache_budget = -1, .slot_save_path = dir};
+    S.p = (skv_server_params){.model_path = m && *m ? m : "fuzz/models/tiny.gguf", .host = "127.0.0.1",
+                              .api_key = "fuzzkey", .parallel = 1, .n_ctx = 64, .n_threads = 1, .cache_budget = -1,
+                              .slot_save_path = dir};
     S.t_start = srv_unix_now();
     if (srv_load(&S)) abort();
     atomic_store(&S.ready, 1);

@@ -11,17 +11,18 @@
  * Checks (abort on violation):
  * - skv_session_open accepts, or rejects with a non-empty message; what it accepts is
  *   consistent (segment counts add up, codec known, one segment unless segmented);
- * - with the stories260K model (../shared, or $SEQKV_SHARED), every segment (at most
- *   MAX_TOKENS in all, each at most CTX) is restored twice: token by token without
+ * - with the fuzzing model fuzz/models/tiny.gguf ($SEQKV_FUZZ_SESSION_MODEL overrides), every
+ *   segment (at most MAX_TOKENS in all, each at most CTX) is restored twice: token by token without
  *   verification, and speculatively with verification. Differential oracle: the
  *   speculative decoder must fail exactly when the token-by-token one does (same status),
  *   and otherwise give the same tokens, succeeding iff the regenerated KV matches the
  *   stored digest (else SKV_ERR_MISMATCH). Restored tokens are in the vocabulary and the
  *   context holds exactly the segment's positions.
  * Without the model only skv_session_open is exercised.
- * Quantized-KV codecs (2..8) are also decoded without any model (skv_session_restore_kv,
+ * The KV codecs (2..8 and pred) are also decoded without any model (skv_session_restore_kv,
  * with verification, whatever the mode): it fails with a known status and a message, or
- * returns tokens in the vocabulary; a second decode gives the same bits.
+ * returns tokens in the vocabulary; a second decode gives the same bits. The other codecs
+ * have no KV description (SKV_ERR_UNSUPPORTED).
  *
  * Corpus (fuzz/corpus/session, each file = mode byte + file): valid_* are files of both
  * codecs written by `seqkv compress` (KJV Gen 1:1, Gen 3:1, a stories sentence) and by the
@@ -32,7 +33,11 @@
  * valid_kv_* are stories260K files of the quantized-KV codecs (f16 q8 q4 tq2 tq3 tq4, kvq
  * k=tq4,v=tq2p,seed=3), openonly_kv_kjv_tq3 one of the bundled KJV model; fix_kv_* are
  * crafted from valid_kv_tq3 (sub-header sizes, schemes, geometry, codec id, a KV byte, a
- * NaN norm, the token frame). */
+ * NaN norm, the token frame). Those were made with stories260K (the restores ran it until
+ * 2026-12-02): under the tiny model their model-coded segments decode to other tokens and
+ * fail verification, the rest of each input is read as before. tiny_* are the tiny
+ * model's (written by the harness itself: FUZZ_SESSION_SEEDS=DIR, fuzz/models/make_seeds.sh):
+ * every codec but cmvd, one and several segments, verified success, a digest mismatch. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,18 +59,16 @@ static skv_ctx *g_ctx;
 static uint8_t g_fp[16];
 static int g_init;
 
+static void write_seeds(const char *dir);
+
+/* The model the restores run: $SEQKV_FUZZ_SESSION_MODEL, else the fuzzing model
+ * fuzz/models/tiny.gguf (2 layers, n_embd 16: the restores' forward costs little; the
+ * tiny_* seeds are tied to its fingerprint). */
 static void load_model(void)
 {
-    static const char *cands[] = {"../shared", "../../shared"};
-    const char *env = getenv("SEQKV_SHARED");
-    char path[1024];
+    const char *env = getenv("SEQKV_FUZZ_SESSION_MODEL");
     g_init = 1;
-    for (size_t i = 0; i < 3 && !g_model; i++) {
-        const char *dir = i == 0 ? env : cands[i - 1];
-        if (!dir || !*dir) continue;
-        snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", dir);
-        if (skv_model_load(path, NULL, &g_model, NULL, 0) != SKV_OK) g_model = NULL;
-    }
+    if (skv_model_load(env && *env ? env : "fuzz/models/tiny.gguf", NULL, &g_model, NULL, 0) != SKV_OK) g_model = NULL;
     if (!g_model) return;
     skv_ctx_params cp = skv_ctx_default_params();
     cp.n_ctx = CTX;
@@ -74,7 +77,9 @@ static void load_model(void)
         skv_model_free(g_model);
         g_ctx = NULL;
         g_model = NULL;
+        return;
     }
+    if (getenv("FUZZ_SESSION_SEEDS")) write_seeds(getenv("FUZZ_SESSION_SEEDS"));
 }
 
 static void fix_checksums(uint8_t *d, size_t size)
@@ -135,17 +140,33 @@ static void restore_all(const skv_session *s, const skv_session_info *si, int dr
     }
 }
 
-/* Model-free decoding of every segment of a quantized-KV session. */
+/* Codecs whose payload holds the KV (skv_session_segment_kv_info describes it). */
+static int kv_codec(int codec)
+{
+    return (codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ) || codec == SKV_CODEC_PRED;
+}
+
+/* Model-free decoding of every segment of a quantized-KV session; the other codecs have
+ * no KV description (SKV_ERR_UNSUPPORTED). */
 static void restore_kv_all(const skv_session *s, const skv_session_info *si)
 {
     static int32_t tok[1 << 16];
     for (uint32_t i = 0; i < si->n_segments; i++) {
         skv_session_kv_info ki;
         uint32_t nt = 0;
-        if (skv_session_segment_kv_info(s, i, &ki) != SKV_OK) abort();
+        int krc = skv_session_segment_kv_info(s, i, &ki);
+        if (!kv_codec(si->codec)) {
+            if (krc != SKV_ERR_UNSUPPORTED) abort();
+            return;
+        }
+        if (krc != SKV_OK) abort();
         skv_session_segment_info(s, i, &nt, NULL, NULL);
         size_t nf = (size_t)ki.n_layer * 2 * (size_t)ki.n_head_kv * nt * (size_t)ki.head_dim;
-        if (ki.kv_bytes != nt * ki.position_bytes || nt > sizeof tok / sizeof *tok) abort();
+        /* per-vector codecs: a fixed size per position; pred: the mean, rounded up */
+        uint64_t lo = si->codec == SKV_CODEC_PRED ? nt * (ki.position_bytes - 1) + 1 : nt * ki.position_bytes;
+        if (nt == 0 || ki.position_bytes == 0 || ki.kv_bytes < lo || ki.kv_bytes > nt * ki.position_bytes ||
+            nt > sizeof tok / sizeof *tok)
+            abort();
         if (nf > ((size_t)1 << 24)) continue; /* speed: bounded by the input size anyway */
         float *a = malloc(nf * sizeof *a), *b = malloc(nf * sizeof *b);
         if (!a || !b) abort();
@@ -159,6 +180,79 @@ static void restore_kv_all(const skv_session *s, const skv_session_info *si)
         if (rc == SKV_OK && (rc2 != SKV_OK || memcmp(a, b, nf * sizeof *a))) abort(); /* deterministic */
         free(a);
         free(b);
+    }
+}
+
+/* ---- seeds tied to the model ($FUZZ_SESSION_SEEDS=DIR writes them: fuzz/models/make_seeds.sh) */
+
+static void write_seed(const char *dir, const char *name, uint8_t mode, const uint8_t *d, size_t n)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    if (fputc(mode, f) == EOF || fwrite(d, 1, n, f) != n) fprintf(stderr, "fuzz_session: cannot write %s\n", path);
+    fclose(f);
+}
+
+/* The file of tokens tok[0..n) under codec name (n_ctx > 0: segmented at n_ctx). */
+static int encode(const char *codec, const int32_t *tok, size_t n, int n_ctx, unsigned total_bits, uint8_t **d,
+                  size_t *size)
+{
+    skv_encoder_params ep = skv_encoder_default_params();
+    skv_encoder *e = NULL;
+    ep.codec = skv_codec_parse(codec);
+    ep.n_ctx = n_ctx > 0 ? n_ctx : CTX;
+    ep.segment = n_ctx > 0;
+    ep.total_bits = total_bits;
+    ep.n_threads = 1;
+    if (ep.codec == SKV_CODEC_KVQ) ep.kv_quant = "k=tq4,v=tq2p,seed=3";
+    int rc = skv_encoder_create(g_model, &ep, &e, NULL, 0);
+    if (!rc) rc = skv_encoder_append(e, tok, n, NULL);
+    if (!rc) rc = skv_encoder_finish(e, d, size);
+    skv_encoder_free(e);
+    if (rc) fprintf(stderr, "fuzz_session: no %s seed (%d)\n", codec, rc);
+    return rc;
+}
+
+/* tiny_<codec>_<seq>: every codec the harness restores (cmvd needs a dictionary the restore
+ * is not given) over a 12-token text, and segmented (20 tokens, n_ctx 8); for tokens and
+ * model also one token, a repeating text (n-gram drafts accepted) and total_bits 16; and
+ * model-codec files damaged after encoding for mode 1 (checksums recomputed): a flipped
+ * digest (decodes, then SKV_ERR_MISMATCH) and a flipped payload bit. */
+static void write_seeds(const char *dir)
+{
+    static const char *const codecs[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq",
+                                         "cm", "pred", "cmv"};
+    skv_model_info mi;
+    int32_t a[20], rep[30];
+    uint8_t *d = NULL;
+    size_t n = 0;
+    char name[128];
+    skv_model_get_info(g_model, &mi);
+    a[0] = rep[0] = 1;
+    for (int i = 1; i < 20; i++) a[i] = (int32_t)(3 + (i * 37 + 11) % (mi.n_vocab - 3));
+    for (int i = 1; i < 30; i++) rep[i] = (int32_t)(3 + (i % 5) * 41);
+    for (size_t c = 0; c < sizeof codecs / sizeof *codecs; c++) {
+        const char *cn = codecs[c];
+        int tm = !strcmp(cn, "tokens") || !strcmp(cn, "model");
+        struct { const char *seq; const int32_t *tok; size_t n; int n_ctx; unsigned tb; int on; } v[] = {
+            {"a", a, 12, 0, 0, 1}, {"seg", a, 20, 8, 0, 1}, {"one", a, 1, 0, 0, tm}, {"rep", rep, 30, 0, 0, tm},
+            {"tb16", a, 12, 0, 16, !strcmp(cn, "model")}};
+        for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
+            if (!v[k].on || encode(cn, v[k].tok, v[k].n, v[k].n_ctx, v[k].tb, &d, &n)) continue;
+            snprintf(name, sizeof name, "tiny_%s_%s", cn, v[k].seq);
+            write_seed(dir, name, 0, d, n);
+            if (!strcmp(cn, "model") && !strcmp(v[k].seq, "a") && n > HDR + SEGHDR + 8) {
+                d[HDR + 16] ^= 1; /* the segment's kv_digest */
+                write_seed(dir, "tiny_model_a_digest_flip", 1, d, n);
+                d[HDR + 16] ^= 1;
+                d[n - 9] ^= 0x10; /* the payload's last byte */
+                write_seed(dir, "tiny_model_a_payload_flip", 1, d, n);
+            }
+            free(d);
+            d = NULL;
+        }
     }
 }
 
@@ -207,7 +301,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (total != si.n_tokens || !skv_codec_name(si.codec) ||
         (!si.segmented && si.n_segments > 1) || si.file_bytes != n)
         abort();
-    if (si.codec >= SKV_CODEC_F16) restore_kv_all(s, &si);
+    restore_kv_all(s, &si);
     if (g_model && !(mode & 16)) restore_all(s, &si, draft_max[(mode >> 2) & 3]);
     skv_session_free(s);
     return 0;
