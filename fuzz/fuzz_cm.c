@@ -8,19 +8,31 @@
  * (b) Whatever was decoded (or the body's bytes as ids when decoding failed) is encoded
  *     and decoded back: any difference aborts. Encoding into one byte less than the
  *     stream needs must fail with SKV_ERR_RANGE without writing outside (ASan).
- * (c) Every 8th input of a process (the first included), the same through
+ * (c) Every 64th input of a process (the first included; every 8th in the replay of
+ *     make test, tests/fuzz_replay.c), the same through
  *     skv_cm_decode_tokens / skv_cm_encode_tokens (a fresh model per call): every status,
  *     id, size and byte must equal (a) and (b)'s.
  *
- * Speed: a model is 5.3 MiB of tables, and the one-shot calls make a fresh one each: four
- * per input, each mapped and faulted in anew under ASan (13-25 inputs a second). (a) and
- * (b) therefore code with the streaming API (skv_cm_reset, then skv_cm_decode /
- * skv_cm_encode, as the one-shot calls do inside) on models kept across inputs, one per
- * vocabulary size for the last few sizes (a mutated input mostly keeps its parent's
- * header). (c) is the proof that a reset model codes exactly as a fresh one, whatever it
- * coded before. (c) is chosen by a count, not by the input's bytes: a byte would be kept
- * by most mutations, so the cost would follow the corpus. A finding of (c) can depend on
- * the inputs before it (replay the run's corpus in order). */
+ * Speed (each change measured, docs/reliability.md "Making the slow targets fast"): a
+ * model is 5.3 MiB of tables, and making one costs about 6.5 CPU ms under ASan (its pages
+ * mapped and faulted in anew, unmapped at free). (a) and (b) therefore code with the
+ * streaming API (skv_cm_decode / skv_cm_encode from a reset model, as the one-shot calls
+ * do inside) on models kept across inputs, one per vocabulary size for the last KEEP
+ * sizes. A kept model is at the reset state between streams: each stream is coded under
+ * an undo log (skv_cm_undo_begin, then skv_cm_undo), which puts back only the elements
+ * the stream wrote instead of rewriting the 5.3 MiB a reset writes; every 8th input (the
+ * 5th of each 8) goes back with skv_cm_reset after each stream instead, so both ways back
+ * are fuzzed. (c) is the proof that a kept model codes exactly as a fresh one, whatever
+ * it coded before and however it got back (an undo or a reset that left state from an
+ * earlier stream makes the next compared input of that size differ). (c) makes four fresh
+ * models (26 CPU ms): at every 64th input it runs about as often per CPU second as it did
+ * at every 8th before the kept models. (c) and the resets are chosen by a count, not by
+ * the input's bytes: a byte would be kept by most mutations, so the cost would follow the
+ * corpus. A finding of (c) can depend on the inputs before it (replay the run's corpus in
+ * order). A new vocabulary size needs a new model: the custom mutator below keeps the
+ * header in 7 of 8 mutations (libFuzzer's own mutations of the whole input changed it in
+ * about one input of 5).
+ */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,23 +40,30 @@
 #include "coder/cm.h"
 
 #define MAXN 256
-#define KEEP 4 /* models kept, one per vocabulary size */
+#define HDR 4
+#define KEEP 16 /* models kept, one per vocabulary size (85 MiB) */
+#define RESET_EVERY 8
+#ifdef FUZZ_NAME /* the replay of make test: a cheap process, compare more */
+#define COMPARE_EVERY 8
+#else
+#define COMPARE_EVERY 64
+#endif
 
 typedef struct {
     skv_cm *cm;
     uint32_t V;
 } kept_model;
 
-/* A reset model for V: a kept one, or a new one in place of the oldest. */
+static int use_reset; /* this input goes back to the reset state by skv_cm_reset */
+
+/* A model for V at the reset state: a kept one (every stream leaves it there), or a new
+ * one in place of the oldest. */
 static skv_cm *model_for(uint32_t V)
 {
     static kept_model kept[KEEP];
     static unsigned next;
     for (int k = 0; k < KEEP; k++)
-        if (kept[k].cm && kept[k].V == V) {
-            skv_cm_reset(kept[k].cm);
-            return kept[k].cm;
-        }
+        if (kept[k].cm && kept[k].V == V) return kept[k].cm;
     kept_model *m = &kept[next++ % KEEP];
     skv_cm_free(m->cm);
     m->V = V;
@@ -52,28 +71,45 @@ static skv_cm *model_for(uint32_t V)
     return m->cm;
 }
 
+/* A kept model for a stream of n ids: under an undo log unless this input resets. */
+static skv_cm *stream_begin(uint32_t V, size_t n)
+{
+    skv_cm *cm = model_for(V);
+    if (cm && !use_reset && skv_cm_undo_begin(cm, n) != SKV_OK) abort(); /* n <= 256: small log */
+    return cm;
+}
+
+/* Back to the reset state after a stream, by undo or by reset. */
+static void stream_end(skv_cm *cm)
+{
+    if (use_reset) skv_cm_reset(cm);
+    else skv_cm_undo(cm);
+}
+
 /* skv_cm_decode_tokens on a kept model. */
 static int decode_kept(const uint8_t *src, size_t size, size_t n, uint32_t V, int32_t *tok)
 {
-    skv_cm *cm = model_for(V);
+    skv_cm *cm = stream_begin(V, n);
     skv_rangecoder_dec d;
     if (!cm) return SKV_ERR_NOMEM;
     int rc = skv_rangecoder_dec_init(&d, src, size);
     for (size_t i = 0; i < n && rc == SKV_OK; i++) rc = skv_cm_decode(cm, &d, tok, i);
     if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = SKV_ERR_FORMAT;
+    stream_end(cm);
     return rc == SKV_ERR_INVALID_ARG ? SKV_ERR_FORMAT : rc;
 }
 
 /* skv_cm_encode_tokens on a kept model. */
 static int encode_kept(const int32_t *tok, size_t n, uint32_t V, uint8_t *dst, size_t cap, size_t *size)
 {
-    skv_cm *cm = model_for(V);
+    skv_cm *cm = stream_begin(V, n);
     skv_rangecoder_enc e;
     int rc = SKV_OK;
     if (!cm) return SKV_ERR_NOMEM;
     skv_rangecoder_enc_init(&e, dst, cap);
     for (size_t i = 0; i < n && rc == SKV_OK; i++) rc = skv_cm_encode(cm, &e, tok, i);
     if (rc == SKV_OK) rc = skv_rangecoder_enc_finish(&e, size);
+    stream_end(cm);
     return rc;
 }
 
@@ -112,20 +148,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     int32_t tok[MAXN], tok1[MAXN];
-    if (size < 4) return 0;
+    if (size < HDR) return 0;
     uint32_t V = ((uint32_t)data[0] | (uint32_t)data[1] << 8) + 1;
     if (data[3] & 1) V = V * 256 > SKV_CM_MAX_VOCAB ? SKV_CM_MAX_VOCAB : V * 256;
     size_t n = (size_t)data[2] + 1;
     static unsigned count;
-    int compare = count++ % 8 == 0;
-    int rc = decode_kept(data + 4, size - 4, n, V, tok);
+    use_reset = count % RESET_EVERY == RESET_EVERY / 2;
+    int compare = count++ % COMPARE_EVERY == 0;
+    int rc = decode_kept(data + HDR, size - HDR, n, V, tok);
     if (rc != SKV_OK && rc != SKV_ERR_FORMAT && rc != SKV_ERR_NOMEM) abort();
     for (size_t i = 0; rc == SKV_OK && i < n; i++)
         if (tok[i] < 0 || (uint32_t)tok[i] >= V) abort();
-    if (compare && rc != SKV_ERR_NOMEM && (skv_cm_decode_tokens(data + 4, size - 4, n, V, tok1) != rc ||
+    if (compare && rc != SKV_ERR_NOMEM && (skv_cm_decode_tokens(data + HDR, size - HDR, n, V, tok1) != rc ||
                     (rc == SKV_OK && memcmp(tok1, tok, n * sizeof *tok))))
         abort();
-    for (size_t i = 0; rc != SKV_OK && i < n; i++) tok[i] = size > 4 ? (int32_t)(data[4 + i % (size - 4)] % V) : 0;
+    for (size_t i = 0; rc != SKV_OK && i < n; i++) tok[i] = size > HDR ? (int32_t)(data[HDR + i % (size - HDR)] % V) : 0;
     check_roundtrip(tok, n, V, compare);
     return 0;
+}
+
+/* libFuzzer's mutation of a byte range (weak: absent in the replay of make test, which
+ * never mutates). */
+size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size) __attribute__((weak));
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed);
+
+/* 7 of 8 mutations change only the body, so that most inputs keep their parent's
+ * vocabulary size and its kept model; the 8th mutates the whole input (every input stays
+ * reachable, the header included). */
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed)
+{
+    if (!LLVMFuzzerMutate) return size;
+    if (seed % 8 != 0 && size > HDR && max_size > HDR)
+        return HDR + LLVMFuzzerMutate(data + HDR, size - HDR, max_size - HDR);
+    return LLVMFuzzerMutate(data, size, max_size);
 }
