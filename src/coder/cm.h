@@ -118,8 +118,15 @@ int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v);
  * SKV_ERR_FORMAT if one is not (some are then written: reset the model). */
 int skv_cm_load_run(skv_cm *cm, const skv_cm_section *s, size_t at, const uint8_t *src, size_t n);
 /* 1 while the tables are as skv_cm_reset left them (nothing coded, primed, copied or
- * loaded since), so a reader need not reset again. */
+ * loaded since), so a reader need not reset again; 2 for a blank model. */
 int skv_cm_fresh(const skv_cm *cm);
+/* A cmv model whose large tables (slot tables, mpos) are allocated but not written (the
+ * rest as after skv_cm_reset): only for skv_cm_snap_read, which writes each element of
+ * them once (the reset value into a gap, the file's into a run; not 32 MiB of reset values
+ * then the runs over them) and resets the model whole on failure. */
+int skv_cm_create_blank(const struct skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out);
+/* Elements at..at+n of section s get their reset value (the APM's are left as they are). */
+void skv_cm_fill_reset(skv_cm *cm, const skv_cm_section *s, size_t at, size_t n);
 /* n_vocab, slot_bits, ids coded since the reset. */
 uint32_t skv_cm_n_vocab(const skv_cm *cm);
 unsigned skv_cm_slot_bits(const skv_cm *cm);

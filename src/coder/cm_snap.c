@@ -145,12 +145,13 @@ static uint32_t get32(rbuf *r, int *ok)
     return skv_rd32(r->p + r->at - 4);
 }
 
-static int read_run(rbuf *r, skv_cm *cm, const skv_cm_section *s, size_t *i)
+static int read_run(rbuf *r, skv_cm *cm, const skv_cm_section *s, size_t *i, int blank)
 {
     int ok = 1;
     uint32_t gap = get32(r, &ok), n = get32(r, &ok);
     if (!ok || n == 0 || gap > s->n - *i || n > s->n - *i - gap || (r->len - r->at) / s->size < n)
         return SKV_ERR_FORMAT;
+    if (blank) skv_cm_fill_reset(cm, s, *i, gap);
     *i += gap;
     if (skv_cm_load_run(cm, s, *i, r->p + r->at, n)) return SKV_ERR_FORMAT;
     r->at += (size_t)n * s->size;
@@ -158,16 +159,18 @@ static int read_run(rbuf *r, skv_cm *cm, const skv_cm_section *s, size_t *i)
     return SKV_OK;
 }
 
-static int read_section(rbuf *r, skv_cm *cm, const skv_cm_section *s)
+/* blank: cm's tables hold no values yet, so the gaps get their reset values here. */
+static int read_section(rbuf *r, skv_cm *cm, const skv_cm_section *s, int blank)
 {
     int ok = 1;
     uint32_t n = get32(r, &ok), size = get32(r, &ok), runs = get32(r, &ok);
     size_t i = 0;
     if (!ok || n != s->n || size != s->size || runs > s->n) return SKV_ERR_FORMAT;
     for (uint32_t k = 0; k < runs; k++) {
-        int rc = read_run(r, cm, s, &i);
+        int rc = read_run(r, cm, s, &i, blank);
         if (rc) return rc;
     }
+    if (blank) skv_cm_fill_reset(cm, s, i, s->n - i);
     return SKV_OK;
 }
 
@@ -197,14 +200,15 @@ int skv_cm_snap_read(skv_cm *cm, const skv_cm_snap_id *id, const uint8_t *src, s
     skv_cm_section sec[SKV_CM_MAX_SECTIONS];
     uint32_t ns = 0;
     if (!cm || !id || (!src && len)) return SKV_ERR_INVALID_ARG;
+    int blank = skv_cm_fresh(cm) == 2, rc = SKV_OK;
     if (!skv_cm_fresh(cm)) skv_cm_reset(cm); /* a new model is reset already (36 MiB not written twice) */
-    if (len < SNAP_HDR + 8) return SKV_ERR_FORMAT;
-    if (skv_rd32(src) != SNAP_MAGIC || XXH3_64bits(src, len - 8) != skv_rd64(src + len - 8)) return SKV_ERR_FORMAT;
-    rbuf r = {src, len - 8, 0};
-    int rc = read_header(&r, cm, id, &ns);
+    if (len < SNAP_HDR + 8 || skv_rd32(src) != SNAP_MAGIC || XXH3_64bits(src, len - 8) != skv_rd64(src + len - 8))
+        rc = SKV_ERR_FORMAT;
+    rbuf r = {src, rc ? 0 : len - 8, 0};
+    if (rc == SKV_OK) rc = read_header(&r, cm, id, &ns);
     if (rc == SKV_OK && ns != (uint32_t)skv_cm_sections(cm, sec)) rc = SKV_ERR_FORMAT;
-    for (uint32_t k = 0; rc == SKV_OK && k < ns; k++) rc = read_section(&r, cm, &sec[k]);
+    for (uint32_t k = 0; rc == SKV_OK && k < ns; k++) rc = read_section(&r, cm, &sec[k], blank);
     if (rc == SKV_OK && r.at != r.len) rc = SKV_ERR_FORMAT;
-    if (rc) skv_cm_reset(cm);
+    if (rc) skv_cm_reset(cm); /* a blank model or a partly loaded one: reset whole */
     return rc;
 }

@@ -481,7 +481,8 @@ static int snap_target(skv_model *m, const int32_t *dict, size_t n, int skip_hel
     int rc = snap_who(m, dict, n, &vb, fp, id, err, cap);
     *cm = NULL;
     if (rc || (skip_held && skv_session_cm_dict_have(m, id->dict_id, n))) return rc;
-    if ((rc = skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, cm))) return skv_errf(err, cap, rc, "out of memory");
+    /* blank: the snapshot reader writes every element once (it resets the model if it fails) */
+    if ((rc = skv_cm_create_blank(vb, SKV_CMV_DICT_SLOT_BITS, cm))) return skv_errf(err, cap, rc, "out of memory");
     return SKV_OK;
 }
 
