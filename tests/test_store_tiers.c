@@ -7,8 +7,8 @@
  *     both directions moves nodes between the kv tier and the token tiers (gc);
  *   - hostile records: a damaged or missing dictionary, a damaged coded node: a clear
  *     SKV_ERR_FORMAT, never a wrong restore;
- *   - versions: a version-2 store opens (read-only as is; a write upgrades it to 3), a
- *     version-4 store is refused naming the versions. */
+ *   - versions: a version-2 store opens (read-only as is; a write upgrades it to 4), a
+ *     version-5 store is refused naming the versions (version 3: tests/test_store_tokens.c). */
 #include <hiredis/hiredis.h>
 #include <lmdb.h>
 #include <stdint.h>
@@ -405,7 +405,7 @@ static void test_versions(void)
     st = open_at(where, SKV_STORE_CREATE, 0);
     CHECK(st && skv_store_set_price(st, 1e-12) == SKV_OK && put_all(st) == 0); /* raw: what version 2 stored */
     skv_store_close(st);
-    CHECK(version_of(where) == 3);
+    CHECK(version_of(where) == 4);
     set_version(where, 2);
     st = open_at(where, SKV_STORE_READONLY, -1); /* read as is */
     CHECK(st && all_restore(st) == SKV_OK);
@@ -414,10 +414,10 @@ static void test_versions(void)
     st = open_at(where, 0, -1); /* a writer upgrades it */
     CHECK(st && all_restore(st) == SKV_OK);
     skv_store_close(st);
-    CHECK(version_of(where) == 3);
-    set_version(where, 4);
+    CHECK(version_of(where) == 4);
+    set_version(where, 5);
     CHECK(skv_store_open(where, g_m, 0, NULL, &st, err, sizeof err) == SKV_ERR_UNSUPPORTED);
-    CHECK_MSG(strstr(err, "version 4") && strstr(err, "2..3"), "%s", err);
+    CHECK_MSG(strstr(err, "version 5") && strstr(err, "2..4"), "%s", err);
 }
 
 int main(void)

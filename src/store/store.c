@@ -315,11 +315,14 @@ static int check_store(tx *t, void *u)
     int rc = store_get(t, TB_META, "header", 6, &v, &n);
     if (rc == 1) return store_err(t->st, SKV_ERR_FORMAT, "'%s' holds no seqkv store header", dir);
     if (rc || (rc = header_check(t->st, v, n, dir))) return rc;
-    if (t->write && skv_rd32(v + 8) < STORE_VERSION) { /* version 2: upgrade (nothing else changes) */
+    /* versions 2 and 3: upgrade. The header says 4 and the state record is rewritten in the
+     * 80-byte layout; session records stay as they are (version 1: no token checksum, read
+     * and checked as before) until the session is put again (docs/store.md "LMDB layout"). */
+    if (t->write && skv_rd32(v + 8) < STORE_VERSION) {
         uint8_t hdr[HEADER_SIZE];
         header_encode(t->st, hdr);
         if ((rc = store_put(t, TB_META, "header", 6, hdr, HEADER_SIZE))) return rc;
-        memset(&t->s0, 0xff, sizeof t->s0); /* the state record is rewritten in the version-3 layout */
+        memset(&t->s0, 0xff, sizeof t->s0); /* rewrite the state record */
     }
     if (t->write && (rc = store_get(t, TB_META, "mat", 3, &v, &n)) == 1) return store_mat_build(t);
     return rc;

@@ -197,6 +197,40 @@ static int gc_check_blobs(tx *t)
     return SKV_OK;
 }
 
+/* One session's path holds its tokens (the record's token checksum). On Redis a path
+ * cut short by an eviction is a miss, not damage. */
+static int check_session(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
+{
+    tx *t = u;
+    char name[256];
+    ses_rec sr;
+    skv_trie_path p;
+    if (kn < 1 || kn > 255 || store_ses_decode(v, vn, &sr)) return store_err(t->st, SKV_ERR_FORMAT, "session record damaged");
+    memcpy(name, k, kn);
+    name[kn] = 0;
+    if (!sr.has_sum) return SKV_OK; /* a version-1 record: nothing to compare with */
+    int rc = skv_trie_path_to(&t->io, sr.end, &p), gone = t->st->be->evicts && !t->damaged;
+    if (rc && gone && rc != SKV_ERR_NOMEM) return skv_errbox_clear(t->st->err), SKV_OK;
+    if (rc) return store_trie_err(t->st, rc, "session path");
+    if (p.matched != sr.n_tokens)
+        rc = gone ? SKV_OK : store_err(t->st, SKV_ERR_FORMAT, "session '%s': path of %u tokens, record says %u",
+                                       name, p.matched, sr.n_tokens);
+    else
+        rc = store_ses_check_path(t, name, &sr, &p);
+    skv_trie_path_free(&p);
+    return rc;
+}
+
+/* Every session's path holds the tokens its record was written for. */
+static int gc_check_sessions(tx *t)
+{
+    char e[480];
+    int rc = store_scan(t, TB_SESSIONS, NULL, 0, check_session, t);
+    if (rc >= 0) return SKV_OK;
+    snprintf(e, sizeof e, "%s", skv_errbox_get(t->st->err)); /* the message is formatted into its own box */
+    return store_err(t->st, rc, "store check failed: %s", e);
+}
+
 /* Check, demote down to the budget, check the KV left, materialise up to the budget. */
 static int gc_tx(tx *t, void *u)
 {
@@ -204,6 +238,7 @@ static int gc_tx(tx *t, void *u)
     uint64_t before, after;
     *g = (skv_store_gc_report){0};
     int rc = t->st->be->evicts ? SKV_OK : gc_check_trie(t); /* Redis: evictions break invariants */
+    if (!rc) rc = gc_check_sessions(t);
     if (rc || (rc = store_mat_total(t, &before))) return rc;
     if (!(rc = store_evict_to(t, t->s.budget, &g->n_demoted)) && !(rc = gc_check_blobs(t)))
         rc = store_fill_to(t, t->s.budget, &g->n_materialised, &g->n_demoted);
@@ -237,7 +272,7 @@ typedef struct bulk_args {
 static int bulk_one(tx *t, const bulk_args *a, size_t i)
 {
     skv_store *st = t->st;
-    ses_rec sr = {.n_tokens = (uint32_t)a->lens[i], .put_time = (uint64_t)time(NULL)};
+    ses_rec sr = {.n_tokens = (uint32_t)a->lens[i], .put_time = (uint64_t)time(NULL), .has_sum = 1};
     uint8_t rec[SESSION_SIZE];
     const uint8_t *old;
     size_t on, nl = strlen(a->names[i]);
@@ -251,6 +286,7 @@ static int bulk_one(tx *t, const bulk_args *a, size_t i)
     rc = skv_trie_insert(&t->io, a->tokens[i], a->lens[i], sq, ++t->s.clock, &sr.end);
     free(sq);
     if (rc) return store_trie_err(st, rc, "insert");
+    sr.tok_sum = store_tokens_sum(a->tokens[i], a->lens[i]);
     store_ses_encode(&sr, rec);
     return store_put(t, TB_SESSIONS, a->names[i], nl, rec, SESSION_SIZE);
 }

@@ -22,13 +22,15 @@
 #include "store/trie.h"
 
 #define STORE_MAGIC "SKVSTORE"
-#define STORE_VERSION 3     /* 3: node tiers (coded node records), "tier" and "dict.*" meta records */
-#define STORE_VERSION_MIN 2 /* a version-2 store opens; its first write transaction upgrades it */
-#define STORE_KEY_VERSION 2 /* Redis key namespace "P:skv2:": unchanged by version 3 */
+#define STORE_VERSION 4     /* 4: session records carry a checksum of the session's tokens;
+                             * 3: node tiers (coded node records), "tier" and "dict.*" meta records */
+#define STORE_VERSION_MIN 2 /* a version-2 or -3 store opens; its first write transaction upgrades it */
+#define STORE_KEY_VERSION 2 /* Redis key namespace "P:skv2:": unchanged by versions 3 and 4 (same keys) */
 #define HEADER_SIZE 168
 #define STATE_SIZE 64   /* version 2 */
 #define STATE_SIZE3 80  /* version 3: + cm decode speed, cm bytes per position */
-#define SESSION_SIZE 56
+#define SESSION_SIZE 64  /* session record version 2 (store version 4): + token checksum */
+#define SESSION_SIZE1 56 /* session record version 1 (store versions 2, 3): no token checksum */
 #define BLOB_HDR 16
 #define MODEL_MAGIC 0x4d564b53u /* "SKVM" */
 #define MODEL_PATH_MAX 4095
@@ -95,6 +97,8 @@ typedef struct ses_rec {
     uint32_t n_tokens;
     uint8_t digest[16];
     uint64_t put_time;
+    uint64_t tok_sum; /* store_tokens_sum of the session's tokens (valid iff has_sum) */
+    int has_sum;      /* 0: a version-1 record (an older store's), checked as before */
 } ses_rec;
 
 
@@ -199,6 +203,15 @@ int store_ses_decode(const uint8_t *p, size_t n, ses_rec *r);
 int store_check_name(skv_store *st, const char *name);
 int store_check_tokens(skv_store *st, const int32_t *tokens, size_t n);
 int store_ses_get(tx *t, const char *name, ses_rec *r); /* 1 = absent */
+/* XXH3-64 of the ids as little-endian int32, seeded with their count: what binds a
+ * session record to the tokens its trie path holds (node records are checked one by one,
+ * the KV digest covers the KV only; nothing else ties a path's tokens to the session). */
+uint64_t store_tokens_sum(const int32_t *tokens, size_t n);
+/* SKV_ERR_FORMAT (message: the store is damaged, what to do) when the record has a token
+ * checksum and tokens[0..n) do not match it. */
+int store_ses_check_tokens(skv_store *st, const char *name, const ses_rec *r, const int32_t *tokens, size_t n);
+/* The same for the tokens along path p (copied; the count must be the record's). */
+int store_ses_check_path(tx *t, const char *name, const ses_rec *r, const skv_trie_path *p);
 uint32_t store_loadable(const skv_trie_path *p, uint32_t upto);
 /* Loads positions [0, upto) of the path (materialised there) into ctx; *got: the
  * positions loaded (less than upto when a blob was evicted: the rest is recomputed). */

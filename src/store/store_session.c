@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack (big-endian hosts) */
 #include <xxhash.h>
 
 #include "store/store_int.h"
@@ -13,28 +14,73 @@
 /* ---- sessions ----------------------------------------------------------- */
 
 
+/* Session record, little-endian:
+ *   0 "SKVS" | 4 u32 version | 8 u64 end node | 16 u32 n_tokens | 20 u32 0 | 24 digest[16]
+ *   | 40 u64 put time | version 2: 48 u64 store_tokens_sum | last: u64 XXH3-64 of the rest
+ * (version 1, 56 bytes, has no token checksum: an older store's, read as it is). */
 void store_ses_encode(const ses_rec *r, uint8_t *p)
 {
     memset(p, 0, SESSION_SIZE);
     skv_wr32(p, SES_MAGIC);
-    skv_wr32(p + 4, 1);
+    skv_wr32(p + 4, 2);
     skv_wr64(p + 8, r->end);
     skv_wr32(p + 16, r->n_tokens);
     memcpy(p + 24, r->digest, 16);
     skv_wr64(p + 40, r->put_time);
-    skv_wr64(p + 48, XXH3_64bits(p, 48));
+    skv_wr64(p + 48, r->tok_sum);
+    skv_wr64(p + 56, XXH3_64bits(p, 56));
 }
 
 int store_ses_decode(const uint8_t *p, size_t n, ses_rec *r)
 {
-    if (n != SESSION_SIZE || skv_rd32(p) != SES_MAGIC || skv_rd32(p + 4) != 1 ||
-        XXH3_64bits(p, 48) != skv_rd64(p + 48))
-        return SKV_ERR_FORMAT;
+    uint32_t ver = n >= 8 ? skv_rd32(p + 4) : 0;
+    if (!(ver == 1 && n == SESSION_SIZE1) && !(ver == 2 && n == SESSION_SIZE)) return SKV_ERR_FORMAT;
+    if (skv_rd32(p) != SES_MAGIC || XXH3_64bits(p, n - 8) != skv_rd64(p + n - 8)) return SKV_ERR_FORMAT;
     r->end = skv_rd64(p + 8);
     r->n_tokens = skv_rd32(p + 16);
     memcpy(r->digest, p + 24, 16);
     r->put_time = skv_rd64(p + 40);
+    r->has_sum = ver == 2;
+    r->tok_sum = ver == 2 ? skv_rd64(p + 48) : 0;
     return SKV_OK;
+}
+
+uint64_t store_tokens_sum(const int32_t *tokens, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return XXH3_64bits_withSeed(tokens, n * sizeof *tokens, (uint64_t)n); /* the ids are their own LE bytes */
+#else
+    XXH3_state_t s;
+    uint8_t b[1024];
+    XXH3_64bits_reset_withSeed(&s, (uint64_t)n);
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < sizeof b / 4 && i < n; k++, i++) skv_wr32(b + 4 * k, (uint32_t)tokens[i]);
+        XXH3_64bits_update(&s, b, 4 * k);
+    }
+    return XXH3_64bits_digest(&s);
+#endif
+}
+
+int store_ses_check_tokens(skv_store *st, const char *name, const ses_rec *r, const int32_t *tokens, size_t n)
+{
+    if (!r->has_sum || (n == r->n_tokens && store_tokens_sum(tokens, n) == r->tok_sum)) return SKV_OK;
+    return store_err(st, SKV_ERR_FORMAT,
+                     "session '%s': the tokens of its trie path do not match its record's token checksum: the "
+                     "store is damaged ('seqkv store gc DIR' checks it); remove the session "
+                     "('seqkv store rm DIR %s') and put it again", name, name);
+}
+
+int store_ses_check_path(tx *t, const char *name, const ses_rec *r, const skv_trie_path *p)
+{
+    if (!r->has_sum) return SKV_OK;
+    int32_t *tok = malloc((p->matched ? p->matched : 1) * sizeof *tok);
+    if (!tok) return store_err(t->st, SKV_ERR_NOMEM, "out of memory");
+    for (size_t i = 0, k = 0; i < p->n; i++)
+        for (uint32_t j = 0; j < p->nodes[i].len && k < p->matched; j++) tok[k++] = p->nodes[i].tokens[j];
+    int rc = store_ses_check_tokens(t->st, name, r, tok, p->matched);
+    free(tok);
+    return rc;
 }
 
 int store_check_name(skv_store *st, const char *name)
@@ -215,6 +261,8 @@ static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_
     if ((rc = skv_ctx_kv_digest(st->work, (int)n, sr.digest))) goto out;
     sr.n_tokens = (uint32_t)n;
     sr.put_time = (uint64_t)time(NULL);
+    sr.tok_sum = store_tokens_sum(tokens, n);
+    sr.has_sum = 1;
     uint8_t rec[SESSION_SIZE];
     store_ses_encode(&sr, rec);
     if ((rc = store_put(t, TB_SESSIONS, name, strlen(name), rec, SESSION_SIZE))) goto out;
@@ -314,6 +362,8 @@ static int get_tx(tx *t, void *u)
     if (rc) return rc;
     if ((rc = skv_trie_path_to(&t->io, g->sr.end, &p))) return path_err(t, g->name, rc);
     if ((rc = path_tokens(t, g->name, &p, &g->sr, g->ctx, g->tokens, g->cap, g->n_out))) goto out;
+    /* verified or not: the tokens returned are the session's (the KV digest cannot tell) */
+    if ((rc = store_ses_check_tokens(st, g->name, &g->sr, g->tokens, p.matched))) goto out;
     uint32_t l = store_loadable(&p, p.matched);
     double t0 = skv_now();
     if ((rc = store_load_prefix(t, &p, l, g->ctx, &got))) goto out;
