@@ -13,11 +13,18 @@
  *               place of the header, state, model and session records), so that mutations
  *               get past the checksums
  *   mode bit 1: delete the record instead
- *   mode bit 2: also run gc (check, demote / refill to the budget)
+ *   mode bit 2: open the store writable, as a writer would (the version upgrade, the
+ *               placement index's build, every get's access record and placement, the
+ *               remove's write transaction), and also run gc (check, demote / refill to
+ *               the budget); without it the store is opened SKV_STORE_READONLY (no write
+ *               transaction, no 2 MiB LMDB dirty-page list: the cheap case)
  * Per input the one record is changed with LMDB directly in an edit copy of the pristine
  * store (kept open for the run, the record put back after), the result copied to work/,
- * and that store is opened and used: list, stats, match, a verified get of every
- * listed session (at most 4), remove of a session that does not exist.
+ * and that store is opened and used: list, stats, match, a verified get of every listed
+ * session whose get reads the changed record (at least one get per input), remove of a
+ * session that does not exist. Which sessions' gets read a record is measured once at
+ * set-up: a store with the record deleted, a get of each session; a record whose
+ * deletion fails none (meta, children, placement records) is taken to concern all.
  * Checks (abort on violation): open either succeeds or fails with a message; every call
  * that fails leaves a message (skv_store_last_error) and a known status; a verified get
  * that succeeds returns the tokens of one of the four sessions, whole. ASan / LSan: no
@@ -55,6 +62,7 @@ static struct {
     size_t n_rec;
     int32_t tok[N_SES][40];
     size_t n_tok[N_SES];
+    uint8_t dep[MAX_REC]; /* bit k: session k's get reads record i (set-up's probe) */
     int ready;
 } g;
 
@@ -191,6 +199,8 @@ static void cleanup(void)
     if (system(cmd) != 0) return;
 }
 
+static int probe_deps(void);
+
 static void setup(void)
 {
     const char *tmp = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR"); /* no fsync cost */
@@ -208,7 +218,7 @@ static void setup(void)
     if (make_store() || list_records() || read_image()) return;
     char path[400];
     snprintf(path, sizeof path, "%s/data.mdb", g.edit);
-    if (write_file(path, g.image, g.image_len) || open_env(g.edit, MDB_NOSYNC, &g.denv)) return;
+    if (write_file(path, g.image, g.image_len) || open_env(g.edit, MDB_NOSYNC, &g.denv) || probe_deps()) return;
     g.ready = 1;
 }
 
@@ -240,6 +250,26 @@ static int damage(rec_ref *r, int del, uint8_t *val, size_t n)
     int rc = mdb_env_copy2(g.denv, g.work, 0);
     if (edit(r, 0, r->orig, r->olen)) abort(); /* the next input must start from the pristine records */
     return rc ? -1 : 0;
+}
+
+/* g.dep[i]: the sessions whose verified get fails once record i is deleted (the ones that
+ * read it); none: all (a record every get may read, or whose loss a get survives). */
+static int probe_deps(void)
+{
+    int32_t tok[CTX];
+    size_t nt;
+    for (size_t i = 0; i < g.n_rec; i++) {
+        skv_store *st;
+        uint8_t mask = 0;
+        if (damage(&g.rec[i], 1, NULL, 0)) return -1;
+        if (skv_store_open(g.work, g.model, SKV_STORE_READONLY, NULL, &st, NULL, 0) == SKV_OK) {
+            for (int k = 0; k < N_SES; k++)
+                if (skv_store_get(st, ses_name[k], g.ctx, SKV_STORE_VERIFY, tok, CTX, &nt, NULL)) mask |= (uint8_t)(1u << k);
+            skv_store_close(st);
+        }
+        g.dep[i] = mask ? mask : (uint8_t)((1u << N_SES) - 1);
+    }
+    return 0;
 }
 
 static int known(int rc)
@@ -280,7 +310,26 @@ static void get_one(skv_store *st, const char *name)
     abort();
 }
 
-static void use_store(skv_store *st, int gc)
+static int session_of(const char *name)
+{
+    for (int k = 0; k < N_SES; k++)
+        if (!strcmp(name, ses_name[k])) return k;
+    return -1;
+}
+
+/* A verified get of every listed session whose get reads the changed record (dep), and
+ * of the first listed one when none does (its record deleted, say). */
+static void get_some(skv_store *st, const names *nm, uint8_t dep)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < nm->n; i++) {
+        int k = session_of(nm->name[i]);
+        if (k < 0 || (dep >> k & 1)) get_one(st, nm->name[i]), n++;
+    }
+    if (!n && nm->n) get_one(st, nm->name[0]);
+}
+
+static void use_store(skv_store *st, int gc, uint8_t dep)
 {
     names nm = {.n = 0};
     skv_store_stats ss;
@@ -290,7 +339,7 @@ static void use_store(skv_store *st, int gc)
     said(st, rc);
     said(st, skv_store_get_stats(st, &ss));
     said(st, skv_store_match(st, g.tok[0], g.n_tok[0], &mr));
-    for (size_t i = 0; i < nm.n; i++) get_one(st, nm.name[i]);
+    get_some(st, &nm, dep);
     if ((rc = skv_store_remove(st, "no such session")) == SKV_OK) abort();
     said(st, rc);
     if (gc) said(st, skv_store_gc(st, &gr));
@@ -312,14 +361,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t h = XXH3_64bits(val, n - 8);
         for (int i = 0; i < 8; i++) val[n - 8 + (size_t)i] = (uint8_t)(h >> (8 * i));
     }
-    if (damage(&g.rec[data[0] % g.n_rec], mode & 2, val, n)) return 0;
+    size_t ri = data[0] % g.n_rec;
+    if (damage(&g.rec[ri], mode & 2, val, n)) return 0;
     err[0] = 0;
-    int rc = skv_store_open(g.work, g.model, 0, NULL, &st, err, sizeof err);
+    int rc = skv_store_open(g.work, g.model, mode & 4 ? 0 : SKV_STORE_READONLY, NULL, &st, err, sizeof err);
     if (rc != SKV_OK) {
         if (!known(rc) || !err[0] || st) abort();
         return 0;
     }
-    use_store(st, mode & 4);
+    use_store(st, mode & 4, g.dep[ri]);
     skv_store_close(st);
     return 0;
 }
