@@ -224,6 +224,34 @@ static void bad_arguments(void)
     CHECK(!strcmp(skv_codec_name(SKV_CODEC_CM), "cm"));
 }
 
+/* A kept model given another vocabulary size codes as a new model of that size would:
+ * the same bytes as skv_cm_encode_tokens, after it coded a stream of another size. */
+static void set_vocab_is_a_new_model(void)
+{
+    static const uint32_t sizes[] = {4096, 300, 70000, 1, 4096};
+    enum { N = 400 };
+    int32_t t[N];
+    uint8_t want[4096], got[4096];
+    skv_cm *cm = NULL;
+    CHECK_EQ_INT(skv_cm_create(17, &cm), SKV_OK);
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        uint32_t V = sizes[s];
+        size_t wsize = 0, gsize = 0;
+        skv_rangecoder_enc e;
+        for (int i = 0; i < N; i++) t[i] = (int32_t)(((uint32_t)i * 2654435761u >> 7) % (i % 5 ? V : 1 + V / 64));
+        CHECK_EQ_INT(skv_cm_set_vocab(cm, V), SKV_OK);
+        skv_rangecoder_enc_init(&e, got, sizeof got);
+        for (size_t i = 0; i < N; i++) CHECK_EQ_INT(skv_cm_encode(cm, &e, t, i), SKV_OK);
+        CHECK_EQ_INT(skv_rangecoder_enc_finish(&e, &gsize), SKV_OK);
+        CHECK_EQ_INT(skv_cm_encode_tokens(t, N, V, want, sizeof want, &wsize), SKV_OK);
+        CHECK(gsize == wsize && !memcmp(got, want, wsize));
+    }
+    CHECK_EQ_INT(skv_cm_set_vocab(cm, 0), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_set_vocab(cm, SKV_CM_MAX_VOCAB + 1), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_set_vocab(NULL, 10), SKV_ERR_INVALID_ARG);
+    skv_cm_free(cm);
+}
+
 /* ---- the .skv codec ---------------------------------------------------------------- */
 
 static int encode_session(int codec, const int32_t *t, size_t n, int n_ctx, uint8_t **data, size_t *size)
@@ -354,6 +382,7 @@ int main(void)
     RUN(deterministic_across_threads);
     RUN(hostile_streams);
     RUN(bad_arguments);
+    RUN(set_vocab_is_a_new_model);
     RUN(session_roundtrip_bit_exact);
     RUN(session_corruption_refused);
     free(g_kjv);

@@ -90,6 +90,12 @@ int skv_cm_clone(const skv_cm *src, skv_cm **out);
  * A reset or a copy into cm ends the log without undoing. */
 int skv_cm_undo_begin(skv_cm *cm, size_t n_ids);
 void skv_cm_undo(skv_cm *cm);
+/* Codec cm only (a model from skv_cm_create): the model becomes a reset model for ids <
+ * n_vocab, as skv_cm_create(n_vocab) would make, without new tables (a kept model reused
+ * for a stream of another vocabulary size). SKV_ERR_INVALID_ARG for a cmv model or
+ * n_vocab outside 1..2^24 (the model is then unchanged). Ends an undo log or a journal
+ * as skv_cm_reset does. */
+int skv_cm_set_vocab(skv_cm *cm, uint32_t n_vocab);
 
 /* ---- state snapshot (coder/cm_snap.c, docs/coder.md 4.8) ---------------------------- */
 
