@@ -494,6 +494,15 @@ typedef struct skv_restore_params {
     /* draft SKV_DRAFT_EXTERN: the draft source and its user pointer */
     skv_draft_fn draft_fn;
     void *draft_user;
+    /* Added for issue 16. The segment's ids as skv_session_segment_tokens decoded them
+     * (e.g. on another thread while the previous segment prefilled): a restore of a
+     * tokens, cm, cmv or cmvd segment prefills these instead of decoding its payload again
+     * (any other codec: SKV_ERR_INVALID_ARG). n_decoded must be the segment's length and
+     * every id < n_vocab (SKV_ERR_INVALID_ARG). The KV is regenerated from these ids, so
+     * only a verified restore proves they are the file's: other ids are a digest mismatch.
+     * NULL: decode as usual. Not used by skv_session_restore_batch. */
+    const int32_t *decoded;
+    size_t n_decoded;
 } skv_restore_params;
 
 /* Restores segment i into ctx (cleared first; its capacity must hold the segment):
@@ -502,6 +511,20 @@ typedef struct skv_restore_params {
  * The message of a failure is skv_ctx_last_error(ctx) (ctx NULL: SKV_ERR_INVALID_ARG only). */
 SKV_API int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
                                         const skv_restore_params *p, int32_t *tokens, size_t cap);
+
+/* Added for issue 16. The token ids of segment i of a session whose codec stores them
+ * (tokens, cm, cmv, cmvd: the codecs a restore regenerates with one prefill), decoded
+ * without a context and without running the model: the first half of
+ * skv_session_restore_segment, so that a caller restoring many segments can decode the
+ * next one on another thread while the current one prefills, and hand the ids over in
+ * skv_restore_params.decoded (seqkv restore does: docs/format.md 2.7).
+ * m: the model the file was written with (SKV_ERR_MISMATCH otherwise); p: only cm_dict
+ * is used (cmvd); tokens receives the segment's *n_out ids (cap too small: SKV_ERR_RANGE).
+ * Other codecs: SKV_ERR_UNSUPPORTED. The session and the model are only read, so this may
+ * run on one thread while another prefills with the same model (a cmvd dictionary's primed
+ * coder is shared under a lock). Messages go to err (errcap bytes), not to the session. */
+SKV_API int skv_session_segment_tokens(const skv_session *s, skv_model *m, uint32_t i, const skv_restore_params *p,
+                                       int32_t *tokens, size_t cap, uint32_t *n_out, char *err, size_t errcap);
 
 /* Batch restore: one job per segment to restore, each with its own context. */
 typedef struct skv_restore_job {

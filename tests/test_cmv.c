@@ -7,6 +7,7 @@
  * dictionary, with another one, or with a corrupted payload is refused.
  * Model: the bundled models/kjv-4m.gguf (held-out KJV: the first 6000 bytes are the
  * session, the text from byte 30000 on is the dictionary). */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,6 +251,131 @@ static void session_roundtrip_bit_exact(void)
     free(cmvd);
 }
 
+/* skv_session_segment_tokens on a thread of its own, for segment i + 1 while segment i
+ * prefills (what seqkv restore does), then restored from those ids. */
+typedef struct ahead {
+    const skv_session *s;
+    const skv_restore_params *p;
+    uint32_t seg, n;
+    int32_t ids[512];
+    int rc;
+    char err[256];
+} ahead;
+
+static void *ahead_main(void *arg)
+{
+    ahead *a = arg;
+    a->rc = skv_session_segment_tokens(a->s, g_m, a->seg, a->p, a->ids, 512, &a->n, a->err, sizeof a->err);
+    return NULL;
+}
+
+/* Pipelined restore of every segment (ids of i + 1 decoded concurrently with the prefill of
+ * i): the same ids as the text and, segment by segment, the same KV digest as a plain
+ * restore; SKV_OK or the first failure. */
+static int restore_pipelined(const uint8_t *data, size_t size, const int32_t *dict, size_t nd, skv_ctx *c)
+{
+    skv_session *s = NULL;
+    skv_session_info si;
+    skv_restore_params rp = {.verify = 1, .cm_dict = dict, .n_cm_dict = nd}, pi;
+    int rc = skv_session_open(data, size, &s, NULL, 0);
+    ahead *a = calloc(2, sizeof *a);
+    int32_t out[512];
+    size_t at = 0;
+    if (!rc && !a) rc = SKV_ERR_NOMEM;
+    if (!rc) skv_session_get_info(s, &si);
+    /* segment 0 decoded up front, then each segment's successor while it prefills */
+    if (!rc) {
+        a[0] = (ahead){.s = s, .p = &rp, .seg = 0};
+        ahead_main(&a[0]);
+        rc = a[0].rc;
+    }
+    for (uint32_t i = 0; !rc && i < si.n_segments; i++) {
+        ahead *cur = &a[i & 1], *nxt = &a[(i + 1) & 1];
+        pthread_t th;
+        int started = 0;
+        if (i + 1 < si.n_segments) {
+            *nxt = (ahead){.s = s, .p = &rp, .seg = i + 1};
+            if (pthread_create(&th, NULL, ahead_main, nxt)) rc = SKV_ERR_INTERNAL;
+            else started = 1;
+        }
+        if (!rc && memcmp(cur->ids, g_text + at, cur->n * sizeof *cur->ids)) rc = SKV_ERR_INTERNAL;
+        pi = rp;
+        pi.decoded = cur->ids, pi.n_decoded = cur->n;
+        if (!rc) rc = skv_session_restore_segment(s, g_m, i, c, &pi, out, 512);
+        if (!rc && memcmp(out, cur->ids, cur->n * sizeof *out)) rc = SKV_ERR_INTERNAL;
+        if (started) pthread_join(th, NULL);
+        if (!rc && started) rc = nxt->rc;
+        at += cur->n;
+    }
+    if (!rc && at != g_text_n) rc = SKV_ERR_INTERNAL;
+    free(a);
+    skv_session_free(s);
+    return rc;
+}
+
+static void pipelined_restore(void)
+{
+    static const int codecs[] = {SKV_CODEC_TOKENS, SKV_CODEC_CM, SKV_CODEC_CMV, SKV_CODEC_CMVD};
+    uint8_t *data = NULL, *model = NULL, dg[16], dp[16];
+    size_t size = 0, msize = 0;
+    int32_t ids[512], out[512];
+    uint32_t n = 0;
+    char err[256];
+    skv_session *s = NULL;
+    skv_ctx *c = new_ctx();
+    CHECK(c);
+    for (size_t k = 0; k < sizeof codecs / sizeof *codecs; k++) {
+        const int32_t *dict = codecs[k] == SKV_CODEC_CMVD ? g_dict : NULL;
+        size_t nd = dict ? g_dict_n : 0;
+        CHECK_EQ_INT(encode_session(codecs[k], dict, nd, &data, &size), SKV_OK);
+        CHECK_EQ_INT(restore_pipelined(data, size, dict, nd, c), SKV_OK);
+        CHECK_EQ_INT(skv_ctx_kv_digest(c, skv_ctx_n_pos(c), dp), SKV_OK);
+        CHECK_EQ_INT(restore_all(data, size, dict, nd, c, dg), SKV_OK);
+        CHECK_MSG(!memcmp(dg, dp, 16), "codec %d: the pipelined restore's KV differs", codecs[k]);
+        free(data);
+        data = NULL;
+    }
+    /* refusals, on a cmv file: ids of the wrong length, outside the vocabulary, or not the file's */
+    CHECK_EQ_INT(encode_session(SKV_CODEC_CMV, NULL, 0, &data, &size), SKV_OK);
+    CHECK_EQ_INT(skv_session_open(data, size, &s, NULL, 0), SKV_OK);
+    CHECK_EQ_INT(skv_session_segment_tokens(s, g_m, 0, NULL, ids, 512, &n, err, sizeof err), SKV_OK);
+    CHECK(n > 2 && !memcmp(ids, g_text, n * sizeof *ids));
+    CHECK_EQ_INT(skv_session_segment_tokens(s, g_m, 0, NULL, ids, n - 1, &n, err, sizeof err), SKV_ERR_RANGE);
+    CHECK_EQ_INT(skv_session_segment_tokens(s, g_m, 99, NULL, ids, 512, &n, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_session_segment_tokens(s, g_m, 0, NULL, ids, 512, &n, NULL, 0), SKV_OK);
+    skv_restore_params pi = {.verify = 1, .decoded = ids, .n_decoded = n - 1};
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_m, 0, c, &pi, out, 512), SKV_ERR_INVALID_ARG);
+    CHECK(strstr(skv_ctx_last_error(c), "decoded ids"));
+    pi.n_decoded = n;
+    ids[1] = 4096;
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_m, 0, c, &pi, out, 512), SKV_ERR_INVALID_ARG);
+    ids[1] = g_text[1] == 7 ? 8 : 7; /* a valid id, but not the file's: the digest says so */
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_m, 0, c, &pi, out, 512), SKV_ERR_MISMATCH);
+    ids[1] = g_text[1];
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_m, 0, c, &pi, out, 512), SKV_OK);
+    skv_session_free(s);
+    s = NULL;
+    /* a model-coded file stores no ids to decode alone, and takes none */
+    skv_encoder_params ep = skv_encoder_default_params();
+    skv_encoder *e = NULL;
+    ep.codec = SKV_CODEC_MODEL;
+    ep.n_ctx = 512;
+    CHECK_EQ_INT(skv_encoder_create(g_m, &ep, &e, NULL, 0), SKV_OK);
+    CHECK_EQ_INT(skv_encoder_append(e, g_text, 64, NULL), SKV_OK);
+    CHECK_EQ_INT(skv_encoder_finish(e, &model, &msize), SKV_OK);
+    skv_encoder_free(e);
+    CHECK_EQ_INT(skv_session_open(model, msize, &s, NULL, 0), SKV_OK);
+    CHECK_EQ_INT(skv_session_segment_tokens(s, g_m, 0, NULL, ids, 512, &n, err, sizeof err), SKV_ERR_UNSUPPORTED);
+    CHECK(strstr(err, "codec model"));
+    memcpy(ids, g_text, 64 * sizeof *ids);
+    pi.n_decoded = 64;
+    CHECK_EQ_INT(skv_session_restore_segment(s, g_m, 0, c, &pi, out, 512), SKV_ERR_INVALID_ARG);
+    skv_session_free(s);
+    skv_ctx_free(c);
+    free(data);
+    free(model);
+}
+
 static void encoder_refuses_bad_dictionaries(void)
 {
     uint8_t *d = NULL;
@@ -326,6 +452,7 @@ int main(void)
     RUN(known_answer);
     RUN(hostile_streams);
     RUN(session_roundtrip_bit_exact);
+    RUN(pipelined_restore);
     RUN(encoder_refuses_bad_dictionaries);
     RUN(session_corruption_refused);
     free(g_text);

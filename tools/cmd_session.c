@@ -1,6 +1,7 @@
 /* seqkv compress | restore | inspect: .skv session files. */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -470,25 +471,73 @@ static int restore_waves(const skv_session *s, skv_model *m, const skv_ctx_param
     return rc;
 }
 
+/* The ids of the next segment, decoded on a thread of their own while the current one
+ * prefills (skv_session_segment_tokens; codecs tokens, cm, cmv, cmvd). */
+typedef struct prefetch {
+    const skv_session *s;
+    skv_model *m;
+    const skv_restore_params *p;
+    uint32_t seg, n;
+    int32_t *tok;
+    size_t cap;
+    int rc;
+    pthread_t th;
+    char err[512];
+} prefetch;
+
+static void *prefetch_main(void *arg)
+{
+    prefetch *f = arg;
+    f->rc = skv_session_segment_tokens(f->s, f->m, f->seg, f->p, f->tok, f->cap, &f->n, f->err, sizeof f->err);
+    return NULL;
+}
+
+/* Starts decoding segment seg into f->tok; 0 if no thread could be started (the restore
+ * then decodes it itself). */
+static int prefetch_start(prefetch *f, uint32_t seg)
+{
+    f->seg = seg;
+    f->rc = SKV_ERR_INVALID_ARG;
+    return pthread_create(&f->th, NULL, prefetch_main, f) == 0;
+}
+
+static int prefill_codec(int codec)
+{
+    return codec == SKV_CODEC_TOKENS || codec == SKV_CODEC_CM || codec == SKV_CODEC_CMV || codec == SKV_CODEC_CMVD;
+}
+
 /* Restores the segments one after another into c (capacity cap), writing the text to tf
- * and, for a single segment, the KV dump to kv. Prints its own errors. */
+ * and, for a single segment, the KV dump to kv. Segments restored by a prefill of their
+ * ids are pipelined: segment i+1's ids are decoded on a second thread while segment i
+ * prefills, so a cheap codec's decode costs no wall time beyond the first segment's.
+ * Prints its own errors. */
 static int restore_each(const skv_session *s, skv_model *m, skv_ctx *c, const skv_restore_params *p, uint32_t cap,
                         FILE *tf, cli_out *kv, int *after_bos)
 {
     skv_session_info si;
     restore_progress *rp = p->user;
-    int32_t *tok = malloc(((size_t)cap + 1) * sizeof *tok);
+    int32_t *tok = malloc(((size_t)cap + 1) * sizeof *tok), *next = NULL;
     char err[512];
-    int rc = tok ? 0 : -1;
+    int rc = tok ? 0 : -1, ahead = 0; /* ahead: the thread is decoding segment i + 1 into next */
     skv_session_get_info(s, &si);
+    int pipelined = prefill_codec(si.codec) && si.n_segments > 1;
+    prefetch f = {.s = s, .m = m, .p = p, .cap = (size_t)cap + 1};
+    skv_restore_params pi = *p;
+    if (pipelined && !rc && !(next = f.tok = malloc(((size_t)cap + 1) * sizeof *next))) rc = -1;
     for (uint32_t i = 0; !rc && i < si.n_segments; i++) {
         uint32_t nt = 0;
         const char *path = NULL;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
-        if ((rc = skv_session_restore_segment(s, m, i, c, p, tok, cap))) {
+        if (pipelined && i + 1 < si.n_segments) ahead = prefetch_start(&f, i + 1);
+        rc = skv_session_restore_segment(s, m, i, c, &pi, tok, cap);
+        if (ahead) pthread_join(f.th, NULL);
+        if (rc) {
             cli_error("%s", skv_ctx_last_error(c));
             break;
         }
+        /* a failed decode is not used: the restore of segment i + 1 decodes again and says why */
+        pi.decoded = ahead && !f.rc ? next : NULL;
+        pi.n_decoded = ahead && !f.rc ? f.n : 0;
         if (tf && cli_write_tokens(tf, m, tok, nt, after_bos)) rc = -1;
         if (kv->dest && (!(path = cli_out_path(kv)) ||
                          (rc = skv_kvdump_write(c, tok, nt, SKV_KVDUMP_F32, path, err, sizeof err)))) {
@@ -496,8 +545,14 @@ static int restore_each(const skv_session *s, skv_model *m, skv_ctx *c, const sk
             rc = -1;
         }
         rp->base += nt;
+        if (ahead) { /* the decoded ids become the buffer the next restore writes to */
+            int32_t *t = tok;
+            tok = next, next = f.tok = t;
+            ahead = 0;
+        }
     }
     free(tok);
+    free(next);
     return rc;
 }
 

@@ -301,6 +301,12 @@ int skv_session_check_ctx(skv_ctx *ctx, char *err, size_t cap)
                     "the context has a quantized KV cache (kv_quant): a restore needs exact KV; create the context without kv_quant");
 }
 
+/* Codecs that store the token ids and are restored by one prefill of them. */
+static int prefill_codec(int codec)
+{
+    return codec == SKV_CODEC_TOKENS || codec == SKV_CODEC_CM || codec == SKV_CODEC_CMV || codec == SKV_CODEC_CMVD;
+}
+
 /* The arguments of a restore of segment i into ctx, before anything is changed. */
 static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx, const skv_restore_params *p,
                          int32_t *tokens, size_t cap, char *err, size_t errcap)
@@ -315,6 +321,19 @@ static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx
                         p->draft, p->draft_max);
     const seg_view *g = &s->segs[i];
     if (cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
+    if (p && p->decoded) {
+        if (!prefill_codec(s->info.codec))
+            return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
+                            "decoded ids given for a codec %s segment (only tokens, cm, cmv and cmvd are restored from ids)",
+                            skv_codec_name(s->info.codec));
+        if (p->n_decoded != g->n_tokens)
+            return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "decoded ids: %zu given, segment %u has %u", p->n_decoded,
+                            i, g->n_tokens);
+        for (size_t k = 0; k < p->n_decoded; k++)
+            if (p->decoded[k] < 0 || (uint32_t)p->decoded[k] >= s->info.n_vocab)
+                return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "decoded id %zu (%d) outside the vocabulary of %u", k,
+                                p->decoded[k], s->info.n_vocab);
+    }
     if ((uint32_t)skv_ctx_n_ctx(ctx) < g->n_tokens)
         return skv_errf(err, errcap, SKV_ERR_RANGE, "context of %d positions cannot hold a segment of %u tokens",
                         skv_ctx_n_ctx(ctx), g->n_tokens);
@@ -332,23 +351,50 @@ int skv_session_check_kv_type(const skv_session *s, const skv_ctx *ctx, char *er
                     s->info.kv_cache_type ? "f16" : "f32", skv_ctx_kv_cache_type(ctx) ? "f16" : "f32");
 }
 
+/* The ids of a segment of a codec that stores them (prefill_codec), decoded. */
+static int decode_ids(const skv_session *s, const seg_view *g, skv_model *m, const skv_restore_params *p,
+                      int32_t *tokens, char *err, size_t errcap)
+{
+    switch (s->info.codec) {
+    case SKV_CODEC_TOKENS: return skv_session_decode_tokens(g, s->info.n_vocab, tokens, err, errcap);
+    case SKV_CODEC_CM: return skv_session_decode_cm(g, s->info.n_vocab, tokens, err, errcap);
+    default:
+        return skv_session_decode_cmv(g, s->info.codec, m, p ? p->cm_dict : NULL, p ? p->n_cm_dict : 0, tokens, err,
+                                      errcap);
+    }
+}
+
+int skv_session_segment_tokens(const skv_session *s, skv_model *m, uint32_t i, const skv_restore_params *p,
+                               int32_t *tokens, size_t cap, uint32_t *n_out, char *err, size_t errcap)
+{
+    char tmp[8];
+    if (!err) err = tmp, errcap = sizeof tmp;
+    if (!s || !m || !tokens || !n_out || i >= s->info.n_segments)
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
+                        "invalid argument (NULL session, model, tokens or n_out, or segment out of range)");
+    const seg_view *g = &s->segs[i];
+    if (!prefill_codec(s->info.codec))
+        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED,
+                        "codec %s does not store token ids alone (only tokens, cm, cmv and cmvd do): restore the segment",
+                        skv_codec_name(s->info.codec));
+    if (cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
+    int rc = skv_session_check_model(s, m, err, errcap);
+    if (!rc) rc = decode_ids(s, g, m, p, tokens, err, errcap);
+    *n_out = rc ? 0 : g->n_tokens;
+    return rc;
+}
+
 /* Regenerates segment g into the cleared ctx as its codec says. */
 static int restore_codec(const skv_session *s, const seg_view *g, skv_model *m, skv_ctx *ctx,
                          const skv_restore_params *p, int32_t *tokens, skv_restore_stats *st, char *err, size_t errcap)
 {
     int rc;
-    if (s->info.codec == SKV_CODEC_TOKENS || s->info.codec == SKV_CODEC_CM) {
-        rc = s->info.codec == SKV_CODEC_CM ? skv_session_decode_cm(g, s->info.n_vocab, tokens, err, errcap)
-                                           : skv_session_decode_tokens(g, s->info.n_vocab, tokens, err, errcap);
-        if (rc) return rc;
-        if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL))) return forward_failed(ctx, rc, err, errcap);
-        st->n_passes = 1;
-        return SKV_OK;
-    }
-    if (s->info.codec == SKV_CODEC_CMV || s->info.codec == SKV_CODEC_CMVD) {
-        if ((rc = skv_session_decode_cmv(g, s->info.codec, m, p ? p->cm_dict : NULL, p ? p->n_cm_dict : 0, tokens, err,
-                                         errcap)))
+    if (prefill_codec(s->info.codec)) {
+        if (p && p->decoded) { /* decoded before (skv_session_segment_tokens), checked by check_restore */
+            if (tokens != p->decoded) memmove(tokens, p->decoded, g->n_tokens * sizeof *tokens);
+        } else if ((rc = decode_ids(s, g, m, p, tokens, err, errcap))) {
             return rc;
+        }
         if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL))) return forward_failed(ctx, rc, err, errcap);
         st->n_passes = 1;
         return SKV_OK;
