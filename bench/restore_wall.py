@@ -11,7 +11,7 @@ Each text (its first B bytes, default 24,000) is stored as 800-token segments wi
 codec (`seqkv compress --segment -c 800`); cmvd takes a dictionary of the same kind of
 text that is disjoint from the test text (KJV: 2 MB of the model's training chapters,
 tools/train/prepare_data.py; fortunes: 1 MB of the other fortune files; chat: the chat
-text from byte 30,000). model16 is codec model with an f16 KV cache, compared with tokens
+text from byte 30,000, or from the end of the test text when it is longer). model16 is codec model with an f16 KV cache, compared with tokens
 stored with an f16 cache too (like with like). Then N rounds (default 5) restore every
 file in turn, alternating the codecs, `seqkv restore -m MODEL FILE -o /dev/null`
 (verified, 1 thread, the dictionary caches filled by the compress), each timed by
@@ -63,7 +63,7 @@ def texts(work, nbytes, wanted):
     if "chat" in wanted:
         chat = subprocess.run([sys.executable, os.path.join(ROOT, "bench/chat_text.py"), "400000"],
                               check=True, stdout=subprocess.PIPE).stdout
-        out.append(("chat", chat[:nbytes], chat[30000:]))
+        out.append(("chat", chat[:nbytes], chat[max(30000, nbytes):]))
     res = []
     for name, t, d in out:
         key = name.split()[-1].lower()

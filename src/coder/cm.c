@@ -266,6 +266,10 @@ void skv_cm_fill_reset(skv_cm *cm, const skv_cm_section *s, size_t at, size_t n)
     uint32_t v = s->kind == SKV_CM_SEC_SLOT ? CM_SLOT_INIT : s->kind == SKV_CM_SEC_WEIGHT ? (uint32_t)CM_W_INIT : 0;
     if (s->kind == SKV_CM_SEC_ANY || !n) return; /* the APM: reset_small wrote it */
     uint32_t *d = (uint32_t *)s->p + at;
+    if (n <= 64) { /* most gaps between a primed model's runs are a few elements: no calls */
+        for (size_t k = 0; k < n; k++) d[k] = v;
+        return;
+    }
     if (!v) {
         memset(d, 0, n * sizeof *d);
         return;
@@ -642,8 +646,13 @@ void skv_cm_undo(skv_cm *cm)
 
 int skv_cm_sections(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS])
 {
-    int n = 0;
     cm->fresh = 0; /* the tables may be written through sec */
+    return skv_cm_section_shapes(cm, sec);
+}
+
+int skv_cm_section_shapes(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS])
+{
+    int n = 0;
     for (int k = 0; k < cm->n_slots; k++)
         sec[n++] = (skv_cm_section){cm->slot[k], (size_t)1 << cm->slot_bits, 4, SKV_CM_SEC_SLOT};
     sec[n++] = (skv_cm_section){cm->mpos, (size_t)1 << SKV_CM_MATCH_BITS, 4, SKV_CM_SEC_POS};

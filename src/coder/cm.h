@@ -112,6 +112,10 @@ typedef struct skv_cm_section {
 /* The model's tables (slot tables, match positions and reliabilities, mixers, APM), in a
  * fixed order that depends only on (vocabulary or not, slot_bits); returns their count. */
 int skv_cm_sections(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS]);
+/* The same list for their sizes only (nothing may be written through it): unlike
+ * skv_cm_sections it leaves skv_cm_fresh as it was, so sizing a snapshot before reading
+ * it into a blank model keeps the model blank. */
+int skv_cm_section_shapes(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS]);
 /* The per-stream scalars (ids coded, hashes, text state, the match) as u32 values. */
 void skv_cm_get_scalars(const skv_cm *cm, uint32_t v[SKV_CM_N_SCALARS]);
 /* Sets them back; SKV_ERR_FORMAT when they cannot come from a model (a match pointing past

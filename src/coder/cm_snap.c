@@ -26,7 +26,7 @@ static inline uint32_t elem_get(const skv_cm_section *s, size_t i)
 size_t skv_cm_snap_bound(skv_cm *cm)
 {
     skv_cm_section sec[SKV_CM_MAX_SECTIONS];
-    int ns = skv_cm_sections(cm, sec);
+    int ns = skv_cm_section_shapes(cm, sec); /* sizes only: a blank model stays blank */
     size_t b = SNAP_HDR + 8;
     /* worst case: every other element differs, a run of 1 per 2 elements */
     for (int k = 0; k < ns; k++) b += 12 + sec[k].n / 2 * 8 + 8 + sec[k].n * sec[k].size;
