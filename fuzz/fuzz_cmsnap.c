@@ -56,7 +56,7 @@ static skv_cm *model_of(int cmv, uint32_t V, int slot)
     static uint32_t kept_v[2];
     skv_cm **m = &kept[cmv][slot];
     if (*m && (cmv || kept_v[slot] == V)) {
-        skv_cm_reset(*m);
+        if (!skv_cm_fresh(*m)) skv_cm_reset(*m); /* a model the last input left reset stays so */
         return *m;
     }
     skv_cm_free(*m);
@@ -86,13 +86,20 @@ static void code_back(skv_cm *cm, int32_t *t, size_t n0, uint32_t V, const uint8
         if (skv_cm_decode(d, &dd, t, n0 + i) || t[n0 + i] != back[i]) abort();
 }
 
-/* Snapshot of cm into a new buffer (*len). */
-static uint8_t *snap_of(skv_cm *cm, const skv_cm_snap_id *id, size_t *len)
+/* Snapshot of cm (*len bytes) into buffer k of three kept across inputs: the bound is about
+ * twice the tables (10 MiB and more), and a fresh allocation per snapshot was mapped,
+ * faulted in and unmapped by ASan each time. */
+static uint8_t *snap_of(skv_cm *cm, const skv_cm_snap_id *id, size_t *len, int k)
 {
+    static uint8_t *buf[3];
+    static size_t have[3];
     size_t cap = skv_cm_snap_bound(cm);
-    uint8_t *b = malloc(cap);
-    if (!b || skv_cm_snap_write(cm, id, b, cap, len)) abort();
-    return b;
+    if (have[k] < cap) {
+        free(buf[k]);
+        have[k] = (buf[k] = malloc(cap)) ? cap : 0;
+    }
+    if (!buf[k] || skv_cm_snap_write(cm, id, buf[k], cap, len)) abort();
+    return buf[k];
 }
 
 /* The history a loaded state codes after: n0 ids (what the state says it has seen), then NT. */
@@ -108,20 +115,17 @@ static void loaded(skv_cm *cm, const skv_cm_snap_id *id, uint32_t V, int cmv, co
     size_t n0 = skv_cm_n_coded(cm), l1 = 0, l2 = 0;
     if (n0 > 100000) return; /* a history that long costs memory, not coverage */
     int32_t *t = history(n0, V, data, size);
-    uint8_t *s1 = snap_of(cm, id, &l1);
+    uint8_t *s1 = snap_of(cm, id, &l1, 0);
     skv_cm *q = model_of(cmv, V, 1);
     if (!t || !q || skv_cm_snap_read(q, id, s1, l1)) abort();
-    uint8_t *s2 = snap_of(q, id, &l2);
+    uint8_t *s2 = snap_of(q, id, &l2, 1);
     if (l1 != l2 || memcmp(s1, s2, l1)) abort();
-    free(s2);
     if (skv_cm_undo_begin(cm, NT) == SKV_OK) {
         code_back(cm, t, n0, V, s1, l1, cmv);
         skv_cm_undo(cm);
-        s2 = snap_of(cm, id, &l2);
+        s2 = snap_of(cm, id, &l2, 1);
         if (l1 != l2 || memcmp(s1, s2, l1)) abort();
-        free(s2);
     }
-    free(s1);
     free(t);
 }
 
@@ -164,7 +168,7 @@ static void seeds_of(const char *dir, const char *tag, int cmv, uint32_t V, size
     for (size_t i = 0; i < nd; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, t[i] = (int32_t)((i % 3 ? x % 20 : x) % V);
     if (skv_cm_prime(cm, t, nd)) abort();
     skv_cm_snap_id id = {cmv ? vocab()->check : 0, 0x5eed0000u + nd, (uint32_t)nd};
-    uint8_t *b = snap_of(cm, &id, &len);
+    uint8_t *b = snap_of(cm, &id, &len, 2);
     snprintf(name, sizeof name, "%s_valid", tag);
     seed(dir, name, b, len);
     uint8_t *f = malloc(len); /* forged: an element out of range under a valid checksum */
@@ -180,7 +184,6 @@ static void seeds_of(const char *dir, const char *tag, int cmv, uint32_t V, size
     seed(dir, name, b, len);
     snprintf(name, sizeof name, "%s_truncated", tag);
     seed(dir, name, b, len * 2 / 3);
-    free(b);
     free(t);
 }
 

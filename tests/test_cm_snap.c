@@ -155,6 +155,43 @@ static void blank_reads_the_same(const skv_cm_vocab *vb, unsigned bits, size_t n
     skv_cm_free(r);
 }
 
+/* skv_cm_snap_write compares each element with skv_cm_reset_pattern (it made a reset copy
+ * of the model before): the pattern is exactly what skv_cm_reset writes, section by
+ * section, for both kinds; and writing a snapshot leaves a fresh model fresh. */
+static void reset_pattern_is_the_reset(void)
+{
+    skv_cm_vocab *vb = small_vocab(300);
+    skv_cm *ms[2] = {NULL, NULL};
+    CHECK(vb);
+    CHECK_EQ_INT(skv_cm_create(600, &ms[0]), SKV_OK);
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_SLOT_BITS_MIN, &ms[1]), SKV_OK);
+    for (int k = 0; k < 2; k++) {
+        skv_cm_section sec[SKV_CM_MAX_SECTIONS];
+        uint32_t pat[33];
+        CHECK_EQ_INT(skv_cm_fresh(ms[k]), 1);
+        int ns = skv_cm_section_shapes(ms[k], sec);
+        CHECK(ns > 3);
+        for (int j = 0; j < ns; j++) {
+            size_t period = skv_cm_reset_pattern(sec[j].kind, pat), bad = 0;
+            for (size_t i = 0; i < sec[j].n; i++) {
+                uint32_t v = sec[j].size == 2 ? ((const uint16_t *)sec[j].p)[i] : ((const uint32_t *)sec[j].p)[i];
+                bad += v != pat[i % period];
+            }
+            CHECK_MSG(!bad, "model %d section %d (kind %u): %zu elements differ from the pattern", k, j, sec[j].kind, bad);
+        }
+        size_t cap = skv_cm_snap_bound(ms[k]), len = 0;
+        uint8_t *b = malloc(cap);
+        skv_cm_snap_id id = {k ? vb->check : 0, 1, 1};
+        CHECK(b);
+        CHECK_EQ_INT(skv_cm_snap_write(ms[k], &id, b, cap, &len), SKV_OK);
+        free(b);
+        CHECK_EQ_INT(skv_cm_fresh(ms[k]), 1);
+    }
+    skv_cm_free(ms[0]);
+    skv_cm_free(ms[1]);
+    skv_cm_vocab_free(vb);
+}
+
 static void blank_models(void)
 {
     skv_cm_vocab *vb = small_vocab(300), *vb2 = small_vocab(4096);
@@ -462,6 +499,7 @@ int main(void)
     char err[256];
     TEST_BEGIN("test_cm_snap");
     RUN(roundtrip_codes_the_same);
+    RUN(reset_pattern_is_the_reset);
     RUN(blank_models);
     RUN(hostile_snapshots);
     RUN(journal_copies_code_the_same);

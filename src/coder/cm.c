@@ -260,6 +260,16 @@ int skv_cm_create_blank(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out
     return SKV_OK;
 }
 
+size_t skv_cm_reset_pattern(unsigned kind, uint32_t pat[33])
+{
+    if (kind == SKV_CM_SEC_ANY) { /* the APM: 33 knots per context, as reset_small writes them */
+        for (size_t j = 0; j < 33; j++) pat[j] = (uint16_t)squash16((int32_t)j * 128 - 2048);
+        return 33;
+    }
+    pat[0] = kind == SKV_CM_SEC_SLOT ? CM_SLOT_INIT : kind == SKV_CM_SEC_WEIGHT ? (uint32_t)CM_W_INIT : 0;
+    return 1;
+}
+
 void skv_cm_fill_reset(skv_cm *cm, const skv_cm_section *s, size_t at, size_t n)
 {
     (void)cm; /* the reset values depend on the section's kind only */

@@ -121,6 +121,9 @@ void skv_cm_get_scalars(const skv_cm *cm, uint32_t v[SKV_CM_N_SCALARS]);
 /* Sets them back; SKV_ERR_FORMAT when they cannot come from a model (a match pointing past
  * the ids coded, a predicted id >= n_vocab). */
 int skv_cm_set_scalars(skv_cm *cm, const uint32_t v[SKV_CM_N_SCALARS]);
+/* The reset values of a section of kind `kind`: element i of a reset model is
+ * pat[i % period]; returns the period (1, or 33 for the APM's knots). */
+size_t skv_cm_reset_pattern(unsigned kind, uint32_t pat[33]);
 /* Checks a loaded element of a section of kind `kind` (SKV_CM_SEC_*): 1 if valid. */
 int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v);
 /* n little-endian elements at src into section s (from skv_cm_sections(cm)) at elements

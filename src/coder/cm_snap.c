@@ -1,7 +1,7 @@
 /* cm_snap.c - snapshots of a cm model's state (see cm_snap.h, docs/coder.md 4.8).
  *
- * Runs: a section is walked against a freshly reset model of the same kind; elements that
- * equal the reset value are skipped (gap), the others are written (len). A literal run
+ * Runs: a section is walked against the reset values of its kind (skv_cm_reset_pattern:
+ * no reference model is made); elements that equal the reset value are skipped (gap), the others are written (len). A literal run
  * absorbs equal stretches shorter than RUN_JOIN elements, so a dense table costs about its
  * own size and a sparse one (a small dictionary) a fraction of it. */
 #include "coder/cm_snap.h"
@@ -61,28 +61,38 @@ static void put_elems(wbuf *w, const skv_cm_section *s, size_t at, size_t n)
     }
 }
 
-/* End of the literal run starting at i (an element differing from the reference). */
-static size_t run_end(const skv_cm_section *s, const skv_cm_section *ref, size_t i)
+/* The reset values of a section (element i resets to v[i % period]). */
+typedef struct reset_ref {
+    uint32_t v[33];
+    size_t period;
+} reset_ref;
+
+static inline uint32_t ref_get(const reset_ref *r, size_t i) { return r->period == 1 ? r->v[0] : r->v[i % r->period]; }
+
+/* End of the literal run starting at i (an element differing from the reset value). */
+static size_t run_end(const skv_cm_section *s, const reset_ref *ref, size_t i)
 {
     size_t same = 0, j = i;
     while (j < s->n && same < RUN_JOIN) {
-        same = elem_get(s, j) == elem_get(ref, j) ? same + 1 : 0;
+        same = elem_get(s, j) == ref_get(ref, j) ? same + 1 : 0;
         j++;
     }
     return same >= RUN_JOIN ? j - same : j;
 }
 
-static void write_section(wbuf *w, const skv_cm_section *s, const skv_cm_section *ref)
+static void write_section(wbuf *w, const skv_cm_section *s)
 {
     size_t at_runs = w->len, runs = 0, i = 0;
+    reset_ref ref;
+    ref.period = skv_cm_reset_pattern(s->kind, ref.v);
     put32(w, (uint32_t)s->n);
     put32(w, s->size);
     put32(w, 0);
     while (!w->full) {
         size_t j = i;
-        while (j < s->n && elem_get(s, j) == elem_get(ref, j)) j++;
+        while (j < s->n && elem_get(s, j) == ref_get(&ref, j)) j++;
         if (j == s->n) break;
-        size_t e = run_end(s, ref, j);
+        size_t e = run_end(s, &ref, j);
         put32(w, (uint32_t)(j - i));
         put32(w, (uint32_t)(e - j));
         put_elems(w, s, j, e - j);
@@ -109,18 +119,12 @@ static void write_header(wbuf *w, skv_cm *cm, const skv_cm_snap_id *id, int ns)
 
 int skv_cm_snap_write(skv_cm *cm, const skv_cm_snap_id *id, uint8_t *dst, size_t cap, size_t *len)
 {
-    skv_cm_section sec[SKV_CM_MAX_SECTIONS], rsec[SKV_CM_MAX_SECTIONS];
-    skv_cm *ref = NULL;
+    skv_cm_section sec[SKV_CM_MAX_SECTIONS];
     if (!cm || !id || (!dst && cap) || !len) return SKV_ERR_INVALID_ARG;
-    int rc = skv_cm_clone(cm, &ref);
-    if (rc) return rc;
-    skv_cm_reset(ref);
-    int ns = skv_cm_sections(cm, sec);
-    skv_cm_sections(ref, rsec);
+    int ns = skv_cm_section_shapes(cm, sec); /* only read: a fresh model stays fresh */
     wbuf w = {dst, cap, 0, 0};
     write_header(&w, cm, id, ns);
-    for (int k = 0; k < ns && !w.full; k++) write_section(&w, &sec[k], &rsec[k]);
-    skv_cm_free(ref);
+    for (int k = 0; k < ns && !w.full; k++) write_section(&w, &sec[k]);
     if (w.full || w.cap - w.len < 8) return SKV_ERR_RANGE;
     skv_wr64(w.p + w.len, XXH3_64bits(w.p, w.len));
     *len = w.len + 8;
