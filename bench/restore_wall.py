@@ -5,7 +5,7 @@ bench/results/restore.md: held-out KJV, Debian fortunes, a chat-like text from D
 documentation.
 
 Usage: bench/restore_wall.py [--rounds N] [--bytes B] [--texts kjv,fortunes,chat]
-                             [--codecs tokens,cm,cmvd,model,model16] [--build DIR]
+                             [--codecs tokens,cm,cmv,cmvd,model,model1,model16] [--build DIR]
 
 Each text (its first B bytes, default 24,000) is stored as 800-token segments with each
 codec (`seqkv compress --segment -c 800`); cmvd takes a dictionary of the same kind of
@@ -79,8 +79,10 @@ def texts(work, nbytes, wanted):
 CODECS = {  # name: (compress options, the tokens file it is compared with)
     "tokens": (["--codec", "tokens"], "tokens"),
     "cm": (["--codec", "cm"], "tokens"),
+    "cmv": (["--codec", "cmv"], "tokens"),
     "cmvd": (["--codec", "cmvd"], "tokens"),
     "model": (["--codec", "model"], "tokens"),
+    "model1": (["--codec", "model"], "tokens"),  # restored with --batch 1: one segment at a time
     "model16": (["--codec", "model", "--kv-cache", "f16"], "tokens16"),
     "tokens16": (["--codec", "tokens", "--kv-cache", "f16"], "tokens16"),
 }
@@ -100,7 +102,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bytes", type=int, default=24000)
     ap.add_argument("--texts", default="kjv,fortunes,chat")
-    ap.add_argument("--codecs", default="tokens,cm,cmvd,model,model16")
+    ap.add_argument("--codecs", default="tokens,cm,cmv,cmvd,model,model1,model16")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     a = ap.parse_args()
     seqkv = os.path.join(a.build, "seqkv")
@@ -123,9 +125,9 @@ def main():
               % (subprocess.run(["date", "-u", "+%Y-%m-%d %H:%M"], stdout=subprocess.PIPE, text=True).stdout.strip(),
                  cpu, os.cpu_count(), " ".join(load0), a.rounds))
         print()
-        print("| text | codec | file bits/position | wall s best / median | CPU s best / median "
-              "| vs tokens wall (best / median) | vs tokens CPU (best / median) |")
-        print("|---|---|---:|---:|---:|---:|---:|")
+        print("| text | codec | tokens | file bits/position | wall s best / median | tokens/s (best wall) "
+              "| CPU s best / median | vs tokens wall (best / median) | vs tokens CPU (best / median) |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for name, tp, dp in texts(work, a.bytes, a.texts.split(",")):
             files = {}
             for c in codecs:
@@ -133,6 +135,9 @@ def main():
                 cmd = [seqkv, "compress", "-m", MODEL, "-f", tp, "--segment", "-c", "800", "-o", f] + CODECS[c][0]
                 if c == "cmvd":
                     cmd += ["--cm-dict", dp]
+                if c == "model1" and "model" in files:  # the same file as codec model
+                    files[c] = files["model"]
+                    continue
                 r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 if r.returncode != 0:
                     fail("%s failed:\n%s" % (" ".join(cmd), r.stdout))
@@ -144,6 +149,8 @@ def main():
                     cmd = [seqkv, "restore", "-m", MODEL, files[c][0], "-o", "/dev/null"]
                     if c == "cmvd":
                         cmd += ["--cm-dict", dp]
+                    if c == "model1":
+                        cmd += ["--batch", "1"]
                     times[c].append(timed(cmd, env))
             for c in codecs:
                 base = CODECS[c][1]
@@ -152,14 +159,18 @@ def main():
                 bw = [t[0] for t in times[base]]
                 bu = [t[1] for t in times[base]]
                 bits = os.path.getsize(files[c][0]) * 8.0 / files[c][1]
-                print("| %s | %s | %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f |" % (
-                    name, c, bits, min(w), statistics.median(w), min(u), statistics.median(u),
+                print("| %s | %s | %d | %.2f | %.2f / %.2f | %.0f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f |" % (
+                    name, c, files[c][1], bits, min(w), statistics.median(w), files[c][1] / min(w),
+                    min(u), statistics.median(u),
                     min(bw) / min(w), statistics.median(bw) / statistics.median(w),
                     min(bu) / min(u), statistics.median(bu) / statistics.median(u)))
             sys.stdout.flush()
         print()
         print("Load average after: %s. Ratios compare like with like: model16 with tokens16 "
-              "(both f16 KV caches), every other codec with tokens." % " ".join(open("/proc/loadavg").read().split()[:3]))
+              "(both f16 KV caches), every other codec with tokens. model: the file's segments decoded "
+              "together (seqkv restore's default: the width skv_restore_batch_width picks); model1: the "
+              "same file with --batch 1 (one segment at a time, token by token). Every restore verified "
+              "against the stored KV digests." % " ".join(open("/proc/loadavg").read().split()[:3]))
 
 
 if __name__ == "__main__":
