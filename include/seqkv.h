@@ -355,7 +355,8 @@ enum { SKV_CODEC_PRED = 10 };
 enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
 /* Codec cmvd's primed model, kept in a snapshot file (docs/coder.md 4.8): priming walks
  * every dictionary id (~10 us each); loading its snapshot takes milliseconds. _save primes
- * (once per process) and writes path (atomically); _load reads path into this process's
+ * (once per process) and writes path (atomically, through a temporary file of its own,
+ * so concurrent writers of one path are safe); _load reads path into this process's
  * cache of primed models, so that encoders and restores with this (m, dict) skip priming.
  * _load: SKV_ERR_IO (cannot read), SKV_ERR_FORMAT (damaged: delete and _save again),
  * SKV_ERR_MISMATCH (written for another vocabulary, dictionary or version). The message is

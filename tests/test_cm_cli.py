@@ -12,7 +12,9 @@ What is checked, on the bundled model:
   restore is then refused: the file names another dictionary) and never restores wrong text;
 - the bytes of the .skv file do not depend on whether the caches existed;
 - nothing is written beside TEXT; ~/.cache/seqkv without XDG_CACHE_HOME; --no-cm-cache and
-  SEQKV_NO_CM_CACHE=1 read and write no cache and still restore.
+  SEQKV_NO_CM_CACHE=1 read and write no cache and still restore;
+- each process writes a cache through a temporary file of its own (a directory where a fixed
+  temporary name would go does not stop it; nothing is left over).
 """
 import glob
 import os
@@ -70,7 +72,27 @@ def test_caches_written_and_used(tmp):
     open(other, "wb").write(open(dic, "rb").read())
     rc, err = restore(skv, other, out)
     check(rc == 0 and len(cached(tmp, ".skvcm")) == 1, "a copy of the text got its own cache: %s" % err)
-    check(not glob.glob(os.path.join(tmp, "xdg", "seqkv", "*.tmp")), "temporary files left")
+    check(not glob.glob(os.path.join(tmp, "xdg", "seqkv", "*.tmp*")), "temporary files left")
+
+
+def test_own_temporary_files(tmp):
+    """Each process writes the caches through a temporary file of its own (cache.tmp.PID.N):
+    a directory where a fixed "cache.tmp" would go (another writer's file, or junk) does not
+    stop them from being written, and nothing is left over."""
+    text, dic = setup(tmp)
+    skv = os.path.join(tmp, "s.skv")
+    compress(text, dic, skv)
+    caches = cached(tmp, ".skvcm") + cached(tmp, ".skvids")
+    check(len(caches) == 2, "caches not written: %r" % caches)
+    for c in caches:
+        os.remove(c)
+        os.mkdir(c + ".tmp")
+    compress(text, dic, skv)
+    for c in caches:
+        check(os.path.isfile(c), "%s not rewritten beside a directory named %s.tmp" % (c, c))
+        os.rmdir(c + ".tmp")
+    left = [f for f in glob.glob(os.path.join(tmp, "xdg", "seqkv", "*.tmp.*"))]
+    check(not left, "temporary files left: %r" % left)
 
 
 def test_home_and_opt_out(tmp):
@@ -129,7 +151,7 @@ def test_changed_dictionary_refused(tmp):
 
 def main():
     cases = [test_caches_written_and_used, test_home_and_opt_out, test_damaged_caches_rebuilt,
-             test_changed_dictionary_refused]
+             test_changed_dictionary_refused, test_own_temporary_files]
     return run_cases(REPORTER, cases, "skv_cmcli_")
 
 

@@ -9,6 +9,8 @@
  * skv_cm_dict_save / _load round-trip, refuse damaged files with SKV_ERR_FORMAT, and a cmvd
  * session restores bit-exact after a load, also from two threads at once (the primed model
  * is used in place by one at a time). Model: the bundled models/kjv-4m.gguf. */
+#include <dirent.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -443,13 +445,37 @@ static void library_two_threads(void)
     CHECK_EQ_INT(rc[1], SKV_OK);
 }
 
+/* 1 if a file "path.tmp.*" exists in path's directory (a temporary file left over). */
+static int leftover_temp(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[64], pre[64];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    snprintf(pre, sizeof pre, "%s.tmp.", slash + 1);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, pre, strlen(pre))) found = 1;
+    if (d) closedir(d);
+    return found;
+}
+
 static void library_save_load(void)
 {
     char path[64], err[256];
     size_t len = 0;
+    char old_tmp[80];
     snprintf(path, sizeof path, "/tmp/test_cm_snap.%d.skvcm", (int)getpid());
     CHECK_EQ_INT(skv_cm_dict_load(g_m, g_dict, g_dict_n, path, err, sizeof err), SKV_ERR_IO);
-    CHECK_EQ_INT(skv_cm_dict_save(g_m, g_dict, g_dict_n, path, err, sizeof err), SKV_OK);
+    /* the temporary file is the call's own: a directory where a fixed "path.tmp" would go
+     * (or another writer's file there) does not stop the save, and nothing is left over */
+    snprintf(old_tmp, sizeof old_tmp, "%s.tmp", path);
+    CHECK(mkdir(old_tmp, 0700) == 0);
+    int saved = skv_cm_dict_save(g_m, g_dict, g_dict_n, path, err, sizeof err);
+    rmdir(old_tmp);
+    CHECK_MSG(saved == SKV_OK, "save beside a directory named %s: %s", old_tmp, err);
+    CHECK_MSG(!leftover_temp(path), "a temporary file of %s was left", path);
     uint8_t *b = slurp(path, &len);
     CHECK(b && len > 100);
     CHECK_EQ_INT(skv_cm_dict_load(g_m, g_dict, g_dict_n, path, err, sizeof err), SKV_OK);

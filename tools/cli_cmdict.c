@@ -5,14 +5,17 @@
  * fingerprint's), so any copy of the same text shares them and nothing is written beside it:
  * cm-H-F.skvids: "SKVI" | u32 version 1 | u8 model fingerprint[16] | u64 XXH3-64 of TEXT
  *                | u32 n | u32 ids[n] | u64 XXH3-64 of every byte before it (little-endian)
- * cm-H-F.skvcm:  skv_cm_dict_save's snapshot of the primed model (docs/coder.md 4.8) */
+ * cm-H-F.skvcm:  skv_cm_dict_save's snapshot of the primed model (docs/coder.md 4.8)
+ * Both are written through a temporary file of the writing process's own and a rename. */
 #include "cli_cmdict.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "cli.h"
@@ -89,12 +92,29 @@ static int32_t *ids_load(const char *cache, const uint8_t fp[16], uint64_t key, 
     return ids;
 }
 
+/* A new file of this process's own beside path ("path.tmp.PID.N", created exclusively, so
+ * two seqkv processes filling the same cache never write one temporary file together). */
+static FILE *own_temp(const char *path, char **tmp)
+{
+    size_t tn = strlen(path) + 40;
+    int fd = -1;
+    if (!(*tmp = malloc(tn))) return NULL;
+    for (unsigned k = 0; fd < 0 && k < 64; k++) {
+        snprintf(*tmp, tn, "%s.tmp.%ld.%u", path, (long)getpid(), k);
+        fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) close(fd), remove(*tmp);
+    return f;
+}
+
 static void ids_save(const char *cache, const uint8_t fp[16], uint64_t key, const int32_t *ids, size_t n)
 {
     size_t len = IDS_HDR + 4 * n + 8;
     uint8_t *b = n <= UINT32_MAX ? malloc(len) : NULL;
-    char *tmp = side_path(cache, ".tmp");
-    FILE *f = b && tmp ? fopen(tmp, "wb") : NULL;
+    char *tmp = NULL;
+    FILE *f = b ? own_temp(cache, &tmp) : NULL;
     if (f) {
         wr32(b, IDS_MAGIC), wr32(b + 4, 1), memcpy(b + 8, fp, 16), wr64(b + 24, key), wr32(b + 32, (uint32_t)n);
         for (size_t i = 0; i < n; i++) wr32(b + IDS_HDR + 4 * i, (uint32_t)ids[i]);

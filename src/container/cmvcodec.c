@@ -14,8 +14,10 @@
  * model itself under an undo log (skv_cm_undo_begin / skv_cm_undo: one thread at a time
  * per dictionary, the others wait), or, when it is too long for the log, by a copy. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include "core/fpguard.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -513,19 +515,27 @@ int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *pa
     return rc;
 }
 
-/* buf[0..len) into path through a temporary file and a rename (never half a file). */
+/* buf[0..len) into path through a temporary file of this call's own and a rename: never
+ * half a file, and two processes or threads writing the same path never share a temporary
+ * ("path.tmp.PID.N", created exclusively, mode 0666 less the umask). */
 static int write_whole(const char *path, const uint8_t *buf, size_t len, char *err, size_t cap)
 {
-    size_t pn = strlen(path);
-    char *tmp = malloc(pn + 8);
+    static atomic_uint seq;
+    size_t pn = strlen(path), tn = pn + 40;
+    char *tmp = malloc(tn);
+    int fd = -1;
     if (!tmp) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-    memcpy(tmp, path, pn);
-    memcpy(tmp + pn, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
+    for (int tries = 0; fd < 0 && tries < 64; tries++) {
+        snprintf(tmp, tn, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&seq, 1u));
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) close(fd);
     int ok = f && fwrite(buf, 1, len, f) == len;
     if (f && fclose(f)) ok = 0;
     if (ok && rename(tmp, path)) ok = 0;
-    if (!ok && f) remove(tmp);
+    if (!ok && fd >= 0) remove(tmp);
     free(tmp);
     return ok ? SKV_OK : skv_errf(err, cap, SKV_ERR_IO, "cannot write the cmvd snapshot %s", path);
 }
