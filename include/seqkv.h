@@ -543,8 +543,8 @@ typedef struct skv_restore_job {
  * of them as one forward pass (skv_decode_multi), so the queue decodes at close to
  * prefill speed instead of one pass per token per session; a finished segment makes room
  * for the next queued one. Other codecs are restored on their own. p: verify, progress
- * (tokens of the whole queue) and stats (n_passes counts steps) are honoured; draft
- * settings are not used. Returns SKV_OK when every job succeeded, else the first failed
+ * (tokens of the whole queue), stats (n_passes counts steps) and cm_dict (cmvd jobs) are
+ * honoured; draft settings and decoded ids are not used. Returns SKV_OK when every job succeeded, else the first failed
  * job's status (every job's own status is set, and a failed job's message is
  * skv_ctx_last_error(job.ctx); a failed job's context is left undefined, the others are
  * unaffected). */

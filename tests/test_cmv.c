@@ -335,6 +335,37 @@ static void pipelined_restore(void)
         free(data);
         data = NULL;
     }
+    /* a queue of cmvd segments (skv_session_restore_batch) takes the dictionary from p too */
+    {
+        skv_session *q = NULL;
+        skv_session_info qi;
+        skv_restore_job jobs[8];
+        skv_ctx *cs[8] = {NULL};
+        int32_t *tb = malloc(8 * 512 * sizeof *tb);
+        skv_restore_params bp = {.verify = 1, .cm_dict = g_dict, .n_cm_dict = g_dict_n};
+        CHECK(tb);
+        CHECK_EQ_INT(encode_session(SKV_CODEC_CMVD, g_dict, g_dict_n, &data, &size), SKV_OK);
+        CHECK_EQ_INT(skv_session_open(data, size, &q, NULL, 0), SKV_OK);
+        skv_session_get_info(q, &qi);
+        CHECK(qi.n_segments >= 2 && qi.n_segments <= 8);
+        for (uint32_t k = 0; k < qi.n_segments; k++) {
+            CHECK((cs[k] = new_ctx()) != NULL);
+            jobs[k] = (skv_restore_job){.session = q, .segment = k, .ctx = cs[k], .tokens = tb + 512 * k, .cap = 512};
+        }
+        int brc = skv_session_restore_batch(g_m, jobs, qi.n_segments, &bp);
+        CHECK_MSG(brc == SKV_OK, "batch restore of cmvd segments: %d (%s)", brc, skv_ctx_last_error(cs[0]));
+        for (uint32_t k = 0, at = 0; k < qi.n_segments; k++) {
+            uint32_t nt = 0;
+            skv_session_segment_info(q, k, &nt, NULL, NULL);
+            CHECK(!memcmp(tb + 512 * k, g_text + at, nt * sizeof *tb));
+            at += nt;
+            skv_ctx_free(cs[k]);
+        }
+        skv_session_free(q);
+        free(tb);
+        free(data);
+        data = NULL;
+    }
     /* refusals, on a cmv file: ids of the wrong length, outside the vocabulary, or not the file's */
     CHECK_EQ_INT(encode_session(SKV_CODEC_CMV, NULL, 0, &data, &size), SKV_OK);
     CHECK_EQ_INT(skv_session_open(data, size, &s, NULL, 0), SKV_OK);

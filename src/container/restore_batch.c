@@ -177,7 +177,9 @@ static int distinct_contexts(skv_restore_job *jobs, size_t n)
 /* Jobs of other codecs restore on their own; model-coded ones join the queue. */
 static void dispatch(batch *b, skv_restore_job *jobs, size_t n, skv_restore_job **queue, size_t *nq)
 {
-    skv_restore_params solo = {.verify = b->p ? b->p->verify : 0, .stats = &b->st};
+    /* verify and a cmvd dictionary carry over; drafts and decoded ids are per segment, not per queue */
+    skv_restore_params solo = {.verify = b->p ? b->p->verify : 0, .stats = &b->st, .cm_dict = b->p ? b->p->cm_dict : NULL,
+                               .n_cm_dict = b->p ? b->p->n_cm_dict : 0};
     for (size_t i = 0; i < n; i++) {
         skv_restore_job *j = &jobs[i];
         skv_session_info si;
