@@ -265,6 +265,75 @@ static void hostile_snapshots(void)
     skv_cm_vocab_free(vb);
 }
 
+/* Status of skv_cm_snap_read_fd_window over bytes b[0..len) written to a file, the reader
+ * told the file holds `size` bytes. */
+static int read_via_file(skv_cm *q, const skv_cm_snap_id *id, const uint8_t *b, size_t len, uint64_t size,
+                         size_t window)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/seqkv_test_snapfd_%d", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(b, 1, len, f) != len || fclose(f)) {
+        test_fail_at(__FILE__, __LINE__, "cannot write %s", path);
+        return -100;
+    }
+    FILE *r = fopen(path, "rb");
+    int rc = r ? skv_cm_snap_read_fd_window(q, id, fileno(r), size, window) : -100;
+    if (r) fclose(r);
+    remove(path);
+    return rc;
+}
+
+static uint8_t *state_of(skv_cm *cm, size_t *len);
+
+/* The file reader (a small window refilled by read(2), the checksum verified at the end)
+ * gives exactly the memory reader's state, for windows from 64 bytes (every run straddles
+ * refills) up; and its status on damaged, truncated, lengthened, forged and foreign files
+ * is the memory reader's, with the model left reset on every refusal (skv_cm_fresh). */
+static void file_reader_is_the_memory_reader(void)
+{
+    skv_cm_vocab *vb = small_vocab(300);
+    skv_cm *p = new_model(vb, 300, SKV_CMV_SLOT_BITS_MIN), *q = new_model(vb, 300, SKV_CMV_SLOT_BITS_MIN);
+    int32_t t[1400];
+    size_t len = 0, lp = 0, lq = 0;
+    skv_cm_snap_id id = {vb ? vb->check : 0, 77, 1000}, other = id;
+    fill_ids(t, 1400, 300);
+    CHECK(p && q);
+    CHECK_EQ_INT(skv_cm_prime(p, t, 1000), SKV_OK);
+    size_t bound = skv_cm_snap_bound(p);
+    uint8_t *snap = malloc(bound + 1), *bad = malloc(bound + 1), *sp = state_of(p, &lp);
+    CHECK(snap && bad && sp);
+    CHECK_EQ_INT(skv_cm_snap_write(p, &id, snap, bound, &len), SKV_OK);
+    size_t windows[] = {64, 100, 4093, (size_t)1 << 18};
+    for (int w = 0; w < 4 && !test_cur_failed; w++) {
+        CHECK_EQ_INT(read_via_file(q, &id, snap, len, len, windows[w]), SKV_OK);
+        uint8_t *sq = state_of(q, &lq);
+        CHECK_MSG(lq == lp && !memcmp(sq, sp, lp), "window %zu: the state read differs", windows[w]);
+        free(sq);
+    }
+    other.dict_id = 78;
+    CHECK_EQ_INT(read_via_file(q, &other, snap, len, len, 100), SKV_ERR_MISMATCH);
+    CHECK_EQ_INT(read_via_file(q, &id, snap, len, len + 1, 100), SKV_ERR_FORMAT);  /* shorter than said */
+    memcpy(bad, snap, len), bad[len] = 0;
+    CHECK_EQ_INT(read_via_file(q, &id, bad, len + 1, len + 1, 100), SKV_ERR_FORMAT); /* a byte more */
+    for (size_t k = 0; k < len && !test_cur_failed; k += 1 + k / 16) /* truncated */
+        CHECK_EQ_INT(read_via_file(q, &id, snap, k, k, 64 + k % 200), SKV_ERR_FORMAT);
+    for (int i = 0; i < 300 && !test_cur_failed; i++) { /* a flipped byte, or forged: the same status */
+        memcpy(bad, snap, len);
+        size_t at = i < 100 ? rng() % (len < 120 ? len : 120) : rng() % len;
+        bad[at] ^= (uint8_t)(1 + rng() % 255);
+        if (i % 2) skv_wr64(bad + len - 8, XXH3_64bits(bad, len - 8));
+        int mem = skv_cm_snap_read(q, &id, bad, len), fil = read_via_file(q, &id, bad, len, len, 64 + rng() % 300);
+        CHECK_MSG(mem == fil, "byte %zu%s: memory reader %d, file reader %d", at, i % 2 ? " (forged)" : "", mem, fil);
+        CHECK_MSG(fil == SKV_OK || skv_cm_fresh(q) == 1, "byte %zu: a refused file left the model not reset", at);
+    }
+    CHECK_EQ_INT(skv_cm_snap_read_fd(q, &id, -1, len), SKV_ERR_INVALID_ARG);
+    free(snap), free(bad), free(sp);
+    skv_cm_free(p);
+    skv_cm_free(q);
+    skv_cm_vocab_free(vb);
+}
+
 /* Segments coded after journaled copies give the bytes of whole copies: short ones, one
  * past the journal's capacity, and after a copy from another source. */
 static void journal_copies_code_the_same(void)
@@ -528,6 +597,7 @@ int main(void)
     RUN(reset_pattern_is_the_reset);
     RUN(blank_models);
     RUN(hostile_snapshots);
+    RUN(file_reader_is_the_memory_reader);
     RUN(journal_copies_code_the_same);
     RUN(undo_codes_the_same);
     if (skv_model_load("models/kjv-4m.gguf", NULL, &g_m, err, sizeof err) != SKV_OK) {

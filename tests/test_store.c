@@ -571,6 +571,7 @@ static void test_crash(void)
     skv_store_params p = skv_store_default_params();
     int kills = 0, rounds = 52;
     name_set committed = {calloc(4096, 32), 0}, listed = {calloc(4096, 32), 0};
+    static int committed_at[4096];
     CHECK(committed.names && listed.names);
     store_dir(dir, sizeof dir, "crash");
     p.budget = 96 << 10;
@@ -606,18 +607,35 @@ static void test_crash(void)
         waitpid(pid, &status, 0);
         CHECK_MSG(WIFSIGNALED(status), "writer %d exited with %d before the kill", w, WEXITSTATUS(status));
         kills++;
-        char buf[8192];
-        ssize_t got, len = 0;
-        while ((got = read(fds[0], buf + len, sizeof buf - 1 - (size_t)len)) > 0) len += got;
+        /* everything the writer announced (a growing buffer: a fast writer in a long
+         * window can say more than a pipe's worth, and a cut line would be misread) */
+        size_t len = 0, cap = 1 << 14;
+        char *buf = malloc(cap);
+        ssize_t got = 0;
+        CHECK(buf != NULL);
+        while (buf && (got = read(fds[0], buf + len, cap - 1 - len)) > 0)
+            if ((len += (size_t)got) == cap - 1) {
+                char *nb = realloc(buf, cap *= 2);
+                if (!nb) free(buf);
+                buf = nb;
+            }
         close(fds[0]);
+        CHECK_MSG(buf && got == 0, "reading writer %d's announcements failed", w);
         buf[len] = 0;
         for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
-            if (line[0] == '+' && committed.n < 4096) snprintf(committed.names[committed.n++], 32, "%s", line + 1);
+            if (line[0] == '+' && committed.n < 4096) {
+                snprintf(committed.names[committed.n], 32, "%s", line + 1);
+                committed_at[committed.n++] = (int)ms; /* the round's kill moment, for a report */
+            }
             if (line[0] == '-') {
                 int i = find_name(&committed, line + 1);
-                if (i >= 0) memcpy(committed.names[i], committed.names[--committed.n], 32);
+                if (i >= 0) {
+                    memcpy(committed.names[i], committed.names[--committed.n], 32);
+                    committed_at[i] = committed_at[committed.n];
+                }
             }
         }
+        free(buf);
         if (committed.n == before && committed.n < 10 && window_ms < 2000) window_ms = window_ms * 5 / 4;
     }
     CHECK(kills >= 50);
@@ -626,7 +644,10 @@ static void test_crash(void)
     CHECK_MSG(skv_store_gc(st, &g) == SKV_OK, "trie invariants after the kills: %s", skv_store_last_error(st));
     CHECK(skv_store_list(st, collect, &listed) == SKV_OK);
     for (int i = 0; i < committed.n; i++)
-        CHECK_MSG(find_name(&listed, committed.names[i]) >= 0, "committed %s is missing", committed.names[i]);
+        CHECK_MSG(find_name(&listed, committed.names[i]) >= 0,
+                  "committed %s is missing (its writer killed %d ms after the start; %d kills, window %ld ms, "
+                  "%d committed, %d listed)",
+                  committed.names[i], committed_at[i], kills, window_ms, committed.n, listed.n);
     for (int i = 0; i < listed.n; i++) { /* every visible session is whole */
         sess s;
         int w, k;

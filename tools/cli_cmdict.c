@@ -19,6 +19,7 @@
 #include <xxhash.h>
 
 #include "cli.h"
+#include "core/util.h"
 
 #define IDS_MAGIC 0x49564b53u /* "SKVI" */
 #define IDS_HDR 36u
@@ -70,23 +71,28 @@ static char *cache_base(const uint8_t fp[16], uint64_t key)
     return s;
 }
 
-/* The cached ids if the cache is intact and for (fp, key); else NULL. */
-static int32_t *ids_load(const char *cache, const uint8_t fp[16], uint64_t key, size_t max, size_t *n)
+/* The cached ids if the cache is intact and for (fp, key); else NULL. Read straight into
+ * the array the caller keeps (huge pages: skv_big_alloc), checksummed as they come. */
+static int32_t *ids_load(const char *cache, const uint8_t fp[16], uint64_t key, size_t *n)
 {
     FILE *f = fopen(cache, "rb");
-    uint8_t h[IDS_HDR];
+    uint8_t h[IDS_HDR], tail[9];
     int32_t *ids = NULL;
+    struct stat st;
     if (!f) return NULL;
-    if (fread(h, 1, IDS_HDR, f) == IDS_HDR && rd32(h) == IDS_MAGIC && rd32(h + 4) == 1 && !memcmp(h + 8, fp, 16) &&
-        rd64(h + 24) == key && rd32(h + 32) >= 1 && rd32(h + 32) <= max) {
-        size_t k = rd32(h + 32), len = IDS_HDR + 4 * k + 8;
-        uint8_t *b = malloc(len);
-        if (b && (memcpy(b, h, IDS_HDR), fread(b + IDS_HDR, 1, len - IDS_HDR, f) == len - IDS_HDR) &&
-            fgetc(f) == EOF && XXH3_64bits(b, len - 8) == rd64(b + len - 8) && (ids = malloc(k * sizeof *ids))) {
-            for (size_t i = 0; i < k; i++) ids[i] = (int32_t)rd32(b + IDS_HDR + 4 * i);
-            *n = k;
-        }
-        free(b);
+    if (!fstat(fileno(f), &st) && fread(h, 1, IDS_HDR, f) == IDS_HDR && rd32(h) == IDS_MAGIC && rd32(h + 4) == 1 &&
+        !memcmp(h + 8, fp, 16) && rd64(h + 24) == key && rd32(h + 32) >= 1 &&
+        (uint64_t)st.st_size == IDS_HDR + 4 * (uint64_t)rd32(h + 32) + 8 && /* before allocating what it says */
+        (ids = skv_big_alloc((size_t)rd32(h + 32) * sizeof *ids)) != NULL) {
+        size_t k = rd32(h + 32);
+        XXH3_state_t *x = XXH3_createState();
+        int ok = x && XXH3_64bits_reset(x) == XXH_OK && XXH3_64bits_update(x, h, IDS_HDR) == XXH_OK &&
+                 fread(ids, 4, k, f) == k && XXH3_64bits_update(x, ids, 4 * k) == XXH_OK &&
+                 fread(tail, 1, sizeof tail, f) == 8 && XXH3_64bits_digest(x) == rd64(tail);
+        XXH3_freeState(x);
+        for (size_t i = 0; ok && i < k; i++) ids[i] = (int32_t)rd32((const uint8_t *)&ids[i]); /* the file is little-endian */
+        if (!ok) free(ids), ids = NULL;
+        else *n = k;
     }
     fclose(f);
     return ids;
@@ -137,17 +143,45 @@ static void primed_cache(skv_model *m, const char *base, const int32_t *ids, siz
     free(snap);
 }
 
+/* XXH3-64 of the file's bytes, read in pieces (when the ids are cached, the text is never
+ * held whole); -1 after a message. */
+static int file_key(const char *path, uint64_t *key)
+{
+    FILE *f = fopen(path, "rb");
+    XXH3_state_t *x = f ? XXH3_createState() : NULL;
+    char *buf = x ? malloc(1 << 18) : NULL;
+    int rc = buf && XXH3_64bits_reset(x) == XXH_OK ? 0 : -1;
+    size_t got;
+    while (!rc && (got = fread(buf, 1, 1 << 18, f)) > 0) rc = XXH3_64bits_update(x, buf, got) == XXH_OK ? 0 : -1;
+    if (!f) cli_error("cannot open '%s': %s", path, strerror(errno));
+    else if (rc || ferror(f)) cli_error("error reading '%s': %s", path, buf ? strerror(errno) : "out of memory");
+    else *key = XXH3_64bits_digest(x);
+    rc = f && !rc && !ferror(f) ? 0 : -1;
+    if (f) fclose(f);
+    XXH3_freeState(x);
+    free(buf);
+    return rc;
+}
+
 int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
 {
     size_t len = 0;
     uint8_t fp[16];
-    char *text = cli_read_file(path, &len), *base = NULL, *cache = NULL;
+    char *text = NULL, *base = NULL, *cache = NULL;
     int32_t *ids = NULL;
-    uint64_t key = text ? XXH3_64bits(text, len) : 0;
-    if (text && !no_cache && skv_model_fingerprint(m, fp) == SKV_OK && (base = cache_base(fp, key)))
-        cache = side_path(base, ".skvids");
-    if (cache) ids = ids_load(cache, fp, key, len + 2, n);
-    if (!ids && text && (ids = cli_text_tokens(m, path, text, len, 0, n)) && cache && *n) ids_save(cache, fp, key, ids, *n);
+    uint64_t key = 0;
+    int cached = !no_cache && strcmp(path, "-") && skv_model_fingerprint(m, fp) == SKV_OK;
+    if (cached && file_key(path, &key)) return NULL;
+    if (cached && (base = cache_base(fp, key))) cache = side_path(base, ".skvids");
+    if (cache) ids = ids_load(cache, fp, key, n);
+    if (!ids && (text = cli_read_file(path, &len)) != NULL) {
+        if (cached && XXH3_64bits(text, len) != key) { /* changed since hashed: cache under what was read */
+            free(base), free(cache);
+            key = XXH3_64bits(text, len);
+            base = cache_base(fp, key), cache = base ? side_path(base, ".skvids") : NULL;
+        }
+        if ((ids = cli_text_tokens(m, path, text, len, 0, n)) && cache && *n) ids_save(cache, fp, key, ids, *n);
+    }
     if (ids && *n && base) primed_cache(m, base, ids, *n);
     free(text);
     free(base);

@@ -528,6 +528,12 @@ static int restore_each(const skv_session *s, skv_model *m, skv_ctx *c, const sk
         uint32_t nt = 0;
         const char *path = NULL;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
+        if (pipelined && !pi.decoded) { /* the first: its ids before the prefetch can take a cmvd coder */
+            uint32_t nd = 0;
+            int drc = skv_session_segment_tokens(s, m, i, p, tok, (size_t)cap + 1, &nd, err, sizeof err);
+            pi.decoded = drc ? NULL : tok; /* a failure: decoded again by the restore, which says why */
+            pi.n_decoded = drc ? 0 : nd;
+        }
         if (pipelined && i + 1 < si.n_segments) ahead = prefetch_start(&f, i + 1);
         rc = skv_session_restore_segment(s, m, i, c, &pi, tok, cap);
         if (ahead) pthread_join(f.th, NULL);

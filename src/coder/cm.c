@@ -15,6 +15,7 @@
 #include "core/fpguard.h"
 
 #include "coder/cm_vocab.h"
+#include "core/util.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -126,9 +127,10 @@ static void init_tables(skv_cm *cm)
 }
 
 /* Faults in the pages of a large table with one call (the kernel maps and zeroes them in
- * a batch) instead of one page fault per 4 KiB on first touch: ~9,000 faults for the
- * 36 MiB of a model with a vocabulary. An optimisation only: without the call (another
- * OS, an old kernel) the pages fault in as they are touched. */
+ * a batch) instead of one page fault per page on first touch. The tables are on huge
+ * pages where the kernel grants them (skv_big_alloc): 18 of 2 MiB for the 36 MiB of a
+ * cmvd model instead of ~9,000 of 4 KiB. An optimisation only: without the call
+ * (another OS, an old kernel) the pages fault in as they are touched. */
 static void prefault(void *p, size_t bytes)
 {
 #if defined(__linux__) && defined(MADV_POPULATE_WRITE)
@@ -156,10 +158,10 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits
     cm->V = n_vocab;
     cm->B = 1;
     while (((uint32_t)1 << cm->B) < n_vocab) cm->B++;
-    int ok = (cm->mpos = malloc(sizeof(uint32_t) << SKV_CM_MATCH_BITS)) != NULL;
-    if (vb) ok &= (cm->apm = malloc(CMV_APM_N * sizeof *cm->apm)) != NULL;
+    int ok = (cm->mpos = skv_big_alloc(sizeof(uint32_t) << SKV_CM_MATCH_BITS)) != NULL;
+    if (vb) ok &= (cm->apm = skv_big_alloc(CMV_APM_N * sizeof *cm->apm)) != NULL;
     if (vb) ok &= (cm->w2 = malloc(CMV_SETS2 * sizeof *cm->w2)) != NULL;
-    for (int k = 0; k < cm->n_slots; k++) ok &= (cm->slot[k] = malloc(sizeof(uint32_t) << cm->slot_bits)) != NULL;
+    for (int k = 0; k < cm->n_slots; k++) ok &= (cm->slot[k] = skv_big_alloc(sizeof(uint32_t) << cm->slot_bits)) != NULL;
     if (!ok) {
         skv_cm_free(cm);
         return SKV_ERR_NOMEM;

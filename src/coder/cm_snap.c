@@ -7,8 +7,10 @@
 #include "coder/cm_snap.h"
 #include "core/fpguard.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/util.h"
@@ -133,15 +135,27 @@ int skv_cm_snap_write(skv_cm *cm, const skv_cm_snap_id *id, uint8_t *dst, size_t
 
 /* ---- reading ------------------------------------------------------------------ */
 
+/* The bytes not yet parsed: p[at..len). In memory the window is the whole snapshot (less
+ * its checksum); from a file (skv_cm_snap_read_fd) it is a small buffer that `more`
+ * refills, so no buffer of the snapshot's size is made. */
 typedef struct rbuf {
     const uint8_t *p;
     size_t len, at;
+    int (*more)(struct rbuf *r); /* NULL in memory; else tops the window up: 0 if nothing came */
 } rbuf;
+
+/* At least k (<= a window) unread bytes, refilling if need be. */
+static int have(rbuf *r, size_t k)
+{
+    while (r->len - r->at < k)
+        if (!r->more || !r->more(r)) return 0;
+    return 1;
+}
 
 /* The next u32, or 0 with *ok cleared past the end. */
 static uint32_t get32(rbuf *r, int *ok)
 {
-    if (r->len - r->at < 4) {
+    if (!have(r, 4)) {
         *ok = 0;
         return 0;
     }
@@ -153,13 +167,19 @@ static int read_run(rbuf *r, skv_cm *cm, const skv_cm_section *s, size_t *i, int
 {
     int ok = 1;
     uint32_t gap = get32(r, &ok), n = get32(r, &ok);
-    if (!ok || n == 0 || gap > s->n - *i || n > s->n - *i - gap || (r->len - r->at) / s->size < n)
+    if (!ok || n == 0 || gap > s->n - *i || n > s->n - *i - gap || (!r->more && (r->len - r->at) / s->size < n))
         return SKV_ERR_FORMAT;
     if (blank) skv_cm_fill_reset(cm, s, *i, gap);
     *i += gap;
-    if (skv_cm_load_run(cm, s, *i, r->p + r->at, n)) return SKV_ERR_FORMAT;
-    r->at += (size_t)n * s->size;
-    *i += n;
+    while (n > 0) { /* in pieces of what the window holds (all of it in memory) */
+        if (!have(r, s->size)) return SKV_ERR_FORMAT;
+        size_t k = (r->len - r->at) / s->size;
+        k = k < n ? k : n;
+        if (skv_cm_load_run(cm, s, *i, r->p + r->at, k)) return SKV_ERR_FORMAT;
+        r->at += k * s->size;
+        *i += k;
+        n -= (uint32_t)k;
+    }
     return SKV_OK;
 }
 
@@ -199,20 +219,95 @@ static int read_header(rbuf *r, skv_cm *cm, const skv_cm_snap_id *id, uint32_t *
     return skv_cm_set_scalars(cm, sc);
 }
 
-int skv_cm_snap_read(skv_cm *cm, const skv_cm_snap_id *id, const uint8_t *src, size_t len)
+/* Header and sections from r (the checksum is the caller's); r must end exactly there. */
+static int parse(rbuf *r, skv_cm *cm, const skv_cm_snap_id *id)
 {
     skv_cm_section sec[SKV_CM_MAX_SECTIONS];
     uint32_t ns = 0;
+    int blank = skv_cm_fresh(cm) == 2;
+    int rc = read_header(r, cm, id, &ns);
+    if (rc == SKV_OK && ns != (uint32_t)skv_cm_sections(cm, sec)) rc = SKV_ERR_FORMAT;
+    for (uint32_t k = 0; rc == SKV_OK && k < ns; k++) rc = read_section(r, cm, &sec[k], blank);
+    if (rc == SKV_OK && (r->at != r->len || (r->more && r->more(r)))) rc = SKV_ERR_FORMAT;
+    return rc;
+}
+
+int skv_cm_snap_read(skv_cm *cm, const skv_cm_snap_id *id, const uint8_t *src, size_t len)
+{
     if (!cm || !id || (!src && len)) return SKV_ERR_INVALID_ARG;
-    int blank = skv_cm_fresh(cm) == 2, rc = SKV_OK;
+    int rc = SKV_OK;
     if (!skv_cm_fresh(cm)) skv_cm_reset(cm); /* a new model is reset already (36 MiB not written twice) */
     if (len < SNAP_HDR + 8 || skv_rd32(src) != SNAP_MAGIC || XXH3_64bits(src, len - 8) != skv_rd64(src + len - 8))
         rc = SKV_ERR_FORMAT;
-    rbuf r = {src, rc ? 0 : len - 8, 0};
-    if (rc == SKV_OK) rc = read_header(&r, cm, id, &ns);
-    if (rc == SKV_OK && ns != (uint32_t)skv_cm_sections(cm, sec)) rc = SKV_ERR_FORMAT;
-    for (uint32_t k = 0; rc == SKV_OK && k < ns; k++) rc = read_section(&r, cm, &sec[k], blank);
-    if (rc == SKV_OK && r.at != r.len) rc = SKV_ERR_FORMAT;
+    rbuf r = {src, rc ? 0 : len - 8, 0, NULL};
+    if (rc == SKV_OK) rc = parse(&r, cm, id);
     if (rc) skv_cm_reset(cm); /* a blank model or a partly loaded one: reset whole */
     return rc;
+}
+
+/* A file's window: the rbuf first, so that `more` finds the rest. */
+typedef struct rfile {
+    rbuf r;
+    int fd, io_err;
+    uint8_t *win;
+    size_t cap;
+    uint64_t left;  /* bytes before the checksum not yet read */
+    XXH3_state_t *x; /* of every byte read so far */
+} rfile;
+
+/* Moves the unread bytes to the front and reads up to a window's worth after them. */
+static int file_more(rbuf *r)
+{
+    rfile *f = (rfile *)r;
+    size_t keep = r->len - r->at, want = f->cap - keep;
+    if (!f->left || !want) return 0;
+    memmove(f->win, r->p + r->at, keep);
+    if (want > f->left) want = (size_t)f->left;
+    size_t got = 0;
+    while (got < want) {
+        ssize_t k = read(f->fd, f->win + keep + got, want - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            f->io_err = 1; /* shorter than its size said, or unreadable */
+            break;
+        }
+        got += (size_t)k;
+    }
+    XXH3_64bits_update(f->x, f->win + keep, got);
+    f->left -= got;
+    r->p = f->win, r->at = 0, r->len = keep + got;
+    return got > 0;
+}
+
+int skv_cm_snap_read_fd_window(skv_cm *cm, const skv_cm_snap_id *id, int fd, uint64_t size, size_t window)
+{
+    if (!cm || !id || fd < 0 || window < 64) return SKV_ERR_INVALID_ARG;
+    if (!skv_cm_fresh(cm)) skv_cm_reset(cm);
+    if (size < SNAP_HDR + 8) return SKV_ERR_FORMAT;
+    rfile f = {{NULL, 0, 0, file_more}, fd, 0, malloc(window), window, size - 8, XXH3_createState()};
+    uint8_t sum[8];
+    int rc = f.win && f.x && XXH3_64bits_reset(f.x) == XXH_OK ? SKV_OK : SKV_ERR_NOMEM;
+    if (rc == SKV_OK) {
+        f.r.p = f.win;
+        rc = have(&f.r, 4) && skv_rd32(f.r.p) == SNAP_MAGIC ? parse(&f.r, cm, id) : SKV_ERR_FORMAT;
+        /* the checksum decides: a damaged byte may read as another dictionary or version */
+        while (!f.io_err && file_more(&f.r)) f.r.at = f.r.len;
+        size_t got = 0;
+        while (!f.io_err && got < 8) {
+            ssize_t k = read(fd, sum + got, 8 - got);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) f.io_err = 1;
+            else got += (size_t)k;
+        }
+        if (f.io_err || f.left || XXH3_64bits_digest(f.x) != skv_rd64(sum)) rc = SKV_ERR_FORMAT;
+    }
+    XXH3_freeState(f.x);
+    free(f.win);
+    if (rc) skv_cm_reset(cm);
+    return rc;
+}
+
+int skv_cm_snap_read_fd(skv_cm *cm, const skv_cm_snap_id *id, int fd, uint64_t size)
+{
+    return skv_cm_snap_read_fd_window(cm, id, fd, size, (size_t)1 << 18);
 }

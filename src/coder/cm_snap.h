@@ -41,5 +41,15 @@ int skv_cm_snap_write(skv_cm *cm, const skv_cm_snap_id *id, uint8_t *dst, size_t
  * another model kind or dictionary than id), SKV_ERR_UNSUPPORTED (another version),
  * SKV_ERR_NOMEM. On error cm is left reset. */
 int skv_cm_snap_read(skv_cm *cm, const skv_cm_snap_id *id, const uint8_t *src, size_t len);
+/* The same from the open file fd, at its current offset, whose snapshot is size bytes
+ * (the caller bounds size: skv_cm_snap_bound): read through a window of 256 KiB (the
+ * parse and the checksum read L2, and no buffer of the snapshot's size is made: 14-25 MB
+ * for a cmvd dictionary). The checksum is verified at the end, before which the model may
+ * hold part of the file: any error leaves cm reset, and a file whose checksum fails is
+ * SKV_ERR_FORMAT whatever its header said. A read error or a file shorter than size is
+ * SKV_ERR_FORMAT too (the caller reports the OS error it sees). _window: the same with
+ * a window of `window` bytes (>= 64; the tests make runs straddle refills). */
+int skv_cm_snap_read_fd(skv_cm *cm, const skv_cm_snap_id *id, int fd, uint64_t size);
+int skv_cm_snap_read_fd_window(skv_cm *cm, const skv_cm_snap_id *id, int fd, uint64_t size, size_t window);
 
 #endif

@@ -19,11 +19,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -36,6 +35,7 @@
 #define CACHE_N 8
 #define PIECE_MAX 256
 #define SKV_CMV_DICT_MAX ((size_t)1 << 24) /* ids of a dictionary (format: u32 length) */
+#define HIST_ROOM 8192 /* ids of room after a cached dictionary: a segment's, without a realloc */
 
 typedef struct {
     uint8_t fp[16];        /* model fingerprint the entry was built for */
@@ -136,7 +136,8 @@ static int vocab_of(skv_model *m, const skv_cm_vocab **out)
 static int cache_add(const uint8_t fp[16], uint64_t id, const int32_t *dict, size_t n, skv_cm *cm, cache_entry **out)
 {
     cache_entry *c = find(fp, id, n);
-    int32_t *h = c ? NULL : malloc((n + 1) * sizeof *h);
+    size_t cap = n + 1 + HIST_ROOM;
+    int32_t *h = c ? NULL : skv_big_alloc(cap * sizeof *h);
     if (c || !h || g_n >= CACHE_N) {
         skv_cm_free(cm);
         free(h);
@@ -144,7 +145,7 @@ static int cache_add(const uint8_t fp[16], uint64_t id, const int32_t *dict, siz
     } else {
         memcpy(h, dict, n * sizeof *h);
         c = &g_cache[g_n++];
-        *c = (cache_entry){.vb = NULL, .dict_id = id, .n_dict = n, .primed = cm, .hist = h, .hist_cap = n + 1};
+        *c = (cache_entry){.vb = NULL, .dict_id = id, .n_dict = n, .primed = cm, .hist = h, .hist_cap = cap};
         memcpy(c->fp, fp, 16);
     }
     if (out) *out = c;
@@ -397,44 +398,6 @@ static int snap_who(skv_model *m, const int32_t *dict, size_t n, const skv_cm_vo
     return SKV_OK;
 }
 
-/* The whole file, at most max bytes (SKV_ERR_FORMAT if longer). */
-static int read_whole(const char *path, size_t max, uint8_t **buf, size_t *len, char *err, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    *buf = NULL;
-    if (!f) return skv_errf(err, cap, SKV_ERR_IO, "cannot open the cmvd snapshot %s", path);
-    int rc = SKV_OK;
-    long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (sz < 0 || fseek(f, 0, SEEK_SET)) rc = skv_errf(err, cap, SKV_ERR_IO, "cannot read the cmvd snapshot %s", path);
-    else if ((uint64_t)sz > max) rc = skv_errf(err, cap, SKV_ERR_FORMAT, "cmvd snapshot %s is too long (damaged)", path);
-    else if (!(*buf = malloc(sz ? (size_t)sz : 1))) rc = skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-    else if (fread(*buf, 1, (size_t)sz, f) != (size_t)sz) rc = skv_errf(err, cap, SKV_ERR_IO, "cannot read %s", path);
-    fclose(f);
-    if (rc) free(*buf), *buf = NULL;
-    *len = (size_t)(sz > 0 ? sz : 0);
-    return rc;
-}
-
-/* The same, mapped when the file is a regular one (no copy; the pages come from the page
- * cache). *mapped: the caller munmaps *buf, else frees it. */
-static int map_whole(const char *path, size_t max, uint8_t **buf, size_t *len, int *mapped, char *err, size_t cap)
-{
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC), fl = MAP_PRIVATE;
-    void *p = MAP_FAILED;
-    *mapped = 0;
-    if (fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= max) {
-#ifdef MAP_POPULATE
-        fl |= MAP_POPULATE; /* one call maps every page instead of a fault per 64 KiB */
-#endif
-        p = mmap(NULL, (size_t)st.st_size, PROT_READ, fl, fd, 0);
-    }
-    if (fd >= 0) close(fd);
-    if (p == MAP_FAILED) return read_whole(path, max, buf, len, err, cap); /* the checks and messages */
-    *buf = p, *len = (size_t)st.st_size, *mapped = 1;
-    return SKV_OK;
-}
-
 size_t skv_session_cm_primings(void)
 {
     pthread_mutex_lock(&g_lock);
@@ -453,12 +416,11 @@ int skv_session_cm_dict_have(skv_model *m, uint64_t id, size_t n)
     return have;
 }
 
-/* The model cm (new, for the snapshot id) takes the snapshot bytes of the file or store
- * record `what` and joins the cache of primed models; cm is freed on error. */
-static int read_snap(skv_cm *cm, const uint8_t fp[16], const skv_cm_snap_id *id, const int32_t *dict, size_t n,
-                     const uint8_t *buf, size_t len, const char *what, char *err, size_t cap)
+/* After the model cm (new, for the snapshot id) read a snapshot (status rc) from the file
+ * or store record `what`: it joins the cache of primed models, or is freed on error. */
+static int snap_done(skv_cm *cm, int rc, const uint8_t fp[16], const skv_cm_snap_id *id, const int32_t *dict, size_t n,
+                     const char *what, char *err, size_t cap)
 {
-    int rc = len > skv_cm_snap_bound(cm) ? SKV_ERR_FORMAT : skv_cm_snap_read(cm, id, buf, len);
     if (rc == SKV_ERR_MISMATCH || rc == SKV_ERR_UNSUPPORTED)
         rc = skv_errf(err, cap, SKV_ERR_MISMATCH, "cmvd snapshot %s is for another model, dictionary or version", what);
     else if (rc == SKV_ERR_FORMAT)
@@ -496,23 +458,35 @@ int skv_session_cm_dict_load_mem(skv_model *m, const int32_t *dict, size_t n, co
     skv_cm *cm = NULL;
     if (!buf && len) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot bytes");
     int rc = snap_target(m, dict, n, 1, fp, &id, &cm, err, cap);
-    return rc || !cm ? rc : read_snap(cm, fp, &id, dict, n, buf, len, "(store record)", err, cap);
+    if (rc || !cm) return rc;
+    rc = len > skv_cm_snap_bound(cm) ? SKV_ERR_FORMAT : skv_cm_snap_read(cm, &id, buf, len);
+    return snap_done(cm, rc, fp, &id, dict, n, "(store record)", err, cap);
 }
 
+/* The file is read through a small window (skv_cm_snap_read_fd), not mapped or read
+ * whole: a 14-25 MB snapshot mapped cost a page fault per 4 KiB on first access, read
+ * whole a buffer of its size, both ~10-60 ms on the project's VM (docs/coder.md 4.8). */
 int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
 {
-    uint8_t fp[16], *buf = NULL;
+    uint8_t fp[16];
     skv_cm_snap_id id;
     skv_cm *cm = NULL;
-    size_t len = 0;
-    int mapped = 0, rc = path ? snap_target(m, dict, n, 0, fp, &id, &cm, err, cap)
-                              : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
+    struct stat st;
+    int rc = path ? snap_target(m, dict, n, 0, fp, &id, &cm, err, cap)
+                  : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
     if (rc || !cm) return rc;
-    if ((rc = map_whole(path, skv_cm_snap_bound(cm), &buf, &len, &mapped, err, cap))) skv_cm_free(cm);
-    else rc = read_snap(cm, fp, &id, dict, n, buf, len, path, err, cap);
-    if (mapped) munmap(buf, len);
-    else free(buf);
-    return rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), bad = fd < 0 || fstat(fd, &st) != 0;
+    if (bad || !S_ISREG(st.st_mode)) {
+        rc = skv_errf(err, cap, SKV_ERR_IO, "cannot read the cmvd snapshot %s: %s", path,
+                      bad ? strerror(errno) : "not a regular file");
+        if (fd >= 0) close(fd);
+        skv_cm_free(cm);
+        return rc;
+    }
+    rc = (uint64_t)st.st_size > skv_cm_snap_bound(cm) ? SKV_ERR_FORMAT
+                                                       : skv_cm_snap_read_fd(cm, &id, fd, (uint64_t)st.st_size);
+    close(fd);
+    return snap_done(cm, rc, fp, &id, dict, n, path, err, cap);
 }
 
 /* buf[0..len) into path through a temporary file of this call's own and a rename: never

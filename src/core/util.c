@@ -203,3 +203,42 @@ double skv_token_surprisal(const float *logits, int n_vocab, int32_t token)
     for (int i = 0; i < n_vocab; i++) z += exp((double)logits[i] - mx);
     return (log(z) - ((double)logits[token] - mx)) / log(2.0);
 }
+
+#define BIG_PAGE ((size_t)2 << 20)
+
+void *skv_big_alloc(size_t n)
+{
+    void *p = NULL;
+    if (n < BIG_PAGE / 2) return n ? malloc(n) : NULL;
+    size_t whole = (n + BIG_PAGE - 1) / BIG_PAGE * BIG_PAGE; /* whole huge pages: what the kernel backs anyway */
+    if (whole < n || posix_memalign(&p, BIG_PAGE, whole)) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, whole, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+int skv_read_whole(const char *path, size_t max, uint8_t **buf, size_t *len, char *err, size_t errcap)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), rc = SKV_OK;
+    *buf = NULL, *len = 0;
+    if (fd < 0) return skv_errf(err, errcap, SKV_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) rc = skv_errf(err, errcap, SKV_ERR_IO, "%s is not a regular file", path);
+    else if ((uint64_t)st.st_size > (uint64_t)max) rc = skv_errf(err, errcap, SKV_ERR_RANGE, "%s is too long", path);
+    else if (!(*buf = skv_big_alloc(st.st_size ? (size_t)st.st_size : 1))) rc = skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    size_t want = rc ? 0 : (size_t)st.st_size, got = 0;
+    while (got < want) { /* a file that shrinks meanwhile reads short: an error, not a short buffer */
+        ssize_t r = read(fd, *buf + got, want - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            rc = skv_errf(err, errcap, SKV_ERR_IO, "cannot read %s: %s", path, r < 0 ? strerror(errno) : "it got shorter");
+            break;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    if (rc) free(*buf), *buf = NULL;
+    else *len = want;
+    return rc;
+}

@@ -90,4 +90,21 @@ void skv_mmap_close(skv_mmap *m);
 /* Monotonic clock in seconds. */
 double skv_now(void);
 
+/* n bytes for a large table or buffer, released with free(). From 1 MiB up: rounded up to
+ * whole 2 MiB pages (at most 1 MiB more, which a huge page backs anyway), aligned to 2 MiB
+ * and advised to transparent huge pages (MADV_HUGEPAGE), so the kernel backs it with one
+ * page per 2 MiB where it can; smaller: plain malloc. Why: a 4 KiB page costs a
+ * fault on first touch and a TLB entry on every random access, and on a virtual machine
+ * with shadow paging both are dear (measured on the project's AMD EPYC VM: 36 MiB touched
+ * page by page 135-145 ms, or 10-16 ms to populate and then 64 ms more on first access;
+ * on huge pages 3-9 ms in all; docs/coder.md 4.8). A hint only: the memory is the same
+ * without it. NULL when out of memory or n is 0. */
+void *skv_big_alloc(size_t n);
+
+/* The whole file `path` in a buffer of skv_big_alloc (free() it), read with read(2): a
+ * large file read into huge pages costs one copy, where a mapping of it costs a fault
+ * and a TLB entry per 4 KiB. SKV_ERR_IO if it cannot be read (err says why, with the OS
+ * error), SKV_ERR_RANGE if it is longer than max bytes, SKV_ERR_NOMEM. */
+int skv_read_whole(const char *path, size_t max, uint8_t **buf, size_t *len, char *err, size_t errcap);
+
 #endif
