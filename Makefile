@@ -176,7 +176,7 @@ clean:
 
 # Fault injection (tests/test_store_faults.c): the library's allocations in this one test
 # binary go through the test's wrappers, which can fail them on purpose.
-$(BUILD)/tests/test_store_faults: private ALL_CFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
+$(BUILD)/tests/test_store_faults: private ALL_CFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=mmap64
 
 # Crash safety (docs/reliability.md): 1,000 SIGKILLs during concurrent puts, gets and gcs,
 # then every committed session restores verified. Minutes; not part of `make test`.

@@ -91,7 +91,7 @@ static int32_t *ids_load(const char *cache, const uint8_t fp[16], uint64_t key, 
                  fread(tail, 1, sizeof tail, f) == 8 && XXH3_64bits_digest(x) == rd64(tail);
         XXH3_freeState(x);
         for (size_t i = 0; ok && i < k; i++) ids[i] = (int32_t)rd32((const uint8_t *)&ids[i]); /* the file is little-endian */
-        if (!ok) free(ids), ids = NULL;
+        if (!ok) skv_big_free(ids), ids = NULL;
         else *n = k;
     }
     fclose(f);
@@ -180,7 +180,11 @@ int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
             key = XXH3_64bits(text, len);
             base = cache_base(fp, key), cache = base ? side_path(base, ".skvids") : NULL;
         }
-        if ((ids = cli_text_tokens(m, path, text, len, 0, n)) && cache && *n) ids_save(cache, fp, key, ids, *n);
+        int32_t *t = cli_text_tokens(m, path, text, len, 0, n);
+        if (t && cache && *n) ids_save(cache, fp, key, t, *n);
+        if (t && (ids = skv_big_alloc(*n * sizeof *ids)) != NULL) memcpy(ids, t, *n * sizeof *ids); /* as cached ones */
+        else if (t) cli_error("out of memory for the dictionary's %zu ids", *n);
+        free(t);
     }
     if (ids && *n && base) primed_cache(m, base, ids, *n);
     free(text);
@@ -188,3 +192,5 @@ int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
     free(cache);
     return ids;
 }
+
+void cli_cm_dict_free(int32_t *ids) { skv_big_free(ids); }

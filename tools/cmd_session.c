@@ -203,7 +203,7 @@ static skv_encoder *make_encoder(const compress_opts *o, int codec, skv_model *m
     ep.cm_dict = dict;
     char err[256] = "";
     int st = skv_encoder_create(m, &ep, &e, err, sizeof err);
-    free(dict);
+    cli_cm_dict_free(dict);
     if (st)
         cli_error("cannot create the encoder: %s%s", err[0] ? err : skv_status_str(st),
                   codec == SKV_CODEC_KVQ ? " (the spec may give only k=, v=, kv= and seed=, both kinds, with schemes "
@@ -645,7 +645,7 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
     cli_progress_end(&rp.pr);
     double secs = cli_now() - t0;
     skv_ctx_free(c);
-    free(dict);
+    cli_cm_dict_free(dict);
     if (rc || cli_out_commit(text) || cli_out_commit(kv)) return -1;
     restore_report(o, s, &rs, secs);
     return 0;

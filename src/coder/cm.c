@@ -193,13 +193,13 @@ int skv_cm_create_vocab(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out
 void skv_cm_free(skv_cm *cm)
 {
     if (!cm) return;
-    for (int k = 0; k < CM_SLOTS; k++) free(cm->slot[k]);
-    free(cm->apm);
+    for (int k = 0; k < CM_SLOTS; k++) skv_big_free(cm->slot[k]);
+    skv_big_free(cm->apm);
     free(cm->utag);
     free(cm->uold);
     free(cm->usave);
     free(cm->w2);
-    free(cm->mpos);
+    skv_big_free(cm->mpos);
     free(cm->jour);
     free(cm);
 }

@@ -140,7 +140,7 @@ static int cache_add(const uint8_t fp[16], uint64_t id, const int32_t *dict, siz
     int32_t *h = c ? NULL : skv_big_alloc(cap * sizeof *h);
     if (c || !h || g_n >= CACHE_N) {
         skv_cm_free(cm);
-        free(h);
+        skv_big_free(h);
         if (!c) return SKV_ERR_NOMEM; /* more dictionaries than the table holds, or no memory */
     } else {
         memcpy(h, dict, n * sizeof *h);
@@ -236,9 +236,12 @@ typedef struct cmv_coder {
 static int hist_room(cache_entry *c, size_t need)
 {
     if (need <= c->hist_cap) return 1;
-    int32_t *h = need < SIZE_MAX / 4 ? realloc(c->hist, need * sizeof *h) : NULL;
-    if (h) c->hist = h, c->hist_cap = need;
-    return h != NULL;
+    int32_t *h = need < SIZE_MAX / 4 - HIST_ROOM ? skv_big_alloc((need + HIST_ROOM) * sizeof *h) : NULL;
+    if (!h) return 0;
+    memcpy(h, c->hist, c->n_dict * sizeof *h); /* the dictionary; the segment's ids come after */
+    skv_big_free(c->hist);
+    c->hist = h, c->hist_cap = need + HIST_ROOM;
+    return 1;
 }
 
 /* A fresh cmv model, the primed one in place, or (too long for the undo log) a copy. */

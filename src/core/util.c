@@ -206,39 +206,56 @@ double skv_token_surprisal(const float *logits, int n_vocab, int32_t token)
 
 #define BIG_PAGE ((size_t)2 << 20)
 
+/* The mapping's start and length, kept just below the block skv_big_alloc returns (in a
+ * page of the mapping's own). */
+typedef struct big_head {
+    void *base;
+    size_t len;
+} big_head;
+
+/* Under AddressSanitizer the blocks come from calloc, so that ASan knows their exact
+ * bounds (it does not watch the rest of a mapping). */
+#if defined(__SANITIZE_ADDRESS__)
+#define BIG_VIA_CALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BIG_VIA_CALLOC 1
+#endif
+#endif
+
+#ifdef BIG_VIA_CALLOC
+void *skv_big_alloc(size_t n) { return calloc(1, n ? n : 1); }
+void skv_big_free(void *p) { free(p); }
+#else
 void *skv_big_alloc(size_t n)
 {
-    void *p = NULL;
-    if (n < BIG_PAGE / 2) return n ? malloc(n) : NULL;
-    size_t whole = (n + BIG_PAGE - 1) / BIG_PAGE * BIG_PAGE; /* whole huge pages: what the kernel backs anyway */
-    if (whole < n || posix_memalign(&p, BIG_PAGE, whole)) return NULL;
+    const size_t head = 4096;
+    if (!n) n = 1; /* as calloc: a block to free, not NULL */
+    /* huge pages over the whole block when rounding it up to them adds at most a quarter
+     * (a 1.9 MB buffer gets one; a 1 MiB table stays on 4 KiB pages), else over the
+     * whole 2 MiB pages inside it */
+    size_t whole = n > SIZE_MAX - BIG_PAGE ? 0 : (n + BIG_PAGE - 1) / BIG_PAGE * BIG_PAGE;
+    size_t huge = whole && whole - n <= n / 4 ? whole : n / BIG_PAGE * BIG_PAGE;
+    size_t body = huge > n ? huge : (n + head - 1) / head * head, len = head + body + (huge ? BIG_PAGE : 0);
+    if (body < n || len < body) return NULL;
+    uint8_t *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    uintptr_t at = (uintptr_t)base + head;
+    if (huge) at = (at + BIG_PAGE - 1) / BIG_PAGE * BIG_PAGE;
+    uint8_t *p = (uint8_t *)at;
 #ifdef MADV_HUGEPAGE
-    (void)madvise(p, whole, MADV_HUGEPAGE);
+    if (huge) (void)madvise(p, huge, MADV_HUGEPAGE); /* the whole 2 MiB pages inside; the tail stays 4 KiB */
 #endif
+    big_head h = {base, len};
+    memcpy(p - sizeof h, &h, sizeof h);
     return p;
 }
 
-int skv_read_whole(const char *path, size_t max, uint8_t **buf, size_t *len, char *err, size_t errcap)
+void skv_big_free(void *p)
 {
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC), rc = SKV_OK;
-    *buf = NULL, *len = 0;
-    if (fd < 0) return skv_errf(err, errcap, SKV_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) rc = skv_errf(err, errcap, SKV_ERR_IO, "%s is not a regular file", path);
-    else if ((uint64_t)st.st_size > (uint64_t)max) rc = skv_errf(err, errcap, SKV_ERR_RANGE, "%s is too long", path);
-    else if (!(*buf = skv_big_alloc(st.st_size ? (size_t)st.st_size : 1))) rc = skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
-    size_t want = rc ? 0 : (size_t)st.st_size, got = 0;
-    while (got < want) { /* a file that shrinks meanwhile reads short: an error, not a short buffer */
-        ssize_t r = read(fd, *buf + got, want - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            rc = skv_errf(err, errcap, SKV_ERR_IO, "cannot read %s: %s", path, r < 0 ? strerror(errno) : "it got shorter");
-            break;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    if (rc) free(*buf), *buf = NULL;
-    else *len = want;
-    return rc;
+    big_head h;
+    if (!p) return;
+    memcpy(&h, (uint8_t *)p - sizeof h, sizeof h);
+    munmap(h.base, h.len);
 }
+#endif

@@ -90,21 +90,20 @@ void skv_mmap_close(skv_mmap *m);
 /* Monotonic clock in seconds. */
 double skv_now(void);
 
-/* n bytes for a large table or buffer, released with free(). From 1 MiB up: rounded up to
- * whole 2 MiB pages (at most 1 MiB more, which a huge page backs anyway), aligned to 2 MiB
- * and advised to transparent huge pages (MADV_HUGEPAGE), so the kernel backs it with one
- * page per 2 MiB where it can; smaller: plain malloc. Why: a 4 KiB page costs a
- * fault on first touch and a TLB entry on every random access, and on a virtual machine
- * with shadow paging both are dear (measured on the project's AMD EPYC VM: 36 MiB touched
- * page by page 135-145 ms, or 10-16 ms to populate and then 64 ms more on first access;
- * on huge pages 3-9 ms in all; docs/coder.md 4.8). A hint only: the memory is the same
- * without it. NULL when out of memory or n is 0. */
+/* n zeroed bytes for a large table or buffer, in a mapping of their own: backed lazily
+ * (untouched pages cost nothing, as calloc's), given back to the system by skv_big_free
+ * (the only way to release them), and aligned to 2 MiB with its 2 MiB pages advised to
+ * transparent huge pages (MADV_HUGEPAGE) from 1.6 MiB up: all of it, rounded up, when that
+ * adds at most a quarter (a huge page is backed whole once touched), else the whole 2 MiB
+ * pages inside, the tail on 4 KiB pages. Why: a 4 KiB page costs a fault on
+ * first touch and a TLB entry on every random access, and on a virtual machine with
+ * shadow paging both are dear (measured on the project's AMD EPYC VM: 36 MiB touched page
+ * by page 135-145 ms, or 10-16 ms to populate and then 64 ms more on first access; on huge
+ * pages 3-9 ms in all; docs/coder.md 4.8). Its own mapping, not malloc's: advice on memory
+ * malloc recycles leaks huge pages into its heap (a server's RSS grew 4x). NULL when out
+ * of memory (n = 0 gets a block, as from calloc). Under AddressSanitizer: calloc and free,
+ * so that ASan checks the block's exact bounds. */
 void *skv_big_alloc(size_t n);
-
-/* The whole file `path` in a buffer of skv_big_alloc (free() it), read with read(2): a
- * large file read into huge pages costs one copy, where a mapping of it costs a fault
- * and a TLB entry per 4 KiB. SKV_ERR_IO if it cannot be read (err says why, with the OS
- * error), SKV_ERR_RANGE if it is longer than max bytes, SKV_ERR_NOMEM. */
-int skv_read_whole(const char *path, size_t max, uint8_t **buf, size_t *len, char *err, size_t errcap);
+void skv_big_free(void *p);
 
 #endif

@@ -111,27 +111,27 @@ static int ctx_alloc(skv_ctx *c)
     if (Q > c->kmax) c->kmax = Q;
     if (!skv_mul_ok((size_t)h->n_layer * KV, S, &cache) || cache > ((size_t)1 << 40)) return SKV_ERR_RANGE;
     if (c->kv_f16) {
-        c->k16 = calloc(cache, sizeof(uint16_t));
-        c->v16 = calloc(cache, sizeof(uint16_t));
+        c->k16 = skv_big_alloc(cache * sizeof(uint16_t));
+        c->v16 = skv_big_alloc(cache * sizeof(uint16_t));
     } else {
-        c->k_cache = calloc(cache, sizeof(float));
-        c->v_cache = calloc(cache, sizeof(float));
+        c->k_cache = skv_big_alloc(cache * sizeof(float));
+        c->v_cache = skv_big_alloc(cache * sizeof(float));
     }
-    if (c->kvq && skv_kvquant_spec(c->kvq)->scheme[0] >= 0 && !(c->kq_cache = calloc(cache, sizeof(float))))
+    if (c->kvq && skv_kvquant_spec(c->kvq)->scheme[0] >= 0 && !(c->kq_cache = skv_big_alloc(cache * sizeof(float))))
         return SKV_ERR_NOMEM;
-    if (c->kvq && skv_kvquant_spec(c->kvq)->scheme[1] >= 0 && !(c->vq_cache = calloc(cache, sizeof(float))))
+    if (c->kvq && skv_kvquant_spec(c->kvq)->scheme[1] >= 0 && !(c->vq_cache = skv_big_alloc(cache * sizeof(float))))
         return SKV_ERR_NOMEM;
     c->rope_cos = malloc(S * np * sizeof(float));
     c->rope_sin = malloc(S * np * sizeof(float));
     c->rope_tmp = malloc(2 * np * sizeof(float));
-    c->x = malloc(B * D * sizeof(float));
-    c->xb = malloc(B * D * sizeof(float));
-    c->q = malloc(B * Q * sizeof(float));
+    c->x = skv_big_alloc(B * D * sizeof(float));
+    c->xb = skv_big_alloc(B * D * sizeof(float));
+    c->q = skv_big_alloc(B * Q * sizeof(float));
     c->kk = malloc(B * KV * sizeof(float));
     c->vv = malloc(B * KV * sizeof(float));
-    c->att = malloc(B * Q * sizeof(float));
-    c->hb = malloc(B * F * sizeof(float));
-    c->hb2 = malloc(B * F * sizeof(float));
+    c->att = skv_big_alloc(B * Q * sizeof(float));
+    c->hb = skv_big_alloc(B * F * sizeof(float));
+    c->hb2 = skv_big_alloc(B * F * sizeof(float));
     c->scratch_stride = ROW_BLOCK * c->kmax + SKV_ATTN_MAX_Q * S + 16 + (c->kv_f16 ? 2 * S * (size_t)h->head_dim : 0);
     c->thread_scratch = malloc((size_t)skv_pool_size(c->pool) * c->scratch_stride * sizeof(float));
     c->qact = malloc(B * SKV_QMATMUL_ACT_BOUND(c->kmax));
@@ -219,12 +219,12 @@ void skv_ctx_free(skv_ctx *c)
 {
     if (!c) return;
     skv_pool_free(c->pool);
-    free(c->k_cache);
-    free(c->v_cache);
-    free(c->k16);
-    free(c->v16);
-    free(c->kq_cache);
-    free(c->vq_cache);
+    skv_big_free(c->k_cache);
+    skv_big_free(c->v_cache);
+    skv_big_free(c->k16);
+    skv_big_free(c->v16);
+    skv_big_free(c->kq_cache);
+    skv_big_free(c->vq_cache);
     skv_kvquant_free(c->kvq);
     free(c->rope_cos);
     free(c->rope_sin);
@@ -232,14 +232,14 @@ void skv_ctx_free(skv_ctx *c)
     free(c->swa_cos);
     free(c->swa_sin);
     free(c->fused);
-    free(c->x);
-    free(c->xb);
-    free(c->q);
+    skv_big_free(c->x);
+    skv_big_free(c->xb);
+    skv_big_free(c->q);
     free(c->kk);
     free(c->vv);
-    free(c->att);
-    free(c->hb);
-    free(c->hb2);
+    skv_big_free(c->att);
+    skv_big_free(c->hb);
+    skv_big_free(c->hb2);
     free(c->thread_scratch);
     free(c->kv16_conv);
     free(c->qact);

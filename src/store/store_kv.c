@@ -135,6 +135,7 @@ int store_io_get_node(void *u, uint64_t id, skv_trie_node *out)
     const uint8_t *v;
     size_t n;
     be64(key, id);
+    memset(out, 0, sizeof *out); /* safe to clear whatever happens below */
     int rc = store_get(t, TB_NODES, key, 8, &v, &n);
     if (rc) return rc;
     if ((rc = store_node_decode(t, v, n, out))) {

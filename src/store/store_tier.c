@@ -458,7 +458,7 @@ int store_retier(tx *t, uint32_t *n_changed)
     int rc = store_tier_get(t, &tr);
     if (!rc) rc = store_scan(t, TB_NODES, NULL, 0, retier_rec, &r);
     for (size_t i = 0; rc >= 0 && i < r.l.n; i++) {
-        skv_trie_node nd;
+        skv_trie_node nd = {0}; /* cleared below whatever the get did (a failed decode leaves it unset) */
         if ((rc = store_io_get_node(t, r.l.id[i], &nd)) == 1) continue; /* evicted meanwhile (Redis) */
         if (!rc && !(rc = store_io_put_node(t, &nd))) (*n_changed)++;
         skv_trie_node_clear(&nd);
