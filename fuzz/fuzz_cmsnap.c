@@ -14,7 +14,11 @@
  *   - its snapshot, read into a second model, gives the same snapshot bytes (write after
  *     read is the identity on what was loaded);
  *   - under an undo log (skv_cm_undo_begin), coding 64 ids then skv_cm_undo leaves the
- *     model's snapshot bytes as they were.
+ *     model's snapshot bytes as they were;
+ *   - every 4th input (every one in the replay of make test), the file reader
+ *     (skv_cm_snap_read_fd_window, a window of 64..1087 bytes chosen by the input's size,
+ *     from a temporary file) returns the memory reader's status and, when it loads,
+ *     the same state (the same snapshot bytes written back).
  * Models are kept across inputs (a reset per input, not a new 3-5 MiB model).
  * Seeds (fuzz/corpus/cmsnap/): built by this file with -DCMSNAP_SEEDS (a main that writes
  * valid snapshots of primed models of both kinds, and damaged ones). */
@@ -22,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coder/cm.h"
 #include "coder/cm_snap.h"
@@ -129,6 +134,32 @@ static void loaded(skv_cm *cm, const skv_cm_snap_id *id, uint32_t V, int cmv, co
     free(t);
 }
 
+#ifdef FUZZ_NAME /* the replay of make test: compare every input */
+#define FILE_EVERY 1
+#else
+#define FILE_EVERY 4
+#endif
+
+/* The memory reader's status rc (and, when it loaded, cm's state) against the file
+ * reader's on the same bytes, through a temporary file kept across inputs. */
+static void file_reader_agrees(const uint8_t *data, size_t size, const skv_cm_snap_id *id, skv_cm *cm, int rc,
+                               int cmv, uint32_t V)
+{
+    static FILE *f;
+    if (!f && !(f = tmpfile())) return; /* no temporary file: nothing to compare */
+    int fd = fileno(f);
+    if (ftruncate(fd, 0) || pwrite(fd, data, size, 0) != (ssize_t)size || lseek(fd, 0, SEEK_SET) != 0) abort();
+    skv_cm *q = model_of(cmv, V, 1);
+    if (!q) return;
+    int rf = skv_cm_snap_read_fd_window(q, id, fd, size, 64 + size % 1024);
+    if (rf != rc) abort();
+    if (rc == SKV_OK) {
+        size_t l1 = 0, l2 = 0;
+        uint8_t *s1 = snap_of(cm, id, &l1, 0), *s2 = snap_of(q, id, &l2, 1);
+        if (l1 != l2 || memcmp(s1, s2, l1)) abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -140,7 +171,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     skv_cm *cm = model_of(cmv, V, 0);
     if (!cm) return 0;
     int rc = skv_cm_snap_read(cm, &id, data, size);
+    static unsigned count;
     if (rc != SKV_OK && rc != SKV_ERR_FORMAT && rc != SKV_ERR_MISMATCH && rc != SKV_ERR_UNSUPPORTED) abort();
+    if (count++ % FILE_EVERY == 0) file_reader_agrees(data, size, &id, cm, rc, cmv, V);
     if (rc == SKV_OK) loaded(cm, &id, V, cmv, data, size);
     return 0;
 }

@@ -244,7 +244,8 @@ void *skv_big_alloc(size_t n)
     if (huge) at = (at + BIG_PAGE - 1) / BIG_PAGE * BIG_PAGE;
     uint8_t *p = (uint8_t *)at;
 #ifdef MADV_HUGEPAGE
-    if (huge) (void)madvise(p, huge, MADV_HUGEPAGE); /* the whole 2 MiB pages inside; the tail stays 4 KiB */
+    const char *off = getenv("SEQKV_HUGEPAGES"); /* "0": leave the pages to the kernel's default */
+    if (huge && !(off && !strcmp(off, "0"))) (void)madvise(p, huge, MADV_HUGEPAGE);
 #endif
     big_head h = {base, len};
     memcpy(p - sizeof h, &h, sizeof h);

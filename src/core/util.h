@@ -101,8 +101,10 @@ double skv_now(void);
  * by page 135-145 ms, or 10-16 ms to populate and then 64 ms more on first access; on huge
  * pages 3-9 ms in all; docs/coder.md 4.8). Its own mapping, not malloc's: advice on memory
  * malloc recycles leaks huge pages into its heap (a server's RSS grew 4x). NULL when out
- * of memory (n = 0 gets a block, as from calloc). Under AddressSanitizer: calloc and free,
- * so that ASan checks the block's exact bounds. */
+ * of memory (n = 0 gets a block, as from calloc). SEQKV_HUGEPAGES=0 in the environment
+ * drops the advice (a kernel that compacts memory on such faults can stall them: measured
+ * on a loaded Xeon, docs/coder.md 4.8). Under AddressSanitizer: calloc and free, so that
+ * ASan checks the block's exact bounds. */
 void *skv_big_alloc(size_t n);
 void skv_big_free(void *p);
 
