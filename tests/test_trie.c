@@ -346,9 +346,42 @@ static void test_deep_chain(void)
     skv_trie_mem_free(mem);
 }
 
+/* A damaged parent link that loops (the deepest node's parent set to itself through a
+ * node below it) or skips depth: skv_trie_path_to refuses it at once, with memory bounded
+ * by the path (it used to loop 2^24 nodes deep: gigabytes, found by fuzz_store). */
+static void test_path_to_loops(void)
+{
+    skv_trie_mem *mem;
+    skv_trie_io io;
+    skv_trie_path p;
+    skv_trie_node nd;
+    CHECK(skv_trie_mem_create(&mem) == SKV_OK);
+    skv_trie_mem_io(mem, &io);
+    CHECK(build_chain(&io) == SKV_OK);
+    CHECK_EQ_INT(skv_trie_path_to(&io, CHAIN, &p), SKV_OK);
+    CHECK_EQ_INT(p.n, CHAIN);
+    CHECK_EQ_INT(p.matched, CHAIN);
+    skv_trie_path_free(&p);
+    CHECK_EQ_INT(io.get_node(io.user, 5, &nd), SKV_OK); /* node 5's parent: the deepest node */
+    nd.parent = CHAIN;
+    CHECK_EQ_INT(io.put_node(io.user, &nd), SKV_OK);
+    CHECK_EQ_INT(skv_trie_path_to(&io, CHAIN, &p), SKV_ERR_FORMAT);
+    CHECK(p.n == 0 && p.nodes == NULL);
+    nd.parent = 3; /* skips a node: node 3 ends at depth 3, not 4 */
+    CHECK_EQ_INT(io.put_node(io.user, &nd), SKV_OK);
+    CHECK_EQ_INT(skv_trie_path_to(&io, 5, &p), SKV_ERR_FORMAT);
+    nd.parent = 4; /* repaired */
+    CHECK_EQ_INT(io.put_node(io.user, &nd), SKV_OK);
+    CHECK_EQ_INT(skv_trie_path_to(&io, CHAIN, &p), SKV_OK);
+    skv_trie_path_free(&p);
+    skv_trie_node_clear(&nd);
+    skv_trie_mem_free(mem);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_trie");
+    RUN(test_path_to_loops);
     RUN(test_codec);
     RUN(test_split_merge);
     RUN(test_random_ops);

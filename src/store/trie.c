@@ -224,22 +224,30 @@ int skv_trie_match(const skv_trie_io *io, const int32_t *tokens, size_t n, skv_t
     return rc;
 }
 
+/* The walk up from end_id checks that each parent ends where its child starts (depth =
+ * the child's depth less its span, at least 1 token): depths strictly decrease, so a
+ * damaged parent link that loops is refused at once, and the path holds at most as many
+ * nodes as the store has (a loop used to be caught only after 2^24 nodes: gigabytes,
+ * found by fuzz_store on 2026-12-04). */
 int skv_trie_path_to(const skv_trie_io *io, uint64_t end_id, skv_trie_path *out)
 {
     int rc = SKV_OK;
     uint64_t id = end_id;
+    uint32_t want = 0; /* the depth the next node up must end at */
     memset(out, 0, sizeof *out);
     while (id != SKV_TRIE_ROOT && !rc) {
         skv_trie_node nd;
         if ((rc = get_node_req(io, id, &nd))) break;
         id = nd.parent;
-        if (out->n > NODE_MAX_LEN) { /* a cycle */
+        if (nd.len < 1 || nd.depth < nd.len || (out->n && nd.depth != want)) {
             skv_trie_node_clear(&nd);
             rc = SKV_ERR_FORMAT;
         } else {
+            want = nd.depth - nd.len;
             rc = path_push(out, &nd);
         }
     }
+    if (!rc && want != 0) rc = SKV_ERR_FORMAT; /* the root ends at depth 0 */
     if (rc) {
         skv_trie_path_free(out);
         return rc;
