@@ -131,7 +131,7 @@ static void attn_equals_scalar(void)
 {
     const skv_kernels *ref = skv_kernels_scalar(), *fast = avx2_or_skip();
     if (!fast) SKIP("no AVX2+FMA+F16C on this CPU");
-    static const size_t hds[] = {8, 13, 32, 64, 96};
+    static const size_t hds[] = {8, 13, 32, 64, 96, 128};
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
         for (size_t len = 1; len <= 41; len += 4)
             for (size_t nq = 1; nq <= 4; nq++) {

@@ -90,14 +90,18 @@ void skv_qmatmul(const skv_kernels *k, float *y, size_t ldy, uint32_t type, cons
  * (row_bytes: its bytes per row; n_rows a multiple of 16).  The same bits. */
 #define SKV_QMATMUL_PACKED 0x80000000u
 
-/* x86-64: the AVX-512 parts of the AVX2 set's attn_f16 decode pair (ops_avx512.c; used
- * only when skv_ops_avx512_built() and the CPU has SKV_CPU_AVX512_SET): scores of the
- * first n & ~7 keys (returns that count) and the value sums (hd a multiple of 64). */
+/* x86-64: the AVX-512 parts of the AVX2 set's decode pair, attn_f16's (_h) and attn's
+ * (ops_avx512.c; used only when skv_ops_avx512_built() and the CPU has
+ * SKV_CPU_AVX512_SET): scores of the first n & ~7 keys (returns that count) and the
+ * value sums (hd a multiple of 64). */
 int skv_ops_avx512_built(void);
 size_t skv_scores_pair_h_avx512(float *s0, float *s1, const float *q0, const float *q1, const uint16_t *K, size_t n,
                                 size_t hd, float scale);
 void skv_wsum_pair_h_avx512(float *o0, float *o1, const float *w0, const float *w1, size_t n, const uint16_t *V,
                             size_t hd);
+size_t skv_scores_pair_avx512(float *s0, float *s1, const float *q0, const float *q1, const float *K, size_t n,
+                              size_t hd, float scale);
+void skv_wsum_pair_avx512(float *o0, float *o1, const float *w0, const float *w1, size_t n, const float *V, size_t hd);
 
 /* Largest nq the attn kernels accept. */
 #define SKV_ATTN_MAX_Q 16

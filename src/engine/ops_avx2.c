@@ -327,8 +327,11 @@ static void softmax_rows(const float *const *q, const size_t *n, size_t nq, cons
 
 /* Decode-shaped attention (issue 16): two query rows with the same n and hd % 32 == 0.
  * Scores: 4 keys x 2 rows per tile (8 chains, one reduce8), each K row loaded once for
- * both rows; value sums: positions outer, 32 dims x 2 rows of accumulators inner, each V
- * load shared by both rows. Per output the operations of the reference (ops.h). */
+ * both rows; value sums: blocks of PAIR_JB positions, in each 32 dims at a time (the
+ * block's rows come from L1 after the first 32), positions inner, each V load shared by
+ * both rows, the partial sums kept in the output between blocks (f32 round trips are
+ * exact). Per output the operations of the reference (ops.h). */
+#define PAIR_JB 32 /* positions per value-sum block: 32 x 256 bytes of f32 rows at hd 64 */
 /* The pair kernels for K / V rows of type T (float, or uint16_t halves converted by LOAD
  * in registers: exact), DOT the matching dot_avx2; scores of keys [j, n). */
 #define PAIR_KERNELS(SUF, T, LOAD, DOT)                                                                            \
@@ -362,23 +365,30 @@ static void softmax_rows(const float *const *q, const size_t *n, size_t nq, cons
     static void wsum_pair##SUF(float *o0, float *o1, const float *w0, const float *w1, size_t n, const T *V,      \
                                size_t hd)                                                                          \
     {                                                                                                              \
-        for (size_t d = 0; d < hd; d += 32) {                                                                      \
-            __m256 acc[8];                                                                                         \
-            _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();                      \
-            for (size_t j = 0; j < n; j++) {                                                                       \
-                __m256 a = _mm256_broadcast_ss(w0 + j), b = _mm256_broadcast_ss(w1 + j);                           \
-                const T *v = V + j * hd + d;                                                                       \
-                for (size_t p = 0; p < 32; p += 64 / sizeof(T))                                                    \
-                    _mm_prefetch((const char *)(v + 16 * hd + p), _MM_HINT_T1);                                    \
+        for (size_t j0 = 0; j0 < n || j0 == 0; j0 += PAIR_JB) {                                                    \
+            size_t j1 = n - j0 < PAIR_JB ? n : j0 + PAIR_JB;                                                       \
+            for (size_t d = 0; d < hd; d += 32) {                                                                  \
+                __m256 acc[8];                                                                                     \
                 _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {                                              \
-                    __m256 vv = LOAD(v + 8 * c);                                                                   \
-                    acc[c] = _mm256_fmadd_ps(a, vv, acc[c]);                                                       \
-                    acc[4 + c] = _mm256_fmadd_ps(b, vv, acc[4 + c]);                                               \
+                    acc[c] = j0 ? _mm256_loadu_ps(o0 + d + 8 * c) : _mm256_setzero_ps();                           \
+                    acc[4 + c] = j0 ? _mm256_loadu_ps(o1 + d + 8 * c) : _mm256_setzero_ps();                       \
                 }                                                                                                  \
-            }                                                                                                      \
-            for (int c = 0; c < 4; c++) {                                                                          \
-                _mm256_storeu_ps(o0 + d + 8 * c, acc[c]);                                                          \
-                _mm256_storeu_ps(o1 + d + 8 * c, acc[4 + c]);                                                      \
+                for (size_t j = j0; j < j1; j++) {                                                                 \
+                    __m256 a = _mm256_broadcast_ss(w0 + j), b = _mm256_broadcast_ss(w1 + j);                       \
+                    const T *v = V + j * hd + d;                                                                   \
+                    if (d == 0)                                                                                    \
+                        for (size_t p = 0; p < hd; p += 64 / sizeof(T))                                            \
+                            _mm_prefetch((const char *)(v + 16 * hd + p), _MM_HINT_T1);                            \
+                    _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {                                          \
+                        __m256 vv = LOAD(v + 8 * c);                                                               \
+                        acc[c] = _mm256_fmadd_ps(a, vv, acc[c]);                                                   \
+                        acc[4 + c] = _mm256_fmadd_ps(b, vv, acc[4 + c]);                                           \
+                    }                                                                                              \
+                }                                                                                                  \
+                for (int c = 0; c < 4; c++) {                                                                      \
+                    _mm256_storeu_ps(o0 + d + 8 * c, acc[c]);                                                      \
+                    _mm256_storeu_ps(o1 + d + 8 * c, acc[4 + c]);                                                  \
+                }                                                                                                  \
             }                                                                                                      \
         }                                                                                                          \
     }
@@ -409,10 +419,13 @@ static void attn_pair(float *const *out, const float *const *q, size_t n, const 
                       float scale, float *scores, size_t n_max)
 {
     float *s0 = scores, *s1 = scores + n_max;
-    scores_pair(s0, s1, q[0], q[1], K, 0, n, hd, scale);
+    int wide = hd % 64 == 0 && skv_ops_avx512_built() && skv_cpu_has(SKV_CPU_AVX512_SET);
+    size_t j = wide ? skv_scores_pair_avx512(s0, s1, q[0], q[1], K, n, hd, scale) : 0;
+    scores_pair(s0, s1, q[0], q[1], K, j, n, hd, scale);
     softmax_row(s0, n);
     softmax_row(s1, n);
-    wsum_pair(out[0], out[1], s0, s1, n, V, hd);
+    if (wide) skv_wsum_pair_avx512(out[0], out[1], s0, s1, n, V, hd);
+    else wsum_pair(out[0], out[1], s0, s1, n, V, hd);
 }
 
 static void attn_avx2(float *const *out, const float *const *q, const size_t *n, size_t nq, const float *K,
