@@ -93,9 +93,10 @@ double skv_now(void);
 /* n zeroed bytes for a large table or buffer, in a mapping of their own: backed lazily
  * (untouched pages cost nothing, as calloc's), given back to the system by skv_big_free
  * (the only way to release them), and aligned to 2 MiB with its 2 MiB pages advised to
- * transparent huge pages (MADV_HUGEPAGE) from 1.6 MiB up: all of it, rounded up, when that
- * adds at most a quarter (a huge page is backed whole once touched), else the whole 2 MiB
- * pages inside, the tail on 4 KiB pages. Why: a 4 KiB page costs a fault on
+ * transparent huge pages (MADV_HUGEPAGE) from 1.34 MiB up: all of it, rounded up, when that
+ * adds at most half (a huge page is backed whole once touched; an 800-position KV cache of
+ * the bundled model, 1.56 MiB, gets one), else the whole 2 MiB pages inside, the tail on
+ * 4 KiB pages. Why: a 4 KiB page costs a fault on
  * first touch and a TLB entry on every random access, and on a virtual machine with
  * shadow paging both are dear (measured on the project's AMD EPYC VM: 36 MiB touched page
  * by page 135-145 ms, or 10-16 ms to populate and then 64 ms more on first access; on huge
