@@ -6,6 +6,7 @@ documentation.
 
 Usage: bench/restore_wall.py [--rounds N] [--bytes B] [--texts kjv,fortunes,chat]
                              [--codecs tokens,cm,cmv,cmvd,model,model1,model16] [--build DIR]
+                             [--single]
 
 Each text (its first B bytes, default 24,000) is stored as 800-token segments with each
 codec (`seqkv compress --segment -c 800`); cmvd takes a dictionary of the same kind of
@@ -15,19 +16,29 @@ text from byte 30,000, or from the end of the test text when it is longer). mode
 stored with an f16 cache too (like with like). Then N rounds (default 5) restore every
 file in turn, alternating the codecs, `seqkv restore -m MODEL FILE -o /dev/null`
 (verified, 1 thread, the dictionary caches filled by the compress), each timed by
-/usr/bin/time. Prints a Markdown table: best and median of wall and CPU (user + sys), and
-the speed ratio to codec tokens (tokens time / codec time) for the same statistic.
+the clock and getrusage of the parent (wall: time.perf_counter). Prints a Markdown table:
+best and median of wall and CPU (user + sys), and the speed ratio to codec tokens (tokens
+time / codec time) for the same statistic.
+--single: sessions of one segment each, as the issue first measured them ("800-token KJV
+sessions"): the text is cut into pieces of about 800 tokens (bytes per piece from the
+text's own tokens per byte), each piece stored alone (`seqkv compress -c 1024`, no
+--segment) and restored by its own process; a round restores every piece of every codec,
+and a row's time is the sum over the pieces of one round (process start and model load
+included, as a user pays them). model1 is then the same as model (one segment).
 Needs: make, fortunes (scripts/install-deps.sh --corpus), bible-kjv (for the dictionary).
 """
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "kjv-4m.gguf")
+SINGLE_TOKENS = 800  # --single: tokens per session
 FORTUNE_DIR = "/usr/share/games/fortunes"
 FORTUNE_DICT = ["people", "wisdom", "literature", "humorists", "computers", "education", "science",
                 "work", "politics", "law", "love", "men-women", "miscellaneous", "platitudes", "pets",
@@ -89,12 +100,34 @@ CODECS = {  # name: (compress options, the tokens file it is compared with)
 
 
 def timed(cmd, env):
-    r = subprocess.run(["/usr/bin/time", "-f", "@@ %e %U %S"] + cmd, env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    """(wall s, CPU s) of one run of cmd."""
+    u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         fail("%s failed:\n%s" % (" ".join(cmd), r.stderr))
-    line = [x for x in r.stderr.splitlines() if x.startswith("@@ ")][-1].split()
-    return float(line[1]), float(line[2]) + float(line[3])
+    return wall, (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
+
+
+def pieces(path, ntok, work):
+    """The text at path cut into pieces of about SINGLE_TOKENS tokens (at line ends where
+    there is one); their paths."""
+    text = read(path)
+    size = max(200, int(len(text) * SINGLE_TOKENS / max(1, ntok)))
+    out, at = [], 0
+    while at < len(text):
+        end = min(len(text), at + size)
+        nl = text.rfind(b"\n", at + size // 2, end)
+        if end < len(text) and nl > at:
+            end = nl + 1
+        p = os.path.join(work, "%s.piece%03d.txt" % (os.path.basename(path), len(out)))
+        with open(p, "wb") as f:
+            f.write(text[at:end])
+        out.append(p)
+        at = end
+    return out
 
 
 def main():
@@ -104,6 +137,7 @@ def main():
     ap.add_argument("--texts", default="kjv,fortunes,chat")
     ap.add_argument("--codecs", default="tokens,cm,cmv,cmvd,model,model1,model16")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--single", action="store_true", help="one-segment sessions of ~800 tokens, one process each")
     a = ap.parse_args()
     seqkv = os.path.join(a.build, "seqkv")
     if not os.access(seqkv, os.X_OK):
@@ -121,46 +155,65 @@ def main():
     with tempfile.TemporaryDirectory(prefix="restore_wall.") as work:
         env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "cache"))
         load0 = open("/proc/loadavg").read().split()[:3]
-        print("Measured %s UTC, %s, %d cores, load average before: %s; `bench/restore_wall.py --rounds %d`."
+        print("Measured %s UTC, %s, %d cores, load average before: %s; `bench/restore_wall.py --rounds %d%s`."
               % (subprocess.run(["date", "-u", "+%Y-%m-%d %H:%M"], stdout=subprocess.PIPE, text=True).stdout.strip(),
-                 cpu, os.cpu_count(), " ".join(load0), a.rounds))
+                 cpu, os.cpu_count(), " ".join(load0), a.rounds, " --single" if a.single else ""))
         print()
         print("| text | codec | tokens | file bits/position | wall s best / median | tokens/s (best wall) "
               "| CPU s best / median | vs tokens wall (best / median) | vs tokens CPU (best / median) |")
         print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for name, tp, dp in texts(work, a.bytes, a.texts.split(",")):
-            files = {}
+            srcs = [tp]
+            if a.single:  # pieces of ~800 tokens of this text (its tokens per byte from codec tokens)
+                probe = os.path.join(work, "probe.skv")
+                r = subprocess.run([seqkv, "compress", "-m", MODEL, "-f", tp, "--segment", "-c", "800", "-o", probe,
+                                    "--codec", "tokens"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+                if r.returncode != 0:
+                    fail("compress of %s failed:\n%s" % (tp, r.stdout))
+                srcs = pieces(tp, next(int(ln.split()[1]) for ln in r.stdout.splitlines() if ln.startswith("tokens:")),
+                              work)
+            files = {}  # codec -> [(file, tokens)], one per session
             for c in codecs:
-                f = os.path.join(work, "%s.%s.skv" % (os.path.basename(tp), c))
-                cmd = [seqkv, "compress", "-m", MODEL, "-f", tp, "--segment", "-c", "800", "-o", f] + CODECS[c][0]
-                if c == "cmvd":
-                    cmd += ["--cm-dict", dp]
-                if c == "model1" and "model" in files:  # the same file as codec model
+                if c == "model1" and "model" in files:  # the same files as codec model
                     files[c] = files["model"]
                     continue
-                r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                if r.returncode != 0:
-                    fail("%s failed:\n%s" % (" ".join(cmd), r.stdout))
-                ntok = next(int(ln.split()[1]) for ln in r.stdout.splitlines() if ln.startswith("tokens:"))
-                files[c] = (f, ntok)
+                files[c] = []
+                for k, src in enumerate(srcs):
+                    f = os.path.join(work, "%s.%d.%s.skv" % (os.path.basename(tp), k, c))
+                    shape = ["-c", "1024"] if a.single else ["--segment", "-c", "800"]
+                    cmd = [seqkv, "compress", "-m", MODEL, "-f", src, "-o", f] + shape + CODECS[c][0]
+                    if c == "cmvd":
+                        cmd += ["--cm-dict", dp]
+                    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    if r.returncode != 0:
+                        fail("%s failed:\n%s" % (" ".join(cmd), r.stdout))
+                    files[c].append((f, next(int(ln.split()[1]) for ln in r.stdout.splitlines()
+                                             if ln.startswith("tokens:"))))
             times = {c: [] for c in codecs}
             for _ in range(a.rounds):
                 for c in codecs:
-                    cmd = [seqkv, "restore", "-m", MODEL, files[c][0], "-o", "/dev/null"]
-                    if c == "cmvd":
-                        cmd += ["--cm-dict", dp]
-                    if c == "model1":
-                        cmd += ["--batch", "1"]
-                    times[c].append(timed(cmd, env))
+                    wall = cpu_s = 0.0
+                    for f, _n in files[c]:
+                        cmd = [seqkv, "restore", "-m", MODEL, f, "-o", "/dev/null"]
+                        if c == "cmvd":
+                            cmd += ["--cm-dict", dp]
+                        if c == "model1":
+                            cmd += ["--batch", "1"]
+                        w1, u1 = timed(cmd, env)
+                        wall, cpu_s = wall + w1, cpu_s + u1
+                    times[c].append((wall, cpu_s))
             for c in codecs:
                 base = CODECS[c][1]
                 w = [t[0] for t in times[c]]
                 u = [t[1] for t in times[c]]
                 bw = [t[0] for t in times[base]]
                 bu = [t[1] for t in times[base]]
-                bits = os.path.getsize(files[c][0]) * 8.0 / files[c][1]
+                ntok = sum(n for _f, n in files[c])
+                bits = sum(os.path.getsize(f) for f, _n in files[c]) * 8.0 / ntok
+                label = "%s (%d sessions)" % (name, len(files[c])) if a.single else name
                 print("| %s | %s | %d | %.2f | %.2f / %.2f | %.0f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f |" % (
-                    name, c, files[c][1], bits, min(w), statistics.median(w), files[c][1] / min(w),
+                    label, c, ntok, bits, min(w), statistics.median(w), ntok / min(w),
                     min(u), statistics.median(u),
                     min(bw) / min(w), statistics.median(bw) / statistics.median(w),
                     min(bu) / min(u), statistics.median(bu) / statistics.median(u)))
