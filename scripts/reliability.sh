@@ -25,7 +25,13 @@ DOC=docs/reliability.md
 
 run_one() {
     t=$1 secs=$2 bin=build-fuzz/fuzz/fuzz_$1
-    [ -x "$bin" ] || { echo "reliability: $bin missing: run make fuzz" >&2; exit 2; }
+    # a fuzzer older than any source it is built from is rebuilt first (a stale one would
+    # fuzz old code under the current commit's name; seen 2026-12-04: a fix of 07:34 was
+    # not in the binaries fuzzing until 11:20)
+    if [ ! -x "$bin" ] || [ -n "$(find src include fuzz/fuzz_"$t".c Makefile -newer "$bin" -print -quit)" ]; then
+        echo "reliability: $bin missing or older than the sources: make fuzz" >&2
+        make -s fuzz >/dev/null || { echo "reliability: make fuzz failed" >&2; exit 2; }
+    fi
     mkdir -p "build-fuzz/work/$t" "build-fuzz/artifacts/$t" build-fuzz/logs
     log=build-fuzz/logs/$t.$(date +%Y%m%d-%H%M%S).log
     before=$(findings "$t")
