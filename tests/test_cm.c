@@ -252,6 +252,44 @@ static void set_vocab_is_a_new_model(void)
     skv_cm_free(cm);
 }
 
+/* A stream coded from the reset state under an undo log and undone leaves the model at the
+ * reset state (skv_cm_fresh 1), so skv_cm_set_vocab keeps its tables: the model then codes
+ * as a new one of the new size. A write outside the log (a section handed out) makes the
+ * undone model not fresh. */
+static void undo_back_to_reset(void)
+{
+    static const uint32_t sizes[] = {4096, 300, 70000, 1, 4096, 129};
+    enum { N = 300 };
+    int32_t t[N];
+    uint8_t want[4096], got[4096];
+    skv_cm *cm = NULL;
+    skv_cm_section sec[SKV_CM_MAX_SECTIONS];
+    CHECK_EQ_INT(skv_cm_create(17, &cm), SKV_OK);
+    CHECK_EQ_INT(skv_cm_fresh(cm), 1);
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        uint32_t V = sizes[s];
+        size_t wsize = 0, gsize = 0;
+        skv_rangecoder_enc e;
+        for (int i = 0; i < N; i++) t[i] = (int32_t)(((uint32_t)i * 2246822519u >> 9) % (i % 3 ? V : 1 + V / 32));
+        CHECK_EQ_INT(skv_cm_set_vocab(cm, V), SKV_OK);
+        CHECK_EQ_INT(skv_cm_fresh(cm), 1);
+        CHECK_EQ_INT(skv_cm_undo_begin(cm, N), SKV_OK);
+        skv_rangecoder_enc_init(&e, got, sizeof got);
+        for (size_t i = 0; i < N; i++) CHECK_EQ_INT(skv_cm_encode(cm, &e, t, i), SKV_OK);
+        CHECK_EQ_INT(skv_rangecoder_enc_finish(&e, &gsize), SKV_OK);
+        CHECK_EQ_INT(skv_cm_fresh(cm), 0);
+        skv_cm_undo(cm);
+        CHECK_MSG(skv_cm_fresh(cm) == 1, "V %u: not fresh after the undo", V);
+        CHECK_EQ_INT(skv_cm_encode_tokens(t, N, V, want, sizeof want, &wsize), SKV_OK);
+        CHECK_MSG(gsize == wsize && !memcmp(got, want, wsize), "V %u: the kept model coded otherwise", V);
+    }
+    CHECK_EQ_INT(skv_cm_undo_begin(cm, N), SKV_OK);
+    CHECK(skv_cm_sections(cm, sec) > 0); /* the tables may now be written outside the log */
+    skv_cm_undo(cm);
+    CHECK_EQ_INT(skv_cm_fresh(cm), 0);
+    skv_cm_free(cm);
+}
+
 /* ---- the .skv codec ---------------------------------------------------------------- */
 
 static int encode_session(int codec, const int32_t *t, size_t n, int n_ctx, uint8_t **data, size_t *size)
@@ -383,6 +421,7 @@ int main(void)
     RUN(hostile_streams);
     RUN(bad_arguments);
     RUN(set_vocab_is_a_new_model);
+    RUN(undo_back_to_reset);
     RUN(session_roundtrip_bit_exact);
     RUN(session_corruption_refused);
     free(g_kjv);

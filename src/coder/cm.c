@@ -87,6 +87,8 @@ struct skv_cm {
     uint32_t *utag, *uold;
     size_t un, ucap, ubase, umax;     /* entries, capacity, ids coded at the begin, ids allowed */
     int uon, fresh;                   /* undo log on; tables as skv_cm_reset left them */
+    int ufresh;                       /* fresh at the undo log's begin; 0 once anything is
+                                       * written outside the log (skv_cm_undo restores fresh) */
     uint8_t *usave;
 };
 
@@ -249,6 +251,7 @@ void skv_cm_reset(skv_cm *cm)
     memset(cm->mpos, 0, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
     reset_small(cm);
     cm->fresh = 1;
+    cm->ufresh = 0; /* not through the undo log */
 }
 
 int skv_cm_create_blank(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
@@ -637,7 +640,7 @@ int skv_cm_undo_begin(skv_cm *cm, size_t n_ids)
     }
     if (!cm->usave && !(cm->usave = malloc(save_bytes(cm)))) return SKV_ERR_NOMEM;
     save_small(cm, 0);
-    cm->un = 0, cm->ubase = cm->n_coded, cm->umax = n_ids, cm->uon = 1;
+    cm->un = 0, cm->ubase = cm->n_coded, cm->umax = n_ids, cm->uon = 1, cm->ufresh = cm->fresh;
     return SKV_OK;
 }
 
@@ -650,15 +653,18 @@ void skv_cm_undo(skv_cm *cm)
         else if (t == CM_JOUR_MPOS) cm->mpos[x] = v;
         else cm->apm[x] = (uint16_t)v;
     }
+    int was = cm->ufresh; /* (set_scalars below clears it) */
     save_small(cm, 1);
     cm->un = 0, cm->uon = 0;
+    cm->fresh = was; /* every element is back: a model that was at the reset state is again */
 }
 
 /* ---- state access for snapshots (cm_snap.c) ------------------------------------- */
 
 int skv_cm_sections(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS])
 {
-    cm->fresh = 0; /* the tables may be written through sec */
+    cm->fresh = cm->ufresh = 0; /* the tables may be written through sec, outside any log: */
+    cm->jn = 0, cm->jover = 0, cm->jsrc = NULL; /* the next copy into cm is whole */
     return skv_cm_section_shapes(cm, sec);
 }
 
@@ -711,7 +717,7 @@ static inline int load_chunk(const skv_cm *cm, unsigned kind, uint32_t *d, const
 int skv_cm_load_run(skv_cm *cm, const skv_cm_section *s, size_t at, const uint8_t *src, size_t n)
 {
     enum { CHUNK = 2048 }; /* 8 KiB: the check reads what the copy just wrote from L1, not DRAM */
-    cm->fresh = 0;
+    cm->fresh = cm->ufresh = 0;
     if (s->size == 2) {
         uint16_t *d = (uint16_t *)s->p + at;
         for (size_t k = 0; k < n; k++) d[k] = (uint16_t)(src[2 * k] | src[2 * k + 1] << 8);
@@ -740,7 +746,7 @@ int skv_cm_set_scalars(skv_cm *cm, const uint32_t v[SKV_CM_N_SCALARS])
     if (v[0] >= UINT32_MAX || v[12] > 65535 || (v[12] && (v[11] >= v[0] || mtok < 0 || (uint32_t)mtok >= cm->V)) ||
         (!v[12] && mtok != -1))
         return SKV_ERR_FORMAT;
-    cm->fresh = 0;
+    cm->fresh = cm->ufresh = 0;
     cm->n_coded = v[0];
     for (int k = 0; k < CM_SLOTS; k++) cm->hash[k] = v[1 + k];
     cm->text4 = v[9], cm->frag = v[10], cm->mptr = v[11], cm->mlen = v[12], cm->mtok = mtok;
@@ -809,6 +815,7 @@ int skv_cm_set_vocab(skv_cm *cm, uint32_t n_vocab)
     if (!cm || cm->vb || n_vocab < 1 || n_vocab > SKV_CM_MAX_VOCAB) return SKV_ERR_INVALID_ARG;
     cm->V = n_vocab; /* codec cm's tables are sized by slot_bits, not by V: only B follows */
     for (cm->B = 1; ((uint32_t)1 << cm->B) < n_vocab; cm->B++) {}
-    skv_cm_reset(cm);
+    if (cm->fresh == 1) reset_small(cm); /* the tables' reset values do not depend on V */
+    else skv_cm_reset(cm);
     return SKV_OK;
 }

@@ -94,7 +94,8 @@ void skv_cm_undo(skv_cm *cm);
  * n_vocab, as skv_cm_create(n_vocab) would make, without new tables (a kept model reused
  * for a stream of another vocabulary size). SKV_ERR_INVALID_ARG for a cmv model or
  * n_vocab outside 1..2^24 (the model is then unchanged). Ends an undo log or a journal
- * as skv_cm_reset does. */
+ * as skv_cm_reset does. A model at the reset state (skv_cm_fresh 1) keeps its tables
+ * (their reset values do not depend on the vocabulary): only the small state is reset. */
 int skv_cm_set_vocab(skv_cm *cm, uint32_t n_vocab);
 
 /* ---- state snapshot (coder/cm_snap.c, docs/coder.md 4.8) ---------------------------- */
@@ -131,7 +132,8 @@ int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v);
  * SKV_ERR_FORMAT if one is not (some are then written: reset the model). */
 int skv_cm_load_run(skv_cm *cm, const skv_cm_section *s, size_t at, const uint8_t *src, size_t n);
 /* 1 while the tables are as skv_cm_reset left them (nothing coded, primed, copied or
- * loaded since), so a reader need not reset again; 2 for a blank model. */
+ * loaded since, or only coded under an undo log that skv_cm_undo has undone), so a reader
+ * need not reset again; 2 for a blank model. */
 int skv_cm_fresh(const skv_cm *cm);
 /* A cmv model whose large tables (slot tables, mpos) are allocated but not written (the
  * rest as after skv_cm_reset): only for skv_cm_snap_read, which writes each element of
