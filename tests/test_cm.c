@@ -226,25 +226,32 @@ static void bad_arguments(void)
 
 /* A kept model given another vocabulary size codes as a new model of that size would:
  * the same bytes as skv_cm_encode_tokens, after it coded a stream of another size. */
+/* Codes t[0..n) with cm as it is and with a new model of V (skv_cm_encode_tokens); 1 when
+ * both succeed with the same bytes. */
+static int codes_as_new(skv_cm *cm, const int32_t *t, size_t n, uint32_t V)
+{
+    uint8_t want[4096], got[4096];
+    size_t wsize = 0, gsize = 0;
+    skv_rangecoder_enc e;
+    skv_rangecoder_enc_init(&e, got, sizeof got);
+    for (size_t i = 0; i < n; i++)
+        if (skv_cm_encode(cm, &e, t, i) != SKV_OK) return 0;
+    if (skv_rangecoder_enc_finish(&e, &gsize) || skv_cm_encode_tokens(t, n, V, want, sizeof want, &wsize)) return 0;
+    return gsize == wsize && !memcmp(got, want, wsize);
+}
+
 static void set_vocab_is_a_new_model(void)
 {
     static const uint32_t sizes[] = {4096, 300, 70000, 1, 4096};
     enum { N = 400 };
     int32_t t[N];
-    uint8_t want[4096], got[4096];
     skv_cm *cm = NULL;
     CHECK_EQ_INT(skv_cm_create(17, &cm), SKV_OK);
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
         uint32_t V = sizes[s];
-        size_t wsize = 0, gsize = 0;
-        skv_rangecoder_enc e;
         for (int i = 0; i < N; i++) t[i] = (int32_t)(((uint32_t)i * 2654435761u >> 7) % (i % 5 ? V : 1 + V / 64));
         CHECK_EQ_INT(skv_cm_set_vocab(cm, V), SKV_OK);
-        skv_rangecoder_enc_init(&e, got, sizeof got);
-        for (size_t i = 0; i < N; i++) CHECK_EQ_INT(skv_cm_encode(cm, &e, t, i), SKV_OK);
-        CHECK_EQ_INT(skv_rangecoder_enc_finish(&e, &gsize), SKV_OK);
-        CHECK_EQ_INT(skv_cm_encode_tokens(t, N, V, want, sizeof want, &wsize), SKV_OK);
-        CHECK(gsize == wsize && !memcmp(got, want, wsize));
+        CHECK_MSG(codes_as_new(cm, t, N, V), "V %u: the reused model coded otherwise", V);
     }
     CHECK_EQ_INT(skv_cm_set_vocab(cm, 0), SKV_ERR_INVALID_ARG);
     CHECK_EQ_INT(skv_cm_set_vocab(cm, SKV_CM_MAX_VOCAB + 1), SKV_ERR_INVALID_ARG);
@@ -261,27 +268,20 @@ static void undo_back_to_reset(void)
     static const uint32_t sizes[] = {4096, 300, 70000, 1, 4096, 129};
     enum { N = 300 };
     int32_t t[N];
-    uint8_t want[4096], got[4096];
     skv_cm *cm = NULL;
     skv_cm_section sec[SKV_CM_MAX_SECTIONS];
     CHECK_EQ_INT(skv_cm_create(17, &cm), SKV_OK);
     CHECK_EQ_INT(skv_cm_fresh(cm), 1);
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
         uint32_t V = sizes[s];
-        size_t wsize = 0, gsize = 0;
-        skv_rangecoder_enc e;
         for (int i = 0; i < N; i++) t[i] = (int32_t)(((uint32_t)i * 2246822519u >> 9) % (i % 3 ? V : 1 + V / 32));
         CHECK_EQ_INT(skv_cm_set_vocab(cm, V), SKV_OK);
         CHECK_EQ_INT(skv_cm_fresh(cm), 1);
         CHECK_EQ_INT(skv_cm_undo_begin(cm, N), SKV_OK);
-        skv_rangecoder_enc_init(&e, got, sizeof got);
-        for (size_t i = 0; i < N; i++) CHECK_EQ_INT(skv_cm_encode(cm, &e, t, i), SKV_OK);
-        CHECK_EQ_INT(skv_rangecoder_enc_finish(&e, &gsize), SKV_OK);
+        CHECK_MSG(codes_as_new(cm, t, N, V), "V %u: the kept model coded otherwise", V);
         CHECK_EQ_INT(skv_cm_fresh(cm), 0);
         skv_cm_undo(cm);
         CHECK_MSG(skv_cm_fresh(cm) == 1, "V %u: not fresh after the undo", V);
-        CHECK_EQ_INT(skv_cm_encode_tokens(t, N, V, want, sizeof want, &wsize), SKV_OK);
-        CHECK_MSG(gsize == wsize && !memcmp(got, want, wsize), "V %u: the kept model coded otherwise", V);
     }
     CHECK_EQ_INT(skv_cm_undo_begin(cm, N), SKV_OK);
     CHECK(skv_cm_sections(cm, sec) > 0); /* the tables may now be written outside the log */
