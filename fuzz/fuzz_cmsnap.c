@@ -21,7 +21,8 @@
  *     the same state (the same snapshot bytes written back).
  * Models are kept across inputs (a reset per input, not a new 3-5 MiB model).
  * Seeds (fuzz/corpus/cmsnap/): built by this file with -DCMSNAP_SEEDS (a main that writes
- * valid snapshots of primed models of both kinds, and damaged ones). */
+ * valid snapshots of primed models of both kinds, and damaged ones; version 1, and version 2
+ * of the cmv kind). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,12 +221,37 @@ static void seeds_of(const char *dir, const char *tag, int cmv, uint32_t V, size
     free(t);
 }
 
+/* Version 2 (SKV_CM_SNAP_RAW) seeds of the cmv kind: valid, and forged (a slot element out
+ * of range under checksums made right: the header's and its section's). */
+static void raw_seeds(const char *dir)
+{
+    skv_cm *cm = model_of(1, NV, 0);
+    int32_t t[60];
+    for (int i = 0; i < 60; i++) t[i] = (int32_t)((i * 37 + 11) % NV);
+    if (!cm || skv_cm_prime(cm, t, 60)) abort();
+    skv_cm_snap_id id = {vocab()->check, 0x5eed0000u + 60, 60};
+    size_t cap = skv_cm_snap_bound(cm), len = 0;
+    uint8_t *b = malloc(cap);
+    if (!b || skv_cm_snap_write_version(cm, &id, SKV_CM_SNAP_RAW, b, cap, &len)) abort();
+    seed(dir, "cmv_raw_valid", b, len);
+    uint32_t ns = rd32(b + 36), n0 = rd32(b + 96), s0 = rd32(b + 100);
+    size_t hdr = 96 + (size_t)ns * 16 + 8;
+    b[hdr + 4 * 1000 + 1] = 0xff; /* section 0 (slots): a count past the model's cap */
+    uint64_t h = XXH3_64bits(b + hdr, (size_t)n0 * s0);
+    for (int k = 0; k < 8; k++) b[104 + k] = (uint8_t)(h >> (8 * k));
+    h = XXH3_64bits(b, hdr - 8);
+    for (int k = 0; k < 8; k++) b[hdr - 8 + k] = (uint8_t)(h >> (8 * k));
+    seed(dir, "cmv_raw_forged", b, len);
+    free(b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) return 2;
     seeds_of(argv[1], "cm_v5", 0, 5, 40);
     seeds_of(argv[1], "cm_v600", 0, 600, 120);
     seeds_of(argv[1], "cmv", 1, NV, 60);
+    raw_seeds(argv[1]);
     return 0;
 }
 #endif

@@ -64,6 +64,7 @@ def test_caches_written_and_used(tmp):
     snaps, ids = cached(tmp, ".skvcm"), cached(tmp, ".skvids")
     check(len(snaps) == 1 and len(ids) == 1, "caches not written: %r %r" % (snaps, ids))
     check(os.path.getsize(snaps[0]) > 100 and os.path.getsize(ids[0]) > 36, "caches too short")
+    check(snap_version(snaps[0]) == 2, "the snapshot is not version 2: %d" % snap_version(snaps[0]))
     check(not os.path.exists(dic + ".skvcm") and not os.path.exists(dic + ".skvids"), "a cache beside the text")
     check(compress(text, dic, skv) == first, "the .skv bytes changed once the caches existed")
     rc, err = restore(skv, dic, out)
@@ -140,6 +141,48 @@ def test_damaged_caches_rebuilt(tmp):
         check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore after a damaged ids cache: %s" % err)
 
 
+def snap_version(path):
+    return int.from_bytes(open(path, "rb").read(8)[4:8], "little")
+
+
+def as_version1(v2):
+    """A version 2 snapshot (docs/coder.md 4.8) as version 1: the same header, each section
+    one run of all its elements, one XXH3-64 (libxxhash through ctypes) over every byte."""
+    import ctypes
+    xxh = ctypes.CDLL("libxxhash.so.0")
+    xxh.XXH3_64bits.restype = ctypes.c_uint64
+    xxh.XXH3_64bits.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
+    u32 = lambda b, at: int.from_bytes(b[at:at + 4], "little")
+    ns = u32(v2, 36)
+    out, at = bytearray(v2[:96]), 96 + 16 * ns + 8
+    out[4:8] = (1).to_bytes(4, "little")
+    for k in range(ns):
+        n, size = u32(v2, 96 + 16 * k), u32(v2, 100 + 16 * k)
+        for v in (n, size, 1, 0, n):
+            out += v.to_bytes(4, "little")
+        out += v2[at:at + n * size]
+        at += n * size
+    check(at == len(v2), "not a version 2 snapshot")
+    return bytes(out) + xxh.XXH3_64bits(bytes(out), len(out)).to_bytes(8, "little")
+
+
+def test_version1_cache_rewritten(tmp):
+    """A cache of an older build (snapshot version 1) is read, then rewritten as version 2."""
+    text, dic = setup(tmp)
+    skv, out = os.path.join(tmp, "s.skv"), os.path.join(tmp, "out.txt")
+    compress(text, dic, skv)
+    snap_path = cached(tmp, ".skvcm")[0]
+    v1 = as_version1(open(snap_path, "rb").read())
+    open(snap_path, "wb").write(v1)
+    check(snap_version(snap_path) == 1, "not written as version 1")
+    rc, err = restore(skv, dic, out)
+    check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore from a version 1 cache: %s" % err)
+    check("damaged" not in err, "the version 1 cache was refused: %r" % err)
+    check(snap_version(snap_path) == 2, "the version 1 cache was not rewritten")
+    rc, err = restore(skv, dic, out)
+    check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore from the rewritten cache: %s" % err)
+
+
 def test_changed_dictionary_refused(tmp):
     text, dic = setup(tmp)
     skv, out = os.path.join(tmp, "s.skv"), os.path.join(tmp, "out.txt")
@@ -151,7 +194,7 @@ def test_changed_dictionary_refused(tmp):
 
 def main():
     cases = [test_caches_written_and_used, test_home_and_opt_out, test_damaged_caches_rebuilt,
-             test_changed_dictionary_refused, test_own_temporary_files]
+             test_version1_cache_rewritten, test_changed_dictionary_refused, test_own_temporary_files]
     return run_cases(REPORTER, cases, "skv_cmcli_")
 
 

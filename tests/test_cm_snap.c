@@ -244,7 +244,7 @@ static void hostile_snapshots(void)
         CHECK_EQ_INT(skv_cm_snap_read(q, &id, bad, len), SKV_ERR_FORMAT);
     }
     memcpy(bad, snap, len);
-    skv_wr32(bad + 4, 2);
+    skv_wr32(bad + 4, 3);
     skv_wr64(bad + len - 8, XXH3_64bits(bad, len - 8));
     CHECK_EQ_INT(skv_cm_snap_read(q, &id, bad, len), SKV_ERR_UNSUPPORTED);
     for (int r = 0; r < 600 && !test_cur_failed; r++) { /* forged: a valid checksum over bad bytes */
@@ -332,6 +332,131 @@ static void file_reader_is_the_memory_reader(void)
     skv_cm_free(p);
     skv_cm_free(q);
     skv_cm_vocab_free(vb);
+}
+
+/* Version 2 (SKV_CM_SNAP_RAW): the header with its own checksum and one per section. */
+#define RAW_NS 36
+#define RAW_FIXED 96
+
+/* Recomputes every checksum of a version 2 snapshot b[0..len) after a forgery. */
+static void raw_reforge(uint8_t *b, size_t len)
+{
+    uint32_t ns = skv_rd32(b + RAW_NS);
+    size_t hdr = RAW_FIXED + (size_t)ns * 16 + 8, at = hdr;
+    for (uint32_t k = 0; k < ns && hdr <= len; k++) {
+        uint8_t *e = b + RAW_FIXED + (size_t)k * 16;
+        size_t n = (size_t)skv_rd32(e) * skv_rd32(e + 4);
+        if (n > len - at) return;
+        skv_wr64(e + 8, XXH3_64bits(b + at, n));
+        at += n;
+    }
+    if (hdr <= len) skv_wr64(b + hdr - 8, XXH3_64bits(b, hdr - 8));
+}
+
+/* One model kind through version 2: the state read back (from memory and from a file, into
+ * a blank and into a written model) is the state written and codes the same bytes;
+ * truncated, lengthened, flipped, forged and foreign snapshots are refused with the status
+ * of their fault and leave the model reset. */
+static void raw_kind(const skv_cm_vocab *vb, uint32_t V, unsigned bits, size_t nd)
+{
+    size_t n = 400, cap = skv_cm_bound(n, V), len = 0, l1 = 0, lp = 0, lq = 0;
+    int32_t *t = malloc((nd + n) * sizeof *t);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    skv_cm *p = new_model(vb, V, bits), *q = new_model(vb, V, bits), *blank = NULL;
+    skv_cm_snap_id id = {vb ? vb->check : 0, 0xABCDEF, (uint32_t)nd}, other = id;
+    fill_ids(t, nd + n, V);
+    CHECK(t && a && b && p && q);
+    CHECK_EQ_INT(skv_cm_prime(p, t, nd), SKV_OK);
+    size_t bound = skv_cm_snap_bound(p);
+    uint8_t *snap = malloc(bound + 1), *bad = malloc(bound + 1), *v1 = malloc(bound), *sp = state_of(p, &lp);
+    CHECK(snap && bad && v1 && sp);
+    CHECK_EQ_INT(skv_cm_snap_write_version(p, &id, 9, snap, bound, &len), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_snap_write_version(p, &id, SKV_CM_SNAP_RAW, snap, bound, &len), SKV_OK);
+    CHECK_EQ_INT(skv_cm_snap_write_version(p, &id, SKV_CM_SNAP_RAW, snap, len - 1, &l1), SKV_ERR_RANGE);
+    CHECK_EQ_INT(skv_cm_snap_write(p, &id, v1, bound, &l1), SKV_OK);
+    CHECK_EQ_INT((int)skv_rd32(snap + 4), SKV_CM_SNAP_RAW);
+    printf("# V %u, slot bits %u, dictionary %zu ids: version 2 %zu bytes, version 1 %zu\n", V, bits, nd, len, l1);
+    if (vb) CHECK_EQ_INT(skv_cm_create_blank(vb, bits, &blank), SKV_OK);
+    skv_cm *into[3] = {q, blank, q};
+    for (int k = 0; k < 3 && !test_cur_failed; k++) {
+        if (!into[k]) continue;
+        /* k 2: q has coded since its first read (a written model: read over it) */
+        CHECK_EQ_INT(k == 1 ? read_via_file(into[k], &id, snap, len, len, 64) : skv_cm_snap_read(into[k], &id, snap, len),
+                     SKV_OK);
+        uint8_t *sq = state_of(into[k], &lq);
+        CHECK_MSG(lq == lp && !memcmp(sq, sp, lp), "V %u, reader %d: the state read differs", V, k);
+        free(sq);
+        size_t sa = code(p, t, nd, n, a, cap), sb = code(into[k], t, nd, n, b, cap);
+        CHECK_MSG(sa == sb && !memcmp(a, b, sa), "V %u, reader %d: %zu vs %zu bytes", V, k, sa, sb);
+        CHECK_EQ_INT(skv_cm_snap_read(p, &id, v1, l1), SKV_OK); /* p back to the primed state */
+    }
+    CHECK_EQ_INT(read_via_file(q, &id, snap, len, len, 100), SKV_OK); /* from the file, into a written model */
+    other.dict_id ^= 1;
+    CHECK_EQ_INT(skv_cm_snap_read(q, &other, snap, len), SKV_ERR_MISMATCH);
+    CHECK_EQ_INT(read_via_file(q, &other, snap, len, len, 100), SKV_ERR_MISMATCH);
+    CHECK_EQ_INT(skv_cm_fresh(q), 1);
+    CHECK_EQ_INT(read_via_file(q, &id, snap, len, len + 1, 100), SKV_ERR_FORMAT); /* shorter than said */
+    memcpy(bad, snap, len), bad[len] = 0;
+    CHECK_EQ_INT(skv_cm_snap_read(q, &id, bad, len + 1), SKV_ERR_FORMAT); /* a byte more */
+    CHECK_EQ_INT(read_via_file(q, &id, bad, len + 1, len + 1, 100), SKV_ERR_FORMAT);
+    for (size_t k = 0; k < len && !test_cur_failed; k += 1 + k / 4) /* truncated */
+        CHECK_EQ_INT(skv_cm_snap_read(q, &id, snap, k), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(read_via_file(q, &id, snap, len / 2, len / 2, 100), SKV_ERR_FORMAT);
+    memcpy(bad, snap, len);
+    skv_wr32(bad + 4, 3); /* a version this build does not know is checked as version 1 (one
+                           * checksum over every byte): under version 2's checksums, damaged */
+    raw_reforge(bad, len);
+    CHECK_EQ_INT(skv_cm_snap_read(q, &id, bad, len), SKV_ERR_FORMAT);
+    uint32_t ns = skv_rd32(snap + RAW_NS);
+    size_t hdr = RAW_FIXED + (size_t)ns * 16 + 8;
+    for (int r = 0; r < 60 && !test_cur_failed; r++) { /* flipped: the checksums, in the header or a section */
+        memcpy(bad, snap, len);
+        size_t at = r < 30 ? rng() % hdr : hdr + rng() % (len - hdr);
+        bad[at] ^= (uint8_t)(1 + rng() % 255);
+        CHECK_MSG(skv_cm_snap_read(q, &id, bad, len) == SKV_ERR_FORMAT, "byte %zu flipped: not refused", at);
+        if (r % 10 == 0) CHECK_EQ_INT(read_via_file(q, &id, bad, len, len, 100), SKV_ERR_FORMAT);
+        CHECK_EQ_INT(skv_cm_fresh(q), 1);
+    }
+    /* forged: an element out of range in each 4-byte section, every checksum made right */
+    skv_cm_section sec[SKV_CM_MAX_SECTIONS];
+    int nsec = skv_cm_section_shapes(p, sec);
+    CHECK_EQ_INT(nsec, (int)ns);
+    size_t at = hdr;
+    for (int k = 0; k < nsec && !test_cur_failed; k++) {
+        size_t bytes = sec[k].n * sec[k].size;
+        if (sec[k].size == 4 && sec[k].kind != SKV_CM_SEC_ANY) {
+            memcpy(bad, snap, len);
+            skv_wr32(bad + at + (rng() % sec[k].n) * 4, sec[k].kind == SKV_CM_SEC_POS ? 0xFFFFFFF0u : 0x7FFFFFFFu);
+            raw_reforge(bad, len);
+            CHECK_MSG(skv_cm_snap_read(q, &id, bad, len) == SKV_ERR_FORMAT, "section %d: a forged element loaded", k);
+            CHECK_MSG(read_via_file(q, &id, bad, len, len, 100) == SKV_ERR_FORMAT, "section %d: forged, from a file", k);
+            CHECK_EQ_INT(skv_cm_fresh(q), 1);
+        }
+        at += bytes;
+    }
+    CHECK(at == len);
+    memcpy(bad, snap, len); /* a section entry that does not match the model's shape */
+    skv_wr32(bad + RAW_FIXED, skv_rd32(bad + RAW_FIXED) - 1);
+    raw_reforge(bad, len);
+    CHECK_EQ_INT(skv_cm_snap_read(q, &id, bad, len), SKV_ERR_FORMAT);
+    memcpy(bad, snap, len); /* more sections than a model has */
+    skv_wr32(bad + RAW_NS, SKV_CM_MAX_SECTIONS + 1);
+    CHECK_EQ_INT(skv_cm_snap_read(q, &id, bad, len), SKV_ERR_FORMAT);
+    free(snap), free(bad), free(v1), free(sp), free(t), free(a), free(b);
+    skv_cm_free(p);
+    skv_cm_free(q);
+    skv_cm_free(blank);
+}
+
+static void raw_snapshots(void)
+{
+    skv_cm_vocab *vb = small_vocab(300), *vb2 = small_vocab(4096);
+    CHECK(vb && vb2);
+    raw_kind(NULL, 600, SKV_CM_SLOT_BITS, 1500);
+    raw_kind(vb, 300, SKV_CMV_SLOT_BITS_MIN, 2000);
+    raw_kind(vb2, 4096, SKV_CMV_DICT_SLOT_BITS, 20000);
+    skv_cm_vocab_free(vb);
+    skv_cm_vocab_free(vb2);
 }
 
 /* Segments coded after journaled copies give the bytes of whole copies: short ones, one
@@ -598,6 +723,7 @@ int main(void)
     RUN(blank_models);
     RUN(hostile_snapshots);
     RUN(file_reader_is_the_memory_reader);
+    RUN(raw_snapshots);
     RUN(journal_copies_code_the_same);
     RUN(undo_codes_the_same);
     if (skv_model_load("models/kjv-4m.gguf", NULL, &g_m, err, sizeof err) != SKV_OK) {

@@ -5,12 +5,14 @@
  * fingerprint's), so any copy of the same text shares them and nothing is written beside it:
  * cm-H-F.skvids: "SKVI" | u32 version 1 | u8 model fingerprint[16] | u64 XXH3-64 of TEXT
  *                | u32 n | u32 ids[n] | u64 XXH3-64 of every byte before it (little-endian)
- * cm-H-F.skvcm:  skv_cm_dict_save's snapshot of the primed model (docs/coder.md 4.8)
+ * cm-H-F.skvcm:  skv_cm_dict_save's snapshot of the primed model (docs/coder.md 4.8,
+ *                version 2; a version 1 file of older builds is read, then rewritten)
  * Both are written through a temporary file of the writing process's own and a rename. */
 #include "cli_cmdict.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include <xxhash.h>
 
 #include "cli.h"
+#include "coder/cm_snap.h"
 #include "core/util.h"
 
 #define IDS_MAGIC 0x49564b53u /* "SKVI" */
@@ -132,14 +135,26 @@ static void ids_save(const char *cache, const uint8_t fp[16], uint64_t key, cons
     free(b);
 }
 
+/* The snapshot format version of the file at path (0 when unreadable). */
+static uint32_t snap_version(const char *path)
+{
+    uint8_t h[8];
+    FILE *f = fopen(path, "rb");
+    int ok = f && fread(h, 1, 8, f) == 8;
+    if (f) fclose(f);
+    return ok ? rd32(h + 4) : 0;
+}
+
 /* The primed model: BASE.skvcm loaded when valid, else primed and (re)written; with no
- * cache (base NULL) primed only. */
+ * cache (base NULL) primed only. A valid file of the older format (version 1: runs,
+ * parsed by one thread) is rewritten as version 2 (read by two threads in about a third
+ * of the time) from the model it gave. */
 static void primed_cache(skv_model *m, const char *base, const int32_t *ids, size_t n)
 {
     char err[512] = "", *snap = base ? side_path(base, ".skvcm") : NULL;
     int rc = snap ? skv_cm_dict_load(m, ids, n, snap, err, sizeof err) : SKV_ERR_IO;
     if (rc == SKV_ERR_FORMAT) fprintf(stderr, "seqkv: note: %s; rebuilding it\n", err);
-    if (rc != SKV_OK && snap) skv_cm_dict_save(m, ids, n, snap, err, sizeof err);
+    if (snap && (rc != SKV_OK || snap_version(snap) != SKV_CM_SNAP_RAW)) skv_cm_dict_save(m, ids, n, snap, err, sizeof err);
     free(snap);
 }
 
@@ -163,6 +178,12 @@ static int file_key(const char *path, uint64_t *key)
     return rc;
 }
 
+static void *prepare_main(void *m)
+{
+    (void)skv_cm_dict_prepare(m); /* a failure is met again, and reported, where it is needed */
+    return NULL;
+}
+
 int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
 {
     size_t len = 0;
@@ -170,8 +191,13 @@ int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
     char *text = NULL, *base = NULL, *cache = NULL;
     int32_t *ids = NULL;
     uint64_t key = 0;
+    pthread_t th; /* the vocabulary's side information while the model's fingerprint is computed */
+    int prep = pthread_create(&th, NULL, prepare_main, m) == 0;
     int cached = !no_cache && strcmp(path, "-") && skv_model_fingerprint(m, fp) == SKV_OK;
-    if (cached && file_key(path, &key)) return NULL;
+    if (cached && file_key(path, &key)) {
+        if (prep) pthread_join(th, NULL);
+        return NULL;
+    }
     if (cached && (base = cache_base(fp, key))) cache = side_path(base, ".skvids");
     if (cache) ids = ids_load(cache, fp, key, n);
     if (!ids && (text = cli_read_file(path, &len)) != NULL) {
@@ -186,6 +212,7 @@ int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
         else if (t) cli_error("out of memory for the dictionary's %zu ids", *n);
         free(t);
     }
+    if (prep) pthread_join(th, NULL);
     if (ids && *n && base) primed_cache(m, base, ids, *n);
     free(text);
     free(base);

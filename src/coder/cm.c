@@ -143,8 +143,17 @@ static void prefault(void *p, size_t bytes)
 #endif
 }
 
-/* A model with its tables allocated but not reset. */
-static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+static void prefault_tables(skv_cm *cm)
+{
+    for (int k = 0; k < cm->n_slots; k++) prefault(cm->slot[k], sizeof(uint32_t) << cm->slot_bits);
+    prefault(cm->mpos, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
+    if (cm->apm) prefault(cm->apm, CMV_APM_N * sizeof *cm->apm);
+}
+
+void skv_cm_prefault(skv_cm *cm) { prefault_tables(cm); }
+
+/* A model with its tables allocated but not reset; populate: fault them in now. */
+static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, int populate, skv_cm **out)
 {
     skv_cm *cm;
     if (!out) return SKV_ERR_INVALID_ARG;
@@ -168,9 +177,7 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits
         skv_cm_free(cm);
         return SKV_ERR_NOMEM;
     }
-    for (int k = 0; k < cm->n_slots; k++) prefault(cm->slot[k], sizeof(uint32_t) << cm->slot_bits);
-    prefault(cm->mpos, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
-    if (cm->apm) prefault(cm->apm, CMV_APM_N * sizeof *cm->apm);
+    if (populate) prefault_tables(cm);
     init_tables(cm);
     *out = cm;
     return SKV_OK;
@@ -178,7 +185,7 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits
 
 static int cm_create(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
 {
-    int rc = cm_alloc(n_vocab, vb, slot_bits, out);
+    int rc = cm_alloc(n_vocab, vb, slot_bits, 1, out);
     if (rc == SKV_OK) skv_cm_reset(*out);
     return rc;
 }
@@ -258,8 +265,9 @@ int skv_cm_create_blank(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out
 {
     if (out) *out = NULL;
     if (!vb || slot_bits < SKV_CMV_SLOT_BITS_MIN || slot_bits > SKV_CMV_SLOT_BITS_MAX) return SKV_ERR_INVALID_ARG;
-    int rc = cm_alloc(vb->V, vb, slot_bits, out);
+    int rc = cm_alloc(vb->V, vb, slot_bits, 0, out); /* its reader faults the tables in (skv_cm_prefault) */
     if (rc) return rc;
+    prefault((*out)->apm, CMV_APM_N * sizeof *(*out)->apm); /* written now: 4 KiB pages, one call */
     reset_small(*out);
     (*out)->fresh = 2;
     return SKV_OK;
@@ -550,7 +558,7 @@ int skv_cm_clone(const skv_cm *src, skv_cm **out)
 {
     if (out) *out = NULL;
     if (!src || !out) return SKV_ERR_INVALID_ARG;
-    int rc = cm_alloc(src->V, src->vb, src->slot_bits, out);
+    int rc = cm_alloc(src->V, src->vb, src->slot_bits, 1, out);
     if (rc == SKV_OK) skv_cm_copy(*out, src);
     return rc;
 }
@@ -694,17 +702,10 @@ int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v)
 /* Loads n elements of section s from little-endian bytes at src into elements at..at+n,
  * checking each as skv_cm_valid does (one pass, no call per element); SKV_ERR_FORMAT (the
  * elements are then written but the caller resets the model). */
-/* One chunk of a run: copied, then checked while it is still in L1. */
-static inline int load_chunk(const skv_cm *cm, unsigned kind, uint32_t *d, const uint8_t *src, size_t n)
+/* 1 if one of the n elements at d is not valid for a section of this kind. */
+static inline int check_chunk(const skv_cm *cm, unsigned kind, const uint32_t *d, size_t n)
 {
     uint32_t bad = 0, lim = cm->limit, nc = (uint32_t)cm->n_coded;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(d, src, n * 4);
-#else
-    for (size_t k = 0; k < n; k++)
-        d[k] = (uint32_t)src[4 * k] | (uint32_t)src[4 * k + 1] << 8 | (uint32_t)src[4 * k + 2] << 16 |
-               (uint32_t)src[4 * k + 3] << 24;
-#endif
     if (kind == SKV_CM_SEC_SLOT)
         for (size_t k = 0; k < n; k++) bad |= (d[k] & 1023) > lim;
     else if (kind == SKV_CM_SEC_POS)
@@ -712,6 +713,31 @@ static inline int load_chunk(const skv_cm *cm, unsigned kind, uint32_t *d, const
     else if (kind == SKV_CM_SEC_WEIGHT)
         for (size_t k = 0; k < n; k++) bad |= d[k] + (uint32_t)CM_W_MAX > 2 * (uint32_t)CM_W_MAX;
     return bad != 0;
+}
+
+/* One chunk of a run: copied, then checked while it is still in L1. */
+static inline int load_chunk(const skv_cm *cm, unsigned kind, uint32_t *d, const uint8_t *src, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(d, src, n * 4);
+#else
+    for (size_t k = 0; k < n; k++)
+        d[k] = (uint32_t)src[4 * k] | (uint32_t)src[4 * k + 1] << 8 | (uint32_t)src[4 * k + 2] << 16 |
+               (uint32_t)src[4 * k + 3] << 24;
+#endif
+    return check_chunk(cm, kind, d, n);
+}
+
+int skv_cm_check_run(const skv_cm *cm, const skv_cm_section *s, size_t at, size_t n)
+{
+    enum { CHUNK = 2048 };
+    if (s->size != 4) return SKV_OK; /* the APM's knots: any value is one */
+    const uint32_t *d = (const uint32_t *)s->p + at;
+    int bad = 0;
+    size_t k = 0;
+    for (; n - k >= CHUNK; k += CHUNK) bad |= check_chunk(cm, s->kind, d + k, CHUNK);
+    if (k < n) bad |= check_chunk(cm, s->kind, d + k, n - k);
+    return bad ? SKV_ERR_FORMAT : SKV_OK;
 }
 
 int skv_cm_load_run(skv_cm *cm, const skv_cm_section *s, size_t at, const uint8_t *src, size_t n)

@@ -131,6 +131,14 @@ int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v);
  * at..at+n (the caller keeps them inside the section), each checked as skv_cm_valid does;
  * SKV_ERR_FORMAT if one is not (some are then written: reset the model). */
 int skv_cm_load_run(skv_cm *cm, const skv_cm_section *s, size_t at, const uint8_t *src, size_t n);
+/* Elements at..at+n of section s (from skv_cm_sections, which marked the model written),
+ * already in place in host order, checked as skv_cm_load_run checks what it loads:
+ * SKV_ERR_FORMAT if one is not valid (reset the model then). Only reads the model:
+ * threads may check disjoint ranges at once. */
+int skv_cm_check_run(const skv_cm *cm, const skv_cm_section *s, size_t at, size_t n);
+/* Faults the large tables in at once (a blank model leaves that to its reader: on huge
+ * pages one fault per 2 MiB, done by the thread that fills them). */
+void skv_cm_prefault(skv_cm *cm);
 /* 1 while the tables are as skv_cm_reset left them (nothing coded, primed, copied or
  * loaded since, or only coded under an undo log that skv_cm_undo has undone), so a reader
  * need not reset again; 2 for a blank model. */

@@ -14,6 +14,9 @@
  *   | per section: u32 elements | u32 element bytes | u32 runs
  *                  | per run: u32 gap (elements as reset) | u32 len | len elements (LE)
  *   | u64 XXH3-64 of every byte before it
+ * Version 2 (SKV_CM_SNAP_RAW) keeps the same header fields, then per section u32 elements |
+ * u32 element bytes | u64 XXH3-64 of its elements, a u64 XXH3-64 of the header, and every
+ * section's elements as they are: read straight into the tables by two threads.
  */
 #ifndef SKV_CM_SNAP_H
 #define SKV_CM_SNAP_H
@@ -23,7 +26,8 @@
 
 #include "coder/cm.h"
 
-#define SKV_CM_SNAP_VERSION 1
+#define SKV_CM_SNAP_VERSION 1 /* runs against the reset values (the store's records) */
+#define SKV_CM_SNAP_RAW 2     /* the elements as they are, a checksum per section (the CLI's cache) */
 
 /* Who the snapshot is for: checked by the reader, written by the writer. */
 typedef struct skv_cm_snap_id {
@@ -34,8 +38,12 @@ typedef struct skv_cm_snap_id {
 
 /* Bytes that always hold cm's snapshot. */
 size_t skv_cm_snap_bound(skv_cm *cm);
-/* cm's state into dst[0..cap) (*len bytes). SKV_ERR_RANGE (cap too small), SKV_ERR_NOMEM. */
+/* cm's state into dst[0..cap) (*len bytes) as version 1. SKV_ERR_RANGE (cap too small),
+ * SKV_ERR_NOMEM. _version: as version 1 or 2 (SKV_CM_SNAP_RAW: larger for a small
+ * dictionary, ~36 MiB for any cmvd model, but read at memory speed by two threads). */
 int skv_cm_snap_write(skv_cm *cm, const skv_cm_snap_id *id, uint8_t *dst, size_t cap, size_t *len);
+int skv_cm_snap_write_version(skv_cm *cm, const skv_cm_snap_id *id, uint32_t version, uint8_t *dst, size_t cap,
+                              size_t *len);
 /* cm (created for the same vocabulary and slot bits) takes the state of src[0..len).
  * SKV_ERR_FORMAT (damaged, truncated, inconsistent), SKV_ERR_MISMATCH (a snapshot of
  * another model kind or dictionary than id), SKV_ERR_UNSUPPORTED (another version),

@@ -108,17 +108,25 @@ static cache_entry *find(const uint8_t fp[16], uint64_t dict_id, size_t n_dict)
     return NULL;
 }
 
-/* The side information of m's vocabulary (built on first use). */
+/* The side information of m's vocabulary (built on first use). While another thread is
+ * computing the model's fingerprint (the cache's key), it is built before waiting for it,
+ * so that the two overlap (skv_cm_dict_prepare); one built for nothing is freed. */
 static int vocab_of(skv_model *m, const skv_cm_vocab **out)
 {
     uint8_t fp[16];
-    int rc = skv_model_fingerprint(m, fp);
-    if (rc) return rc;
+    skv_cm_vocab *early = NULL;
+    int rc = skv_model_fingerprint_ready(m) ? SKV_OK : skv_session_cm_vocab(m->tok, &early);
+    if (!rc) rc = skv_model_fingerprint(m, fp);
+    if (rc) {
+        skv_cm_vocab_free(early);
+        return rc;
+    }
     pthread_mutex_lock(&g_lock);
     cache_entry *c = find(fp, 0, 0);
     if (!c && g_n < CACHE_N) {
-        skv_cm_vocab *vb = NULL;
-        if ((rc = skv_session_cm_vocab(m->tok, &vb)) == SKV_OK) {
+        skv_cm_vocab *vb = early;
+        if (vb || (rc = skv_session_cm_vocab(m->tok, &vb)) == SKV_OK) {
+            early = NULL;
             c = &g_cache[g_n++];
             *c = (cache_entry){.vb = vb};
             memcpy(c->fp, fp, 16);
@@ -128,7 +136,14 @@ static int vocab_of(skv_model *m, const skv_cm_vocab **out)
     }
     if (c) *out = c->vb;
     pthread_mutex_unlock(&g_lock);
+    skv_cm_vocab_free(early);
     return rc;
+}
+
+int skv_cm_dict_prepare(skv_model *m)
+{
+    const skv_cm_vocab *vb = NULL;
+    return m ? vocab_of(m, &vb) : SKV_ERR_INVALID_ARG;
 }
 
 /* Files the primed model cm as (fp, id, n), keeping a copy of the dictionary's ids; a model
@@ -517,8 +532,8 @@ static int write_whole(const char *path, const uint8_t *buf, size_t len, char *e
     return ok ? SKV_OK : skv_errf(err, cap, SKV_ERR_IO, "cannot write the cmvd snapshot %s", path);
 }
 
-int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, uint8_t **buf, size_t *len, char *err,
-                                 size_t cap)
+int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, uint32_t version, uint8_t **buf,
+                                 size_t *len, char *err, size_t cap)
 {
     const skv_cm_vocab *vb = NULL;
     uint8_t fp[16];
@@ -531,7 +546,7 @@ int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, ui
     if (rc) return rc;
     primed_take(c);
     if (!(*buf = malloc(bound = skv_cm_snap_bound(c->primed)))) rc = skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-    else if ((rc = skv_cm_snap_write(c->primed, &id, *buf, bound, len))) rc = skv_errf(err, cap, rc, "cannot snapshot the cmvd model");
+    else if ((rc = skv_cm_snap_write_version(c->primed, &id, version, *buf, bound, len))) rc = skv_errf(err, cap, rc, "cannot snapshot the cmvd model");
     primed_give(c);
     if (rc) free(*buf), *buf = NULL;
     return rc;
@@ -541,7 +556,9 @@ int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *pa
 {
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = path ? skv_session_cm_dict_snapshot(m, dict, n, &buf, &len, err, cap)
+    /* version 2 (whole tables, read by two threads): the file is a cache a process reads
+     * before every restore; a store's record stays version 1 (smaller, read once) */
+    int rc = path ? skv_session_cm_dict_snapshot(m, dict, n, SKV_CM_SNAP_RAW, &buf, &len, err, cap)
                   : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
     if (!rc) rc = write_whole(path, buf, len, err, cap);
     free(buf);

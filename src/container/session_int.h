@@ -104,12 +104,12 @@ int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, 
 /* Codec cmvd's primed models for a store (docs/store.md "Dictionaries"): whether this
  * process holds (m, dictionary id, n) primed already; a snapshot's bytes (skv_cm_dict_save's
  * format, e.g. a store record) loaded as skv_cm_dict_load loads a file; the primed model's
- * snapshot (primed first if need be; *buf to free). */
+ * snapshot in cm_snap.h's format `version` (primed first if need be; *buf to free). */
 int skv_session_cm_dict_have(skv_model *m, uint64_t id, size_t n);
 int skv_session_cm_dict_load_mem(skv_model *m, const int32_t *dict, size_t n, const uint8_t *buf, size_t len,
                                  char *err, size_t cap);
-int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, uint8_t **buf, size_t *len, char *err,
-                                 size_t cap);
+int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, uint32_t version, uint8_t **buf,
+                                 size_t *len, char *err, size_t cap);
 /* How many dictionaries this process has primed (walked) so far (tests: loaded, not primed). */
 size_t skv_session_cm_primings(void);
 /* XXH3-64 of n ids as little-endian u32: how a cmv file names its dictionary. */

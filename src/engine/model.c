@@ -856,6 +856,14 @@ static int compute_fingerprint(skv_model *m)
     return SKV_OK;
 }
 
+int skv_model_fingerprint_ready(skv_model *m)
+{
+    pthread_mutex_lock(&m->fp_mu);
+    int done = m->fp_done;
+    pthread_mutex_unlock(&m->fp_mu);
+    return done;
+}
+
 int skv_model_fingerprint(skv_model *m, uint8_t out[16])
 {
     int rc = SKV_OK;

@@ -79,4 +79,7 @@ void skv_weight_row(const skv_weight *w, size_t row, float *dst);
  * that report on a context they fill (restores). */
 int skv_ctx_set_error(skv_ctx *c, int status, const char *msg);
 
+/* 1 once the fingerprint is computed (skv_model_fingerprint returns at once), else 0. */
+int skv_model_fingerprint_ready(skv_model *m);
+
 #endif

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "coder/cm_snap.h"
 #include "container/session_int.h"
 #include "store/store_int.h"
 
@@ -38,7 +39,7 @@ static int snap_put(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
     char key[24], err[256];
     uint8_t *b = NULL;
     size_t len = 0;
-    int rc = skv_session_cm_dict_snapshot(t->st->model, ids, n, &b, &len, err, sizeof err);
+    int rc = skv_session_cm_dict_snapshot(t->st->model, ids, n, SKV_CM_SNAP_VERSION, &b, &len, err, sizeof err);
     snap_key(key, id);
     if (rc) return store_err(t->st, rc, "cannot snapshot the dictionary's cm model: %s", err);
     rc = store_put(t, TB_META, key, 23, b, len);
