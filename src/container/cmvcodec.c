@@ -60,17 +60,29 @@ static size_t g_primings; /* dictionaries primed by this process (skv_session_cm
 int skv_session_cm_vocab(const struct skv_tokenizer *tk, skv_cm_vocab **out)
 {
     uint32_t V = (uint32_t)skv_tokenizer_n_vocab(tk);
-    char *blob = malloc((size_t)V * PIECE_MAX);
+    /* the pieces packed end to end (a few bytes each: ~20 KB for 4K ids, not V x 256 bytes
+     * of fresh pages), placed once the blob stops moving */
+    size_t cap = (size_t)V * 8 + PIECE_MAX, used = 0;
+    char *blob = malloc(cap);
     const char **p = malloc((size_t)V * sizeof *p);
     size_t *len = malloc((size_t)V * sizeof *len);
     float *sc = malloc((size_t)V * sizeof *sc);
     int rc = blob && p && len && sc ? SKV_OK : SKV_ERR_NOMEM;
     for (uint32_t i = 0; rc == SKV_OK && i < V; i++) {
-        p[i] = blob + (size_t)i * PIECE_MAX;
-        if (skv_tokenizer_piece(tk, (int32_t)i, blob + (size_t)i * PIECE_MAX, PIECE_MAX, &len[i]) < 0) len[i] = 0;
+        if (cap - used < PIECE_MAX) {
+            char *nb = realloc(blob, cap * 2);
+            if (!nb) {
+                rc = SKV_ERR_NOMEM;
+                break;
+            }
+            blob = nb, cap *= 2;
+        }
+        if (skv_tokenizer_piece(tk, (int32_t)i, blob + used, PIECE_MAX, &len[i]) < 0) len[i] = 0;
         if (len[i] > PIECE_MAX) len[i] = PIECE_MAX; /* a longer piece: its first bytes */
+        used += len[i];
         sc[i] = skv_tokenizer_token_score(tk, (int32_t)i);
     }
+    for (size_t i = 0, at = 0; rc == SKV_OK && i < V; at += len[i], i++) p[i] = blob + at;
     if (rc == SKV_OK) rc = skv_cm_vocab_create(V, p, len, sc, out);
     free(blob);
     free(p);
@@ -343,19 +355,25 @@ static int check_header(const seg_view *g, const skv_cm_vocab *vb, uint64_t id, 
     return SKV_OK;
 }
 
-/* The n ids of the range-coded stream src[0..len) into h[n_dict ..] under cm. */
-static int decode_ids(skv_cm *cm, const uint8_t *src, size_t len, int32_t *h, size_t n_dict, size_t n, char *err,
-                      size_t cap)
+/* The n ids of the range-coded stream src[0..len) into h[n_dict ..] under cm; with nf,
+ * each id is also stored at out[i] as it comes and nf told after the first nf->at. */
+static int decode_ids(skv_cm *cm, const uint8_t *src, size_t len, int32_t *h, size_t n_dict, size_t n,
+                      int32_t *out, const skv_id_notify *nf, char *err, size_t cap)
 {
     skv_rangecoder_dec d;
     int rc = skv_rangecoder_dec_init(&d, src, len);
-    for (size_t i = 0; rc == SKV_OK && i < n; i++) rc = skv_cm_decode(cm, &d, h, n_dict + i);
+    for (size_t i = 0; rc == SKV_OK && i < n; i++) {
+        rc = skv_cm_decode(cm, &d, h, n_dict + i);
+        if (!nf || rc) continue;
+        out[i] = h[n_dict + i];
+        if (i + 1 == nf->at) nf->ready(nf->user);
+    }
     if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = SKV_ERR_FORMAT;
     return rc ? skv_session_bad(err, cap, "corrupt cmv token stream") : SKV_OK;
 }
 
 int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int32_t *dict, size_t n_dict,
-                           int32_t *tok, char *err, size_t cap)
+                           int32_t *tok, const skv_id_notify *nf, char *err, size_t cap)
 {
     if (codec != SKV_CODEC_CMVD) dict = NULL, n_dict = 0;
     else if (!dict || !n_dict)
@@ -372,8 +390,9 @@ int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int
     rc = coder_open(m, dict, n_dict, id, NULL, n, &vb, &k);
     if (rc == SKV_ERR_INVALID_ARG) rc = skv_errf(err, cap, SKV_ERR_FORMAT, "cmv dictionary holds an id outside the vocabulary");
     else if (rc) rc = skv_errf(err, cap, rc, "cannot build the cmv model (out of memory)");
-    if (rc == SKV_OK) rc = decode_ids(k.cm, g->payload + hb, (size_t)g->payload_bytes - hb, k.h, n_dict, n, err, cap);
-    if (rc == SKV_OK) memcpy(tok, k.h + n_dict, n * sizeof *tok);
+    if (rc == SKV_OK)
+        rc = decode_ids(k.cm, g->payload + hb, (size_t)g->payload_bytes - hb, k.h, n_dict, n, tok, nf, err, cap);
+    if (rc == SKV_OK && !nf) memcpy(tok, k.h + n_dict, n * sizeof *tok);
     coder_close(&k);
     return rc;
 }

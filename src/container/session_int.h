@@ -118,10 +118,18 @@ uint64_t skv_session_dict_id(const int32_t *dict, size_t n);
  * when n_dict > 0 (codec 21). SKV_ERR_NOMEM, SKV_ERR_INVALID_ARG (an id >= V in dict). */
 int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, const int32_t *tok, size_t n,
                             uint8_t **buf, size_t *cap, size_t *len);
+/* Told once when the first `at` ids of a decode are final in the caller's array (a
+ * restore prefills them while the decode goes on, restore.c). */
+typedef struct skv_id_notify {
+    size_t at;
+    void (*ready)(void *user);
+    void *user;
+} skv_id_notify;
 /* A cmv / cmvd (codec) payload of g's n_tokens ids into tok; SKV_ERR_MISMATCH when the
- * file needs another vocabulary or dictionary than (m, dict); dict is ignored for cmv. */
+ * file needs another vocabulary or dictionary than (m, dict); dict is ignored for cmv.
+ * nf: NULL, or called when tok[0..nf->at) hold their final ids (not on failure before). */
 int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int32_t *dict, size_t n_dict,
-                           int32_t *tok, char *err, size_t cap);
+                           int32_t *tok, const skv_id_notify *nf, char *err, size_t cap);
 
 /* ---- restore.c: the steps restore_batch.c shares ---- */
 /* SKV_OK if m is the model s was written with (fingerprint and vocabulary), else
