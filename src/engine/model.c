@@ -740,6 +740,10 @@ static void fp_u32(XXH3_state_t *st, uint32_t v)
 
 static void fp_f32s(XXH3_state_t *st, const float *v, size_t n)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    XXH3_128bits_update(st, v, n * sizeof *v); /* the floats are their own little-endian bytes */
+    return;
+#endif
     uint8_t b[256];
     for (size_t i = 0; i < n;) {
         size_t k = 0;
