@@ -742,14 +742,14 @@ static void fp_f32s(XXH3_state_t *st, const float *v, size_t n)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     XXH3_128bits_update(st, v, n * sizeof *v); /* the floats are their own little-endian bytes */
-    return;
-#endif
+#else
     uint8_t b[256];
     for (size_t i = 0; i < n;) {
         size_t k = 0;
         for (; k < 64 && i < n; k++, i++) skv_wrf32(b + 4 * k, v[i]);
         XXH3_128bits_update(st, b, 4 * k);
     }
+#endif
 }
 
 static int fp_weight(XXH3_state_t *st, const skv_weight *w, float *row)
