@@ -354,7 +354,9 @@ enum { SKV_CODEC_PRED = 10 };
  * store. Restored like "cm": decode, one batched prefill, digest verified. */
 enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
 /* Codec cmvd's primed model, kept in a snapshot file (docs/coder.md 4.8): priming walks
- * every dictionary id (~10 us each); loading its snapshot takes milliseconds. _save primes
+ * every dictionary id (~10 us each); loading its snapshot takes milliseconds (_save writes
+ * format version 2, which _load reads on two threads it starts and joins; _load also reads
+ * version 1, a store's records). _save primes
  * (once per process) and writes path (atomically, through a temporary file of its own,
  * so concurrent writers of one path are safe); _load reads path into this process's
  * cache of primed models, so that encoders and restores with this (m, dict) skip priming.
@@ -515,7 +517,9 @@ typedef struct skv_restore_params {
 /* Restores segment i into ctx (cleared first; its capacity must hold the segment):
  * the KV cache is regenerated and the segment's tokens written to tokens[0..n).
  * Refuses (SKV_ERR_MISMATCH, naming both) a model other than the one that wrote the file.
- * The message of a failure is skv_ctx_last_error(ctx) (ctx NULL: SKV_ERR_INVALID_ARG only). */
+ * The message of a failure is skv_ctx_last_error(ctx) (ctx NULL: SKV_ERR_INVALID_ARG only).
+ * A cmv or cmvd segment of 256 ids or more (p->decoded NULL) is decoded on a thread the
+ * call starts and joins, while its first eighth prefills; a failure leaves ctx empty. */
 SKV_API int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
                                         const skv_restore_params *p, int32_t *tokens, size_t cap);
 
