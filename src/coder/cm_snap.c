@@ -270,7 +270,7 @@ static int parse(rbuf *r, skv_cm *cm, const skv_cm_snap_id *id)
     uint32_t ns = 0;
     int blank = skv_cm_fresh(cm) == 2;
     int rc = read_header(r, cm, id, SKV_CM_SNAP_VERSION, &ns);
-    if (blank) skv_cm_prefault(cm); /* its tables are not faulted in yet */
+    if (blank && rc == SKV_OK) skv_cm_prefault(cm); /* its tables are not faulted in yet */
     if (rc == SKV_OK && ns != (uint32_t)skv_cm_sections(cm, sec)) rc = SKV_ERR_FORMAT;
     for (uint32_t k = 0; rc == SKV_OK && k < ns; k++) rc = read_section(r, cm, &sec[k], blank);
     if (rc == SKV_OK && (r->at != r->len || (r->more && r->more(r)))) rc = SKV_ERR_FORMAT;
