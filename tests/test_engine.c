@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/arch.h"
+#include "engine/model.h"
 #include "engine/ops.h"
 #include "seqkv.h"
 #include "test.h"
@@ -216,6 +217,39 @@ static void bundled_model_kernels_and_chunking_agree(void)
     skv_model_free(m);
 }
 
+/* SEQKV_RESIDENT=1 copies the matrices out of the file's mapping (model.c, resident
+ * weights; a large model does it by default): the same fingerprint, the same logits and KV,
+ * and the copies freed with the model (ASan and Valgrind runs check the frees). */
+static void resident_weights_change_nothing(void)
+{
+    char err[256];
+    skv_model *m[2] = {NULL, NULL};
+    int32_t tok[40];
+    run_result r[2];
+    uint8_t fp[2][16];
+    skv_model_info info;
+    const char *mode[2] = {"0", "1"};
+    for (int k = 0; k < 2; k++) {
+        setenv("SEQKV_RESIDENT", mode[k], 1);
+        CHECK_MSG(skv_model_load("models/kjv-4m.gguf", NULL, &m[k], err, sizeof err) == SKV_OK, "%s", err);
+        CHECK_EQ_INT(m[k]->layers[0].wq.resident, k);
+        CHECK_EQ_INT(m[k]->layers[m[k]->info.n_layer - 1].w2.resident, k);
+    }
+    unsetenv("SEQKV_RESIDENT");
+    skv_model_get_info(m[0], &info);
+    make_tokens(tok, 40, info.n_vocab, 5);
+    for (int k = 0; k < 2; k++) {
+        CHECK(skv_model_fingerprint(m[k], fp[k]) == SKV_OK);
+        CHECK(run(m[k], tok, 40, 1, SKV_KERNELS_AUTO, NULL, &r[k]) == 0);
+    }
+    CHECK(!memcmp(fp[0], fp[1], 16));
+    CHECK_MSG(same(&r[0], &r[1], 40 * (size_t)info.n_vocab), "resident weights changed a result");
+    for (int k = 0; k < 2; k++) {
+        free(r[k].logits);
+        skv_model_free(m[k]);
+    }
+}
+
 static void context_limits_and_bad_tokens(void)
 {
     skv_model *m = load("stories260K.gguf");
@@ -363,6 +397,7 @@ int main(void)
     RUN(batch_and_thread_invariance);
     RUN(stories_greedy_known_text);
     RUN(bundled_model_kernels_and_chunking_agree);
+    RUN(resident_weights_change_nothing);
     RUN(context_limits_and_bad_tokens);
     RUN(kv_read_write_continue_exactly);
     RUN(architecture_table_rows);

@@ -105,6 +105,14 @@ static void matmul_f16_equals_dequant_matmul(void)
     /* prefill-sized: the AVX-512 tiles where the CPU (and SEQKV_CPU) allows them */
     for (size_t T = SKV_F16_MATMUL_WIDE_T; T <= SKV_F16_MATMUL_WIDE_T + 13; T += 1)
         for (size_t n = 7; n <= 17; n += 5) matmul_f16_case(ref, fast, 67 + T % 3, n, T);
+    /* K >= 512: the AVX-512 tiles over K in blocks of 256 columns, the accumulators kept in
+     * scratch between blocks, the tokens in chunks when scratch holds fewer (K 517: 32 a
+     * chunk), a last short block (K 1031: 1024 = 4 blocks, tail 7) */
+    static const size_t Kb[] = {512, 517, 776, 1031};
+    static const size_t Tb[] = {24, 31, 32, 33, 65, 70};
+    for (size_t ki = 0; ki < sizeof Kb / sizeof Kb[0]; ki++)
+        for (size_t ti = 0; ti < sizeof Tb / sizeof Tb[0]; ti++)
+            for (size_t n = 8; n <= 17; n += 9) matmul_f16_case(ref, fast, Kb[ki], n, Tb[ti]);
 }
 
 /* attn of nq rows over K/V of n_max positions (rows attend to n[i] of them), AVX2 vs scalar. */

@@ -92,12 +92,143 @@ static void tokens8(float *y, size_t ldy, const float *P, const void *W, size_t 
     }
 }
 
+/* ---- K in blocks: the packed rows stay in L1 ----
+ * For K >= 2 * KBLK the 8 rows are packed KBLK columns at a time (8 x 256 floats, 8 KiB)
+ * and every token tile runs over that block before the next is packed; each tile's 24
+ * accumulators wait in scratch between blocks. A lane's chain is the same fmas in the
+ * same order (stores and loads of f32 are exact), so the bits are the unblocked ones.
+ * Whole-K packing (above) wrote 8 x K floats (64-176 KiB for 2048-5632) through L1 into
+ * L2 and read them back per token tile: at 33 tokens a pass of a 1.1B F16 model spent
+ * 44% of its time packing (2026-12-04, AMD EPYC). The f16 rows of the block after next
+ * are prefetched while a block is packed (the next 8 rows' first blocks at the end of a
+ * tile; a prefetch never faults, so the rows past n_rows -- the next task's -- are
+ * fetched too), so the weights stream from memory while the FMAs run. */
+#define KBLK 256
+#define ACC_FLOATS (4 * 16) /* one token's 4 zmm accumulators */
+
+/* dst = rows 0..7 over columns [k0, k0 + kb) as pack8 lays them out (pair p at dst + p *
+ * 2 * kb); pf: the 8 rows to prefetch (rb apart), from byte pfo of each row, 2 * kb bytes. */
+static void pack8_block(float *dst, const void *W, size_t rb, size_t k0, size_t kb, const uint8_t *pf, size_t pfo)
+{
+    for (size_t p = 0; p < 4; p++) {
+        const uint16_t *a = row16(W, rb, 2 * p) + k0, *b = row16(W, rb, 2 * p + 1) + k0;
+        const uint8_t *pa = pf + 2 * p * rb + pfo, *pb = pa + rb;
+        float *d = dst + p * 2 * kb;
+        for (size_t j = 0; j < kb; j += 8) {
+            if ((j & 31) == 0) {
+                _mm_prefetch((const char *)(pa + 2 * j), _MM_HINT_T0);
+                _mm_prefetch((const char *)(pb + 2 * j), _MM_HINT_T0);
+            }
+            _mm256_storeu_ps(d + 2 * j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(a + j))));
+            _mm256_storeu_ps(d + 2 * j + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(b + j))));
+        }
+    }
+}
+
+/* TT tokens' chains over one packed block: acc (ACC_FLOATS per token) in and out; first:
+ * start from zero. x points at the block's first column. */
+static inline __attribute__((always_inline)) void tile8_block(float *acc_mem, const float *P, size_t kb, const float *x,
+                                                              size_t ldx, const int TT, int first)
+{
+    __m512 acc[4 * TILE_T];
+#pragma GCC unroll 24
+    for (int i = 0; i < 4 * TT; i++) acc[i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_mem + 16 * i);
+    for (size_t j = 0; j < kb; j += 8) {
+        __m512 w[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) w[p] = _mm512_loadu_ps(P + (size_t)p * 2 * kb + 2 * j);
+#pragma GCC unroll 6
+        for (int t = 0; t < TT; t++) {
+            __m512 xv = bcast8(x + (size_t)t * ldx + j);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) acc[4 * t + p] = _mm512_fmadd_ps(w[p], xv, acc[4 * t + p]);
+        }
+    }
+#pragma GCC unroll 24
+    for (int i = 0; i < 4 * TT; i++) _mm512_storeu_ps(acc_mem + 16 * i, acc[i]);
+}
+
+/* The T tokens in ceil(T / TILE_T) tiles of as equal sizes as can be (33: 6 6 6 5 5 5, not
+ * five of 6 and one of 3: a small tile does the weight loads of a full one for fewer FMAs). */
+static void tokens8_block(float *acc_mem, const float *P, size_t kb, const float *x, size_t ldx, size_t T, int first)
+{
+    size_t n_tiles = (T + TILE_T - 1) / TILE_T, t = 0;
+    for (size_t i = 0; i < n_tiles; i++) {
+        size_t tt = T / n_tiles + (i < T % n_tiles);
+        float *a = acc_mem + t * ACC_FLOATS;
+        const float *xt = x + t * ldx;
+        switch (tt) {
+        case 6: tile8_block(a, P, kb, xt, ldx, 6, first); break;
+        case 5: tile8_block(a, P, kb, xt, ldx, 5, first); break;
+        case 4: tile8_block(a, P, kb, xt, ldx, 4, first); break;
+        case 3: tile8_block(a, P, kb, xt, ldx, 3, first); break;
+        case 2: tile8_block(a, P, kb, xt, ldx, 2, first); break;
+        default: tile8_block(a, P, kb, xt, ldx, 1, first); break;
+        }
+        t += tt;
+    }
+}
+
+/* y[t*ldy + 0..8) for T tokens from their accumulators: the canonical reduction, then K's
+ * tail (K > n8) from the f16 rows, as tile8 does. */
+static void finish8(float *y, size_t ldy, const float *acc_mem, const void *W, size_t rb, size_t K, size_t n8,
+                    const float *x, size_t ldx, size_t T)
+{
+    for (size_t t = 0; t < T; t++) {
+        __m256 h[8];
+        float o[8];
+        for (int p = 0; p < 4; p++) {
+            __m512 a = _mm512_loadu_ps(acc_mem + t * ACC_FLOATS + 16 * (size_t)p);
+            h[2 * p] = _mm512_castps512_ps256(a);
+            h[2 * p + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+        }
+        _mm256_storeu_ps(o, skv_reduce8_avx2(h));
+        for (int r = 0; r < 8; r++) {
+            const uint16_t *wr = row16(W, rb, (size_t)r);
+            for (size_t k = n8; k < K; k++) o[r] = fmaf(skv_f16_to_f32(wr[k]), x[t * ldx + k], o[r]);
+        }
+        memcpy(y + t * ldy, o, sizeof o);
+    }
+}
+
+/* 8 rows at Wr, all T tokens, K in blocks; scratch: 8 * KBLK floats of packed block, then
+ * tc * ACC_FLOATS of accumulators (tc tokens at a time). */
+static void rows8_blocked(float *y, size_t ldy, const void *Wr, size_t rb, size_t K, size_t n8, const float *x,
+                          size_t ldx, size_t T, float *scratch, size_t tc)
+{
+    float *P = scratch, *acc = scratch + 8 * KBLK;
+    const uint8_t *W8 = Wr, *next = W8 + 8 * rb;
+    size_t nb = (n8 + KBLK - 1) / KBLK;
+    for (size_t t0 = 0; t0 < T; t0 += tc) {
+        size_t tn = T - t0 < tc ? T - t0 : tc;
+        for (size_t b = 0; b < nb; b++) {
+            size_t k0 = b * KBLK, kb = n8 - k0 < KBLK ? n8 - k0 : KBLK;
+            /* the block after next: these rows', else (the last chunk of tokens) the next 8 rows' */
+            size_t pb = b + 2;
+            const uint8_t *pf = W8;
+            if (pb >= nb) {
+                pb -= nb;
+                if (t0 + tn >= T) pf = next;
+            }
+            pack8_block(P, Wr, rb, k0, kb, pf, pb * KBLK * 2);
+            tokens8_block(acc, P, kb, x + t0 * ldx + k0, ldx, tn, b == 0);
+        }
+        finish8(y + t0 * ldy, ldy, acc, Wr, rb, K, n8, x + t0 * ldx, ldx, tn);
+    }
+}
+
 void skv_f16_matmul_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
                            size_t T, size_t n_rows, float *scratch)
 {
     size_t r = 0, n8 = K & ~(size_t)7;
+    /* tokens whose accumulators fit in the 8 * K floats of scratch beside the packed block */
+    size_t tc = n8 >= 2 * KBLK ? (8 * K - 8 * KBLK) / ACC_FLOATS : 0;
     for (; r + 8 <= n_rows; r += 8) {
         const void *Wr = (const uint8_t *)W + r * row_bytes;
+        if (tc) {
+            rows8_blocked(y + r, ldy, Wr, row_bytes, K, n8, x, ldx, T, scratch, tc);
+            continue;
+        }
         pack8(scratch, Wr, row_bytes, n8);
         tokens8(y + r, ldy, scratch, Wr, row_bytes, K, x, ldx, T);
     }
