@@ -42,6 +42,24 @@ static inline __m512 bcast8(const float *p)
     return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(p))));
 }
 
+/* The 4 * TT chains of TT tokens over n packed columns of P (pair p at P + p * 2 * n): for
+ * each group of 8 columns, ascending, one fma per chain. */
+static inline __attribute__((always_inline)) void chains8(__m512 *acc, const float *P, size_t n, const float *x,
+                                                          size_t ldx, const int TT)
+{
+    for (size_t j = 0; j < n; j += 8) {
+        __m512 w[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) w[p] = _mm512_loadu_ps(P + (size_t)p * 2 * n + 2 * j);
+#pragma GCC unroll 6
+        for (int t = 0; t < TT; t++) {
+            __m512 xv = bcast8(x + (size_t)t * ldx + j);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) acc[4 * t + p] = _mm512_fmadd_ps(w[p], xv, acc[4 * t + p]);
+        }
+    }
+}
+
 /* y[t*ldy + 0..8) for TT tokens from the packed 8-row tile P; K's tail (K > n8) from the
  * f16 rows, after the reduction as in the reference. */
 static inline __attribute__((always_inline)) void tile8(float *y, size_t ldy, const float *P, const void *W, size_t rb,
@@ -50,17 +68,7 @@ static inline __attribute__((always_inline)) void tile8(float *y, size_t ldy, co
     __m512 acc[4 * TILE_T];
 #pragma GCC unroll 24
     for (int i = 0; i < 4 * TT; i++) acc[i] = _mm512_setzero_ps();
-    for (size_t j = 0; j < n8; j += 8) {
-        __m512 w[4];
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) w[p] = _mm512_loadu_ps(P + (size_t)p * 2 * n8 + 2 * j);
-#pragma GCC unroll 6
-        for (int t = 0; t < TT; t++) {
-            __m512 xv = bcast8(x + (size_t)t * ldx + j);
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) acc[4 * t + p] = _mm512_fmadd_ps(w[p], xv, acc[4 * t + p]);
-        }
-    }
+    chains8(acc, P, n8, x, ldx, TT);
     for (int t = 0; t < TT; t++) {
         __m256 h[8];
         float o[8];
@@ -133,17 +141,7 @@ static inline __attribute__((always_inline)) void tile8_block(float *acc_mem, co
     __m512 acc[4 * TILE_T];
 #pragma GCC unroll 24
     for (int i = 0; i < 4 * TT; i++) acc[i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_mem + 16 * i);
-    for (size_t j = 0; j < kb; j += 8) {
-        __m512 w[4];
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) w[p] = _mm512_loadu_ps(P + (size_t)p * 2 * kb + 2 * j);
-#pragma GCC unroll 6
-        for (int t = 0; t < TT; t++) {
-            __m512 xv = bcast8(x + (size_t)t * ldx + j);
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; p++) acc[4 * t + p] = _mm512_fmadd_ps(w[p], xv, acc[4 * t + p]);
-        }
-    }
+    chains8(acc, P, kb, x, ldx, TT);
 #pragma GCC unroll 24
     for (int i = 0; i < 4 * TT; i++) _mm512_storeu_ps(acc_mem + 16 * i, acc[i]);
 }
