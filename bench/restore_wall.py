@@ -6,7 +6,7 @@ documentation.
 
 Usage: bench/restore_wall.py [--rounds N] [--bytes B] [--texts kjv,fortunes,chat]
                              [--codecs tokens,cm,cmv,cmvd,model,model1,model16] [--build DIR]
-                             [--single]
+                             [--single [--session-tokens N]]
 
 Each text (its first B bytes, default 24,000) is stored as 800-token segments with each
 codec (`seqkv compress --segment -c 800`); cmvd takes a dictionary of the same kind of
@@ -26,6 +26,8 @@ segment), each piece stored alone (`seqkv compress --segment -c 1024`) and resto
 own process; a round restores every piece of every codec,
 and a row's time is the sum over the pieces of one round (process start and model load
 included, as a user pays them). model1 is then the same as model (one segment).
+--session-tokens N: with --single, sessions of about N tokens instead of 800 (a session
+over 1,024 tokens is stored as segments of up to 1,024, the model's context, in one file).
 Needs: make, fortunes (scripts/install-deps.sh --corpus), bible-kjv (for the dictionary).
 """
 import argparse
@@ -112,11 +114,11 @@ def timed(cmd, env):
     return wall, (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
 
 
-def pieces(path, ntok, work):
-    """The text at path cut into pieces of about SINGLE_TOKENS tokens (at line ends where
+def pieces(path, ntok, work, per_piece=SINGLE_TOKENS):
+    """The text at path cut into pieces of about per_piece tokens (at line ends where
     there is one); their paths."""
     text = read(path)
-    size = max(200, int(len(text) * SINGLE_TOKENS / max(1, ntok)))
+    size = max(200, int(len(text) * per_piece / max(1, ntok)))
     out, at = [], 0
     while at < len(text):
         end = min(len(text), at + size)
@@ -139,7 +141,11 @@ def main():
     ap.add_argument("--codecs", default="tokens,cm,cmv,cmvd,model,model1,model16")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--single", action="store_true", help="one-segment sessions of ~800 tokens, one process each")
+    ap.add_argument("--session-tokens", type=int, default=SINGLE_TOKENS,
+                    help="with --single: tokens per session (default %d)" % SINGLE_TOKENS)
     a = ap.parse_args()
+    if a.session_tokens < 50:
+        fail("--session-tokens must be at least 50")
     seqkv = os.path.join(a.build, "seqkv")
     if not os.access(seqkv, os.X_OK):
         fail("%s missing: run make" % seqkv)
@@ -158,7 +164,9 @@ def main():
         load0 = open("/proc/loadavg").read().split()[:3]
         print("Measured %s UTC, %s, %d cores, load average before: %s; `bench/restore_wall.py --rounds %d%s`."
               % (subprocess.run(["date", "-u", "+%Y-%m-%d %H:%M"], stdout=subprocess.PIPE, text=True).stdout.strip(),
-                 cpu, os.cpu_count(), " ".join(load0), a.rounds, " --single" if a.single else ""))
+                 cpu, os.cpu_count(), " ".join(load0), a.rounds,
+                 (" --single" + (" --session-tokens %d" % a.session_tokens if a.session_tokens != SINGLE_TOKENS else ""))
+                 if a.single else ""))
         print()
         print("| text | codec | tokens | file bits/position | wall s best / median | tokens/s (best wall) "
               "| CPU s best / median | vs tokens wall (best / median) | vs tokens CPU (best / median) |")
@@ -173,7 +181,7 @@ def main():
                 if r.returncode != 0:
                     fail("compress of %s failed:\n%s" % (tp, r.stdout))
                 srcs = pieces(tp, next(int(ln.split()[1]) for ln in r.stdout.splitlines() if ln.startswith("tokens:")),
-                              work)
+                              work, a.session_tokens)
             files = {}  # codec -> [(file, tokens)], one per session
             for c in codecs:
                 if c == "model1" and "model" in files:  # the same files as codec model

@@ -9,12 +9,17 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from clitest import ROOT, SEQKV  # noqa: E402
+from clitest import ROOT, SEQKV, WRAP, Fail  # noqa: E402
+
+# Under $SEQKV_WRAP (scripts/reliability.sh valgrind: memcheck) the server runs inside the
+# wrapper and every wait is 30 times longer; a wrapper's error exit (99) at stop() fails.
+SLOW = 30 if WRAP else 1
+WRAP_ERROR_EXIT = 99
 
 
 class Server:
     def __init__(self, *args, log=None, env=None, until="listening on http://"):
-        self.args = [SEQKV, "serve", "--port", "0"] + [str(a) for a in args]
+        self.args = WRAP + [SEQKV, "serve", "--port", "0"] + [str(a) for a in args]
         self.log = log or os.path.join(ROOT, "build", "serve-%d.log" % os.getpid())
         self.env = env
         self.start(until)
@@ -27,7 +32,7 @@ class Server:
         self.p = subprocess.Popen(self.args, stdout=self.logf, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         self.port = None
         t0 = time.time()
-        while time.time() - t0 < 30 and self.p.poll() is None:
+        while time.time() - t0 < 30 * SLOW and self.p.poll() is None:
             with open(self.log) as f:
                 for line in f:
                     if until in line:
@@ -49,15 +54,18 @@ class Server:
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
             try:
-                self.p.wait(timeout=20)
+                self.p.wait(timeout=20 * SLOW)
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
         self.logf.close()
+        if WRAP and self.p.returncode == WRAP_ERROR_EXIT:
+            raise Fail("the wrapper (%s) found errors in seqkv serve (its log; the server's: %s)" % (WRAP[0], self.log))
         return self.p.returncode
 
     def curl(self, path, body=None, method=None, headers=(), raw=None, timeout=60):
         """-> (HTTP status, response text). body: an object sent as JSON; raw: bytes as is."""
+        timeout *= SLOW
         cmd = ["curl", "-s", "-N", "-o", "-", "-w", "\n%{http_code}", "--max-time", str(timeout)]
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         if data is not None:
