@@ -439,10 +439,28 @@ def case_health_loading(srv, tmp):
         s.stop()
 
 
+def case_store_map_size_env(srv, tmp):
+    """$SEQKV_STORE_MAP_SIZE reaches the server's store too (scripts/reliability.sh runs the
+    server under Valgrind with 1 GiB: it cannot map the 64 GiB default): with a 128 KiB map
+    the reply is served and the put that does not fit is logged as a full store."""
+    log = os.path.join(tmp, "mapsize.log")
+    s = Server("--store", os.path.join(tmp, "small"), "-c", "512", log=log, env={"SEQKV_STORE_MAP_SIZE": str(128 << 10)})
+    try:
+        completion(s, prompt=PROMPT * 8, n_predict=2)  # ~1 MB of KV: more than the map
+        for _ in range(200):
+            if "the store is full" in open(log, errors="replace").read():
+                break
+            threading.Event().wait(0.05)
+        check("the store is full" in open(log, errors="replace").read(), "no full store in the log: " +
+              open(log, errors="replace").read()[-1000:])
+    finally:
+        s.stop()
+
+
 CASES = [case_endpoints, case_tokenize_roundtrip, case_greedy_deterministic, case_prompt_cache, case_llama_stream,
          case_oai_stream_shape, case_stop_strings, case_errors, case_parallel_greedy, case_api_key,
          case_queue_full_503, case_store_restart, case_stream_put, case_shared_store_keeps_slot, case_openai_client,
-         case_slot_save_restore, case_context_shift, case_health_loading]
+         case_slot_save_restore, case_context_shift, case_health_loading, case_store_map_size_env]
 
 
 def main():

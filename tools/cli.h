@@ -109,8 +109,9 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_kvquality(int argc, char **argv);
 int cmd_kvrd(int argc, char **argv);     /* tools/bench_rd.c */
 int cmd_store(int argc, char **argv);   /* tools/cmd_store.c */
-/* $SEQKV_STORE_MAP_SIZE: the stores' LMDB map size in bytes (0 or unset: the library's
- * 64 GiB default); a smaller one lets seqkv run under Valgrind, which cannot map 64 GiB. */
+/* $SEQKV_STORE_MAP_SIZE: the LMDB map size of the stores that store, bench and serve open,
+ * in bytes (0 or unset: the library's 64 GiB default); a smaller one lets seqkv run under
+ * Valgrind, which cannot map 64 GiB. */
 uint64_t cli_store_map_size(void);
 int cmd_bench(int argc, char **argv);   /* tools/cmd_bench.c */
 int cmd_serve(int argc, char **argv);   /* tools/cmd_serve.c (src/server/) */

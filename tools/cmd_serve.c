@@ -66,6 +66,7 @@ int cmd_serve(int argc, char **argv)
                            .host = o.host, .api_key = o.api_key, .alias = o.alias, .chat_template = o.chat_template, .port = (int)o.port,
                            .parallel = (int)o.parallel, .n_ctx = (int)o.ctx, .n_threads = (int)o.threads,
                            .cache_budget = o.budget, .slot_save_path = o.slot_save_path, .ctx_shift = o.ctx_shift,
-                           .reuse_near = o.reuse, .near_recompute = o.recompute, .near_quality = o.quality};
+                           .reuse_near = o.reuse, .near_recompute = o.recompute, .near_quality = o.quality,
+                           .store_map_size = cli_store_map_size()};
     return skv_server_run(&p) ? CLI_FAIL : CLI_OK;
 }

@@ -32,6 +32,7 @@ static int open_store(srv *s)
     sp.budget = s->p.cache_budget < 0 ? -1 : s->p.cache_budget;
     sp.n_threads = s->p.n_threads;
     sp.model_path = s->p.model_path;
+    if (s->p.store_map_size) sp.map_size = s->p.store_map_size;
     if (skv_store_open(s->p.store_dir, s->model, SKV_STORE_CREATE, &sp, &s->store, err, sizeof err)) {
         srv_log("cannot open the store %s: %s", s->p.store_dir, err);
         return -1;

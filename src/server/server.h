@@ -22,6 +22,7 @@ typedef struct skv_server_params {
                              * skv_store_get_near (APPROXIMATE, marked in every reply; docs/near.md) */
     double near_recompute;  /* --recompute F (< 0: the library's default) */
     double near_quality;    /* --quality KL (> 0: the fraction from the calibration) */
+    unsigned long long store_map_size; /* the store's LMDB map size in bytes; 0: the library's default */
 } skv_server_params;
 
 /* Runs until SIGINT or SIGTERM. Prints its address and errors to stderr. 0 = clean exit. */
