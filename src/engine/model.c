@@ -434,19 +434,46 @@ static int resident_weight(skv_weight *w)
     return 1;
 }
 
+/* The matrices to copy, in order, and how the copying is shared: the first thread takes
+ * them until about half the bytes, the second the rest (each faults in and the kernel
+ * clears its own pages: that, not the copy, is most of the time). */
+typedef struct {
+    skv_weight **w;
+    size_t n, split;
+} resident_job;
+
+static void *resident_tail(void *arg)
+{
+    resident_job *j = arg;
+    for (size_t i = j->split; i < j->n; i++) resident_weight(j->w[i]);
+    return NULL;
+}
+
 static void resident_weights(skv_model *m)
 {
     const char *e = getenv("SEQKV_RESIDENT");
-    size_t total = matrix_bytes(&m->output);
+    size_t total = 0, n = 0, cap = (size_t)m->info.n_layer * SKV_LT_COUNT + 1;
     if (e && !strcmp(e, "0")) return;
+    resident_job j = {malloc(cap * sizeof(skv_weight *)), 0, 0};
+    if (!j.w) return; /* keeps the file's rows */
     for (int l = 0; l < m->info.n_layer; l++)
         for (int t = 0; t < SKV_LT_COUNT; t++)
-            if (!is_vector(&skv_layer_tensors[t])) total += matrix_bytes(layer_matrix(&m->layers[l], &skv_layer_tensors[t]));
-    if (total < RESIDENT_MIN_BYTES && !(e && !strcmp(e, "1"))) return;
-    for (int l = 0; l < m->info.n_layer; l++)
-        for (int t = 0; t < SKV_LT_COUNT; t++)
-            if (!is_vector(&skv_layer_tensors[t])) resident_weight(layer_matrix(&m->layers[l], &skv_layer_tensors[t]));
-    if (!m->info.tied_output) resident_weight(&m->output); /* tied: the token rows' copy stays the file's */
+            if (!is_vector(&skv_layer_tensors[t])) {
+                skv_weight *w = layer_matrix(&m->layers[l], &skv_layer_tensors[t]);
+                if (matrix_bytes(w)) j.w[n++] = w, total += matrix_bytes(w);
+            }
+    if (!m->info.tied_output && matrix_bytes(&m->output)) /* tied: the token rows' copy stays the file's */
+        j.w[n++] = &m->output, total += matrix_bytes(&m->output);
+    j.n = n;
+    if (total >= RESIDENT_MIN_BYTES || (e && !strcmp(e, "1"))) {
+        size_t half = 0;
+        while (j.split < n && half < total / 2) half += matrix_bytes(j.w[j.split++]);
+        pthread_t th;
+        int two = sysconf(_SC_NPROCESSORS_ONLN) > 1 && j.split < n && pthread_create(&th, NULL, resident_tail, &j) == 0;
+        for (size_t i = 0; i < (two ? j.split : n); i++) resident_weight(j.w[i]);
+        if (two) pthread_join(th, NULL);
+    }
+    free(j.w);
 }
 
 static void repack_weights(skv_model *m)
