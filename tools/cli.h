@@ -52,6 +52,10 @@ int cli_stdout_clash(const cli_cmd *cmd, const char *what1, const char *out1, co
 const char *cli_default_model(void);
 /* Loads the model named by path (NULL = default), printing an error on failure. */
 skv_model *cli_load_model(const char *path);
+/* The same for a command that never runs the model (info, tokenize): its weights stay in
+ * the file's mapping, since a large model's resident copy (docs/determinism.md, "Resident
+ * weights") would only cost load time; an explicit $SEQKV_RESIDENT is obeyed. */
+skv_model *cli_load_model_unrun(const char *path);
 /* Tokenizes text (add_special as the model says); malloc'ed ids. */
 int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_special, size_t *n);
 /* The text of n tokens (skv_detokenize: BOS dropped, the SentencePiece space after BOS

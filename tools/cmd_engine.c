@@ -506,7 +506,7 @@ int cmd_info(int argc, char **argv)
     int n_pos = 0, rc = cli_parse(&info_cmd, argc, argv, &o, &pos, &n_pos);
     if (rc != CLI_CONTINUE) return rc;
     if (n_pos && o.model) return cli_usage(&info_cmd, "give the model once: MODEL or -m MODEL");
-    skv_model *m = cli_load_model(n_pos ? pos : o.model);
+    skv_model *m = cli_load_model_unrun(n_pos ? pos : o.model);
     if (!m) return CLI_FAIL;
     skv_model_info h;
     uint8_t fp[16];
@@ -643,7 +643,7 @@ int cmd_tokenize(int argc, char **argv)
     if (!o.prompt == !o.file) return cli_usage(&tok_cmd, "needs exactly one of -p TEXT or -f FILE");
     size_t len = 0, n = 0;
     char *text = text_of(&o, &len);
-    skv_model *m = text ? cli_load_model(o.model) : NULL;
+    skv_model *m = text ? cli_load_model_unrun(o.model) : NULL;
     int32_t *tok = m ? cli_tokenize(m, text, len, !o.no_bos, &n) : NULL;
     if (tok) {
         for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", tok[i]);

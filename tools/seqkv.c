@@ -148,6 +148,12 @@ skv_model *cli_load_model(const char *path)
     return m;
 }
 
+skv_model *cli_load_model_unrun(const char *path)
+{
+    if (!getenv("SEQKV_RESIDENT")) setenv("SEQKV_RESIDENT", "0", 1); /* the user's choice stands */
+    return cli_load_model(path);
+}
+
 int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_special, size_t *n)
 {
     size_t cap = len + 16, need = 0;
