@@ -17,13 +17,19 @@ What is checked:
   an output in a missing directory fails before any work;
 - '-' is stdin / stdout: compress -o -, restore - and -o -, inspect -, kv-dump -o -,
   compress --kv-in -, store get -o -; the report moves to stderr when data is on stdout;
-- llama.cpp spellings: -n -1, -s/--seed, --top-k, long forms and --name=value.
+- llama.cpp spellings: -n -1, -s/--seed, --top-k, long forms and --name=value;
+- restore copies a large model's weights into memory (the engine's resident copy) only when
+  the restore runs enough forward passes to pay for it, unless $SEQKV_RESIDENT says: on a
+  281 MB random-weight model (scripts/peer/gen_model.py resident-test), a one-pass restore
+  reads the file's pages, a 40-pass one copies, and SEQKV_RESIDENT=1 / =0 overrule both,
+  with the same restored text.
 """
 import os
 import re
+import subprocess
 import sys
 
-from clitest import ROOT, SEQKV, Reporter, Skip, check, perturbed_copy, run, run_cases
+from clitest import ROOT, SEQKV, WRAP, Reporter, Skip, check, perturbed_copy, run, run_cases
 
 NAME = "test_cli_options"
 REPORTER = Reporter(NAME)
@@ -270,8 +276,43 @@ def llama_cpp_spellings(tmp):
     check(rc == 0 and "windows of 64" in out, "perplexity --ctx-size (llama.cpp's spelling): %s" % err.strip())
 
 
+def resident_copy_only_when_it_pays(tmp):
+    need_cli()
+    if WRAP:
+        raise Skip("a 281 MB model's forward passes under %s would take too long" % WRAP[0])
+    model = os.path.join(tmp, "resident-test.gguf")
+    gen = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "peer", "gen_model.py"), "resident-test", model],
+                         capture_output=True, text=True, timeout=300)
+    check(gen.returncode == 0, "gen_model.py resident-test: %s" % gen.stderr.strip())
+    src = write(os.path.join(tmp, "r.txt"), text(120))
+    short, long_ = os.path.join(tmp, "short.skv"), os.path.join(tmp, "long.skv")
+    saved = os.environ.pop("SEQKV_RESIDENT", None)
+    try:
+        for codec, out in (("tokens", short), ("model", long_)):
+            rc, _, err = run("compress", "-m", model, "-f", src, "-o", out, "--codec", codec, "-c", "64", "--segment")
+            check(rc == 0, "compress --codec %s: exit %d: %s" % (codec, rc, err.strip()))
+        copied = "copied into memory at load"
+        runs = {}
+        for env, f, want in ((None, short, False), (None, long_, True), ("1", short, True), ("0", long_, False)):
+            if env is None:
+                os.environ.pop("SEQKV_RESIDENT", None)
+            else:
+                os.environ["SEQKV_RESIDENT"] = env
+            rc, out, err = run("restore", "-m", model, f, "-o", "-")
+            check(rc == 0, "restore %s (SEQKV_RESIDENT=%s): exit %d: %s" % (os.path.basename(f), env, rc, err.strip()))
+            check((copied in err) == want, "restore %s with SEQKV_RESIDENT=%s: weights %s: %s"
+                  % (os.path.basename(f), env, "not copied" if want else "copied", err.strip()))
+            check(runs.setdefault(f, out) == out, "restore %s: another text with SEQKV_RESIDENT=%s" % (f, env))
+        check(runs[short] == runs[long_] and runs[short].strip(), "the two codecs restore different texts")
+    finally:
+        os.environ.pop("SEQKV_RESIDENT", None)
+        if saved is not None:
+            os.environ["SEQKV_RESIDENT"] = saved
+
+
 CASES = [help_generated_from_tables, same_spelling_everywhere, usage_errors_say_what_to_do,
-         outputs_replaced_only_on_success, dash_is_stdin_and_stdout, llama_cpp_spellings]
+         outputs_replaced_only_on_success, dash_is_stdin_and_stdout, llama_cpp_spellings,
+         resident_copy_only_when_it_pays]
 
 
 if __name__ == "__main__":

@@ -234,6 +234,8 @@ static void resident_weights_change_nothing(void)
         CHECK_MSG(skv_model_load("models/kjv-4m.gguf", NULL, &m[k], err, sizeof err) == SKV_OK, "%s", err);
         CHECK_EQ_INT(m[k]->layers[0].wq.resident, k);
         CHECK_EQ_INT(m[k]->layers[m[k]->info.n_layer - 1].w2.resident, k);
+        skv_model_get_info(m[k], &info); /* the public count of the copied bytes */
+        CHECK(k ? info.resident_bytes > 0 && info.resident_bytes < info.file_bytes : info.resident_bytes == 0);
     }
     unsetenv("SEQKV_RESIDENT");
     skv_model_get_info(m[0], &info);

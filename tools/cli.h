@@ -52,9 +52,14 @@ int cli_stdout_clash(const cli_cmd *cmd, const char *what1, const char *out1, co
 const char *cli_default_model(void);
 /* Loads the model named by path (NULL = default), printing an error on failure. */
 skv_model *cli_load_model(const char *path);
-/* The same for a command that never runs the model (info, tokenize): its weights stay in
- * the file's mapping, since a large model's resident copy (docs/determinism.md, "Resident
- * weights") would only cost load time; an explicit $SEQKV_RESIDENT is obeyed. */
+/* The same for a command that runs about `sweeps` forward passes (each reads every weight
+ * once): below CLI_RESIDENT_MIN_SWEEPS a large model's weights stay in the file's mapping,
+ * since their resident copy (docs/determinism.md, "Resident weights") costs more at load
+ * than it saves (0.3-2 s for a 2.2 GB model against ~0.1 s a pass, 2026-12-04, AMD EPYC);
+ * an explicit $SEQKV_RESIDENT is obeyed. */
+#define CLI_RESIDENT_MIN_SWEEPS 16
+skv_model *cli_load_model_sweeps(const char *path, uint64_t sweeps);
+/* A command that never runs the model (info, tokenize): cli_load_model_sweeps(path, 0). */
 skv_model *cli_load_model_unrun(const char *path);
 /* Tokenizes text (add_special as the model says); malloc'ed ids. */
 int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_special, size_t *n);

@@ -562,7 +562,8 @@ static int restore_each(const skv_session *s, skv_model *m, skv_ctx *c, const sk
     return rc;
 }
 
-static void restore_report(const restore_opts *o, const skv_session *s, const skv_restore_stats *rs, double secs)
+static void restore_report(const restore_opts *o, const skv_session *s, const skv_model *m, const skv_restore_stats *rs,
+                           double secs)
 {
     FILE *rep = cli_report_stream(o->out, o->kv);
     skv_session_info si;
@@ -586,6 +587,11 @@ static void restore_report(const restore_opts *o, const skv_session *s, const sk
                          "(relative MSE K %.3g, V %.3g in segment 0)%s\n",
                     ki.scheme[0], ki.scheme[1], ki.rel_mse[0], ki.rel_mse[1], o->kv ? "" : "; not written (use --kv OUT)");
     }
+    skv_model_info mi;
+    if (!skv_model_get_info(m, &mi) && mi.resident_bytes)
+        fprintf(rep, "weights: %.2f GB copied into memory at load (SEQKV_RESIDENT=0 reads them from the file's "
+                     "pages instead)\n",
+                (double)mi.resident_bytes / 1e9);
     if (si.codec != SKV_CODEC_MODEL || !rs->n_passes) return;
     fprintf(rep, "%llu forward passes (%.2f tokens/pass)", (unsigned long long)rs->n_passes,
             (double)rs->n_tokens / (double)rs->n_passes);
@@ -608,6 +614,24 @@ static uint32_t longest_segment(const skv_session *s)
         longest = nt > longest ? nt : longest;
     }
     return longest;
+}
+
+/* About how many forward passes restoring s runs, each reading every weight once: a prefill
+ * per segment in passes of up to 512 tokens (the engine's max_batch), or, model-coded, a
+ * pass per token of the longest segment at best (the segments in lockstep). */
+static uint64_t restore_sweeps(const skv_session *s)
+{
+    skv_session_info si;
+    uint64_t sweeps = 0;
+    skv_session_get_info(s, &si);
+    if (is_kv_codec(si.codec)) return si.n_segments; /* the KV is decoded; a layer at most is run */
+    if (si.codec == SKV_CODEC_MODEL) return longest_segment(s);
+    for (uint32_t i = 0; i < si.n_segments; i++) {
+        uint32_t nt = 0;
+        skv_session_segment_info(s, i, &nt, NULL, NULL);
+        sweeps += (nt + 511) / 512;
+    }
+    return sweeps;
 }
 
 /* Restores every segment, commits the outputs, reports; 0 or -1 after a message. */
@@ -647,7 +671,7 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
     skv_ctx_free(c);
     cli_cm_dict_free(dict);
     if (rc || cli_out_commit(text) || cli_out_commit(kv)) return -1;
-    restore_report(o, s, &rs, secs);
+    restore_report(o, s, m, &rs, secs);
     return 0;
 }
 
@@ -669,7 +693,7 @@ int cmd_restore(int argc, char **argv)
     if (o.kv && si.n_segments != 1) {
         cli_error("--kv needs a single-segment session (this one has %u segments)", si.n_segments);
         rc = CLI_USAGE;
-    } else if ((m = cli_load_model(o.model)) && !restore_run(&o, s, m, &text, &kv)) {
+    } else if ((m = cli_load_model_sweeps(o.model, restore_sweeps(s))) && !restore_run(&o, s, m, &text, &kv)) {
         rc = CLI_OK;
     }
 done:

@@ -148,9 +148,12 @@ skv_model *cli_load_model(const char *path)
     return m;
 }
 
-skv_model *cli_load_model_unrun(const char *path)
+skv_model *cli_load_model_unrun(const char *path) { return cli_load_model_sweeps(path, 0); }
+
+skv_model *cli_load_model_sweeps(const char *path, uint64_t sweeps)
 {
-    if (!getenv("SEQKV_RESIDENT")) setenv("SEQKV_RESIDENT", "0", 1); /* the user's choice stands */
+    if (sweeps < CLI_RESIDENT_MIN_SWEEPS && !getenv("SEQKV_RESIDENT"))
+        setenv("SEQKV_RESIDENT", "0", 1); /* an explicit choice of the user's stands */
     return cli_load_model(path);
 }
 

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 scripts/peer/gen_model.py GEOMETRY OUT.gguf [--seed N]
 
-GEOMETRY is a row of GEOMETRIES below (tinyllama-1.1b, llama-3.2-1b). The file is for
+GEOMETRY is a row of GEOMETRIES below (tinyllama-1.1b, llama-3.2-1b; resident-test for a test). The file is for
 speed comparisons only (docs/bench.md, "Side by side with llama.cpp"): the weights are
 N(0, 1/K) noise, so the model computes nothing meaningful, but every matrix has the
 shape, type and byte size of the real one, which is all that throughput depends on.
@@ -32,6 +32,11 @@ GEOMETRIES = {
                            n_vocab=32000, rope_base=10000.0, tied=False),
     "llama-3.2-1b": dict(n_layer=16, n_embd=2048, n_head=32, n_head_kv=8, n_ff=8192,
                          n_vocab=128256, rope_base=500000.0, tied=True),
+    # not a real model: TinyLlama's layers, three of them, and a 4,096-token vocabulary, so
+    # that its matrices (281 MB) just pass the engine's 256 MiB resident-copy threshold
+    # (tests/test_cli_options.py: resident_copy_only_when_it_pays)
+    "resident-test": dict(n_layer=3, n_embd=2048, n_head=32, n_head_kv=4, n_ff=5632,
+                          n_vocab=4096, rope_base=10000.0, tied=False),
 }
 ALIGN = 32
 N_CTX = 2048

@@ -434,6 +434,15 @@ static int resident_weight(skv_weight *w)
     return 1;
 }
 
+/* The bytes of the matrices that were copied (after resident_weights). */
+static uint64_t resident_total(skv_weight *const *w, size_t n)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < n; i++)
+        if (w[i]->resident) t += (uint64_t)w[i]->row_bytes * (uint64_t)w[i]->N;
+    return t;
+}
+
 /* The matrices to copy, in order, and how the copying is shared: the first thread takes
  * them until about half the bytes, the second the rest (each faults in and the kernel
  * clears its own pages: that, not the copy, is most of the time). */
@@ -472,6 +481,7 @@ static void resident_weights(skv_model *m)
         int two = sysconf(_SC_NPROCESSORS_ONLN) > 1 && j.split < n && pthread_create(&th, NULL, resident_tail, &j) == 0;
         for (size_t i = 0; i < (two ? j.split : n); i++) resident_weight(j.w[i]);
         if (two) pthread_join(th, NULL);
+        m->info.resident_bytes = resident_total(j.w, n);
     }
     free(j.w);
 }
