@@ -20,9 +20,9 @@ What is checked:
 - llama.cpp spellings: -n -1, -s/--seed, --top-k, long forms and --name=value;
 - restore copies a large model's weights into memory (the engine's resident copy) only when
   the restore runs enough forward passes to pay for it, unless $SEQKV_RESIDENT says: on a
-  281 MB random-weight model (scripts/peer/gen_model.py resident-test), a one-pass restore
-  reads the file's pages, a 40-pass one copies, and SEQKV_RESIDENT=1 / =0 overrule both,
-  with the same restored text.
+  281 MB random-weight model (scripts/peer/gen_model.py resident-test), compressing 120
+  bytes and a one-pass restore read the file's pages, a 40-pass restore copies, and
+  SEQKV_RESIDENT=1 / =0 overrule them, with the same restored text.
 """
 import os
 import re
@@ -288,10 +288,15 @@ def resident_copy_only_when_it_pays(tmp):
     short, long_ = os.path.join(tmp, "short.skv"), os.path.join(tmp, "long.skv")
     saved = os.environ.pop("SEQKV_RESIDENT", None)
     try:
-        for codec, out in (("tokens", short), ("model", long_)):
-            rc, _, err = run("compress", "-m", model, "-f", src, "-o", out, "--codec", codec, "-c", "64", "--segment")
-            check(rc == 0, "compress --codec %s: exit %d: %s" % (codec, rc, err.strip()))
         copied = "copied into memory at load"
+        for codec, out in (("tokens", short), ("model", long_)):  # 120 bytes: at most 2 passes
+            rc, rep, err = run("compress", "-m", model, "-f", src, "-o", out, "--codec", codec, "-c", "64", "--segment")
+            check(rc == 0, "compress --codec %s: exit %d: %s" % (codec, rc, err.strip()))
+            check(copied not in rep + err, "compress of 120 bytes copied the weights: %s" % rep.strip())
+        os.environ["SEQKV_RESIDENT"] = "1"
+        rc, rep, err = run("compress", "-m", model, "-f", src, "-o", os.path.join(tmp, "forced.skv"), "-c", "64",
+                           "--segment", "--codec", "tokens")
+        check(rc == 0 and copied in rep, "compress with SEQKV_RESIDENT=1: no copy reported: %s" % (rep + err).strip())
         runs = {}
         for env, f, want in ((None, short, False), (None, long_, True), ("1", short, True), ("0", long_, False)):
             if env is None:

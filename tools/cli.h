@@ -59,6 +59,8 @@ skv_model *cli_load_model(const char *path);
  * an explicit $SEQKV_RESIDENT is obeyed. */
 #define CLI_RESIDENT_MIN_SWEEPS 16
 skv_model *cli_load_model_sweeps(const char *path, uint64_t sweeps);
+/* The line a report adds when the weights were copied (skv_model_info.resident_bytes). */
+void cli_resident_note(FILE *rep, const skv_model *m);
 /* A command that never runs the model (info, tokenize): cli_load_model_sweeps(path, 0). */
 skv_model *cli_load_model_unrun(const char *path);
 /* Tokenizes text (add_special as the model says); malloc'ed ids. */

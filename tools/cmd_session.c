@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "cli_cmdict.h"
@@ -321,6 +322,7 @@ static void compress_report(const skv_model *m, const compress_result *r)
     fprintf(rep, "KV cache as TQ-3.5:    %.0f bytes (%.1f bits/position) -> %.*fx %s\n", tq * n, tq * 8, rtq < 10 ? 2 : 0,
             rtq, rtq < 1 ? "(this file is larger)" : "smaller");
     fprintf(rep, "encode time:           %.2f s (%.0f tokens/s)\n", r->secs, n / (r->secs + 1e-12));
+    cli_resident_note(rep, m);
 }
 
 static int compress_run(const compress_opts *o, int codec, skv_model *m, const int32_t *tok, size_t n, cli_out *out)
@@ -349,6 +351,21 @@ done:
     return rc;
 }
 
+/* At most how many forward passes compressing the input runs (the encoder's prefill takes
+ * up to 512 tokens a pass, or a segment's ctx when smaller, and a segment starts a new
+ * pass), bounded from the input file's size: a token covers a byte at least (byte
+ * fallback; BOS and EOS aside), an id in --ids a digit and a separator. UINT64_MAX when
+ * the size says nothing (stdin, --kv-in). */
+static uint64_t compress_sweeps(const compress_opts *o)
+{
+    struct stat st;
+    const char *in = o->file ? o->file : o->ids;
+    if (o->kv_in || !in || !strcmp(in, "-") || stat(in, &st) || !S_ISREG(st.st_mode)) return UINT64_MAX;
+    uint64_t n = o->file ? (uint64_t)st.st_size + 2 : (uint64_t)st.st_size / 2 + 1;
+    uint64_t ctx = o->ctx > 0 ? (uint64_t)o->ctx : 0, chunk = ctx && ctx < 512 ? ctx : 512;
+    return (n + chunk - 1) / chunk + (ctx > 512 ? (n + ctx - 1) / ctx : 0);
+}
+
 int cmd_compress(int argc, char **argv)
 {
     compress_opts o = {.codec = "model", .threads = 1};
@@ -360,7 +377,8 @@ int cmd_compress(int argc, char **argv)
     int32_t *tok = NULL;
     size_t n = 0;
     rc = CLI_FAIL;
-    if (!cli_out_open(&out, o.out) && (m = cli_load_model(o.model)) && (tok = compress_input(&o, m, &n)))
+    if (!cli_out_open(&out, o.out) && (m = cli_load_model_sweeps(o.model, compress_sweeps(&o))) &&
+        (tok = compress_input(&o, m, &n)))
         rc = compress_run(&o, codec, m, tok, n, &out);
     cli_out_discard(&out);
     free(tok);
@@ -587,11 +605,7 @@ static void restore_report(const restore_opts *o, const skv_session *s, const sk
                          "(relative MSE K %.3g, V %.3g in segment 0)%s\n",
                     ki.scheme[0], ki.scheme[1], ki.rel_mse[0], ki.rel_mse[1], o->kv ? "" : "; not written (use --kv OUT)");
     }
-    skv_model_info mi;
-    if (!skv_model_get_info(m, &mi) && mi.resident_bytes)
-        fprintf(rep, "weights: %.2f GB copied into memory at load (SEQKV_RESIDENT=0 reads them from the file's "
-                     "pages instead)\n",
-                (double)mi.resident_bytes / 1e9);
+    cli_resident_note(rep, m);
     if (si.codec != SKV_CODEC_MODEL || !rs->n_passes) return;
     fprintf(rep, "%llu forward passes (%.2f tokens/pass)", (unsigned long long)rs->n_passes,
             (double)rs->n_tokens / (double)rs->n_passes);

@@ -150,6 +150,15 @@ skv_model *cli_load_model(const char *path)
 
 skv_model *cli_load_model_unrun(const char *path) { return cli_load_model_sweeps(path, 0); }
 
+void cli_resident_note(FILE *rep, const skv_model *m)
+{
+    skv_model_info mi;
+    if (!skv_model_get_info(m, &mi) && mi.resident_bytes)
+        fprintf(rep, "weights: %.2f GB copied into memory at load (SEQKV_RESIDENT=0 reads them from the file's pages "
+                     "instead)\n",
+                (double)mi.resident_bytes / 1e9);
+}
+
 skv_model *cli_load_model_sweeps(const char *path, uint64_t sweeps)
 {
     if (sweeps < CLI_RESIDENT_MIN_SWEEPS && !getenv("SEQKV_RESIDENT"))
