@@ -14,7 +14,7 @@ import threading
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
 import redis_harness  # noqa: E402
-from clitest import ROOT, SEQKV, Reporter, check  # noqa: E402
+from clitest import WRAP, Reporter, check, run  # noqa: E402
 from harness import Server  # noqa: E402
 
 NAME = "test_store_redis_server"
@@ -22,8 +22,9 @@ PROMPT = "In the beginning God created the heaven and the earth. And the earth w
 
 
 def store(*args):
-    p = subprocess.run([SEQKV, "store"] + list(args), capture_output=True, text=True, cwd=ROOT, timeout=120)
-    return p.returncode, p.stdout + p.stderr
+    """(exit code, stdout + stderr) of `seqkv store ARGS` (under $SEQKV_WRAP when set)."""
+    rc, out, err = run("store", *args)
+    return rc, out + err
 
 
 def stat(text, key):
@@ -66,7 +67,7 @@ def metric(srv, name):
 
 
 def wait_metric(srv, name, want):
-    for _ in range(400):
+    for _ in range(400 * (30 if WRAP else 1)):  # 20 s; 10 min under Valgrind
         if metric(srv, name) >= want:
             return True
         threading.Event().wait(0.05)
