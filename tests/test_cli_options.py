@@ -21,8 +21,9 @@ What is checked:
 - restore copies a large model's weights into memory (the engine's resident copy) only when
   the restore runs enough forward passes to pay for it, unless $SEQKV_RESIDENT says: on a
   281 MB random-weight model (scripts/peer/gen_model.py resident-test), compressing 120
-  bytes and a one-pass restore read the file's pages, a 40-pass restore copies, and
-  SEQKV_RESIDENT=1 / =0 overrule them, with the same restored text.
+  bytes, a one-pass restore and `store put` of 120 bytes read the file's pages, a 40-pass
+  restore and `store get` copy, and SEQKV_RESIDENT=1 / =0 overrule them, with the same
+  restored text.
 """
 import os
 import re
@@ -309,6 +310,19 @@ def resident_copy_only_when_it_pays(tmp):
                   % (os.path.basename(f), env, "not copied" if want else "copied", err.strip()))
             check(runs.setdefault(f, out) == out, "restore %s: another text with SEQKV_RESIDENT=%s" % (f, env))
         check(runs[short] == runs[long_] and runs[short].strip(), "the two codecs restore different texts")
+        # the store: put of 120 bytes reads the file's pages; get (its length unknown before the
+        # store is open) keeps the engine's default, which SEQKV_RESIDENT=0 overrules
+        sdir = os.path.join(tmp, "store")
+        os.environ.pop("SEQKV_RESIDENT", None)
+        rc, out, err = run("store", "init", sdir, "-m", model)
+        check(rc == 0, "store init: %s" % err.strip())
+        rc, out, err = run("store", "put", sdir, "-f", src)
+        check(rc == 0 and "stored" in out and copied not in out + err, "store put of 120 bytes: %s" % (out + err).strip())
+        for env, want in ((None, True), ("0", False)):
+            if env is not None:
+                os.environ["SEQKV_RESIDENT"] = env
+            rc, out, err = run("store", "get", sdir, "r.txt", "-o", os.path.join(tmp, "got.txt"))
+            check(rc == 0 and (copied in out + err) == want, "store get (SEQKV_RESIDENT=%s): %s" % (env, (out + err).strip()))
     finally:
         os.environ.pop("SEQKV_RESIDENT", None)
         if saved is not None:

@@ -59,6 +59,12 @@ skv_model *cli_load_model(const char *path);
  * an explicit $SEQKV_RESIDENT is obeyed. */
 #define CLI_RESIDENT_MIN_SWEEPS 16
 skv_model *cli_load_model_sweeps(const char *path, uint64_t sweeps);
+/* At most how many forward passes storing the text (ids: whitespace-separated ids) in the
+ * file at path runs: the engine's prefill takes up to 512 tokens a pass, or ctx (> 0: the
+ * segment capacity) when smaller, and each segment starts a pass; a token covers a byte
+ * at least (byte fallback; BOS and EOS aside), an id a digit and a separator. UINT64_MAX
+ * when the size says nothing (stdin "-", not a regular file). */
+uint64_t cli_text_sweeps(const char *path, int ids, long ctx);
 /* The line a report adds when the weights were copied (skv_model_info.resident_bytes). */
 void cli_resident_note(FILE *rep, const skv_model *m);
 /* A command that never runs the model (info, tokenize): cli_load_model_sweeps(path, 0). */

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 #include "cli_cmdict.h"
@@ -351,19 +350,12 @@ done:
     return rc;
 }
 
-/* At most how many forward passes compressing the input runs (the encoder's prefill takes
- * up to 512 tokens a pass, or a segment's ctx when smaller, and a segment starts a new
- * pass), bounded from the input file's size: a token covers a byte at least (byte
- * fallback; BOS and EOS aside), an id in --ids a digit and a separator. UINT64_MAX when
- * the size says nothing (stdin, --kv-in). */
+/* At most how many forward passes compressing the input runs (cli_text_sweeps); unknown
+ * (UINT64_MAX) for --kv-in. */
 static uint64_t compress_sweeps(const compress_opts *o)
 {
-    struct stat st;
-    const char *in = o->file ? o->file : o->ids;
-    if (o->kv_in || !in || !strcmp(in, "-") || stat(in, &st) || !S_ISREG(st.st_mode)) return UINT64_MAX;
-    uint64_t n = o->file ? (uint64_t)st.st_size + 2 : (uint64_t)st.st_size / 2 + 1;
-    uint64_t ctx = o->ctx > 0 ? (uint64_t)o->ctx : 0, chunk = ctx && ctx < 512 ? ctx : 512;
-    return (n + chunk - 1) / chunk + (ctx > 512 ? (n + ctx - 1) / ctx : 0);
+    if (o->kv_in) return UINT64_MAX;
+    return cli_text_sweeps(o->file ? o->file : o->ids, !o->file, o->ctx);
 }
 
 int cmd_compress(int argc, char **argv)

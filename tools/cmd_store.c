@@ -158,6 +158,7 @@ static int do_put(const store_opts *o, skv_model *m, skv_store *st)
     printf("stored '%s': %u tokens, %u shared with stored sessions; %u positions loaded + %u computed; "
            "%.1f bits under the model; policy: +%u materialised, %u demoted; %.3f s\n",
            name, r.n_tokens, r.n_shared, r.n_loaded, r.n_computed, r.bits, r.n_materialised, r.n_demoted, r.seconds);
+    cli_resident_note(stdout, m);
     return CLI_OK;
 }
 
@@ -251,6 +252,7 @@ static int do_get(const store_opts *o, skv_model *m, skv_store *st)
             o->name, r.n_tokens, r.n_loaded, r.load_seconds * 1e3, r.n_computed, r.compute_seconds * 1e3,
             r.verified ? "; KV digest verified" : "");
     if (r.n_materialised) fprintf(rep, "policy: materialised %u nodes of its path from this restore\n", r.n_materialised);
+    cli_resident_note(rep, m);
     ret = CLI_OK;
 done:
     return get_done(&text, &kv, c, tok, ret);
@@ -478,13 +480,24 @@ uint64_t cli_store_map_size(void)
     return end && *end == 0 ? (uint64_t)v : 0;
 }
 
+/* About how many forward passes the command runs (cli_load_model_sweeps): none for those
+ * that read the store's records only; put's bounded from its text file; get, gc and dict
+ * unknown before the store is open (UINT64_MAX: the engine's default). */
+static uint64_t store_sweeps(size_t k, const store_opts *o)
+{
+    int (*run)(const store_opts *, skv_model *, skv_store *) = subs[k].run;
+    if (run == do_init || run == do_match || run == do_ls || run == do_stats || run == do_rm) return 0;
+    if (run == do_put && o->file && !o->generate) return cli_text_sweeps(o->file, 0, 0);
+    return UINT64_MAX;
+}
+
 static int open_and_run(size_t k, const store_opts *o)
 {
     skv_store_params p = skv_store_default_params();
     skv_store *st = NULL;
     char err[600];
     const char *path = store_model_path(k, o);
-    skv_model *m = path ? cli_load_model(path) : NULL;
+    skv_model *m = path ? cli_load_model_sweeps(path, store_sweeps(k, o)) : NULL;
     int rc = CLI_FAIL;
     p.budget = o->budget;
     p.map_size = cli_store_map_size();

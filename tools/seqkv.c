@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -149,6 +150,15 @@ skv_model *cli_load_model(const char *path)
 }
 
 skv_model *cli_load_model_unrun(const char *path) { return cli_load_model_sweeps(path, 0); }
+
+uint64_t cli_text_sweeps(const char *path, int ids, long ctx)
+{
+    struct stat st;
+    if (!path || !strcmp(path, "-") || stat(path, &st) || !S_ISREG(st.st_mode)) return UINT64_MAX;
+    uint64_t n = ids ? (uint64_t)st.st_size / 2 + 1 : (uint64_t)st.st_size + 2;
+    uint64_t c = ctx > 0 ? (uint64_t)ctx : 0, chunk = c && c < 512 ? c : 512;
+    return (n + chunk - 1) / chunk + (c > 512 ? (n + c - 1) / c : 0);
+}
 
 void cli_resident_note(FILE *rep, const skv_model *m)
 {
