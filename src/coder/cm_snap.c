@@ -367,10 +367,11 @@ static int raw_fill(skv_cm *cm, const skv_cm_section *sec, int ns, const uint64_
 {
     uint64_t off[SKV_CM_MAX_SECTIONS], load[2] = {0, 0};
     raw_job j[2];
+    int two_workers = raw_workers() > 1; /* once: sysconf reads a file under /sys each call */
     for (int w = 0; w < 2; w++) j[w] = (raw_job){.cm = cm, .sec = sec, .sum = sum, .off = off, .src = src};
     for (int k = 0; k < ns; k++) { /* each section to the worker with less so far */
         size_t b = sec[k].n * sec[k].size;
-        int w = raw_workers() > 1 && load[1] < load[0];
+        int w = two_workers && load[1] < load[0];
         off[k] = hdr, hdr += b;
         j[w].take[j[w].n_take++] = k, load[w] += b;
     }
