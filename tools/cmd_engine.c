@@ -263,7 +263,9 @@ int cmd_generate(int argc, char **argv)
     skv_model *m = NULL;
     char *prompt = NULL;
     rc = CLI_FAIL;
-    if (!cli_out_open(&out, o.out) && (prompt = text_of(&o, &plen)) && (m = cli_load_model(o.model)))
+    /* passes: the prompt's prefill (a token covers a byte at least) and one per token generated */
+    if (!cli_out_open(&out, o.out) && (prompt = text_of(&o, &plen)) &&
+        (m = cli_load_model_sweeps(o.model, o.n_predict < 0 ? UINT64_MAX : (plen + 513) / 512 + (uint64_t)o.n_predict)))
         rc = gen_run(&o, m, prompt, plen, &out);
     if (rc) cli_out_discard(&out);
     free(prompt);
@@ -416,7 +418,8 @@ int cmd_perplexity(int argc, char **argv)
     size_t len = 0, n = 0;
     char *text = ppl_text(o.file, &len);
     if (!text) return CLI_FAIL;
-    skv_model *m = cli_load_model(o.model);
+    uint64_t sweeps = cli_text_sweeps(o.file, 0, o.ctx); /* per protocol and context: (a), (b), each quantized */
+    skv_model *m = cli_load_model_sweeps(o.model, sweeps > UINT64_MAX / 4 ? UINT64_MAX : sweeps * (o.kv_quant ? 4 : 2));
     int32_t *tok = m ? cli_tokenize(m, text, len, 0, &n) : NULL; /* text tokens; BOS added per window */
     ppl_run r = {.ctx = 0};
     rc = CLI_FAIL;
@@ -606,7 +609,8 @@ int cmd_kvdump(int argc, char **argv)
     skv_ctx *c = NULL;
     int32_t *tok = NULL;
     double secs = -1;
-    if (!cli_out_open(&kv, o.out) && !cli_out_open(&lg, o.logits) && (m = cli_load_model(o.model)) &&
+    if (!cli_out_open(&kv, o.out) && !cli_out_open(&lg, o.logits) &&
+        (m = cli_load_model_sweeps(o.model, cli_text_sweeps(o.file, 0, 0))) &&
         (c = make_ctx(m, 0, o.threads)) && (tok = dump_tokens(&o, m, skv_ctx_n_ctx(c), &n)) &&
         (secs = dump_run(&o, c, tok, n, &kv, &lg)) >= 0 && (cli_out_commit(&lg) || cli_out_commit(&kv)))
         secs = -1;
