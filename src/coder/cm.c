@@ -225,6 +225,20 @@ static void fill_doubling(void *dst, size_t size, size_t have, size_t n)
     }
 }
 
+/* The APM's reset values: 33 knots per context, the same for every context. */
+static void reset_apm(skv_cm *cm)
+{
+    if (!cm->apm) return;
+    for (size_t j = 0; j < 33; j++) cm->apm[j] = (uint16_t)squash16((int32_t)j * 128 - 2048);
+    fill_doubling(cm->apm, sizeof *cm->apm, 33, CMV_APM_N);
+}
+
+void skv_cm_blank_apm(skv_cm *cm)
+{
+    if (cm->apm) prefault(cm->apm, CMV_APM_N * sizeof *cm->apm); /* 4 KiB pages, one call */
+    reset_apm(cm);
+}
+
 /* Everything skv_cm_reset sets but the large tables (slot tables, mpos). */
 static void reset_small(skv_cm *cm)
 {
@@ -241,10 +255,7 @@ static void reset_small(skv_cm *cm)
         cm->w2[0][0] = CM_W_INIT;
         fill_doubling(cm->w2, sizeof cm->w2[0][0], 1, CMV_SETS2 * CM_INPUTS);
     }
-    if (cm->apm) { /* 33 knots per context, the same for every context */
-        for (size_t j = 0; j < 33; j++) cm->apm[j] = (uint16_t)squash16((int32_t)j * 128 - 2048);
-        fill_doubling(cm->apm, sizeof *cm->apm, 33, CMV_APM_N);
-    }
+    reset_apm(cm);
 }
 
 void skv_cm_reset(skv_cm *cm)
@@ -267,9 +278,13 @@ int skv_cm_create_blank(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out
     if (!vb || slot_bits < SKV_CMV_SLOT_BITS_MIN || slot_bits > SKV_CMV_SLOT_BITS_MAX) return SKV_ERR_INVALID_ARG;
     int rc = cm_alloc(vb->V, vb, slot_bits, 0, out); /* its reader faults the tables in (skv_cm_prefault) */
     if (rc) return rc;
-    prefault((*out)->apm, CMV_APM_N * sizeof *(*out)->apm); /* written now: 4 KiB pages, one call */
-    reset_small(*out);
-    (*out)->fresh = 2;
+    skv_cm *cm = *out;
+    uint16_t *apm = cm->apm;
+    cm->apm = NULL; /* reset_small leaves it: a version 2 snapshot writes it whole (two threads
+                     * faulting it in as they copy), a version 1 reader asks skv_cm_blank_apm */
+    reset_small(cm);
+    cm->apm = apm;
+    cm->fresh = 2;
     return SKV_OK;
 }
 

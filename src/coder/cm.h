@@ -150,6 +150,10 @@ int skv_cm_fresh(const skv_cm *cm);
 int skv_cm_create_blank(const struct skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out);
 /* Elements at..at+n of section s get their reset value (the APM's are left as they are). */
 void skv_cm_fill_reset(skv_cm *cm, const skv_cm_section *s, size_t at, size_t n);
+/* A blank model (skv_cm_create_blank: fresh 2) leaves its APM unwritten, since a version 2
+ * snapshot writes every element of it; a reader that does not (version 1, whose runs skip
+ * reset values) calls this first (while skv_cm_fresh is still 2) to give it its reset values. */
+void skv_cm_blank_apm(skv_cm *cm);
 /* n_vocab, slot_bits, ids coded since the reset. */
 uint32_t skv_cm_n_vocab(const skv_cm *cm);
 unsigned skv_cm_slot_bits(const skv_cm *cm);

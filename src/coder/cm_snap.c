@@ -269,6 +269,7 @@ static int parse(rbuf *r, skv_cm *cm, const skv_cm_snap_id *id)
     skv_cm_section sec[SKV_CM_MAX_SECTIONS];
     uint32_t ns = 0;
     int blank = skv_cm_fresh(cm) == 2;
+    if (blank) skv_cm_blank_apm(cm); /* unwritten: this version's runs skip reset values */
     int rc = read_header(r, cm, id, SKV_CM_SNAP_VERSION, &ns);
     if (blank && rc == SKV_OK) skv_cm_prefault(cm); /* its tables are not faulted in yet */
     if (rc == SKV_OK && ns != (uint32_t)skv_cm_sections(cm, sec)) rc = SKV_ERR_FORMAT;
