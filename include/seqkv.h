@@ -522,8 +522,12 @@ typedef struct skv_restore_params {
 
 /* Restores segment i into ctx (cleared first; its capacity must hold the segment):
  * the KV cache is regenerated and the segment's tokens written to tokens[0..n).
- * Refuses (SKV_ERR_MISMATCH, naming both) a model other than the one that wrote the file.
- * The message of a failure is skv_ctx_last_error(ctx) (ctx NULL: SKV_ERR_INVALID_ARG only).
+ * Refuses (SKV_ERR_MISMATCH, naming both) a model other than the one that wrote the file:
+ * before any work, except that a codec tokens or cm segment restored into a model whose
+ * fingerprint was never computed prefills while it is computed, on a thread the call
+ * starts and joins (~0.5 s of a 1.1B F16 model's first restore), and is refused after
+ * (ctx left empty). The message of a failure is skv_ctx_last_error(ctx) (ctx NULL:
+ * SKV_ERR_INVALID_ARG only).
  * A cmv or cmvd segment of 256 ids or more (p->decoded NULL) is decoded on a thread the
  * call starts and joins, while its first eighth prefills; a failure leaves ctx empty. */
 SKV_API int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,

@@ -1287,6 +1287,46 @@ static void hostile_model_payload_length(void)
     CHECK_MSG(!fails, "%d payload length cases misbehaved (see stderr)", fails);
 }
 
+/* A tokens segment restored into a model whose fingerprint nobody has computed yet: it is
+ * computed beside the prefill and compared after (restore.c fp_overlap). The perturbed
+ * model at `other` (same vocabulary) is still refused as the wrong model, with the
+ * context left empty; a fresh load of the right model restores verified. */
+static void fresh_model_checked_after_prefill(const char *other, size_t n)
+{
+    skv_encoder_params p = enc_params(SKV_CODEC_TOKENS, 0, 1, 0);
+    skv_encoder *e = NULL;
+    skv_session *s = NULL;
+    uint8_t *data = NULL;
+    size_t size = 0;
+    char err[512] = "";
+    int rc = skv_encoder_create(g_m, &p, &e, NULL, 0);
+    if (!rc) rc = skv_encoder_append(e, g_kjv, n, NULL);
+    if (!rc) rc = skv_encoder_finish(e, &data, &size);
+    if (!rc) rc = skv_session_open(data, size, &s, err, sizeof err);
+    CHECK_MSG(rc == SKV_OK, "tokens session: %s %s", skv_status_str(rc), err);
+    for (int right = 0; right < 2 && !test_cur_failed; right++) {
+        skv_model *fresh = NULL;
+        skv_ctx *c = NULL;
+        int32_t back[128];
+        skv_restore_params rp = {.verify = 1};
+        rc = skv_model_load(right ? g_gguf : other, NULL, &fresh, err, sizeof err);
+        if (!rc) rc = skv_ctx_create(fresh, NULL, &c);
+        if (!rc && (rc = skv_session_restore_segment(s, fresh, 0, c, &rp, back, 128)))
+            snprintf(err, sizeof err, "%s", skv_ctx_last_error(c));
+        if (right)
+            CHECK_MSG(rc == SKV_OK && skv_ctx_n_pos(c) == (int)n && !memcmp(back, g_kjv, n * sizeof *back),
+                      "the right model, fresh: %s %s", skv_status_str(rc), err);
+        else
+            CHECK_MSG(rc == SKV_ERR_MISMATCH && strstr(err, "wrong model") && c && skv_ctx_n_pos(c) == 0,
+                      "the wrong model, fresh: %s '%s', %d positions left", skv_status_str(rc), err, c ? skv_ctx_n_pos(c) : -1);
+        skv_ctx_free(c);
+        skv_model_free(fresh);
+    }
+    skv_session_free(s);
+    skv_encoder_free(e);
+    free(data);
+}
+
 /* Different weights: refused by fingerprint, naming both models. */
 static void wrong_model_is_refused(void)
 {
@@ -1312,6 +1352,7 @@ static void wrong_model_is_refused(void)
     free(bytes);
     CHECK_MSG(rc == 0, "cannot write %s", path);
     rc = skv_model_load(path, NULL, &m2, err, sizeof err);
+    if (rc == SKV_OK) fresh_model_checked_after_prefill(path, n);
     remove(path);
     CHECK_MSG(rc == SKV_OK, "perturbed model: %s", err);
     skv_model_fingerprint(g_m, fp1);

@@ -309,8 +309,16 @@ static int prefill_codec(int codec)
 }
 
 /* The arguments of a restore of segment i into ctx, before anything is changed. */
+/* check_restore's model check: the fingerprint (`deferred`: the vocabulary size only; the
+ * fingerprint is compared after the prefill, see fp_overlap). */
+static int check_model_now(const skv_session *s, skv_model *m, int deferred, char *err, size_t errcap)
+{
+    if (deferred && (uint32_t)m->info.n_vocab == s->info.n_vocab) return SKV_OK;
+    return skv_session_check_model(s, m, err, errcap);
+}
+
 static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx, const skv_restore_params *p,
-                         int32_t *tokens, size_t cap, char *err, size_t errcap)
+                         int32_t *tokens, size_t cap, int deferred, char *err, size_t errcap)
 {
     if (!s || !m || !tokens || i >= s->info.n_segments || skv_ctx_model(ctx) != m)
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
@@ -340,7 +348,7 @@ static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx
                         skv_ctx_n_ctx(ctx), g->n_tokens);
     int rc = skv_session_check_ctx(ctx, err, errcap);
     if (!rc) rc = skv_session_check_kv_type(s, ctx, err, errcap);
-    return rc ? rc : skv_session_check_model(s, m, err, errcap);
+    return rc ? rc : check_model_now(s, m, deferred, err, errcap);
 }
 
 int skv_session_check_kv_type(const skv_session *s, const skv_ctx *ctx, char *err, size_t errcap)
@@ -495,6 +503,32 @@ static void add_stats(skv_restore_stats *to, const skv_restore_stats *st)
     to->n_accepted += st->n_accepted;
 }
 
+/* ---- the model's fingerprint beside a tokens / cm segment's prefill ----
+ * The first fingerprint of a model converts and hashes every weight (~0.5 s on a 1.1B F16
+ * model, about the prefill of a short segment), and a segment whose ids are stored needs
+ * nothing of it to prefill: it is computed on a thread of its own meanwhile, and compared
+ * after (a wrong model's prefill is then thrown away: the context is emptied and the error
+ * is the fingerprint's). The vocabulary size is checked before, so every id is in range.
+ * cmv / cmvd key their caches by the fingerprint, and a model codec segment runs the model
+ * under its own coding: both check first, as before. */
+typedef struct {
+    skv_model *m;
+    uint8_t fp[16];
+} fp_job;
+
+static void *fp_main(void *arg)
+{
+    fp_job *j = arg;
+    (void)skv_model_fingerprint(j->m, j->fp); /* a failure is met again by the check after */
+    return NULL;
+}
+
+static int fp_overlap(const skv_session *s, skv_model *m, const skv_restore_params *p)
+{
+    return (s->info.codec == SKV_CODEC_TOKENS || s->info.codec == SKV_CODEC_CM) && !(p && p->decoded) && m &&
+           !skv_model_fingerprint_ready(m);
+}
+
 int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
                                 const skv_restore_params *p, int32_t *tokens, size_t cap)
 {
@@ -502,10 +536,17 @@ int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, 
     char err[512];
     int rc;
     if (!ctx) return SKV_ERR_INVALID_ARG;
-    if ((rc = check_restore(s, m, i, ctx, p, tokens, cap, err, sizeof err))) return skv_ctx_set_error(ctx, rc, err);
-    skv_ctx_truncate(ctx, 0); /* clears ctx's last error too */
-    if ((rc = restore_codec(s, &s->segs[i], m, ctx, p, tokens, &st, err, sizeof err)))
+    int deferred = s && fp_overlap(s, m, p);
+    if ((rc = check_restore(s, m, i, ctx, p, tokens, cap, deferred, err, sizeof err)))
         return skv_ctx_set_error(ctx, rc, err);
+    skv_ctx_truncate(ctx, 0); /* clears ctx's last error too */
+    pthread_t th;
+    fp_job fj = {m, {0}};
+    int helper = deferred && pthread_create(&th, NULL, fp_main, &fj) == 0;
+    rc = restore_codec(s, &s->segs[i], m, ctx, p, tokens, &st, err, sizeof err);
+    if (helper) pthread_join(th, NULL);
+    if (!rc && deferred && (rc = skv_session_check_model(s, m, err, sizeof err))) skv_ctx_truncate(ctx, 0);
+    if (rc) return skv_ctx_set_error(ctx, rc, err);
     report(p, s->segs[i].n_tokens, s->segs[i].n_tokens);
     if (p && p->verify && (rc = skv_session_verify_segment(s, i, ctx, err, sizeof err)))
         return skv_ctx_set_error(ctx, rc, err);
