@@ -420,7 +420,9 @@ typedef struct skv_encoder_stats {
 SKV_API skv_encoder_params skv_encoder_default_params(void);
 /* The encoder owns a context that runs the model; it is the session's live KV cache.
  * A failure (unknown codec, a kv_quant spec the codec does not take, no memory) is
- * described in err. */
+ * described in err. When the model's fingerprint (which the file records) was never
+ * computed, a thread the encoder starts computes it while the tokens prefill
+ * (skv_encoder_finish or skv_encoder_free joins it; the model must outlive the encoder). */
 SKV_API int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out, char *err,
                                size_t errcap);
 SKV_API void skv_encoder_free(skv_encoder *e);

@@ -1,5 +1,6 @@
 /* The .skv encoder: runs the tokens through the model (its context is the live KV cache)
  * and writes each segment as the codec says (layout in session.c, docs/format.md). */
+#include <pthread.h>
 #include <stdio.h>
 #include "core/fpguard.h"
 #include <math.h>
@@ -56,6 +57,8 @@ struct skv_encoder {
     uint64_t kv_seed;
     int finished;
     int32_t *cm_dict;       /* codec cmvd: the owned copy of the dictionary */
+    pthread_t fp_th;        /* the model's first fingerprint, computed beside the prefills */
+    int fp_on;              /* fp_th runs (joined at finish or free) */
     char err[512];
 };
 
@@ -111,9 +114,27 @@ static int out_reserve(skv_encoder *e, size_t more)
     return SKV_OK;
 }
 
+/* The model's first fingerprint (every weight converted and hashed: ~0.5 s on a 1.1B F16
+ * model) is needed only by skv_encoder_finish's header: a thread started at creation
+ * computes it while the segments prefill (skv_model_fingerprint serialises it with any
+ * other caller, e.g. a cmv codec's cache). */
+static void *fp_main(void *m)
+{
+    uint8_t fp[16];
+    (void)skv_model_fingerprint(m, fp); /* a failure is met again at finish */
+    return NULL;
+}
+
+static void fp_join(skv_encoder *e)
+{
+    if (e->fp_on) pthread_join(e->fp_th, NULL);
+    e->fp_on = 0;
+}
+
 void skv_encoder_free(skv_encoder *e)
 {
     if (!e) return;
+    fp_join(e);
     skv_ctx_free(e->ctx);
     skv_kvcodec_free(e->kvc);
     free(e->logits);
@@ -212,6 +233,7 @@ int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **
         skv_encoder_free(e);
         return rc;
     }
+    e->fp_on = !skv_model_fingerprint_ready(m) && pthread_create(&e->fp_th, NULL, fp_main, m) == 0;
     *out = e;
     return SKV_OK;
 }
@@ -463,6 +485,7 @@ int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
     if (!data || !size) return enc_fail(e, SKV_ERR_INVALID_ARG, "NULL data or size");
     if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
     if ((rc = flush_segment(e))) return rc;
+    fp_join(e);
     if ((rc = skv_model_fingerprint(e->m, fp))) return enc_fail(e, rc, "model fingerprint failed");
     uint8_t *h = e->out;
     memset(h, 0, HDR_SIZE);

@@ -308,7 +308,6 @@ static int prefill_codec(int codec)
     return codec == SKV_CODEC_TOKENS || codec == SKV_CODEC_CM || codec == SKV_CODEC_CMV || codec == SKV_CODEC_CMVD;
 }
 
-/* The arguments of a restore of segment i into ctx, before anything is changed. */
 /* check_restore's model check: the fingerprint (`deferred`: the vocabulary size only; the
  * fingerprint is compared after the prefill, see fp_overlap). */
 static int check_model_now(const skv_session *s, skv_model *m, int deferred, char *err, size_t errcap)
@@ -317,6 +316,7 @@ static int check_model_now(const skv_session *s, skv_model *m, int deferred, cha
     return skv_session_check_model(s, m, err, errcap);
 }
 
+/* The arguments of a restore of segment i into ctx, before anything is changed. */
 static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx, const skv_restore_params *p,
                          int32_t *tokens, size_t cap, int deferred, char *err, size_t errcap)
 {
