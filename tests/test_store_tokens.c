@@ -263,6 +263,104 @@ static void test_token_changed_redis(void)
     else SKIP("redis-server is not installed");
 }
 
+/* ---- issue 13 (fuzz_store): session records forged whole, checksums recomputed ------ */
+
+/* A session record as the store writes it (version 2), checksums computed. */
+static void forge_ses(uint8_t rec[64], uint64_t end, const int32_t *tok, uint32_t n)
+{
+    skv_ctx_params cp = skv_ctx_default_params();
+    skv_ctx *c = NULL;
+    uint64_t sum = XXH3_64bits_withSeed(tok, n * sizeof *tok, n);
+    memset(rec, 0, 64);
+    memcpy(rec, "SKVS", 4);
+    rec[4] = 2;
+    for (int i = 0; i < 8; i++) rec[8 + i] = (uint8_t)(end >> (8 * i)), rec[48 + i] = (uint8_t)(sum >> (8 * i));
+    for (int i = 0; i < 4; i++) rec[16 + i] = (uint8_t)(n >> (8 * i));
+    cp.n_ctx = 128;
+    CHECK(skv_ctx_create(g_m, &cp, &c) == SKV_OK);
+    if (c) CHECK((n == 0 || skv_prefill(c, tok, n, SKV_LOGITS_NONE, NULL) == SKV_OK) &&
+                 skv_ctx_kv_digest(c, (int)n, rec + 24) == SKV_OK); /* the digest a verified get compares */
+    skv_ctx_free(c);
+    reseal(rec, 64);
+}
+
+/* Q's record replaced, then: a verified get of Q (status; on success its tokens must be
+ * want's), and gc's status. The record is put back after. */
+static void forged_get(const loc *l, const sess *q, const uint8_t rec[64], const sess *want, int get_rc, int gc_rc,
+                       const char *what)
+{
+    uint8_t *orig = NULL;
+    size_t on = 0;
+    CHECK(rec_rw(l, "sessions", q->name, strlen(q->name), &orig, &on, NULL, 0) == 0 && on == 64);
+    CHECK(rec_rw(l, "sessions", q->name, strlen(q->name), NULL, NULL, rec, 64) == 0);
+    skv_store *st = open_at(l, 0);
+    CHECK(st != NULL);
+    if (!st) return free(orig);
+    sess as = *q;
+    if (want) memcpy(as.tok, want->tok, sizeof as.tok), as.n = want->n;
+    int rc = get_of(st, &as, SKV_STORE_VERIFY);
+    const char *e = skv_store_last_error(st);
+    CHECK_MSG(rc == get_rc && (rc == SKV_OK || (strstr(e, "damaged") && strstr(e, q->name))), "%s: get %d '%s'", what,
+              rc, e);
+    skv_store_gc_report g;
+    rc = skv_store_gc(st, &g);
+    e = skv_store_last_error(st);
+    CHECK_MSG(rc == gc_rc && (rc == SKV_OK || strstr(e, "store check failed")), "%s: gc %d '%s'", what, rc, e);
+    skv_store_close(st);
+    CHECK(orig && rec_rw(l, "sessions", q->name, strlen(q->name), NULL, NULL, orig, on) == 0);
+    free(orig);
+}
+
+/* The u64 id of the stored node whose span starts with token t0. */
+static uint64_t node_id(const loc *l, int32_t t0)
+{
+    uint8_t key[8], *rec = NULL;
+    size_t rn = 0;
+    uint64_t id = 0;
+    if (!(l->redis ? redis_find_node(l, t0, key) : lmdb_find_node(l, t0, key))) return 0;
+    if (!rec_rw(l, "nodes", key, 8, &rec, &rn, NULL, 0) && rn > 16)
+        for (int i = 0; i < 8; i++) id |= (uint64_t)rec[8 + i] << (8 * i);
+    free(rec);
+    return id;
+}
+
+/* fuzz_store found a verified get returning 0 tokens: the session record rewritten with
+ * end node 0 (the root), 0 tokens, the digest of no KV and both checksums recomputed. A
+ * record no put writes is damage: one ending at the root or with no tokens, one naming
+ * a node where no session ends (here the split node of two sessions' shared prefix, with
+ * that prefix's digest: the get returned the prefix). A record redirected to another
+ * session's end node, digest and all, gives that session's tokens: the records a get
+ * reads cannot tell, gc's count of sessions per node does (LMDB; Redis evicts). */
+static void forged_case(int redis)
+{
+    loc l = loc_of(redis, "forged");
+    sess p = g_s[0], q = g_s[0];
+    snprintf(q.name, sizeof q.name, "q");
+    q.n = 18;
+    for (size_t i = 10; i < q.n; i++) q.tok[i] = (int32_t)((q.tok[i] + 17) % g_vocab); /* shares 10 with p */
+    skv_store *st = open_at(&l, SKV_STORE_CREATE);
+    CHECK(st && skv_store_put(st, p.name, p.tok, p.n, NULL) == SKV_OK && skv_store_put(st, q.name, q.tok, q.n, NULL) == SKV_OK);
+    skv_store_close(st);
+    uint64_t split = node_id(&l, p.tok[0]), p_end = node_id(&l, p.tok[10]);
+    CHECK(split != 0 && p_end != 0 && split != p_end);
+    uint8_t rec[64];
+    forge_ses(rec, 0, q.tok, 0);
+    forged_get(&l, &q, rec, NULL, SKV_ERR_FORMAT, SKV_ERR_FORMAT, "root, no tokens");
+    forge_ses(rec, split, q.tok, 10);
+    forged_get(&l, &q, rec, NULL, SKV_ERR_FORMAT, SKV_ERR_FORMAT, "the split node");
+    forge_ses(rec, p_end, p.tok, (uint32_t)p.n);
+    forged_get(&l, &q, rec, &p, SKV_OK, redis ? SKV_OK : SKV_ERR_FORMAT, "another session's end");
+    forge_ses(rec, node_id(&l, q.tok[10]), q.tok, (uint32_t)q.n); /* the record as put wrote it */
+    forged_get(&l, &q, rec, NULL, SKV_OK, SKV_OK, "q's own record");
+}
+
+static void test_forged_lmdb(void) { forged_case(0); }
+static void test_forged_redis(void)
+{
+    if (g_have_redis) forged_case(1);
+    else SKIP("redis-server is not installed");
+}
+
 /* ---- an older store: version 3, session records without the token checksum ----- */
 
 static void set_version(const loc *l, uint32_t v)
@@ -371,8 +469,10 @@ int main(void)
     }
     RUN(test_token_changed_lmdb);
     RUN(test_old_version_lmdb);
+    RUN(test_forged_lmdb);
     RUN(test_token_changed_redis);
     RUN(test_old_version_redis);
+    RUN(test_forged_redis);
     redis_kill(&g_redis);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);

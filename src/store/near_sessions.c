@@ -87,8 +87,10 @@ static int add_session(void *u, const uint8_t *k, size_t kn, const uint8_t *v, s
     if (!rc) {
         memcpy(name, k, kn);
         name[kn] = 0;
-        if (p.matched == r.n_tokens) /* else cut short (a Redis eviction): a prefix, as before */
-            rc = store_ses_check_tokens(a->t->st, name, &r, tok, p.matched); /* the tokens reused are the session's */
+        /* the tokens reused are the session's; a path cut short (a Redis eviction) is a
+         * prefix, as before */
+        if (p.matched == r.n_tokens && !(rc = store_ses_check_end(a->t->st, name, &p)))
+            rc = store_ses_check_tokens(a->t->st, name, &r, tok, p.matched);
     }
     if (!rc) {
         s->names[s->n] = name, s->toks[s->n] = tok, s->surs[s->n] = sur;

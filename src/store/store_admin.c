@@ -197,35 +197,78 @@ static int gc_check_blobs(tx *t)
     return SKV_OK;
 }
 
-/* One session's path holds its tokens (the record's token checksum). On Redis a path
- * cut short by an eviction is a miss, not damage. */
+typedef struct ses_check {
+    tx *t;
+    store_ids ends; /* each session's end node, one entry per record (not on Redis) */
+} ses_check;
+
+/* One session's path ends where a session ends and holds its tokens (the record's token
+ * checksum, version 2). On Redis a path cut short by an eviction is a miss, not damage. */
 static int check_session(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
 {
-    tx *t = u;
+    ses_check *c = u;
+    tx *t = c->t;
     char name[256];
     ses_rec sr;
     skv_trie_path p;
     if (kn < 1 || kn > 255 || store_ses_decode(v, vn, &sr)) return store_err(t->st, SKV_ERR_FORMAT, "session record damaged");
     memcpy(name, k, kn);
     name[kn] = 0;
-    if (!sr.has_sum) return SKV_OK; /* a version-1 record: nothing to compare with */
     int rc = skv_trie_path_to(&t->io, sr.end, &p), gone = t->st->be->evicts && !t->damaged;
     if (rc && gone && rc != SKV_ERR_NOMEM) return skv_errbox_clear(t->st->err), SKV_OK;
     if (rc) return store_trie_err(t->st, rc, "session path");
     if (p.matched != sr.n_tokens)
         rc = gone ? SKV_OK : store_err(t->st, SKV_ERR_FORMAT, "session '%s': path of %u tokens, record says %u",
                                        name, p.matched, sr.n_tokens);
-    else
+    else if (!(rc = store_ses_check_end(t->st, name, &p)))
         rc = store_ses_check_path(t, name, &sr, &p);
     skv_trie_path_free(&p);
+    if (!rc && !t->st->be->evicts) rc = store_ids_add(&c->ends, sr.end) ? store_err(t->st, SKV_ERR_NOMEM, "out of memory") : SKV_OK;
     return rc;
 }
 
-/* Every session's path holds the tokens its record was written for. */
+static int cmp_id(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct end_count {
+    tx *t;
+    const store_ids *ends; /* sorted */
+} end_count;
+
+/* A node's n_end is the number of session records ending there (a record redirected to
+ * another session's end node, or a node's count changed, leaves them unequal). */
+static int count_ends(void *u, const skv_trie_node *nd)
+{
+    end_count *e = u;
+    size_t lo = 0, hi = e->ends->n;
+    while (lo < hi) { /* the first entry >= nd->id */
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->ends->id[mid] < nd->id) lo = mid + 1;
+        else hi = mid;
+    }
+    uint32_t n = 0;
+    while (lo + n < e->ends->n && e->ends->id[lo + n] == nd->id) n++;
+    if (n == nd->n_end) return 0;
+    return store_err(e->t->st, SKV_ERR_FORMAT, "node %llu: %u session record(s) end there, the node says %u",
+                     (unsigned long long)nd->id, n, nd->n_end);
+}
+
+/* Every session's path holds the tokens its record was written for, and every node's
+ * count of sessions ending there matches the records (LMDB; Redis evicts either). */
 static int gc_check_sessions(tx *t)
 {
     char e[480];
-    int rc = store_scan(t, TB_SESSIONS, NULL, 0, check_session, t);
+    ses_check c = {t, {0}};
+    int rc = store_scan(t, TB_SESSIONS, NULL, 0, check_session, &c);
+    if (rc >= 0 && !t->st->be->evicts) {
+        qsort(c.ends.id, c.ends.n, sizeof *c.ends.id, cmp_id);
+        end_count ec = {t, &c.ends};
+        rc = store_scan_nodes(t, count_ends, &ec);
+    }
+    free(c.ends.id);
     if (rc >= 0) return SKV_OK;
     snprintf(e, sizeof e, "%s", skv_errbox_get(t->st->err)); /* the message is formatted into its own box */
     return store_err(t->st, rc, "store check failed: %s", e);

@@ -171,6 +171,7 @@ typedef struct store_ids {
     uint64_t *id;
     size_t n, cap;
 } store_ids;
+int store_ids_add(store_ids *l, uint64_t id); /* appends (grows l->id); SKV_ERR_NOMEM */
 int store_mat_ids(tx *t, store_ids *l); /* every materialised node id (l->id malloc'ed) */
 int store_evict_to(tx *t, uint64_t budget, uint32_t *n_demoted);
 /* Materialises path nodes from ctx (which holds the whole path's KV) as the budget allows. */
@@ -212,6 +213,9 @@ uint64_t store_tokens_sum(const int32_t *tokens, size_t n);
 int store_ses_check_tokens(skv_store *st, const char *name, const ses_rec *r, const int32_t *tokens, size_t n);
 /* The same for the tokens along path p (copied; the count must be the record's). */
 int store_ses_check_path(tx *t, const char *name, const ses_rec *r, const skv_trie_path *p);
+/* SKV_ERR_FORMAT (message as above) unless a session ends at path p's last node (its
+ * n_end): a session record naming an inner node was never written by the store. */
+int store_ses_check_end(skv_store *st, const char *name, const skv_trie_path *p);
 uint32_t store_loadable(const skv_trie_path *p, uint32_t upto);
 /* Loads positions [0, upto) of the path (materialised there) into ctx; *got: the
  * positions loaded (less than upto when a blob was evicted: the rest is recomputed). */

@@ -213,11 +213,8 @@ int store_mat_each(tx *t, store_mat_fn fn, void *u)
     return store_scan(t, TB_MATORD, NULL, 0, each_rec, &es);
 }
 
-static int collect_id(void *u, uint64_t id, uint64_t parent, uint64_t bytes)
+int store_ids_add(store_ids *l, uint64_t id)
 {
-    store_ids *l = u;
-    (void)parent;
-    (void)bytes;
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
         uint64_t *nb = realloc(l->id, cap * sizeof *nb);
@@ -227,6 +224,13 @@ static int collect_id(void *u, uint64_t id, uint64_t parent, uint64_t bytes)
     }
     l->id[l->n++] = id;
     return 0;
+}
+
+static int collect_id(void *u, uint64_t id, uint64_t parent, uint64_t bytes)
+{
+    (void)parent;
+    (void)bytes;
+    return store_ids_add(u, id);
 }
 
 int store_mat_ids(tx *t, store_ids *l)

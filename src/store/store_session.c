@@ -38,6 +38,9 @@ int store_ses_decode(const uint8_t *p, size_t n, ses_rec *r)
     if (skv_rd32(p) != SES_MAGIC || XXH3_64bits(p, n - 8) != skv_rd64(p + n - 8)) return SKV_ERR_FORMAT;
     r->end = skv_rd64(p + 8);
     r->n_tokens = skv_rd32(p + 16);
+    /* put stores at least one token, so a session ends below the root: a record saying
+     * otherwise was never written by the store */
+    if (r->end == SKV_TRIE_ROOT || r->n_tokens == 0) return SKV_ERR_FORMAT;
     memcpy(r->digest, p + 24, 16);
     r->put_time = skv_rd64(p + 40);
     r->has_sum = ver == 2;
@@ -81,6 +84,15 @@ int store_ses_check_path(tx *t, const char *name, const ses_rec *r, const skv_tr
     int rc = store_ses_check_tokens(t->st, name, r, tok, p->matched);
     free(tok);
     return rc;
+}
+
+int store_ses_check_end(skv_store *st, const char *name, const skv_trie_path *p)
+{
+    if (p->n && p->nodes[p->n - 1].n_end >= 1) return SKV_OK;
+    return store_err(st, SKV_ERR_FORMAT,
+                     "session '%s': its record names a trie node where no session ends: the store is damaged "
+                     "('seqkv store gc DIR' checks it); remove the session ('seqkv store rm DIR %s') and put it "
+                     "again", name, name);
 }
 
 int store_check_name(skv_store *st, const char *name)
@@ -361,7 +373,9 @@ static int get_tx(tx *t, void *u)
     if (rc == 1) return store_err(st, SKV_ERR_INVALID_ARG, "no session named '%s'", g->name);
     if (rc) return rc;
     if ((rc = skv_trie_path_to(&t->io, g->sr.end, &p))) return path_err(t, g->name, rc);
-    if ((rc = path_tokens(t, g->name, &p, &g->sr, g->ctx, g->tokens, g->cap, g->n_out))) goto out;
+    if ((rc = store_ses_check_end(st, g->name, &p)) ||
+        (rc = path_tokens(t, g->name, &p, &g->sr, g->ctx, g->tokens, g->cap, g->n_out)))
+        goto out;
     /* verified or not: the tokens returned are the session's (the KV digest cannot tell) */
     if ((rc = store_ses_check_tokens(st, g->name, &g->sr, g->tokens, p.matched))) goto out;
     uint32_t l = store_loadable(&p, p.matched);
