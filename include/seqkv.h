@@ -158,6 +158,14 @@ SKV_API int skv_model_arch_steps(const skv_model *m, char *buf, size_t cap);
  * holding the same weights agree) and the vocabulary. Computed once (under a lock: safe
  * from several threads sharing the model), then cached. */
 SKV_API int skv_model_fingerprint(skv_model *m, uint8_t out[16]);
+/* 128-bit fingerprint of the tokenizer alone: everything that makes text into ids and ids
+ * into text (the kind and pre-tokenizer, every token's text, score and attributes, the
+ * merges, the special ids and flags). Models that tokenize alike share it whatever their
+ * weights; what depends on the ids only (the side information and primed models of codecs
+ * cmv / cmvd, the CLI's cached dictionary ids) is keyed by it, so it never waits for
+ * skv_model_fingerprint. A pass over the vocabulary (milliseconds for 128K ids), then
+ * cached (under a lock of its own). SKV_ERR_NOMEM. */
+SKV_API int skv_model_tokenizer_fingerprint(skv_model *m, uint8_t out[16]);
 
 /* Tokenizes text. add_special: prepend BOS (and append EOS) as the model's tokenizer says.
  * Writes at most cap ids to out; *n_out receives the number needed (SKV_ERR_RANGE if > cap). */

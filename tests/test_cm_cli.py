@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Codec cmvd through the CLI (issue 16): --cm-dict TEXT keeps the dictionary's ids
 (cm-H-F.skvids) and its primed model (cm-H-F.skvcm, docs/coder.md 4.8) in the cache
-directory, $XDG_CACHE_HOME/seqkv (else ~/.cache/seqkv), named by TEXT's hash and the model.
+directory, $XDG_CACHE_HOME/seqkv (else ~/.cache/seqkv), named by TEXT's hash and the
+tokenizer's fingerprint.
 
 Prints `PASS test_cm_cli:<case>` / `FAIL ...` / `SKIP ...` lines (counted by tests/run.sh).
 What is checked, on the bundled model:
@@ -14,7 +15,10 @@ What is checked, on the bundled model:
 - nothing is written beside TEXT; ~/.cache/seqkv without XDG_CACHE_HOME; --no-cm-cache and
   SEQKV_NO_CM_CACHE=1 read and write no cache and still restore;
 - each process writes a cache through a temporary file of its own (a directory where a fixed
-  temporary name would go does not stop it; nothing is left over).
+  temporary name would go does not stop it; nothing is left over);
+- a model with other weights and the same tokenizer uses the same caches (no new file), its
+  sessions restore, and a session of the other model is refused as written with another
+  model (its fingerprint is checked after the prefill).
 """
 import glob
 import os
@@ -141,6 +145,28 @@ def test_damaged_caches_rebuilt(tmp):
         check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore after a damaged ids cache: %s" % err)
 
 
+def test_shared_by_tokenizer(tmp):
+    text, dic = setup(tmp)
+    data = bytearray(open(KJV, "rb").read())
+    at = len(data) // 4 * 4 - 4  # the tensor data ends the file: one mantissa bit of its last non-zero word
+    while at > 64 and data[at:at + 4] == b"\0\0\0\0":
+        at -= 4
+    data[at] ^= 1
+    other = os.path.join(tmp, "other.gguf")
+    open(other, "wb").write(bytes(data))
+    mine, theirs, out = os.path.join(tmp, "a.skv"), os.path.join(tmp, "b.skv"), os.path.join(tmp, "out.txt")
+    compress(text, dic, mine)
+    before = sorted(cached(tmp, ".skvcm") + cached(tmp, ".skvids"))
+    rc, _, err = run("compress", "-m", other, "-f", text, "--codec", "cmvd", "--cm-dict", dic, "-o", theirs)
+    check(rc == 0, "compress with the other weights: %s" % err)
+    after = sorted(cached(tmp, ".skvcm") + cached(tmp, ".skvids"))
+    check(after == before and len(after) == 2, "another model with the same tokenizer: caches %r, were %r" % (after, before))
+    rc, _, err = run("restore", "-m", other, theirs, "--cm-dict", dic, "-o", out)
+    check(rc == 0 and open(out, "rb").read() == open(text, "rb").read(), "restore with the other weights: %s" % err)
+    rc, _, err = run("restore", "-m", other, mine, "--cm-dict", dic, "-o", out)
+    check(rc != 0 and "wrong model" in err, "a session of another model restored: rc %d, %r" % (rc, err))
+
+
 def snap_version(path):
     return int.from_bytes(open(path, "rb").read(8)[4:8], "little")
 
@@ -194,7 +220,8 @@ def test_changed_dictionary_refused(tmp):
 
 def main():
     cases = [test_caches_written_and_used, test_home_and_opt_out, test_damaged_caches_rebuilt,
-             test_version1_cache_rewritten, test_changed_dictionary_refused, test_own_temporary_files]
+             test_version1_cache_rewritten, test_changed_dictionary_refused, test_own_temporary_files,
+             test_shared_by_tokenizer]
     return run_cases(REPORTER, cases, "skv_cmcli_")
 
 

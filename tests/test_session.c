@@ -1291,9 +1291,9 @@ static void hostile_model_payload_length(void)
  * computed beside the prefill and compared after (restore.c fp_overlap). The perturbed
  * model at `other` (same vocabulary) is still refused as the wrong model, with the
  * context left empty; a fresh load of the right model restores verified. */
-static void fresh_model_checked_after_prefill(const char *other, size_t n)
+static void fresh_model_case(const char *other, size_t n, int codec)
 {
-    skv_encoder_params p = enc_params(SKV_CODEC_TOKENS, 0, 1, 0);
+    skv_encoder_params p = enc_params(codec, 0, 1, 0);
     skv_encoder *e = NULL;
     skv_session *s = NULL;
     uint8_t *data = NULL;
@@ -1303,7 +1303,7 @@ static void fresh_model_checked_after_prefill(const char *other, size_t n)
     if (!rc) rc = skv_encoder_append(e, g_kjv, n, NULL);
     if (!rc) rc = skv_encoder_finish(e, &data, &size);
     if (!rc) rc = skv_session_open(data, size, &s, err, sizeof err);
-    CHECK_MSG(rc == SKV_OK, "tokens session: %s %s", skv_status_str(rc), err);
+    CHECK_MSG(rc == SKV_OK, "%s session: %s %s", skv_codec_name(codec), skv_status_str(rc), err);
     for (int right = 0; right < 2 && !test_cur_failed; right++) {
         skv_model *fresh = NULL;
         skv_ctx *c = NULL;
@@ -1315,16 +1315,27 @@ static void fresh_model_checked_after_prefill(const char *other, size_t n)
             snprintf(err, sizeof err, "%s", skv_ctx_last_error(c));
         if (right)
             CHECK_MSG(rc == SKV_OK && skv_ctx_n_pos(c) == (int)n && !memcmp(back, g_kjv, n * sizeof *back),
-                      "the right model, fresh: %s %s", skv_status_str(rc), err);
+                      "%s, the right model, fresh: %s %s", skv_codec_name(codec), skv_status_str(rc), err);
         else
             CHECK_MSG(rc == SKV_ERR_MISMATCH && strstr(err, "wrong model") && c && skv_ctx_n_pos(c) == 0,
-                      "the wrong model, fresh: %s '%s', %d positions left", skv_status_str(rc), err, c ? skv_ctx_n_pos(c) : -1);
+                      "%s, the wrong model, fresh: %s '%s', %d positions left", skv_codec_name(codec),
+                      skv_status_str(rc), err, c ? skv_ctx_n_pos(c) : -1);
         skv_ctx_free(c);
         skv_model_free(fresh);
     }
     skv_session_free(s);
     skv_encoder_free(e);
     free(data);
+}
+
+/* A segment coded without the model (tokens, cm, cmv: cmv's caches are keyed by the
+ * tokenizer's fingerprint, which the perturbed model shares) restored into a model whose
+ * fingerprint was never computed: it prefills while a thread computes it, and is checked
+ * after. */
+static void fresh_model_checked_after_prefill(const char *other, size_t n)
+{
+    const int codecs[] = {SKV_CODEC_TOKENS, SKV_CODEC_CM, SKV_CODEC_CMV};
+    for (size_t i = 0; i < sizeof codecs / sizeof *codecs && !test_cur_failed; i++) fresh_model_case(other, n, codecs[i]);
 }
 
 /* Different weights: refused by fingerprint, naming both models. */
@@ -1363,6 +1374,9 @@ static void wrong_model_is_refused(void)
         skv_model_free(m2);
         CHECK_MSG(0, "one weight changed but the fingerprint did not");
     }
+    uint8_t tf1[16], tf2[16];
+    CHECK(skv_model_tokenizer_fingerprint(g_m, tf1) == SKV_OK && skv_model_tokenizer_fingerprint(m2, tf2) == SKV_OK);
+    CHECK_MSG(!memcmp(tf1, tf2, 16), "the same tokenizer, another weight: the tokenizer's fingerprint changed");
     skv_model_info i2;
     skv_model_get_info(m2, &i2);
     for (int codec = 0; codec < 2 && !test_cur_failed; codec++)

@@ -1069,6 +1069,56 @@ static void test_fallbacks(void)
     }
 }
 
+/* skv_tokenizer_fingerprint: equal for equal descriptions, different when anything that
+ * changes encoding or rendering changes (a merge's rank, a score, a type, a flag, a text). */
+static skv_tokenizer *fp_of(const skv_tokenizer_desc *d, uint8_t fp[16])
+{
+    skv_tokenizer *t = NULL;
+    char err[256];
+    memset(fp, 0, 16);
+    if (skv_tokenizer_create(d, &t, err, sizeof err) != SKV_OK) return NULL;
+    if (skv_tokenizer_fingerprint(t, fp) != SKV_OK) {
+        skv_tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+static void test_fingerprint(void)
+{
+    skv_strref toks[6] = {{"a", 1}, {"b", 1}, {"c", 1}, {"ab", 2}, {"bc", 2}, {"abc", 3}};
+    skv_strref m1[3] = {{"a b", 3}, {"b c", 3}, {"ab c", 4}}, m2[3] = {{"b c", 3}, {"a b", 3}, {"ab c", 4}};
+    float sc2[6] = {0, 0, 0, 0, 0, -1};
+    int32_t ty2[6] = {1, 1, 1, 1, 1, 4};
+    skv_tokenizer_desc base = merges_desc(6, toks, 3, m1), d[6];
+    uint8_t f0[16], f1[16], fk[6][16];
+    int32_t a[8], b[8];
+    size_t na = 0, nb = 0;
+    for (int i = 0; i < 6; i++) d[i] = base;
+    d[0].merges = m2;                         /* two ranks swapped: "abc" encodes otherwise */
+    d[1].scores = sc2;                        /* one score */
+    d[2].types = ty2;                         /* one type */
+    d[3].add_bos = 1, d[3].bos_id = 0;        /* a flag */
+    d[4].n_merges = 2;                        /* a merge fewer */
+    d[5].pre = "falcon";                      /* the pre-tokenizer */
+    skv_tokenizer *t0 = fp_of(&base, f0), *t1 = fp_of(&base, f1);
+    CHECK(t0 && t1 && !memcmp(f0, f1, 16));
+    if (t0 && t1) {
+        CHECK(skv_tokenizer_encode(t0, "abc", 3, 0, a, 8, &na) == SKV_OK && na == 1 && a[0] == 5);
+        skv_tokenizer_free(t1);
+        for (int i = 0; i < 6; i++) {
+            skv_tokenizer *t = fp_of(&d[i], fk[i]);
+            CHECK_MSG(t != NULL, "variant %d", i);
+            CHECK_MSG(memcmp(fk[i], f0, 16) != 0, "variant %d: the same fingerprint", i);
+            for (int j = 0; j < i; j++) CHECK_MSG(memcmp(fk[i], fk[j], 16) != 0, "variants %d and %d", i, j);
+            if (i == 0 && t) CHECK(skv_tokenizer_encode(t, "abc", 3, 0, b, 8, &nb) == SKV_OK && (nb != na || b[0] != a[0]));
+            skv_tokenizer_free(t);
+        }
+    }
+    skv_tokenizer_free(t0);
+    CHECK_EQ_INT(skv_tokenizer_fingerprint(NULL, f0), SKV_ERR_INVALID_ARG);
+}
+
 /* ------------------------------------------------------------------------ */
 /* --dump mode for tests/test_tokenizer.py                                  */
 
@@ -1194,6 +1244,7 @@ int main(int argc, char **argv)
     RUN(test_piece_api);
     RUN(test_user_defined_and_fixups);
     RUN(test_fallbacks);
+    RUN(test_fingerprint);
     skv_tokenizer_free(g_tok512);
     for (int i = 0; i < N_PRES; i++) skv_tokenizer_free(g_bpe[i]);
     TEST_END();

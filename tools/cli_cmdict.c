@@ -1,10 +1,14 @@
 /* cli_cmdict.c - --cm-dict TEXT: cached ids and primed model (see cli_cmdict.h).
  *
  * In the cache directory ($XDG_CACHE_HOME/seqkv, else ~/.cache/seqkv), named by the XXH3-64
- * of TEXT's bytes and the model's fingerprint (H = 16 hex digits, F = the first 16 of the
- * fingerprint's), so any copy of the same text shares them and nothing is written beside it:
- * cm-H-F.skvids: "SKVI" | u32 version 1 | u8 model fingerprint[16] | u64 XXH3-64 of TEXT
- *                | u32 n | u32 ids[n] | u64 XXH3-64 of every byte before it (little-endian)
+ * of TEXT's bytes and the tokenizer's fingerprint (skv_model_tokenizer_fingerprint: the ids
+ * of a text and the primed model depend on nothing else; H = 16 hex digits, F = the first
+ * 16 of the fingerprint's), so any copy of the same text, and every model sharing the
+ * tokenizer, shares them, and nothing is written beside it:
+ * cm-H-F.skvids: "SKVI" | u32 version 2 | u8 tokenizer fingerprint[16] | u64 XXH3-64 of
+ *                TEXT | u32 n | u32 ids[n] | u64 XXH3-64 of every byte before it
+ *                (little-endian; version 1, of older builds, held the model's fingerprint
+ *                and is not read: its name differs, so it is simply never found)
  * cm-H-F.skvcm:  skv_cm_dict_save's snapshot of the primed model (docs/coder.md 4.8,
  *                version 2; a version 1 file of older builds is read, then rewritten)
  * Both are written through a temporary file of the writing process's own and a rename. */
@@ -26,6 +30,7 @@
 
 #define IDS_MAGIC 0x49564b53u /* "SKVI" */
 #define IDS_HDR 36u
+#define IDS_VERSION 2
 
 static void wr32(uint8_t *p, uint32_t v)
 {
@@ -83,7 +88,7 @@ static int32_t *ids_load(const char *cache, const uint8_t fp[16], uint64_t key, 
     int32_t *ids = NULL;
     struct stat st;
     if (!f) return NULL;
-    if (!fstat(fileno(f), &st) && fread(h, 1, IDS_HDR, f) == IDS_HDR && rd32(h) == IDS_MAGIC && rd32(h + 4) == 1 &&
+    if (!fstat(fileno(f), &st) && fread(h, 1, IDS_HDR, f) == IDS_HDR && rd32(h) == IDS_MAGIC && rd32(h + 4) == IDS_VERSION &&
         !memcmp(h + 8, fp, 16) && rd64(h + 24) == key && rd32(h + 32) >= 1 &&
         (uint64_t)st.st_size == IDS_HDR + 4 * (uint64_t)rd32(h + 32) + 8 && /* before allocating what it says */
         (ids = skv_big_alloc((size_t)rd32(h + 32) * sizeof *ids)) != NULL) {
@@ -125,7 +130,7 @@ static void ids_save(const char *cache, const uint8_t fp[16], uint64_t key, cons
     char *tmp = NULL;
     FILE *f = b ? own_temp(cache, &tmp) : NULL;
     if (f) {
-        wr32(b, IDS_MAGIC), wr32(b + 4, 1), memcpy(b + 8, fp, 16), wr64(b + 24, key), wr32(b + 32, (uint32_t)n);
+        wr32(b, IDS_MAGIC), wr32(b + 4, IDS_VERSION), memcpy(b + 8, fp, 16), wr64(b + 24, key), wr32(b + 32, (uint32_t)n);
         for (size_t i = 0; i < n; i++) wr32(b + IDS_HDR + 4 * i, (uint32_t)ids[i]);
         wr64(b + len - 8, XXH3_64bits(b, len - 8));
         int ok = fwrite(b, 1, len, f) == len;
@@ -191,9 +196,9 @@ int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
     char *text = NULL, *base = NULL, *cache = NULL;
     int32_t *ids = NULL;
     uint64_t key = 0;
-    pthread_t th; /* the vocabulary's side information while the model's fingerprint is computed */
+    pthread_t th; /* the vocabulary's side information while the text is hashed and the ids read */
     int prep = pthread_create(&th, NULL, prepare_main, m) == 0;
-    int cached = !no_cache && strcmp(path, "-") && skv_model_fingerprint(m, fp) == SKV_OK;
+    int cached = !no_cache && strcmp(path, "-") && skv_model_tokenizer_fingerprint(m, fp) == SKV_OK;
     if (cached && file_key(path, &key)) {
         if (prep) pthread_join(th, NULL);
         return NULL;

@@ -11,7 +11,7 @@
 #include "seqkv.h"
 
 /* TEXT's ids (BOS first) and m's primed model loaded into the library's cache; NULL after
- * a message. Caches: cm-H-F.skvids (the ids, keyed by the model and TEXT's bytes) and
+ * a message. Caches: cm-H-F.skvids (the ids, keyed by the tokenizer and TEXT's bytes) and
  * cm-H-F.skvcm (skv_cm_dict_save's snapshot); either is rebuilt when stale or damaged, and
  * failing to write one (or to make the directory) only costs the next call the work.
  * no_cache (--no-cm-cache), or SEQKV_NO_CM_CACHE set to anything but "0": no cache read

@@ -38,7 +38,7 @@
 #define HIST_ROOM 8192 /* ids of room after a cached dictionary: a segment's, without a realloc */
 
 typedef struct {
-    uint8_t fp[16];        /* model fingerprint the entry was built for */
+    uint8_t fp[16];        /* tokenizer fingerprint the entry was built for */
     skv_cm_vocab *vb;
     uint64_t dict_id;      /* primed entries: the dictionary, else 0 */
     size_t n_dict;
@@ -77,8 +77,16 @@ int skv_session_cm_vocab(const struct skv_tokenizer *tk, skv_cm_vocab **out)
             }
             blob = nb, cap *= 2;
         }
-        if (skv_tokenizer_piece(tk, (int32_t)i, blob + used, PIECE_MAX, &len[i]) < 0) len[i] = 0;
-        if (len[i] > PIECE_MAX) len[i] = PIECE_MAX; /* a longer piece: its first bytes */
+        int r = skv_tokenizer_piece(tk, (int32_t)i, blob + used, PIECE_MAX, &len[i]);
+        if (r == SKV_ERR_RANGE) { /* a longer piece: its first bytes (rendered whole, cut) */
+            char *whole = malloc(len[i]);
+            if (!whole || skv_tokenizer_piece(tk, (int32_t)i, whole, len[i], &len[i]) < 0) rc = SKV_ERR_NOMEM;
+            else memcpy(blob + used, whole, PIECE_MAX);
+            free(whole);
+            len[i] = PIECE_MAX;
+        } else if (r < 0) {
+            len[i] = 0;
+        }
         used += len[i];
         sc[i] = skv_tokenizer_token_score(tk, (int32_t)i);
     }
@@ -120,25 +128,20 @@ static cache_entry *find(const uint8_t fp[16], uint64_t dict_id, size_t n_dict)
     return NULL;
 }
 
-/* The side information of m's vocabulary (built on first use). While another thread is
- * computing the model's fingerprint (the cache's key), it is built before waiting for it,
- * so that the two overlap (skv_cm_dict_prepare); one built for nothing is freed. */
+/* The side information of m's vocabulary (built on first use), keyed by the tokenizer's
+ * fingerprint: it depends on the ids' pieces and scores only, so it never waits for the
+ * model's fingerprint (every weight hashed: seconds on a large model), which a restore
+ * then computes beside the prefill (restore.c fp_overlap). */
 static int vocab_of(skv_model *m, const skv_cm_vocab **out)
 {
     uint8_t fp[16];
-    skv_cm_vocab *early = NULL;
-    int rc = skv_model_fingerprint_ready(m) ? SKV_OK : skv_session_cm_vocab(m->tok, &early);
-    if (!rc) rc = skv_model_fingerprint(m, fp);
-    if (rc) {
-        skv_cm_vocab_free(early);
-        return rc;
-    }
+    int rc = skv_model_tokenizer_fingerprint(m, fp);
+    if (rc) return rc;
     pthread_mutex_lock(&g_lock);
     cache_entry *c = find(fp, 0, 0);
     if (!c && g_n < CACHE_N) {
-        skv_cm_vocab *vb = early;
-        if (vb || (rc = skv_session_cm_vocab(m->tok, &vb)) == SKV_OK) {
-            early = NULL;
+        skv_cm_vocab *vb = NULL;
+        if ((rc = skv_session_cm_vocab(m->tok, &vb)) == SKV_OK) {
             c = &g_cache[g_n++];
             *c = (cache_entry){.vb = vb};
             memcpy(c->fp, fp, 16);
@@ -148,7 +151,6 @@ static int vocab_of(skv_model *m, const skv_cm_vocab **out)
     }
     if (c) *out = c->vb;
     pthread_mutex_unlock(&g_lock);
-    skv_cm_vocab_free(early);
     return rc;
 }
 
@@ -185,7 +187,7 @@ static int primed_of(skv_model *m, const skv_cm_vocab *vb, const int32_t *dict, 
                      cache_entry **out)
 {
     uint8_t fp[16];
-    int rc = skv_model_fingerprint(m, fp);
+    int rc = skv_model_tokenizer_fingerprint(m, fp);
     if (rc) return rc;
     pthread_mutex_lock(&g_lock);
     cache_entry *c = find(fp, id, n);
@@ -417,7 +419,7 @@ int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, 
 
 /* ---- primed-state snapshots (skv_cm_dict_load / _save, docs/coder.md 4.8) ---- */
 
-/* The vocabulary, the fingerprint and the snapshot identity of (m, dict). */
+/* The vocabulary, the tokenizer's fingerprint and the snapshot identity of (m, dict). */
 static int snap_who(skv_model *m, const int32_t *dict, size_t n, const skv_cm_vocab **vb, uint8_t fp[16],
                     skv_cm_snap_id *id, char *err, size_t cap)
 {
@@ -429,7 +431,7 @@ static int snap_who(skv_model *m, const int32_t *dict, size_t n, const skv_cm_vo
             return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "dictionary id %zu (%d) is outside the vocabulary", i,
                             dict[i]);
     int rc = vocab_of(m, vb);
-    if (!rc) rc = skv_model_fingerprint(m, fp);
+    if (!rc) rc = skv_model_tokenizer_fingerprint(m, fp);
     if (rc) return skv_errf(err, cap, rc, "cannot build the cmv side information (out of memory)");
     *id = (skv_cm_snap_id){(*vb)->check, skv_session_dict_id(dict, n), (uint32_t)n};
     return SKV_OK;
@@ -446,7 +448,7 @@ size_t skv_session_cm_primings(void)
 int skv_session_cm_dict_have(skv_model *m, uint64_t id, size_t n)
 {
     uint8_t fp[16];
-    if (!m || skv_model_fingerprint(m, fp)) return 0;
+    if (!m || skv_model_tokenizer_fingerprint(m, fp)) return 0;
     pthread_mutex_lock(&g_lock);
     int have = find(fp, id, n) != NULL;
     pthread_mutex_unlock(&g_lock);

@@ -503,14 +503,15 @@ static void add_stats(skv_restore_stats *to, const skv_restore_stats *st)
     to->n_accepted += st->n_accepted;
 }
 
-/* ---- the model's fingerprint beside a tokens / cm segment's prefill ----
+/* ---- the model's fingerprint beside a prefill ----
  * The first fingerprint of a model converts and hashes every weight (~0.5 s on a 1.1B F16
- * model, about the prefill of a short segment), and a segment whose ids are stored needs
- * nothing of it to prefill: it is computed on a thread of its own meanwhile, and compared
- * after (a wrong model's prefill is then thrown away: the context is emptied and the error
- * is the fingerprint's). The vocabulary size is checked before, so every id is in range.
- * cmv / cmvd key their caches by the fingerprint, and a model codec segment runs the model
- * under its own coding: both check first, as before. */
+ * model, about the prefill of a short segment), and a segment whose ids are coded without
+ * the model (tokens, cm, cmv, cmvd: the last two key their caches by the tokenizer's
+ * fingerprint) needs nothing of it to prefill: it is computed on a thread of its own
+ * meanwhile, and compared after (a wrong model's prefill is then thrown away: the context
+ * is emptied and the error is the fingerprint's). The vocabulary size is checked before, so
+ * every id is in range. A model codec segment runs the model under its own coding: it
+ * checks first, as before. */
 typedef struct {
     skv_model *m;
     uint8_t fp[16];
@@ -525,7 +526,9 @@ static void *fp_main(void *arg)
 
 static int fp_overlap(const skv_session *s, skv_model *m, const skv_restore_params *p)
 {
-    return (s->info.codec == SKV_CODEC_TOKENS || s->info.codec == SKV_CODEC_CM) && !(p && p->decoded) && m &&
+    int c = s->info.codec;
+    return (c == SKV_CODEC_TOKENS || c == SKV_CODEC_CM || c == SKV_CODEC_CMV || c == SKV_CODEC_CMVD) &&
+           !(p && p->decoded) && m &&
            !skv_model_fingerprint_ready(m);
 }
 

@@ -763,6 +763,7 @@ int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out
     fclose(f);
     if (!(m = calloc(1, sizeof *m))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&m->fp_mu, NULL);
+    pthread_mutex_init(&m->vfp_mu, NULL);
     if (!(m->err = skv_errbox_create())) {
         skv_model_free(m);
         return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
@@ -797,6 +798,7 @@ void skv_model_free(skv_model *m)
 {
     if (!m) return;
     pthread_mutex_destroy(&m->fp_mu);
+    pthread_mutex_destroy(&m->vfp_mu);
     skv_errbox_free(m->err);
     if (m->layers)
         for (int l = 0; l < m->info.n_layer; l++) layer_free(&m->layers[l]);
@@ -964,6 +966,17 @@ int skv_model_fingerprint(skv_model *m, uint8_t out[16])
     if (!m->fp_done) rc = compute_fingerprint(m);
     if (rc == SKV_OK) memcpy(out, m->fp, 16);
     pthread_mutex_unlock(&m->fp_mu);
+    return rc;
+}
+
+int skv_model_tokenizer_fingerprint(skv_model *m, uint8_t out[16])
+{
+    int rc = SKV_OK;
+    if (!m || !out) return SKV_ERR_INVALID_ARG;
+    pthread_mutex_lock(&m->vfp_mu);
+    if (!m->vfp_done && !(rc = skv_tokenizer_fingerprint(m->tok, m->vfp))) m->vfp_done = 1;
+    if (!rc) memcpy(out, m->vfp, 16);
+    pthread_mutex_unlock(&m->vfp_mu);
     return rc;
 }
 

@@ -69,6 +69,10 @@ struct skv_model {
     pthread_mutex_t fp_mu; /* guards the lazily computed fingerprint: models are shared */
     int fp_done;
     uint8_t fp[16];
+    pthread_mutex_t vfp_mu; /* the tokenizer's fingerprint: its own lock, never held while
+                               the model's (seconds on a large model) is computed */
+    int vfp_done;
+    uint8_t vfp[16];
 };
 
 /* Layer l attends through a sliding window (SKV_ARCH_SWA). */

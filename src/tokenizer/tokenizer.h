@@ -101,6 +101,12 @@ int skv_tokenizer_encode_ex(const skv_tokenizer *t, const char *text, size_t len
  * SKV_ERR_RANGE if it exceeds cap (buf untouched), or SKV_ERR_INVALID_ARG. */
 int skv_tokenizer_piece(const skv_tokenizer *t, int32_t id, char *buf, size_t cap, size_t *len);
 
+/* 128-bit fingerprint of what the tokenizer does (kind, pre-tokenizer, every token's
+ * text, score and attributes, the merges by rank, the special ids and flags): equal
+ * fingerprints encode and render alike. Cost: one pass over the vocabulary and merges.
+ * SKV_ERR_NOMEM / SKV_ERR_INVALID_ARG. */
+int skv_tokenizer_fingerprint(const skv_tokenizer *t, uint8_t out[16]);
+
 /* Text of n token ids (tools/ and skv_detokenize): the pieces concatenated, every BOS
  * dropped, and with SPM one leading space dropped from the first piece after a BOS (the
  * encoder's dummy prefix); after_bos: the ids continue right after a BOS. Writes the text
