@@ -155,8 +155,9 @@ SKV_API const char *skv_model_last_error(const skv_model *m);
 SKV_API int skv_model_arch_steps(const skv_model *m, char *buf, size_t cap);
 /* 128-bit fingerprint of everything that determines the model's outputs: hyper-parameters,
  * every weight value (as the f32 numbers the forward pass uses, so a GGUF and a llama2.c file
- * holding the same weights agree) and the vocabulary. Computed once (under a lock: safe
- * from several threads sharing the model), then cached. */
+ * holding the same weights agree) and the vocabulary's size (its pieces are not part of it:
+ * the ids' texts do not change the KV; skv_model_tokenizer_fingerprint covers them). Computed
+ * once (under a lock: safe from several threads sharing the model), then cached. */
 SKV_API int skv_model_fingerprint(skv_model *m, uint8_t out[16]);
 /* 128-bit fingerprint of the tokenizer alone: everything that makes text into ids and ids
  * into text (the kind and pre-tokenizer, every token's text, score and attributes, the

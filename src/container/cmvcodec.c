@@ -77,16 +77,9 @@ int skv_session_cm_vocab(const struct skv_tokenizer *tk, skv_cm_vocab **out)
             }
             blob = nb, cap *= 2;
         }
-        int r = skv_tokenizer_piece(tk, (int32_t)i, blob + used, PIECE_MAX, &len[i]);
-        if (r == SKV_ERR_RANGE) { /* a longer piece: its first bytes (rendered whole, cut) */
-            char *whole = malloc(len[i]);
-            if (!whole || skv_tokenizer_piece(tk, (int32_t)i, whole, len[i], &len[i]) < 0) rc = SKV_ERR_NOMEM;
-            else memcpy(blob + used, whole, PIECE_MAX);
-            free(whole);
-            len[i] = PIECE_MAX;
-        } else if (r < 0) {
-            len[i] = 0;
-        }
+        /* a piece longer than PIECE_MAX counts as empty (as it always has: the side
+         * information is part of what cmv / cmvd files are coded with) */
+        if (skv_tokenizer_piece(tk, (int32_t)i, blob + used, PIECE_MAX, &len[i]) < 0) len[i] = 0;
         used += len[i];
         sc[i] = skv_tokenizer_token_score(tk, (int32_t)i);
     }

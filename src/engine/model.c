@@ -905,6 +905,10 @@ static void fp_layer(XXH3_state_t *st, const skv_model *m, const skv_layer *L, f
 }
 
 /* The vocabulary: the bytes each token id stands for. */
+/* The vocabulary's size, as it turned out: skv_tokenizer_piece returns the piece's length,
+ * not SKV_OK, so every piece hashes as length 0 and no bytes (n_vocab zeros). Kept so
+ * (every .skv file and store records this fingerprint); the tokenizer has its own
+ * (skv_model_tokenizer_fingerprint). */
 static void fp_vocab(XXH3_state_t *st, const skv_model *m)
 {
     for (int32_t t = 0; t < m->info.n_vocab; t++) {
