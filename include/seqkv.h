@@ -468,6 +468,10 @@ typedef struct skv_session_info {
     char model_name[49];
     uint64_t file_bytes;
     int kv_cache_type;       /* SKV_KV_CACHE_* of the contexts it was made with and restores into */
+    int has_tokenizer;       /* 1: tokenizer holds the first 8 bytes of the writing model's
+                                skv_model_tokenizer_fingerprint (files since 2026-12-05; a
+                                restore checks it: the text the ids render to), 0: not recorded */
+    uint8_t tokenizer[8];
 } skv_session_info;
 
 /* Parses and validates a .skv file (structure and checksums); copies what it needs. */

@@ -1409,6 +1409,104 @@ static void wrong_model_is_refused(void)
 
 /* ---- API misuse --------------------------------------------------------------------- */
 
+/* A GGUF copy of the model with one token's text changed (same length, same weights): its
+ * path in path (removed by the caller); 0 on success. */
+static int other_tokenizer_copy(char *path, size_t cap)
+{
+    size_t len = 0;
+    char *bytes = slurp(g_gguf, &len), piece[64];
+    int rc = -1;
+    snprintf(path, cap, "/tmp/seqkv_test_session_tok_%ld.gguf", (long)getpid());
+    for (int32_t id = 300; bytes && rc && id < g_info.n_vocab; id++) {
+        size_t pl = 0;
+        if (skv_token_piece(g_m, id, piece, sizeof piece, &pl) < 0 || pl < 5 || pl > 12) continue;
+        int letters = 1;
+        for (size_t i = 0; i < pl; i++) letters &= piece[i] >= 'a' && piece[i] <= 'z';
+        if (!letters) continue; /* stored as it renders: no U+2581, no byte token */
+        uint8_t pat[20];
+        for (int i = 0; i < 8; i++) pat[i] = (uint8_t)((uint64_t)pl >> (8 * i));
+        memcpy(pat + 8, piece, pl);
+        for (size_t at = 0; at + 8 + pl <= len; at++)
+            if (!memcmp(bytes + at, pat, 8 + pl)) {
+                bytes[at + 8 + pl - 1] = 'Z'; /* "...Z": no such token in the vocabulary */
+                FILE *f = fopen(path, "wb");
+                rc = f && fwrite(bytes, 1, len, f) == len ? 0 : -1;
+                if (f && fclose(f)) rc = -1;
+                break;
+            }
+    }
+    free(bytes);
+    return rc;
+}
+
+/* .skv files record the first 8 bytes of the tokenizer's fingerprint (header flag 4): a
+ * model with the same weights and another tokenizer restores the KV bit-exactly, but the
+ * ids would render to other text, so it is refused ("wrong tokenizer"); the model's own
+ * fingerprint does not see it (its vocabulary part is the size only). A file without the
+ * field (the flag clear, the bytes zero, as before) restores as before. */
+static void wrong_tokenizer_is_refused(void)
+{
+    NEED_KJV();
+    char path[256], err[512] = "";
+    skv_model *m2 = NULL;
+    uint8_t fp1[16], fp2[16], tf1[16], tf2[16];
+    size_t n = g_kjv_n < 60 ? g_kjv_n : 60, size = 0;
+    CHECK_MSG(other_tokenizer_copy(path, sizeof path) == 0, "no token to change in %s", g_gguf);
+    int rc = skv_model_load(path, NULL, &m2, err, sizeof err);
+    remove(path);
+    CHECK_MSG(rc == SKV_OK, "the copy: %s", err);
+    CHECK(skv_model_fingerprint(g_m, fp1) == SKV_OK && skv_model_fingerprint(m2, fp2) == SKV_OK && !memcmp(fp1, fp2, 16));
+    CHECK(skv_model_tokenizer_fingerprint(g_m, tf1) == SKV_OK && skv_model_tokenizer_fingerprint(m2, tf2) == SKV_OK);
+    CHECK_MSG(memcmp(tf1, tf2, 16) != 0, "one token's text changed, the tokenizer's fingerprint did not");
+    skv_encoder_params p = enc_params(SKV_CODEC_TOKENS, 0, 1, 0);
+    skv_encoder *e = NULL;
+    skv_session *s = NULL;
+    uint8_t *data = NULL;
+    skv_session_info si;
+    rc = skv_encoder_create(g_m, &p, &e, NULL, 0);
+    if (!rc) rc = skv_encoder_append(e, g_kjv, n, NULL);
+    if (!rc) rc = skv_encoder_finish(e, &data, &size);
+    skv_encoder_free(e);
+    CHECK(rc == SKV_OK && size > 128);
+    for (int old = 0; old < 2 && !test_cur_failed; old++) {
+        if (old) { /* as written before the field: flag clear, bytes zero, header checksum */
+            data[16] &= (uint8_t)~4u;
+            memset(data + 112, 0, 8);
+            uint64_t h = XXH3_64bits(data, 120);
+            for (int i = 0; i < 8; i++) data[120 + i] = (uint8_t)(h >> (8 * i));
+        }
+        rc = skv_session_open(data, size, &s, err, sizeof err);
+        CHECK_MSG(rc == SKV_OK, "open: %s", err);
+        if (rc) break;
+        CHECK(skv_session_get_info(s, &si) == SKV_OK && si.has_tokenizer == !old &&
+              (old || !memcmp(si.tokenizer, tf1, 8)));
+        for (int into = 0; into < 2 && !test_cur_failed; into++) {
+            skv_ctx *c = NULL;
+            int32_t back[128];
+            skv_restore_params rp = {.verify = 1};
+            rc = skv_ctx_create(into ? m2 : g_m, NULL, &c);
+            if (!rc && (rc = skv_session_restore_segment(s, into ? m2 : g_m, 0, c, &rp, back, 128)))
+                snprintf(err, sizeof err, "%s", skv_ctx_last_error(c));
+            if (into && !old)
+                CHECK_MSG(rc == SKV_ERR_MISMATCH && strstr(err, "wrong tokenizer") && c && skv_ctx_n_pos(c) == 0,
+                          "another tokenizer: %s '%s'", skv_status_str(rc), err);
+            else
+                CHECK_MSG(rc == SKV_OK && !memcmp(back, g_kjv, n * sizeof *back), "old %d, into %d: %s %s", old, into,
+                          skv_status_str(rc), err);
+            skv_ctx_free(c);
+        }
+        skv_session_free(s);
+        s = NULL;
+    }
+    /* the field without the flag is damage, as the reserved bytes were */
+    data[112] = 1;
+    uint64_t h = XXH3_64bits(data, 120);
+    for (int i = 0; i < 8; i++) data[120 + i] = (uint8_t)(h >> (8 * i));
+    CHECK(skv_session_open(data, size, &s, err, sizeof err) == SKV_ERR_FORMAT && strstr(err, "reserved"));
+    free(data);
+    skv_model_free(m2);
+}
+
 static void api_misuse(void)
 {
     NEED_KJV();
@@ -1699,6 +1797,7 @@ int main(void)
     RUN(hostile_tokens_payloads);
     RUN(hostile_model_payload_length);
     RUN(wrong_model_is_refused);
+    RUN(wrong_tokenizer_is_refused);
     RUN(api_misuse);
     RUN(skip_entropy_changes_only_the_report);
     RUN(errors_one_convention);

@@ -737,6 +737,9 @@ static void inspect_header(const char *path, const skv_session_info *si, int kvc
                (unsigned long long)ki->position_bytes, (double)ki->position_bytes * 8);
     printf("\nmodel:        %s\nfingerprint:  ", si->model_name);
     for (int i = 0; i < 16; i++) printf("%02x", si->fingerprint[i]);
+    printf("\ntokenizer:    ");
+    for (int i = 0; i < 8 && si->has_tokenizer; i++) printf("%02x", si->tokenizer[i]);
+    printf("%s", si->has_tokenizer ? " (first 8 bytes of its fingerprint)" : "not recorded (an older file)");
     printf("\nvocabulary:   %u (BOS %d)\ncontext:      %u per segment\ntokens:       %llu\n", si->n_vocab, si->bos_id,
            si->n_ctx, (unsigned long long)si->n_tokens);
     printf("bits/token:   %.4f\nsegments:     %u%s\n",

@@ -486,14 +486,17 @@ int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
     if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
     if ((rc = flush_segment(e))) return rc;
     fp_join(e);
+    uint8_t tf[16];
     if ((rc = skv_model_fingerprint(e->m, fp))) return enc_fail(e, rc, "model fingerprint failed");
+    if ((rc = skv_model_tokenizer_fingerprint(e->m, tf))) return enc_fail(e, rc, "tokenizer fingerprint failed");
     uint8_t *h = e->out;
     memset(h, 0, HDR_SIZE);
     memcpy(h, SKV_MAGIC, 8);
     skv_wr16(h + 8, SKV_VERSION);
     skv_wr16(h + 10, HDR_SIZE);
     skv_wr32(h + 12, (uint32_t)e->p.codec);
-    skv_wr32(h + 16, (e->p.segment ? 1u : 0u) | (skv_ctx_kv_cache_type(e->ctx) == SKV_KV_CACHE_F16 ? 2u : 0u));
+    skv_wr32(h + 16, (e->p.segment ? 1u : 0u) | (skv_ctx_kv_cache_type(e->ctx) == SKV_KV_CACHE_F16 ? 2u : 0u) |
+                         SKV_HDR_TOKENIZER);
     skv_wr32(h + 20, e->n_segments);
     skv_wr64(h + 24, e->st.n_tokens);
     skv_wr32(h + 32, (uint32_t)e->p.n_ctx);
@@ -502,6 +505,7 @@ int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
     skv_wr32(h + 44, (uint32_t)e->m->info.bos_id);
     memcpy(h + 48, fp, 16);
     put_model_name(h + 64, e->m->info.name);
+    memcpy(h + 112, tf, 8);
     skv_wr64(h + 120, XXH3_64bits(h, 120));
     e->finished = 1;
     *data = e->out;

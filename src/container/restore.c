@@ -308,11 +308,11 @@ static int prefill_codec(int codec)
     return codec == SKV_CODEC_TOKENS || codec == SKV_CODEC_CM || codec == SKV_CODEC_CMV || codec == SKV_CODEC_CMVD;
 }
 
-/* check_restore's model check: the fingerprint (`deferred`: the vocabulary size only; the
- * fingerprint is compared after the prefill, see fp_overlap). */
+/* check_restore's model check: the fingerprints (`deferred`: the vocabulary size and the
+ * tokenizer's, cheap; the model's is compared after the prefill, see fp_overlap). */
 static int check_model_now(const skv_session *s, skv_model *m, int deferred, char *err, size_t errcap)
 {
-    if (deferred && (uint32_t)m->info.n_vocab == s->info.n_vocab) return SKV_OK;
+    if (deferred && (uint32_t)m->info.n_vocab == s->info.n_vocab) return skv_session_check_tokenizer(s, m, err, errcap);
     return skv_session_check_model(s, m, err, errcap);
 }
 

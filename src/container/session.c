@@ -105,19 +105,22 @@ static int read_header(skv_session *s, uint32_t *flags, char *err, size_t cap)
     memcpy(in->fingerprint, h + 48, 16);
     memcpy(in->model_name, h + 64, 48);
     in->model_name[48] = 0;
+    in->has_tokenizer = (*flags & SKV_HDR_TOKENIZER) != 0;
+    memcpy(in->tokenizer, h + 112, 8);
     in->file_bytes = s->size;
     return SKV_OK;
 }
 
-/* The name is printed by tools: printable bytes, NUL-padded; reserved bytes zero. */
-static int check_name_field(const uint8_t *h, char *err, size_t cap)
+/* The name is printed by tools: printable bytes, NUL-padded; bytes 112..120 zero unless
+ * they hold the tokenizer's fingerprint (flag SKV_HDR_TOKENIZER). */
+static int check_name_field(const uint8_t *h, uint32_t flags, char *err, size_t cap)
 {
     for (size_t i = 0, end = 0; i < 48; i++) {
         uint8_t ch = h[64 + i];
         if (!ch) end = 1;
         else if (end || ch < 0x20 || ch == 0x7f) return skv_session_bad(err, cap, "model name field is not printable text");
     }
-    for (size_t i = 112; i < 120; i++)
+    for (size_t i = 112; i < 120 && !(flags & SKV_HDR_TOKENIZER); i++)
         if (h[i]) return skv_session_bad(err, cap, "reserved header bytes are not zero");
     return SKV_OK;
 }
@@ -127,10 +130,10 @@ static int parse_header(skv_session *s, char *err, size_t cap)
     skv_session_info *in = &s->info;
     uint32_t flags = 0;
     int rc;
-    if ((rc = read_header(s, &flags, err, cap)) || (rc = check_name_field(s->data, err, cap))) return rc;
+    if ((rc = read_header(s, &flags, err, cap)) || (rc = check_name_field(s->data, flags, err, cap))) return rc;
     if (!skv_codec_name(in->codec))
         return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "unknown codec id %d", in->codec);
-    if (flags & ~3u) return skv_session_bad(err, cap, "unknown flags");
+    if (flags & ~(3u | SKV_HDR_TOKENIZER)) return skv_session_bad(err, cap, "unknown flags");
     if (in->n_vocab < 1 || in->n_vocab > (1u << 24) || in->n_ctx < 1 || in->n_ctx > (1u << 24))
         return skv_session_bad(err, cap, "vocabulary or context size out of range");
     if (in->codec == SKV_CODEC_MODEL
@@ -282,11 +285,31 @@ int skv_session_digest_mismatch(const uint8_t *stored, const uint8_t *got, uint3
                     what, b);
 }
 
+int skv_session_check_tokenizer(const skv_session *s, skv_model *m, char *err, size_t cap)
+{
+    uint8_t tf[16];
+    char a[33], b[33];
+    if (!s->info.has_tokenizer) return SKV_OK; /* an older file: the model's fingerprint only */
+    int rc = skv_model_tokenizer_fingerprint(m, tf);
+    if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model's tokenizer");
+    if (!memcmp(tf, s->info.tokenizer, 8)) return SKV_OK;
+    for (int i = 0; i < 8; i++) {
+        snprintf(a + 2 * i, 3, "%02x", s->info.tokenizer[i]);
+        snprintf(b + 2 * i, 3, "%02x", tf[i]);
+    }
+    return skv_errf(err, cap, SKV_ERR_MISMATCH,
+                    "wrong tokenizer: this session was written with model '%s' whose tokenizer (fingerprint %s) is not "
+                    "the one of model '%s' (%s): its ids would render to other text; use the model it was written with",
+                    s->info.model_name, a, m->info.name, b);
+}
+
 int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_t cap)
 {
     uint8_t fp[16];
     char a[33], b[33];
-    int rc = skv_model_fingerprint(m, fp);
+    int rc = skv_session_check_tokenizer(s, m, err, cap);
+    if (rc) return rc;
+    rc = skv_model_fingerprint(m, fp);
     if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model");
     if (memcmp(fp, s->info.fingerprint, 16) || (uint32_t)m->info.n_vocab != s->info.n_vocab) {
         hex16(s->info.fingerprint, a);

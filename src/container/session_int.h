@@ -24,6 +24,7 @@
 #define SKV_MAGIC "\x89SKV\r\n\x1a\n"
 #define SKV_VERSION 1
 #define HDR_SIZE 128
+#define SKV_HDR_TOKENIZER 4u /* header flag: bytes 112..120 hold the tokenizer's fingerprint (8 bytes) */
 #define SEG_HDR 32
 #define SEG_MAGIC "SKVS"
 #define ZSTD_LEVEL 19
@@ -135,6 +136,9 @@ int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int
 /* SKV_OK if m is the model s was written with (fingerprint and vocabulary), else
  * SKV_ERR_MISMATCH naming both. */
 int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_t cap);
+/* The tokenizer's fingerprint against the header's (files that record it; SKV_ERR_MISMATCH
+ * "wrong tokenizer ..."); skv_session_check_model includes it. */
+int skv_session_check_tokenizer(const skv_session *s, skv_model *m, char *err, size_t cap);
 /* SKV_OK if ctx holds exact KV, else SKV_ERR_UNSUPPORTED (a context with kv_quant): every
  * restore refuses such a context before changing it. */
 int skv_session_check_ctx(skv_ctx *ctx, char *err, size_t cap);
