@@ -36,6 +36,7 @@
 #include <zstd.h>
 
 #include "seqkv.h"
+#include "gguf_edit.h"
 #include "test.h"
 #include "core/util.h"
 
@@ -1409,36 +1410,6 @@ static void wrong_model_is_refused(void)
 
 /* ---- API misuse --------------------------------------------------------------------- */
 
-/* A GGUF copy of the model with one token's text changed (same length, same weights): its
- * path in path (removed by the caller); 0 on success. */
-static int other_tokenizer_copy(char *path, size_t cap)
-{
-    size_t len = 0;
-    char *bytes = slurp(g_gguf, &len), piece[64];
-    int rc = -1;
-    snprintf(path, cap, "/tmp/seqkv_test_session_tok_%ld.gguf", (long)getpid());
-    for (int32_t id = 300; bytes && rc && id < g_info.n_vocab; id++) {
-        size_t pl = 0;
-        if (skv_token_piece(g_m, id, piece, sizeof piece, &pl) < 0 || pl < 5 || pl > 12) continue;
-        int letters = 1;
-        for (size_t i = 0; i < pl; i++) letters &= piece[i] >= 'a' && piece[i] <= 'z';
-        if (!letters) continue; /* stored as it renders: no U+2581, no byte token */
-        uint8_t pat[20];
-        for (int i = 0; i < 8; i++) pat[i] = (uint8_t)((uint64_t)pl >> (8 * i));
-        memcpy(pat + 8, piece, pl);
-        for (size_t at = 0; at + 8 + pl <= len; at++)
-            if (!memcmp(bytes + at, pat, 8 + pl)) {
-                bytes[at + 8 + pl - 1] = 'Z'; /* "...Z": no such token in the vocabulary */
-                FILE *f = fopen(path, "wb");
-                rc = f && fwrite(bytes, 1, len, f) == len ? 0 : -1;
-                if (f && fclose(f)) rc = -1;
-                break;
-            }
-    }
-    free(bytes);
-    return rc;
-}
-
 /* .skv files record the first 8 bytes of the tokenizer's fingerprint (header flag 4): a
  * model with the same weights and another tokenizer restores the KV bit-exactly, but the
  * ids would render to other text, so it is refused ("wrong tokenizer"); the model's own
@@ -1451,7 +1422,8 @@ static void wrong_tokenizer_is_refused(void)
     skv_model *m2 = NULL;
     uint8_t fp1[16], fp2[16], tf1[16], tf2[16];
     size_t n = g_kjv_n < 60 ? g_kjv_n : 60, size = 0;
-    CHECK_MSG(other_tokenizer_copy(path, sizeof path) == 0, "no token to change in %s", g_gguf);
+    snprintf(path, sizeof path, "/tmp/seqkv_test_session_tok_%ld.gguf", (long)getpid());
+    CHECK_MSG(gguf_other_tokenizer(g_gguf, g_m, path) == 0, "no token to change in %s", g_gguf);
     int rc = skv_model_load(path, NULL, &m2, err, sizeof err);
     remove(path);
     CHECK_MSG(rc == SKV_OK, "the copy: %s", err);

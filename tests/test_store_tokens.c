@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "gguf_edit.h"
 #include "redis_harness.h"
 #include "seqkv.h"
 #include "test.h"
@@ -434,6 +435,64 @@ static void old_version_case(int redis)
     CHECK_MSG(strstr(err, "version 5") && strstr(err, "2..4"), "%s", err);
 }
 
+/* A store records its model's tokenizer fingerprint (header flags bit 0, bytes 148..155):
+ * the same weights with another token text (tests/gguf_edit.h) open an older store as
+ * before but are refused by a new one, naming the tokenizer; an older store keeps flags 0
+ * through the upgrade; an unknown flag is refused. */
+static void tokenizer_case(int redis)
+{
+    loc l = loc_of(redis, "tok");
+    char path[300], err[512];
+    skv_model *m2 = NULL;
+    skv_store *st = open_at(&l, SKV_STORE_CREATE);
+    uint8_t *h = NULL, tf[16];
+    size_t hn = 0;
+    CHECK(st && put_all(st) == 0);
+    skv_store_close(st);
+    snprintf(path, sizeof path, "%.200s/tok.gguf", g_root);
+    CHECK(gguf_other_tokenizer(MODEL, g_m, path) == 0 && skv_model_load(path, NULL, &m2, err, sizeof err) == SKV_OK);
+    if (!m2) return;
+    CHECK(rec_rw(&l, "meta", "header", 6, &h, &hn, NULL, 0) == 0 && hn == 168);
+    CHECK(skv_model_tokenizer_fingerprint(g_m, tf) == SKV_OK);
+    if (h) CHECK(h[12] == 1 && !memcmp(h + 148, tf, 8));
+    int rc = skv_store_open(l.where, m2, 0, NULL, &st, err, sizeof err);
+    CHECK_MSG(rc == SKV_ERR_MISMATCH && strstr(err, "tokenizer") && !st, "another tokenizer: %d '%s'", rc, err);
+    if (h) { /* as an older store wrote it: flags 0, no tokenizer; version 3 (a writer upgrades it) */
+        memset(h + 12, 0, 4);
+        memset(h + 148, 0, 8);
+        h[8] = 3;
+        reseal(h, hn);
+        CHECK(rec_rw(&l, "meta", "header", 6, NULL, NULL, h, hn) == 0);
+    }
+    skv_model *keep = g_m;
+    g_m = m2; /* all_restore's contexts: the other model's */
+    st = open_at(&l, 0);
+    CHECK(st && all_restore(st) == SKV_OK);
+    skv_store_close(st);
+    g_m = keep;
+    free(h);
+    h = NULL;
+    CHECK(rec_rw(&l, "meta", "header", 6, &h, &hn, NULL, 0) == 0 && hn == 168);
+    if (h) CHECK(h[8] == 4 && h[12] == 0 && !memcmp(h + 148, "\0\0\0\0\0\0\0\0", 8)); /* upgraded, still without */
+    if (h) {
+        h[12] = 2; /* a flag this build does not know */
+        reseal(h, hn);
+        CHECK(rec_rw(&l, "meta", "header", 6, NULL, NULL, h, hn) == 0);
+        rc = skv_store_open(l.where, g_m, 0, NULL, &st, err, sizeof err);
+        CHECK_MSG(rc == SKV_ERR_UNSUPPORTED && strstr(err, "flags"), "unknown flag: %d '%s'", rc, err);
+    }
+    free(h);
+    skv_model_free(m2);
+    remove(path);
+}
+
+static void test_tokenizer_lmdb(void) { tokenizer_case(0); }
+static void test_tokenizer_redis(void)
+{
+    if (g_have_redis) tokenizer_case(1);
+    else SKIP("redis-server is not installed");
+}
+
 static void test_old_version_lmdb(void) { old_version_case(0); }
 static void test_old_version_redis(void)
 {
@@ -470,9 +529,11 @@ int main(void)
     RUN(test_token_changed_lmdb);
     RUN(test_old_version_lmdb);
     RUN(test_forged_lmdb);
+    RUN(test_tokenizer_lmdb);
     RUN(test_token_changed_redis);
     RUN(test_old_version_redis);
     RUN(test_forged_redis);
+    RUN(test_tokenizer_redis);
     redis_kill(&g_redis);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);

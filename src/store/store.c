@@ -102,13 +102,23 @@ static int state_decode(const uint8_t *p, size_t n, store_state *s)
     return SKV_OK;
 }
 
-/* header: 0 magic[8] | 8 u32 version | 12 u32 0 | 16 fingerprint[16] | 32 name[96] |
- *         128 u32 n_layer, n_head_kv, head_dim, n_vocab, n_ctx | 148 u32 0 x3 | 160 u64 XXH3-64 */
-static void header_encode(const skv_store *st, uint8_t *p)
+/* header: 0 magic[8] | 8 u32 version | 12 u32 flags | 16 fingerprint[16] | 32 name[96] |
+ *         128 u32 n_layer, n_head_kv, head_dim, n_vocab, n_ctx | 148 tokenizer[8] | 156 u32 0
+ *         | 160 u64 XXH3-64
+ * flags bit 0 (HDR_TOKENIZER): bytes 148..155 hold the first 8 bytes of the model's
+ * tokenizer fingerprint (stores made since 2026-12-05; older ones have flags 0 and zeros
+ * there, and keep them through an upgrade: the tokenizer they were made with is unknown). */
+#define HDR_TOKENIZER 1u
+
+static void header_encode(const skv_store *st, uint8_t *p, int with_tokenizer)
 {
     memset(p, 0, HEADER_SIZE);
     memcpy(p, STORE_MAGIC, 8);
     skv_wr32(p + 8, STORE_VERSION);
+    if (with_tokenizer) {
+        skv_wr32(p + 12, HDR_TOKENIZER);
+        memcpy(p + 148, st->tok_fp, 8);
+    }
     memcpy(p + 16, st->fp, 16);
     memcpy(p + 32, st->info.name, strnlen(st->info.name, 95));
     skv_wr32(p + 128, (uint32_t)st->info.n_layer);
@@ -134,6 +144,16 @@ static int header_check(skv_store *st, const uint8_t *p, size_t n, const char *d
     if (memcmp(p + 16, st->fp, 16) != 0)
         return store_err(st, SKV_ERR_MISMATCH, "store '%s' was made with model '%s', not with the loaded model '%s'",
                        dir, name, st->info.name);
+    uint32_t flags = skv_rd32(p + 12);
+    if (flags & ~HDR_TOKENIZER)
+        return store_err(st, SKV_ERR_UNSUPPORTED, "store '%s': unknown header flags %#x (a newer seqkv made it?)", dir,
+                         flags);
+    if ((flags & HDR_TOKENIZER) && memcmp(p + 148, st->tok_fp, 8) != 0)
+        return store_err(st, SKV_ERR_MISMATCH,
+                         "store '%s' was made with model '%s', whose tokenizer is not the one of the loaded model "
+                         "'%s' (same weights, other token texts or rules: its sessions would render to other "
+                         "text); pass the model the store was made with",
+                         dir, name, st->info.name);
     return SKV_OK;
 }
 
@@ -284,7 +304,7 @@ static int init_store(tx *t, const skv_store_params *p)
                          .prefill_tps = measure_prefill(t->st), .load_bps = 200e6, .prior_weight = 16.0,
                          .comp_ratio = 0.8, .cm_tps = STORE_CM_TPS0, .cm_bpp = STORE_CM_BPP0};
     memset(&t->s0, 0xff, sizeof t->s0);
-    header_encode(t->st, hdr);
+    header_encode(t->st, hdr, 1);
     rc = store_put(t, TB_META, "header", 6, hdr, HEADER_SIZE);
     if (!rc) rc = store_model_init(t);
     if (!rc) rc = store_mat_build(t);
@@ -320,7 +340,7 @@ static int check_store(tx *t, void *u)
      * and checked as before) until the session is put again (docs/store.md "LMDB layout"). */
     if (t->write && skv_rd32(v + 8) < STORE_VERSION) {
         uint8_t hdr[HEADER_SIZE];
-        header_encode(t->st, hdr);
+        header_encode(t->st, hdr, (skv_rd32(v + 12) & HDR_TOKENIZER) != 0);
         if ((rc = store_put(t, TB_META, "header", 6, hdr, HEADER_SIZE))) return rc;
         memset(&t->s0, 0xff, sizeof t->s0); /* rewrite the state record */
     }
@@ -365,7 +385,8 @@ int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_par
     st->model = m;
     st->readonly = !!(flags & SKV_STORE_READONLY);
     st->n_threads = p->n_threads > 0 ? p->n_threads : 1;
-    if ((rc = skv_model_get_info(m, &st->info)) || (rc = skv_model_fingerprint(m, st->fp))) {
+    if ((rc = skv_model_get_info(m, &st->info)) || (rc = skv_model_fingerprint(m, st->fp)) ||
+        (rc = skv_model_tokenizer_fingerprint(m, st->tok_fp))) {
         store_err(st, rc, "cannot read the model's info/fingerprint");
     } else {
         st->blocks = (size_t)st->info.n_layer * 2 * (size_t)st->info.n_head_kv;

@@ -67,6 +67,7 @@ struct skv_store {
     skv_model *model;
     skv_model_info info;
     uint8_t fp[16];
+    uint8_t tok_fp[16];      /* the model's tokenizer fingerprint (the header records 8 bytes) */
     int readonly, n_threads;
     size_t blocks, head_dim; /* KV of one position = blocks x head_dim floats */
     char *model_path;        /* the model file (absolute) to record, or NULL */
