@@ -4,8 +4,9 @@
  *   mode bit 0: recompute the header checksum and the checksum of every segment record
  *               that fits, so that mutations get past the checksums to the structural
  *               checks, the payload decoders and the restore
- *   mode bit 1: write the loaded model's fingerprint and vocabulary size into the header
- *               (then re-checksum it), so that restore gets past the model check
+ *   mode bit 1: write the loaded model's fingerprint and vocabulary size into the header,
+ *               and its tokenizer's fingerprint where the header records one (flags bit
+ *               2), then re-checksum it, so that restore gets past the model check
  *   mode bits 2-3: draft_max of the speculative restore: automatic, 1, 3, 256
  *   mode bit 4: open only (no restore): fast, for the structural checks
  * Checks (abort on violation):
@@ -37,7 +38,9 @@
  * 2026-12-02): under the tiny model their model-coded segments decode to other tokens and
  * fail verification, the rest of each input is read as before. tiny_* are the tiny
  * model's (written by the harness itself: FUZZ_SESSION_SEEDS=DIR, fuzz/models/make_seeds.sh):
- * every codec but cmvd, one and several segments, verified success, a digest mismatch. */
+ * every codec but cmvd, one and several segments, verified success, a digest mismatch;
+ * tiny_tok_* the same files written since the header records the tokenizer's fingerprint
+ * (flags bit 2, 2026-12-05; the tiny_* ones predate it and keep the older header). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +59,7 @@
 
 static skv_model *g_model;
 static skv_ctx *g_ctx;
-static uint8_t g_fp[16];
+static uint8_t g_fp[16], g_tokfp[16];
 static int g_init;
 
 static void write_seeds(const char *dir);
@@ -72,7 +75,8 @@ static void load_model(void)
     if (!g_model) return;
     skv_ctx_params cp = skv_ctx_default_params();
     cp.n_ctx = CTX;
-    if (skv_ctx_create(g_model, &cp, &g_ctx) != SKV_OK || skv_model_fingerprint(g_model, g_fp) != SKV_OK) {
+    if (skv_ctx_create(g_model, &cp, &g_ctx) != SKV_OK || skv_model_fingerprint(g_model, g_fp) != SKV_OK ||
+        skv_model_tokenizer_fingerprint(g_model, g_tokfp) != SKV_OK) {
         skv_ctx_free(g_ctx);
         skv_model_free(g_model);
         g_ctx = NULL;
@@ -275,6 +279,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         skv_model_info mi;
         skv_model_get_info(g_model, &mi);
         memcpy(d + 48, g_fp, 16);
+        if (d[16] & 4) memcpy(d + 112, g_tokfp, 8);
         for (int i = 0; i < 4; i++) d[36 + i] = (uint8_t)((uint32_t)mi.n_vocab >> (8 * i));
         skv_wr64(d + 120, XXH3_64bits(d, 120));
     }
