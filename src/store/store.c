@@ -152,7 +152,7 @@ static int header_check(skv_store *st, const uint8_t *p, size_t n, const char *d
         return store_err(st, SKV_ERR_MISMATCH,
                          "store '%s' was made with model '%s', whose tokenizer is not the one of the loaded model "
                          "'%s' (same weights, other token texts or rules: its sessions would render to other "
-                         "text); pass the model the store was made with",
+                         "text)",
                          dir, name, st->info.name);
     return SKV_OK;
 }
