@@ -6,7 +6,7 @@ documentation.
 
 Usage: bench/restore_wall.py [--rounds N] [--bytes B] [--texts kjv,fortunes,chat]
                              [--codecs tokens,cm,cmv,cmvd,model,model1,model16] [--build DIR]
-                             [--single [--session-tokens N]]
+                             [--single [--session-tokens N]] [--model GGUF]
 
 Each text (its first B bytes, default 24,000) is stored as 800-token segments with each
 codec (`seqkv compress --segment -c 800`); cmvd takes a dictionary of the same kind of
@@ -28,6 +28,8 @@ and a row's time is the sum over the pieces of one round (process start and mode
 included, as a user pays them). model1 is then the same as model (one segment).
 --session-tokens N: with --single, sessions of about N tokens instead of 800 (a session
 over 1,024 tokens is stored as segments of up to 1,024, the model's context, in one file).
+--model GGUF: another model than the bundled one (e.g. the 1.1B random-weight TinyLlama of
+scripts/peer/gen_model.py; its prefill of an 800-token session takes ~17 s on one thread).
 Needs: make, fortunes (scripts/install-deps.sh --corpus), bible-kjv (for the dictionary).
 """
 import argparse
@@ -143,7 +145,11 @@ def main():
     ap.add_argument("--single", action="store_true", help="one-segment sessions of ~800 tokens, one process each")
     ap.add_argument("--session-tokens", type=int, default=SINGLE_TOKENS,
                     help="with --single: tokens per session (default %d)" % SINGLE_TOKENS)
+    ap.add_argument("--model", default=MODEL, help="the model (default: the bundled one)")
     a = ap.parse_args()
+    model = a.model
+    if not os.path.isfile(model):
+        fail("no model %s" % model)
     if a.session_tokens < 50:
         fail("--session-tokens must be at least 50")
     seqkv = os.path.join(a.build, "seqkv")
@@ -162,9 +168,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="restore_wall.") as work:
         env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "cache"))
         load0 = open("/proc/loadavg").read().split()[:3]
-        print("Measured %s UTC, %s, %d cores, load average before: %s; `bench/restore_wall.py --rounds %d%s`."
+        print("Measured %s UTC, %s, %d cores, load average before: %s; model %s; `bench/restore_wall.py --rounds %d%s`."
               % (subprocess.run(["date", "-u", "+%Y-%m-%d %H:%M"], stdout=subprocess.PIPE, text=True).stdout.strip(),
-                 cpu, os.cpu_count(), " ".join(load0), a.rounds,
+                 cpu, os.cpu_count(), " ".join(load0), os.path.basename(model), a.rounds,
                  (" --single" + (" --session-tokens %d" % a.session_tokens if a.session_tokens != SINGLE_TOKENS else ""))
                  if a.single else ""))
         print()
@@ -175,7 +181,7 @@ def main():
             srcs = [tp]
             if a.single:  # pieces of ~800 tokens of this text (its tokens per byte from codec tokens)
                 probe = os.path.join(work, "probe.skv")
-                r = subprocess.run([seqkv, "compress", "-m", MODEL, "-f", tp, "--segment", "-c", "800", "-o", probe,
+                r = subprocess.run([seqkv, "compress", "-m", model, "-f", tp, "--segment", "-c", "800", "-o", probe,
                                     "--codec", "tokens"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True)
                 if r.returncode != 0:
@@ -191,7 +197,7 @@ def main():
                 for k, src in enumerate(srcs):
                     f = os.path.join(work, "%s.%d.%s.skv" % (os.path.basename(tp), k, c))
                     shape = ["--segment", "-c", "1024"] if a.single else ["--segment", "-c", "800"]
-                    cmd = [seqkv, "compress", "-m", MODEL, "-f", src, "-o", f] + shape + CODECS[c][0]
+                    cmd = [seqkv, "compress", "-m", model, "-f", src, "-o", f] + shape + CODECS[c][0]
                     if c == "cmvd":
                         cmd += ["--cm-dict", dp]
                     r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -204,7 +210,7 @@ def main():
                 for c in codecs:
                     wall = cpu_s = 0.0
                     for f, _n in files[c]:
-                        cmd = [seqkv, "restore", "-m", MODEL, f, "-o", "/dev/null"]
+                        cmd = [seqkv, "restore", "-m", model, f, "-o", "/dev/null"]
                         if c == "cmvd":
                             cmd += ["--cm-dict", dp]
                         if c == "model1":
