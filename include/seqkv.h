@@ -381,10 +381,10 @@ enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
 SKV_API int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);
 SKV_API int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);
 /* Builds what every cmv/cmvd coder, load or save for m needs first (the vocabulary's side
- * information: ~5 ms for a 4K vocabulary, more for 128K) and keeps it for the process;
- * optional (done on first use otherwise), thread-safe. Called on a thread of its own
- * while another computes the model's fingerprint (skv_model_fingerprint), the two
- * overlap. SKV_ERR_NOMEM. */
+ * information: ~5 ms for a 4K vocabulary, more for 128K) and keeps it for the process,
+ * keyed by skv_model_tokenizer_fingerprint; optional (done on first use otherwise),
+ * thread-safe: call it on a thread of its own beside other work (the CLI: while the
+ * dictionary's text is hashed and its cached ids read). SKV_ERR_NOMEM. */
 SKV_API int skv_cm_dict_prepare(skv_model *m);
 /* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" "cmv" "cmvd" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
 SKV_API const char *skv_codec_name(int codec);
