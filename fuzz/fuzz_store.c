@@ -27,8 +27,13 @@
  * deletion fails none (meta, children, placement records) is taken to concern all.
  * Checks (abort on violation): open either succeeds or fails with a message; every call
  * that fails leaves a message (skv_store_last_error) and a known status; a verified get
- * that succeeds returns the tokens of one of the four sessions, whole. ASan / LSan: no
- * bad access and no leak, whatever the record says. */
+ * that succeeds returns the tokens of one of the four sessions, whole. That holds even
+ * for a record forged whole with its checksums recomputed (mode bit 0; libFuzzer learns
+ * a digest from the check's memcmp): a session record must end below the root, with
+ * tokens, at a node where a session ends, so one changed record can only name another
+ * session's end (found 2026-12-04: a record ending at the root with 0 tokens was
+ * "verified"; docs/store.md "LMDB layout"). ASan / LSan: no bad access and no leak,
+ * whatever the record says. */
 #include <lmdb.h>
 #include <stdint.h>
 #include <stdio.h>
