@@ -223,7 +223,7 @@ static int check_session(void *u, const uint8_t *k, size_t kn, const uint8_t *v,
     else if (!(rc = store_ses_check_end(t->st, name, &p)))
         rc = store_ses_check_path(t, name, &sr, &p);
     skv_trie_path_free(&p);
-    if (!rc && !t->st->be->evicts) rc = store_ids_add(&c->ends, sr.end) ? store_err(t->st, SKV_ERR_NOMEM, "out of memory") : SKV_OK;
+    if (!rc && !t->st->be->evicts && store_ids_add(&c->ends, sr.end)) rc = store_err(t->st, SKV_ERR_NOMEM, "out of memory");
     return rc;
 }
 
