@@ -32,6 +32,9 @@ run_one() {
         echo "reliability: $bin missing or older than the sources: make fuzz" >&2
         make -s fuzz >/dev/null || { echo "reliability: make fuzz failed" >&2; exit 2; }
     fi
+    # the commit the binary was built from, taken now: the tree may move on while it runs
+    # (2026-12-05: two rows were written under a commit checked out after their start)
+    commit=$(git rev-parse --short HEAD)
     mkdir -p "build-fuzz/work/$t" "build-fuzz/artifacts/$t" build-fuzz/logs
     log=build-fuzz/logs/$t.$(date +%Y%m%d-%H%M%S).log
     before=$(findings "$t")
@@ -43,7 +46,7 @@ run_one() {
         "build-fuzz/work/$t" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
     wall=$(( $(date +%s) - start ))
     crashes=$(( $(findings "$t") - before ))
-    row "$t" "$wall" "$log" "$crashes" >>"$RESULTS"
+    row "$t" "$wall" "$log" "$crashes" "$commit" >>"$RESULTS"
     tail -n 1 "$RESULTS"
     [ "$rc" -eq 0 ] || { echo "reliability: fuzz_$t exited $rc: see $log" >&2; exit 1; }
 }
@@ -76,7 +79,8 @@ findings() {
     ls "build-fuzz/artifacts/$1" | grep -c '^\(crash\|leak\|timeout\|oom\)-' || true
 }
 
-# One results row from a log: the last "cov:" line gives coverage, the final stats the count.
+# One results row from a log: the last "cov:" line gives coverage, the final stats the count;
+# $5: the commit (default: HEAD's now).
 row() {
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$3" | tail -n 1)
     rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$3" | tail -n 1)
@@ -84,7 +88,7 @@ row() {
     ft=$(grep -o 'ft: [0-9]*' "$3" | tail -n 1 | cut -d' ' -f2)
     cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$(date -u +%Y-%m-%dT%H:%MZ)" \
-        "$(git rev-parse --short HEAD)" "$2" "${execs:-0}" "${cov:-0}" "${ft:-0}" "$4" "${rss:-0}" "$cpu"
+        "${5:-$(git rev-parse --short HEAD)}" "$2" "${execs:-0}" "${cov:-0}" "${ft:-0}" "$4" "${rss:-0}" "$cpu"
 }
 
 # The CLI tests with every seqkv run under memcheck (tests/clitest.py: $SEQKV_WRAP); a
