@@ -18,7 +18,10 @@
  *   - every 4th input (every one in the replay of make test), the file reader
  *     (skv_cm_snap_read_fd_window, a window of 64..1087 bytes chosen by the input's size,
  *     from a temporary file) returns the memory reader's status and, when it loads,
- *     the same state (the same snapshot bytes written back).
+ *     the same state (the same snapshot bytes written back); for codec cmv the mapped
+ *     reader (skv_cm_snap_map_fd) loads what the memory reader loads (version 1 aside),
+ *     with the same state, and whatever it loads codes and decodes back under its undo
+ *     log (mapped_reader_agrees).
  * Models are kept across inputs (a reset per input, not a new 3-5 MiB model).
  * Seeds (fuzz/corpus/cmsnap/): built by this file with -DCMSNAP_SEEDS (a main that writes
  * valid snapshots of primed models of both kinds, and damaged ones; version 1, and version 2
@@ -141,6 +144,46 @@ static void loaded(skv_cm *cm, const skv_cm_snap_id *id, uint32_t V, int cmv, co
 #define FILE_EVERY 4
 #endif
 
+/* Codec cmv: the mapped reader (skv_cm_snap_map_fd) over the same file. It checks the
+ * checksums but not the elements of the tables it maps (a model reads any value there
+ * safely), so: what the memory reader loads (rc), it loads too, version 1 aside (refused:
+ * UNSUPPORTED), with the same state; and whatever it loads, elements out of range under
+ * forged checksums included, codes NT ids under its undo log and decodes them back. */
+static void mapped_reader_agrees(int fd, const uint8_t *data, size_t size, const skv_cm_snap_id *id, skv_cm *cm, int rc)
+{
+    skv_cm *q = NULL;
+    if (skv_cm_create_blank_mapped(vocab(), SKV_CMV_SLOT_BITS_MIN, &q)) return;
+    int rm = skv_cm_snap_map_fd(q, id, fd, size);
+    if (rm != SKV_OK && rm != SKV_ERR_FORMAT && rm != SKV_ERR_MISMATCH && rm != SKV_ERR_UNSUPPORTED) abort();
+    if (rc == SKV_OK && rm != SKV_OK && !(rm == SKV_ERR_UNSUPPORTED && rd32(data + 4) != SKV_CM_SNAP_RAW)) abort();
+    size_t n0 = rm == SKV_OK ? skv_cm_n_coded(q) : 0, l1 = 0, l2 = 0;
+    if (rm == SKV_OK && rc == SKV_OK) {
+        uint8_t *s1 = snap_of(cm, id, &l1, 0), *s2 = snap_of(q, id, &l2, 1);
+        if (l1 != l2 || memcmp(s1, s2, l1)) abort();
+    }
+    int32_t *t = rm == SKV_OK && n0 <= 100000 ? history(n0, NV, data, size) : NULL;
+    if (t) {
+        uint8_t buf[4096];
+        int32_t back[NT];
+        skv_rangecoder_enc e;
+        skv_rangecoder_dec d;
+        size_t len = 0;
+        skv_rangecoder_enc_init(&e, buf, sizeof buf);
+        if (skv_cm_undo_begin(q, NT)) abort();
+        for (size_t i = 0; i < NT; i++)
+            if (skv_cm_encode(q, &e, t, n0 + i)) abort();
+        skv_cm_undo(q);
+        memcpy(back, t + n0, sizeof back);
+        if (skv_rangecoder_enc_finish(&e, &len) || skv_rangecoder_dec_init(&d, buf, len) || skv_cm_undo_begin(q, NT))
+            abort();
+        for (size_t i = 0; i < NT; i++)
+            if (skv_cm_decode(q, &d, t, n0 + i) || t[n0 + i] != back[i]) abort();
+        skv_cm_undo(q);
+        free(t);
+    }
+    skv_cm_free(q);
+}
+
 /* The memory reader's status rc (and, when it loaded, cm's state) against the file
  * reader's on the same bytes, through a temporary file kept across inputs. */
 static void file_reader_agrees(const uint8_t *data, size_t size, const skv_cm_snap_id *id, skv_cm *cm, int rc,
@@ -159,6 +202,7 @@ static void file_reader_agrees(const uint8_t *data, size_t size, const skv_cm_sn
         uint8_t *s1 = snap_of(cm, id, &l1, 0), *s2 = snap_of(q, id, &l2, 1);
         if (l1 != l2 || memcmp(s1, s2, l1)) abort();
     }
+    if (cmv) mapped_reader_agrees(fd, data, size, id, cm, rc);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

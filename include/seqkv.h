@@ -375,6 +375,9 @@ enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
  * (once per process) and writes path (atomically, through a temporary file of its own,
  * so concurrent writers of one path are safe); _load reads path into this process's
  * cache of primed models, so that encoders and restores with this (m, dict) skip priming.
+ * A file _save wrote is mapped read-only, not copied (its pages are the model's large
+ * tables until the process ends): replace it by rename, as _save does, never truncate it
+ * in place while a process uses it (that raises SIGBUS there, as for any mapped file).
  * _load: SKV_ERR_IO (cannot read), SKV_ERR_FORMAT (damaged: delete and _save again),
  * SKV_ERR_MISMATCH (written for another vocabulary, dictionary or version). The message is
  * written to err[0..cap). */

@@ -5,11 +5,14 @@
  * codes safely, never a crash; another dictionary or version is refused; a journaled copy
  * codes exactly like a whole copy, also past the journal's capacity; a model coding in
  * place under its undo log codes like a copy and is bit for bit its old self after the
- * undo (its snapshot bytes), with the log's bounds refused; through the library,
+ * undo (its snapshot bytes), with the log's bounds refused; a model whose large tables
+ * are the snapshot file's pages (mapped) codes like one in memory, hostile files refused
+ * and a file rewritten under the mapping coded safely; through the library,
  * skv_cm_dict_save / _load round-trip, refuse damaged files with SKV_ERR_FORMAT, and a cmvd
  * session restores bit-exact after a load, also from two threads at once (the primed model
  * is used in place by one at a time). Model: the bundled models/kjv-4m.gguf. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -549,6 +552,173 @@ static void undo_codes_the_same(void)
     skv_cm_vocab_free(vb);
 }
 
+/* ---- mapped tables (skv_cm_snap_map_fd, skv_cm_map_tables) ----------------------- */
+
+/* bytes b[0..len) as the file path; its open descriptor (at offset 0), or -1. */
+static int file_of(const char *path, const uint8_t *b, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(b, 1, len, f) != len || fclose(f)) {
+        test_fail_at(__FILE__, __LINE__, "cannot write %s", path);
+        return -1;
+    }
+    return open(path, O_RDWR);
+}
+
+/* Status of mapping bytes b[0..len) of a file into a new blank mapped model (*out, or NULL
+ * and freed when refused). */
+static int map_bytes(const skv_cm_vocab *vb, unsigned bits, const skv_cm_snap_id *id, const uint8_t *b, size_t len,
+                     uint64_t size, skv_cm **out)
+{
+    char path[64];
+    skv_cm *q = NULL;
+    snprintf(path, sizeof path, "/tmp/seqkv_test_snapmap_%d", (int)getpid());
+    int fd = file_of(path, b, len), rc = -100;
+    if (fd >= 0 && skv_cm_create_blank_mapped(vb, bits, &q) == SKV_OK) rc = skv_cm_snap_map_fd(q, id, fd, size);
+    if (fd >= 0) close(fd); /* the mapping outlives the descriptor and the name */
+    remove(path);
+    if (rc != SKV_OK) skv_cm_free(q), q = NULL;
+    if (out) *out = q;
+    else skv_cm_free(q);
+    return rc;
+}
+
+/* A model whose slot tables, mpos and APM are the snapshot file's pages, read-only, codes
+ * in place under its undo log exactly as a copy of the primed model does (segments of 1 to
+ * 3,000 ids, encoded and decoded), and after each undo its state is the snapshot's again;
+ * outside a log it refuses to code, prime or be copied into, while a clone of it codes like
+ * the primed model; too long a segment for the overlay is SKV_ERR_RANGE; a reset leaves it
+ * unusable. Refused: a damaged or forged file, a truncated one, version 1 (UNSUPPORTED: the
+ * caller reads it instead), a model with tables of its own. A file rewritten in place
+ * under the mapping (slot counts and match positions no model writes) is coded without a
+ * read outside a table or the history (ASan/UBSan and Valgrind watch that). */
+static void mapped_codes_the_same(void)
+{
+    skv_cm_vocab *vb = small_vocab(4096);
+    const unsigned bits = SKV_CMV_DICT_SLOT_BITS;
+    size_t nd = 3000, seg[] = {500, 1, 800, 3000}, cap = skv_cm_bound(3000, 4096), len = 0, l0 = 0, l1 = 0;
+    int32_t *t = malloc((nd + 3001) * sizeof *t), *back = malloc((nd + 3001) * sizeof *back);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    skv_cm *p = new_model(vb, 4096, bits), *q = NULL, *f = NULL;
+    skv_cm_snap_id id = {vb ? vb->check : 0, 0x5EED, (uint32_t)nd};
+    CHECK(vb && t && back && a && b && p);
+    fill_ids(t, nd + 3001, 4096);
+    CHECK_EQ_INT(skv_cm_prime(p, t, nd), SKV_OK);
+    size_t bound = skv_cm_snap_bound(p);
+    uint8_t *snap = malloc(bound), *bad = malloc(bound), *s0 = state_of(p, &l0);
+    CHECK(snap && bad && s0);
+    CHECK_EQ_INT(skv_cm_snap_write_version(p, &id, SKV_CM_SNAP_RAW, snap, bound, &len), SKV_OK);
+    CHECK_EQ_INT(map_bytes(vb, bits, &id, snap, len, len, &q), SKV_OK);
+    CHECK(q && skv_cm_mapped(q) && !skv_cm_mapped(p));
+    if (!q) goto out;
+    uint8_t *sq = state_of(q, &l1); /* the snapshot writer reads the mapped tables */
+    CHECK_MSG(l1 == l0 && !memcmp(sq, s0, l0), "the mapped model's state is not the primed model's");
+    free(sq);
+    for (size_t s = 0; s < sizeof seg / sizeof *seg && !test_cur_failed; s++) {
+        for (size_t i = 0; i < seg[s]; i++) t[nd + i] = (int32_t)((rng() % 7 ? rng() % 60 : rng()) % 4096);
+        CHECK_EQ_INT(skv_cm_clone(p, &f), SKV_OK);
+        CHECK_EQ_INT(skv_cm_undo_begin(q, seg[s]), SKV_OK);
+        CHECK_EQ_INT(skv_cm_prime(q, t, nd + 1), SKV_ERR_INVALID_ARG);
+        CHECK_EQ_INT(skv_cm_copy(q, p), SKV_ERR_INVALID_ARG);
+        CHECK_EQ_INT(skv_cm_clone(q, &(skv_cm *){NULL}), SKV_ERR_INVALID_ARG); /* mid-log: not all in the tables */
+        size_t sa = code(q, t, nd, seg[s], a, cap), sb = code(f, t, nd, seg[s], b, cap);
+        CHECK_MSG(sa == sb && !memcmp(a, b, sa), "segment %zu (%zu ids): %zu vs %zu bytes", s, seg[s], sa, sb);
+        skv_cm_undo(q);
+        memcpy(back, t, nd * sizeof *back); /* decode the segment back in place */
+        skv_rangecoder_dec d;
+        CHECK_EQ_INT(skv_cm_undo_begin(q, seg[s]), SKV_OK);
+        CHECK_EQ_INT(skv_rangecoder_dec_init(&d, a, sa), SKV_OK);
+        for (size_t i = 0; i < seg[s] && !test_cur_failed; i++) CHECK_EQ_INT(skv_cm_decode(q, &d, back, nd + i), SKV_OK);
+        CHECK_MSG(!memcmp(back + nd, t + nd, seg[s] * sizeof *t), "segment %zu decoded other ids", s);
+        skv_cm_undo(q);
+        sq = state_of(q, &l1);
+        CHECK_MSG(l1 == l0 && !memcmp(sq, s0, l0), "segment %zu: the state differs after the undo", s);
+        free(sq);
+        skv_cm_free(f);
+        f = NULL;
+    }
+    skv_rangecoder_enc e;
+    skv_rangecoder_enc_init(&e, a, cap);
+    CHECK_EQ_INT(skv_cm_encode(q, &e, t, nd), SKV_ERR_INVALID_ARG); /* outside a log: read-only */
+    CHECK_EQ_INT(skv_cm_prime(q, t, nd + 1), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_copy(q, p), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_clone(q, &f), SKV_OK); /* a copy in memory of the file's state */
+    size_t sa = code(f, t, nd, 500, a, cap);
+    skv_cm_free(f);
+    CHECK_EQ_INT(skv_cm_clone(p, &f), SKV_OK);
+    size_t sb = code(f, t, nd, 500, b, cap);
+    CHECK_MSG(sa == sb && !memcmp(a, b, sa), "a clone of the mapped model codes otherwise");
+    skv_cm_free(f);
+    CHECK_EQ_INT(skv_cm_undo_begin(q, 12000), SKV_ERR_RANGE); /* the overlay would pass 2^21 cells */
+    CHECK_EQ_INT(skv_cm_map_tables(q, snap, len, (size_t[SKV_CM_MAX_SECTIONS]){0}), SKV_ERR_INVALID_ARG);
+    skv_cm_reset(q); /* its tables are the file's: unusable after */
+    CHECK_EQ_INT(skv_cm_undo_begin(q, 10), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_encode(q, &e, t, 0), SKV_ERR_INVALID_ARG);
+    skv_cm_free(q);
+    q = NULL;
+
+    /* refused files */
+    CHECK_EQ_INT(map_bytes(vb, bits, &id, snap, len, len + 4, NULL), SKV_ERR_FORMAT); /* shorter than said */
+    CHECK_EQ_INT(map_bytes(vb, bits, &id, snap, len / 2, len / 2, NULL), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(map_bytes(vb, bits, &id, snap, 40, 40, NULL), SKV_ERR_FORMAT);
+    for (int i = 0; i < 12 && !test_cur_failed; i++) { /* a byte flipped anywhere, a section's checksum forged */
+        memcpy(bad, snap, len);
+        size_t at = i < 4 ? rng() % 400 : len - 1 - rng() % (len - 400);
+        bad[at] ^= (uint8_t)(1 + rng() % 255);
+        int rc = map_bytes(vb, bits, &id, bad, len, len, NULL);
+        CHECK_MSG(rc == SKV_ERR_FORMAT || rc == SKV_ERR_MISMATCH || rc == SKV_ERR_UNSUPPORTED,
+                  "byte %zu flipped: %d", at, rc);
+    }
+    skv_cm_snap_id other = id;
+    other.dict_id++;
+    CHECK_EQ_INT(map_bytes(vb, bits, &other, snap, len, len, NULL), SKV_ERR_MISMATCH);
+    size_t l1v = 0;
+    CHECK_EQ_INT(skv_cm_snap_write_version(p, &id, SKV_CM_SNAP_VERSION, bad, bound, &l1v), SKV_OK);
+    CHECK_EQ_INT(map_bytes(vb, bits, &id, bad, l1v, l1v, NULL), SKV_ERR_UNSUPPORTED); /* version 1: read it */
+    {
+        char path[64];
+        skv_cm *own = NULL;
+        snprintf(path, sizeof path, "/tmp/seqkv_test_snapmap2_%d", (int)getpid());
+        int fd = file_of(path, snap, len);
+        CHECK_EQ_INT(skv_cm_create_blank(vb, bits, &own), SKV_OK); /* tables of its own */
+        if (fd >= 0 && own) CHECK_EQ_INT(skv_cm_snap_map_fd(own, &id, fd, len), SKV_ERR_INVALID_ARG);
+        skv_cm_free(own);
+        if (fd >= 0) close(fd);
+        remove(path);
+    }
+
+    /* the file rewritten under the mapping: every slot count past the limit, every match
+     * position far past the history */
+    {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/seqkv_test_snapmap3_%d", (int)getpid());
+        int fd = file_of(path, snap, len);
+        CHECK_EQ_INT(fd >= 0 && skv_cm_create_blank_mapped(vb, bits, &q) == SKV_OK ? skv_cm_snap_map_fd(q, &id, fd, len) : -100,
+                     SKV_OK);
+        size_t hdr = 96 + 13 * 16 + 8, junk_len = (((size_t)8 << bits) + (1u << SKV_CM_MATCH_BITS)) * 4;
+        uint8_t *junk = malloc(junk_len);
+        CHECK(junk);
+        for (size_t k = 0; junk && k < junk_len; k += 4) skv_wr32(junk + k, k % 8 ? 0xFFFFFFFFu : 0x7FFFFC00u | (uint32_t)k);
+        CHECK(fd >= 0 && junk && pwrite(fd, junk, junk_len, (off_t)hdr) == (ssize_t)junk_len);
+        if (q && !test_cur_failed) {
+            CHECK_EQ_INT(skv_cm_undo_begin(q, 800), SKV_OK);
+            skv_rangecoder_enc_init(&e, a, cap);
+            for (size_t i = 0; i < 800; i++) CHECK_EQ_INT(skv_cm_encode(q, &e, t, nd + i), SKV_OK);
+            skv_cm_undo(q);
+        }
+        free(junk);
+        skv_cm_free(q);
+        q = NULL;
+        if (fd >= 0) close(fd);
+        remove(path);
+    }
+out:
+    free(snap), free(bad), free(s0);
+    free(t), free(back), free(a), free(b);
+    skv_cm_free(p);
+    skv_cm_vocab_free(vb);
+}
+
 /* ---- through the library: skv_cm_dict_save / _load ------------------------------ */
 
 static skv_model *g_m;
@@ -726,6 +896,7 @@ int main(void)
     RUN(raw_snapshots);
     RUN(journal_copies_code_the_same);
     RUN(undo_codes_the_same);
+    RUN(mapped_codes_the_same);
     if (skv_model_load("models/kjv-4m.gguf", NULL, &g_m, err, sizeof err) != SKV_OK) {
         printf("FAIL test_cm_snap:<load>: %s\n", err);
         return 1;

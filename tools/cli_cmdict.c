@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -79,10 +80,43 @@ static char *cache_base(const uint8_t fp[16], uint64_t key)
     return s;
 }
 
-/* The cached ids if the cache is intact and for (fp, key); else NULL. Read straight into
- * the array the caller keeps (huge pages: skv_big_alloc), checksummed as they come. */
+/* The ids cli_cm_dict returned from a mapping of their cache file (little-endian hosts):
+ * the mapping, for cli_cm_dict_free. One at a time: a process holds one dictionary. */
+static void *g_ids_map;
+static size_t g_ids_map_len;
+static int32_t *g_ids_big; /* or the skv_big_alloc array it returned */
+
+static int from_map(const int32_t *ids)
+{
+    return g_ids_map && (const uint8_t *)ids == (const uint8_t *)g_ids_map + IDS_HDR;
+}
+
+/* The cached ids if the cache is intact and for (fp, key); else NULL. On a little-endian
+ * Linux host the file is mapped read-only and the ids are its own bytes (no copy into
+ * fresh memory); else read straight into the array the caller keeps (huge pages:
+ * skv_big_alloc). Checksummed either way. */
 static int32_t *ids_load(const char *cache, const uint8_t fp[16], uint64_t key, size_t *n)
 {
+#if defined(__linux__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    int fd = g_ids_map ? -1 : open(cache, O_RDONLY | O_CLOEXEC);
+    struct stat fs;
+    if (fd >= 0 && !fstat(fd, &fs) && S_ISREG(fs.st_mode) && fs.st_size >= IDS_HDR + 4 + 8 &&
+        (uint64_t)fs.st_size <= (uint64_t)SIZE_MAX) {
+        size_t len = (size_t)fs.st_size;
+        uint8_t *b = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        close(fd);
+        if (b == MAP_FAILED) return NULL;
+        uint32_t k = rd32(b + 32);
+        if (rd32(b) == IDS_MAGIC && rd32(b + 4) == IDS_VERSION && !memcmp(b + 8, fp, 16) && rd64(b + 24) == key &&
+            k >= 1 && (uint64_t)len == IDS_HDR + 4 * (uint64_t)k + 8 && XXH3_64bits(b, len - 8) == rd64(b + len - 8)) {
+            g_ids_map = b, g_ids_map_len = len, *n = k;
+            return (int32_t *)(void *)(b + IDS_HDR); /* 4-byte aligned: the header is 36 bytes */
+        }
+        munmap(b, len);
+        return NULL;
+    }
+    if (fd >= 0) close(fd);
+#endif
     FILE *f = fopen(cache, "rb");
     uint8_t h[IDS_HDR], tail[9];
     int32_t *ids = NULL;
@@ -189,7 +223,7 @@ static void *prepare_main(void *m)
     return NULL;
 }
 
-int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
+const int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
 {
     size_t len = 0;
     uint8_t fp[16];
@@ -222,7 +256,18 @@ int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache)
     free(text);
     free(base);
     free(cache);
+    if (ids && !from_map(ids)) g_ids_big = ids;
     return ids;
 }
 
-void cli_cm_dict_free(int32_t *ids) { skv_big_free(ids); }
+void cli_cm_dict_free(const int32_t *ids)
+{
+    if (!ids) return;
+    if (from_map(ids)) {
+        munmap(g_ids_map, g_ids_map_len);
+        g_ids_map = NULL;
+    } else if (ids == g_ids_big) {
+        skv_big_free(g_ids_big);
+        g_ids_big = NULL;
+    }
+}

@@ -16,9 +16,10 @@
  * failing to write one (or to make the directory) only costs the next call the work.
  * no_cache (--no-cm-cache), or SEQKV_NO_CM_CACHE set to anything but "0": no cache read
  * or written (TEXT tokenized and the model primed in this process). */
-int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache);
-/* Frees what cli_cm_dict returned (skv_big_alloc memory: a mapping of its own). */
-void cli_cm_dict_free(int32_t *ids);
+const int32_t *cli_cm_dict(skv_model *m, const char *path, size_t *n, int no_cache);
+/* Frees what cli_cm_dict returned (a read-only mapping of the cached ids, or skv_big_alloc
+ * memory). */
+void cli_cm_dict_free(const int32_t *ids);
 
 /* The option row of both commands. */
 #define CLI_OPT_NO_CM_CACHE(off)                                                                                    \

@@ -162,7 +162,7 @@ static int32_t *dump_tokens(const char *path, skv_model *m, size_t *n)
 
 /* --cm-dict TEXT: the dictionary's ids (BOS first), cached with its primed model next to
  * TEXT (cli_cmdict.c); NULL after a message. */
-static int32_t *cli_dict_tokens(skv_model *m, const char *path, size_t *n, int no_cache)
+static const int32_t *cli_dict_tokens(skv_model *m, const char *path, size_t *n, int no_cache)
 {
     return cli_cm_dict(m, path, n, no_cache);
 }
@@ -198,7 +198,7 @@ static skv_encoder *make_encoder(const compress_opts *o, int codec, skv_model *m
     ep.segment = o->segment;
     ep.n_ctx = (int)o->ctx;
     ep.kv_cache_type = o->kv_cache;
-    int32_t *dict = NULL;
+    const int32_t *dict = NULL;
     if (o->cm_dict && !(dict = cli_dict_tokens(m, o->cm_dict, &ep.n_cm_dict, o->no_cm_cache))) return NULL;
     ep.cm_dict = dict;
     char err[256] = "";
@@ -658,7 +658,7 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
     skv_restore_stats rs = {0, 0, 0, 0};
     skv_restore_params p = {.verify = o->verify, .progress = on_progress, .user = &rp, .draft = o->draft,
                             .draft_max = (int)o->draft_max, .stats = &rs};
-    int32_t *dict = NULL;
+    const int32_t *dict = NULL;
     if (o->cm_dict && !(dict = cli_dict_tokens(m, o->cm_dict, &p.n_cm_dict, o->no_cm_cache))) {
         skv_ctx_free(c);
         return -1;

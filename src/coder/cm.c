@@ -46,6 +46,7 @@
 #define CM_JOUR_MPOS CM_SLOTS             /* journal table numbers: slots 0..7, then these */
 #define CM_JOUR_APM (CM_SLOTS + 1)
 #define CM_UNDO_MAX ((size_t)1 << 21)   /* undo entries (16 MiB of log); longer segments are copied */
+#define CM_OVL_MAX_BITS 21              /* a mapped model's overlay: at most 2^21 cells (16 MiB) */
 
 struct skv_cm {
     uint32_t V;
@@ -90,6 +91,22 @@ struct skv_cm {
     int ufresh;                       /* fresh at the undo log's begin; 0 once anything is
                                        * written outside the log (skv_cm_undo restores fresh) */
     uint8_t *usave;
+    /* mapped tables (skv_cm_map_tables): slot[k], mpos and apm point into a read-only
+     * mapping of a snapshot file that the model owns; they are only ever written under an
+     * undo log, and then into the overlay: an open-addressed table of (key, value) cells,
+     * key = (table << 24 | index) + 1 (0: empty; tables numbered as the journal's),
+     * holding every element written or about to be since the log's begin, sized at the
+     * begin (<= 1/2 full for the ids allowed) and emptied by the undo. sp[k]: the cell or
+     * table element of the current bit's slot k. */
+    void *map;
+    size_t map_len;
+    struct cm_cell {
+        uint32_t key, val;
+    } *ovl;
+    size_t ovl_cap;                   /* cells allocated */
+    unsigned ovl_bits;                /* log2 of the cells in use while the log is on */
+    int ovl_on, dead;                 /* overlay in use; a mapped model reset (unusable) */
+    uint32_t *sp[CM_SLOTS];
 };
 
 /* squash(d) = 65536 / (1 + e^(-d / 256)) at d = 32 j - 2048, rounded; interpolated between. */
@@ -145,6 +162,7 @@ static void prefault(void *p, size_t bytes)
 
 static void prefault_tables(skv_cm *cm)
 {
+    if (cm->map) return; /* read-only: the page cache's pages */
     for (int k = 0; k < cm->n_slots; k++) prefault(cm->slot[k], sizeof(uint32_t) << cm->slot_bits);
     prefault(cm->mpos, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
     if (cm->apm) prefault(cm->apm, CMV_APM_N * sizeof *cm->apm);
@@ -152,8 +170,9 @@ static void prefault_tables(skv_cm *cm)
 
 void skv_cm_prefault(skv_cm *cm) { prefault_tables(cm); }
 
-/* A model with its tables allocated but not reset; populate: fault them in now. */
-static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, int populate, skv_cm **out)
+/* A model with its tables allocated but not reset; populate: fault them in now; !tables:
+ * without the slot tables, mpos and the APM (skv_cm_map_tables gives them). */
+static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, int populate, int tables, skv_cm **out)
 {
     skv_cm *cm;
     if (!out) return SKV_ERR_INVALID_ARG;
@@ -169,10 +188,11 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits
     cm->V = n_vocab;
     cm->B = 1;
     while (((uint32_t)1 << cm->B) < n_vocab) cm->B++;
-    int ok = (cm->mpos = skv_big_alloc(sizeof(uint32_t) << SKV_CM_MATCH_BITS)) != NULL;
-    if (vb) ok &= (cm->apm = skv_big_alloc(CMV_APM_N * sizeof *cm->apm)) != NULL;
+    int ok = !tables || (cm->mpos = skv_big_alloc(sizeof(uint32_t) << SKV_CM_MATCH_BITS)) != NULL;
+    if (vb && tables) ok &= (cm->apm = skv_big_alloc(CMV_APM_N * sizeof *cm->apm)) != NULL;
     if (vb) ok &= (cm->w2 = malloc(CMV_SETS2 * sizeof *cm->w2)) != NULL;
-    for (int k = 0; k < cm->n_slots; k++) ok &= (cm->slot[k] = skv_big_alloc(sizeof(uint32_t) << cm->slot_bits)) != NULL;
+    for (int k = 0; k < cm->n_slots && tables; k++)
+        ok &= (cm->slot[k] = skv_big_alloc(sizeof(uint32_t) << cm->slot_bits)) != NULL;
     if (!ok) {
         skv_cm_free(cm);
         return SKV_ERR_NOMEM;
@@ -185,7 +205,7 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits
 
 static int cm_create(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
 {
-    int rc = cm_alloc(n_vocab, vb, slot_bits, 1, out);
+    int rc = cm_alloc(n_vocab, vb, slot_bits, 1, 1, out);
     if (rc == SKV_OK) skv_cm_reset(*out);
     return rc;
 }
@@ -202,7 +222,14 @@ int skv_cm_create_vocab(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out
 void skv_cm_free(skv_cm *cm)
 {
     if (!cm) return;
-    for (int k = 0; k < CM_SLOTS; k++) skv_big_free(cm->slot[k]);
+#if defined(__linux__)
+    if (cm->map) {
+        munmap(cm->map, cm->map_len);
+        cm->apm = NULL, cm->mpos = NULL;
+    } else
+#endif
+        for (int k = 0; k < CM_SLOTS; k++) skv_big_free(cm->slot[k]);
+    skv_big_free(cm->ovl);
     skv_big_free(cm->apm);
     free(cm->utag);
     free(cm->uold);
@@ -261,6 +288,11 @@ static void reset_small(skv_cm *cm)
 void skv_cm_reset(skv_cm *cm)
 {
     size_t n_slot = (size_t)1 << cm->slot_bits;
+    if (cm->map) { /* its tables are the file's: it cannot go back (cm.h) */
+        if (cm->ovl_on) memset(cm->ovl, 0, sizeof *cm->ovl << cm->ovl_bits);
+        cm->dead = 1, cm->uon = cm->ovl_on = 0;
+        return;
+    }
     for (int k = 0; k < cm->n_slots; k++) {
         uint32_t *s = cm->slot[k];
         s[0] = CM_SLOT_INIT;
@@ -272,11 +304,11 @@ void skv_cm_reset(skv_cm *cm)
     cm->ufresh = 0; /* not through the undo log */
 }
 
-int skv_cm_create_blank(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+static int create_blank(const skv_cm_vocab *vb, unsigned slot_bits, int tables, skv_cm **out)
 {
     if (out) *out = NULL;
     if (!vb || slot_bits < SKV_CMV_SLOT_BITS_MIN || slot_bits > SKV_CMV_SLOT_BITS_MAX) return SKV_ERR_INVALID_ARG;
-    int rc = cm_alloc(vb->V, vb, slot_bits, 0, out); /* its reader faults the tables in (skv_cm_prefault) */
+    int rc = cm_alloc(vb->V, vb, slot_bits, 0, tables, out); /* its reader faults the tables in (skv_cm_prefault) */
     if (rc) return rc;
     skv_cm *cm = *out;
     uint16_t *apm = cm->apm;
@@ -287,6 +319,41 @@ int skv_cm_create_blank(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out
     cm->fresh = 2;
     return SKV_OK;
 }
+
+int skv_cm_create_blank(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+{
+    return create_blank(vb, slot_bits, 1, out);
+}
+
+int skv_cm_create_blank_mapped(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+{
+    return create_blank(vb, slot_bits, 0, out);
+}
+
+/* 1 if the table of `bytes` bytes at offset off of a mapping of len bytes lies inside it,
+ * aligned for its elements of `size` bytes. */
+static int map_fits(size_t len, size_t off, size_t bytes, size_t size)
+{
+    return off % size == 0 && off <= len && bytes <= len - off;
+}
+
+int skv_cm_map_tables(skv_cm *cm, void *map, size_t len, const size_t off[SKV_CM_MAX_SECTIONS])
+{
+    skv_cm_section sec[SKV_CM_MAX_SECTIONS];
+    if (!cm || !map || !off || cm->map || cm->mpos || !cm->vb) return SKV_ERR_INVALID_ARG; /* a blank mapped model */
+    int ns = skv_cm_section_shapes(cm, sec), ok = 1;
+    for (int k = 0; k < ns; k++) ok &= map_fits(len, off[k], sec[k].n * sec[k].size, sec[k].size);
+    if (!ok) return SKV_ERR_INVALID_ARG;
+    uint8_t *b = map; /* sections in skv_cm_section_shapes' order: slots, mpos, msm, w, w2, APM */
+    for (int k = 0; k < cm->n_slots; k++) cm->slot[k] = (uint32_t *)(void *)(b + off[k]);
+    cm->mpos = (uint32_t *)(void *)(b + off[cm->n_slots]);
+    cm->apm = (uint16_t *)(void *)(b + off[ns - 1]);
+    cm->map = map, cm->map_len = len;
+    cm->fresh = cm->ufresh = 0;
+    return SKV_OK;
+}
+
+int skv_cm_mapped(const skv_cm *cm) { return cm && cm->map; }
 
 size_t skv_cm_reset_pattern(unsigned kind, uint32_t pat[33])
 {
@@ -326,6 +393,40 @@ size_t skv_cm_bound(uint64_t n, uint32_t n_vocab)
     return skv_rangecoder_bound(n * b, 12);
 }
 
+/* ---- a mapped model's overlay ------------------------------------------------------ */
+
+/* Element x of table t (numbered as the journal's) as the tables hold it. */
+static inline uint32_t tbl_get(const skv_cm *cm, uint32_t t, uint32_t x)
+{
+    return t < CM_SLOTS ? cm->slot[t][x] : t == CM_JOUR_MPOS ? cm->mpos[x] : cm->apm[x];
+}
+
+/* Element x of table t as the overlay holds it: its cell, found or taken (and given the
+ * table's value). The overlay is at most half full (skv_cm_undo_begin), so a probe ends. */
+static inline uint32_t *ovl_cell(skv_cm *cm, uint32_t t, uint32_t x)
+{
+    uint32_t key = (t << 24 | x) + 1, mask = ((uint32_t)1 << cm->ovl_bits) - 1;
+    for (uint32_t h = (key * 0x9E3779B1u) >> (32 - cm->ovl_bits);; h = (h + 1) & mask) {
+        struct cm_cell *c = &cm->ovl[h];
+        if (c->key == key) return &c->val;
+        if (!c->key) {
+            c->key = key, c->val = tbl_get(cm, t, x);
+            return &c->val;
+        }
+    }
+}
+
+/* The same without taking a cell (an element only read). */
+static inline uint32_t ovl_get(const skv_cm *cm, uint32_t t, uint32_t x)
+{
+    uint32_t key = (t << 24 | x) + 1, mask = ((uint32_t)1 << cm->ovl_bits) - 1;
+    for (uint32_t h = (key * 0x9E3779B1u) >> (32 - cm->ovl_bits);; h = (h + 1) & mask) {
+        const struct cm_cell *c = &cm->ovl[h];
+        if (c->key == key) return c->val;
+        if (!c->key) return tbl_get(cm, t, x);
+    }
+}
+
 /* The journal half of jour_add (skv_cm_journal models: cmvd's primed copies). */
 static void jour_note(skv_cm *cm, uint32_t t, uint32_t index)
 {
@@ -342,7 +443,7 @@ __attribute__((always_inline))
 #endif
 static inline void jour_add(skv_cm *cm, uint32_t t, uint32_t index)
 {
-    if (cm->uon) { /* the bound of skv_cm_undo_begin keeps un < ucap */
+    if (cm->uon && !cm->ovl_on) { /* the bound of skv_cm_undo_begin keeps un < ucap; an overlay is dropped instead */
         cm->utag[cm->un] = t << 24 | index;
         cm->uold[cm->un++] = t < CM_SLOTS ? cm->slot[t][index] : t == CM_JOUR_MPOS ? cm->mpos[index] : cm->apm[index];
     }
@@ -371,11 +472,14 @@ static void match_update(skv_cm *cm, const int32_t *tok, size_t i)
     } else {
         cm->mlen = 0;
     }
-    if (cm->mlen == 0 && i >= SKV_CM_MATCH_MIN && cm->mpos[h]) {
-        uint32_t p = cm->mpos[h], len = match_length(tok, p, i);
+    uint32_t *mp = cm->ovl_on ? ovl_cell(cm, CM_JOUR_MPOS, h) : &cm->mpos[h];
+    /* p < i always holds in a model's own state; checked anyway: a mapped file changed
+     * under the model may hold anything, and the match reads tok[p] */
+    if (cm->mlen == 0 && i >= SKV_CM_MATCH_MIN && *mp && *mp < i) {
+        uint32_t p = *mp, len = match_length(tok, p, i);
         if (len >= SKV_CM_MATCH_MIN) cm->mptr = p, cm->mlen = len;
     }
-    if (i >= SKV_CM_MATCH_MIN) jour_add(cm, CM_JOUR_MPOS, h), cm->mpos[h] = (uint32_t)i;
+    if (i >= SKV_CM_MATCH_MIN) jour_add(cm, CM_JOUR_MPOS, h), *mp = (uint32_t)i;
     cm->mtok = cm->mlen > 0 ? tok[cm->mptr] : -1;
 }
 
@@ -416,6 +520,7 @@ static void begin_token(skv_cm *cm, const int32_t *tok, size_t i)
 
 /* ---- per bit: predict, learn ----------------------------------------------------- */
 
+
 /* cmv: p = (p + 3 apm(order-1 context, stretch(p))) / 4, the APM interpolated between two
  * knots 128 apart in the logistic domain. */
 static void apm_refine(skv_cm *cm, uint32_t node)
@@ -424,7 +529,9 @@ static void apm_refine(skv_cm *cm, uint32_t node)
     uint32_t u = (uint32_t)(cm->stretch[cm->p >> 4] + 2048), j = u >> 7;
     cm->apm_at = c * 33 + j;
     cm->apm_f = u & 127;
-    uint32_t pa = (cm->apm[cm->apm_at] * (128 - cm->apm_f) + cm->apm[cm->apm_at + 1] * cm->apm_f) >> 7;
+    uint32_t a0 = cm->ovl_on ? ovl_get(cm, CM_JOUR_APM, cm->apm_at) : cm->apm[cm->apm_at];
+    uint32_t a1 = cm->ovl_on ? ovl_get(cm, CM_JOUR_APM, cm->apm_at + 1) : cm->apm[cm->apm_at + 1];
+    uint32_t pa = (a0 * (128 - cm->apm_f) + a1 * cm->apm_f) >> 7;
     cm->p_mix = cm->p;
     uint32_t p = (cm->p + 3 * pa) >> 2;
     cm->p = p < 22 ? 22 : p > 65514 ? 65514 : p;
@@ -432,9 +539,15 @@ static void apm_refine(skv_cm *cm, uint32_t node)
 
 static void apm_learn(skv_cm *cm, uint32_t bit)
 {
-    jour_add(cm, CM_JOUR_APM, cm->apm_at + (cm->apm_f >= 64));
-    uint16_t *a = &cm->apm[cm->apm_at + (cm->apm_f >= 64)];
+    uint32_t x = cm->apm_at + (cm->apm_f >= 64);
     int32_t target = bit ? 65535 : 0;
+    if (cm->ovl_on) { /* a cell holds the knot as a u32 (< 2^16 all the same) */
+        uint32_t *c = ovl_cell(cm, CM_JOUR_APM, x);
+        *c = (uint16_t)(*c + asr(target - (int32_t)*c, CMV_APM_RATE));
+        return;
+    }
+    jour_add(cm, CM_JOUR_APM, x);
+    uint16_t *a = &cm->apm[x];
     *a = (uint16_t)(*a + asr(target - *a, CMV_APM_RATE));
 }
 
@@ -444,8 +557,14 @@ static void predict(skv_cm *cm, uint32_t node, unsigned d)
     int64_t dot = 0;
     int seen = 0;
     int ms = cm->n_slots;
+    if (cm->ovl_on)
+        for (int k = 0; k < ms; k++)
+            cm->sp[k] = ovl_cell(cm, k, cm->idx[k] = ((cm->hash[k] + node) * 0x9E3779B1u) >> (32 - cm->slot_bits));
+    else
+        for (int k = 0; k < ms; k++)
+            cm->sp[k] = &cm->slot[k][cm->idx[k] = ((cm->hash[k] + node) * 0x9E3779B1u) >> (32 - cm->slot_bits)];
     for (int k = 0; k < ms; k++) {
-        uint32_t s = cm->slot[k][cm->idx[k] = ((cm->hash[k] + node) * 0x9E3779B1u) >> (32 - cm->slot_bits)];
+        uint32_t s = *cm->sp[k];
         cm->st[k] = cm->stretch[s >> 20];
         if (k > 0 && k < SKV_CM_ORDERS && (s & 1023)) seen = k;
     }
@@ -477,6 +596,8 @@ static void predict(skv_cm *cm, uint32_t node, unsigned d)
 static inline void slot_update(const skv_cm *cm, uint32_t *s, uint32_t bit)
 {
     uint32_t n = *s & 1023;
+    n = n < cm->limit ? n : cm->limit; /* a no-op on a model's own state (counts <= limit); a
+                                        * mapped file changed under it may hold any count */
     int64_t p = *s >> 10, target = bit ? ((int64_t)1 << 22) - 1 : 0;
     p += asr((target - p) * cm->rate[n], 16);
     *s = ((uint32_t)p << 10) | (n < cm->limit ? n + 1 : n);
@@ -493,8 +614,8 @@ static void learn(skv_cm *cm, uint32_t bit)
     int64_t err = ((int64_t)bit << 16) - (cm->w2 ? squash16(cm->dot1) : cm->p); /* in (-2^16, 2^16) */
     mixer_learn(cm, cm->w[cm->set], err);
     if (cm->w2) mixer_learn(cm, cm->w2[cm->set2], ((int64_t)bit << 16) - squash16(cm->dot2));
-    for (int k = 0; k < cm->n_slots; k++) jour_add(cm, (uint32_t)k, cm->idx[k]);
-    for (int k = 0; k < cm->n_slots; k++) slot_update(cm, &cm->slot[k][cm->idx[k]], bit);
+    for (int k = 0; k < cm->n_slots && !cm->ovl_on; k++) jour_add(cm, (uint32_t)k, cm->idx[k]); /* the overlay is dropped instead */
+    for (int k = 0; k < cm->n_slots; k++) slot_update(cm, cm->sp[k], bit);
     if (cm->mctx >= 0) slot_update(cm, &cm->msm[cm->mctx], bit);
 }
 
@@ -531,9 +652,12 @@ static int code_id(skv_cm *cm, skv_rangecoder_enc *e, skv_rangecoder_dec *d, uin
     return SKV_OK;
 }
 
+/* 1 if cm may code: a mapped model only under its undo log (its tables are read-only). */
+static int writable(const skv_cm *cm) { return !cm->dead && (!cm->map || cm->uon); }
+
 int skv_cm_encode(skv_cm *cm, skv_rangecoder_enc *e, const int32_t *tok, size_t i)
 {
-    if (!cm || !e || !tok || i != cm->n_coded || i >= UINT32_MAX || (cm->uon && i - cm->ubase >= cm->umax) ||
+    if (!cm || !writable(cm) || !e || !tok || i != cm->n_coded || i >= UINT32_MAX || (cm->uon && i - cm->ubase >= cm->umax) ||
         tok[i] < 0 || (uint32_t)tok[i] >= cm->V)
         return SKV_ERR_INVALID_ARG;
     uint32_t v = cm->vb ? cm->vb->code[tok[i]] : (uint32_t)tok[i];
@@ -545,7 +669,8 @@ int skv_cm_encode(skv_cm *cm, skv_rangecoder_enc *e, const int32_t *tok, size_t 
 
 int skv_cm_decode(skv_cm *cm, skv_rangecoder_dec *d, int32_t *tok, size_t i)
 {
-    if (!cm || !d || !tok || i != cm->n_coded || i >= UINT32_MAX || (cm->uon && i - cm->ubase >= cm->umax))
+    if (!cm || !writable(cm) || !d || !tok || i != cm->n_coded || i >= UINT32_MAX ||
+        (cm->uon && i - cm->ubase >= cm->umax))
         return SKV_ERR_INVALID_ARG;
     uint32_t v = 0;
     begin_token(cm, tok, i);
@@ -558,7 +683,7 @@ int skv_cm_decode(skv_cm *cm, skv_rangecoder_dec *d, int32_t *tok, size_t i)
 
 int skv_cm_prime(skv_cm *cm, const int32_t *tok, size_t n)
 {
-    if (!cm || (!tok && n) || n >= UINT32_MAX || cm->uon) return SKV_ERR_INVALID_ARG;
+    if (!cm || (!tok && n) || n >= UINT32_MAX || cm->uon || cm->map) return SKV_ERR_INVALID_ARG;
     for (size_t i = cm->n_coded; i < n; i++) {
         if (tok[i] < 0 || (uint32_t)tok[i] >= cm->V) return SKV_ERR_INVALID_ARG;
         uint32_t v = cm->vb ? cm->vb->code[tok[i]] : (uint32_t)tok[i];
@@ -572,8 +697,8 @@ int skv_cm_prime(skv_cm *cm, const int32_t *tok, size_t n)
 int skv_cm_clone(const skv_cm *src, skv_cm **out)
 {
     if (out) *out = NULL;
-    if (!src || !out) return SKV_ERR_INVALID_ARG;
-    int rc = cm_alloc(src->V, src->vb, src->slot_bits, 1, out);
+    if (!src || !out || src->ovl_on) return SKV_ERR_INVALID_ARG;
+    int rc = cm_alloc(src->V, src->vb, src->slot_bits, 1, 1, out);
     if (rc == SKV_OK) skv_cm_copy(*out, src);
     return rc;
 }
@@ -599,7 +724,8 @@ static void copy_tables(skv_cm *dst, const skv_cm *src)
 
 int skv_cm_copy(skv_cm *dst, const skv_cm *src)
 {
-    if (!dst || !src || dst == src || dst->V != src->V || dst->vb != src->vb || dst->slot_bits != src->slot_bits)
+    if (!dst || !src || dst == src || dst->V != src->V || dst->vb != src->vb || dst->slot_bits != src->slot_bits ||
+        dst->map || src->ovl_on) /* a mapped model's tables are read-only, and under its log they are not all in them */
         return SKV_ERR_INVALID_ARG;
     if (dst->jour && dst->jsrc == src && !dst->jover) copy_journaled(dst, src);
     else copy_tables(dst, src);
@@ -650,7 +776,7 @@ static void save_small(skv_cm *cm, int back)
 
 int skv_cm_undo_begin(skv_cm *cm, size_t n_ids)
 {
-    if (!cm || cm->uon) return SKV_ERR_INVALID_ARG;
+    if (!cm || cm->uon || cm->dead) return SKV_ERR_INVALID_ARG;
     size_t per = 1 + (size_t)cm->B * ((size_t)cm->n_slots + (cm->apm != NULL)); /* mpos, then per bit */
     if (n_ids > CM_UNDO_MAX / per) return SKV_ERR_RANGE;
     size_t need = n_ids * per < 4096 ? 4096 : n_ids * per;
@@ -662,8 +788,25 @@ int skv_cm_undo_begin(skv_cm *cm, size_t n_ids)
         cm->uold = o, cm->ucap = need;
     }
     if (!cm->usave && !(cm->usave = malloc(save_bytes(cm)))) return SKV_ERR_NOMEM;
+    if (cm->map) { /* the overlay, kept <= 1/2 full: per id an mpos element, per bit a slot of each table and an APM knot */
+        size_t cells = n_ids * (1 + cm->B * ((size_t)cm->n_slots + 1));
+        unsigned bits = 12;
+        while (bits < CM_OVL_MAX_BITS && ((size_t)1 << bits) < 2 * cells) bits++;
+        if (((size_t)1 << bits) < 2 * cells) return SKV_ERR_RANGE;
+        if (((size_t)1 << bits) > cm->ovl_cap) {
+            skv_big_free(cm->ovl); /* all empty: fresh pages are zero (and it stays so between logs) */
+            cm->ovl_cap = 0;
+            if (!(cm->ovl = skv_big_alloc(sizeof *cm->ovl << bits))) return SKV_ERR_NOMEM;
+            /* faulted in now, writable: the probes would read the zero page first, then
+             * fault again to write (a TLB flush on every core each time) */
+            prefault(cm->ovl, sizeof *cm->ovl << bits);
+            cm->ovl_cap = (size_t)1 << bits;
+        }
+        cm->ovl_bits = bits;
+    }
     save_small(cm, 0);
     cm->un = 0, cm->ubase = cm->n_coded, cm->umax = n_ids, cm->uon = 1, cm->ufresh = cm->fresh;
+    cm->ovl_on = cm->map != NULL;
     return SKV_OK;
 }
 
@@ -676,9 +819,10 @@ void skv_cm_undo(skv_cm *cm)
         else if (t == CM_JOUR_MPOS) cm->mpos[x] = v;
         else cm->apm[x] = (uint16_t)v;
     }
+    if (cm->ovl_on) memset(cm->ovl, 0, sizeof *cm->ovl << cm->ovl_bits); /* the slot tables were never written */
     int was = cm->ufresh; /* (set_scalars below clears it) */
     save_small(cm, 1);
-    cm->un = 0, cm->uon = 0;
+    cm->un = 0, cm->uon = 0, cm->ovl_on = 0;
     cm->fresh = was; /* every element is back: a model that was at the reset state is again */
 }
 
@@ -700,7 +844,7 @@ int skv_cm_section_shapes(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS])
     sec[n++] = (skv_cm_section){cm->msm, CM_MATCH_CTX, 4, SKV_CM_SEC_SLOT};
     sec[n++] = (skv_cm_section){cm->w, (size_t)CM_SETS * CM_INPUTS, 4, SKV_CM_SEC_WEIGHT};
     if (cm->w2) sec[n++] = (skv_cm_section){cm->w2, CMV_SETS2 * CM_INPUTS, 4, SKV_CM_SEC_WEIGHT};
-    if (cm->apm) sec[n++] = (skv_cm_section){cm->apm, CMV_APM_N, 2, SKV_CM_SEC_ANY};
+    if (cm->vb) sec[n++] = (skv_cm_section){cm->apm, CMV_APM_N, 2, SKV_CM_SEC_ANY}; /* (NULL before skv_cm_map_tables) */
     return n;
 }
 

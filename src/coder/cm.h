@@ -148,6 +148,24 @@ int skv_cm_fresh(const skv_cm *cm);
  * them once (the reset value into a gap, the file's into a run; not 32 MiB of reset values
  * then the runs over them) and resets the model whole on failure. */
 int skv_cm_create_blank(const struct skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out);
+/* Mapped tables (codec cmv, docs/coder.md 4.8): a blank model without its large tables
+ * (slot tables, mpos, APM), whose snapshot reader hands it a read-only mapping of the file
+ * (len bytes; off[k]: where section k of skv_cm_section_shapes' order lies, in host order,
+ * its elements checked by the reader) with skv_cm_map_tables: the slot tables, mpos and
+ * the APM are then the mapping's bytes, and the model owns it (munmap on free). Such a
+ * model is read-only but under an undo log (skv_cm_undo_begin): there every element of
+ * those tables it writes is kept in an overlay sized for the ids allowed (at most 2^21
+ * cells: SKV_ERR_RANGE past that, copy the model instead) and dropped by the undo, with
+ * the same coded bytes as a model in memory. Outside a log, encode, decode, prime and
+ * copies into it are SKV_ERR_INVALID_ARG; a copy or clone from it reads the file's
+ * tables; skv_cm_reset makes it unusable (everything then SKV_ERR_INVALID_ARG). A file
+ * changed in place under the mapping gives wrong predictions, never a read outside a
+ * table or the history; one truncated under it, SIGBUS, as for any mapped file.
+ * skv_cm_map_tables: SKV_ERR_INVALID_ARG for a model not made by
+ * skv_cm_create_blank_mapped or a section outside [map, map + len) or misaligned. */
+int skv_cm_create_blank_mapped(const struct skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out);
+int skv_cm_map_tables(skv_cm *cm, void *map, size_t len, const size_t off[SKV_CM_MAX_SECTIONS]);
+int skv_cm_mapped(const skv_cm *cm);
 /* Elements at..at+n of section s get their reset value (the APM's are left as they are). */
 void skv_cm_fill_reset(skv_cm *cm, const skv_cm_section *s, size_t at, size_t n);
 /* A blank model (skv_cm_create_blank: fresh 2) leaves its APM unwritten, since a version 2

@@ -9,6 +9,9 @@
 
 #include <errno.h>
 #include <pthread.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -323,11 +326,14 @@ static int raw_section(const raw_job *j, int k)
     int rc = x && XXH3_64bits_reset(x) == XXH_OK ? SKV_OK : SKV_ERR_NOMEM;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     uint8_t *d = s->p; /* the file's elements are the table's: read straight into it */
+    int in_place = j->src->mem && d == j->src->mem + j->off[k]; /* a mapped table (skv_cm_snap_map_fd): checked only */
     for (size_t o = 0; rc == SKV_OK && o < bytes; o += RAW_CHUNK) {
         size_t n = bytes - o < RAW_CHUNK ? bytes - o : RAW_CHUNK;
-        if (src_get(j->src, d + o, n, j->off[k] + o)) rc = SKV_ERR_FORMAT;
+        if (!in_place && src_get(j->src, d + o, n, j->off[k] + o)) rc = SKV_ERR_FORMAT;
         else if (XXH3_64bits_update(x, d + o, n) != XXH_OK) rc = SKV_ERR_NOMEM;
-        else rc = skv_cm_check_run(j->cm, s, o / s->size, n / s->size);
+        else if (!in_place) rc = skv_cm_check_run(j->cm, s, o / s->size, n / s->size);
+        /* a mapped table is not: the model reads any element of one safely (cm.h), and
+         * the checksum above is what says the file is intact */
     }
 #else
     uint8_t *b = malloc(RAW_CHUNK); /* through a buffer, converted by skv_cm_load_run */
@@ -384,12 +390,14 @@ static int raw_fill(skv_cm *cm, const skv_cm_section *sec, int ns, const uint64_
     return j[0].rc ? j[0].rc : j[1].rc;
 }
 
-/* A version 2 snapshot of `size` bytes from src into cm (reset by the caller on error). */
-static int raw_read(skv_cm *cm, const skv_cm_snap_id *id, const raw_src *src, uint64_t size)
+/* The header of a version 2 snapshot of `size` bytes from src, checked (its checksum, then
+ * against cm and id; the scalars set): cm's sections, their checksums and where the
+ * elements begin (*hdr). */
+static int raw_layout(skv_cm *cm, const skv_cm_snap_id *id, const raw_src *src, uint64_t size,
+                      skv_cm_section sec[SKV_CM_MAX_SECTIONS], uint64_t sum[SKV_CM_MAX_SECTIONS], uint64_t *hdr_out)
 {
     uint8_t h[RAW_HDR_MAX];
-    skv_cm_section sec[SKV_CM_MAX_SECTIONS];
-    uint64_t sum[SKV_CM_MAX_SECTIONS], hdr = 0;
+    uint64_t hdr = 0;
     if (size < SNAP_HDR + 8 || src_get(src, h, SNAP_HDR, 0)) return SKV_ERR_FORMAT;
     uint32_t ns = skv_rd32(h + RAW_NS_AT);
     size_t hlen = SNAP_HDR + (size_t)ns * SEC2 + 8;
@@ -406,7 +414,17 @@ static int raw_read(skv_cm *cm, const skv_cm_snap_id *id, const raw_src *src, ui
         if (skv_rd32(e) != sec[k].n || skv_rd32(e + 4) != sec[k].size) return SKV_ERR_FORMAT;
         sum[k] = skv_rd64(e + 8);
     }
-    return raw_fill(cm, sec, (int)ns, sum, hdr, src);
+    *hdr_out = hdr;
+    return SKV_OK;
+}
+
+/* A version 2 snapshot of `size` bytes from src into cm (reset by the caller on error). */
+static int raw_read(skv_cm *cm, const skv_cm_snap_id *id, const raw_src *src, uint64_t size)
+{
+    skv_cm_section sec[SKV_CM_MAX_SECTIONS];
+    uint64_t sum[SKV_CM_MAX_SECTIONS], hdr = 0;
+    int rc = raw_layout(cm, id, src, size, sec, sum, &hdr);
+    return rc ? rc : raw_fill(cm, sec, skv_cm_section_shapes(cm, sec), sum, hdr, src);
 }
 
 /* The version of the snapshot whose first 8 bytes are b (0 when the magic is wrong). */
@@ -503,4 +521,32 @@ int skv_cm_snap_read_fd_window(skv_cm *cm, const skv_cm_snap_id *id, int fd, uin
 int skv_cm_snap_read_fd(skv_cm *cm, const skv_cm_snap_id *id, int fd, uint64_t size)
 {
     return skv_cm_snap_read_fd_window(cm, id, fd, size, (size_t)1 << 18);
+}
+
+int skv_cm_snap_map_fd(skv_cm *cm, const skv_cm_snap_id *id, int fd, uint64_t size)
+{
+    if (!cm || !id || fd < 0) return SKV_ERR_INVALID_ARG;
+#if defined(__linux__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (size < SNAP_HDR + 8 || size > SIZE_MAX) return SKV_ERR_FORMAT;
+    /* the page cache's pages themselves: no copy, and none of the ~36 MiB of fresh memory
+     * whose clearing was most of a read (docs/coder.md 4.8). Not MAP_POPULATE: one thread
+     * would map every page (~1.5 ms); the two threads that hash the sections below fault
+     * in their own halves as they go. */
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) return SKV_ERR_UNSUPPORTED;
+    raw_src rs = {map, -1, 0};
+    skv_cm_section sec[SKV_CM_MAX_SECTIONS];
+    uint64_t sum[SKV_CM_MAX_SECTIONS], hdr = 0;
+    int rc = snap_version(map) == SKV_CM_SNAP_RAW ? raw_layout(cm, id, &rs, size, sec, sum, &hdr) : SKV_ERR_UNSUPPORTED;
+    size_t off[SKV_CM_MAX_SECTIONS], at = (size_t)hdr;
+    int ns = skv_cm_section_shapes(cm, sec);
+    for (int k = 0; k < ns; k++) off[k] = at, at += sec[k].n * sec[k].size; /* raw_layout checked the total */
+    if (rc == SKV_OK && (rc = skv_cm_map_tables(cm, map, (size_t)size, off)) == SKV_OK) /* cm owns it now */
+        return raw_fill(cm, sec, skv_cm_sections(cm, sec), sum, hdr, &rs);
+    munmap(map, (size_t)size);
+    return rc;
+#else
+    (void)size;
+    return SKV_ERR_UNSUPPORTED; /* the tables are host-order copies there: skv_cm_snap_read_fd */
+#endif
 }

@@ -59,5 +59,13 @@ int skv_cm_snap_read(skv_cm *cm, const skv_cm_snap_id *id, const uint8_t *src, s
  * a window of `window` bytes (>= 64; the tests make runs straddle refills). */
 int skv_cm_snap_read_fd(skv_cm *cm, const skv_cm_snap_id *id, int fd, uint64_t size);
 int skv_cm_snap_read_fd_window(skv_cm *cm, const skv_cm_snap_id *id, int fd, uint64_t size, size_t window);
+/* The whole file fd (size bytes, a version 2 snapshot) as cm's state, its slot tables,
+ * mpos and APM mapped read-only where they lie in the file (cm.h skv_cm_map_tables; cm
+ * comes from skv_cm_create_blank_mapped), the other (small) tables read into memory; every element is
+ * checked as by skv_cm_snap_read_fd, the checksums too, before it returns. Errors as
+ * skv_cm_snap_read_fd's, and SKV_ERR_UNSUPPORTED (the file cannot be mapped, is not
+ * version 2, or the host is not a little-endian Linux): read it with skv_cm_snap_read_fd
+ * into a blank model then. On any error cm is unusable: free it. */
+int skv_cm_snap_map_fd(skv_cm *cm, const skv_cm_snap_id *id, int fd, uint64_t size);
 
 #endif

@@ -470,15 +470,17 @@ static int snap_done(skv_cm *cm, int rc, const uint8_t fp[16], const skv_cm_snap
 
 /* The snapshot identity of (m, dict) and a new model to read it into; with skip_held, *cm
  * stays NULL when the process holds that primed model already (nothing to load). */
-static int snap_target(skv_model *m, const int32_t *dict, size_t n, int skip_held, uint8_t fp[16], skv_cm_snap_id *id,
-                       skv_cm **cm, char *err, size_t cap)
+static int snap_target(skv_model *m, const int32_t *dict, size_t n, int skip_held, int mapped, uint8_t fp[16],
+                       skv_cm_snap_id *id, skv_cm **cm, char *err, size_t cap)
 {
     const skv_cm_vocab *vb = NULL;
     int rc = snap_who(m, dict, n, &vb, fp, id, err, cap);
     *cm = NULL;
     if (rc || (skip_held && skv_session_cm_dict_have(m, id->dict_id, n))) return rc;
     /* blank: the snapshot reader writes every element once (it resets the model if it fails) */
-    if ((rc = skv_cm_create_blank(vb, SKV_CMV_DICT_SLOT_BITS, cm))) return skv_errf(err, cap, rc, "out of memory");
+    rc = mapped ? skv_cm_create_blank_mapped(vb, SKV_CMV_DICT_SLOT_BITS, cm)
+                   : skv_cm_create_blank(vb, SKV_CMV_DICT_SLOT_BITS, cm);
+    if (rc) return skv_errf(err, cap, rc, "out of memory");
     return SKV_OK;
 }
 
@@ -489,22 +491,24 @@ int skv_session_cm_dict_load_mem(skv_model *m, const int32_t *dict, size_t n, co
     skv_cm_snap_id id;
     skv_cm *cm = NULL;
     if (!buf && len) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot bytes");
-    int rc = snap_target(m, dict, n, 1, fp, &id, &cm, err, cap);
+    int rc = snap_target(m, dict, n, 1, 0, fp, &id, &cm, err, cap);
     if (rc || !cm) return rc;
     rc = len > skv_cm_snap_bound(cm) ? SKV_ERR_FORMAT : skv_cm_snap_read(cm, &id, buf, len);
     return snap_done(cm, rc, fp, &id, dict, n, "(store record)", err, cap);
 }
 
-/* The file is read through a small window (skv_cm_snap_read_fd), not mapped or read
- * whole: a 14-25 MB snapshot mapped cost a page fault per 4 KiB on first access, read
- * whole a buffer of its size, both ~10-60 ms on the project's VM (docs/coder.md 4.8). */
+/* A version 2 file is mapped (skv_cm_snap_map_fd): its slot tables stay the page cache's
+ * pages, read-only, and a segment coded in place keeps what it changes in an overlay; a
+ * copy of them (~36 MiB of fresh memory, cleared by the kernel, then filled) was most of a
+ * short restore's time on the project's VMs. Anything else (version 1, no mmap) is read
+ * through a small window (skv_cm_snap_read_fd), as before (docs/coder.md 4.8). */
 int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
 {
     uint8_t fp[16];
     skv_cm_snap_id id;
     skv_cm *cm = NULL;
     struct stat st;
-    int rc = path ? snap_target(m, dict, n, 0, fp, &id, &cm, err, cap)
+    int rc = path ? snap_target(m, dict, n, 0, 1, fp, &id, &cm, err, cap)
                   : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
     if (rc || !cm) return rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC), bad = fd < 0 || fstat(fd, &st) != 0;
@@ -516,7 +520,16 @@ int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *pa
         return rc;
     }
     rc = (uint64_t)st.st_size > skv_cm_snap_bound(cm) ? SKV_ERR_FORMAT
-                                                       : skv_cm_snap_read_fd(cm, &id, fd, (uint64_t)st.st_size);
+                                                       : skv_cm_snap_map_fd(cm, &id, fd, (uint64_t)st.st_size);
+    if (rc == SKV_ERR_UNSUPPORTED) { /* read instead, into a model with tables of its own */
+        skv_cm_free(cm);
+        cm = NULL;
+        if ((rc = snap_target(m, dict, n, 0, 0, fp, &id, &cm, err, cap))) {
+            close(fd);
+            return rc;
+        }
+        rc = skv_cm_snap_read_fd(cm, &id, fd, (uint64_t)st.st_size);
+    }
     close(fd);
     return snap_done(cm, rc, fp, &id, dict, n, path, err, cap);
 }

@@ -393,6 +393,28 @@ int skv_session_segment_tokens(const skv_session *s, skv_model *m, uint32_t i, c
     return rc;
 }
 
+/* The model's fingerprint on a thread of its own (see "the model's fingerprint beside a
+ * prefill" below): wanted, then started where the restore has begun its own threads. */
+typedef struct fp_job {
+    skv_model *m;
+    uint8_t fp[16];
+    int want, started;
+    pthread_t th;
+} fp_job;
+
+static void *fp_main(void *arg)
+{
+    fp_job *j = arg;
+    (void)skv_model_fingerprint(j->m, j->fp); /* a failure is met again by the check after */
+    return NULL;
+}
+
+/* Starts the fingerprint's thread if wanted and not yet started (fj may be NULL). */
+static void fp_start(fp_job *fj)
+{
+    if (fj && fj->want && !fj->started) fj->started = pthread_create(&fj->th, NULL, fp_main, fj) == 0;
+}
+
 /* ---- a cmv / cmvd segment decoded while its first ids prefill ---- */
 
 #define PIPE_MIN 256 /* ids: shorter segments decode in well under a millisecond */
@@ -437,8 +459,8 @@ static void *pipe_main(void *arg)
  * Two prefill calls give the KV of one (the engine's chunking guarantee; the digest is
  * verified after). 1 when no thread could be started (*rc untouched: decode serially). */
 static int restore_pipelined(const skv_session *s, const seg_view *g, skv_model *m, skv_ctx *ctx,
-                             const skv_restore_params *p, int32_t *tok, skv_restore_stats *st, int *rc, char *err,
-                             size_t errcap)
+                             const skv_restore_params *p, int32_t *tok, skv_restore_stats *st, fp_job *fj, int *rc,
+                             char *err, size_t errcap)
 {
     pipe_job j = {.s = s, .g = g, .m = m, .p = p, .tok = tok, .err = ""};
     size_t at = g->n_tokens / 8 > 64 ? g->n_tokens / 8 : 64;
@@ -453,6 +475,9 @@ static int restore_pipelined(const skv_session *s, const seg_view *g, skv_model 
         pthread_mutex_destroy(&j.mu);
         return 1;
     }
+    /* the fingerprint after the decode's thread: started first, it had the idle core and
+     * the decode waited for a time slice (1-2 ms) before the first ids */
+    fp_start(fj);
     pthread_mutex_lock(&j.mu);
     while (!j.first && !j.done) pthread_cond_wait(&j.cv, &j.mu);
     int first = j.first;
@@ -470,16 +495,19 @@ static int restore_pipelined(const skv_session *s, const seg_view *g, skv_model 
     return 0;
 }
 
-/* Regenerates segment g into the cleared ctx as its codec says. */
+/* Regenerates segment g into the cleared ctx as its codec says; fj: the fingerprint's
+ * thread to start beside it (NULL: none). */
 static int restore_codec(const skv_session *s, const seg_view *g, skv_model *m, skv_ctx *ctx,
-                         const skv_restore_params *p, int32_t *tokens, skv_restore_stats *st, char *err, size_t errcap)
+                         const skv_restore_params *p, int32_t *tokens, skv_restore_stats *st, fp_job *fj, char *err,
+                         size_t errcap)
 {
     int rc;
     if (prefill_codec(s->info.codec)) {
         int cmv = s->info.codec == SKV_CODEC_CMV || s->info.codec == SKV_CODEC_CMVD;
         if (cmv && !(p && p->decoded) && g->n_tokens >= PIPE_MIN &&
-            !restore_pipelined(s, g, m, ctx, p, tokens, st, &rc, err, errcap))
+            !restore_pipelined(s, g, m, ctx, p, tokens, st, fj, &rc, err, errcap))
             return rc;
+        fp_start(fj);
         if (p && p->decoded) { /* decoded before (skv_session_segment_tokens), checked by check_restore */
             if (tokens != p->decoded) memmove(tokens, p->decoded, g->n_tokens * sizeof *tokens);
         } else if ((rc = decode_ids(s, g, m, p, tokens, err, errcap))) {
@@ -512,17 +540,6 @@ static void add_stats(skv_restore_stats *to, const skv_restore_stats *st)
  * is emptied and the error is the fingerprint's). The vocabulary size is checked before, so
  * every id is in range. A model codec segment runs the model under its own coding: it
  * checks first, as before. */
-typedef struct {
-    skv_model *m;
-    uint8_t fp[16];
-} fp_job;
-
-static void *fp_main(void *arg)
-{
-    fp_job *j = arg;
-    (void)skv_model_fingerprint(j->m, j->fp); /* a failure is met again by the check after */
-    return NULL;
-}
 
 static int fp_overlap(const skv_session *s, skv_model *m, const skv_restore_params *p)
 {
@@ -543,11 +560,9 @@ int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, 
     if ((rc = check_restore(s, m, i, ctx, p, tokens, cap, deferred, err, sizeof err)))
         return skv_ctx_set_error(ctx, rc, err);
     skv_ctx_truncate(ctx, 0); /* clears ctx's last error too */
-    pthread_t th;
-    fp_job fj = {m, {0}};
-    int helper = deferred && pthread_create(&th, NULL, fp_main, &fj) == 0;
-    rc = restore_codec(s, &s->segs[i], m, ctx, p, tokens, &st, err, sizeof err);
-    if (helper) pthread_join(th, NULL);
+    fp_job fj = {.m = m, .want = deferred};
+    rc = restore_codec(s, &s->segs[i], m, ctx, p, tokens, &st, &fj, err, sizeof err);
+    if (fj.started) pthread_join(fj.th, NULL);
     if (!rc && deferred && (rc = skv_session_check_model(s, m, err, sizeof err))) skv_ctx_truncate(ctx, 0);
     if (rc) return skv_ctx_set_error(ctx, rc, err);
     report(p, s->segs[i].n_tokens, s->segs[i].n_tokens);
