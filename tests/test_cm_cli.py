@@ -138,6 +138,15 @@ def test_damaged_caches_rebuilt(tmp):
     check("damaged" in err, "no note about the damaged snapshot: %r" % err)
     rc, err = restore(skv, dic, out)
     check(rc == 0 and "damaged" not in err, "the snapshot was not rebuilt: %r" % err)
+    # a header byte too (its own checksum)
+    snap = bytearray(open(snap_path, "rb").read())
+    snap[40] ^= 0x10
+    open(snap_path, "wb").write(bytes(snap))
+    rc, err = restore(skv, dic, out)
+    check(rc == 0 and open(out, "rb").read() == open(text, "rb").read() and "damaged" in err,
+          "restore after a damaged snapshot header: %s" % err)
+    rc, err = restore(skv, dic, out)
+    check(rc == 0 and "damaged" not in err, "the snapshot was not rebuilt after a damaged header: %r" % err)
     ids = open(ids_path, "rb").read()
     for bad in (ids[:len(ids) // 2], ids[:40] + bytes([ids[40] ^ 1]) + ids[41:]):
         open(ids_path, "wb").write(bad)

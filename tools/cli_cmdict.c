@@ -197,10 +197,27 @@ static void primed_cache(skv_model *m, const char *base, const int32_t *ids, siz
     free(snap);
 }
 
-/* XXH3-64 of the file's bytes, read in pieces (when the ids are cached, the text is never
- * held whole); -1 after a message. */
+/* XXH3-64 of the file's bytes: a regular file mapped (its page cache's pages, no buffer:
+ * a fresh 256 KiB one cost ~1 ms of page faults on the project's VMs), anything else read
+ * in pieces (when the ids are cached, the text is never held whole); -1 after a message. */
 static int file_key(const char *path, uint64_t *key)
 {
+#if defined(__linux__)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat fs;
+    if (fd >= 0 && !fstat(fd, &fs) && S_ISREG(fs.st_mode) && fs.st_size > 0 &&
+        (uint64_t)fs.st_size <= (uint64_t)SIZE_MAX) {
+        void *b = mmap(NULL, (size_t)fs.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        close(fd);
+        if (b != MAP_FAILED) {
+            *key = XXH3_64bits(b, (size_t)fs.st_size);
+            munmap(b, (size_t)fs.st_size);
+            return 0;
+        }
+    } else if (fd >= 0) {
+        close(fd);
+    }
+#endif
     FILE *f = fopen(path, "rb");
     XXH3_state_t *x = f ? XXH3_createState() : NULL;
     char *buf = x ? malloc(1 << 18) : NULL;
