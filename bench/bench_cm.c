@@ -7,7 +7,9 @@
  * codec cm and codec cmv. Every cm / cmv stream is decoded back and compared. Prints one
  * markdown row per (vocabulary, text): payload bits per id and the ratio to tokens, and
  * the coder's CPU time per id (encode + decode).
- * Usage: bench_cm [-s SEG] [-m MAX_BYTES] VOCAB.gguf[,NAME] TEXT[,NAME]... */
+ * -r REV: cmv's model revision (default the one encoders write; 1 = the model before
+ * 2026-12-05).
+ * Usage: bench_cm [-s SEG] [-m MAX_BYTES] [-d DICT_BYTES] [-r REV] VOCAB.gguf[,NAME] TEXT[,NAME]... */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "tokenizer/tokenizer.h"
 
 static size_t g_seg = 800, g_max = 24000;
+static unsigned g_rev = SKV_CMV_REV; /* -r: the cmv / cmvd model revision (coder.md 4.9) */
 
 static double cpu_now(void)
 {
@@ -53,8 +56,8 @@ static size_t cm_bytes(const skv_cm_vocab *vb, uint32_t V, const int32_t *t, siz
     uint8_t *buf = malloc(cap);
     int32_t *back = malloc(n * sizeof *back);
     double t0 = cpu_now();
-    int rc = vb ? skv_cmv_encode_tokens(vb, t, n, buf, cap, &size) : skv_cm_encode_tokens(t, n, V, buf, cap, &size);
-    if (!rc) rc = vb ? skv_cmv_decode_tokens(vb, buf, size, n, back) : skv_cm_decode_tokens(buf, size, n, V, back);
+    int rc = vb ? skv_cmv_encode_tokens(vb, g_rev, t, n, buf, cap, &size) : skv_cm_encode_tokens(t, n, V, buf, cap, &size);
+    if (!rc) rc = vb ? skv_cmv_decode_tokens(vb, g_rev, buf, size, n, back) : skv_cm_decode_tokens(buf, size, n, V, back);
     *cpu += cpu_now() - t0;
     if (rc || memcmp(back, t, n * sizeof *t)) {
         fprintf(stderr, "bench_cm: round trip FAILED (rc %d)\n", rc);
@@ -138,7 +141,8 @@ static size_t g_dict_max = 16000;
 static void dict_open(dict *dc, const skv_cm_vocab *vb, const skv_tokenizer *tk, const char *path, long off)
 {
     dc->d = read_ids(tk, path, off, g_dict_max, &dc->n);
-    if (skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &dc->primed) || skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &dc->work) ||
+    if (skv_cm_create_vocab(vb, g_rev, SKV_CMV_DICT_SLOT_BITS, &dc->primed) ||
+        skv_cm_create_vocab(vb, g_rev, SKV_CMV_DICT_SLOT_BITS, &dc->work) ||
         skv_cm_prime(dc->primed, dc->d, dc->n)) {
         fprintf(stderr, "bench_cm: cannot prime\n");
         exit(1);
@@ -194,9 +198,10 @@ int main(int argc, char **argv)
         if (!strcmp(argv[a], "-s")) g_seg = (size_t)atol(argv[a + 1]);
         else if (!strcmp(argv[a], "-m")) g_max = (size_t)atol(argv[a + 1]);
         else if (!strcmp(argv[a], "-d")) g_dict_max = (size_t)atol(argv[a + 1]);
+        else if (!strcmp(argv[a], "-r")) g_rev = (unsigned)atoi(argv[a + 1]);
     }
     if (a + 1 >= argc || !g_seg) {
-        fprintf(stderr, "usage: bench_cm [-s SEG] [-m MAX_BYTES] VOCAB.gguf[,NAME] TEXT[,NAME]...\n");
+        fprintf(stderr, "usage: bench_cm [-s SEG] [-m MAX_BYTES] [-d DICT_BYTES] [-r REV] VOCAB.gguf[,NAME] TEXT[,NAME]...\n");
         return 2;
     }
     const char *vname = name_of(argv[a]);

@@ -58,19 +58,23 @@ static skv_cm_vocab *vocab(void)
 static uint32_t rd32(const uint8_t *b) { return b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24; }
 static uint64_t rd64(const uint8_t *b) { return rd32(b) | (uint64_t)rd32(b + 4) << 32; }
 
-/* A reset model of the kind (cmv, or cm for V ids), kept across inputs. slot 0/1: two models. */
+/* The cmv model revision of the input (the one its header's model check names, else 1). */
+static unsigned g_rev = 1;
+
+/* A reset model of the kind (cmv of revision g_rev, or cm for V ids), kept across inputs.
+ * slot 0/1: two models. */
 static skv_cm *model_of(int cmv, uint32_t V, int slot)
 {
-    static skv_cm *kept[2][2];
+    static skv_cm *kept[1 + SKV_CMV_REV][2];
     static uint32_t kept_v[2];
-    skv_cm **m = &kept[cmv][slot];
+    skv_cm **m = &kept[cmv ? g_rev : 0][slot];
     if (*m && (cmv || kept_v[slot] == V)) {
         if (!skv_cm_fresh(*m)) skv_cm_reset(*m); /* a model the last input left reset stays so */
         return *m;
     }
     skv_cm_free(*m);
     *m = NULL;
-    if (cmv ? skv_cm_create_vocab(vocab(), SKV_CMV_SLOT_BITS_MIN, m) : skv_cm_create(V, m)) *m = NULL;
+    if (cmv ? skv_cm_create_vocab(vocab(), g_rev, SKV_CMV_SLOT_BITS_MIN, m) : skv_cm_create(V, m)) *m = NULL;
     if (!cmv) kept_v[slot] = V;
     return *m;
 }
@@ -79,7 +83,7 @@ static skv_cm *model_of(int cmv, uint32_t V, int slot)
 static void code_back(skv_cm *cm, int32_t *t, size_t n0, uint32_t V, const uint8_t *snap, size_t len, int cmv)
 {
     skv_cm *d = model_of(cmv, V, 1);
-    skv_cm_snap_id id = {cmv ? vocab()->check : 0, rd64(snap + 24), rd32(snap + 32)};
+    skv_cm_snap_id id = {cmv ? skv_cm_model_check(vocab(), g_rev) : 0, rd64(snap + 24), rd32(snap + 32)};
     uint8_t buf[4096];
     size_t size = 0;
     int32_t back[NT];
@@ -152,7 +156,7 @@ static void loaded(skv_cm *cm, const skv_cm_snap_id *id, uint32_t V, int cmv, co
 static void mapped_reader_agrees(int fd, const uint8_t *data, size_t size, const skv_cm_snap_id *id, skv_cm *cm, int rc)
 {
     skv_cm *q = NULL;
-    if (skv_cm_create_blank_mapped(vocab(), SKV_CMV_SLOT_BITS_MIN, &q)) return;
+    if (skv_cm_create_blank_mapped(vocab(), g_rev, SKV_CMV_SLOT_BITS_MIN, &q)) return;
     int rm = skv_cm_snap_map_fd(q, id, fd, size);
     if (rm != SKV_OK && rm != SKV_ERR_FORMAT && rm != SKV_ERR_MISMATCH && rm != SKV_ERR_UNSUPPORTED) abort();
     if (rc == SKV_OK && rm != SKV_OK && !(rm == SKV_ERR_UNSUPPORTED && rd32(data + 4) != SKV_CM_SNAP_RAW)) abort();
@@ -211,8 +215,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 40 || !vocab()) return 0;
     int cmv = rd64(data + 16) != 0;
+    g_rev = cmv && rd64(data + 16) == skv_cm_model_check(vocab(), 2) ? 2 : 1;
     uint32_t hv = rd32(data + 8), V = cmv ? NV : hv >= 1 && hv <= 4096 ? hv : 1 + hv % 4096;
-    skv_cm_snap_id id = {cmv ? vocab()->check : 0, rd64(data + 24), rd32(data + 32)};
+    skv_cm_snap_id id = {cmv ? skv_cm_model_check(vocab(), g_rev) : 0, rd64(data + 24), rd32(data + 32)};
     skv_cm *cm = model_of(cmv, V, 0);
     if (!cm) return 0;
     int rc = skv_cm_snap_read(cm, &id, data, size);
@@ -245,7 +250,7 @@ static void seeds_of(const char *dir, const char *tag, int cmv, uint32_t V, size
     uint64_t x = 88172645463325252ull;
     for (size_t i = 0; i < nd; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, t[i] = (int32_t)((i % 3 ? x % 20 : x) % V);
     if (skv_cm_prime(cm, t, nd)) abort();
-    skv_cm_snap_id id = {cmv ? vocab()->check : 0, 0x5eed0000u + nd, (uint32_t)nd};
+    skv_cm_snap_id id = {cmv ? skv_cm_model_check(vocab(), g_rev) : 0, 0x5eed0000u + nd, (uint32_t)nd};
     uint8_t *b = snap_of(cm, &id, &len, 2);
     snprintf(name, sizeof name, "%s_valid", tag);
     seed(dir, name, b, len);
@@ -273,11 +278,11 @@ static void raw_seeds(const char *dir)
     int32_t t[60];
     for (int i = 0; i < 60; i++) t[i] = (int32_t)((i * 37 + 11) % NV);
     if (!cm || skv_cm_prime(cm, t, 60)) abort();
-    skv_cm_snap_id id = {vocab()->check, 0x5eed0000u + 60, 60};
+    skv_cm_snap_id id = {skv_cm_model_check(vocab(), g_rev), 0x5eed0000u + 60, 60};
     size_t cap = skv_cm_snap_bound(cm), len = 0;
     uint8_t *b = malloc(cap);
     if (!b || skv_cm_snap_write_version(cm, &id, SKV_CM_SNAP_RAW, b, cap, &len)) abort();
-    seed(dir, "cmv_raw_valid", b, len);
+    seed(dir, g_rev == 1 ? "cmv_raw_valid" : "cmv2_raw_valid", b, len);
     uint32_t ns = rd32(b + 36), n0 = rd32(b + 96), s0 = rd32(b + 100);
     size_t hdr = 96 + (size_t)ns * 16 + 8;
     b[hdr + 4 * 1000 + 1] = 0xff; /* section 0 (slots): a count past the model's cap */
@@ -285,7 +290,7 @@ static void raw_seeds(const char *dir)
     for (int k = 0; k < 8; k++) b[104 + k] = (uint8_t)(h >> (8 * k));
     h = XXH3_64bits(b, hdr - 8);
     for (int k = 0; k < 8; k++) b[hdr - 8 + k] = (uint8_t)(h >> (8 * k));
-    seed(dir, "cmv_raw_forged", b, len);
+    seed(dir, g_rev == 1 ? "cmv_raw_forged" : "cmv2_raw_forged", b, len);
     free(b);
 }
 
@@ -295,6 +300,9 @@ int main(int argc, char **argv)
     seeds_of(argv[1], "cm_v5", 0, 5, 40);
     seeds_of(argv[1], "cm_v600", 0, 600, 120);
     seeds_of(argv[1], "cmv", 1, NV, 60);
+    raw_seeds(argv[1]);
+    g_rev = 2; /* the same for model revision 2 (cmv files written since 2026-12-05) */
+    seeds_of(argv[1], "cmv2", 1, NV, 60);
     raw_seeds(argv[1]);
     return 0;
 }

@@ -366,7 +366,10 @@ enum { SKV_CODEC_PRED = 10 };
  * from the vocabulary's scores or merge order, contexts over the text); "cmvd" primes
  * the model with a dictionary of ids (skv_encoder_params.cm_dict; the same dictionary
  * must be given to the restore: skv_restore_params.cm_dict), e.g. earlier sessions of a
- * store. Restored like "cm": decode, one batched prefill, digest verified. */
+ * store. Restored like "cm": decode, one batched prefill, digest verified. A segment
+ * names the revision of the model it was coded with (docs/coder.md 4.9): encoders write
+ * the newest (revision 2 since 2026-12-05, 3.5-7.5% smaller with a dictionary), restores
+ * read every revision the build knows, so older files keep restoring. */
 enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
 /* Codec cmvd's primed model, kept in a snapshot file (docs/coder.md 4.8): priming walks
  * every dictionary id (~10 us each); loading its snapshot takes milliseconds (_save writes
@@ -379,7 +382,8 @@ enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
  * tables until the process ends): replace it by rename, as _save does, never truncate it
  * in place while a process uses it (that raises SIGBUS there, as for any mapped file).
  * _load: SKV_ERR_IO (cannot read), SKV_ERR_FORMAT (damaged: delete and _save again),
- * SKV_ERR_MISMATCH (written for another vocabulary, dictionary or version). The message is
+ * SKV_ERR_MISMATCH (written for another vocabulary, dictionary, version or model revision:
+ * a snapshot of an older build's revision is refused, then rebuilt by _save). The message is
  * written to err[0..cap). */
 SKV_API int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);
 SKV_API int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);

@@ -78,10 +78,13 @@ static size_t code(skv_cm *cm, const int32_t *t, size_t nd, size_t n, uint8_t *b
     return size;
 }
 
+/* The cmv model revision the model-level tests run with (each runs for both). */
+static unsigned g_rev = SKV_CMV_REV;
+
 static skv_cm *new_model(const skv_cm_vocab *vb, uint32_t V, unsigned bits)
 {
     skv_cm *cm = NULL;
-    int rc = vb ? skv_cm_create_vocab(vb, bits, &cm) : skv_cm_create(V, &cm);
+    int rc = vb ? skv_cm_create_vocab(vb, g_rev, bits, &cm) : skv_cm_create(V, &cm);
     return rc ? NULL : cm;
 }
 
@@ -134,7 +137,7 @@ static void blank_reads_the_same(const skv_cm_vocab *vb, unsigned bits, size_t n
     CHECK(sa && sb && sr);
     CHECK_EQ_INT(skv_cm_snap_write(p, &id, sa, bound, &la), SKV_OK);
     skv_cm_free(junk);
-    CHECK_EQ_INT(skv_cm_create_blank(vb, bits, &q), SKV_OK);
+    CHECK_EQ_INT(skv_cm_create_blank(vb, g_rev, bits, &q), SKV_OK);
     CHECK_EQ_INT(skv_cm_fresh(q), 2);
     /* sizing the snapshot first (what the library's loaders do) keeps the model blank: it
      * used to mark it written, and the reader then reset all its tables before loading */
@@ -148,7 +151,7 @@ static void blank_reads_the_same(const skv_cm_vocab *vb, unsigned bits, size_t n
     skv_cm_free(q);
     q = NULL;
     sa[la / 2] ^= 0x10; /* damaged: refused, and the blank model is left reset */
-    CHECK_EQ_INT(skv_cm_create_blank(vb, bits, &q), SKV_OK);
+    CHECK_EQ_INT(skv_cm_create_blank(vb, g_rev, bits, &q), SKV_OK);
     CHECK_EQ_INT(skv_cm_snap_read(q, &id, sa, la), SKV_ERR_FORMAT);
     CHECK_EQ_INT(skv_cm_fresh(q), 1);
     CHECK_EQ_INT(skv_cm_snap_write(q, &id, sb, bound, &lb), SKV_OK);
@@ -169,7 +172,7 @@ static void reset_pattern_is_the_reset(void)
     skv_cm *ms[2] = {NULL, NULL};
     CHECK(vb);
     CHECK_EQ_INT(skv_cm_create(600, &ms[0]), SKV_OK);
-    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_SLOT_BITS_MIN, &ms[1]), SKV_OK);
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, g_rev, SKV_CMV_SLOT_BITS_MIN, &ms[1]), SKV_OK);
     for (int k = 0; k < 2; k++) {
         skv_cm_section sec[SKV_CM_MAX_SECTIONS];
         uint32_t pat[33];
@@ -203,7 +206,7 @@ static void blank_models(void)
     CHECK(vb && vb2);
     blank_reads_the_same(vb, SKV_CMV_SLOT_BITS_MIN, 2000);
     blank_reads_the_same(vb2, SKV_CMV_DICT_SLOT_BITS, 20000);
-    CHECK_EQ_INT(skv_cm_create_blank(NULL, SKV_CMV_DICT_SLOT_BITS, &(skv_cm *){NULL}), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_create_blank(NULL, g_rev, SKV_CMV_DICT_SLOT_BITS, &(skv_cm *){NULL}), SKV_ERR_INVALID_ARG);
     skv_cm_vocab_free(vb);
     skv_cm_vocab_free(vb2);
 }
@@ -379,7 +382,7 @@ static void raw_kind(const skv_cm_vocab *vb, uint32_t V, unsigned bits, size_t n
     CHECK_EQ_INT(skv_cm_snap_write(p, &id, v1, bound, &l1), SKV_OK);
     CHECK_EQ_INT((int)skv_rd32(snap + 4), SKV_CM_SNAP_RAW);
     printf("# V %u, slot bits %u, dictionary %zu ids: version 2 %zu bytes, version 1 %zu\n", V, bits, nd, len, l1);
-    if (vb) CHECK_EQ_INT(skv_cm_create_blank(vb, bits, &blank), SKV_OK);
+    if (vb) CHECK_EQ_INT(skv_cm_create_blank(vb, g_rev, bits, &blank), SKV_OK);
     skv_cm *into[3] = {q, blank, q};
     for (int k = 0; k < 3 && !test_cur_failed; k++) {
         if (!into[k]) continue;
@@ -574,7 +577,7 @@ static int map_bytes(const skv_cm_vocab *vb, unsigned bits, const skv_cm_snap_id
     skv_cm *q = NULL;
     snprintf(path, sizeof path, "/tmp/seqkv_test_snapmap_%d", (int)getpid());
     int fd = file_of(path, b, len), rc = -100;
-    if (fd >= 0 && skv_cm_create_blank_mapped(vb, bits, &q) == SKV_OK) rc = skv_cm_snap_map_fd(q, id, fd, size);
+    if (fd >= 0 && skv_cm_create_blank_mapped(vb, g_rev, bits, &q) == SKV_OK) rc = skv_cm_snap_map_fd(q, id, fd, size);
     if (fd >= 0) close(fd); /* the mapping outlives the descriptor and the name */
     remove(path);
     if (rc != SKV_OK) skv_cm_free(q), q = NULL;
@@ -680,7 +683,7 @@ static void mapped_codes_the_same(void)
         skv_cm *own = NULL;
         snprintf(path, sizeof path, "/tmp/seqkv_test_snapmap2_%d", (int)getpid());
         int fd = file_of(path, snap, len);
-        CHECK_EQ_INT(skv_cm_create_blank(vb, bits, &own), SKV_OK); /* tables of its own */
+        CHECK_EQ_INT(skv_cm_create_blank(vb, g_rev, bits, &own), SKV_OK); /* tables of its own */
         if (fd >= 0 && own) CHECK_EQ_INT(skv_cm_snap_map_fd(own, &id, fd, len), SKV_ERR_INVALID_ARG);
         skv_cm_free(own);
         if (fd >= 0) close(fd);
@@ -693,7 +696,7 @@ static void mapped_codes_the_same(void)
         char path[64];
         snprintf(path, sizeof path, "/tmp/seqkv_test_snapmap3_%d", (int)getpid());
         int fd = file_of(path, snap, len);
-        CHECK_EQ_INT(fd >= 0 && skv_cm_create_blank_mapped(vb, bits, &q) == SKV_OK ? skv_cm_snap_map_fd(q, &id, fd, len) : -100,
+        CHECK_EQ_INT(fd >= 0 && skv_cm_create_blank_mapped(vb, g_rev, bits, &q) == SKV_OK ? skv_cm_snap_map_fd(q, &id, fd, len) : -100,
                      SKV_OK);
         size_t hdr = 96 + 13 * 16 + 8, junk_len = (((size_t)8 << bits) + (1u << SKV_CM_MATCH_BITS)) * 4;
         uint8_t *junk = malloc(junk_len);
@@ -869,9 +872,9 @@ static void library_uses_a_loaded_snapshot(void)
     size_t len = 0;
     snprintf(path, sizeof path, "/tmp/test_cm_snap.%d.a.skvcm", (int)getpid());
     CHECK_EQ_INT(skv_session_cm_vocab(g_m->tok, &vb), SKV_OK);
-    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &cm), SKV_OK);
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_REV, SKV_CMV_DICT_SLOT_BITS, &cm), SKV_OK);
     CHECK_EQ_INT(skv_cm_prime(cm, g_dict, g_dict_n), SKV_OK);
-    skv_cm_snap_id id = {vb->check, skv_session_dict_id(g_dict, g_dict_n), (uint32_t)g_dict_n};
+    skv_cm_snap_id id = {skv_cm_model_check(vb, SKV_CMV_REV), skv_session_dict_id(g_dict, g_dict_n), (uint32_t)g_dict_n};
     size_t bound = skv_cm_snap_bound(cm);
     uint8_t *b = malloc(bound);
     CHECK_EQ_INT(skv_cm_snap_write(cm, &id, b, bound, &len), SKV_OK);
@@ -888,15 +891,19 @@ int main(void)
 {
     char err[256];
     TEST_BEGIN("test_cm_snap");
-    RUN(roundtrip_codes_the_same);
-    RUN(reset_pattern_is_the_reset);
-    RUN(blank_models);
-    RUN(hostile_snapshots);
-    RUN(file_reader_is_the_memory_reader);
-    RUN(raw_snapshots);
-    RUN(journal_copies_code_the_same);
-    RUN(undo_codes_the_same);
-    RUN(mapped_codes_the_same);
+    for (g_rev = SKV_CMV_REV; g_rev >= 1; g_rev--) { /* each cmv model revision (1: older files') */
+        printf("# cmv model revision %u\n", g_rev);
+        RUN(roundtrip_codes_the_same);
+        RUN(reset_pattern_is_the_reset);
+        RUN(blank_models);
+        RUN(hostile_snapshots);
+        RUN(file_reader_is_the_memory_reader);
+        RUN(raw_snapshots);
+        RUN(journal_copies_code_the_same);
+        RUN(undo_codes_the_same);
+        RUN(mapped_codes_the_same);
+    }
+    g_rev = SKV_CMV_REV;
     if (skv_model_load("models/kjv-4m.gguf", NULL, &g_m, err, sizeof err) != SKV_OK) {
         printf("FAIL test_cm_snap:<load>: %s\n", err);
         return 1;

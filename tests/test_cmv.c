@@ -24,6 +24,9 @@
 #define SEGHDR 32
 #define KA_SIZE 1856
 #define KA_HASH 0xe7cd0ef9af17b32aull
+#define KA2_SIZE 1794 /* revision 2 */
+#define KA2_HASH 0xb258244e424e557aull
+#define KA2_CHECK 0x7297aff028c4de17ull
 
 static skv_model *g_m;
 static int32_t *g_text, *g_dict; /* held-out KJV: the session, the dictionary */
@@ -86,7 +89,7 @@ static void side_information_well_formed(void)
 }
 
 /* Encodes n ids (after the primed model's dictionary when dict) and decodes them back. */
-static void roundtrip(const skv_cm_vocab *vb, const int32_t *dict, size_t nd, const int32_t *t, size_t n)
+static void roundtrip(const skv_cm_vocab *vb, unsigned rev, const int32_t *dict, size_t nd, const int32_t *t, size_t n)
 {
     size_t cap = skv_cm_bound(n, vb->V), size = 0;
     uint8_t *buf = malloc(cap);
@@ -97,7 +100,7 @@ static void roundtrip(const skv_cm_vocab *vb, const int32_t *dict, size_t nd, co
     if (nd) memcpy(h, dict, nd * sizeof *h);
     memcpy(h + nd, t, n * sizeof *h);
     for (int pass = 0; pass < 2 && !test_cur_failed; pass++) {
-        CHECK_EQ_INT(skv_cm_create_vocab(vb, nd ? SKV_CMV_DICT_SLOT_BITS : SKV_CMV_SLOT_BITS, &cm), SKV_OK);
+        CHECK_EQ_INT(skv_cm_create_vocab(vb, rev, nd ? SKV_CMV_DICT_SLOT_BITS : SKV_CMV_SLOT_BITS, &cm), SKV_OK);
         CHECK_EQ_INT(skv_cm_prime(cm, h, nd), SKV_OK);
         if (pass == 0) skv_rangecoder_enc_init(&e, buf, cap);
         else CHECK_EQ_INT(skv_rangecoder_dec_init(&d, buf, size), SKV_OK);
@@ -108,7 +111,7 @@ static void roundtrip(const skv_cm_vocab *vb, const int32_t *dict, size_t nd, co
         skv_cm_free(cm);
         if (pass == 0) memset(h + nd, 0, n * sizeof *h);
     }
-    CHECK_MSG(!memcmp(h + nd, t, n * sizeof *t), "decoded ids differ (V %u, dict %zu)", vb->V, nd);
+    CHECK_MSG(!memcmp(h + nd, t, n * sizeof *t), "decoded ids differ (V %u, rev %u, dict %zu)", vb->V, rev, nd);
     free(buf);
     free(h);
 }
@@ -123,28 +126,41 @@ static void roundtrip_synthetic(void)
         CHECK(vb);
         for (size_t i = 0; i < 2000; i++) t[i] = (int32_t)(rng() % (i % 3 ? 50 : V) % V);
         for (size_t i = 0; i < 500; i++) dict[i] = (int32_t)(rng() % V);
-        roundtrip(vb, NULL, 0, t, (size_t)(rng() % 2000) + 1);
-        roundtrip(vb, dict, 500, t, (size_t)(rng() % 2000) + 1);
-        roundtrip(vb, NULL, 0, t, 0);
+        for (unsigned rev = 1; rev <= SKV_CMV_REV; rev++) {
+            roundtrip(vb, rev, NULL, 0, t, (size_t)(rng() % 2000) + 1);
+            roundtrip(vb, rev, dict, 500, t, (size_t)(rng() % 2000) + 1);
+            roundtrip(vb, rev, NULL, 0, t, 0);
+        }
         skv_cm_vocab_free(vb);
     }
 }
 
-/* The coded bytes are a format (docs/coder.md 4.6): pinned like codec cm's. */
+/* The coded bytes are a format (docs/coder.md 4.6, 4.9): pinned like codec cm's, for each
+ * model revision (revision 1's answer is the one files written before revision 2 hold). */
 static void known_answer(void)
 {
+    static const struct {
+        size_t size;
+        unsigned long long hash, check;
+    } ka[SKV_CMV_REV + 1] = {{0, 0, 0}, {KA_SIZE, KA_HASH, 0}, {KA2_SIZE, KA2_HASH, KA2_CHECK}};
     int32_t t[2000];
     uint8_t buf[8192];
     size_t size = 0;
     skv_cm_vocab *vb = synthetic_vocab(4096, 1);
     CHECK(vb);
     for (size_t i = 0; i < 2000; i++) t[i] = (int32_t)((i * i + 3 * (i / 7)) % 97 + (i % 5 == 0 ? 3000 : 0));
-    CHECK_EQ_INT(skv_cmv_encode_tokens(vb, t, 2000, buf, sizeof buf, &size), SKV_OK);
-    printf("# cmv known answer: %zu bytes, xxh3-64 %016llx, vocabulary check %016llx\n", size,
-           (unsigned long long)XXH3_64bits(buf, size), (unsigned long long)vb->check);
-    CHECK_EQ_INT(size, KA_SIZE);
-    CHECK_MSG(XXH3_64bits(buf, size) == KA_HASH, "cmv stream bytes changed: %016llx",
-              (unsigned long long)XXH3_64bits(buf, size));
+    for (unsigned rev = 1; rev <= SKV_CMV_REV && !test_cur_failed; rev++) {
+        CHECK_EQ_INT(skv_cmv_encode_tokens(vb, rev, t, 2000, buf, sizeof buf, &size), SKV_OK);
+        printf("# cmv revision %u known answer: %zu bytes, xxh3-64 %016llx, model check %016llx\n", rev, size,
+               (unsigned long long)XXH3_64bits(buf, size), (unsigned long long)skv_cm_model_check(vb, rev));
+        CHECK_EQ_INT(size, ka[rev].size);
+        CHECK_MSG(XXH3_64bits(buf, size) == ka[rev].hash, "cmv revision %u stream bytes changed: %016llx", rev,
+                  (unsigned long long)XXH3_64bits(buf, size));
+        CHECK(skv_cm_model_check(vb, rev) == (rev == 1 ? vb->check : ka[rev].check));
+        int32_t back[2000];
+        CHECK_EQ_INT(skv_cmv_decode_tokens(vb, rev, buf, size, 2000, back), SKV_OK);
+        CHECK(!memcmp(back, t, sizeof t));
+    }
     skv_cm_vocab_free(vb);
 }
 
@@ -157,14 +173,16 @@ static void hostile_streams(void)
     for (int trial = 0; trial < 20; trial++) {
         size_t size = (size_t)(rng() % sizeof bad);
         for (size_t i = 0; i < size; i++) bad[i] = (uint8_t)rng();
-        int rc = skv_cmv_decode_tokens(vb, bad, size, 800, back);
+        int rc = skv_cmv_decode_tokens(vb, 1 + (unsigned)trial % SKV_CMV_REV, bad, size, 800, back);
         CHECK(rc == SKV_OK || rc == SKV_ERR_FORMAT);
         for (size_t i = 0; rc == SKV_OK && i < 800; i++) CHECK(back[i] >= 0 && back[i] < 5000);
     }
     skv_cm *cm = NULL;
     int32_t out_of_range[2] = {1, 5000};
-    CHECK_EQ_INT(skv_cm_create_vocab(vb, 8, &cm), SKV_ERR_INVALID_ARG);
-    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_SLOT_BITS, &cm), SKV_OK);
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_REV, 8, &cm), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, 0, SKV_CMV_SLOT_BITS, &cm), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_REV + 1, SKV_CMV_SLOT_BITS, &cm), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_REV, SKV_CMV_SLOT_BITS, &cm), SKV_OK);
     CHECK_EQ_INT(skv_cm_prime(cm, out_of_range, 2), SKV_ERR_INVALID_ARG);
     skv_cm_free(cm);
     skv_cm_vocab_free(vb);
@@ -249,6 +267,60 @@ static void session_roundtrip_bit_exact(void)
     free(cm);
     free(cmv);
     free(cmvd);
+}
+
+static void fix_segment0(uint8_t *d, uint64_t plen);
+
+static uint8_t *slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *b = f ? malloc(1 << 16) : NULL;
+    *size = b ? fread(b, 1, 1 << 16, f) : 0;
+    if (f) fclose(f);
+    return b;
+}
+
+/* Files written before model revision 2 (tests/data/cmv_rev1: `seqkv compress -c 512
+ * --segment` of 391ad3d, codecs cmv and cmvd, of this text and dictionary) still restore
+ * bit-exact, with the revision their model check names; a check naming no revision is
+ * refused; today's files of the same session are revision 2 and smaller. */
+static void older_revision_restores(void)
+{
+    static const char *const path[2] = {"tests/data/cmv_rev1/heldout6000.cmv.skv", "tests/data/cmv_rev1/heldout6000.cmvd.skv"};
+    uint8_t d0[16], d1[16], *tk = NULL;
+    size_t st = 0;
+    skv_ctx *c = new_ctx();
+    CHECK(c);
+    CHECK_EQ_INT(encode_session(SKV_CODEC_TOKENS, NULL, 0, &tk, &st), SKV_OK);
+    CHECK_EQ_INT(restore_all(tk, st, NULL, 0, c, d0), SKV_OK);
+    for (int k = 0; k < 2 && !test_cur_failed; k++) {
+        size_t size = 0, sn = 0;
+        uint8_t *b = slurp(path[k], &size), *now = NULL;
+        const int32_t *dict = k ? g_dict : NULL;
+        size_t nd = k ? g_dict_n : 0;
+        CHECK_MSG(b && size > HDR, "%s missing", path[k]);
+        if (!b) break;
+        CHECK_EQ_INT(restore_all(b, size, dict, nd, c, d1), SKV_OK);
+        CHECK(!memcmp(d0, d1, 16));
+        CHECK_EQ_INT(encode_session(k ? SKV_CODEC_CMVD : SKV_CODEC_CMV, dict, nd, &now, &sn), SKV_OK);
+        printf("# %s: %zu bytes (revision 1); written today: %zu bytes (revision %d)\n", path[k], size, sn, SKV_CMV_REV);
+        CHECK_MSG(sn < size, "revision %d file %zu bytes, revision 1 %zu", SKV_CMV_REV, sn, size);
+        /* a segment's payload starts with its model check: revision 1's is the vocabulary
+         * check, revision 2's XXH64 of it (seed 2); one naming revision 3 is refused */
+        uint8_t *bad = malloc(size), le[8];
+        uint64_t v1 = skv_rd64(b + HDR + SEGHDR);
+        for (int j = 0; j < 8; j++) le[j] = (uint8_t)(v1 >> (8 * j));
+        CHECK(skv_rd64(now + HDR + SEGHDR) == XXH64(le, 8, 2));
+        memcpy(bad, b, size);
+        skv_wr64(bad + HDR + SEGHDR, XXH64(le, 8, 3));
+        fix_segment0(bad, skv_rd64(bad + HDR + 8));
+        CHECK_EQ_INT(restore_all(bad, size, dict, nd, c, NULL), SKV_ERR_MISMATCH);
+        free(bad);
+        free(now);
+        free(b);
+    }
+    skv_ctx_free(c);
+    free(tk);
 }
 
 /* skv_session_segment_tokens on a thread of its own, for segment i + 1 while segment i
@@ -487,6 +559,7 @@ int main(void)
     RUN(known_answer);
     RUN(hostile_streams);
     RUN(session_roundtrip_bit_exact);
+    RUN(older_revision_restores);
     RUN(pipelined_restore);
     RUN(encoder_refuses_bad_dictionaries);
     RUN(session_corruption_refused);

@@ -45,6 +45,17 @@
 #define CM_JOUR_CAP ((size_t)1 << 20)   /* journal entries; past them the next copy is whole */
 #define CM_JOUR_MPOS CM_SLOTS             /* journal table numbers: slots 0..7, then these */
 #define CM_JOUR_APM (CM_SLOTS + 1)
+#define CM_JOUR_RUN (CM_SLOTS + 2)        /* rev 2: the run models' table (index r << run_bits | x) */
+#define CM_RUN 4                          /* rev 2: run models of orders 1..4 */
+#define CM_RUN_CTX 64                     /* a run model's reliabilities: min(count, 31) * 2 + expected bit */
+#define CM_RUN_COUNT_MAX 127
+#define CM_RUN_SALT 0x5BD1E995u
+#define CMV_SETS3 ((size_t)CM_MAX_DEPTH * 64) /* rev 2's third mixer: (depth, runs on, order-1 count) */
+#define CMV_WIDE (CM_INPUTS + CM_RUN)     /* its inputs: every input of the first two, and the runs */
+#define CMV_FSETS (CM_MAX_DEPTH * 4)      /* rev 2's final mixer: (depth, match on, order 1 seen) */
+#define CMV_FIN_INIT 21845                /* its initial weights: 1/3 each (the mean of the three) */
+#define CMV_FIN_LR 1
+#define CMV_WX_N ((size_t)CM_SETS * CM_RUN + CMV_SETS2 * CM_RUN + CMV_SETS3 * CMV_WIDE)
 #define CM_UNDO_MAX ((size_t)1 << 21)   /* undo entries (16 MiB of log); longer segments are copied */
 #define CM_OVL_MAX_BITS 21              /* a mapped model's overlay: at most 2^21 cells (16 MiB) */
 
@@ -52,12 +63,23 @@ struct skv_cm {
     uint32_t V;
     unsigned B;                       /* bits of an id */
     const skv_cm_vocab *vb;           /* NULL: codec cm; else codec cmv (docs/coder.md 4.6) */
+    unsigned rev;                     /* cmv's model revision: 1, or 2 with n_run run models (4.9) */
+    int n_run;
     int n_slots, n_in;                /* slot tables used, mixer inputs used */
     unsigned slot_bits;               /* log2 of the slots per table */
     uint32_t limit, mix_lr;           /* slot count cap, mixer rate: CM_* (cm) or CMV_* (cmv) */
     uint32_t *slot[CM_SLOTS];         /* [2^SLOT_BITS]: p (22 bits) << 10 | count (10 bits) */
     uint32_t *mpos;                   /* [2^MATCH_BITS]: position after the hashed ids, 0 = none */
-    uint32_t msm[CM_MATCH_CTX];       /* match reliability, slot format */
+    uint32_t msm[CM_MATCH_CTX + CM_RUN * CM_RUN_CTX]; /* match reliability, slot format; rev 2: then
+                                       * the run models' (rsm, CM_RUN_CTX each) */
+    uint32_t *rsm;                    /* msm + CM_MATCH_CTX */
+    uint32_t *run;                    /* rev 2: [CM_RUN << run_bits]: (coded value + 1) | count << 24, 0 = none */
+    unsigned run_bits;
+    int32_t *wx;                      /* rev 2 (CMV_WX_N): the runs' weights in the first two mixers
+                                       * (wr1 [CM_SETS][CM_RUN], wr2 [CMV_SETS2][CM_RUN]), the third
+                                       * mixer (w3 [CMV_SETS3][CMV_WIDE]) */
+    int32_t *wr1, *wr2, *w3;
+    int32_t wf[CMV_FSETS][3];         /* rev 2: the final mixer of the three mixers' outputs */
     int32_t w[CM_SETS][CM_INPUTS];    /* mixer weights, 16.16 fixed point */
     int16_t stretch[4096];            /* stretch(p12) = ln(p / (1 - p)) * 256, in [-2047, 2047] */
     uint16_t rate[CM_LIMIT + 1];      /* 2^17 / (2 n + 3) */
@@ -69,12 +91,19 @@ struct skv_cm {
     int32_t mtok;
     /* the current bit */
     uint32_t idx[CM_SLOTS];
-    int32_t st[CM_INPUTS];
+    int32_t st[CMV_WIDE];             /* inputs; rev 2: the runs' at CM_INPUTS.. */
     int set, mctx;
     uint32_t p;                       /* P(bit = 1) in 16 bits, in [22, 65514] */
     int32_t (*w2)[CM_INPUTS];         /* cmv: a second mixer, set by (depth, last byte) */
     int set2;
     int32_t dot1, dot2;               /* the two mixers' outputs (logistic domain) */
+    /* rev 2: per token, each run model's predicted coded value (-1: none), count, element;
+     * per bit, its reliability context (-1: not used), the third and final mixers' sets */
+    int32_t rpred[CM_RUN];
+    uint32_t rcnt[CM_RUN], ridx[CM_RUN];
+    int rctx[CM_RUN];
+    int set3, fset;
+    int32_t dot3;
     uint16_t *apm;                    /* cmv: [2^CMV_APM_BITS][33] refined P(1) by order-1 context */
     uint32_t apm_at, apm_f, p_mix;    /* the knot pair used, its weight, the mixer's p */
     /* journal (skv_cm_journal): the table elements written since the model was copied from
@@ -165,6 +194,7 @@ static void prefault_tables(skv_cm *cm)
     if (cm->map) return; /* read-only: the page cache's pages */
     for (int k = 0; k < cm->n_slots; k++) prefault(cm->slot[k], sizeof(uint32_t) << cm->slot_bits);
     prefault(cm->mpos, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
+    if (cm->run) prefault(cm->run, sizeof(uint32_t) * CM_RUN << cm->run_bits);
     if (cm->apm) prefault(cm->apm, CMV_APM_N * sizeof *cm->apm);
 }
 
@@ -172,7 +202,8 @@ void skv_cm_prefault(skv_cm *cm) { prefault_tables(cm); }
 
 /* A model with its tables allocated but not reset; populate: fault them in now; !tables:
  * without the slot tables, mpos and the APM (skv_cm_map_tables gives them). */
-static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, int populate, int tables, skv_cm **out)
+static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned rev, unsigned slot_bits, int populate, int tables,
+                    skv_cm **out)
 {
     skv_cm *cm;
     if (!out) return SKV_ERR_INVALID_ARG;
@@ -180,6 +211,10 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits
     if (n_vocab < 1 || n_vocab > SKV_CM_MAX_VOCAB) return SKV_ERR_INVALID_ARG;
     if (!(cm = calloc(1, sizeof *cm))) return SKV_ERR_NOMEM;
     cm->vb = vb;
+    cm->rev = vb ? rev : 1;
+    cm->n_run = cm->rev >= 2 ? CM_RUN : 0;
+    cm->run_bits = slot_bits - 2;
+    cm->rsm = cm->msm + CM_MATCH_CTX;
     cm->n_slots = vb ? CM_SLOTS : SKV_CM_ORDERS;
     cm->n_in = vb ? CM_INPUTS : SKV_CM_ORDERS + 2;
     cm->limit = vb ? CMV_LIMIT : CM_LIMIT;
@@ -191,6 +226,11 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits
     int ok = !tables || (cm->mpos = skv_big_alloc(sizeof(uint32_t) << SKV_CM_MATCH_BITS)) != NULL;
     if (vb && tables) ok &= (cm->apm = skv_big_alloc(CMV_APM_N * sizeof *cm->apm)) != NULL;
     if (vb) ok &= (cm->w2 = malloc(CMV_SETS2 * sizeof *cm->w2)) != NULL;
+    if (cm->n_run) {
+        ok &= (cm->wx = malloc(CMV_WX_N * sizeof *cm->wx)) != NULL;
+        cm->wr1 = cm->wx, cm->wr2 = cm->wx + CM_SETS * CM_RUN, cm->w3 = cm->wr2 + CMV_SETS2 * CM_RUN;
+        if (tables) ok &= (cm->run = skv_big_alloc(sizeof(uint32_t) * CM_RUN << cm->run_bits)) != NULL;
+    }
     for (int k = 0; k < cm->n_slots && tables; k++)
         ok &= (cm->slot[k] = skv_big_alloc(sizeof(uint32_t) << cm->slot_bits)) != NULL;
     if (!ok) {
@@ -203,20 +243,25 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits
     return SKV_OK;
 }
 
-static int cm_create(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+static int cm_create(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned rev, unsigned slot_bits, skv_cm **out)
 {
-    int rc = cm_alloc(n_vocab, vb, slot_bits, 1, 1, out);
+    int rc = cm_alloc(n_vocab, vb, rev, slot_bits, 1, 1, out);
     if (rc == SKV_OK) skv_cm_reset(*out);
     return rc;
 }
 
-int skv_cm_create(uint32_t n_vocab, skv_cm **out) { return cm_create(n_vocab, NULL, SKV_CM_SLOT_BITS, out); }
+int skv_cm_create(uint32_t n_vocab, skv_cm **out) { return cm_create(n_vocab, NULL, 1, SKV_CM_SLOT_BITS, out); }
 
-int skv_cm_create_vocab(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+static int vocab_args(const skv_cm_vocab *vb, unsigned rev, unsigned slot_bits)
+{
+    return vb && rev >= 1 && rev <= SKV_CMV_REV && slot_bits >= SKV_CMV_SLOT_BITS_MIN && slot_bits <= SKV_CMV_SLOT_BITS_MAX;
+}
+
+int skv_cm_create_vocab(const skv_cm_vocab *vb, unsigned rev, unsigned slot_bits, skv_cm **out)
 {
     if (out) *out = NULL;
-    if (!vb || slot_bits < SKV_CMV_SLOT_BITS_MIN || slot_bits > SKV_CMV_SLOT_BITS_MAX) return SKV_ERR_INVALID_ARG;
-    return cm_create(vb->V, vb, slot_bits, out);
+    if (!vocab_args(vb, rev, slot_bits)) return SKV_ERR_INVALID_ARG;
+    return cm_create(vb->V, vb, rev, slot_bits, out);
 }
 
 void skv_cm_free(skv_cm *cm)
@@ -225,10 +270,12 @@ void skv_cm_free(skv_cm *cm)
 #if defined(__linux__)
     if (cm->map) {
         munmap(cm->map, cm->map_len);
-        cm->apm = NULL, cm->mpos = NULL;
+        cm->apm = NULL, cm->mpos = NULL, cm->run = NULL;
     } else
 #endif
         for (int k = 0; k < CM_SLOTS; k++) skv_big_free(cm->slot[k]);
+    skv_big_free(cm->run);
+    free(cm->wx);
     skv_big_free(cm->ovl);
     skv_big_free(cm->apm);
     free(cm->utag);
@@ -271,7 +318,7 @@ static void reset_small(skv_cm *cm)
 {
     cm->jn = 0, cm->jover = 0, cm->jsrc = NULL; /* every table changes: the next copy is whole */
     cm->uon = 0;
-    for (int c = 0; c < CM_MATCH_CTX; c++) cm->msm[c] = CM_SLOT_INIT;
+    for (int c = 0; c < CM_MATCH_CTX + cm->n_run * CM_RUN_CTX; c++) cm->msm[c] = CM_SLOT_INIT;
     cm->w[0][0] = CM_W_INIT;
     fill_doubling(cm->w, sizeof cm->w[0][0], 1, (size_t)CM_SETS * CM_INPUTS);
     cm->n_coded = 0;
@@ -281,6 +328,11 @@ static void reset_small(skv_cm *cm)
     if (cm->w2) {
         cm->w2[0][0] = CM_W_INIT;
         fill_doubling(cm->w2, sizeof cm->w2[0][0], 1, CMV_SETS2 * CM_INPUTS);
+    }
+    if (cm->wx) {
+        cm->wx[0] = CM_W_INIT;
+        fill_doubling(cm->wx, sizeof *cm->wx, 1, CMV_WX_N);
+        for (int k = 0; k < CMV_FSETS; k++) cm->wf[k][0] = cm->wf[k][1] = cm->wf[k][2] = CMV_FIN_INIT;
     }
     reset_apm(cm);
 }
@@ -299,16 +351,17 @@ void skv_cm_reset(skv_cm *cm)
         fill_doubling(s, sizeof *s, 1, n_slot);
     }
     memset(cm->mpos, 0, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
+    if (cm->run) memset(cm->run, 0, sizeof(uint32_t) * CM_RUN << cm->run_bits);
     reset_small(cm);
     cm->fresh = 1;
     cm->ufresh = 0; /* not through the undo log */
 }
 
-static int create_blank(const skv_cm_vocab *vb, unsigned slot_bits, int tables, skv_cm **out)
+static int create_blank(const skv_cm_vocab *vb, unsigned rev, unsigned slot_bits, int tables, skv_cm **out)
 {
     if (out) *out = NULL;
-    if (!vb || slot_bits < SKV_CMV_SLOT_BITS_MIN || slot_bits > SKV_CMV_SLOT_BITS_MAX) return SKV_ERR_INVALID_ARG;
-    int rc = cm_alloc(vb->V, vb, slot_bits, 0, tables, out); /* its reader faults the tables in (skv_cm_prefault) */
+    if (!vocab_args(vb, rev, slot_bits)) return SKV_ERR_INVALID_ARG;
+    int rc = cm_alloc(vb->V, vb, rev, slot_bits, 0, tables, out); /* its reader faults the tables in (skv_cm_prefault) */
     if (rc) return rc;
     skv_cm *cm = *out;
     uint16_t *apm = cm->apm;
@@ -320,14 +373,14 @@ static int create_blank(const skv_cm_vocab *vb, unsigned slot_bits, int tables, 
     return SKV_OK;
 }
 
-int skv_cm_create_blank(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+int skv_cm_create_blank(const skv_cm_vocab *vb, unsigned rev, unsigned slot_bits, skv_cm **out)
 {
-    return create_blank(vb, slot_bits, 1, out);
+    return create_blank(vb, rev, slot_bits, 1, out);
 }
 
-int skv_cm_create_blank_mapped(const skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out)
+int skv_cm_create_blank_mapped(const skv_cm_vocab *vb, unsigned rev, unsigned slot_bits, skv_cm **out)
 {
-    return create_blank(vb, slot_bits, 0, out);
+    return create_blank(vb, rev, slot_bits, 0, out);
 }
 
 /* 1 if the table of `bytes` bytes at offset off of a mapping of len bytes lies inside it,
@@ -340,13 +393,14 @@ static int map_fits(size_t len, size_t off, size_t bytes, size_t size)
 int skv_cm_map_tables(skv_cm *cm, void *map, size_t len, const size_t off[SKV_CM_MAX_SECTIONS])
 {
     skv_cm_section sec[SKV_CM_MAX_SECTIONS];
-    if (!cm || !map || !off || cm->map || cm->mpos || !cm->vb) return SKV_ERR_INVALID_ARG; /* a blank mapped model */
+    if (!cm || !map || !off || cm->map || cm->mpos || cm->run || !cm->vb) return SKV_ERR_INVALID_ARG; /* a blank mapped model */
     int ns = skv_cm_section_shapes(cm, sec), ok = 1;
     for (int k = 0; k < ns; k++) ok &= map_fits(len, off[k], sec[k].n * sec[k].size, sec[k].size);
     if (!ok) return SKV_ERR_INVALID_ARG;
-    uint8_t *b = map; /* sections in skv_cm_section_shapes' order: slots, mpos, msm, w, w2, APM */
+    uint8_t *b = map; /* sections in skv_cm_section_shapes' order: slots, mpos, (run), msm, w, w2, ..., APM */
     for (int k = 0; k < cm->n_slots; k++) cm->slot[k] = (uint32_t *)(void *)(b + off[k]);
     cm->mpos = (uint32_t *)(void *)(b + off[cm->n_slots]);
+    if (cm->n_run) cm->run = (uint32_t *)(void *)(b + off[cm->n_slots + 1]);
     cm->apm = (uint16_t *)(void *)(b + off[ns - 1]);
     cm->map = map, cm->map_len = len;
     cm->fresh = cm->ufresh = 0;
@@ -355,20 +409,31 @@ int skv_cm_map_tables(skv_cm *cm, void *map, size_t len, const size_t off[SKV_CM
 
 int skv_cm_mapped(const skv_cm *cm) { return cm && cm->map; }
 
+/* The reset value of every element of a section of this kind (the APM's: a pattern). */
+static uint32_t reset_value(unsigned kind)
+{
+    switch (kind) {
+    case SKV_CM_SEC_SLOT: return CM_SLOT_INIT;
+    case SKV_CM_SEC_WEIGHT: return (uint32_t)CM_W_INIT;
+    case SKV_CM_SEC_FINAL: return (uint32_t)CMV_FIN_INIT;
+    default: return 0; /* SKV_CM_SEC_POS, SKV_CM_SEC_RUN */
+    }
+}
+
 size_t skv_cm_reset_pattern(unsigned kind, uint32_t pat[33])
 {
     if (kind == SKV_CM_SEC_ANY) { /* the APM: 33 knots per context, as reset_small writes them */
         for (size_t j = 0; j < 33; j++) pat[j] = (uint16_t)squash16((int32_t)j * 128 - 2048);
         return 33;
     }
-    pat[0] = kind == SKV_CM_SEC_SLOT ? CM_SLOT_INIT : kind == SKV_CM_SEC_WEIGHT ? (uint32_t)CM_W_INIT : 0;
+    pat[0] = reset_value(kind);
     return 1;
 }
 
 void skv_cm_fill_reset(skv_cm *cm, const skv_cm_section *s, size_t at, size_t n)
 {
     (void)cm; /* the reset values depend on the section's kind only */
-    uint32_t v = s->kind == SKV_CM_SEC_SLOT ? CM_SLOT_INIT : s->kind == SKV_CM_SEC_WEIGHT ? (uint32_t)CM_W_INIT : 0;
+    uint32_t v = reset_value(s->kind);
     if (s->kind == SKV_CM_SEC_ANY || !n) return; /* the APM: reset_small wrote it */
     uint32_t *d = (uint32_t *)s->p + at;
     if (n <= 64) { /* most gaps between a primed model's runs are a few elements: no calls */
@@ -398,7 +463,7 @@ size_t skv_cm_bound(uint64_t n, uint32_t n_vocab)
 /* Element x of table t (numbered as the journal's) as the tables hold it. */
 static inline uint32_t tbl_get(const skv_cm *cm, uint32_t t, uint32_t x)
 {
-    return t < CM_SLOTS ? cm->slot[t][x] : t == CM_JOUR_MPOS ? cm->mpos[x] : cm->apm[x];
+    return t < CM_SLOTS ? cm->slot[t][x] : t == CM_JOUR_MPOS ? cm->mpos[x] : t == CM_JOUR_RUN ? cm->run[x] : cm->apm[x];
 }
 
 /* Element x of table t as the overlay holds it: its cell, found or taken (and given the
@@ -445,7 +510,7 @@ static inline void jour_add(skv_cm *cm, uint32_t t, uint32_t index)
 {
     if (cm->uon && !cm->ovl_on) { /* the bound of skv_cm_undo_begin keeps un < ucap; an overlay is dropped instead */
         cm->utag[cm->un] = t << 24 | index;
-        cm->uold[cm->un++] = t < CM_SLOTS ? cm->slot[t][index] : t == CM_JOUR_MPOS ? cm->mpos[index] : cm->apm[index];
+        cm->uold[cm->un++] = tbl_get(cm, t, index);
     }
     if (cm->jour) jour_note(cm, t, index);
 }
@@ -503,6 +568,37 @@ static void text_contexts(skv_cm *cm, const int32_t *tok, size_t i)
     cm->hash[SKV_CM_ORDERS + 2] = mix32(cm->frag, 0xE6546B64u);
 }
 
+/* Rev 2: each run model's prediction for the next id, the coded value that last followed
+ * its context (orders 1..4), and how many times in a row it did. Any element is safe to
+ * use (a mapped file changed under the model may hold anything): a value outside the
+ * vocabulary predicts nothing. */
+static void run_lookup(skv_cm *cm)
+{
+    for (int r = 0; r < CM_RUN; r++) {
+        uint32_t x = (uint32_t)r << cm->run_bits | ((cm->hash[r + 1] ^ CM_RUN_SALT) * 0x9E3779B1u) >> (32 - cm->run_bits);
+        uint32_t e = cm->ovl_on ? ovl_get(cm, CM_JOUR_RUN, x) : cm->run[x], v = e & 0xFFFFFFu;
+        cm->ridx[r] = x;
+        cm->rpred[r] = v >= 1 && v <= cm->V ? (int32_t)v - 1 : -1;
+        cm->rcnt[r] = cm->rpred[r] >= 0 ? (e >> 24) & CM_RUN_COUNT_MAX : 0;
+    }
+}
+
+/* Rev 2, after id i is coded (its coded value v): each run model's context now predicts v,
+ * one more time in a row if it already did. */
+static void run_learn(skv_cm *cm, uint32_t v)
+{
+    for (int r = 0; r < CM_RUN; r++) {
+        uint32_t c = cm->rpred[r] == (int32_t)v ? cm->rcnt[r] + (cm->rcnt[r] < CM_RUN_COUNT_MAX) : 1;
+        uint32_t e = (v + 1) | c << 24;
+        if (cm->ovl_on) {
+            *ovl_cell(cm, CM_JOUR_RUN, cm->ridx[r]) = e;
+        } else {
+            jour_add(cm, CM_JOUR_RUN, cm->ridx[r]);
+            cm->run[cm->ridx[r]] = e;
+        }
+    }
+}
+
 static void begin_token(skv_cm *cm, const int32_t *tok, size_t i)
 {
     uint32_t h = 0;
@@ -516,16 +612,21 @@ static void begin_token(skv_cm *cm, const int32_t *tok, size_t i)
     }
     if (i > 0) match_update(cm, tok, i);
     if (cm->vb) text_contexts(cm, tok, i);
+    if (cm->n_run) run_lookup(cm);
 }
 
 /* ---- per bit: predict, learn ----------------------------------------------------- */
 
 
-/* cmv: p = (p + 3 apm(order-1 context, stretch(p))) / 4, the APM interpolated between two
- * knots 128 apart in the logistic domain. */
+/* cmv: p = (p + 3 apm(context, stretch(p))) / 4, the APM interpolated between two knots
+ * 128 apart in the logistic domain; its context: rev 1, the order-1 context and the node;
+ * rev 2, the node and what the match and the run models of orders 1 and 2 expect. */
 static void apm_refine(skv_cm *cm, uint32_t node)
 {
-    uint32_t c = ((cm->hash[1] + node) * 0x9E3779B1u) >> (32 - CMV_APM_BITS);
+    uint32_t c = cm->n_run ? node * 0x2C9277B5u + (uint32_t)(cm->rctx[1] + 1) * 0x85EBCA6Bu +
+                                 (uint32_t)(cm->rctx[0] + 1) * 0x1B873593u + (uint32_t)(cm->mctx + 1)
+                           : cm->hash[1] + node;
+    c = (c * 0x9E3779B1u) >> (32 - CMV_APM_BITS);
     uint32_t u = (uint32_t)(cm->stretch[cm->p >> 4] + 2048), j = u >> 7;
     cm->apm_at = c * 33 + j;
     cm->apm_f = u & 127;
@@ -549,6 +650,53 @@ static void apm_learn(skv_cm *cm, uint32_t bit)
     jour_add(cm, CM_JOUR_APM, x);
     uint16_t *a = &cm->apm[x];
     *a = (uint16_t)(*a + asr(target - *a, CMV_APM_RATE));
+}
+
+/* Sum of n weights times inputs (exact in 64 bits: |w| <= 2^22, |st| < 2^11, n <= 15). */
+static inline int64_t dot_n(const int32_t *w, const int32_t *st, int n)
+{
+    int64_t dot = 0;
+    for (int j = 0; j < n; j++) dot += (int64_t)w[j] * st[j];
+    return dot;
+}
+
+/* An order-1 slot's count in 4 classes: unseen, 1-2, 3-6, more. */
+static inline int count_class(uint32_t s)
+{
+    uint32_t n = s & 1023;
+    return n == 0 ? 0 : n <= 2 ? 1 : n <= 6 ? 2 : 3;
+}
+
+/* Rev 2 (docs/coder.md 4.9), with st[0 .. CM_INPUTS) and set filled: the run models'
+ * inputs, the three mixers and the final one, then the APM. */
+static void predict_rev2(skv_cm *cm, uint32_t node, unsigned d)
+{
+    int32_t *sr = cm->st + CM_INPUTS;
+    int runs = 0;
+    for (int r = 0; r < CM_RUN; r++) {
+        cm->rctx[r] = -1;
+        sr[r] = 0;
+        if (cm->rpred[r] >= 0 && ((uint32_t)cm->rpred[r] >> (cm->B - d)) + (1u << d) == node) {
+            uint32_t bit = ((uint32_t)cm->rpred[r] >> (cm->B - 1 - d)) & 1, c = cm->rcnt[r];
+            cm->rctx[r] = r * CM_RUN_CTX + (int)((c < 31 ? c : 31) * 2 + bit);
+            sr[r] = cm->stretch[cm->rsm[cm->rctx[r]] >> 20];
+            runs |= 1 << r;
+        }
+    }
+    uint32_t s1 = *cm->sp[1];
+    cm->set2 = (int)d * 256 + (int)(cm->text4 & 0xFF);
+    cm->set3 = (int)d * 64 + runs * 4 + count_class(s1);
+    cm->fset = (int)d * 4 + (cm->mctx >= 0) * 2 + ((s1 & 1023) != 0);
+    int64_t dot1 = dot_n(cm->w[cm->set], cm->st, CM_INPUTS) + dot_n(cm->wr1 + cm->set * CM_RUN, sr, CM_RUN);
+    int64_t dot2 = dot_n(cm->w2[cm->set2], cm->st, CM_INPUTS) + dot_n(cm->wr2 + cm->set2 * CM_RUN, sr, CM_RUN);
+    int64_t dot3 = dot_n(cm->w3 + (size_t)cm->set3 * CMV_WIDE, cm->st, CMV_WIDE);
+    cm->dot1 = clamp32(asr(dot1, 16), -2047, 2047);
+    cm->dot2 = clamp32(asr(dot2, 16), -2047, 2047);
+    cm->dot3 = clamp32(asr(dot3, 16), -2047, 2047);
+    const int32_t *f = cm->wf[cm->fset];
+    cm->p = squash16(clamp32(asr((int64_t)f[0] * cm->dot1 + (int64_t)f[1] * cm->dot2 + (int64_t)f[2] * cm->dot3, 16),
+                             -2047, 2047));
+    apm_refine(cm, node);
 }
 
 /* Fills st[], set and p for the bit at node (depth d). */
@@ -578,6 +726,10 @@ static void predict(skv_cm *cm, uint32_t node, unsigned d)
     cm->st[ms + 1] = 256;
     if (cm->vb) cm->st[ms + 2] = cm->stretch[cm->vb->prior[node]];
     cm->set = ((int)d * SKV_CM_ORDERS + seen) * 2 + (cm->mctx >= 0);
+    if (cm->n_run) {
+        predict_rev2(cm, node, d);
+        return;
+    }
     for (int j = 0; j < cm->n_in; j++) dot += (int64_t)cm->w[cm->set][j] * cm->st[j];
     cm->dot1 = (int32_t)clamp32(asr(dot, 16), -2047, 2047);
     if (cm->w2) {
@@ -603,17 +755,38 @@ static inline void slot_update(const skv_cm *cm, uint32_t *s, uint32_t bit)
     *s = ((uint32_t)p << 10) | (n < cm->limit ? n + 1 : n);
 }
 
-static void mixer_learn(const skv_cm *cm, int32_t *w, int64_t err)
+static void mixer_learn_n(const skv_cm *cm, int32_t *w, const int32_t *st, int n, int64_t err)
 {
-    for (int j = 0; j < cm->n_in; j++) w[j] = clamp32(w[j] + asr(err * cm->st[j] * cm->mix_lr, 18), -CM_W_MAX, CM_W_MAX);
+    for (int j = 0; j < n; j++) w[j] = clamp32(w[j] + asr(err * st[j] * cm->mix_lr, 18), -CM_W_MAX, CM_W_MAX);
+}
+
+static void mixer_learn(const skv_cm *cm, int32_t *w, int64_t err) { mixer_learn_n(cm, w, cm->st, cm->n_in, err); }
+
+/* Rev 2: the runs' weights in the first two mixers, the third mixer, the final mixer (toward
+ * the bit from the p it gave, before the APM), the runs' reliabilities. */
+static void learn_rev2(skv_cm *cm, uint32_t bit, int64_t err1, int64_t err2)
+{
+    const int32_t *sr = cm->st + CM_INPUTS;
+    mixer_learn_n(cm, cm->wr1 + cm->set * CM_RUN, sr, CM_RUN, err1);
+    mixer_learn_n(cm, cm->wr2 + cm->set2 * CM_RUN, sr, CM_RUN, err2);
+    mixer_learn_n(cm, cm->w3 + (size_t)cm->set3 * CMV_WIDE, cm->st, CMV_WIDE, ((int64_t)bit << 16) - squash16(cm->dot3));
+    int64_t e = ((int64_t)bit << 16) - cm->p_mix;
+    int32_t *f = cm->wf[cm->fset];
+    f[0] = clamp32(f[0] + asr(e * cm->dot1 * CMV_FIN_LR, 18), -CM_W_MAX, CM_W_MAX);
+    f[1] = clamp32(f[1] + asr(e * cm->dot2 * CMV_FIN_LR, 18), -CM_W_MAX, CM_W_MAX);
+    f[2] = clamp32(f[2] + asr(e * cm->dot3 * CMV_FIN_LR, 18), -CM_W_MAX, CM_W_MAX);
+    for (int r = 0; r < CM_RUN; r++)
+        if (cm->rctx[r] >= 0) slot_update(cm, &cm->rsm[cm->rctx[r]], bit);
 }
 
 static void learn(skv_cm *cm, uint32_t bit)
 {
     if (cm->apm) apm_learn(cm, bit);
     int64_t err = ((int64_t)bit << 16) - (cm->w2 ? squash16(cm->dot1) : cm->p); /* in (-2^16, 2^16) */
+    int64_t err2 = cm->w2 ? ((int64_t)bit << 16) - squash16(cm->dot2) : 0;
     mixer_learn(cm, cm->w[cm->set], err);
-    if (cm->w2) mixer_learn(cm, cm->w2[cm->set2], ((int64_t)bit << 16) - squash16(cm->dot2));
+    if (cm->w2) mixer_learn(cm, cm->w2[cm->set2], err2);
+    if (cm->n_run) learn_rev2(cm, bit, err, err2);
     for (int k = 0; k < cm->n_slots && !cm->ovl_on; k++) jour_add(cm, (uint32_t)k, cm->idx[k]); /* the overlay is dropped instead */
     for (int k = 0; k < cm->n_slots; k++) slot_update(cm, cm->sp[k], bit);
     if (cm->mctx >= 0) slot_update(cm, &cm->msm[cm->mctx], bit);
@@ -649,6 +822,7 @@ static int code_id(skv_cm *cm, skv_rangecoder_enc *e, skv_rangecoder_dec *d, uin
         prefix = prefix << 1 | bit;
     }
     *val = prefix;
+    if (cm->n_run) run_learn(cm, prefix);
     return SKV_OK;
 }
 
@@ -698,7 +872,7 @@ int skv_cm_clone(const skv_cm *src, skv_cm **out)
 {
     if (out) *out = NULL;
     if (!src || !out || src->ovl_on) return SKV_ERR_INVALID_ARG;
-    int rc = cm_alloc(src->V, src->vb, src->slot_bits, 1, 1, out);
+    int rc = cm_alloc(src->V, src->vb, src->rev, src->slot_bits, 1, 1, out);
     if (rc == SKV_OK) skv_cm_copy(*out, src);
     return rc;
 }
@@ -711,6 +885,7 @@ static void copy_journaled(skv_cm *dst, const skv_cm *src)
         uint32_t t = dst->jour[j] >> 24, x = dst->jour[j] & 0xFFFFFFu;
         if (t < CM_SLOTS) dst->slot[t][x] = src->slot[t][x];
         else if (t == CM_JOUR_MPOS) dst->mpos[x] = src->mpos[x];
+        else if (t == CM_JOUR_RUN) dst->run[x] = src->run[x];
         else dst->apm[x] = src->apm[x];
     }
 }
@@ -719,12 +894,14 @@ static void copy_tables(skv_cm *dst, const skv_cm *src)
 {
     for (int k = 0; k < src->n_slots; k++) memcpy(dst->slot[k], src->slot[k], sizeof(uint32_t) << src->slot_bits);
     memcpy(dst->mpos, src->mpos, sizeof(uint32_t) << SKV_CM_MATCH_BITS);
+    if (src->run) memcpy(dst->run, src->run, sizeof(uint32_t) * CM_RUN << src->run_bits);
     if (src->apm) memcpy(dst->apm, src->apm, CMV_APM_N * sizeof *dst->apm);
 }
 
 int skv_cm_copy(skv_cm *dst, const skv_cm *src)
 {
-    if (!dst || !src || dst == src || dst->V != src->V || dst->vb != src->vb || dst->slot_bits != src->slot_bits ||
+    if (!dst || !src || dst == src || dst->V != src->V || dst->vb != src->vb || dst->rev != src->rev ||
+        dst->slot_bits != src->slot_bits ||
         dst->map || src->ovl_on) /* a mapped model's tables are read-only, and under its log they are not all in them */
         return SKV_ERR_INVALID_ARG;
     if (dst->jour && dst->jsrc == src && !dst->jover) copy_journaled(dst, src);
@@ -738,6 +915,8 @@ int skv_cm_copy(skv_cm *dst, const skv_cm *src)
     dst->mptr = src->mptr, dst->mlen = src->mlen, dst->mtok = src->mtok;
     dst->text4 = src->text4, dst->frag = src->frag;
     if (src->w2) memcpy(dst->w2, src->w2, CMV_SETS2 * sizeof *dst->w2);
+    if (src->wx) memcpy(dst->wx, src->wx, CMV_WX_N * sizeof *dst->wx);
+    memcpy(dst->wf, src->wf, sizeof dst->wf);
     return SKV_OK;
 }
 
@@ -754,15 +933,17 @@ int skv_cm_journal(skv_cm *cm, const skv_cm *same)
 /* The small state kept whole by the undo log: msm, the mixers, the scalars. */
 static size_t save_bytes(const skv_cm *cm)
 {
-    return sizeof cm->msm + sizeof cm->w + (cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0) + SKV_CM_N_SCALARS * 4;
+    return sizeof cm->msm + sizeof cm->w + (cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0) +
+           (cm->wx ? CMV_WX_N * sizeof *cm->wx + sizeof cm->wf : 0) + SKV_CM_N_SCALARS * 4;
 }
 
 static void save_small(skv_cm *cm, int back)
 {
     uint8_t *b = cm->usave;
-    void *part[3] = {cm->msm, cm->w, cm->w2};
-    size_t len[3] = {sizeof cm->msm, sizeof cm->w, cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0};
-    for (int k = 0; k < 3; b += len[k], k++)
+    void *part[5] = {cm->msm, cm->w, cm->w2, cm->wx, cm->wf};
+    size_t len[5] = {sizeof cm->msm, sizeof cm->w, cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0,
+                     cm->wx ? CMV_WX_N * sizeof *cm->wx : 0, cm->wx ? sizeof cm->wf : 0};
+    for (int k = 0; k < 5; b += len[k], k++)
         if (len[k]) back ? memcpy(part[k], b, len[k]) : memcpy(b, part[k], len[k]);
     uint32_t v[SKV_CM_N_SCALARS];
     if (!back) {
@@ -777,7 +958,8 @@ static void save_small(skv_cm *cm, int back)
 int skv_cm_undo_begin(skv_cm *cm, size_t n_ids)
 {
     if (!cm || cm->uon || cm->dead) return SKV_ERR_INVALID_ARG;
-    size_t per = 1 + (size_t)cm->B * ((size_t)cm->n_slots + (cm->apm != NULL)); /* mpos, then per bit */
+    /* mpos and the runs per id, then per bit */
+    size_t per = 1 + (size_t)cm->n_run + (size_t)cm->B * ((size_t)cm->n_slots + (cm->apm != NULL));
     if (n_ids > CM_UNDO_MAX / per) return SKV_ERR_RANGE;
     size_t need = n_ids * per < 4096 ? 4096 : n_ids * per;
     if (need > cm->ucap) {
@@ -789,7 +971,7 @@ int skv_cm_undo_begin(skv_cm *cm, size_t n_ids)
     }
     if (!cm->usave && !(cm->usave = malloc(save_bytes(cm)))) return SKV_ERR_NOMEM;
     if (cm->map) { /* the overlay, kept <= 1/2 full: per id an mpos element, per bit a slot of each table and an APM knot */
-        size_t cells = n_ids * (1 + cm->B * ((size_t)cm->n_slots + 1));
+        size_t cells = n_ids * (1 + (size_t)cm->n_run + cm->B * ((size_t)cm->n_slots + 1));
         unsigned bits = 12;
         while (bits < CM_OVL_MAX_BITS && ((size_t)1 << bits) < 2 * cells) bits++;
         if (((size_t)1 << bits) < 2 * cells) return SKV_ERR_RANGE;
@@ -817,6 +999,7 @@ void skv_cm_undo(skv_cm *cm)
         uint32_t t = cm->utag[j] >> 24, x = cm->utag[j] & 0xFFFFFFu, v = cm->uold[j];
         if (t < CM_SLOTS) cm->slot[t][x] = v;
         else if (t == CM_JOUR_MPOS) cm->mpos[x] = v;
+        else if (t == CM_JOUR_RUN) cm->run[x] = v;
         else cm->apm[x] = (uint16_t)v;
     }
     if (cm->ovl_on) memset(cm->ovl, 0, sizeof *cm->ovl << cm->ovl_bits); /* the slot tables were never written */
@@ -841,9 +1024,14 @@ int skv_cm_section_shapes(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS])
     for (int k = 0; k < cm->n_slots; k++)
         sec[n++] = (skv_cm_section){cm->slot[k], (size_t)1 << cm->slot_bits, 4, SKV_CM_SEC_SLOT};
     sec[n++] = (skv_cm_section){cm->mpos, (size_t)1 << SKV_CM_MATCH_BITS, 4, SKV_CM_SEC_POS};
-    sec[n++] = (skv_cm_section){cm->msm, CM_MATCH_CTX, 4, SKV_CM_SEC_SLOT};
+    if (cm->n_run) sec[n++] = (skv_cm_section){cm->run, (size_t)CM_RUN << cm->run_bits, 4, SKV_CM_SEC_RUN};
+    sec[n++] = (skv_cm_section){cm->msm, CM_MATCH_CTX + (size_t)cm->n_run * CM_RUN_CTX, 4, SKV_CM_SEC_SLOT};
     sec[n++] = (skv_cm_section){cm->w, (size_t)CM_SETS * CM_INPUTS, 4, SKV_CM_SEC_WEIGHT};
     if (cm->w2) sec[n++] = (skv_cm_section){cm->w2, CMV_SETS2 * CM_INPUTS, 4, SKV_CM_SEC_WEIGHT};
+    if (cm->wx) {
+        sec[n++] = (skv_cm_section){cm->wx, CMV_WX_N, 4, SKV_CM_SEC_WEIGHT};
+        sec[n++] = (skv_cm_section){cm->wf, (size_t)CMV_FSETS * 3, 4, SKV_CM_SEC_FINAL};
+    }
     if (cm->vb) sec[n++] = (skv_cm_section){cm->apm, CMV_APM_N, 2, SKV_CM_SEC_ANY}; /* (NULL before skv_cm_map_tables) */
     return n;
 }
@@ -853,7 +1041,9 @@ int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v)
     switch (kind) {
     case SKV_CM_SEC_SLOT: return (v & 1023) <= cm->limit; /* the count indexes rate[] */
     case SKV_CM_SEC_POS: return v == 0 || v < cm->n_coded; /* a match reads tok[v - 1 ..] and tok[v] */
-    case SKV_CM_SEC_WEIGHT: return (int32_t)v >= -CM_W_MAX && (int32_t)v <= CM_W_MAX;
+    case SKV_CM_SEC_WEIGHT:
+    case SKV_CM_SEC_FINAL: return (int32_t)v >= -CM_W_MAX && (int32_t)v <= CM_W_MAX;
+    case SKV_CM_SEC_RUN: return (v >> 31) == 0 && (v & 0xFFFFFFu) <= cm->V; /* (value + 1) | count << 24 */
     default: return 1;
     }
 }
@@ -869,8 +1059,10 @@ static inline int check_chunk(const skv_cm *cm, unsigned kind, const uint32_t *d
         for (size_t k = 0; k < n; k++) bad |= (d[k] & 1023) > lim;
     else if (kind == SKV_CM_SEC_POS)
         for (size_t k = 0; k < n; k++) bad |= d[k] != 0 && d[k] >= nc;
-    else if (kind == SKV_CM_SEC_WEIGHT)
+    else if (kind == SKV_CM_SEC_WEIGHT || kind == SKV_CM_SEC_FINAL)
         for (size_t k = 0; k < n; k++) bad |= d[k] + (uint32_t)CM_W_MAX > 2 * (uint32_t)CM_W_MAX;
+    else if (kind == SKV_CM_SEC_RUN)
+        for (size_t k = 0; k < n; k++) bad |= (d[k] >> 31) | ((d[k] & 0xFFFFFFu) > cm->V);
     return bad != 0;
 }
 
@@ -942,14 +1134,15 @@ uint32_t skv_cm_n_vocab(const skv_cm *cm) { return cm->V; }
 unsigned skv_cm_slot_bits(const skv_cm *cm) { return cm->slot_bits; }
 size_t skv_cm_n_coded(const skv_cm *cm) { return cm->n_coded; }
 
-static int encode_stream(const int32_t *tok, size_t n, uint32_t V, const skv_cm_vocab *vb, uint8_t *dst, size_t cap,
+static int encode_stream(const int32_t *tok, size_t n, uint32_t V, const skv_cm_vocab *vb, unsigned rev, uint8_t *dst,
+                         size_t cap,
                          size_t *size)
 {
     skv_rangecoder_enc e;
     skv_cm *cm;
     int rc;
     if (!size || (!tok && n)) return SKV_ERR_INVALID_ARG;
-    if ((rc = cm_create(V, vb, vb ? SKV_CMV_SLOT_BITS : SKV_CM_SLOT_BITS, &cm))) return rc;
+    if ((rc = cm_create(V, vb, rev, vb ? SKV_CMV_SLOT_BITS : SKV_CM_SLOT_BITS, &cm))) return rc;
     skv_rangecoder_enc_init(&e, dst, cap);
     for (size_t i = 0; i < n && rc == SKV_OK; i++) rc = skv_cm_encode(cm, &e, tok, i);
     if (rc == SKV_OK) rc = skv_rangecoder_enc_finish(&e, size);
@@ -957,13 +1150,14 @@ static int encode_stream(const int32_t *tok, size_t n, uint32_t V, const skv_cm_
     return rc;
 }
 
-static int decode_stream(const uint8_t *src, size_t size, size_t n, uint32_t V, const skv_cm_vocab *vb, int32_t *tok)
+static int decode_stream(const uint8_t *src, size_t size, size_t n, uint32_t V, const skv_cm_vocab *vb, unsigned rev,
+                         int32_t *tok)
 {
     skv_rangecoder_dec d;
     skv_cm *cm;
     int rc;
     if ((!src && size) || (!tok && n)) return SKV_ERR_INVALID_ARG;
-    if ((rc = cm_create(V, vb, vb ? SKV_CMV_SLOT_BITS : SKV_CM_SLOT_BITS, &cm))) return rc;
+    if ((rc = cm_create(V, vb, rev, vb ? SKV_CMV_SLOT_BITS : SKV_CM_SLOT_BITS, &cm))) return rc;
     rc = skv_rangecoder_dec_init(&d, src, size);
     for (size_t i = 0; i < n && rc == SKV_OK; i++) rc = skv_cm_decode(cm, &d, tok, i);
     if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = SKV_ERR_FORMAT;
@@ -973,25 +1167,28 @@ static int decode_stream(const uint8_t *src, size_t size, size_t n, uint32_t V, 
 
 int skv_cm_encode_tokens(const int32_t *tok, size_t n, uint32_t n_vocab, uint8_t *dst, size_t cap, size_t *size)
 {
-    return encode_stream(tok, n, n_vocab, NULL, dst, cap, size);
+    return encode_stream(tok, n, n_vocab, NULL, 1, dst, cap, size);
 }
 
 int skv_cm_decode_tokens(const uint8_t *src, size_t size, size_t n, uint32_t n_vocab, int32_t *tok)
 {
-    return decode_stream(src, size, n, n_vocab, NULL, tok);
+    return decode_stream(src, size, n, n_vocab, NULL, 1, tok);
 }
 
-int skv_cmv_encode_tokens(const skv_cm_vocab *vb, const int32_t *tok, size_t n, uint8_t *dst, size_t cap, size_t *size)
+int skv_cmv_encode_tokens(const skv_cm_vocab *vb, unsigned rev, const int32_t *tok, size_t n, uint8_t *dst, size_t cap,
+                          size_t *size)
 {
-    if (!vb) return SKV_ERR_INVALID_ARG;
-    return encode_stream(tok, n, vb->V, vb, dst, cap, size);
+    if (!vocab_args(vb, rev, SKV_CMV_SLOT_BITS)) return SKV_ERR_INVALID_ARG;
+    return encode_stream(tok, n, vb->V, vb, rev, dst, cap, size);
 }
 
-int skv_cmv_decode_tokens(const skv_cm_vocab *vb, const uint8_t *src, size_t size, size_t n, int32_t *tok)
+int skv_cmv_decode_tokens(const skv_cm_vocab *vb, unsigned rev, const uint8_t *src, size_t size, size_t n, int32_t *tok)
 {
-    if (!vb) return SKV_ERR_INVALID_ARG;
-    return decode_stream(src, size, n, vb->V, vb, tok);
+    if (!vocab_args(vb, rev, SKV_CMV_SLOT_BITS)) return SKV_ERR_INVALID_ARG;
+    return decode_stream(src, size, n, vb->V, vb, rev, tok);
 }
+
+unsigned skv_cm_rev(const skv_cm *cm) { return cm->rev; }
 
 /* ---- a kept model for another vocabulary size --------------------------------------- */
 

@@ -14,7 +14,8 @@
  *     and the tree node) and by a match model (the id that followed the last occurrence
  *     of the last 3 ids), mixed in the logistic domain by a small adaptive mixer (codec
  *     cmv, skv_cm_create_vocab: three text contexts and a static prior more, a second
- *     mixer, then an APM; docs/coder.md 4.6). Everything is integer arithmetic (no float anywhere): the coded
+ *     mixer, then an APM; docs/coder.md 4.6; model revision 2 adds run models, a third
+ *     mixer and a final one, 4.9). Everything is integer arithmetic (no float anywhere): the coded
  *     bytes are identical on every machine and compiler.
  *  3. Encoder and decoder must see the same calls: reset, then the tokens of one stream
  *     in order (i = 0, 1, 2, ...). The history is the caller's token array itself
@@ -43,6 +44,10 @@
 #define SKV_CMV_SLOT_BITS_MIN 16
 #define SKV_CMV_SLOT_BITS_MAX 22
 #define SKV_CM_MAX_VOCAB ((uint32_t)1 << 24)
+/* cmv's model revisions (docs/coder.md 4.9): 1, the model of files written before
+ * 2026-12-05; 2 adds run models and two mixers. Encoders write SKV_CMV_REV; decoders read
+ * both (a file names its revision through its model check, skv_cm_model_check). */
+#define SKV_CMV_REV 2
 
 typedef struct skv_cm skv_cm;
 struct skv_cm_vocab; /* coder/cm_vocab.h */
@@ -52,9 +57,12 @@ struct skv_cm_vocab; /* coder/cm_vocab.h */
 int skv_cm_create(uint32_t n_vocab, skv_cm **out);
 /* Codec cmv: the same model with the vocabulary's side information (ids ordered by their
  * text, a static prior, contexts over the text; docs/coder.md 4.6). vb must outlive the
- * model. slot_bits: log2 of the slots per table, SKV_CMV_SLOT_BITS_MIN..MAX (a format
- * constant of the codec: 18 for cmv, 20 for cmv primed by a dictionary). */
-int skv_cm_create_vocab(const struct skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out);
+ * model. rev: the model revision, 1..SKV_CMV_REV. slot_bits: log2 of the slots per table,
+ * SKV_CMV_SLOT_BITS_MIN..MAX (a format constant of the codec: 18 for cmv, 20 for cmv
+ * primed by a dictionary). */
+int skv_cm_create_vocab(const struct skv_cm_vocab *vb, unsigned rev, unsigned slot_bits, skv_cm **out);
+/* The model's revision (1 for codec cm). */
+unsigned skv_cm_rev(const skv_cm *cm);
 void skv_cm_free(skv_cm *cm);
 /* Back to the initial state (a new stream). */
 void skv_cm_reset(skv_cm *cm);
@@ -102,13 +110,20 @@ int skv_cm_set_vocab(skv_cm *cm, uint32_t n_vocab);
 
 /* One table of a model's state: n elements of `size` bytes (2 or 4, host order) at p, and
  * what a valid element is (a snapshot reader checks every element it loads). */
-enum { SKV_CM_SEC_ANY = 0, SKV_CM_SEC_SLOT = 1, SKV_CM_SEC_POS = 2, SKV_CM_SEC_WEIGHT = 3 };
+enum {
+    SKV_CM_SEC_ANY = 0,
+    SKV_CM_SEC_SLOT = 1,
+    SKV_CM_SEC_POS = 2,
+    SKV_CM_SEC_WEIGHT = 3,
+    SKV_CM_SEC_RUN = 4,  /* rev 2's run models: (coded value + 1) | count << 24, reset 0 */
+    SKV_CM_SEC_FINAL = 5 /* rev 2's final mixer: weights, reset 1/3 */
+};
 typedef struct skv_cm_section {
     void *p;
     size_t n;
     unsigned size, kind;
 } skv_cm_section;
-#define SKV_CM_MAX_SECTIONS 16
+#define SKV_CM_MAX_SECTIONS 20
 #define SKV_CM_N_SCALARS 14
 /* The model's tables (slot tables, match positions and reliabilities, mixers, APM), in a
  * fixed order that depends only on (vocabulary or not, slot_bits); returns their count. */
@@ -143,16 +158,16 @@ void skv_cm_prefault(skv_cm *cm);
  * loaded since, or only coded under an undo log that skv_cm_undo has undone), so a reader
  * need not reset again; 2 for a blank model. */
 int skv_cm_fresh(const skv_cm *cm);
-/* A cmv model whose large tables (slot tables, mpos) are allocated but not written (the
+/* A cmv model whose large tables (slot tables, mpos, rev 2's run table) are allocated but not written (the
  * rest as after skv_cm_reset): only for skv_cm_snap_read, which writes each element of
  * them once (the reset value into a gap, the file's into a run; not 32 MiB of reset values
  * then the runs over them) and resets the model whole on failure. */
-int skv_cm_create_blank(const struct skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out);
+int skv_cm_create_blank(const struct skv_cm_vocab *vb, unsigned rev, unsigned slot_bits, skv_cm **out);
 /* Mapped tables (codec cmv, docs/coder.md 4.8): a blank model without its large tables
- * (slot tables, mpos, APM), whose snapshot reader hands it a read-only mapping of the file
+ * (slot tables, mpos, rev 2's run table, APM), whose snapshot reader hands it a read-only mapping of the file
  * (len bytes; off[k]: where section k of skv_cm_section_shapes' order lies, in host order,
- * its elements checked by the reader) with skv_cm_map_tables: the slot tables, mpos and
- * the APM are then the mapping's bytes, and the model owns it (munmap on free). Such a
+ * its elements checked by the reader) with skv_cm_map_tables: the slot tables, mpos, the
+ * run table and the APM are then the mapping's bytes, and the model owns it (munmap on free). Such a
  * model is read-only but under an undo log (skv_cm_undo_begin): there every element of
  * those tables it writes is kept in an overlay sized for the ids allowed (at most 2^21
  * cells: SKV_ERR_RANGE past that, copy the model instead) and dropped by the undo, with
@@ -163,7 +178,7 @@ int skv_cm_create_blank(const struct skv_cm_vocab *vb, unsigned slot_bits, skv_c
  * table or the history; one truncated under it, SIGBUS, as for any mapped file.
  * skv_cm_map_tables: SKV_ERR_INVALID_ARG for a model not made by
  * skv_cm_create_blank_mapped or a section outside [map, map + len) or misaligned. */
-int skv_cm_create_blank_mapped(const struct skv_cm_vocab *vb, unsigned slot_bits, skv_cm **out);
+int skv_cm_create_blank_mapped(const struct skv_cm_vocab *vb, unsigned rev, unsigned slot_bits, skv_cm **out);
 int skv_cm_map_tables(skv_cm *cm, void *map, size_t len, const size_t off[SKV_CM_MAX_SECTIONS]);
 int skv_cm_mapped(const skv_cm *cm);
 /* Elements at..at+n of section s get their reset value (the APM's are left as they are). */
@@ -185,9 +200,10 @@ size_t skv_cm_bound(uint64_t n, uint32_t n_vocab);
 int skv_cm_encode_tokens(const int32_t *tok, size_t n, uint32_t n_vocab, uint8_t *dst, size_t cap, size_t *size);
 int skv_cm_decode_tokens(const uint8_t *src, size_t size, size_t n, uint32_t n_vocab, int32_t *tok);
 
-/* The same for codec cmv (n_vocab = vb->V). */
-int skv_cmv_encode_tokens(const struct skv_cm_vocab *vb, const int32_t *tok, size_t n, uint8_t *dst, size_t cap,
-                          size_t *size);
-int skv_cmv_decode_tokens(const struct skv_cm_vocab *vb, const uint8_t *src, size_t size, size_t n, int32_t *tok);
+/* The same for codec cmv (n_vocab = vb->V) under model revision rev. */
+int skv_cmv_encode_tokens(const struct skv_cm_vocab *vb, unsigned rev, const int32_t *tok, size_t n, uint8_t *dst,
+                          size_t cap, size_t *size);
+int skv_cmv_decode_tokens(const struct skv_cm_vocab *vb, unsigned rev, const uint8_t *src, size_t size, size_t n,
+                          int32_t *tok);
 
 #endif

@@ -148,6 +148,14 @@ int skv_cm_vocab_create(uint32_t n, const char *const *piece, const size_t *len,
     return SKV_OK;
 }
 
+uint64_t skv_cm_model_check(const skv_cm_vocab *v, unsigned rev)
+{
+    uint8_t b[8];
+    if (rev <= 1) return v->check;
+    for (int k = 0; k < 8; k++) b[k] = (uint8_t)(v->check >> (8 * k));
+    return XXH64(b, sizeof b, rev);
+}
+
 void skv_cm_vocab_free(skv_cm_vocab *v)
 {
     if (!v) return;

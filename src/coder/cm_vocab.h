@@ -35,5 +35,10 @@ typedef struct skv_cm_vocab {
 int skv_cm_vocab_create(uint32_t n, const char *const *piece, const size_t *len, const float *score,
                         skv_cm_vocab **out);
 void skv_cm_vocab_free(skv_cm_vocab *v);
+/* What a cmv / cmvd file and a primed model's snapshot name as their model: the side
+ * information and the model revision (cm.h SKV_CMV_REV) together. Revision 1: v->check
+ * (files written before revisions existed); revision r > 1: XXH64 of v->check as 8
+ * little-endian bytes, seed r. */
+uint64_t skv_cm_model_check(const skv_cm_vocab *v, unsigned rev);
 
 #endif

@@ -3,7 +3,8 @@
  * (coder/cm_vocab.h), optionally primed by a dictionary of ids (a store's own sessions).
  * Restored like codec tokens: decode the ids, one batched prefill, digest verified.
  *
- * Payload: u64 vocabulary check (skv_cm_vocab.check of the model's vocabulary), then for
+ * Payload: u64 model check (skv_cm_model_check: the vocabulary's side information and the
+ * model revision, 1 or 2; a file is decoded with the revision it names), then for
  * codec 21 u64 dictionary id (XXH3-64 of its ids as little-endian u32) and u32 its length,
  * then the range-coded stream. A decoder refuses a file whose vocabulary check or
  * dictionary it does not have (the file never carries the dictionary).
@@ -40,6 +41,7 @@
 typedef struct {
     uint8_t fp[16];        /* tokenizer fingerprint the entry was built for */
     skv_cm_vocab *vb;
+    unsigned rev;          /* primed entries: the model revision, else 0 */
     uint64_t dict_id;      /* primed entries: the dictionary, else 0 */
     size_t n_dict;
     skv_cm *primed;        /* NULL: side information only */
@@ -113,10 +115,11 @@ uint64_t skv_session_dict_id(const int32_t *dict, size_t n)
     return h;
 }
 
-static cache_entry *find(const uint8_t fp[16], uint64_t dict_id, size_t n_dict)
+static cache_entry *find(const uint8_t fp[16], unsigned rev, uint64_t dict_id, size_t n_dict)
 {
     for (int i = 0; i < g_n; i++)
-        if (!memcmp(g_cache[i].fp, fp, 16) && g_cache[i].dict_id == dict_id && g_cache[i].n_dict == n_dict)
+        if (!memcmp(g_cache[i].fp, fp, 16) && g_cache[i].rev == rev && g_cache[i].dict_id == dict_id &&
+            g_cache[i].n_dict == n_dict)
             return &g_cache[i];
     return NULL;
 }
@@ -131,7 +134,7 @@ static int vocab_of(skv_model *m, const skv_cm_vocab **out)
     int rc = skv_model_tokenizer_fingerprint(m, fp);
     if (rc) return rc;
     pthread_mutex_lock(&g_lock);
-    cache_entry *c = find(fp, 0, 0);
+    cache_entry *c = find(fp, 0, 0, 0);
     if (!c && g_n < CACHE_N) {
         skv_cm_vocab *vb = NULL;
         if ((rc = skv_session_cm_vocab(m->tok, &vb)) == SKV_OK) {
@@ -153,11 +156,12 @@ int skv_cm_dict_prepare(skv_model *m)
     return m ? vocab_of(m, &vb) : SKV_ERR_INVALID_ARG;
 }
 
-/* Files the primed model cm as (fp, id, n), keeping a copy of the dictionary's ids; a model
- * already there wins (cm is freed). Called with g_lock held. */
+/* Files the primed model cm as (fp, its revision, id, n), keeping a copy of the dictionary's
+ * ids; a model already there wins (cm is freed). Called with g_lock held. */
 static int cache_add(const uint8_t fp[16], uint64_t id, const int32_t *dict, size_t n, skv_cm *cm, cache_entry **out)
 {
-    cache_entry *c = find(fp, id, n);
+    unsigned rev = skv_cm_rev(cm);
+    cache_entry *c = find(fp, rev, id, n);
     size_t cap = n + 1 + HIST_ROOM;
     int32_t *h = c ? NULL : skv_big_alloc(cap * sizeof *h);
     if (c || !h || g_n >= CACHE_N) {
@@ -167,26 +171,26 @@ static int cache_add(const uint8_t fp[16], uint64_t id, const int32_t *dict, siz
     } else {
         memcpy(h, dict, n * sizeof *h);
         c = &g_cache[g_n++];
-        *c = (cache_entry){.vb = NULL, .dict_id = id, .n_dict = n, .primed = cm, .hist = h, .hist_cap = cap};
+        *c = (cache_entry){.vb = NULL, .rev = rev, .dict_id = id, .n_dict = n, .primed = cm, .hist = h, .hist_cap = cap};
         memcpy(c->fp, fp, 16);
     }
     if (out) *out = c;
     return SKV_OK;
 }
 
-/* A model primed by the dictionary (id = its skv_session_dict_id), built on first use;
- * dict ids < V checked. */
-static int primed_of(skv_model *m, const skv_cm_vocab *vb, const int32_t *dict, size_t n, uint64_t id,
+/* A model of revision rev primed by the dictionary (id = its skv_session_dict_id), built on
+ * first use; dict ids < V checked. */
+static int primed_of(skv_model *m, const skv_cm_vocab *vb, unsigned rev, const int32_t *dict, size_t n, uint64_t id,
                      cache_entry **out)
 {
     uint8_t fp[16];
     int rc = skv_model_tokenizer_fingerprint(m, fp);
     if (rc) return rc;
     pthread_mutex_lock(&g_lock);
-    cache_entry *c = find(fp, id, n);
+    cache_entry *c = find(fp, rev, id, n);
     if (!c) {
         skv_cm *cm = NULL;
-        rc = skv_cm_create_vocab(vb, SKV_CMV_DICT_SLOT_BITS, &cm);
+        rc = skv_cm_create_vocab(vb, rev, SKV_CMV_DICT_SLOT_BITS, &cm);
         if (rc == SKV_OK && (rc = skv_cm_prime(cm, dict, n)) == SKV_OK) rc = cache_add(fp, id, dict, n, cm, &c), g_primings++;
         else skv_cm_free(cm);
     }
@@ -266,15 +270,16 @@ static int hist_room(cache_entry *c, size_t need)
     return 1;
 }
 
-/* A fresh cmv model, the primed one in place, or (too long for the undo log) a copy. */
-static int coder_open(skv_model *m, const int32_t *dict, size_t n_dict, uint64_t dict_id, const int32_t *tok, size_t n,
-                      const skv_cm_vocab **vb, cmv_coder *k)
+/* A fresh cmv model of revision rev, the primed one in place, or (too long for the undo log)
+ * a copy. */
+static int coder_open(skv_model *m, unsigned rev, const int32_t *dict, size_t n_dict, uint64_t dict_id,
+                      const int32_t *tok, size_t n, const skv_cm_vocab **vb, cmv_coder *k)
 {
     cache_entry *c = NULL;
     int rc = vocab_of(m, vb);
     *k = (cmv_coder){NULL, NULL, 0, NULL};
-    if (!rc && !n_dict) rc = skv_cm_create_vocab(*vb, SKV_CMV_SLOT_BITS, &k->cm);
-    else if (!rc && !(rc = primed_of(m, *vb, dict, n_dict, dict_id, &c))) {
+    if (!rc && !n_dict) rc = skv_cm_create_vocab(*vb, rev, SKV_CMV_SLOT_BITS, &k->cm);
+    else if (!rc && !(rc = primed_of(m, *vb, rev, dict, n_dict, dict_id, &c))) {
         k->pool = c;
         primed_take(c);
         if (n_dict < SIZE_MAX / 4 - n && hist_room(c, n_dict + n + 1) && !skv_cm_undo_begin(c->primed, n)) {
@@ -325,10 +330,10 @@ int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, co
     }
     uint64_t id = n_dict ? skv_session_dict_id(dict, n_dict) : 0;
     cmv_coder k;
-    int rc = coder_open(m, dict, n_dict, id, tok, n, &vb, &k);
+    int rc = coder_open(m, SKV_CMV_REV, dict, n_dict, id, tok, n, &vb, &k);
     if (rc == SKV_OK) rc = encode_ids(k.cm, k.h, n_dict, n, *buf + hb, *cap - hb, &body);
     if (rc == SKV_OK) {
-        skv_wr64(*buf, vb->check);
+        skv_wr64(*buf, skv_cm_model_check(vb, SKV_CMV_REV));
         if (n_dict) skv_wr64(*buf + 8, id), skv_wr32(*buf + 16, (uint32_t)n_dict);
         *len = hb + body;
     }
@@ -336,13 +341,18 @@ int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, co
     return rc == SKV_ERR_RANGE ? SKV_ERR_INTERNAL : rc;
 }
 
-/* The payload's header against this vocabulary and dictionary (id, n_dict). */
-static int check_header(const seg_view *g, const skv_cm_vocab *vb, uint64_t id, size_t n_dict, char *err, size_t cap)
+/* The payload's header against this vocabulary and dictionary (id, n_dict); *rev: the model
+ * revision it names. */
+static int check_header(const seg_view *g, const skv_cm_vocab *vb, uint64_t id, size_t n_dict, unsigned *rev, char *err,
+                        size_t cap)
 {
     size_t hb = header_bytes(n_dict);
     if (g->payload_bytes < hb) return skv_session_bad(err, cap, "cmv payload shorter than its header");
-    if (skv_rd64(g->payload) != vb->check)
-        return skv_errf(err, cap, SKV_ERR_MISMATCH, "cmv segment coded with another vocabulary side information");
+    uint64_t check = skv_rd64(g->payload);
+    for (*rev = SKV_CMV_REV; *rev >= 1 && check != skv_cm_model_check(vb, *rev); --*rev) {}
+    if (*rev < 1)
+        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+                        "cmv segment coded with another vocabulary side information or a newer model revision");
     if (n_dict && (skv_rd64(g->payload + 8) != id || skv_rd32(g->payload + 16) != n_dict))
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
                         "cmv segment primed by dictionary %016llx (%u ids), not the one given",
@@ -379,10 +389,11 @@ int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int
     size_t n = g->n_tokens, hb = header_bytes(n_dict);
     uint64_t id = n_dict ? skv_session_dict_id(dict, n_dict) : 0;
     cmv_coder k = {NULL, NULL, 0, NULL};
+    unsigned rev = 0;
     int rc = vocab_of(m, &vb);
     if (rc) return skv_errf(err, cap, rc, "cannot build the cmv side information (out of memory)");
-    if ((rc = check_header(g, vb, id, n_dict, err, cap))) return rc;
-    rc = coder_open(m, dict, n_dict, id, NULL, n, &vb, &k);
+    if ((rc = check_header(g, vb, id, n_dict, &rev, err, cap))) return rc;
+    rc = coder_open(m, rev, dict, n_dict, id, NULL, n, &vb, &k);
     if (rc == SKV_ERR_INVALID_ARG) rc = skv_errf(err, cap, SKV_ERR_FORMAT, "cmv dictionary holds an id outside the vocabulary");
     else if (rc) rc = skv_errf(err, cap, rc, "cannot build the cmv model (out of memory)");
     if (rc == SKV_OK)
@@ -426,7 +437,7 @@ static int snap_who(skv_model *m, const int32_t *dict, size_t n, const skv_cm_vo
     int rc = vocab_of(m, vb);
     if (!rc) rc = skv_model_tokenizer_fingerprint(m, fp);
     if (rc) return skv_errf(err, cap, rc, "cannot build the cmv side information (out of memory)");
-    *id = (skv_cm_snap_id){(*vb)->check, skv_session_dict_id(dict, n), (uint32_t)n};
+    *id = (skv_cm_snap_id){skv_cm_model_check(*vb, SKV_CMV_REV), skv_session_dict_id(dict, n), (uint32_t)n};
     return SKV_OK;
 }
 
@@ -443,7 +454,7 @@ int skv_session_cm_dict_have(skv_model *m, uint64_t id, size_t n)
     uint8_t fp[16];
     if (!m || skv_model_tokenizer_fingerprint(m, fp)) return 0;
     pthread_mutex_lock(&g_lock);
-    int have = find(fp, id, n) != NULL;
+    int have = find(fp, SKV_CMV_REV, id, n) != NULL;
     pthread_mutex_unlock(&g_lock);
     return have;
 }
@@ -478,8 +489,8 @@ static int snap_target(skv_model *m, const int32_t *dict, size_t n, int skip_hel
     *cm = NULL;
     if (rc || (skip_held && skv_session_cm_dict_have(m, id->dict_id, n))) return rc;
     /* blank: the snapshot reader writes every element once (it resets the model if it fails) */
-    rc = mapped ? skv_cm_create_blank_mapped(vb, SKV_CMV_DICT_SLOT_BITS, cm)
-                   : skv_cm_create_blank(vb, SKV_CMV_DICT_SLOT_BITS, cm);
+    rc = mapped ? skv_cm_create_blank_mapped(vb, SKV_CMV_REV, SKV_CMV_DICT_SLOT_BITS, cm)
+                   : skv_cm_create_blank(vb, SKV_CMV_REV, SKV_CMV_DICT_SLOT_BITS, cm);
     if (rc) return skv_errf(err, cap, rc, "out of memory");
     return SKV_OK;
 }
@@ -569,7 +580,8 @@ int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, ui
     size_t bound = 0;
     int rc = snap_who(m, dict, n, &vb, fp, &id, err, cap);
     *buf = NULL;
-    if (!rc && (rc = primed_of(m, vb, dict, n, id.dict_id, &c))) rc = skv_errf(err, cap, rc, "cannot prime the cmvd model");
+    if (!rc && (rc = primed_of(m, vb, SKV_CMV_REV, dict, n, id.dict_id, &c)))
+        rc = skv_errf(err, cap, rc, "cannot prime the cmvd model");
     if (rc) return rc;
     primed_take(c);
     if (!(*buf = malloc(bound = skv_cm_snap_bound(c->primed)))) rc = skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
