@@ -368,7 +368,7 @@ enum { SKV_CODEC_PRED = 10 };
  * must be given to the restore: skv_restore_params.cm_dict), e.g. earlier sessions of a
  * store. Restored like "cm": decode, one batched prefill, digest verified. A segment
  * names the revision of the model it was coded with (docs/coder.md 4.9): encoders write
- * the newest (revision 2 since 2026-12-05, 3.5-7.5% smaller with a dictionary), restores
+ * the newest (revision 2 since 2026-12-05, 4-7% smaller with a dictionary), restores
  * read every revision the build knows, so older files keep restoring. */
 enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
 /* Codec cmvd's primed model, kept in a snapshot file (docs/coder.md 4.8): priming walks

@@ -9,7 +9,7 @@
  * SKV_ERR_FORMAT, another model or dictionary SKV_ERR_MISMATCH, and every loaded element
  * is checked (skv_cm_valid) so that no table index can leave its table.
  *
- *   "SKVC" u32 version 1 | u32 n_vocab | u32 slot_bits | u64 vocab check (0: codec cm)
+ *   "SKVC" u32 version 1 | u32 n_vocab | u32 slot_bits | u64 model check (0: codec cm)
  *   | u64 dictionary id | u32 dictionary ids | u32 sections | u32 scalars[14]
  *   | per section: u32 elements | u32 element bytes | u32 runs
  *                  | per run: u32 gap (elements as reset) | u32 len | len elements (LE)
@@ -31,7 +31,7 @@
 
 /* Who the snapshot is for: checked by the reader, written by the writer. */
 typedef struct skv_cm_snap_id {
-    uint64_t vocab_check; /* skv_cm_vocab.check, 0 for codec cm */
+    uint64_t vocab_check; /* skv_cm_model_check (the vocabulary and the model revision), 0 for codec cm */
     uint64_t dict_id;     /* the dictionary the model was primed by */
     uint32_t dict_n;
 } skv_cm_snap_id;
