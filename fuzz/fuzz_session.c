@@ -40,7 +40,9 @@
  * model's (written by the harness itself: FUZZ_SESSION_SEEDS=DIR, fuzz/models/make_seeds.sh):
  * every codec but cmvd, one and several segments, verified success, a digest mismatch;
  * tiny_tok_* the same files written since the header records the tokenizer's fingerprint
- * (flags bit 2, 2026-12-05; the tiny_* ones predate it and keep the older header). */
+ * (flags bit 2, 2026-12-05; the tiny_* ones predate it and keep the older header).
+ * rev1_cmv_* are the tiny_cmv_* files of before cmv's model revision 2 (docs/coder.md 4.9),
+ * kept under a name make_seeds.sh does not rewrite: their segments decode under revision 1. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
