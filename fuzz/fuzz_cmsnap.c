@@ -25,7 +25,9 @@
  * Models are kept across inputs (a reset per input, not a new 3-5 MiB model).
  * Seeds (fuzz/corpus/cmsnap/): built by this file with -DCMSNAP_SEEDS (a main that writes
  * valid snapshots of primed models of both kinds, and damaged ones; version 1, and version 2
- * of the cmv kind). */
+ * of the cmv kind; cmv ones for each model revision: cmv_* 1, cmv2_* 2, cmv3_* 3). Build:
+ * cc -std=c11 -D_GNU_SOURCE -DCMSNAP_SEEDS -Iinclude -Isrc fuzz/fuzz_cmsnap.c build/libseqkv.a
+ * -llmdb -lhiredis -lzstd -lxxhash -lpthread -lm, run with the corpus directory. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,7 +217,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 40 || !vocab()) return 0;
     int cmv = rd64(data + 16) != 0;
-    g_rev = cmv && rd64(data + 16) == skv_cm_model_check(vocab(), 2) ? 2 : 1;
+    g_rev = 1; /* the revision the input's model check names (else 1, refused as a mismatch) */
+    for (unsigned r = SKV_CMV_REV; cmv && r > 1 && g_rev == 1; r--)
+        if (rd64(data + 16) == skv_cm_model_check(vocab(), r)) g_rev = r;
     uint32_t hv = rd32(data + 8), V = cmv ? NV : hv >= 1 && hv <= 4096 ? hv : 1 + hv % 4096;
     skv_cm_snap_id id = {cmv ? skv_cm_model_check(vocab(), g_rev) : 0, rd64(data + 24), rd32(data + 32)};
     skv_cm *cm = model_of(cmv, V, 0);
@@ -282,7 +286,9 @@ static void raw_seeds(const char *dir)
     size_t cap = skv_cm_snap_bound(cm), len = 0;
     uint8_t *b = malloc(cap);
     if (!b || skv_cm_snap_write_version(cm, &id, SKV_CM_SNAP_RAW, b, cap, &len)) abort();
-    seed(dir, g_rev == 1 ? "cmv_raw_valid" : "cmv2_raw_valid", b, len);
+    char name[64];
+    snprintf(name, sizeof name, g_rev == 1 ? "cmv_raw_valid" : "cmv%u_raw_valid", g_rev);
+    seed(dir, name, b, len);
     uint32_t ns = rd32(b + 36), n0 = rd32(b + 96), s0 = rd32(b + 100);
     size_t hdr = 96 + (size_t)ns * 16 + 8;
     b[hdr + 4 * 1000 + 1] = 0xff; /* section 0 (slots): a count past the model's cap */
@@ -290,7 +296,8 @@ static void raw_seeds(const char *dir)
     for (int k = 0; k < 8; k++) b[104 + k] = (uint8_t)(h >> (8 * k));
     h = XXH3_64bits(b, hdr - 8);
     for (int k = 0; k < 8; k++) b[hdr - 8 + k] = (uint8_t)(h >> (8 * k));
-    seed(dir, g_rev == 1 ? "cmv_raw_forged" : "cmv2_raw_forged", b, len);
+    snprintf(name, sizeof name, g_rev == 1 ? "cmv_raw_forged" : "cmv%u_raw_forged", g_rev);
+    seed(dir, name, b, len);
     free(b);
 }
 
@@ -301,9 +308,12 @@ int main(int argc, char **argv)
     seeds_of(argv[1], "cm_v600", 0, 600, 120);
     seeds_of(argv[1], "cmv", 1, NV, 60);
     raw_seeds(argv[1]);
-    g_rev = 2; /* the same for model revision 2 (cmv files written since 2026-12-05) */
-    seeds_of(argv[1], "cmv2", 1, NV, 60);
-    raw_seeds(argv[1]);
+    for (g_rev = 2; g_rev <= SKV_CMV_REV; g_rev++) { /* the same for each later model revision */
+        char tag[16];
+        snprintf(tag, sizeof tag, "cmv%u", g_rev);
+        seeds_of(argv[1], tag, 1, NV, 60);
+        raw_seeds(argv[1]);
+    }
     return 0;
 }
 #endif

@@ -42,7 +42,8 @@
  * tiny_tok_* the same files written since the header records the tokenizer's fingerprint
  * (flags bit 2, 2026-12-05; the tiny_* ones predate it and keep the older header).
  * rev1_cmv_* are the tiny_cmv_* files of before cmv's model revision 2 (docs/coder.md 4.9),
- * kept under a name make_seeds.sh does not rewrite: their segments decode under revision 1. */
+ * rev2_cmv_* and rev2_tok_cmv_* those of revision 2 (until revision 3, 4.10), kept under
+ * names make_seeds.sh does not rewrite: their segments decode under revisions 1 and 2. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

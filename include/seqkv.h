@@ -367,9 +367,9 @@ enum { SKV_CODEC_PRED = 10 };
  * the model with a dictionary of ids (skv_encoder_params.cm_dict; the same dictionary
  * must be given to the restore: skv_restore_params.cm_dict), e.g. earlier sessions of a
  * store. Restored like "cm": decode, one batched prefill, digest verified. A segment
- * names the revision of the model it was coded with (docs/coder.md 4.9): encoders write
- * the newest (revision 2 since 2026-12-05, 4-7% smaller with a dictionary), restores
- * read every revision the build knows, so older files keep restoring. */
+ * names the revision of the model it was coded with (docs/coder.md 4.9, 4.10): encoders
+ * write the newest (revision 3 since 2026-12-05: 8-10% smaller than revision 1 with a
+ * dictionary), restores read every revision the build knows, so older files keep restoring. */
 enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
 /* Codec cmvd's primed model, kept in a snapshot file (docs/coder.md 4.8): priming walks
  * every dictionary id (~10 us each); loading its snapshot takes milliseconds (_save writes

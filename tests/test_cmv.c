@@ -27,6 +27,9 @@
 #define KA2_SIZE 1794 /* revision 2 */
 #define KA2_HASH 0xb258244e424e557aull
 #define KA2_CHECK 0x7297aff028c4de17ull
+#define KA3_SIZE 1773 /* revision 3 */
+#define KA3_HASH 0x59e861849c4c7a8cull
+#define KA3_CHECK 0x90799adfb9a67098ull
 
 static skv_model *g_m;
 static int32_t *g_text, *g_dict; /* held-out KJV: the session, the dictionary */
@@ -142,7 +145,7 @@ static void known_answer(void)
     static const struct {
         size_t size;
         unsigned long long hash, check;
-    } ka[SKV_CMV_REV + 1] = {{0, 0, 0}, {KA_SIZE, KA_HASH, 0}, {KA2_SIZE, KA2_HASH, KA2_CHECK}};
+    } ka[SKV_CMV_REV + 1] = {{0, 0, 0}, {KA_SIZE, KA_HASH, 0}, {KA2_SIZE, KA2_HASH, KA2_CHECK}, {KA3_SIZE, KA3_HASH, KA3_CHECK}};
     int32_t t[2000];
     uint8_t buf[8192];
     size_t size = 0;
@@ -280,13 +283,16 @@ static uint8_t *slurp(const char *path, size_t *size)
     return b;
 }
 
-/* Files written before model revision 2 (tests/data/cmv_rev1: `seqkv compress -c 512
- * --segment` of 391ad3d, codecs cmv and cmvd, of this text and dictionary) still restore
- * bit-exact, with the revision their model check names; a check naming no revision is
- * refused; today's files of the same session are revision 2 and smaller. */
+/* Files of older model revisions still restore bit-exact, with the revision their model
+ * check names: tests/data/cmv_rev1 (`seqkv compress -c 512 --segment` of 391ad3d, revision
+ * 1) and tests/data/cmv_rev2 (this test's encode_session at c6cb54b, revision 2), codecs
+ * cmv and cmvd, of this text and dictionary. A check naming no revision is refused; today's
+ * files of the same session are of revision SKV_CMV_REV and smaller than both. */
 static void older_revision_restores(void)
 {
-    static const char *const path[2] = {"tests/data/cmv_rev1/heldout6000.cmv.skv", "tests/data/cmv_rev1/heldout6000.cmvd.skv"};
+    static const char *const path[2][2] = {
+        {"tests/data/cmv_rev1/heldout6000.cmv.skv", "tests/data/cmv_rev1/heldout6000.cmvd.skv"},
+        {"tests/data/cmv_rev2/heldout6000.cmv.skv", "tests/data/cmv_rev2/heldout6000.cmvd.skv"}};
     uint8_t d0[16], d1[16], *tk = NULL;
     size_t st = 0;
     skv_ctx *c = new_ctx();
@@ -294,30 +300,43 @@ static void older_revision_restores(void)
     CHECK_EQ_INT(encode_session(SKV_CODEC_TOKENS, NULL, 0, &tk, &st), SKV_OK);
     CHECK_EQ_INT(restore_all(tk, st, NULL, 0, c, d0), SKV_OK);
     for (int k = 0; k < 2 && !test_cur_failed; k++) {
-        size_t size = 0, sn = 0;
-        uint8_t *b = slurp(path[k], &size), *now = NULL;
+        size_t sn = 0;
+        uint8_t *now = NULL, le[8] = {0};
         const int32_t *dict = k ? g_dict : NULL;
         size_t nd = k ? g_dict_n : 0;
-        CHECK_MSG(b && size > HDR, "%s missing", path[k]);
-        if (!b) break;
-        CHECK_EQ_INT(restore_all(b, size, dict, nd, c, d1), SKV_OK);
-        CHECK(!memcmp(d0, d1, 16));
         CHECK_EQ_INT(encode_session(k ? SKV_CODEC_CMVD : SKV_CODEC_CMV, dict, nd, &now, &sn), SKV_OK);
-        printf("# %s: %zu bytes (revision 1); written today: %zu bytes (revision %d)\n", path[k], size, sn, SKV_CMV_REV);
-        CHECK_MSG(sn < size, "revision %d file %zu bytes, revision 1 %zu", SKV_CMV_REV, sn, size);
-        /* a segment's payload starts with its model check: revision 1's is the vocabulary
-         * check, revision 2's XXH64 of it (seed 2); one naming revision 3 is refused */
-        uint8_t *bad = malloc(size), le[8];
-        uint64_t v1 = skv_rd64(b + HDR + SEGHDR);
-        for (int j = 0; j < 8; j++) le[j] = (uint8_t)(v1 >> (8 * j));
-        CHECK(skv_rd64(now + HDR + SEGHDR) == XXH64(le, 8, 2));
-        memcpy(bad, b, size);
-        skv_wr64(bad + HDR + SEGHDR, XXH64(le, 8, 3));
-        fix_segment0(bad, skv_rd64(bad + HDR + 8));
-        CHECK_EQ_INT(restore_all(bad, size, dict, nd, c, NULL), SKV_ERR_MISMATCH);
-        free(bad);
+        for (int r = 0; r < 2 && !test_cur_failed; r++) {
+            size_t size = 0;
+            uint8_t *b = slurp(path[r][k], &size);
+            CHECK_MSG(b && size > HDR, "%s missing", path[r][k]);
+            if (!b) break;
+            CHECK_EQ_INT(restore_all(b, size, dict, nd, c, d1), SKV_OK);
+            CHECK(!memcmp(d0, d1, 16));
+            printf("# %s: %zu bytes (revision %d); written today: %zu bytes (revision %d)\n", path[r][k], size, r + 1,
+                   sn, SKV_CMV_REV);
+            CHECK_MSG(sn < size, "revision %d file %zu bytes, revision %d %zu", SKV_CMV_REV, sn, r + 1, size);
+            /* a segment's payload starts with its model check: revision 1's is the vocabulary
+             * check, revision r's XXH64 of it (seed r) */
+            uint64_t v = skv_rd64(b + HDR + SEGHDR);
+            if (r == 0) {
+                for (int j = 0; j < 8; j++) le[j] = (uint8_t)(v >> (8 * j));
+                /* one naming a revision this build does not know is refused */
+                uint8_t *bad = malloc(size);
+                CHECK(bad);
+                if (bad) {
+                    memcpy(bad, b, size);
+                    skv_wr64(bad + HDR + SEGHDR, XXH64(le, 8, SKV_CMV_REV + 1));
+                    fix_segment0(bad, skv_rd64(bad + HDR + 8));
+                    CHECK_EQ_INT(restore_all(bad, size, dict, nd, c, NULL), SKV_ERR_MISMATCH);
+                }
+                free(bad);
+            } else {
+                CHECK(v == XXH64(le, 8, (uint64_t)r + 1));
+            }
+            free(b);
+        }
+        CHECK(skv_rd64(now + HDR + SEGHDR) == XXH64(le, 8, SKV_CMV_REV));
         free(now);
-        free(b);
     }
     skv_ctx_free(c);
     free(tk);

@@ -51,11 +51,22 @@
 #define CM_RUN_COUNT_MAX 127
 #define CM_RUN_SALT 0x5BD1E995u
 #define CMV_SETS3 ((size_t)CM_MAX_DEPTH * 64) /* rev 2's third mixer: (depth, runs on, order-1 count) */
-#define CMV_WIDE (CM_INPUTS + CM_RUN)     /* its inputs: every input of the first two, and the runs */
+#define CM_X_MAX (CM_RUN + 2)             /* the first two mixers' extra inputs: rev 2's 4 runs; rev 3's recency and age */
+#define CMV_WIDE_MAX (CM_INPUTS + CM_X_MAX) /* the third mixer's inputs: every input of the first two */
+#define CMV_WX_N(nx) ((size_t)CM_SETS * (nx) + CMV_SETS2 * (nx) + CMV_SETS3 * (CM_INPUTS + (nx)))
+/* rev 3 (docs/coder.md 4.10): checked slots, recency and age inputs */
+#define CM3_CHK_MASK 0x3FC0u              /* slot format p (18 bits) << 14 | check (8) << 6 | count (6) */
+#define CM3_COUNT_MASK 63u
+#define CM_REC_W 64                       /* the recency window: the last 64 ids */
+#define CM_AGE_W 1024                     /* ages above 1024 ids count as none */
+#define CM_REC_CTX 256                    /* recency reliabilities: depth class (4) x count classes (8 x 8) */
+#define CM_AGE_Q 22                       /* age classes: 0 none, then half octaves 1..21 */
+#define CM_AGE_CTX (8 * CM_AGE_Q * CM_AGE_Q) /* age reliabilities: min(depth, 7) x classes x classes */
+#define CM_REC_MAX_DEPTH 18               /* recency state for the nodes of depth 1..18 */
+#define CM_MSM_N (CM_MATCH_CTX + CM_RUN * CM_RUN_CTX + CM_REC_CTX + CM_AGE_CTX)
 #define CMV_FSETS (CM_MAX_DEPTH * 4)      /* rev 2's final mixer: (depth, match on, order 1 seen) */
 #define CMV_FIN_INIT 21845                /* its initial weights: 1/3 each (the mean of the three) */
 #define CMV_FIN_LR 1
-#define CMV_WX_N ((size_t)CM_SETS * CM_RUN + CMV_SETS2 * CM_RUN + CMV_SETS3 * CMV_WIDE)
 #define CM_UNDO_MAX ((size_t)1 << 21)   /* undo entries (16 MiB of log); longer segments are copied */
 #define CM_OVL_MAX_BITS 21              /* a mapped model's overlay: at most 2^21 cells (16 MiB) */
 
@@ -63,21 +74,27 @@ struct skv_cm {
     uint32_t V;
     unsigned B;                       /* bits of an id */
     const skv_cm_vocab *vb;           /* NULL: codec cm; else codec cmv (docs/coder.md 4.6) */
-    unsigned rev;                     /* cmv's model revision: 1, or 2 with n_run run models (4.9) */
+    unsigned rev;                     /* cmv's model revision: 1; 2 with n_run run models (4.9); 3 (4.10) */
     int n_run;
+    int n_x, wide;                    /* rev 2+: extra inputs of the first two mixers (4, rev 3: 6), the third's */
+    int fmt3;                         /* rev 3: slot format with a check, 2-way buckets */
+    uint32_t cmask;                   /* a slot's count bits: 1023, rev 3 63 */
+    size_t wx_n;
     int n_slots, n_in;                /* slot tables used, mixer inputs used */
     unsigned slot_bits;               /* log2 of the slots per table */
     uint32_t limit, mix_lr;           /* slot count cap, mixer rate: CM_* (cm) or CMV_* (cmv) */
     uint32_t *slot[CM_SLOTS];         /* [2^SLOT_BITS]: p (22 bits) << 10 | count (10 bits) */
     uint32_t *mpos;                   /* [2^MATCH_BITS]: position after the hashed ids, 0 = none */
-    uint32_t msm[CM_MATCH_CTX + CM_RUN * CM_RUN_CTX]; /* match reliability, slot format; rev 2: then
-                                       * the run models' (rsm, CM_RUN_CTX each) */
+    uint32_t msm[CM_MSM_N];           /* match reliability, slot format; rev 2: then the run models'
+                                       * (rsm, CM_RUN_CTX each); rev 3: then recency's and age's */
     uint32_t *rsm;                    /* msm + CM_MATCH_CTX */
+    uint32_t *recm, *agem;            /* rev 3: rsm + CM_RUN * CM_RUN_CTX, recm + CM_REC_CTX */
+    size_t n_msm;                     /* elements of msm in use */
     uint32_t *run;                    /* rev 2: [CM_RUN << run_bits]: (coded value + 1) | count << 24, 0 = none */
     unsigned run_bits;
-    int32_t *wx;                      /* rev 2 (CMV_WX_N): the runs' weights in the first two mixers
-                                       * (wr1 [CM_SETS][CM_RUN], wr2 [CMV_SETS2][CM_RUN]), the third
-                                       * mixer (w3 [CMV_SETS3][CMV_WIDE]) */
+    int32_t *wx;                      /* rev 2+ (CMV_WX_N(n_x)): the extra inputs' weights in the first
+                                       * two mixers (wr1 [CM_SETS][n_x], wr2 [CMV_SETS2][n_x]), the
+                                       * third mixer (w3 [CMV_SETS3][wide]) */
     int32_t *wr1, *wr2, *w3;
     int32_t wf[CMV_FSETS][3];         /* rev 2: the final mixer of the three mixers' outputs */
     int32_t w[CM_SETS][CM_INPUTS];    /* mixer weights, 16.16 fixed point */
@@ -91,7 +108,8 @@ struct skv_cm {
     int32_t mtok;
     /* the current bit */
     uint32_t idx[CM_SLOTS];
-    int32_t st[CMV_WIDE];             /* inputs; rev 2: the runs' at CM_INPUTS.. */
+    int32_t st[CMV_WIDE_MAX];         /* inputs; rev 2: the runs' at CM_INPUTS.., rev 3: then recency, age */
+    uint32_t sv[CM_SLOTS];            /* rev 3: the current bit's slot values (a stale bucket entry: reset) */
     int set, mctx;
     uint32_t p;                       /* P(bit = 1) in 16 bits, in [22, 65514] */
     int32_t (*w2)[CM_INPUTS];         /* cmv: a second mixer, set by (depth, last byte) */
@@ -104,6 +122,15 @@ struct skv_cm {
     int rctx[CM_RUN];
     int set3, fset;
     int32_t dot3;
+    /* rev 3: recency state, a function of the ids tok[i - CM_AGE_W .. i) (rebuilt from them
+     * whenever the model is not at wpos + 1: after a copy, an undo, a load): per tree node
+     * of depth 1..wd, how many of the last CM_REC_W ids lie below it, and 1 + the position
+     * of the last id below it (0: none) */
+    uint8_t *wcnt;
+    uint32_t *wlast;
+    unsigned wd;
+    size_t wpos;                      /* the position the state is for; SIZE_MAX: none */
+    int recx, agex;                   /* the current bit's recency and age contexts (-1: not used) */
     uint16_t *apm;                    /* cmv: [2^CMV_APM_BITS][33] refined P(1) by order-1 context */
     uint32_t apm_at, apm_f, p_mix;    /* the knot pair used, its weight, the mixer's p */
     /* journal (skv_cm_journal): the table elements written since the model was copied from
@@ -213,8 +240,17 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned rev, unsi
     cm->vb = vb;
     cm->rev = vb ? rev : 1;
     cm->n_run = cm->rev >= 2 ? CM_RUN : 0;
+    cm->n_x = cm->rev >= 3 ? CM_X_MAX : cm->n_run;
+    cm->wide = CM_INPUTS + cm->n_x;
+    cm->wx_n = CMV_WX_N((size_t)cm->n_x);
+    cm->fmt3 = cm->rev >= 3;
+    cm->cmask = cm->fmt3 ? CM3_COUNT_MASK : 1023;
     cm->run_bits = slot_bits - 2;
     cm->rsm = cm->msm + CM_MATCH_CTX;
+    cm->recm = cm->rsm + CM_RUN * CM_RUN_CTX;
+    cm->agem = cm->recm + CM_REC_CTX;
+    cm->n_msm = CM_MATCH_CTX + (size_t)cm->n_run * CM_RUN_CTX + (cm->fmt3 ? CM_REC_CTX + CM_AGE_CTX : 0);
+    cm->wpos = SIZE_MAX;
     cm->n_slots = vb ? CM_SLOTS : SKV_CM_ORDERS;
     cm->n_in = vb ? CM_INPUTS : SKV_CM_ORDERS + 2;
     cm->limit = vb ? CMV_LIMIT : CM_LIMIT;
@@ -227,9 +263,14 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned rev, unsi
     if (vb && tables) ok &= (cm->apm = skv_big_alloc(CMV_APM_N * sizeof *cm->apm)) != NULL;
     if (vb) ok &= (cm->w2 = malloc(CMV_SETS2 * sizeof *cm->w2)) != NULL;
     if (cm->n_run) {
-        ok &= (cm->wx = malloc(CMV_WX_N * sizeof *cm->wx)) != NULL;
-        cm->wr1 = cm->wx, cm->wr2 = cm->wx + CM_SETS * CM_RUN, cm->w3 = cm->wr2 + CMV_SETS2 * CM_RUN;
+        ok &= (cm->wx = malloc(cm->wx_n * sizeof *cm->wx)) != NULL;
+        cm->wr1 = cm->wx, cm->wr2 = cm->wx + CM_SETS * cm->n_x, cm->w3 = cm->wr2 + CMV_SETS2 * cm->n_x;
         if (tables) ok &= (cm->run = skv_big_alloc(sizeof(uint32_t) * CM_RUN << cm->run_bits)) != NULL;
+    }
+    if (cm->fmt3) { /* (not tables: derived from the history, never in a snapshot) */
+        cm->wd = cm->B < CM_REC_MAX_DEPTH ? cm->B : CM_REC_MAX_DEPTH;
+        ok &= (cm->wcnt = malloc((size_t)2 << cm->wd)) != NULL;
+        ok &= (cm->wlast = malloc(sizeof(uint32_t) * 2 << cm->wd)) != NULL;
     }
     for (int k = 0; k < cm->n_slots && tables; k++)
         ok &= (cm->slot[k] = skv_big_alloc(sizeof(uint32_t) << cm->slot_bits)) != NULL;
@@ -276,6 +317,8 @@ void skv_cm_free(skv_cm *cm)
         for (int k = 0; k < CM_SLOTS; k++) skv_big_free(cm->slot[k]);
     skv_big_free(cm->run);
     free(cm->wx);
+    free(cm->wcnt);
+    free(cm->wlast);
     skv_big_free(cm->ovl);
     skv_big_free(cm->apm);
     free(cm->utag);
@@ -318,7 +361,8 @@ static void reset_small(skv_cm *cm)
 {
     cm->jn = 0, cm->jover = 0, cm->jsrc = NULL; /* every table changes: the next copy is whole */
     cm->uon = 0;
-    for (int c = 0; c < CM_MATCH_CTX + cm->n_run * CM_RUN_CTX; c++) cm->msm[c] = CM_SLOT_INIT;
+    cm->wpos = SIZE_MAX;
+    for (size_t c = 0; c < cm->n_msm; c++) cm->msm[c] = CM_SLOT_INIT;
     cm->w[0][0] = CM_W_INIT;
     fill_doubling(cm->w, sizeof cm->w[0][0], 1, (size_t)CM_SETS * CM_INPUTS);
     cm->n_coded = 0;
@@ -331,7 +375,7 @@ static void reset_small(skv_cm *cm)
     }
     if (cm->wx) {
         cm->wx[0] = CM_W_INIT;
-        fill_doubling(cm->wx, sizeof *cm->wx, 1, CMV_WX_N);
+        fill_doubling(cm->wx, sizeof *cm->wx, 1, cm->wx_n);
         for (int k = 0; k < CMV_FSETS; k++) cm->wf[k][0] = cm->wf[k][1] = cm->wf[k][2] = CMV_FIN_INIT;
     }
     reset_apm(cm);
@@ -403,6 +447,7 @@ int skv_cm_map_tables(skv_cm *cm, void *map, size_t len, const size_t off[SKV_CM
     if (cm->n_run) cm->run = (uint32_t *)(void *)(b + off[cm->n_slots + 1]);
     cm->apm = (uint16_t *)(void *)(b + off[ns - 1]);
     cm->map = map, cm->map_len = len;
+    cm->wpos = SIZE_MAX;
     cm->fresh = cm->ufresh = 0;
     return SKV_OK;
 }
@@ -599,6 +644,67 @@ static void run_learn(skv_cm *cm, uint32_t v)
     }
 }
 
+/* Rev 3: the recency state of the tree nodes above coded value v (depths 1..wd). */
+static void rec_count(skv_cm *cm, uint32_t v, int add)
+{
+    for (unsigned d = 1; d <= cm->wd; d++) cm->wcnt[(v >> (cm->B - d)) + (1u << d)] += add ? 1 : 0xFF; /* (mod 256) */
+}
+
+static void rec_last(skv_cm *cm, uint32_t v, uint32_t pos1)
+{
+    for (unsigned d = 1; d <= cm->wd; d++) cm->wlast[(v >> (cm->B - d)) + (1u << d)] = pos1;
+}
+
+/* Rev 3: the recency state for position i: one step from i - 1, else rebuilt from the ids
+ * tok[i - CM_AGE_W .. i) (an id outside the vocabulary, which no coded history holds, is
+ * skipped both ways). */
+static void recency_update(skv_cm *cm, const int32_t *tok, size_t i)
+{
+    const uint32_t *code = cm->vb->code;
+    if (i > 0 && cm->wpos + 1 == i) {
+        int32_t t = tok[i - 1];
+        if (t >= 0 && (uint32_t)t < cm->V) rec_count(cm, code[t], 1), rec_last(cm, code[t], (uint32_t)i);
+        if (i - 1 >= CM_REC_W && (t = tok[i - 1 - CM_REC_W]) >= 0 && (uint32_t)t < cm->V) rec_count(cm, code[t], 0);
+    } else if (cm->wpos != i) {
+        memset(cm->wcnt, 0, (size_t)2 << cm->wd);
+        memset(cm->wlast, 0, sizeof(uint32_t) * 2 << cm->wd);
+        for (size_t j = i > CM_AGE_W ? i - CM_AGE_W : 0; j < i; j++) {
+            int32_t t = tok[j];
+            if (t < 0 || (uint32_t)t >= cm->V) continue;
+            rec_last(cm, code[t], (uint32_t)j + 1);
+            if (i - j <= CM_REC_W) rec_count(cm, code[t], 1);
+        }
+    }
+    cm->wpos = i;
+}
+
+/* Rev 3: the recency and age inputs of the bit at node (depth d), from its children's
+ * state: how many of the last CM_REC_W ids lie below each (when any does), and how long ago
+ * the last id below each came (half-octave classes, 0: not within CM_AGE_W); each class
+ * pair indexes a learned reliability (recm, agem; by depth class). */
+static void recency_inputs(skv_cm *cm, uint32_t node, unsigned d)
+{
+    static const uint8_t q8[17] = {0, 1, 2, 3, 4, 4, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 7};
+    int32_t *sr = cm->st + CM_INPUTS + CM_RUN;
+    cm->recx = cm->agex = -1;
+    sr[0] = sr[1] = 0;
+    if (d >= cm->wd) return; /* children deeper than the state */
+    uint32_t c0 = cm->wcnt[2 * node], c1 = cm->wcnt[2 * node + 1];
+    if (c0 + c1) {
+        int dc = d < 3 ? 0 : d < 8 ? 1 : d < 12 ? 2 : 3;
+        cm->recx = (dc * 8 + q8[c0 < 16 ? c0 : 16]) * 8 + q8[c1 < 16 ? c1 : 16];
+        sr[0] = cm->stretch[cm->recm[cm->recx] >> 20];
+    }
+    uint32_t now = (uint32_t)cm->n_coded + 1, q[2];
+    for (int b = 0; b < 2; b++) {
+        uint32_t l = cm->wlast[2 * node + (uint32_t)b], a = l && now - l <= CM_AGE_W ? now - l : 0;
+        unsigned e = a ? 31u - (unsigned)__builtin_clz(a) : 0;
+        q[b] = a ? 1 + 2 * e + (e ? (a >> (e - 1)) & 1 : 0) : 0; /* a <= 1024: q <= 21 */
+    }
+    cm->agex = (int)(((d < 7 ? d : 7) * CM_AGE_Q + q[0]) * CM_AGE_Q + q[1]);
+    sr[1] = cm->stretch[cm->agem[cm->agex] >> 20];
+}
+
 static void begin_token(skv_cm *cm, const int32_t *tok, size_t i)
 {
     uint32_t h = 0;
@@ -613,6 +719,7 @@ static void begin_token(skv_cm *cm, const int32_t *tok, size_t i)
     if (i > 0) match_update(cm, tok, i);
     if (cm->vb) text_contexts(cm, tok, i);
     if (cm->n_run) run_lookup(cm);
+    if (cm->fmt3) recency_update(cm, tok, i);
 }
 
 /* ---- per bit: predict, learn ----------------------------------------------------- */
@@ -660,10 +767,38 @@ static inline int64_t dot_n(const int32_t *w, const int32_t *st, int n)
     return dot;
 }
 
-/* An order-1 slot's count in 4 classes: unseen, 1-2, 3-6, more. */
-static inline int count_class(uint32_t s)
+/* Rev 3: the slots of the bit at node. Order 0 is direct; every other table holds a
+ * context's slot in a bucket of two (x & ~1, x | 1) tagged by an 8-bit check of the
+ * context and node: the entry with this check, else the one with the lower count (the
+ * first of equals) is taken and read as a reset slot with this check (learn overwrites it). */
+static void lookup3(skv_cm *cm, uint32_t node)
 {
-    uint32_t n = s & 1023;
+    for (int k = 0; k < cm->n_slots; k++) {
+        uint32_t h = cm->hash[k] + node, x = (h * 0x9E3779B1u) >> (32 - cm->slot_bits), s;
+        if (k == 0) {
+            s = cm->ovl_on ? ovl_get(cm, 0, x) : cm->slot[0][x];
+        } else {
+            uint32_t c = ((h * 0x2C9277B5u) >> 24) << 6, x0 = x & ~1u;
+            uint32_t a = cm->ovl_on ? ovl_get(cm, (uint32_t)k, x0) : cm->slot[k][x0];
+            uint32_t b = cm->ovl_on ? ovl_get(cm, (uint32_t)k, x0 | 1) : cm->slot[k][x0 | 1];
+            if ((a & CM3_CHK_MASK) == c) {
+                x = x0, s = a;
+            } else if ((b & CM3_CHK_MASK) == c) {
+                x = x0 | 1, s = b;
+            } else {
+                x = (b & CM3_COUNT_MASK) < (a & CM3_COUNT_MASK) ? x0 | 1 : x0;
+                s = CM_SLOT_INIT | c;
+            }
+        }
+        cm->idx[k] = x;
+        cm->sv[k] = s;
+        cm->sp[k] = cm->ovl_on ? ovl_cell(cm, (uint32_t)k, x) : &cm->slot[k][x];
+    }
+}
+
+/* An order-1 slot's count in 4 classes: unseen, 1-2, 3-6, more. */
+static inline int count_class(uint32_t n)
+{
     return n == 0 ? 0 : n <= 2 ? 1 : n <= 6 ? 2 : 3;
 }
 
@@ -683,13 +818,14 @@ static void predict_rev2(skv_cm *cm, uint32_t node, unsigned d)
             runs |= 1 << r;
         }
     }
-    uint32_t s1 = *cm->sp[1];
+    if (cm->fmt3) recency_inputs(cm, node, d);
+    uint32_t n1 = (cm->fmt3 ? cm->sv[1] : *cm->sp[1]) & cm->cmask, nx = (uint32_t)cm->n_x;
     cm->set2 = (int)d * 256 + (int)(cm->text4 & 0xFF);
-    cm->set3 = (int)d * 64 + runs * 4 + count_class(s1);
-    cm->fset = (int)d * 4 + (cm->mctx >= 0) * 2 + ((s1 & 1023) != 0);
-    int64_t dot1 = dot_n(cm->w[cm->set], cm->st, CM_INPUTS) + dot_n(cm->wr1 + cm->set * CM_RUN, sr, CM_RUN);
-    int64_t dot2 = dot_n(cm->w2[cm->set2], cm->st, CM_INPUTS) + dot_n(cm->wr2 + cm->set2 * CM_RUN, sr, CM_RUN);
-    int64_t dot3 = dot_n(cm->w3 + (size_t)cm->set3 * CMV_WIDE, cm->st, CMV_WIDE);
+    cm->set3 = (int)d * 64 + runs * 4 + count_class(n1);
+    cm->fset = (int)d * 4 + (cm->mctx >= 0) * 2 + (n1 != 0);
+    int64_t dot1 = dot_n(cm->w[cm->set], cm->st, CM_INPUTS) + dot_n(cm->wr1 + cm->set * nx, sr, cm->n_x);
+    int64_t dot2 = dot_n(cm->w2[cm->set2], cm->st, CM_INPUTS) + dot_n(cm->wr2 + cm->set2 * nx, sr, cm->n_x);
+    int64_t dot3 = dot_n(cm->w3 + (size_t)cm->set3 * (size_t)cm->wide, cm->st, cm->wide);
     cm->dot1 = clamp32(asr(dot1, 16), -2047, 2047);
     cm->dot2 = clamp32(asr(dot2, 16), -2047, 2047);
     cm->dot3 = clamp32(asr(dot3, 16), -2047, 2047);
@@ -705,16 +841,18 @@ static void predict(skv_cm *cm, uint32_t node, unsigned d)
     int64_t dot = 0;
     int seen = 0;
     int ms = cm->n_slots;
-    if (cm->ovl_on)
+    if (cm->fmt3) {
+        lookup3(cm, node);
+    } else if (cm->ovl_on)
         for (int k = 0; k < ms; k++)
             cm->sp[k] = ovl_cell(cm, k, cm->idx[k] = ((cm->hash[k] + node) * 0x9E3779B1u) >> (32 - cm->slot_bits));
     else
         for (int k = 0; k < ms; k++)
             cm->sp[k] = &cm->slot[k][cm->idx[k] = ((cm->hash[k] + node) * 0x9E3779B1u) >> (32 - cm->slot_bits)];
     for (int k = 0; k < ms; k++) {
-        uint32_t s = *cm->sp[k];
+        uint32_t s = cm->fmt3 ? cm->sv[k] : *cm->sp[k];
         cm->st[k] = cm->stretch[s >> 20];
-        if (k > 0 && k < SKV_CM_ORDERS && (s & 1023)) seen = k;
+        if (k > 0 && k < SKV_CM_ORDERS && (s & cm->cmask)) seen = k;
     }
     cm->mctx = -1;
     cm->st[ms] = 0;
@@ -745,8 +883,21 @@ static void predict(skv_cm *cm, uint32_t node, unsigned d)
 }
 
 /* A slot moves toward the bit by 1/(count + 1.5) of the distance; the count saturates. */
+static inline uint32_t slot_next3(const skv_cm *cm, uint32_t s, uint32_t bit)
+{
+    uint32_t n = s & CM3_COUNT_MASK;
+    n = n < cm->limit ? n : cm->limit; /* (as below) */
+    int64_t p = s >> 14, target = bit ? ((int64_t)1 << 18) - 1 : 0;
+    p += asr((target - p) * cm->rate[n], 16);
+    return ((uint32_t)p << 14) | (s & CM3_CHK_MASK) | (n < cm->limit ? n + 1 : n);
+}
+
 static inline void slot_update(const skv_cm *cm, uint32_t *s, uint32_t bit)
 {
+    if (cm->fmt3) {
+        *s = slot_next3(cm, *s, bit);
+        return;
+    }
     uint32_t n = *s & 1023;
     n = n < cm->limit ? n : cm->limit; /* a no-op on a model's own state (counts <= limit); a
                                         * mapped file changed under it may hold any count */
@@ -767,9 +918,10 @@ static void mixer_learn(const skv_cm *cm, int32_t *w, int64_t err) { mixer_learn
 static void learn_rev2(skv_cm *cm, uint32_t bit, int64_t err1, int64_t err2)
 {
     const int32_t *sr = cm->st + CM_INPUTS;
-    mixer_learn_n(cm, cm->wr1 + cm->set * CM_RUN, sr, CM_RUN, err1);
-    mixer_learn_n(cm, cm->wr2 + cm->set2 * CM_RUN, sr, CM_RUN, err2);
-    mixer_learn_n(cm, cm->w3 + (size_t)cm->set3 * CMV_WIDE, cm->st, CMV_WIDE, ((int64_t)bit << 16) - squash16(cm->dot3));
+    int nx = cm->n_x;
+    mixer_learn_n(cm, cm->wr1 + cm->set * nx, sr, nx, err1);
+    mixer_learn_n(cm, cm->wr2 + cm->set2 * nx, sr, nx, err2);
+    mixer_learn_n(cm, cm->w3 + (size_t)cm->set3 * (size_t)cm->wide, cm->st, cm->wide, ((int64_t)bit << 16) - squash16(cm->dot3));
     int64_t e = ((int64_t)bit << 16) - cm->p_mix;
     int32_t *f = cm->wf[cm->fset];
     f[0] = clamp32(f[0] + asr(e * cm->dot1 * CMV_FIN_LR, 18), -CM_W_MAX, CM_W_MAX);
@@ -777,6 +929,8 @@ static void learn_rev2(skv_cm *cm, uint32_t bit, int64_t err1, int64_t err2)
     f[2] = clamp32(f[2] + asr(e * cm->dot3 * CMV_FIN_LR, 18), -CM_W_MAX, CM_W_MAX);
     for (int r = 0; r < CM_RUN; r++)
         if (cm->rctx[r] >= 0) slot_update(cm, &cm->rsm[cm->rctx[r]], bit);
+    if (cm->fmt3 && cm->recx >= 0) slot_update(cm, &cm->recm[cm->recx], bit);
+    if (cm->fmt3 && cm->agex >= 0) slot_update(cm, &cm->agem[cm->agex], bit);
 }
 
 static void learn(skv_cm *cm, uint32_t bit)
@@ -788,7 +942,10 @@ static void learn(skv_cm *cm, uint32_t bit)
     if (cm->w2) mixer_learn(cm, cm->w2[cm->set2], err2);
     if (cm->n_run) learn_rev2(cm, bit, err, err2);
     for (int k = 0; k < cm->n_slots && !cm->ovl_on; k++) jour_add(cm, (uint32_t)k, cm->idx[k]); /* the overlay is dropped instead */
-    for (int k = 0; k < cm->n_slots; k++) slot_update(cm, cm->sp[k], bit);
+    if (cm->fmt3)
+        for (int k = 0; k < cm->n_slots; k++) *cm->sp[k] = slot_next3(cm, cm->sv[k], bit);
+    else
+        for (int k = 0; k < cm->n_slots; k++) slot_update(cm, cm->sp[k], bit);
     if (cm->mctx >= 0) slot_update(cm, &cm->msm[cm->mctx], bit);
 }
 
@@ -908,14 +1065,15 @@ int skv_cm_copy(skv_cm *dst, const skv_cm *src)
     else copy_tables(dst, src);
     dst->jn = 0, dst->jover = 0, dst->jsrc = dst->jour ? src : NULL;
     dst->uon = 0, dst->fresh = src->fresh;
-    memcpy(dst->msm, src->msm, sizeof dst->msm);
+    memcpy(dst->msm, src->msm, src->n_msm * sizeof *dst->msm);
+    dst->wpos = SIZE_MAX; /* (dst's history may be another array) */
     memcpy(dst->w, src->w, sizeof dst->w);
     dst->n_coded = src->n_coded;
     memcpy(dst->hash, src->hash, sizeof dst->hash);
     dst->mptr = src->mptr, dst->mlen = src->mlen, dst->mtok = src->mtok;
     dst->text4 = src->text4, dst->frag = src->frag;
     if (src->w2) memcpy(dst->w2, src->w2, CMV_SETS2 * sizeof *dst->w2);
-    if (src->wx) memcpy(dst->wx, src->wx, CMV_WX_N * sizeof *dst->wx);
+    if (src->wx) memcpy(dst->wx, src->wx, src->wx_n * sizeof *dst->wx);
     memcpy(dst->wf, src->wf, sizeof dst->wf);
     return SKV_OK;
 }
@@ -933,16 +1091,16 @@ int skv_cm_journal(skv_cm *cm, const skv_cm *same)
 /* The small state kept whole by the undo log: msm, the mixers, the scalars. */
 static size_t save_bytes(const skv_cm *cm)
 {
-    return sizeof cm->msm + sizeof cm->w + (cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0) +
-           (cm->wx ? CMV_WX_N * sizeof *cm->wx + sizeof cm->wf : 0) + SKV_CM_N_SCALARS * 4;
+    return cm->n_msm * sizeof *cm->msm + sizeof cm->w + (cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0) +
+           (cm->wx ? cm->wx_n * sizeof *cm->wx + sizeof cm->wf : 0) + SKV_CM_N_SCALARS * 4;
 }
 
 static void save_small(skv_cm *cm, int back)
 {
     uint8_t *b = cm->usave;
     void *part[5] = {cm->msm, cm->w, cm->w2, cm->wx, cm->wf};
-    size_t len[5] = {sizeof cm->msm, sizeof cm->w, cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0,
-                     cm->wx ? CMV_WX_N * sizeof *cm->wx : 0, cm->wx ? sizeof cm->wf : 0};
+    size_t len[5] = {cm->n_msm * sizeof *cm->msm, sizeof cm->w, cm->w2 ? CMV_SETS2 * sizeof *cm->w2 : 0,
+                     cm->wx ? cm->wx_n * sizeof *cm->wx : 0, cm->wx ? sizeof cm->wf : 0};
     for (int k = 0; k < 5; b += len[k], k++)
         if (len[k]) back ? memcpy(part[k], b, len[k]) : memcpy(b, part[k], len[k]);
     uint32_t v[SKV_CM_N_SCALARS];
@@ -1003,7 +1161,7 @@ void skv_cm_undo(skv_cm *cm)
         else cm->apm[x] = (uint16_t)v;
     }
     if (cm->ovl_on) memset(cm->ovl, 0, sizeof *cm->ovl << cm->ovl_bits); /* the slot tables were never written */
-    int was = cm->ufresh; /* (set_scalars below clears it) */
+    int was = cm->ufresh; /* (set_scalars below clears it, and the recency state) */
     save_small(cm, 1);
     cm->un = 0, cm->uon = 0, cm->ovl_on = 0;
     cm->fresh = was; /* every element is back: a model that was at the reset state is again */
@@ -1025,11 +1183,11 @@ int skv_cm_section_shapes(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS])
         sec[n++] = (skv_cm_section){cm->slot[k], (size_t)1 << cm->slot_bits, 4, SKV_CM_SEC_SLOT};
     sec[n++] = (skv_cm_section){cm->mpos, (size_t)1 << SKV_CM_MATCH_BITS, 4, SKV_CM_SEC_POS};
     if (cm->n_run) sec[n++] = (skv_cm_section){cm->run, (size_t)CM_RUN << cm->run_bits, 4, SKV_CM_SEC_RUN};
-    sec[n++] = (skv_cm_section){cm->msm, CM_MATCH_CTX + (size_t)cm->n_run * CM_RUN_CTX, 4, SKV_CM_SEC_SLOT};
+    sec[n++] = (skv_cm_section){cm->msm, cm->n_msm, 4, SKV_CM_SEC_SLOT};
     sec[n++] = (skv_cm_section){cm->w, (size_t)CM_SETS * CM_INPUTS, 4, SKV_CM_SEC_WEIGHT};
     if (cm->w2) sec[n++] = (skv_cm_section){cm->w2, CMV_SETS2 * CM_INPUTS, 4, SKV_CM_SEC_WEIGHT};
     if (cm->wx) {
-        sec[n++] = (skv_cm_section){cm->wx, CMV_WX_N, 4, SKV_CM_SEC_WEIGHT};
+        sec[n++] = (skv_cm_section){cm->wx, cm->wx_n, 4, SKV_CM_SEC_WEIGHT};
         sec[n++] = (skv_cm_section){cm->wf, (size_t)CMV_FSETS * 3, 4, SKV_CM_SEC_FINAL};
     }
     if (cm->vb) sec[n++] = (skv_cm_section){cm->apm, CMV_APM_N, 2, SKV_CM_SEC_ANY}; /* (NULL before skv_cm_map_tables) */
@@ -1039,7 +1197,7 @@ int skv_cm_section_shapes(skv_cm *cm, skv_cm_section sec[SKV_CM_MAX_SECTIONS])
 int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v)
 {
     switch (kind) {
-    case SKV_CM_SEC_SLOT: return (v & 1023) <= cm->limit; /* the count indexes rate[] */
+    case SKV_CM_SEC_SLOT: return (v & cm->cmask) <= cm->limit; /* the count indexes rate[] (rev 3: any check) */
     case SKV_CM_SEC_POS: return v == 0 || v < cm->n_coded; /* a match reads tok[v - 1 ..] and tok[v] */
     case SKV_CM_SEC_WEIGHT:
     case SKV_CM_SEC_FINAL: return (int32_t)v >= -CM_W_MAX && (int32_t)v <= CM_W_MAX;
@@ -1054,9 +1212,9 @@ int skv_cm_valid(const skv_cm *cm, unsigned kind, uint32_t v)
 /* 1 if one of the n elements at d is not valid for a section of this kind. */
 static inline int check_chunk(const skv_cm *cm, unsigned kind, const uint32_t *d, size_t n)
 {
-    uint32_t bad = 0, lim = cm->limit, nc = (uint32_t)cm->n_coded;
+    uint32_t bad = 0, lim = cm->limit, nc = (uint32_t)cm->n_coded, cmask = cm->cmask;
     if (kind == SKV_CM_SEC_SLOT)
-        for (size_t k = 0; k < n; k++) bad |= (d[k] & 1023) > lim;
+        for (size_t k = 0; k < n; k++) bad |= (d[k] & cmask) > lim;
     else if (kind == SKV_CM_SEC_POS)
         for (size_t k = 0; k < n; k++) bad |= d[k] != 0 && d[k] >= nc;
     else if (kind == SKV_CM_SEC_WEIGHT || kind == SKV_CM_SEC_FINAL)
@@ -1124,6 +1282,7 @@ int skv_cm_set_scalars(skv_cm *cm, const uint32_t v[SKV_CM_N_SCALARS])
         (!v[12] && mtok != -1))
         return SKV_ERR_FORMAT;
     cm->fresh = cm->ufresh = 0;
+    cm->wpos = SIZE_MAX;
     cm->n_coded = v[0];
     for (int k = 0; k < CM_SLOTS; k++) cm->hash[k] = v[1 + k];
     cm->text4 = v[9], cm->frag = v[10], cm->mptr = v[11], cm->mlen = v[12], cm->mtok = mtok;

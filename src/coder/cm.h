@@ -15,7 +15,7 @@
  *     of the last 3 ids), mixed in the logistic domain by a small adaptive mixer (codec
  *     cmv, skv_cm_create_vocab: three text contexts and a static prior more, a second
  *     mixer, then an APM; docs/coder.md 4.6; model revision 2 adds run models, a third
- *     mixer and a final one, 4.9). Everything is integer arithmetic (no float anywhere): the coded
+ *     mixer and a final one, 4.9; revision 3 checked slots, recency and age, 4.10). Everything is integer arithmetic (no float anywhere): the coded
  *     bytes are identical on every machine and compiler.
  *  3. Encoder and decoder must see the same calls: reset, then the tokens of one stream
  *     in order (i = 0, 1, 2, ...). The history is the caller's token array itself
@@ -44,10 +44,11 @@
 #define SKV_CMV_SLOT_BITS_MIN 16
 #define SKV_CMV_SLOT_BITS_MAX 22
 #define SKV_CM_MAX_VOCAB ((uint32_t)1 << 24)
-/* cmv's model revisions (docs/coder.md 4.9): 1, the model of files written before
- * 2026-12-05; 2 adds run models and two mixers. Encoders write SKV_CMV_REV; decoders read
- * both (a file names its revision through its model check, skv_cm_model_check). */
-#define SKV_CMV_REV 2
+/* cmv's model revisions (docs/coder.md 4.9, 4.10): 1, the model of files written before
+ * 2026-12-05; 2 adds run models and two mixers; 3 checked 2-way slot buckets and recency and
+ * age inputs. Encoders write SKV_CMV_REV; decoders read every revision (a file names its
+ * revision through its model check, skv_cm_model_check). */
+#define SKV_CMV_REV 3
 
 typedef struct skv_cm skv_cm;
 struct skv_cm_vocab; /* coder/cm_vocab.h */
