@@ -511,12 +511,20 @@ static inline uint32_t tbl_get(const skv_cm *cm, uint32_t t, uint32_t x)
     return t < CM_SLOTS ? cm->slot[t][x] : t == CM_JOUR_MPOS ? cm->mpos[x] : t == CM_JOUR_RUN ? cm->run[x] : cm->apm[x];
 }
 
+/* The overlay cell where the probe for element x of table t starts: the same for x and
+ * x ^ 1 (a rev 3 bucket, an APM knot pair), so that both are found in one cache line or
+ * two instead of two random ones. */
+static inline uint32_t ovl_home(const skv_cm *cm, uint32_t t, uint32_t x)
+{
+    return ((t << 24 | x >> 1) * 0x9E3779B1u) >> (32 - cm->ovl_bits);
+}
+
 /* Element x of table t as the overlay holds it: its cell, found or taken (and given the
  * table's value). The overlay is at most half full (skv_cm_undo_begin), so a probe ends. */
 static inline uint32_t *ovl_cell(skv_cm *cm, uint32_t t, uint32_t x)
 {
     uint32_t key = (t << 24 | x) + 1, mask = ((uint32_t)1 << cm->ovl_bits) - 1;
-    for (uint32_t h = (key * 0x9E3779B1u) >> (32 - cm->ovl_bits);; h = (h + 1) & mask) {
+    for (uint32_t h = ovl_home(cm, t, x);; h = (h + 1) & mask) {
         struct cm_cell *c = &cm->ovl[h];
         if (c->key == key) return &c->val;
         if (!c->key) {
@@ -530,10 +538,25 @@ static inline uint32_t *ovl_cell(skv_cm *cm, uint32_t t, uint32_t x)
 static inline uint32_t ovl_get(const skv_cm *cm, uint32_t t, uint32_t x)
 {
     uint32_t key = (t << 24 | x) + 1, mask = ((uint32_t)1 << cm->ovl_bits) - 1;
-    for (uint32_t h = (key * 0x9E3779B1u) >> (32 - cm->ovl_bits);; h = (h + 1) & mask) {
+    for (uint32_t h = ovl_home(cm, t, x);; h = (h + 1) & mask) {
         const struct cm_cell *c = &cm->ovl[h];
         if (c->key == key) return c->val;
         if (!c->key) return tbl_get(cm, t, x);
+    }
+}
+
+/* Rev 3's bucket (x0, x0 | 1) of slot table t in the overlay, in one probe (the two share
+ * their home cell): the cell of each entry (NULL: none yet) and the first empty cell of the
+ * probe, where either would be taken. */
+static inline struct cm_cell *ovl_pair(skv_cm *cm, uint32_t t, uint32_t x0, struct cm_cell **c0, struct cm_cell **c1)
+{
+    uint32_t k0 = (t << 24 | x0) + 1, mask = ((uint32_t)1 << cm->ovl_bits) - 1;
+    *c0 = *c1 = NULL;
+    for (uint32_t h = ovl_home(cm, t, x0);; h = (h + 1) & mask) {
+        struct cm_cell *c = &cm->ovl[h];
+        if (!c->key) return c;
+        if (c->key == k0) *c0 = c;
+        else if (c->key == k0 + 1) *c1 = c;
     }
 }
 
@@ -776,23 +799,41 @@ static void lookup3(skv_cm *cm, uint32_t node)
     for (int k = 0; k < cm->n_slots; k++) {
         uint32_t h = cm->hash[k] + node, x = (h * 0x9E3779B1u) >> (32 - cm->slot_bits), s;
         if (k == 0) {
-            s = cm->ovl_on ? ovl_get(cm, 0, x) : cm->slot[0][x];
+            cm->sp[0] = cm->ovl_on ? ovl_cell(cm, 0, x) : &cm->slot[0][x];
+            cm->idx[0] = x;
+            cm->sv[0] = *cm->sp[0];
+            continue;
+        }
+        uint32_t c = ((h * 0x2C9277B5u) >> 24) << 6, x0 = x & ~1u, a, b;
+        struct cm_cell *c0 = NULL, *c1 = NULL, *e = NULL;
+        if (cm->ovl_on) {
+            e = ovl_pair(cm, (uint32_t)k, x0, &c0, &c1);
+            a = c0 ? c0->val : cm->slot[k][x0];
+            b = c1 ? c1->val : cm->slot[k][x0 | 1];
         } else {
-            uint32_t c = ((h * 0x2C9277B5u) >> 24) << 6, x0 = x & ~1u;
-            uint32_t a = cm->ovl_on ? ovl_get(cm, (uint32_t)k, x0) : cm->slot[k][x0];
-            uint32_t b = cm->ovl_on ? ovl_get(cm, (uint32_t)k, x0 | 1) : cm->slot[k][x0 | 1];
-            if ((a & CM3_CHK_MASK) == c) {
-                x = x0, s = a;
-            } else if ((b & CM3_CHK_MASK) == c) {
-                x = x0 | 1, s = b;
-            } else {
-                x = (b & CM3_COUNT_MASK) < (a & CM3_COUNT_MASK) ? x0 | 1 : x0;
-                s = CM_SLOT_INIT | c;
-            }
+            a = cm->slot[k][x0], b = cm->slot[k][x0 | 1];
+        }
+        if ((a & CM3_CHK_MASK) == c) {
+            x = x0, s = a;
+        } else if ((b & CM3_CHK_MASK) == c) {
+            x = x0 | 1, s = b;
+        } else {
+            x = (b & CM3_COUNT_MASK) < (a & CM3_COUNT_MASK) ? x0 | 1 : x0;
+            s = CM_SLOT_INIT | c;
         }
         cm->idx[k] = x;
         cm->sv[k] = s;
-        cm->sp[k] = cm->ovl_on ? ovl_cell(cm, (uint32_t)k, x) : &cm->slot[k][x];
+        if (cm->ovl_on) {
+            struct cm_cell *cell = x == x0 ? c0 : c1;
+            if (!cell) { /* taken: the element's value as the table holds it */
+                cell = e;
+                cell->key = ((uint32_t)k << 24 | x) + 1;
+                cell->val = x == x0 ? a : b;
+            }
+            cm->sp[k] = &cell->val;
+        } else {
+            cm->sp[k] = &cm->slot[k][x];
+        }
     }
 }
 
