@@ -20,7 +20,8 @@
  *  3. Encoder and decoder must see the same calls: reset, then the tokens of one stream
  *     in order (i = 0, 1, 2, ...). The history is the caller's token array itself
  *     (tok[0..i) must be the ids coded before), so nothing grows with the stream.
- *  4. Memory is fixed by the format constants below (about 5.3 MiB), not by the input.
+ *  4. Memory is fixed by the format constants below (about 5.3 MiB; cmv of revision 3 up
+ *     to 2.5 MiB more for its recency state), not by the input.
  *  5. One thread at a time per model; models are independent.
  * =======================================================================
  */

@@ -4,7 +4,7 @@
  * Restored like codec tokens: decode the ids, one batched prefill, digest verified.
  *
  * Payload: u64 model check (skv_cm_model_check: the vocabulary's side information and the
- * model revision, 1 or 2; a file is decoded with the revision it names), then for
+ * model revision, 1 to SKV_CMV_REV; a file is decoded with the revision it names), then for
  * codec 21 u64 dictionary id (XXH3-64 of its ids as little-endian u32) and u32 its length,
  * then the range-coded stream. A decoder refuses a file whose model check (vocabulary or
  * revision) or dictionary it does not have (the file never carries the dictionary).
