@@ -97,9 +97,10 @@ $(BUILD)/tests/test_fuzz_%: fuzz/fuzz_%.c tests/fuzz_replay.c $(wildcard src/*/*
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -DFUZZ_NAME='"$*"' -o $@ $< tests/fuzz_replay.c $(FUZZ_EXTRA) $(BUILD)/libseqkv.a $(LIBS)
 
-# The HTTP request-path fuzzer (fuzz/fuzz_http.c) links the server, like the seqkv binary.
-$(BUILD)/tests/test_fuzz_http: FUZZ_EXTRA = $(SERVERSRC) $(SERVERLIBS)
-$(BUILD)/tests/test_fuzz_http: $(SERVERSRC)
+# The HTTP fuzzers (fuzz/fuzz_http.c: the request path; fuzz_http_mhd.c: through
+# libmicrohttpd) link the server, like the seqkv binary.
+$(BUILD)/tests/test_fuzz_http $(BUILD)/tests/test_fuzz_http_mhd: FUZZ_EXTRA = $(SERVERSRC) $(SERVERLIBS)
+$(BUILD)/tests/test_fuzz_http $(BUILD)/tests/test_fuzz_http_mhd: $(SERVERSRC) fuzz/http_server.h
 
 $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/bench
 	@$(if $(Q),echo "  LINK    $@")
@@ -134,6 +135,12 @@ san:
 	    SANFLAGS='-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer' all
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh build-san
 
+# clang's UndefinedBehaviorSanitizer (it checks float-to-int overflow, gcc's does not), every
+# finding fatal, then the suite: the clang build CI tests (issue 41).
+ubsan:
+	$(MAKE) CC=clang BUILD=build-clang SANFLAGS='-fsanitize=undefined -fno-sanitize-recover=all' all
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 tests/run.sh build-clang
+
 bench: all
 	bench/run.sh $(BUILD)
 
@@ -146,11 +153,11 @@ report: $(BUILD)/seqkv
 
 fuzz:
 	$(MAKE) BUILD=build-fuzz CC=clang OPT='-O1 -g' \
-	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link -fsanitize-coverage-ignorelist=fuzz/coverage_ignore.txt' lib
+	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -fsanitize-coverage-ignorelist=fuzz/coverage_ignore.txt' lib
 	mkdir -p build-fuzz/fuzz
 	for f in $(FUZZSRC); do n=$$(basename $$f .c); \
-	    x=; [ $$n = fuzz_http ] && x="$(SERVERSRC) $(SERVERLIBS)"; \
-	    clang $(BASE) -O1 -g -fsanitize=address,undefined,fuzzer -o build-fuzz/fuzz/$$n $$f $$x build-fuzz/libseqkv.a $(LIBS) || exit 1; done
+	    x=; case $$n in fuzz_http*) x="$(SERVERSRC) $(SERVERLIBS)";; esac; \
+	    clang $(BASE) -O1 -g -fsanitize=address,undefined,fuzzer -fno-sanitize-recover=all -o build-fuzz/fuzz/$$n $$f $$x build-fuzz/libseqkv.a $(LIBS) || exit 1; done
 	@echo "fuzzers in build-fuzz/fuzz/; run e.g. build-fuzz/fuzz/fuzz_gguf fuzz/corpus/gguf"
 
 install: lib $(BUILD)/seqkv
@@ -180,7 +187,7 @@ $(BUILD)/tests/test_store_faults: private ALL_CFLAGS += -Wl,--wrap=malloc,--wrap
 
 # Crash safety (docs/reliability.md): 1,000 SIGKILLs during concurrent puts, gets and gcs,
 # then every committed session restores verified. Minutes; not part of `make test`.
-.PHONY: crashtest
+.PHONY: crashtest ubsan
 crashtest: $(BUILD)/crashtest
 	nice $(BUILD)/crashtest 1000
 

@@ -7,10 +7,9 @@
  *     (Authorization: V | X-Api-Key: V) LF ...   (other header lines are ignored)
  *     LF
  *     BODY
- * The server is set up once: the fuzzing model fuzz/models/tiny.gguf (2 layers, n_embd 16:
- * the request path, not the model, is what is fuzzed; SEQKV_FUZZ_HTTP_MODEL overrides), one
- * slot of 64 positions, API key "fuzzkey", a temporary --slot-save-path (emptied after each
- * input). Every reply is checked: a status in 200..599, a JSON reply that parses, an
+ * The server is set up once (fuzz/http_server.h: the tiny fuzzing model, one slot of 64
+ * positions, API key "fuzzkey", a 16 MiB working-memory budget). Each input runs in its
+ * own memory scope, and every byte it charged must be given back at its end. Every reply is checked: a status in 200..599, a JSON reply that parses, an
  * error reply in llama-server's envelope with code == status. A stream is read to its
  * end. Any violation, crash, sanitizer report or leak is a bug. SEQKV_FUZZ_HTTP_VERBOSE=1
  * prints each reply. */
@@ -21,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/srv.h"
+#include "http_server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -67,32 +66,6 @@ static int sink_stream(srv_req *r, srv_job *j)
 
 static const srv_sink sink = {sink_text, sink_stream};
 
-static void setup(void)
-{
-    const char *m = getenv("SEQKV_FUZZ_HTTP_MODEL");
-    snprintf(dir, sizeof dir, "/tmp/fuzz-http-XXXXXX");
-    if (!mkdtemp(dir)) abort();
-    S.p = (skv_server_params){.model_path = m && *m ? m : "fuzz/models/tiny.gguf", .host = "127.0.0.1",
-                              .api_key = "fuzzkey", .parallel = 1, .n_ctx = 64, .n_threads = 1, .cache_budget = -1,
-                              .slot_save_path = dir};
-    S.t_start = srv_unix_now();
-    if (srv_load(&S)) abort();
-    atomic_store(&S.ready, 1);
-}
-
-static void empty_dir(void)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[512];
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    if (d) closedir(d);
-}
-
 /* The next line of data[*at..size) into out (NUL-terminated, cut at cap - 1); 0 at the end. */
 static int line(const uint8_t *data, size_t size, size_t *at, char *out, size_t cap)
 {
@@ -118,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static int ready;
     char first[1024], h[512], auth[512], key[512], *sp, *q;
     size_t at = 0;
-    if (!ready) setup(), ready = 1;
+    if (!ready) fuzz_http_server(&S, dir, sizeof dir), ready = 1;
     if (!line(data, size, &at, first, sizeof first) || !(sp = strchr(first, ' '))) return 0;
     *sp = 0;
     srv_req r = {.s = &S, .method = first, .url = sp + 1, .sink = &sink};
@@ -131,7 +104,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     r.data = (const char *)data + (at < size ? at : size);
     r.len = at < size ? size - at : 0;
     r.too_big = r.len > SRV_MAX_BODY;
-    srv_dispatch(&r);
-    empty_dir();
+    srv_mem_scope sc;
+    srv_mem_scope_init(&sc);
+    size_t before = srv_mem_in_use();
+    srv_mem_bind(&sc);
+    if (r.len && !r.too_big && srv_mem_hold(&sc, r.len)) srv_dispatch_refused(&r); /* the body, as http.c charges it */
+    else srv_dispatch(&r);
+    srv_mem_bind(NULL);
+    srv_mem_scope_end(&sc);
+    if (srv_mem_in_use() != before) abort(); /* every charge given back */
+    fuzz_http_empty_dir(dir);
     return 0;
 }

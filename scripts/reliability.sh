@@ -66,9 +66,13 @@ target_opts() {
 # model's forward no longer dominates; docs/reliability.md "2026-12-02"), the replays in
 # make test too; SEQKV_FUZZ_{HTTP,STORE,SESSION}_MODEL would override it (nothing here
 # does: the store and session corpora are tied to the tiny model's fingerprint).
+# Every finding stops the run and counts (issue 41): without halt_on_error a UBSan report
+# printed and the run went on with "0 crashes". The fuzzers are also built with
+# -fno-sanitize-recover=all (make fuzz); these options make the runtime agree.
+SAN_ENV="ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
 target_env() {
     case $1 in
-    *) ;;
+    *) echo "$SAN_ENV" ;;
     esac
 }
 
@@ -80,14 +84,15 @@ findings() {
 }
 
 # One results row from a log: the last "cov:" line gives coverage, the final stats the count;
-# $5: the commit (default: HEAD's now).
+# $5: the commit (default: HEAD's now). Column 11, "halt": run with every sanitizer finding
+# fatal (since 2026-12-06); rows without it ran with UBSan recovering (its reports not counted).
 row() {
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$3" | tail -n 1)
     rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$3" | tail -n 1)
     cov=$(grep -o 'cov: [0-9]*' "$3" | tail -n 1 | cut -d' ' -f2)
     ft=$(grep -o 'ft: [0-9]*' "$3" | tail -n 1 | cut -d' ' -f2)
     cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$(date -u +%Y-%m-%dT%H:%MZ)" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\thalt\n' "$1" "$(date -u +%Y-%m-%dT%H:%MZ)" \
         "${5:-$(git rev-parse --short HEAD)}" "$2" "${execs:-0}" "${cov:-0}" "${ft:-0}" "$4" "${rss:-0}" "$cpu"
 }
 
@@ -118,14 +123,17 @@ merge() {
 }
 
 # Sums per target: executions and hours add up over runs; cov/ft are the last run's.
+# "counted": executions with every sanitizer finding fatal (column 11 "halt"); "older":
+# executions before that, when a UBSan report did not stop the run or count as a crash.
 table() {
-    echo '| target | executions | hours | exec/s | cov | ft | crashes | 10^7 reached | commit |'
-    echo '|---|---:|---:|---:|---:|---:|---:|---|---|'
-    awk -F'\t' '!/^#/ { n[$1] += $5; s[$1] += $4; c[$1] = $6; f[$1] = $7; k[$1] += $8; g[$1] = $3;
+    echo '| target | counted executions | older executions | hours | exec/s | cov | ft | crashes | 10^7 counted | commit |'
+    echo '|---|---:|---:|---:|---:|---:|---:|---:|---|---|'
+    awk -F'\t' '!/^#/ { h = ($11 == "halt"); n[$1] += h ? $5 : 0; o[$1] += h ? 0 : $5; s[$1] += $4;
+                        c[$1] = $6; f[$1] = $7; k[$1] += $8; g[$1] = $3;
                         if (!($1 in seen)) { seen[$1] = 1; order[++m] = $1 } }
         END { for (i = 1; i <= m; i++) { t = order[i];
-                printf "| %s | %d | %.2f | %d | %d | %d | %d | %s | %s |\n", t, n[t], s[t] / 3600,
-                       (s[t] ? n[t] / s[t] : 0), c[t], f[t], k[t], (n[t] >= 1e7 ? "yes" : "no"), g[t] } }' "$RESULTS"
+                printf "| %s | %d | %d | %.2f | %d | %d | %d | %d | %s | %s |\n", t, n[t], o[t], s[t] / 3600,
+                       (s[t] ? (n[t] + o[t]) / s[t] : 0), c[t], f[t], k[t], (n[t] >= 1e7 ? "yes" : "no"), g[t] } }' "$RESULTS"
     echo
     echo "CPU: $(awk -F'\t' '!/^#/ { print $10 }' "$RESULTS" | sort -u | paste -sd';' -); every run under"
     echo "\`nice -n 19\` on a machine shared with other jobs; rows in \`$RESULTS\`."

@@ -41,10 +41,28 @@ static void rope_table_bits_are_pinned(void)
     CHECK_MSG(h == 0xb461cff2632764e2ull, "RoPE table bits changed (hash %016llx): a format break", (unsigned long long)h);
 }
 
+/* Hostile inputs (a damaged model's RoPE base, fuzz_model 2026-12-06: an angle of 2.3e28
+ * overflowed the quadrant's int64 cast, clang's UBSan caught it): defined results. */
+static void out_of_range_is_defined(void)
+{
+    const double bad[] = {0x1p30, -0x1p30, 2.29002e+28, -1e300, INFINITY, -INFINITY, NAN};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        double s = -2, c = -2;
+        skv_det_sincos(bad[i], &s, &c);
+        CHECK_MSG(s == 0.0 && c == 1.0, "sincos(%g) = %g, %g", bad[i], s, c);
+    }
+    double s, c;
+    skv_det_sincos(0x1p30 - 1.0, &s, &c); /* just inside: still a point of the circle */
+    CHECK(fabs(s * s + c * c - 1.0) < 1e-9 && !(s == 0.0 && c == 1.0));
+    CHECK(isnan(skv_det_exp(NAN)));
+    CHECK(skv_det_exp(1e300) == skv_det_exp(700.0) && skv_det_exp(-INFINITY) == skv_det_exp(-700.0));
+}
+
 int main(void)
 {
     TEST_BEGIN("test_detmath");
     RUN(accurate_against_libm);
     RUN(rope_table_bits_are_pinned);
+    RUN(out_of_range_is_defined);
     TEST_END();
 }

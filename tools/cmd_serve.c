@@ -12,7 +12,8 @@ typedef struct {
     long port, parallel, ctx, threads;
     int ctx_shift, reuse;
     double recompute, quality;
-    long long budget;
+    long long budget, mem_budget;
+    long conns_per_client;
 } serve_opts;
 
 #define F(x) offsetof(serve_opts, x)
@@ -33,6 +34,10 @@ static const cli_opt serve_table[] = {
      "gemma, phi3, phi4, zephyr, vicuna, monarch, bailing, simple) instead of\nthe model's tokenizer.chat_template"},
     {"cache-budget", 0, CLI_BYTES, "BYTES", 0, 9e18, F(budget), "bytes of materialised KV the store may keep\n"
                                                                 "(default: the store's own; 64M for a new one)"},
+    {"mem-budget", 0, CLI_BYTES, "BYTES", 1 << 20, 9e18, F(mem_budget), "working memory of all requests together (bodies, JSON,\n"
+     "tokenizing, rendering; default 256M): beyond it 503, beyond\nmin(64M, BYTES) for one request 413"},
+    {"max-conns-per-client", 0, CLI_INT, "N", 1, SRV_MAX_CONNECTIONS, F(conns_per_client),
+     "open connections from one address (default 128)"},
     {"slot-save-path", 0, CLI_PATH, "DIR", 0, 0, F(slot_save_path), "directory of POST /slots/{id}?action=save|restore\n"
                                                                       "files (.skv; created if absent); default: none (501)"},
     {"context-shift", 0, CLI_FLAG, NULL, 0, 0, F(ctx_shift), "a full context keeps n_keep tokens, drops half the rest\n"
@@ -67,6 +72,7 @@ int cmd_serve(int argc, char **argv)
                            .parallel = (int)o.parallel, .n_ctx = (int)o.ctx, .n_threads = (int)o.threads,
                            .cache_budget = o.budget, .slot_save_path = o.slot_save_path, .ctx_shift = o.ctx_shift,
                            .reuse_near = o.reuse, .near_recompute = o.recompute, .near_quality = o.quality,
-                           .store_map_size = cli_store_map_size()};
+                           .store_map_size = cli_store_map_size(), .mem_budget = (unsigned long long)o.mem_budget,
+                           .max_conns_per_client = (int)o.conns_per_client};
     return skv_server_run(&p) ? CLI_FAIL : CLI_OK;
 }

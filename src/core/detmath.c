@@ -29,6 +29,7 @@ double skv_det_exp(double x)
 {
     const double LN2_HI = 6.93147180369123816490e-01, LN2_LO = 1.90821492927058770002e-10;
     const double INV_LN2 = 1.44269504088896338700e+00;
+    if (x != x) return x; /* NaN: (int)k below would be undefined */
     if (x > 700.0) x = 700.0;
     if (x < -700.0) x = -700.0;
     double k = (x * INV_LN2 + ROUND_MAGIC) - ROUND_MAGIC;
@@ -71,6 +72,10 @@ void skv_det_sincos(double a, double *s, double *c)
 {
     const double PIO2_1 = 1.57079632673412561417e+00, PIO2_2 = 6.07710050650619224932e-11,
                  PIO2_3 = 2.02226624879595063154e-21, INV_PIO2 = 6.36619772367581382433e-01;
+    if (!(a > -0x1p30 && a < 0x1p30)) { /* out of range, NaN or infinite: no quadrant to take */
+        *s = 0.0, *c = 1.0;
+        return;
+    }
     double k = (a * INV_PIO2 + ROUND_MAGIC) - ROUND_MAGIC;
     double r = ((a - k * PIO2_1) - k * PIO2_2) - k * PIO2_3, r2 = r * r;
     double sn = r, cs = 1.0, ts = r, tc = 1.0;

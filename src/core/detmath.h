@@ -6,9 +6,11 @@
 #ifndef SKV_DETMATH_H
 #define SKV_DETMATH_H
 
-double skv_det_exp(double x);             /* x in [-700, 700] */
+double skv_det_exp(double x);             /* x clamped to [-700, 700]; NaN returns NaN */
 double skv_det_log(double x);             /* x > 0, finite */
 double skv_det_pow(double b, double y);   /* b > 0 */
-void skv_det_sincos(double a, double *s, double *c); /* |a| < 2^30 */
+/* |a| < 2^30; any other a (a hostile model's RoPE angle, NaN) gives sin 0, cos 1: defined,
+ * the same everywhere, never undefined behaviour. */
+void skv_det_sincos(double a, double *s, double *c);
 
 #endif

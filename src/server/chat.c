@@ -10,14 +10,19 @@
 #include "server/srv.h"
 #include "server/template.h"
 
-int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int add_generation_prompt, char **out,
-                    char *err, size_t errcap)
+int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int add_generation_prompt, size_t memory,
+                    char **out, char *err, size_t errcap)
 {
     const char *src = tmpl ? tmpl : skv_tmpl_builtin("simple");
     skv_tmpl *t = NULL;
     skv_tmpl_error e = {0};
+    skv_tmpl_limits lim = skv_tmpl_default_limits();
+    if (memory) {
+        lim.max_memory = memory / 2 < lim.max_memory ? memory / 2 : lim.max_memory;
+        lim.max_output = memory / 2 < lim.max_output ? memory / 2 : lim.max_output;
+    }
     skv_tmpl_msg *m = calloc(n ? n : 1, sizeof *m);
-    int rc = m ? skv_tmpl_parse(src, strlen(src), NULL, &t, &e) : SKV_ERR_NOMEM;
+    int rc = m ? skv_tmpl_parse(src, strlen(src), &lim, &t, &e) : SKV_ERR_NOMEM;
     for (size_t i = 0; m && i < n; i++) m[i] = (skv_tmpl_msg){msgs[i].role, msgs[i].content};
     skv_tmpl_input in = {.msgs = m, .n_msgs = n, .add_generation_prompt = add_generation_prompt,
                          .bos_token = "", .eos_token = ""};

@@ -14,8 +14,10 @@ typedef struct skv_chat_msg {
     const char *content; /* UTF-8 text */
 } skv_chat_msg;
 
-/* *out: the rendered prompt (malloc'ed, NUL-terminated). 0, or -1 with a message in err. */
-int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int add_generation_prompt, char **out,
-                    char *err, size_t errcap);
+/* *out: the rendered prompt (malloc'ed, NUL-terminated). memory: bytes the render may use
+ * (its arena and its output, half each; 0: the template engine's defaults). 0, or -1 with a
+ * message in err. */
+int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int add_generation_prompt, size_t memory,
+                    char **out, char *err, size_t errcap);
 
 #endif

@@ -11,17 +11,26 @@
 #include "server/chat.h"
 #include "server/srv.h"
 
+/* What tokenizing len bytes may allocate: the tokenizer's scratch and the id array (twice:
+ * it may be reallocated). Charged before the tokenizer runs (limits.h). */
+static size_t tokenize_cost(size_t len)
+{
+    return len * SRV_TOK_SCRATCH_PER_BYTE + 2 * (len + 8) * sizeof(int32_t);
+}
+
 int32_t *srv_tokenize(const srv *s, const char *text, size_t len, int add_special, size_t *n)
 {
+    size_t cost = tokenize_cost(len);
+    if (len > SIZE_MAX / (2 * SRV_TOK_SCRATCH_PER_BYTE) || srv_mem_take(NULL, cost)) return NULL;
     size_t cap = len + 8, need = 0;
     int32_t *t = malloc(cap * sizeof *t);
-    if (!t) return NULL;
-    int rc = skv_tokenize(s->model, text, len, add_special, t, cap, &need);
+    int rc = t ? skv_tokenize(s->model, text, len, add_special, t, cap, &need) : SKV_ERR_NOMEM;
     if (rc == SKV_ERR_RANGE) {
         int32_t *big = realloc(t, (need + 1) * sizeof *t);
         rc = big ? skv_tokenize(s->model, text, len, add_special, big, need + 1, &need) : SKV_ERR_NOMEM;
         t = big ? big : t;
     }
+    srv_mem_give(NULL, cost);
     if (rc) {
         free(t);
         return NULL;
@@ -54,6 +63,9 @@ static int32_t *ids_of(const srv *s, const json_t *a, size_t *n, char *err, size
 {
     size_t i, cnt = json_array_size(a);
     json_t *v;
+    if (cnt >= (size_t)s->n_ctx) /* checked before the copy is made */
+        return snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context "
+                        "size (-c %d)", cnt, s->n_ctx - 1, s->n_ctx), NULL;
     int32_t *t = malloc((cnt ? cnt : 1) * sizeof *t);
     if (!t) return snprintf(err, errcap, "out of memory"), NULL;
     json_array_foreach(a, i, v) {
@@ -74,8 +86,12 @@ int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *
     int32_t *t = NULL;
     if (json_is_array(prompt) && json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0)))
         prompt = json_array_get(prompt, 0);
-    if (json_is_string(prompt)) {
-        t = srv_tokenize(s, json_string_value(prompt), json_string_length(prompt), 1, n);
+    size_t len = json_string_length(prompt), least = len / (2 * s->max_piece);
+    if (json_is_string(prompt) && least >= (size_t)s->n_ctx) { /* cheap: no tokenizer run */
+        snprintf(err, errcap, "the prompt has at least %zu tokens (%zu bytes): 1 .. %d fit; more exceeds the available "
+                 "context size (-c %d)", least, len, s->n_ctx - 1, s->n_ctx);
+    } else if (json_is_string(prompt)) {
+        t = srv_tokenize(s, json_string_value(prompt), len, 1, n);
         if (!t) snprintf(err, errcap, "the prompt could not be tokenized");
     } else if (json_is_array(prompt)) {
         t = ids_of(s, prompt, n, err, errcap);
@@ -143,9 +159,10 @@ static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, 
     if (n_predict < 0) n_predict = s->n_ctx < SRV_MAX_N_PREDICT ? s->n_ctx : SRV_MAX_N_PREDICT;
     if (n_predict > SRV_MAX_N_PREDICT)
         return snprintf(err, errcap, "%s %lld exceeds the limit %d", n_key, (long long)n_predict, SRV_MAX_N_PREDICT), -1;
-    if (temp < 0 || temp > 100 || top_p < 0 || top_p > 1 || top_k < 0 || id_slot < -1 || id_slot >= s->p.parallel)
-        return snprintf(err, errcap, "out of range: temperature 0..100, top_p 0..1, top_k >= 0, id_slot -1..%d",
-                        s->p.parallel - 1), -1;
+    if (temp < 0 || temp > 100 || top_p < 0 || top_p > 1 || top_k < 0 || top_k > INT32_MAX || id_slot < -1 ||
+        id_slot >= s->p.parallel)
+        return snprintf(err, errcap, "out of range: temperature 0..100, top_p 0..1, top_k 0..%d, id_slot -1..%d",
+                        INT32_MAX, s->p.parallel - 1), -1;
     *j = (srv_job){.n_predict = (int)n_predict, .top_k = (int)top_k, .temp = temp, .top_p = top_p, .cache_prompt = cache,
                    .id_slot = (int)id_slot, .stream = stream, .seed = seed_of(json_object_get(b, "seed")),
                    .usage_chunk = json_is_true(json_object_get(opts, "include_usage")), .created = srv_unix_now()};
@@ -212,26 +229,36 @@ static int completion(srv_req *r, int fmt, const char *n_key)
 int srv_rt_completion(srv_req *r) { return completion(r, SRV_FMT_LLAMA, "n_predict"); }
 int srv_rt_oai_completion(srv_req *r) { return completion(r, SRV_FMT_OAI_TEXT, "max_tokens"); }
 
-/* A message's text: a string, or the "text" parts of an array of content parts. */
-static char *content_of(const json_t *c)
+/* A message's text: a string, or the "text" parts of an array of content parts, joined
+ * (one pass to size it, one to copy: linear in the parts); its bytes are charged to the
+ * request (*charged grows by them; given back after the render). */
+static char *content_of(const json_t *c, size_t *charged)
 {
-    size_t i;
+    size_t i, total = 0, at = 0;
     json_t *part;
-    if (json_is_string(c)) return strdup(json_string_value(c));
-    if (json_is_null(c)) return strdup(""); /* an assistant turn without text */
-    if (!json_is_array(c)) return NULL;    /* absent or another type */
-    json_t *acc = json_string("");
+    if (json_is_string(c)) total = json_string_length(c);
+    else if (json_is_array(c)) json_array_foreach(c, i, part) total += json_string_length(json_object_get(part, "text"));
+    else if (!json_is_null(c)) return NULL; /* absent or another type; null: an assistant turn without text */
+    char *out = srv_mem_take(NULL, total + 1) ? NULL : malloc(total + 1);
+    if (!out) return NULL;
+    *charged += total + 1;
+    if (json_is_string(c)) memcpy(out, json_string_value(c), at = total);
     json_array_foreach(c, i, part) {
-        const char *t = json_string_value(json_object_get(part, "text"));
-        if (!t || !acc) continue;
-        char *cat = malloc(json_string_length(acc) + strlen(t) + 1);
-        if (cat) sprintf(cat, "%s%s", json_string_value(acc), t);
-        if (cat) json_string_set(acc, cat);
-        free(cat);
+        const json_t *t = json_object_get(part, "text");
+        if (!json_is_string(t)) continue;
+        memcpy(out + at, json_string_value(t), json_string_length(t));
+        at += json_string_length(t);
     }
-    char *out = acc ? strdup(json_string_value(acc)) : NULL;
-    json_decref(acc);
+    out[at] = 0;
     return out;
+}
+
+/* The memory a render of messages of `bytes` bytes may use (charged before it runs): the
+ * template's arena and its output, half each. */
+static size_t render_arena(size_t bytes)
+{
+    size_t lim = srv_mem_request_limit();
+    return bytes >= (lim - SRV_TMPL_MEM_MIN) / SRV_TMPL_MEM_PER_BYTE ? lim : SRV_TMPL_MEM_MIN + bytes * SRV_TMPL_MEM_PER_BYTE;
 }
 
 /* The messages rendered with the chat template; NULL with a message in err. */
@@ -244,15 +271,24 @@ static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
     skv_chat_msg *cm = calloc(n, sizeof *cm);
     char **texts = calloc(n, sizeof *texts), *out = NULL;
     int bad = !cm || !texts;
+    size_t charged = 0;
     json_array_foreach(msgs, i, m) {
         if (bad) break;
         cm[i].role = json_string_value(json_object_get(m, "role"));
-        cm[i].content = texts[i] = content_of(json_object_get(m, "content"));
+        cm[i].content = texts[i] = content_of(json_object_get(m, "content"), &charged);
         bad |= !cm[i].role || !cm[i].content;
     }
+    size_t bytes = 0;
+    for (i = 0; !bad && i < n; i++) bytes += strlen(cm[i].content) + strlen(cm[i].role);
+    size_t arena = render_arena(bytes);
     if (bad) snprintf(err, errcap, "each message needs a \"role\" string and a \"content\" string or parts");
-    else if (skv_chat_render(s->chat_template, cm, n, 1, &out, err, errcap)) out = NULL;
+    else if (srv_mem_take(NULL, arena)) snprintf(err, errcap, "out of memory");
+    else {
+        if (skv_chat_render(s->chat_template, cm, n, 1, arena, &out, err, errcap)) out = NULL;
+        srv_mem_give(NULL, arena);
+    }
     for (i = 0; texts && i < n; i++) free(texts[i]);
+    srv_mem_give(NULL, charged);
     free(texts);
     free(cm);
     return out;

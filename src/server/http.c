@@ -1,7 +1,10 @@
 /* libmicrohttpd glue: one thread per connection (a streamed reply blocks in its reader
  * until the slot has produced the next piece), request bodies collected under
- * SRV_MAX_BODY, then the request goes down the socket-free path (request.c: routes, API
- * key, JSON, handlers) with this file's sink sending the replies. */
+ * SRV_MAX_BODY and charged to the request's working memory (mem.c) before they are
+ * stored, then the request goes down the socket-free path (request.c: routes, API key,
+ * JSON, handlers) with this file's sink sending the replies. A declared Content-Length over
+ * the limit is answered 413 before any of the body is read; a reserved connection
+ * (conns.c) answers /health and 503 to the rest as soon as its headers are in. */
 #include <arpa/inet.h>
 #include "core/fpguard.h"
 #include <microhttpd.h>
@@ -17,6 +20,8 @@ typedef struct conn_st {
     char *body;
     size_t len, cap;
     int too_big;
+    int refused;        /* the body's memory was refused: 413 / 503, nothing stored */
+    srv_mem_scope mem;  /* this request's working memory */
 } conn_st;
 
 typedef struct stream_st {
@@ -92,27 +97,56 @@ static int mhd_stream(srv_req *r, srv_job *j)
     return mhd_queue(r->conn, 200, resp, "text/event-stream");
 }
 
+static const srv_sink mhd_sink = {mhd_text, mhd_stream};
+
+/* Grows the body buffer to cap bytes, charged first; 0 or a refusal (413, 503, 500). */
+static int body_room(conn_st *cs, size_t cap)
+{
+    if (cap <= cs->cap) return 0;
+    int rc = srv_mem_hold(&cs->mem, cap - cs->cap);
+    char *b = rc ? NULL : realloc(cs->body, cap);
+    if (!b) return rc ? rc : 500;
+    cs->body = b, cs->cap = cap;
+    return 0;
+}
+
 static void body_add(conn_st *cs, const char *data, size_t n)
 {
-    if (cs->too_big || cs->len + n > SRV_MAX_BODY) {
-        cs->too_big = 1;
+    if (cs->too_big || cs->refused || cs->len + n > SRV_MAX_BODY) {
+        cs->too_big |= !cs->refused;
         return;
     }
     if (cs->len + n + 1 > cs->cap) {
         size_t cap = (cs->len + n + 1) * 2;
-        char *b = realloc(cs->body, cap < SRV_MAX_BODY + 1 ? cap : SRV_MAX_BODY + 1);
-        if (!b) {
-            cs->too_big = 1;
-            return;
-        }
-        cs->body = b;
-        cs->cap = cap < SRV_MAX_BODY + 1 ? cap : SRV_MAX_BODY + 1;
+        if ((cs->refused = body_room(cs, cap < SRV_MAX_BODY + 1 ? cap : SRV_MAX_BODY + 1))) return;
     }
     memcpy(cs->body + cs->len, data, n);
     cs->len += n;
 }
 
-static const srv_sink mhd_sink = {mhd_text, mhd_stream};
+/* The first call of a request (its headers are in): a reserved connection that does not
+ * ask for /health, or a declared body over the limit or the memory left, is answered at
+ * once (libmicrohttpd then closes the connection without reading the body). 1 = go on. */
+static int early_reply(srv *s, struct MHD_Connection *c, conn_st *cs, const char *url)
+{
+    srv_req r = {.s = s, .conn = c, .method = "GET", .url = url, .sink = &mhd_sink};
+    srv_conn *sc = srv_conn_of(c);
+    if (srv_conn_reserved(sc) && strcmp(url, "/health") && strcmp(url, "/v1/health")) {
+        srv_conn_note_refused();
+        return srv_reply_error(&r, 503, "server at its connection limit (%d open); retry", SRV_MAX_CONNECTIONS) ? -1 : 0;
+    }
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    char *end = NULL;
+    unsigned long long cl = v ? strtoull(v, &end, 10) : 0;
+    if (v && (end == v || *end || cl > SRV_MAX_BODY))
+        return srv_reply_error(&r, 413, "request body larger than %u bytes", SRV_MAX_BODY) ? -1 : 0;
+    int rc = cl ? body_room(cs, (size_t)cl + 1) : 0;
+    if (rc == 413 || rc == 503) return srv_reply_error(&r, rc, rc == 503 ? "server busy: its working memory "
+                                                       "(--mem-budget) is in use by other requests; retry"
+                                                       : "request body larger than the per-request memory limit") ? -1 : 0;
+    srv_conn_phase(sc, SRV_CONN_BODY);
+    return 1;
+}
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *up, size_t *up_size, void **con_cls)
@@ -121,29 +155,50 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     (void)version;
     if (!cs) {
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
+        srv_mem_scope_init(&cs->mem);
         *con_cls = cs;
-        return MHD_YES;
+        srv_mem_scope *prev = srv_mem_bind(&cs->mem);
+        int go = early_reply(cls, c, cs, url);
+        srv_mem_bind(prev);
+        return go >= 0 ? MHD_YES : MHD_NO;
     }
     if (*up_size) {
         body_add(cs, up, *up_size);
         *up_size = 0;
-        return MHD_YES;
+        return cs->too_big ? MHD_NO : MHD_YES; /* a body over the limit without a Content-Length
+                                                 * (chunked): closed, not read on */
     }
+    srv_conn_phase(srv_conn_of(c), SRV_CONN_BUSY);
     srv_req r = {.s = cls, .conn = c, .method = method, .url = url, .data = cs->body, .len = cs->len,
                  .too_big = cs->too_big, .sink = &mhd_sink};
     r.auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     r.x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
     r.action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
-    return srv_dispatch(&r) == 0 ? MHD_YES : MHD_NO;
+    srv_mem_scope *prev = srv_mem_bind(&cs->mem);
+    cs->mem.refused = cs->refused;
+    int rc = cs->refused ? srv_dispatch_refused(&r) : srv_dispatch(&r);
+    srv_mem_bind(prev);
+    return rc == 0 ? MHD_YES : MHD_NO;
 }
 
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode tc)
 {
     conn_st *cs = *con_cls;
-    (void)cls, (void)c, (void)tc;
-    if (cs) free(cs->body);
+    (void)cls, (void)tc;
+    srv_conn_phase(srv_conn_of(c), SRV_CONN_HEADERS); /* keep-alive: the next request's deadline */
+    if (cs) {
+        free(cs->body);
+        srv_mem_scope_end(&cs->mem);
+    }
     free(cs);
     *con_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **ctx, enum MHD_ConnectionNotificationCode code)
+{
+    (void)cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) srv_conn_started(c, ctx);
+    else srv_conn_closed(ctx);
 }
 
 int srv_http_start(srv *s, void **daemon, int *port)
@@ -153,12 +208,19 @@ int srv_http_start(srv *s, void **daemon, int *port)
         srv_log("--host %s: not an IPv4 address", s->p.host);
         return -1;
     }
+    if (srv_conns_start()) {
+        srv_log("cannot start the connection reaper thread");
+        return -1;
+    }
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL, NULL, on_access, s,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a, MHD_OPTION_CONNECTION_LIMIT, (unsigned)SRV_MAX_CONNECTIONS,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SRV_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)SRV_CONN_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_done, s, MHD_OPTION_END);
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(SRV_MAX_CONNECTIONS + SRV_RESERVED_CONNECTIONS), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)s->p.max_conns_per_client, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)SRV_CONN_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SRV_CONN_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_done, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (!d) {
+        srv_conns_stop();
         srv_log("cannot listen on %s:%d (in use? try another --port)", s->p.host, s->p.port);
         return -1;
     }
@@ -171,4 +233,5 @@ int srv_http_start(srv *s, void **daemon, int *port)
 void srv_http_stop(void *daemon)
 {
     if (daemon) MHD_stop_daemon(daemon);
+    if (daemon) srv_conns_stop();
 }

@@ -21,4 +21,23 @@
 #define SRV_RECENT 256                 /* conversations remembered for mid-session cache hits */
 #define SRV_NEAR_MIN 8                 /* --reuse near: uncovered positions worth a near restore */
 
+/* Working memory (src/server/mem.c): what grows with a request (body, JSON values, token
+ * arrays, tokenizer scratch, chat render arena, reply text) is charged before it is
+ * allocated; over the request's limit 413, over the total 503. */
+#define SRV_MEM_TOTAL (256u << 20)     /* all requests together (--mem-budget) */
+#define SRV_MEM_REQUEST (64u << 20)    /* one request (at most the total) */
+#define SRV_TOK_SCRATCH_PER_BYTE 48    /* tokenizer bytes per input byte, worst case (measured 30:
+                                        * one 1 MiB piece without spaces; docs/server.md) */
+#define SRV_MEM_TRIM_AFTER (4u << 20)  /* a request that charged this much trims the heap at its end */
+#define SRV_MALLOC_ARENAS 4             /* glibc heap arenas (M_ARENA_MAX) the threads share */
+#define SRV_TMPL_MEM_PER_BYTE 8        /* chat render arena per body byte (+ SRV_TMPL_MEM_MIN) */
+#define SRV_TMPL_MEM_MIN (1u << 20)
+
+/* Connections (src/server/conns.c). */
+#define SRV_MAX_CONN_PER_CLIENT 128    /* open connections from one address */
+#define SRV_RESERVED_CONNECTIONS 8     /* beyond SRV_MAX_CONNECTIONS: /health only, 503 else */
+#define SRV_HEADER_DEADLINE_S 10       /* request line + headers, from connect or the last reply */
+#define SRV_BODY_DEADLINE_S 60         /* the whole body, from the end of the headers */
+#define SRV_RESERVE_DEADLINE_S 2       /* a reserved connection's headers */
+
 #endif

@@ -123,10 +123,10 @@ json_t *srv_reply_final(const srv *s, srv_job *j)
 /* "data: JSON\n\n" appended to *acc (steals o). */
 static void event(char **acc, size_t *len, json_t *o)
 {
-    char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    size_t n = 0;
+    char *t = srv_json_text(o, &n, 0);
     json_decref(o);
     if (!t) return;
-    size_t n = strlen(t);
     char *a = realloc(*acc, *len + n + 9);
     if (a) {
         memcpy(a + *len, "data: ", 6);

@@ -33,24 +33,46 @@ int srv_reply_text(srv_req *r, int code, const char *type, char *text)
 
 int srv_reply_stream(srv_req *r, srv_job *j) { return r->sink->stream(r, j); }
 
+/* The reply to a request whose working memory was refused (srv_mem_take): 413 over its own
+ * limit, 503 over the server's total; built outside the scope, so it cannot be refused. */
+static int mem_refused(srv_req *r)
+{
+    srv_mem_scope *sc = srv_mem_current();
+    const size_t mib = 1u << 20;
+    if (!sc) return srv_reply_text(r, 500, "application/json", strdup("{\"error\":{\"code\":500,"
+                                   "\"message\":\"out of memory\",\"type\":\"server_error\"}}"));
+    if (sc->refused == 413)
+        return srv_reply_error(r, 413, "the request needs more than %zu MiB of working memory (the per-request limit; "
+                               "send a smaller body or prompt)", srv_mem_request_limit() / mib);
+    if (sc->refused == 503)
+        return srv_reply_error(r, 503, "server busy: its working memory (--mem-budget %zu MiB) is in use by other "
+                               "requests; retry", srv_mem_total() / mib);
+    return srv_reply_error(r, 500, "out of memory");
+}
+
 int srv_reply_json(srv_req *r, int code, json_t *obj)
 {
-    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    char *text = srv_json_text(obj, NULL, 1);
     json_decref(obj);
-    if (!text) return srv_reply_text(r, 500, "application/json", strdup("{\"error\":{\"code\":500,"
-                                     "\"message\":\"out of memory\",\"type\":\"server_error\"}}"));
+    if (!text) return mem_refused(r);
     return srv_reply_text(r, code, "application/json", text);
 }
 
 int srv_reply_error(srv_req *r, int code, const char *fmt, ...)
 {
     char msg[512];
+    srv_mem_scope *cur = srv_mem_current();
+    /* a handler that failed after its memory was refused reports the refusal */
+    if (cur && cur->refused && code != cur->refused && (code == 400 || code == 500)) return mem_refused(r);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    srv_mem_scope *sc = srv_mem_bind(NULL); /* an error reply is small and never refused */
     json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", code, "message", msg, "type", srv_error_type(code));
-    return srv_reply_json(r, code, e);
+    int rc = srv_reply_json(r, code, e);
+    srv_mem_bind(sc);
+    return rc;
 }
 
 /* 1 when no array/object nesting in b goes deeper than max (strings skipped). */
@@ -97,9 +119,16 @@ static int parse_body(srv_req *r, int empty_ok)
     if (!depth_ok(r->data, r->len, SRV_MAX_JSON_DEPTH))
         return srv_reply_error(r, 400, "JSON nested deeper than %d levels", SRV_MAX_JSON_DEPTH);
     r->body = json_loadb(r->data, r->len, 0, &e);
+    if (!r->body && srv_mem_current() && srv_mem_current()->refused) return mem_refused(r);
     if (!r->body) return srv_reply_error(r, 400, "invalid JSON at line %d column %d: %s", e.line, e.column, e.text);
     if (!json_is_object(r->body)) return srv_reply_error(r, 400, "the request body must be a JSON object");
     return 1;
+}
+
+int srv_dispatch_refused(srv_req *r)
+{
+    atomic_fetch_add(&r->s->m.n_requests, 1);
+    return mem_refused(r);
 }
 
 int srv_dispatch(srv_req *r)

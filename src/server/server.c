@@ -61,6 +61,20 @@ static int slot_dir(const srv *s)
     return -1;
 }
 
+/* The longest token's bytes: a text of L bytes has at least L / max_piece tokens, so a
+ * prompt too long for the context is refused before it is tokenized. */
+static size_t max_piece_bytes(const skv_model *m, int n_vocab)
+{
+    size_t best = 1;
+    char piece[1024];
+    for (int32_t id = 0; id < n_vocab; id++) {
+        size_t k = 0;
+        int rc = skv_token_piece(m, id, piece, sizeof piece, &k);
+        if ((rc == SKV_OK || rc == SKV_ERR_RANGE) && k > best) best = k;
+    }
+    return best;
+}
+
 int srv_load(srv *s)
 {
     char err[512];
@@ -70,6 +84,7 @@ int srv_load(srv *s)
     }
     skv_model_get_info(s->model, &s->info);
     s->n_ctx = s->p.n_ctx > 0 ? s->p.n_ctx : s->info.n_ctx_train;
+    s->max_piece = max_piece_bytes(s->model, s->info.n_vocab);
     const char *base = strrchr(s->p.model_path, '/');
     snprintf(s->model_id, sizeof s->model_id, "%s", s->p.alias ? s->p.alias : base ? base + 1 : s->p.model_path);
     if (s->p.chat_template) {
@@ -105,11 +120,34 @@ static void shutdown_all(srv *s, void *daemon)
     srv_unload(s);
 }
 
+/* Refuses what cannot be meant (an empty API key would let an empty header in), warns about
+ * an open door, and fills the defaults of the limits. -1 after a message. */
+static int check_params(skv_server_params *p)
+{
+    if (p->api_key && !*p->api_key) {
+        srv_log("--api-key is empty: give a non-empty key (or leave the option out)");
+        return -1;
+    }
+    if (!p->api_key && strcmp(p->host, "127.0.0.1") && strncmp(p->host, "127.", 4))
+        srv_log("warning: listening on %s (not loopback) without --api-key: anyone who can reach it may use it",
+                p->host);
+    if (!p->mem_budget) p->mem_budget = SRV_MEM_TOTAL;
+    if (p->mem_budget < (1u << 20)) {
+        srv_log("--mem-budget %llu: at least 1 MiB", p->mem_budget);
+        return -1;
+    }
+    if (p->max_conns_per_client <= 0) p->max_conns_per_client = SRV_MAX_CONN_PER_CLIENT;
+    return 0;
+}
+
 int skv_server_run(const skv_server_params *p)
 {
     srv s = {.p = *p, .t_start = srv_unix_now()};
     void *daemon = NULL;
     int port = 0, sig = 0;
+    if (check_params(&s.p)) return 1;
+    srv_mem_install_json(); /* before any JSON value exists */
+    srv_mem_configure((size_t)s.p.mem_budget);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);

@@ -23,6 +23,8 @@ typedef struct skv_server_params {
     double near_recompute;  /* --recompute F (< 0: the library's default) */
     double near_quality;    /* --quality KL (> 0: the fraction from the calibration) */
     unsigned long long store_map_size; /* the store's LMDB map size in bytes; 0: the library's default */
+    unsigned long long mem_budget; /* working memory of all requests together; 0: SRV_MEM_TOTAL */
+    int max_conns_per_client;      /* open connections from one address; 0: SRV_MAX_CONN_PER_CLIENT */
 } skv_server_params;
 
 /* Runs until SIGINT or SIGTERM. Prints its address and errors to stderr. 0 = clean exit. */

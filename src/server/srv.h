@@ -45,6 +45,7 @@ typedef struct srv {
     char *chat_template; /* the model's tokenizer.chat_template, or NULL */
     skv_store *store;    /* NULL without --store */
     int n_ctx;
+    size_t max_piece;    /* bytes of the longest token piece (>= 1) */
     atomic_int ready;    /* 0 while loading: 503 */
     srv_pool *pool;
     srv_metrics m;
@@ -94,6 +95,51 @@ typedef struct srv_job {
     atomic_int cancel;         /* the client went away */
     atomic_int refs;
 } srv_job;
+
+/* ---- working memory (mem.c): the per-request and server-wide budgets ---- */
+typedef struct srv_mem_scope {
+    uint64_t tag;       /* unique per scope: marks the jansson blocks it paid for */
+    size_t used, limit; /* bytes charged now; the request's limit */
+    size_t peak;        /* the most charged at once */
+    size_t held;        /* of used, bytes given back only by srv_mem_scope_end (body, reply) */
+    int refused;        /* the last refusal: 413 (the request's limit) or 503 (the total) */
+} srv_mem_scope;
+void srv_mem_configure(size_t total); /* the server-wide total (--mem-budget) */
+size_t srv_mem_total(void);
+size_t srv_mem_request_limit(void);
+size_t srv_mem_in_use(void);
+void srv_mem_install_json(void);      /* jansson allocates through the budget (once, first) */
+void srv_mem_scope_init(srv_mem_scope *sc);
+void srv_mem_scope_end(srv_mem_scope *sc); /* gives back what it holds */
+/* Binds sc (NULL: none) to this thread; returns the previous one. */
+srv_mem_scope *srv_mem_bind(srv_mem_scope *sc);
+srv_mem_scope *srv_mem_current(void);
+/* Charges n bytes (sc NULL: the thread's scope): 0, or 413 / 503 (also in sc->refused). */
+int srv_mem_take(srv_mem_scope *sc, size_t n);
+void srv_mem_give(srv_mem_scope *sc, size_t n);
+/* srv_mem_take, given back at srv_mem_scope_end (no scope: not charged, 0). */
+int srv_mem_hold(srv_mem_scope *sc, size_t n);
+/* o as compact JSON in plain malloc'ed memory; hold: charged until the request ends. */
+char *srv_json_text(const json_t *o, size_t *len, int hold);
+
+/* ---- connections (conns.c): deadlines, the reserve for /health ---- */
+typedef struct srv_conn srv_conn;
+enum { SRV_CONN_HEADERS = 0, SRV_CONN_BODY = 1, SRV_CONN_BUSY = 2 };
+typedef struct srv_conns_stats_t {
+    size_t open;                          /* connections open now */
+    unsigned long long reaped;            /* shut down for missing a deadline */
+    unsigned long long reserve_refused;   /* reserved connections answered 503 */
+} srv_conns_stats_t;
+int srv_conns_start(void);                /* the reaper thread */
+void srv_conns_stop(void);
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION events (http.c): *ctx is its socket context. */
+void srv_conn_started(struct MHD_Connection *mc, void **ctx);
+void srv_conn_closed(void **ctx);
+srv_conn *srv_conn_of(struct MHD_Connection *mc); /* NULL if untracked */
+void srv_conn_phase(srv_conn *c, int phase);       /* SRV_CONN_*: restarts its deadline */
+int srv_conn_reserved(const srv_conn *c);
+void srv_conn_note_refused(void);
+void srv_conns_stats(srv_conns_stats_t *st);
 
 /* ---- jobs and slots (slots.c) ---- */
 srv_job *srv_job_new(void);
@@ -172,6 +218,8 @@ struct srv_req {
 };
 /* Routes, checks (key, loading, body) and runs the request; 0 when a reply was queued. */
 int srv_dispatch(srv_req *r);
+/* The reply to a request whose body's memory was refused (the thread's scope says why). */
+int srv_dispatch_refused(srv_req *r);
 int srv_reply_json(srv_req *r, int code, json_t *obj);   /* steals obj */
 int srv_reply_error(srv_req *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int srv_reply_text(srv_req *r, int code, const char *type, char *text); /* takes text (malloc'ed) */

@@ -96,7 +96,8 @@ static int state_decode(const uint8_t *p, size_t n, store_state *s)
     s->comp_ratio = rd_f64(p + 48);
     s->cm_tps = n == STATE_SIZE3 ? rd_f64(p + 56) : STORE_CM_TPS0;
     s->cm_bpp = n == STATE_SIZE3 ? rd_f64(p + 64) : STORE_CM_BPP0;
-    if (!(s->prefill_tps > 0) || !(s->load_bps > 0) || !(s->prior_weight >= 0) || !(s->comp_ratio > 0) ||
+    if (!(s->prefill_tps > 0) || !(s->load_bps > 0) || !(s->prior_weight >= 0) ||
+        !(s->comp_ratio > 0 && s->comp_ratio <= STORE_MAX_COMP_RATIO) ||
         !(s->cm_tps > 0) || !(s->cm_bpp > 0) || s->next_id == 0)
         return SKV_ERR_FORMAT;
     return SKV_OK;

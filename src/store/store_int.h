@@ -39,6 +39,9 @@
 #define DEFAULT_BUDGET (64ull << 20)
 #define DEFAULT_MAP (64ull << 30)
 #define ZSTD_KV_LEVEL 3
+/* The largest compressed-to-raw KV ratio a state record may hold: the running mean of
+ * blob bytes / raw bytes stays near 1 (zstd never expands much); a larger one is damage. */
+#define STORE_MAX_COMP_RATIO 1024.0
 #define STORE_CM_TPS0 100000.0 /* cheap-coding speed before any is measured, positions/s */
 enum { STORE_TIER_KV, STORE_TIER_TOKENS, STORE_TIER_CMV, STORE_TIER_CMVD, STORE_TIER_N };
 #define STORE_CM_BPP0 1.5      /* cheap-coded bytes per position before any is measured */

@@ -75,6 +75,7 @@ int store_blob_put(tx *t, uint64_t id, const float *kv, uint32_t len, uint64_t *
     *bytes = n;
     size_t raw = (size_t)len * store_pos_floats(t->st) * 4;
     t->s.comp_ratio = 0.8 * t->s.comp_ratio + 0.2 * ((double)n / (double)(raw ? raw : 1));
+    if (t->s.comp_ratio > STORE_MAX_COMP_RATIO) t->s.comp_ratio = STORE_MAX_COMP_RATIO; /* what the reader accepts */
     return rc;
 }
 

@@ -427,7 +427,8 @@ int store_place(tx *t, const skv_trie_path *p, skv_ctx *ctx, uint32_t *n_mat, ui
         if (nd->flags & SKV_TRIE_MAT) continue;
         double est = est_bytes(t, nd->len);
         if ((rc = meta_get(t, &mm))) break;
-        uint64_t need = mm.total + (uint64_t)est > t->s.budget ? mm.total + (uint64_t)est - t->s.budget : 0;
+        double over = (double)mm.total + est - (double)t->s.budget; /* in double: est may be huge */
+        uint64_t need = over <= 0 ? 0 : over >= 0x1p63 ? UINT64_MAX : (uint64_t)over;
         if (need && (rc = make_room(t, p, need, node_rank(&t->s, &mm, nd, est), n_dem)) <= 0) break; /* 0: no room */
         rc = materialise(t, nd, ctx, n_mat);
     }
