@@ -58,6 +58,7 @@ run_one() {
 target_opts() {
     case $1 in
     trie) echo -max_len=1024 ;;
+    http_mhd) echo -max_len=131072 ;; # the seeds up to 300 KB replay whole in make test
     esac
 }
 

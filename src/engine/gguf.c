@@ -298,6 +298,7 @@ static int check_overlap(const skv_gguf *g, char *err, size_t errcap)
 
 static int parse(skv_gguf *g, char *err, size_t errcap)
 {
+    if (!g->base) return skv_errf(err, errcap, SKV_ERR_FORMAT, "not a GGUF file (bad magic)"); /* NULL, 0 bytes */
     cursor c = {g->base, g->base + g->size, err, errcap};
     uint32_t magic;
     uint64_t n_t, n_kv;
