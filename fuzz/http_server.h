@@ -23,7 +23,8 @@ static void fuzz_http_server(srv *s, char *dir, size_t dircap)
     if (!mkdtemp(dir)) abort();
     s->p = (skv_server_params){.model_path = m && *m ? m : "fuzz/models/tiny.gguf", .host = "127.0.0.1",
                                .api_key = "fuzzkey", .parallel = 1, .n_ctx = 64, .n_threads = 1, .cache_budget = -1,
-                               .slot_save_path = dir, .mem_budget = FUZZ_HTTP_MEM_BUDGET, .max_conns_per_client = 64};
+                               .slot_save_path = dir, .mem_budget = FUZZ_HTTP_MEM_BUDGET, .max_conns_per_client = 64,
+                               .slots_endpoint = 1, .metrics_endpoint = 1, .defaults = skv_sampling_defaults_init()};
     s->t_start = srv_unix_now();
     srv_mem_install_json();
     srv_mem_configure(FUZZ_HTTP_MEM_BUDGET);

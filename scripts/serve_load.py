@@ -35,6 +35,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "server"))
 from harness import Server  # noqa: E402
+
+# The bundled model has no chat template of its own; seqkv serve falls back to chatml as
+# llama-server does, whose markers its vocabulary lacks: the figures use its own "simple".
+TEMPLATE = ("--chat-template", "simple")
 from clitest import SEQKV  # noqa: E402
 
 OPENERS = ["In the beginning", "And the LORD said unto Moses", "Blessed is the man", "The LORD is my shepherd",
@@ -163,7 +167,7 @@ def model_sizes():
 
 
 def load_phase(args, tmp, out):
-    srv = Server("--store", os.path.join(tmp, "load"), "--parallel", args.parallel, "-c", args.ctx, "--cache-budget",
+    srv = Server(*TEMPLATE, "--store", os.path.join(tmp, "load"), "--parallel", args.parallel, "-c", args.ctx * args.parallel, "--cache-budget",
                  "16M", log=os.path.join(tmp, "load.log"))
     pid = srv.p.pid
     rss0 = proc_kib(pid, "VmRSS")
@@ -231,7 +235,7 @@ def verify_store(store):
 
 def kill_phase(args, tmp, out):
     store = os.path.join(tmp, "kill")
-    srv = Server("--store", store, "--parallel", args.parallel, "-c", args.ctx, log=os.path.join(tmp, "kill1.log"))
+    srv = Server(*TEMPLATE, "--store", store, "--parallel", args.parallel, "-c", args.ctx * args.parallel, log=os.path.join(tmp, "kill1.log"))
     stats, logs, stop = Stats(), [[] for _ in range(args.kill_clients)], threading.Event()
     th = run_threads(lambda i: conversation(srv.port, i, args.kill_turns, args, stats, 0.0, logs[i], stop),
                      args.kill_clients)
@@ -245,8 +249,8 @@ def kill_phase(args, tmp, out):
     answered = len(stats.lat)
     names, bad = verify_store(store)
     missing = sorted(set(index_names(store)) - set(names))
-    s2 = Server("--store", store, "--parallel", args.parallel, "-c", args.ctx, log=os.path.join(tmp, "kill2.log"))
-    cold = Server("--parallel", 1, "-c", args.ctx, log=os.path.join(tmp, "cold.log"))
+    s2 = Server(*TEMPLATE, "--store", store, "--parallel", args.parallel, "-c", args.ctx * args.parallel, log=os.path.join(tmp, "kill2.log"))
+    cold = Server(*TEMPLATE, "--parallel", 1, "-c", args.ctx, log=os.path.join(tmp, "cold.log"))
     resumed, wrong, uncached = 0, [], []
     try:
         for i, log in enumerate(logs):
@@ -282,7 +286,7 @@ def resume_phase(args, tmp, out):
     text = open(os.path.join(HERE, "..", "tests", "data", "model_ref", "heldout.txt")).read()
     prompt = text[:args.resume_chars]
     store = os.path.join(tmp, "resume")
-    s = Server("--store", store, "-c", args.ctx, "--parallel", 1, log=os.path.join(tmp, "r1.log"))
+    s = Server(*TEMPLATE, "--store", store, "-c", args.ctx, "--parallel", 1, log=os.path.join(tmp, "r1.log"))
     ttft(s, prompt)
     for _ in range(200):  # the put runs after the reply
         if "seqkv:store_puts_total 1" in s.curl("/metrics")[1]:
@@ -291,10 +295,10 @@ def resume_phase(args, tmp, out):
     s.kill()
     warm, cold = [], []
     for _ in range(args.resume_reps):
-        s = Server("--store", store, "-c", args.ctx, "--parallel", 1, log=os.path.join(tmp, "r2.log"))
+        s = Server(*TEMPLATE, "--store", store, "-c", args.ctx, "--parallel", 1, log=os.path.join(tmp, "r2.log"))
         warm.append(ttft(s, prompt))
         s.kill()
-        c = Server("-c", args.ctx, "--parallel", 1, log=os.path.join(tmp, "r3.log"))
+        c = Server(*TEMPLATE, "-c", args.ctx, "--parallel", 1, log=os.path.join(tmp, "r3.log"))
         cold.append(ttft(c, prompt))
         c.stop()
     med = lambda xs, k: sorted(x[k] for x in xs)[len(xs) // 2]  # noqa: E731
@@ -350,7 +354,7 @@ def main():
     ap.add_argument("--turns", type=int, default=32)
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--n-predict", type=int, default=24)
-    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--ctx", type=int, default=1024)  # per slot (serve -c gets ctx x parallel)
     ap.add_argument("--kill-clients", type=int, default=8)
     ap.add_argument("--kill-turns", type=int, default=12)
     ap.add_argument("--resume-chars", type=int, default=1800)

@@ -249,7 +249,7 @@ def case_metrics(srv, tmp):
 
 def case_slot_save(srv, tmp):
     d = os.path.join(tmp, "slots")
-    s = Server("--parallel", "2", "-c", N_CTX, "--slot-save-path", d, log=os.path.join(tmp, "slot.log"))
+    s = Server("--parallel", "2", "-c", 2 * int(N_CTX), "--slot-save-path", d, log=os.path.join(tmp, "slot.log"))
     try:
         france, germany = "What is the capital of France?", "What is the capital of Germany?"
         r = post(s, "/completion", {"prompt": france, "id_slot": 1, "cache_prompt": True, "temperature": 0})
@@ -282,7 +282,7 @@ def main():
     rep = Reporter(NAME)
     tmp = tempfile.mkdtemp(prefix="seqkv-compat-")
     try:
-        srv = Server("--parallel", N_SLOTS, "-c", N_CTX, "-a", "compat-model", log=os.path.join(tmp, "main.log"))
+        srv = Server("--parallel", N_SLOTS, "-c", int(N_SLOTS) * int(N_CTX), "-a", "compat-model", log=os.path.join(tmp, "main.log"))
     except Exception as e:
         rep.report("start", "FAIL", str(e))
         return 1

@@ -167,6 +167,7 @@ static const struct { const char *builtin, *fixture_name; } builtin_cases[] = {
     {"monarch", "mlabonne/AlphaMonarch-7B"},
     {"vicuna", "eachadea/vicuna-13b-1.1"},
     {"bailing", "inclusionAI/Ling-lite"},
+    {"command-r", "CohereForAI/c4ai-command-r-plus"},
 };
 
 static const fixture *fixture_named(const char *prefix)

@@ -35,13 +35,15 @@ int cli_usage(const cli_cmd *cmd, const char *fmt, ...)
     return CLI_USAGE;
 }
 
-/* The row named by argument a ("-t", "--threads", "--threads=4"); *val: the text after '='. */
+/* The row named by argument a ("-t", "--threads", "--threads=4"; llama.cpp's single-dash
+ * words such as "-np" or "-ngl" name the row of that long name); *val: the text after '='. */
 static const cli_opt *find_opt(const cli_opt *t, const char *a, const char **val)
 {
     *val = NULL;
     for (; t->kind != CLI_END; t++) {
         if (a[1] != '-') {
             if (t->letter && a[1] == t->letter && !a[2]) return t;
+            if (a[2] && t->name && !strcmp(a + 1, t->name)) return t;
             continue;
         }
         size_t n = t->name ? strlen(t->name) : 0;

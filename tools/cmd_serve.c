@@ -1,37 +1,77 @@
-/* seqkv serve: the HTTP server (src/server/, docs/server.md), with llama-server's flags. */
+/* seqkv serve: the HTTP server (src/server/, docs/server.md), with llama-server's flags:
+ * the same spellings, short forms and meanings (-c is the total context divided among the
+ * slots, -t the threads of all slots together), the sampling defaults requests inherit, and
+ * the GPU-only flags accepted with one line saying they do nothing here. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "server/limits.h"
 #include "server/server.h"
+#include "server/template.h"
 
 typedef struct {
-    const char *model, *store, *host, *api_key, *alias, *chat_template, *slot_save_path;
-    long port, parallel, ctx, threads;
-    int ctx_shift, reuse;
-    double recompute, quality;
+    const char *model, *store, *host, *api_key, *api_key_file, *alias, *chat_template, *chat_template_file;
+    const char *slot_save_path, *gpu_value;
+    long port, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client;
+    int ctx_shift, reuse, kv_unified, jinja, slots, metrics, gpu_flag, embedding, pooling;
+    double recompute, quality, temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     long long budget, mem_budget;
-    long conns_per_client;
 } serve_opts;
 
 #define F(x) offsetof(serve_opts, x)
+/* llama-server's GPU and batching flags: accepted (existing command lines start), ignored. */
+#define GPU_VALUE(name, letter) {name, letter, CLI_STR, "V", 0, 0, F(gpu_value), NULL}
+#define GPU_FLAG(name) {name, 0, CLI_FLAG, NULL, 0, 0, F(gpu_flag), NULL}
 static const cli_opt serve_table[] = {
     CLI_OPT_MODEL(F(model)),
     {"store", 0, CLI_PATH, "DIR", 0, 0, F(store), "session store used as the prompt cache (created if absent);\n"
                                                    "default: none (each slot keeps only its own KV, in RAM)"},
     {"host", 0, CLI_STR, "ADDR", 0, 0, F(host), "IPv4 address to listen on (default 127.0.0.1: loopback only)"},
     {"port", 0, CLI_INT, "N", 0, 65535, F(port), "TCP port (default 8080; 0 = any free port, printed)"},
-    {"parallel", 0, CLI_INT, "N", 1, SRV_MAX_PARALLEL, F(parallel), "slots decoding at once (default 1)"},
+    {"parallel", 0, CLI_INT, "N", 1, SRV_MAX_PARALLEL, F(parallel), "slots decoding at once (default 1); also -np"},
     {"np", 0, CLI_INT, "N", 1, SRV_MAX_PARALLEL, F(parallel), NULL}, /* llama-server's short form */
-    CLI_OPT_CTX(F(ctx), 0, "positions per slot (default: the model's trained context)"),
-    CLI_OPT_THREADS(F(threads)),
-    {"api-key", 0, CLI_STR, "KEY", 0, 0, F(api_key), "require \"Authorization: Bearer KEY\" (or X-Api-Key)\n"
-                                                     "on every route but /health and /v1/models"},
+    CLI_OPT_CTX(F(ctx), 0, "context positions of all slots together, each slot getting\n"
+                           "N / --parallel (default 0: the model's trained context)"),
+    {"kv-unified", 0, CLI_FLAG, NULL, 0, 0, F(kv_unified), "every slot gets the whole -c (llama-server's unified KV;\n"
+                                                              "here each slot still has its own: --parallel x the memory)"},
+    {"kvu", 0, CLI_FLAG, NULL, 0, 0, F(kv_unified), NULL},
+    {"threads", 't', CLI_INT, "N", 1, 256, F(threads), "threads of all slots together (default: the cores present)"},
+    {"n-predict", 'n', CLI_INT, "N", -1, SRV_MAX_N_PREDICT, F(n_predict), "tokens to generate when a request does not say\n"
+                                                                         "(default -1: until the context is full, at most 4096)"},
+    {"predict", 0, CLI_INT, "N", -1, SRV_MAX_N_PREDICT, F(n_predict), NULL},
+    {"temp", 0, CLI_FLOAT, "T", 0, 100, F(temp), "default temperature (0.8)"},
+    {"temperature", 0, CLI_FLOAT, "T", 0, 100, F(temp), NULL},
+    {"top-k", 0, CLI_INT, "N", 0, INT_MAX, F(top_k), "default top-k (40; 0 = the whole vocabulary)"},
+    {"top-p", 0, CLI_FLOAT, "P", 0, 1, F(top_p), "default top-p (0.95)"},
+    {"min-p", 0, CLI_FLOAT, "P", 0, 1, F(min_p), "default min-p (0.05)"},
+    {"repeat-penalty", 0, CLI_FLOAT, "F", 0, 100, F(repeat_penalty), "default repeat penalty (1.0 = none)"},
+    {"repeat-last-n", 0, CLI_INT, "N", -1, 1 << 24, F(repeat_last_n), "tokens the penalties look back over (64; -1 = the context)"},
+    {"presence-penalty", 0, CLI_FLOAT, "F", -100, 100, F(presence_penalty), "default presence penalty (0)"},
+    {"frequency-penalty", 0, CLI_FLOAT, "F", -100, 100, F(frequency_penalty), "default frequency penalty (0)"},
+    {"seed", 's', CLI_INT, "N", -1, 4294967295.0, F(seed), "default sampling seed (-1: a new one per request)"},
+    {"api-key", 0, CLI_STR, "KEY", 0, 0, F(api_key), "require \"Authorization: Bearer KEY\" (or X-Api-Key) on every\n"
+                                                     "route but /health and /v1/models; KEY,KEY2 for several"},
+    {"api-key-file", 0, CLI_PATH, "FILE", 0, 0, F(api_key_file), "API keys, one per line (with or besides --api-key)"},
     {"alias", 'a', CLI_STR, "NAME", 0, 0, F(alias), "model id reported by /v1/models (default: the file name)"},
-    {"chat-template", 0, CLI_STR, "NAME", 0, 0, F(chat_template), "built-in chat template (chatml, llama2, llama3, mistral-v7,\n"
-     "gemma, phi3, phi4, zephyr, vicuna, monarch, bailing, simple) instead of\nthe model's tokenizer.chat_template"},
+    {"chat-template", 0, CLI_STR, "NAME|TEMPLATE", 0, 0, F(chat_template),
+     "a built-in chat template (chatml, llama2, llama3, mistral-v7,\ngemma, phi3, phi4, zephyr, vicuna, monarch, bailing, "
+     "command-r,\nsimple) or a Jinja template's text, instead of the model's own"},
+    {"chat-template-file", 0, CLI_PATH, "FILE", 0, 0, F(chat_template_file), "a Jinja chat template read from FILE"},
+    {"jinja", 0, CLI_FLAG, NULL, 0, 0, F(jinja), "templates are always Jinja here (accepted for llama-server's\n"
+                                                 "command lines; --no-jinja too)"},
+    {"no-jinja", 0, CLI_UNSET, NULL, 0, 0, F(jinja), NULL},
+    {"slots", 0, CLI_FLAG, NULL, 0, 0, F(slots), "GET /slots answers (the default)"},
+    {"no-slots", 0, CLI_UNSET, NULL, 0, 0, F(slots), "GET /slots answers 501"},
+    {"metrics", 0, CLI_FLAG, NULL, 0, 0, F(metrics), "GET /metrics answers (default: 501, as llama-server)"},
+    {"embedding", 0, CLI_FLAG, NULL, 0, 0, F(embedding), "accepted; /embedding and /v1/embeddings answer 501 (not yet)"},
+    {"embeddings", 0, CLI_FLAG, NULL, 0, 0, F(embedding), NULL},
+    {"reranking", 0, CLI_FLAG, NULL, 0, 0, F(embedding), NULL},
+    {"pooling", 0, CLI_CHOICE, "none|mean|cls|last|rank", 0, 0, F(pooling), "accepted with --embedding (not yet)"},
+    {"cache-reuse", 0, CLI_INT, "N", 0, 1 << 24, F(cache_reuse), "accepted; every stored prefix is reused here"},
     {"cache-budget", 0, CLI_BYTES, "BYTES", 0, 9e18, F(budget), "bytes of materialised KV the store may keep\n"
                                                                 "(default: the store's own; 64M for a new one)"},
     {"mem-budget", 0, CLI_BYTES, "BYTES", 1 << 20, 9e18, F(mem_budget), "working memory of all requests together (bodies, JSON,\n"
@@ -47,32 +87,116 @@ static const cli_opt serve_table[] = {
     {"recompute", 0, CLI_FLOAT, "F", 0, 1, F(recompute), "--reuse near: fraction of positions to recompute (default 0.15)"},
     {"quality", 0, CLI_FLOAT, "KL", 1e-12, 100, F(quality),
      "--reuse near: target mean KL (nats); picks the fraction from the measured calibration"},
+    GPU_VALUE("n-gpu-layers", 0), GPU_VALUE("ngl", 0), GPU_VALUE("gpu-layers", 0), GPU_VALUE("flash-attn", 0),
+    GPU_VALUE("fa", 0), GPU_VALUE("split-mode", 0), GPU_VALUE("sm", 0), GPU_VALUE("main-gpu", 0), GPU_VALUE("mg", 0),
+    GPU_VALUE("tensor-split", 0), GPU_VALUE("ts", 0), GPU_VALUE("device", 0), GPU_VALUE("dev", 0),
+    GPU_VALUE("batch-size", 'b'), GPU_VALUE("ubatch-size", 0), GPU_VALUE("ub", 0), GPU_VALUE("cache-type-k", 0),
+    GPU_VALUE("ctk", 0), GPU_VALUE("cache-type-v", 0), GPU_VALUE("ctv", 0), GPU_FLAG("cont-batching"),
+    GPU_FLAG("cb"), GPU_FLAG("no-cont-batching"), GPU_FLAG("nocb"), GPU_FLAG("no-mmap"), GPU_FLAG("mlock"),
+    GPU_FLAG("no-warmup"), GPU_FLAG("no-webui"), GPU_FLAG("offline"),
     {0},
 };
 static const cli_cmd serve_cmd = {
-    "serve", "[-m MODEL] [--store DIR] [--host 127.0.0.1] [--port 8080] [--parallel N] [-c CTX]\n"
-             "[--api-key KEY] [--cache-budget BYTES] [--reuse near [--recompute F | --quality KL]]",
+    "serve", "[-m MODEL] [--store DIR] [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [-t N]\n"
+             "[--temp T] [--seed N] [-n N] [--api-key KEY] [--chat-template NAME|TEMPLATE] [--metrics]",
     "Serves the model over HTTP with llama-server's and OpenAI's API (/completion,\n"
-    "/v1/completions, /v1/chat/completions, /tokenize, /health, ...). With --store, every\n"
-    "prompt is looked up in the session store and only its unmatched tail is computed;\n"
-    "finished conversations are put back, so the cache survives restarts. SIGINT/SIGTERM stop it.\n",
-    serve_table, 0, "See docs/server.md for the endpoints, limits and measured figures.\n"};
+    "/v1/completions, /v1/chat/completions, /tokenize, /health, ...) and llama-server's\n"
+    "flags. With --store, every prompt is looked up in the session store and only its\n"
+    "unmatched tail is computed; finished conversations are put back, so the cache\n"
+    "survives restarts. SIGINT/SIGTERM stop it.\n",
+    serve_table, 0,
+    "llama-server's GPU and batching flags (-ngl, -fa, -sm, -mg, -ts, -dev, -b, -ub, -ctk,\n"
+    "-ctv, -cb, --no-mmap, --mlock, ...) are accepted and do nothing here.\n"
+    "See docs/server.md for the endpoints, limits and measured figures.\n"};
+
+static long cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? n : 1;
+}
+
+/* The keys of --api-key (comma-separated) and --api-key-file (one per line), '\n'-joined
+ * into *out (malloc'ed; NULL when neither was given). 0, or -1 after a message. */
+static int api_keys(const serve_opts *o, char **out)
+{
+    size_t n = 0;
+    char *file = o->api_key_file ? cli_read_file(o->api_key_file, &n) : NULL;
+    *out = NULL;
+    if (o->api_key_file && !file) return -1;
+    if (!o->api_key && !file) return 0;
+    const char *key = o->api_key ? o->api_key : "";
+    char *k = malloc(strlen(key) + n + 2);
+    if (!k) return free(file), -1;
+    snprintf(k, strlen(key) + n + 2, "%s%s%s", key, *key && file ? "\n" : "", file ? file : "");
+    for (char *c = k; *c; c++) if (*c == ',' && c < k + strlen(key)) *c = '\n';
+    free(file);
+    *out = k;
+    return 0;
+}
+
+/* The chat template: --chat-template-file's text, a --chat-template that is no built-in
+ * name (a Jinja template's text, as llama-server reads it), or the built-in name (NULL: the
+ * model's own). */
+static int chat_template(const serve_opts *o, skv_server_params *p, char **owned)
+{
+    size_t n;
+    *owned = NULL;
+    if (o->chat_template && o->chat_template_file)
+        return cli_usage(&serve_cmd, "give --chat-template or --chat-template-file, not both"), -1;
+    if (o->chat_template_file) {
+        if (!(*owned = cli_read_file(o->chat_template_file, &n))) return -1;
+        p->chat_template_text = *owned;
+    } else if (o->chat_template && !skv_tmpl_builtin(o->chat_template)) { /* as llama-server --jinja: the text */
+        p->chat_template_text = o->chat_template;
+    } else {
+        p->chat_template = o->chat_template;
+    }
+    return 0;
+}
+
+static int check_opts(const serve_opts *o)
+{
+    if (o->recompute >= 0 && o->quality > 0) return cli_usage(&serve_cmd, "give --recompute F or --quality KL, not both");
+    if (!o->reuse && (o->recompute >= 0 || o->quality > 0))
+        return cli_usage(&serve_cmd, "--recompute and --quality need --reuse near");
+    if (o->reuse && !o->store) return cli_usage(&serve_cmd, "--reuse near needs --store DIR");
+    if (o->gpu_value || o->gpu_flag)
+        fprintf(stderr, "seqkv serve: GPU and batching flags (-ngl, -fa, -b, -ctk, ...) do nothing here: seqkv runs on "
+                        "the CPU and batches by itself\n");
+    if (o->cache_reuse) fprintf(stderr, "seqkv serve: --cache-reuse does nothing here: every stored prefix is reused\n");
+    return CLI_CONTINUE;
+}
 
 int cmd_serve(int argc, char **argv)
 {
-    serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .threads = 1, .budget = -1, .recompute = -1};
+    serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .threads = 0, .budget = -1, .recompute = -1,
+                    .temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .repeat_penalty = 1.0, .repeat_last_n = 64,
+                    .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1};
     int rc = cli_parse(&serve_cmd, argc, argv, &o, NULL, NULL);
-    if (rc != CLI_CONTINUE) return rc;
-    if (o.recompute >= 0 && o.quality > 0) return cli_usage(&serve_cmd, "give --recompute F or --quality KL, not both");
-    if (!o.reuse && (o.recompute >= 0 || o.quality > 0))
-        return cli_usage(&serve_cmd, "--recompute and --quality need --reuse near");
-    if (o.reuse && !o.store) return cli_usage(&serve_cmd, "--reuse near needs --store DIR");
+    if (rc != CLI_CONTINUE || (rc = check_opts(&o)) != CLI_CONTINUE) return rc;
+    char *keys = NULL, *tmpl = NULL;
+    long threads = o.threads ? o.threads : cores();
     skv_server_params p = {.model_path = o.model ? o.model : cli_default_model(), .store_dir = o.store,
-                           .host = o.host, .api_key = o.api_key, .alias = o.alias, .chat_template = o.chat_template, .port = (int)o.port,
-                           .parallel = (int)o.parallel, .n_ctx = (int)o.ctx, .n_threads = (int)o.threads,
+                           .host = o.host, .alias = o.alias, .port = (int)o.port, .parallel = (int)o.parallel,
+                           .n_ctx = (int)o.ctx, .kv_unified = o.kv_unified,
+                           .n_threads = (int)(threads / o.parallel > 0 ? threads / o.parallel : 1),
                            .cache_budget = o.budget, .slot_save_path = o.slot_save_path, .ctx_shift = o.ctx_shift,
                            .reuse_near = o.reuse, .near_recompute = o.recompute, .near_quality = o.quality,
                            .store_map_size = cli_store_map_size(), .mem_budget = (unsigned long long)o.mem_budget,
-                           .max_conns_per_client = (int)o.conns_per_client};
-    return skv_server_run(&p) ? CLI_FAIL : CLI_OK;
+                           .max_conns_per_client = (int)o.conns_per_client, .slots_endpoint = o.slots,
+                           .metrics_endpoint = o.metrics,
+                           .defaults = {.temp = o.temp, .top_k = (int)o.top_k, .top_p = o.top_p, .min_p = o.min_p,
+                                        .repeat_penalty = o.repeat_penalty, .repeat_last_n = (int)o.repeat_last_n,
+                                        .presence_penalty = o.presence_penalty,
+                                        .frequency_penalty = o.frequency_penalty, .seed = o.seed,
+                                        .n_predict = (int)o.n_predict}};
+    if (api_keys(&o, &keys) || chat_template(&o, &p, &tmpl)) {
+        free(keys);
+        return CLI_FAIL;
+    }
+    p.api_key = keys;
+    rc = skv_server_run(&p) ? CLI_FAIL : CLI_OK;
+    free(keys);
+    free(tmpl);
+    return rc;
 }

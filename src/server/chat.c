@@ -13,7 +13,7 @@
 int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int add_generation_prompt, size_t memory,
                     char **out, char *err, size_t errcap)
 {
-    const char *src = tmpl ? tmpl : skv_tmpl_builtin("simple");
+    const char *src = tmpl ? tmpl : skv_tmpl_builtin("chatml"); /* llama-server's fallback */
     skv_tmpl *t = NULL;
     skv_tmpl_error e = {0};
     skv_tmpl_limits lim = skv_tmpl_default_limits();

@@ -64,8 +64,8 @@ static int32_t *ids_of(const srv *s, const json_t *a, size_t *n, char *err, size
     size_t i, cnt = json_array_size(a);
     json_t *v;
     if (cnt >= (size_t)s->n_ctx) /* checked before the copy is made */
-        return snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context "
-                        "size (-c %d)", cnt, s->n_ctx - 1, s->n_ctx), NULL;
+        return *n = cnt, snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context "
+                        "size (%d tokens a slot)", cnt, s->n_ctx - 1, s->n_ctx), NULL;
     int32_t *t = malloc((cnt ? cnt : 1) * sizeof *t);
     if (!t) return snprintf(err, errcap, "out of memory"), NULL;
     json_array_foreach(a, i, v) {
@@ -84,12 +84,14 @@ static int32_t *ids_of(const srv *s, const json_t *a, size_t *n, char *err, size
 int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *err, size_t errcap)
 {
     int32_t *t = NULL;
+    *n = 0;
     if (json_is_array(prompt) && json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0)))
         prompt = json_array_get(prompt, 0);
     size_t len = json_string_length(prompt), least = len / (2 * s->max_piece);
     if (json_is_string(prompt) && least >= (size_t)s->n_ctx) { /* cheap: no tokenizer run */
+        *n = least;
         snprintf(err, errcap, "the prompt has at least %zu tokens (%zu bytes): 1 .. %d fit; more exceeds the available "
-                 "context size (-c %d)", least, len, s->n_ctx - 1, s->n_ctx);
+                 "context size (%d tokens a slot)", least, len, s->n_ctx - 1, s->n_ctx);
     } else if (json_is_string(prompt)) {
         t = srv_tokenize(s, json_string_value(prompt), len, 1, n);
         if (!t) snprintf(err, errcap, "the prompt could not be tokenized");
@@ -99,7 +101,7 @@ int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *
         snprintf(err, errcap, "\"prompt\" must be a string or an array of token ids");
     }
     if (t && (*n == 0 || *n >= (size_t)s->n_ctx)) {
-        snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context size (-c %d)",
+        snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context size (%d tokens a slot)",
                  *n, s->n_ctx - 1, s->n_ctx);
         free(t);
         t = NULL;
@@ -138,24 +140,47 @@ static int parse_keep(srv_job *j, json_t *b, char *err, size_t errcap)
     return 0;
 }
 
-static uint64_t seed_of(const json_t *v)
+/* The request's seed + 1, else the server's --seed + 1, else a fresh one (never 0). */
+static uint64_t seed_of(const srv *s, const json_t *v)
 {
     static atomic_ullong counter;
     if (json_is_integer(v) && json_integer_value(v) >= 0) return (uint64_t)json_integer_value(v) + 1;
+    if (s->p.defaults.seed >= 0) return (uint64_t)s->p.defaults.seed + 1;
     return ((uint64_t)time(NULL) << 20) ^ (atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull) ^ 1;
 }
 
-/* Sampling and limits shared by every completion route. */
+/* The repetition penalties and min-p (defaults: the server's flags). */
+static int parse_penalties(const srv *s, srv_job *j, json_t *b, char *err, size_t errcap)
+{
+    const skv_sampling_defaults *d = &s->p.defaults;
+    json_int_t last_n = d->repeat_last_n;
+    j->min_p = d->min_p, j->repeat_penalty = d->repeat_penalty, j->presence_penalty = d->presence_penalty;
+    j->frequency_penalty = d->frequency_penalty;
+    if (json_unpack(b, "{s?F,s?F,s?F,s?F,s?I}", "min_p", &j->min_p, "repeat_penalty", &j->repeat_penalty,
+                    "presence_penalty", &j->presence_penalty, "frequency_penalty", &j->frequency_penalty,
+                    "repeat_last_n", &last_n) ||
+        !(j->min_p >= 0 && j->min_p <= 1) || !(j->repeat_penalty > 0 && j->repeat_penalty <= 100) ||
+        !(j->presence_penalty >= -100 && j->presence_penalty <= 100) ||
+        !(j->frequency_penalty >= -100 && j->frequency_penalty <= 100) || last_n < -1 || last_n > INT32_MAX)
+        return snprintf(err, errcap, "out of range or not a number: min_p 0..1, repeat_penalty (0, 100], "
+                        "presence_penalty and frequency_penalty -100..100, repeat_last_n >= -1"), -1;
+    j->repeat_last_n = (int)last_n;
+    return 0;
+}
+
+/* Sampling and limits shared by every completion route (defaults: the server's flags). */
 static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, char *err, size_t errcap)
 {
-    json_int_t n_predict = -1, top_k = 40, id_slot = -1;
-    double temp = 0.8, top_p = 0.95;
+    const skv_sampling_defaults *d = &s->p.defaults;
+    json_int_t n_predict = d->n_predict, top_k = d->top_k, id_slot = -1;
+    double temp = d->temp, top_p = d->top_p;
     int cache = 1, stream = 0;
     json_t *opts = json_object_get(b, "stream_options");
     if (json_unpack(b, "{s?I,s?F,s?I,s?F,s?b,s?I,s?b}", n_key, &n_predict, "temperature", &temp, "top_k",
                     &top_k, "top_p", &top_p, "cache_prompt", &cache, "id_slot", &id_slot, "stream", &stream))
         return snprintf(err, errcap, "a field has the wrong type (%s, temperature, top_k, top_p: numbers; "
                         "cache_prompt, stream: booleans)", n_key), -1;
+    if (n_predict < 0) n_predict = d->n_predict; /* as llama-server: the request's, else the server's -n */
     if (n_predict < 0) n_predict = s->n_ctx < SRV_MAX_N_PREDICT ? s->n_ctx : SRV_MAX_N_PREDICT;
     if (n_predict > SRV_MAX_N_PREDICT)
         return snprintf(err, errcap, "%s %lld exceeds the limit %d", n_key, (long long)n_predict, SRV_MAX_N_PREDICT), -1;
@@ -164,10 +189,52 @@ static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, 
         return snprintf(err, errcap, "out of range: temperature 0..100, top_p 0..1, top_k 0..%d, id_slot -1..%d",
                         INT32_MAX, s->p.parallel - 1), -1;
     *j = (srv_job){.n_predict = (int)n_predict, .top_k = (int)top_k, .temp = temp, .top_p = top_p, .cache_prompt = cache,
-                   .id_slot = (int)id_slot, .stream = stream, .seed = seed_of(json_object_get(b, "seed")),
+                   .id_slot = (int)id_slot, .stream = stream, .seed = seed_of(s, json_object_get(b, "seed")),
                    .usage_chunk = json_is_true(json_object_get(opts, "include_usage")), .created = srv_unix_now()};
-    if (parse_keep(j, b, err, errcap)) return -1;
+    if (parse_penalties(s, j, b, err, errcap) || parse_keep(j, b, err, errcap)) return -1;
     return parse_stop(j, json_object_get(b, "stop"), err, errcap);
+}
+
+/* ---- fields llama-server documents that seqkv does not implement yet: refused, never
+ * ignored (a client relying on JSON output must not get unconstrained text). A field with
+ * its neutral value (absent, null, false, 0, 1 for n, {} for logit_bias, ...) passes. ---- */
+static int is_off(const json_t *v) { return !v || json_is_null(v) || json_is_false(v) || (json_is_number(v) && json_number_value(v) == 0); }
+static int is_one(const json_t *v) { return !v || json_is_null(v) || (json_is_number(v) && json_number_value(v) == 1); }
+static int is_empty(const json_t *v)
+{
+    return is_off(v) || ((json_is_object(v) || json_is_array(v)) && json_object_size(v) + json_array_size(v) == 0);
+}
+static int is_text_format(const json_t *v)
+{
+    const char *t = json_string_value(json_object_get(v, "type"));
+    return !v || json_is_null(v) || (t && !strcmp(t, "text"));
+}
+static int is_blank(const json_t *v) { return is_off(v) || (json_is_string(v) && !json_string_length(v)); }
+
+static const struct unsupported {
+    const char *field;
+    int (*neutral)(const json_t *v);
+} k_unsupported[] = {
+    {"grammar", is_blank},         {"json_schema", is_empty},     {"response_format", is_text_format},
+    {"logit_bias", is_empty},      {"n_probs", is_off},           {"logprobs", is_off},
+    {"top_logprobs", is_off},      {"n", is_one},                 {"response_fields", is_empty},
+    {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
+    {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
+    {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
+    {"post_sampling_probs", is_off}, {"return_progress", is_off}, {"ignore_eos", is_off},
+    {"samplers", is_empty},        {"multimodal_data", is_empty}, {"grammar_lazy", is_off},
+};
+
+/* 0, or -1 with err naming the first field of b that is set and not implemented. */
+static int refuse_unsupported(const json_t *b, char *err, size_t errcap)
+{
+    for (size_t i = 0; i < sizeof k_unsupported / sizeof *k_unsupported; i++) {
+        const json_t *v = json_object_get(b, k_unsupported[i].field);
+        if (v && !k_unsupported[i].neutral(v))
+            return snprintf(err, errcap, "\"%s\" is not supported by seqkv serve yet (docs/server.md, \"Not done "
+                            "yet\"); leave it out", k_unsupported[i].field), -1;
+    }
+    return 0;
 }
 
 /* A new job from body b (n_key: the field that caps the generated tokens). */
@@ -175,12 +242,14 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
 {
     srv_job *j = srv_job_new(), req = {0};
     if (!j) return snprintf(err, errcap, "out of memory"), NULL;
-    if (parse_params(r->s, &req, r->body, n_key, err, errcap)) {
+    if (refuse_unsupported(r->body, err, errcap) || parse_params(r->s, &req, r->body, n_key, err, errcap)) {
         for (int i = 0; i < req.n_stop; i++) free(req.stop[i]);
         srv_job_unref(j);
         return NULL;
     }
     j->n_predict = req.n_predict, j->top_k = req.top_k, j->temp = req.temp, j->top_p = req.top_p;
+    j->min_p = req.min_p, j->repeat_penalty = req.repeat_penalty, j->presence_penalty = req.presence_penalty;
+    j->frequency_penalty = req.frequency_penalty, j->repeat_last_n = req.repeat_last_n;
     j->cache_prompt = req.cache_prompt, j->id_slot = req.id_slot, j->stream = req.stream, j->seed = req.seed;
     j->usage_chunk = req.usage_chunk, j->created = req.created, j->fmt = fmt, j->n_stop = req.n_stop;
     j->n_keep = req.n_keep, j->n_discard = req.n_discard, j->return_tokens = req.return_tokens;
@@ -220,8 +289,9 @@ static int completion(srv_req *r, int fmt, const char *n_key)
         return srv_reply_error(r, 400, "\"prompt\" is required");
     }
     if (!(j->prompt = srv_prompt_tokens(r->s, prompt, &j->n_prompt, err, sizeof err))) {
+        size_t n = j->n_prompt;
         srv_job_unref(j);
-        return srv_reply_error(r, 400, "%s", err);
+        return n >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, n, err) : srv_reply_error(r, 400, "%s", err);
     }
     return run(r, j);
 }
@@ -229,16 +299,23 @@ static int completion(srv_req *r, int fmt, const char *n_key)
 int srv_rt_completion(srv_req *r) { return completion(r, SRV_FMT_LLAMA, "n_predict"); }
 int srv_rt_oai_completion(srv_req *r) { return completion(r, SRV_FMT_OAI_TEXT, "max_tokens"); }
 
-/* A message's text: a string, or the "text" parts of an array of content parts, joined
- * (one pass to size it, one to copy: linear in the parts); its bytes are charged to the
- * request (*charged grows by them; given back after the render). */
-static char *content_of(const json_t *c, size_t *charged)
+/* A message's text: a string, or the text parts of an array of content parts joined with
+ * "\n" as llama-server joins them (one pass to size it, one to copy: linear in the parts);
+ * its bytes are charged to the request (*charged grows by them; given back after the
+ * render). NULL for another type, or a part that is not text (*err says which). */
+static char *content_of(const json_t *c, size_t *charged, char *err, size_t errcap)
 {
     size_t i, total = 0, at = 0;
     json_t *part;
     if (json_is_string(c)) total = json_string_length(c);
-    else if (json_is_array(c)) json_array_foreach(c, i, part) total += json_string_length(json_object_get(part, "text"));
-    else if (!json_is_null(c)) return NULL; /* absent or another type; null: an assistant turn without text */
+    else if (json_is_null(c)) total = 0; /* an assistant turn without text */
+    else if (!json_is_array(c)) return NULL;
+    json_array_foreach(c, i, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (type && strcmp(type, "text"))
+            return snprintf(err, errcap, "content parts of type \"%.40s\" are not supported (text only)", type), NULL;
+        total += json_string_length(json_object_get(part, "text")) + 1;
+    }
     char *out = srv_mem_take(NULL, total + 1) ? NULL : malloc(total + 1);
     if (!out) return NULL;
     *charged += total + 1;
@@ -246,6 +323,7 @@ static char *content_of(const json_t *c, size_t *charged)
     json_array_foreach(c, i, part) {
         const json_t *t = json_object_get(part, "text");
         if (!json_is_string(t)) continue;
+        if (at) out[at++] = '\n';
         memcpy(out + at, json_string_value(t), json_string_length(t));
         at += json_string_length(t);
     }
@@ -266,6 +344,7 @@ static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
 {
     size_t n = json_array_size(msgs), i;
     json_t *m;
+    err[0] = 0;
     if (!json_is_array(msgs) || !n || n > SRV_MAX_MESSAGES)
         return snprintf(err, errcap, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
     skv_chat_msg *cm = calloc(n, sizeof *cm);
@@ -275,14 +354,15 @@ static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
     json_array_foreach(msgs, i, m) {
         if (bad) break;
         cm[i].role = json_string_value(json_object_get(m, "role"));
-        cm[i].content = texts[i] = content_of(json_object_get(m, "content"), &charged);
+        cm[i].content = texts[i] = content_of(json_object_get(m, "content"), &charged, err, errcap);
         bad |= !cm[i].role || !cm[i].content;
     }
     size_t bytes = 0;
     for (i = 0; !bad && i < n; i++) bytes += strlen(cm[i].content) + strlen(cm[i].role);
     size_t arena = render_arena(bytes);
-    if (bad) snprintf(err, errcap, "each message needs a \"role\" string and a \"content\" string or parts");
-    else if (srv_mem_take(NULL, arena)) snprintf(err, errcap, "out of memory");
+    if (bad) {
+        if (!err[0]) snprintf(err, errcap, "each message needs a \"role\" string and a \"content\" string or parts");
+    } else if (srv_mem_take(NULL, arena)) snprintf(err, errcap, "out of memory");
     else {
         if (skv_chat_render(s->chat_template, cm, n, 1, arena, &out, err, errcap)) out = NULL;
         srv_mem_give(NULL, arena);
@@ -292,6 +372,17 @@ static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
     free(texts);
     free(cm);
     return out;
+}
+
+/* POST /apply-template: the prompt the chat template makes of the messages, not run. */
+int srv_rt_apply_template(srv_req *r)
+{
+    char err[256];
+    char *text = render(r->s, json_object_get(r->body, "messages"), err, sizeof err);
+    if (!text) return srv_reply_error(r, 400, "%s", err);
+    json_t *o = json_pack("{s:s}", "prompt", text);
+    free(text);
+    return srv_reply_json(r, 200, o);
 }
 
 int srv_rt_oai_chat(srv_req *r)
@@ -305,8 +396,9 @@ int srv_rt_oai_chat(srv_req *r)
     if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, err, sizeof err);
     json_decref(p);
     if (!j->prompt) {
+        size_t n = j->n_prompt;
         srv_job_unref(j);
-        return srv_reply_error(r, 400, "%s", err);
+        return n >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, n, err) : srv_reply_error(r, 400, "%s", err);
     }
     return run(r, j);
 }

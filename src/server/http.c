@@ -36,8 +36,10 @@ typedef struct stream_st {
 static int mhd_queue(struct MHD_Connection *c, int code, struct MHD_Response *resp, const char *type)
 {
     if (!resp) return -1;
+    /* CORS as llama-server (any origin, with credentials): the request's Origin echoed */
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     MHD_add_response_header(resp, "Content-Type", type);
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin ? origin : "*");
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)code, resp);
     MHD_destroy_response(resp);
     return ok == MHD_YES ? 0 : -1;
@@ -127,10 +129,22 @@ static void body_add(conn_st *cs, const char *data, size_t n)
 /* The first call of a request (its headers are in): a reserved connection that does not
  * ask for /health, or a declared body over the limit or the memory left, is answered at
  * once (libmicrohttpd then closes the connection without reading the body). 1 = go on. */
-static int early_reply(srv *s, struct MHD_Connection *c, conn_st *cs, const char *url)
+/* A CORS preflight (OPTIONS, any url, no key: browsers send none) as llama-server answers it. */
+static int preflight(struct MHD_Connection *c)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return -1;
+    MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "*");
+    return mhd_queue(c, 200, resp, "text/html");
+}
+
+static int early_reply(srv *s, struct MHD_Connection *c, conn_st *cs, const char *url, const char *method)
 {
     srv_req r = {.s = s, .conn = c, .method = "GET", .url = url, .sink = &mhd_sink};
     srv_conn *sc = srv_conn_of(c);
+    if (!strcmp(method, "OPTIONS")) return preflight(c) ? -1 : 0;
     if (srv_conn_reserved(sc) && strcmp(url, "/health") && strcmp(url, "/v1/health")) {
         srv_conn_note_refused();
         return srv_reply_error(&r, 503, "server at its connection limit (%d open); retry", SRV_MAX_CONNECTIONS) ? -1 : 0;
@@ -158,7 +172,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         srv_mem_scope_init(&cs->mem);
         *con_cls = cs;
         srv_mem_scope *prev = srv_mem_bind(&cs->mem);
-        int go = early_reply(cls, c, cs, url);
+        int go = early_reply(cls, c, cs, url, method);
         srv_mem_bind(prev);
         return go >= 0 ? MHD_YES : MHD_NO;
     }

@@ -15,10 +15,13 @@
 #define SRV_CONN_MEMORY (64u << 10)    /* per-connection buffer: bounds the request headers */
 #define SRV_QUEUE_MAX 64               /* requests waiting for a slot (503 beyond) */
 #define SRV_MAX_PARALLEL 64            /* --parallel */
+#define SRV_MIN_SLOT_CTX 8             /* positions a slot needs at least (-c / --parallel) */
 #define SRV_KEEPALIVE_S 5              /* a streamed ": keep-alive" comment after this idle time */
 #define SRV_MAX_FILENAME 255          /* slot file names: [A-Za-z0-9._-], not starting with a dot */
 #define SRV_MAX_SLOT_FILE (256u << 20) /* bytes of a slot file read back (restore) */
 #define SRV_RECENT 256                 /* conversations remembered for mid-session cache hits */
+/* system_fingerprint: llama-server's "b<build>-<commit>" shape, which clients check. */
+#define SRV_FINGERPRINT "b1-seqkv-" SEQKV_VERSION_STRING
 #define SRV_NEAR_MIN 8                 /* --reuse near: uncovered positions worth a near restore */
 
 /* Working memory (src/server/mem.c): what grows with a request (body, JSON values, token

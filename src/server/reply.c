@@ -59,11 +59,18 @@ static json_t *text_slice(const srv_job *j, size_t from, size_t to)
     return s;
 }
 
+/* llama-server's generation_settings (the sampler fields seqkv has; adaptive-p disabled). */
 static json_t *gen_settings(const srv *s, const srv_job *j)
 {
-    return json_pack("{s:i,s:I,s:f,s:i,s:f,s:i,s:i,s:b,s:i}", "n_predict", j->n_predict, "seed",
-                     (json_int_t)(j->seed - 1), "temperature", j->temp, "top_k", j->top_k, "top_p", j->top_p, "n_keep",
-                     j->n_keep, "n_discard", j->n_discard, "cache_prompt", j->cache_prompt, "n_ctx", s->n_ctx);
+    json_t *o = json_pack("{s:i,s:I,s:f,s:i,s:f,s:f,s:i,s:f,s:f,s:f,s:i,s:i,s:b,s:i}", "n_predict", j->n_predict,
+                          "seed", (json_int_t)(uint32_t)(j->seed - 1), "temperature", j->temp, "top_k", j->top_k,
+                          "top_p", j->top_p, "min_p", j->min_p, "repeat_last_n", j->repeat_last_n, "repeat_penalty",
+                          j->repeat_penalty, "presence_penalty", j->presence_penalty, "frequency_penalty",
+                          j->frequency_penalty, "n_keep", j->n_keep, "n_discard", j->n_discard, "cache_prompt",
+                          j->cache_prompt, "n_ctx", s->n_ctx);
+    json_object_set_new(o, "adaptive_target", json_real(-1.0));
+    json_object_set_new(o, "adaptive_decay", json_real(0.9));
+    return o;
 }
 
 /* The generated token ids when the request asked for return_tokens, else []. */
@@ -104,7 +111,7 @@ static json_t *oai_choice(const srv_job *j, json_t *text, int delta)
 static json_t *oai_object(const srv *s, const srv_job *j, json_t *choices, const char *object)
 {
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", j->id, "object", object, "created", (json_int_t)j->created,
-                     "model", s->model_id, "system_fingerprint", "seqkv-" SEQKV_VERSION_STRING, "choices", choices);
+                     "model", s->model_id, "system_fingerprint", SRV_FINGERPRINT, "choices", choices);
 }
 
 json_t *srv_reply_final(const srv *s, srv_job *j)
@@ -144,11 +151,19 @@ static json_t *chunk(const srv *s, const srv_job *j, json_t *choice)
     return oai_object(s, j, choice ? json_pack("[o]", choice) : json_array(), object);
 }
 
-static json_t *delta(const srv *s, const srv_job *j, json_t *text)
+/* The ids generated since the last chunk (llama-server sends each chunk's "tokens"). */
+static json_t *new_tokens(srv_job *j)
+{
+    json_t *a = json_array();
+    for (; a && j->n_streamed < j->n_gen; j->n_streamed++) json_array_append_new(a, json_integer(j->gen[j->n_streamed]));
+    return a;
+}
+
+static json_t *delta(const srv *s, srv_job *j, json_t *text)
 {
     if (j->fmt == SRV_FMT_LLAMA)
-        return json_pack("{s:o,s:b,s:i,s:I,s:i}", "content", text, "stop", 0, "id_slot", j->slot, "tokens_predicted",
-                         (json_int_t)j->n_gen, "index", 0);
+        return json_pack("{s:o,s:o,s:b,s:i,s:I,s:i}", "content", text, "tokens", new_tokens(j), "stop", 0, "id_slot",
+                         j->slot, "tokens_predicted", (json_int_t)j->n_gen, "index", 0);
     return chunk(s, j, oai_choice(j, text, 1));
 }
 

@@ -75,6 +75,16 @@ int srv_reply_error(srv_req *r, int code, const char *fmt, ...)
     return rc;
 }
 
+int srv_reply_ctx_error(srv_req *r, size_t n_prompt, const char *msg)
+{
+    srv_mem_scope *sc = srv_mem_bind(NULL); /* small, never refused */
+    json_t *e = json_pack("{s:{s:i,s:s,s:s,s:I,s:i}}", "error", "code", 400, "message", msg, "type",
+                          "exceed_context_size_error", "n_prompt_tokens", (json_int_t)n_prompt, "n_ctx", r->s->n_ctx);
+    int rc = srv_reply_json(r, 400, e);
+    srv_mem_bind(sc);
+    return rc;
+}
+
 /* 1 when no array/object nesting in b goes deeper than max (strings skipped). */
 static int depth_ok(const char *b, size_t n, int max)
 {
@@ -95,17 +105,30 @@ static int depth_ok(const char *b, size_t n, int max)
     return 1;
 }
 
-/* Constant-time comparison of the presented key with the configured one. */
+/* 1 when got equals want[0..n) (constant time in n). */
+static int same_key(const char *want, size_t n, const char *got)
+{
+    size_t m = strlen(got);
+    unsigned diff = (unsigned)(n != m);
+    for (size_t i = 0; i < n; i++) diff |= (unsigned)(want[i] ^ (i < m ? got[i] : 0));
+    return diff == 0;
+}
+
+/* The presented key against each configured one ('\n'-separated; empty entries never
+ * match), every one compared in full. */
 static int key_ok(const srv_req *r)
 {
     const char *h = r->auth;
     const char *got = h && !strncmp(h, "Bearer ", 7) ? h + 7 : r->x_api_key;
-    const char *want = r->s->p.api_key;
-    if (!got) return 0;
-    size_t n = strlen(want), m = strlen(got);
-    unsigned diff = (unsigned)(n != m);
-    for (size_t i = 0; i < n; i++) diff |= (unsigned)(want[i] ^ (i < m ? got[i] : 0));
-    return diff == 0;
+    int ok = 0;
+    if (!got || !*got) return 0;
+    for (const char *k = r->s->p.api_key; *k;) {
+        size_t n = strcspn(k, "\r\n");
+        ok |= n > 0 && same_key(k, n, got);
+        k += n;
+        k += strspn(k, "\r\n");
+    }
+    return ok;
 }
 
 /* 1 = r->body holds the request's object; otherwise the reply (an error) was sent.

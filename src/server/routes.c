@@ -29,8 +29,13 @@ static int rt_models(srv_req *r)
 static int rt_props(srv_req *r)
 {
     const srv *s = r->s;
-    json_t *gen = json_pack("{s:i,s:{s:i,s:f,s:i,s:f}}", "n_ctx", s->n_ctx, "params", "n_predict", -1,
-                            "temperature", 0.8, "top_k", 40, "top_p", 0.95);
+    const skv_sampling_defaults *d = &s->p.defaults;
+    json_int_t seed = d->seed >= 0 ? (json_int_t)d->seed : (json_int_t)0xFFFFFFFFu; /* llama.cpp's "random" */
+    json_t *params = json_pack("{s:i,s:f,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:I}", "n_predict", d->n_predict, "temperature",
+                               d->temp, "top_k", d->top_k, "top_p", d->top_p, "min_p", d->min_p, "repeat_penalty",
+                               d->repeat_penalty, "repeat_last_n", d->repeat_last_n, "presence_penalty",
+                               d->presence_penalty, "frequency_penalty", d->frequency_penalty, "seed", seed);
+    json_t *gen = json_pack("{s:i,s:o}", "n_ctx", s->n_ctx, "params", params);
     json_t *o = json_pack("{s:o,s:i,s:s,s:s,s:s,s:b}", "default_generation_settings", gen, "total_slots",
                           s->p.parallel, "model_path", s->p.model_path, "chat_template",
                           s->chat_template ? s->chat_template : "", "build_info", "seqkv " SEQKV_VERSION_STRING,
@@ -82,7 +87,12 @@ static int rt_detokenize(srv_req *r)
     return srv_reply_json(r, 200, o);
 }
 
-static int rt_slots(srv_req *r) { return srv_reply_json(r, 200, srv_pool_slots_json(r->s->pool)); }
+static int rt_slots(srv_req *r)
+{
+    if (!r->s->p.slots_endpoint)
+        return srv_reply_error(r, 501, "This server does not support slots endpoint. Start it with `--slots`");
+    return srv_reply_json(r, 200, srv_pool_slots_json(r->s->pool));
+}
 
 static void metric(char *buf, size_t cap, size_t *at, const char *name, const char *type, const char *help, double v)
 {
@@ -109,6 +119,8 @@ static int rt_metrics(srv_req *r)
 {
     const srv_metrics *m = &r->s->m;
     size_t cap = 8192, at = 0;
+    if (!r->s->p.metrics_endpoint)
+        return srv_reply_error(r, 501, "This server does not support metrics endpoint. Start it with `--metrics`");
     char *buf = malloc(cap);
     if (!buf) return srv_reply_error(r, 500, "out of memory");
     metric(buf, cap, &at, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
@@ -164,6 +176,7 @@ static const route routes[] = {
     {"POST", "/v1/completions", srv_rt_oai_completion, 0, 0, 0},
     {"POST", "/v1/chat/completions", srv_rt_oai_chat, 0, 0, 0},
     {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0, 0},
+    {"POST", "/apply-template", srv_rt_apply_template, 0, 0, 0},
 };
 
 static int path_matches(const char *path, const char *url)

@@ -1,5 +1,9 @@
-/* Sampling (greedy at temperature 0, else temperature + top-k + top-p with a per-request
- * seeded generator), the UTF-8 rules of streamed text, and stop strings.
+/* Sampling as llama-server samples: its default chain (repetition penalties, top-k, top-p,
+ * min-p, temperature, then a draw), each step in llama.cpp's order of float operations, the
+ * draw from std::mt19937 seeded with the request's seed (core/mt19937.h); temperature 0 is
+ * greedy. The exponentials are core/detmath's rounded to float, so a seed gives the same
+ * tokens on every machine, and on llama-server's logits the tokens llama-server picks.
+ * Also the UTF-8 rules of streamed text, and stop strings.
  *
  * Streamed text is released up to j->safe only: never a cut UTF-8 character, and never
  * a tail that could still grow into a stop string (so a client never sees part of one).
@@ -9,63 +13,145 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/detmath.h"
+#include "core/mt19937.h"
 #include "server/srv.h"
 
-typedef struct scored {
-    float logit;
+/* One candidate token, as llama.cpp's llama_token_data. */
+typedef struct cand {
+    float logit, p;
     int32_t id;
-} scored;
+} cand;
 
-/* xorshift64*: a small generator whose stream is fixed by the request's seed. */
-static uint64_t rng_u64(srv_rng *r)
-{
-    uint64_t x = r->s ? r->s : 0x2545F4914F6CDD1Dull;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    r->s = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
+/* The candidates left, and whether they are sorted by logit, highest first. */
+typedef struct cands {
+    cand *c;
+    size_t n;
+    int sorted;
+} cands;
 
-size_t srv_sample_scratch_bytes(int n_vocab) { return (size_t)n_vocab * sizeof(scored); }
+size_t srv_sample_scratch_bytes(int n_vocab) { return (size_t)n_vocab * (sizeof(cand) + sizeof(int32_t)); }
+
+void srv_rng_seed(srv_rng *r, uint64_t seed) { skv_mt_seed(&r->mt, (uint32_t)(seed - 1)); }
+
+/* expf / logf without libm: the deterministic double functions rounded to float, the same
+ * on every machine (glibc's expf may differ in the last bit between its code paths). */
+static float exp_f(float x) { return (float)skv_det_exp((double)x); }
+static float log_f(float x) { return (float)skv_det_log((double)x); }
 
 static int by_logit(const void *a, const void *b)
 {
-    const scored *x = a, *y = b;
+    const cand *x = a, *y = b;
     if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);
 }
 
-static int32_t argmax(const float *logits, int n)
+static void sort_all(cands *s)
 {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
+    if (!s->sorted) qsort(s->c, s->n, sizeof *s->c, by_logit);
+    s->sorted = 1;
 }
 
-int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, srv_rng *rng, void *scratch)
+/* The repetition penalties over the last repeat_last_n tokens of hist, as llama.cpp applies
+ * them: each token seen is divided (positive logit) or multiplied (negative) by
+ * repeat_penalty once, and lowered by count x frequency_penalty + presence_penalty.
+ * count: n_vocab zeros on entry and on return. */
+static void penalize(cand *c, const srv_job *j, const int32_t *hist, size_t n_hist, int32_t *count)
 {
-    scored *c = scratch;
-    if (j->temp <= 0.0 || j->top_k == 1) return argmax(logits, n_vocab);
-    for (int32_t i = 0; i < n_vocab; i++) c[i] = (scored){logits[i], i};
-    qsort(c, (size_t)n_vocab, sizeof *c, by_logit);
-    int k = j->top_k > 0 && j->top_k < n_vocab ? j->top_k : n_vocab;
-    double *w = malloc((size_t)k * sizeof *w), total = 0.0, kept = 0.0;
-    if (!w) return c[0].id;
-    for (int i = 0; i < k; i++) total += w[i] = exp(((double)c[i].logit - (double)c[0].logit) / j->temp);
-    int m = 0;
-    while (m < k && (m == 0 || kept < j->top_p * total)) kept += w[m++];
-    double u = (double)(rng_u64(rng) >> 11) * 0x1.0p-53 * kept;
-    int32_t pick = c[m - 1].id;
-    for (int i = 0; i < m; i++) {
-        if ((u -= w[i]) < 0.0) {
-            pick = c[i].id;
-            break;
-        }
+    size_t n = j->repeat_last_n < 0 || (size_t)j->repeat_last_n > n_hist ? n_hist : (size_t)j->repeat_last_n;
+    const int32_t *h = hist + n_hist - n;
+    if (j->repeat_penalty == 1.0 && j->frequency_penalty == 0.0 && j->presence_penalty == 0.0) return;
+    for (size_t i = 0; i < n; i++) count[h[i]]++;
+    for (size_t i = 0; i < n; i++) {
+        int32_t t = h[i];
+        if (!count[t]) continue; /* done at its first occurrence */
+        float l = c[t].logit, rp = (float)j->repeat_penalty;
+        l = l > 0.0f ? l / rp : l * rp;
+        c[t].logit = l - (float)((double)count[t] * j->frequency_penalty + j->presence_penalty);
+        count[t] = 0;
     }
-    free(w);
-    return pick;
+}
+
+static void top_k(cands *s, int k)
+{
+    if (k <= 0) return;
+    sort_all(s);
+    if ((size_t)k < s->n) s->n = (size_t)k;
+}
+
+/* p of every candidate: a float softmax, in llama.cpp's order of operations. */
+static void softmax(cands *s)
+{
+    float max = s->c[0].logit, sum = 0.0f;
+    for (size_t i = 1; !s->sorted && i < s->n; i++) max = s->c[i].logit > max ? s->c[i].logit : max;
+    for (size_t i = 0; i < s->n; i++) sum += s->c[i].p = exp_f(s->c[i].logit - max);
+    for (size_t i = 0; i < s->n; i++) s->c[i].p /= sum;
+}
+
+static void top_p(cands *s, float p)
+{
+    float cum = 0.0f;
+    if (p >= 1.0f) return;
+    softmax(s);
+    sort_all(s);
+    for (size_t i = 0; i < s->n; i++)
+        if ((cum += s->c[i].p) >= p) {
+            s->n = i + 1;
+            return;
+        }
+}
+
+static void min_p(cands *s, float p)
+{
+    if (p <= 0.0f) return;
+    if (!s->sorted) { /* llama.cpp keeps the order of an unsorted list */
+        float max = s->c[0].logit;
+        size_t kept = 0;
+        for (size_t i = 1; i < s->n; i++) max = s->c[i].logit > max ? s->c[i].logit : max;
+        float floor = max + log_f(p);
+        for (size_t i = 0; i < s->n; i++)
+            if (s->c[i].logit >= floor) s->c[kept++] = s->c[i];
+        s->n = kept;
+        return;
+    }
+    float floor = s->c[0].logit + log_f(p);
+    size_t i = 1;
+    while (i < s->n && s->c[i].logit >= floor) i++;
+    s->n = i;
+}
+
+/* The draw: a float softmax summed in double, the first candidate whose running sum reaches
+ * the uniform draw times the total. */
+static int32_t draw(cands *s, srv_rng *rng)
+{
+    float max = s->c[0].logit;
+    double sum = 0.0, run = 0.0;
+    for (size_t i = 1; i < s->n; i++) max = s->c[i].logit > max ? s->c[i].logit : max;
+    for (size_t i = 0; i < s->n; i++) sum += s->c[i].p = exp_f(s->c[i].logit - max);
+    double target = sum * skv_mt_uniform(&rng->mt);
+    for (size_t i = 0; i < s->n; i++)
+        if ((run += s->c[i].p) >= target) return s->c[i].id;
+    return s->c[s->n - 1].id;
+}
+
+int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, const int32_t *hist, size_t n_hist, srv_rng *rng,
+                   void *scratch)
+{
+    cands s = {scratch, (size_t)n_vocab, 0};
+    int32_t *count = (int32_t *)(void *)(s.c + n_vocab);
+    for (int32_t i = 0; i < n_vocab; i++) s.c[i] = (cand){logits[i], 0.0f, i};
+    penalize(s.c, j, hist, n_hist, count);
+    top_k(&s, j->top_k);
+    top_p(&s, (float)j->top_p);
+    min_p(&s, (float)j->min_p);
+    if (j->temp <= 0.0) { /* greedy: the first highest logit; the generator still draws, as llama.cpp's */
+        size_t best = 0;
+        for (size_t i = 1; i < s.n; i++) best = s.c[i].logit > s.c[best].logit ? i : best;
+        skv_mt_uniform(&rng->mt);
+        return s.c[best].id;
+    }
+    for (size_t i = 0; i < s.n; i++) s.c[i].logit /= (float)j->temp;
+    return draw(&s, rng);
 }
 
 /* Length of the UTF-8 character at p (n bytes left): 1..4 when valid, 0 when invalid,

@@ -83,11 +83,19 @@ int srv_load(srv *s)
         return -1;
     }
     skv_model_get_info(s->model, &s->info);
-    s->n_ctx = s->p.n_ctx > 0 ? s->p.n_ctx : s->info.n_ctx_train;
+    int total = s->p.n_ctx > 0 ? s->p.n_ctx : s->info.n_ctx_train;
+    s->n_ctx = s->p.kv_unified ? total : total / s->p.parallel; /* llama-server: -c is shared by the slots */
+    if (s->n_ctx < SRV_MIN_SLOT_CTX) {
+        srv_log("-c %d gives each of %d slots %d positions: at least %d are needed (raise -c, or lower --parallel)",
+                total, s->p.parallel, s->n_ctx, SRV_MIN_SLOT_CTX);
+        return -1;
+    }
     s->max_piece = max_piece_bytes(s->model, s->info.n_vocab);
     const char *base = strrchr(s->p.model_path, '/');
     snprintf(s->model_id, sizeof s->model_id, "%s", s->p.alias ? s->p.alias : base ? base + 1 : s->p.model_path);
-    if (s->p.chat_template) {
+    if (s->p.chat_template_text) {
+        if (!(s->chat_template = strdup(s->p.chat_template_text))) return -1;
+    } else if (s->p.chat_template) {
         const char *src = skv_tmpl_builtin(s->p.chat_template);
         if (!src || !(s->chat_template = strdup(src))) {
             srv_log("unknown chat template '%s' (docs/templates.md lists the built-in names)", s->p.chat_template);
@@ -122,9 +130,23 @@ static void shutdown_all(srv *s, void *daemon)
 
 /* Refuses what cannot be meant (an empty API key would let an empty header in), warns about
  * an open door, and fills the defaults of the limits. -1 after a message. */
+skv_sampling_defaults skv_sampling_defaults_init(void)
+{
+    return (skv_sampling_defaults){.temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .repeat_penalty = 1.0,
+                                   .repeat_last_n = 64, .seed = -1, .n_predict = -1};
+}
+
+/* 1 when keys ('\n'-separated) hold at least one non-empty key. */
+static int has_key(const char *keys)
+{
+    for (; *keys; keys++)
+        if (*keys != '\n' && *keys != '\r' && *keys != ' ') return 1;
+    return 0;
+}
+
 static int check_params(skv_server_params *p)
 {
-    if (p->api_key && !*p->api_key) {
+    if (p->api_key && !has_key(p->api_key)) {
         srv_log("--api-key is empty: give a non-empty key (or leave the option out)");
         return -1;
     }

@@ -4,16 +4,28 @@
 #ifndef SKV_SERVER_H
 #define SKV_SERVER_H
 
+/* Sampling defaults a request inherits when it does not say (llama-server's --temp, ...). */
+typedef struct skv_sampling_defaults {
+    double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+    int top_k, repeat_last_n; /* repeat_last_n: -1 = the whole context */
+    long long seed;           /* -1: a new one per request */
+    int n_predict;            /* -1: until the context is full (at most SRV_MAX_N_PREDICT) */
+} skv_sampling_defaults;
+
 typedef struct skv_server_params {
     const char *model_path; /* model file */
     const char *store_dir;  /* session store directory (created if absent), or NULL: RAM only */
     const char *host;       /* IPv4 address to bind, "127.0.0.1" by default */
-    const char *api_key;    /* required as "Authorization: Bearer KEY" when non-NULL */
+    const char *api_key;    /* required as "Authorization: Bearer KEY" when non-NULL; several
+                             * keys separated by '\n' (any one is accepted) */
     const char *alias;      /* model id reported by /v1/models (NULL: the file name) */
     const char *chat_template; /* a built-in template's name (docs/templates.md), NULL: the model's own */
+    const char *chat_template_text; /* a Jinja template's text (wins over chat_template) */
     int port;               /* 0 = any free port (printed) */
     int parallel;           /* slots decoding at once */
-    int n_ctx;              /* positions per slot; 0 = the model's trained context */
+    int n_ctx;              /* positions of all slots together (each gets n_ctx / parallel);
+                             * 0 = the model's trained context */
+    int kv_unified;         /* 1: every slot gets the whole n_ctx */
     int n_threads;          /* threads per slot */
     long long cache_budget; /* store budget in bytes; < 0 = the store's own */
     const char *slot_save_path; /* directory of POST /slots/{id}?action=save|restore files, or NULL: 501 */
@@ -25,7 +37,14 @@ typedef struct skv_server_params {
     unsigned long long store_map_size; /* the store's LMDB map size in bytes; 0: the library's default */
     unsigned long long mem_budget; /* working memory of all requests together; 0: SRV_MEM_TOTAL */
     int max_conns_per_client;      /* open connections from one address; 0: SRV_MAX_CONN_PER_CLIENT */
+    int slots_endpoint;            /* GET /slots answers (else 501) */
+    int metrics_endpoint;          /* GET /metrics answers (else 501) */
+    skv_sampling_defaults defaults; /* all zero: seqkv's own (skv_sampling_defaults_init) */
 } skv_server_params;
+
+/* llama-server's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties over
+ * the last 64 tokens, a new seed per request, n_predict -1. */
+skv_sampling_defaults skv_sampling_defaults_init(void);
 
 /* Runs until SIGINT or SIGTERM. Prints its address and errors to stderr. 0 = clean exit. */
 int skv_server_run(const skv_server_params *p);

@@ -299,13 +299,14 @@ static int ctx_shift(slot *sl, srv_job *j)
 static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
 {
     const srv *s = sl->pool->s;
-    int32_t tok = srv_sample(sl->logits, s->info.n_vocab, j, rng, sl->scratch);
+    int32_t tok = srv_sample(sl->logits, s->info.n_vocab, j, sl->tokens, sl->n_tokens, rng, sl->scratch);
     if (tok == s->info.eos_id) return j->finish = "stop", 1;
     if (gen_push(j, tok)) return SKV_ERR_NOMEM;
     if (srv_job_append(j, s->model, tok)) return j->finish = "stop", 1;
     if (j->n_gen >= (size_t)j->n_predict) return j->finish = "length", 1;
     /* as llama-server: prompt + generated tokens never exceed n_ctx (the last one needs no KV) */
-    if (sl->n_tokens + 1 >= (size_t)s->n_ctx && (!s->p.ctx_shift || !ctx_shift(sl, j))) return j->finish = "length", 1;
+    if (sl->n_tokens + 1 >= (size_t)s->n_ctx && (!s->p.ctx_shift || !ctx_shift(sl, j)))
+        return j->truncated = 1, j->finish = "length", 1; /* as llama-server: stopped by the context */
     int rc = decode_batched(sl, tok);
     if (rc) return rc;
     sl->tokens[sl->n_tokens++] = tok;
@@ -323,7 +324,8 @@ static void run_action_job(slot *sl, srv_job *j)
 static void run_job(slot *sl, srv_job *j)
 {
     srv *s = sl->pool->s;
-    srv_rng rng = {j->seed};
+    srv_rng rng;
+    srv_rng_seed(&rng, j->seed);
     if (j->action) {
         run_action_job(sl, j);
         return;
@@ -380,7 +382,7 @@ static int slot_init(srv_pool *p, slot *sl, int id)
     if (skv_ctx_create(s->model, &cp, &sl->ctx)) return -1;
     sl->tokens = malloc((size_t)s->n_ctx * sizeof *sl->tokens);
     sl->logits = malloc((size_t)s->info.n_vocab * sizeof *sl->logits);
-    sl->scratch = malloc(srv_sample_scratch_bytes(s->info.n_vocab));
+    sl->scratch = calloc(1, srv_sample_scratch_bytes(s->info.n_vocab)); /* the penalty counts start at 0 */
     if (!sl->tokens || !sl->logits || !sl->scratch) return -1;
     if (pthread_create(&sl->th, NULL, slot_main, sl)) return -1;
     sl->started = 1;

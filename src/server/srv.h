@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/mt19937.h"
 #include "seqkv.h"
 #include "server/limits.h"
 #include "server/server.h"
@@ -61,7 +62,8 @@ typedef struct srv_job {
     int32_t *prompt;
     size_t n_prompt;
     int n_predict, top_k, cache_prompt, id_slot, fmt, stream, usage_chunk, n_probs;
-    double temp, top_p;
+    double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+    int repeat_last_n;
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
@@ -74,6 +76,7 @@ typedef struct srv_job {
     size_t len, cap, safe;
     int32_t *gen;     /* generated tokens */
     size_t n_gen, gen_cap;
+    size_t n_streamed;         /* of gen, ids already sent in stream chunks */
     int started, done, status; /* status: HTTP code of a failure, 0 = ok */
     char err[256];
     const char *finish;        /* "stop" | "length" */
@@ -157,8 +160,12 @@ size_t srv_pool_queued(srv_pool *p);
 int srv_pool_busy(srv_pool *p);
 
 /* ---- sampling, text (sample.c) ---- */
-typedef struct srv_rng { uint64_t s; } srv_rng;
-int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, srv_rng *rng, void *scratch);
+typedef struct srv_rng { skv_mt19937 mt; } srv_rng;
+/* seed: the job's (its request's seed + 1; the generator gets seed - 1, as llama-server). */
+void srv_rng_seed(srv_rng *r, uint64_t seed);
+/* hist[0..n_hist): the slot's tokens so far (the penalties look at the last ones). */
+int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, const int32_t *hist, size_t n_hist, srv_rng *rng,
+                   void *scratch);
 size_t srv_sample_scratch_bytes(int n_vocab);
 /* Bytes of text[0..len) that form whole UTF-8 characters (a cut one at the end waits). */
 size_t srv_utf8_complete(const char *text, size_t len);
@@ -225,6 +232,9 @@ int srv_reply_error(srv_req *r, int code, const char *fmt, ...) __attribute__((f
 int srv_reply_text(srv_req *r, int code, const char *type, char *text); /* takes text (malloc'ed) */
 int srv_reply_stream(srv_req *r, srv_job *j);            /* takes j's reference */
 const char *srv_error_type(int code);
+/* llama-server's 400 for a prompt over the context: exceed_context_size_error with
+ * n_prompt_tokens (the count, or a lower bound when it was refused untokenized) and n_ctx. */
+int srv_reply_ctx_error(srv_req *r, size_t n_prompt, const char *msg);
 int srv_http_start(srv *s, void **daemon, int *port);
 void srv_http_stop(void *daemon);
 
@@ -241,6 +251,7 @@ int srv_route_find(const char *method, const char *url, srv_route *out);
 int srv_rt_completion(srv_req *r);
 int srv_rt_oai_completion(srv_req *r);
 int srv_rt_oai_chat(srv_req *r);
+int srv_rt_apply_template(srv_req *r);
 /* POST /slots/{id}?action=save|restore|erase */
 int srv_rt_slot_action(srv_req *r);
 /* Runs a slot action job on its slot (the slot's thread, between jobs): 0 or the HTTP
@@ -249,7 +260,8 @@ int srv_slot_action(srv *s, srv_job *j, skv_ctx *ctx, int32_t *tokens, size_t *n
 /* Tokenizes text (add_special as the model says when asked) into a malloc'ed array. */
 int32_t *srv_tokenize(const srv *s, const char *text, size_t len, int add_special, size_t *n);
 /* Token ids of a prompt: a string or an array of ids (checked against the vocabulary and
- * the context). NULL with a message in err (a 400). */
+ * the context). NULL with a message in err (a 400); *n is then the prompt's token count
+ * (or a lower bound) when the context is what it exceeds, else 0. */
 int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *err, size_t errcap);
 /* The bytes of tokens as text (malloc'ed, NUL-terminated, UTF-8 made valid). */
 char *srv_detokenize(const srv *s, const int32_t *tok, size_t n, size_t *len);

@@ -11,6 +11,12 @@ static const struct { const char *name, *src; } tmpl_builtins[] = {
     {"simple",
      "{% for m in messages %}{{ m.role | capitalize }}: {{ m.content }}\n{% endfor %}"
      "{% if add_generation_prompt %}Assistant:{% endif %}"},
+    {"command-r", /* each message's content trimmed, as llama.cpp's formatter */
+     "{% for m in messages %}{% if m.role == 'system' %}{{ '<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>' + m.content | trim + "
+     "'<|END_OF_TURN_TOKEN|>' }}{% elif m.role == 'user' %}{{ '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' + m.content | trim + "
+     "'<|END_OF_TURN_TOKEN|>' }}{% elif m.role == 'assistant' %}{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' + "
+     "m.content | trim + '<|END_OF_TURN_TOKEN|>' }}{% endif %}{% endfor %}"
+     "{% if add_generation_prompt %}{{ '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' }}{% endif %}"},
     {"chatml",
      "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
      "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},

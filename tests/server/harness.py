@@ -19,7 +19,8 @@ WRAP_ERROR_EXIT = 99
 
 class Server:
     def __init__(self, *args, log=None, env=None, until="listening on http://"):
-        self.args = WRAP + [SEQKV, "serve", "--port", "0"] + [str(a) for a in args]
+        # --metrics: the tests read /metrics (off by default, as in llama-server)
+        self.args = WRAP + [SEQKV, "serve", "--port", "0", "--metrics"] + [str(a) for a in args]
         self.log = log or os.path.join(ROOT, "build", "serve-%d.log" % os.getpid())
         self.env = env
         self.start(until)

@@ -1,0 +1,163 @@
+"""seqkv serve as a drop-in for llama-server (issue 48): the defects a llama-server user hit,
+each a case, on the model llama.cpp's own server tests use (stories260K, no chat template).
+
+- llama_server_command_line_starts: llama-server's flags (--temp, --seed, -n, --jinja,
+  --no-slots, -np, -ngl, -fa, --top-k, --min-p, --repeat-penalty, --api-key-file, --metrics)
+  start the server; an unknown flag is still an error; -c is the total shared by the slots.
+- chat_template_sources: --chat-template-file and a template's text given to
+  --chat-template are used as templates; POST /apply-template shows the prompt.
+- chatml_fallback: a model without a template renders chatml, as llama-server.
+- unsupported_fields_refused: grammar, json_schema, response_format json, logit_bias,
+  n_probs, logprobs, n > 1, response_fields, echo and image parts are 400s naming the field,
+  never a silent 200; their neutral values pass.
+- cors_preflight: OPTIONS answers without a key, with llama-server's headers.
+- context_errors: a prompt over the context is exceed_context_size_error with
+  n_prompt_tokens and n_ctx; a generation stopped by a full context is "truncated".
+- seeded_sampling_is_llama_servers: a fixed seed gives the same text twice, and the default
+  chain (top-k 40, top-p 0.95, min-p 0.05, temperature 0.8, std::mt19937) reproduces the
+  sample llama.cpp's test_completion checks ("(going|bed)+").
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
+import testenv  # noqa: E402
+from clitest import SEQKV, Reporter, check  # noqa: E402
+from harness import Server  # noqa: E402
+
+MODEL = testenv.shared_path("models", "stories260K", "stories260K.gguf")
+
+
+def serve(tmp, *args, name="serve.log"):
+    return Server("-m", MODEL, *args, log=os.path.join(tmp, name))
+
+
+def llama_server_command_line_starts(tmp):
+    keys = os.path.join(tmp, "keys.txt")
+    open(keys, "w").write("k1\nk2\n")
+    s = serve(tmp, "--temp", "0.5", "--seed", "42", "-n", "16", "--jinja", "--no-slots", "-np", "2", "-c", "512",
+              "-ngl", "99", "-fa", "on", "--top-k", "20", "--min-p", "0.1", "--repeat-penalty", "1.1",
+              "--api-key-file", keys, "-t", "1", "--cont-batching")
+    try:
+        log = open(os.path.join(tmp, "serve.log")).read()
+        check("do nothing here" in log, "no note about the GPU flags: " + log[-300:])
+        check("2 slots x 256 positions" in log, "-c 512 -np 2 is not 256 a slot: " + log[-300:])
+        code, props = s.json("/props", headers=["Authorization: Bearer k2"])
+        p = props["default_generation_settings"]["params"]
+        check(code == 200 and p["temperature"] == 0.5 and p["seed"] == 42 and p["top_k"] == 20 and p["n_predict"] == 16,
+              "props: %s" % props)
+        check(s.curl("/slots", headers=["Authorization: Bearer k1"])[0] == 501, "--no-slots: /slots answered")
+        check(s.curl("/props", headers=["Authorization: Bearer k3"])[0] == 401, "a key not in the file was let in")
+        code, r = s.json("/completion", {"prompt": "Once upon a time"}, headers=["Authorization: Bearer k1"])
+        check(code == 200 and r["tokens_predicted"] == 16, "-n 16: %s" % r)
+    finally:
+        s.stop()
+    p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--no-such-flag"], capture_output=True, timeout=30)
+    check(p.returncode != 0 and b"unknown option" in p.stderr, "an unknown flag started: %r" % p.stderr[-200:])
+    p = subprocess.run([SEQKV, "serve", "-m", MODEL, "-c", "8", "-np", "4", "--port", "0"], capture_output=True,
+                       timeout=30)
+    check(p.returncode != 0 and b"at least" in p.stderr, "-c 8 -np 4 started: %r" % p.stderr[-200:])
+
+
+def chat_template_sources(tmp):
+    f = os.path.join(tmp, "t.jinja")
+    open(f, "w").write("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+                       "{% if add_generation_prompt %}[assistant]{% endif %}")
+    msgs = {"messages": [{"role": "user", "content": "hi"}]}
+    for args, want in ((("--chat-template-file", f), "[user]hi[assistant]"),
+                       (("--chat-template", "Q: {{ messages[0].content }} A:"), "Q: hi A:"),
+                       (("--chat-template", "command-r"),
+                        "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>hi<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>")):
+        s = serve(tmp, *args)
+        try:
+            code, r = s.json("/apply-template", msgs)
+            check(code == 200 and r["prompt"] == want, "%s: %d %s" % (args, code, r))
+        finally:
+            s.stop()
+
+
+def chatml_fallback(tmp):
+    s = serve(tmp)
+    try:
+        code, r = s.json("/apply-template", {"messages": [{"role": "system", "content": "Book"},
+                                                          {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                                       {"type": "text", "text": "b"}]}]})
+        check(code == 200 and r["prompt"] == "<|im_start|>system\nBook<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n"
+              "<|im_start|>assistant\n", "fallback: %s" % r)
+    finally:
+        s.stop()
+
+
+def unsupported_fields_refused(tmp):
+    s = serve(tmp)
+    try:
+        refused = [("grammar", "root ::= \"a\""), ("json_schema", {"type": "string"}),
+                   ("response_format", {"type": "json_object"}), ("logit_bias", {"1": -100}), ("n_probs", 3),
+                   ("logprobs", True), ("n", 2), ("response_fields", ["content"]), ("echo", True)]
+        for field, value in refused:
+            code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, field: value})
+            check(code == 400 and field in r["error"]["message"], "%s: %d %s" % (field, code, r))
+        neutral = {"n": 1, "logprobs": False, "logit_bias": {}, "grammar": "", "response_format": {"type": "text"}}
+        code, r = s.json("/v1/chat/completions", dict(neutral, messages=[{"role": "user", "content": "hi"}],
+                                                      max_tokens=2))
+        check(code == 200, "neutral values refused: %s" % r)
+        code, r = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:,"}}]}]})
+        check(code == 400 and "image_url" in r["error"]["message"], "image part: %d %s" % (code, r))
+    finally:
+        s.stop()
+
+
+def cors_preflight(tmp):
+    s = serve(tmp, "--api-key", "k")
+    try:
+        p = subprocess.run(["curl", "-s", "-i", "-X", "OPTIONS", "-H", "Origin: http://example.com",
+                            s.url + "/v1/chat/completions"], capture_output=True, timeout=30)
+        head = p.stdout.decode()
+        check(head.startswith("HTTP/1.1 200") and "Access-Control-Allow-Origin: http://example.com" in head and
+              "Access-Control-Allow-Methods: GET, POST, DELETE, OPTIONS" in head, "preflight: " + head[:400])
+    finally:
+        s.stop()
+
+
+def context_errors(tmp):
+    s = serve(tmp, "-c", "64")
+    try:
+        code, r = s.json("/completion", {"prompt": "Once upon a time " * 40})
+        e = r.get("error", {})
+        check(code == 400 and e.get("type") == "exceed_context_size_error" and e.get("n_prompt_tokens", 0) > 64 and
+              e.get("n_ctx") == 64, "over the context: %d %s" % (code, r))
+        code, r = s.json("/completion", {"prompt": "Once upon a time", "n_predict": -1, "temperature": 0})
+        check(code == 200 and r["truncated"] is True and r["stop_type"] == "limit", "full context: %s" % r)
+    finally:
+        s.stop()
+
+
+def seeded_sampling_is_llama_servers(tmp):
+    s = serve(tmp, "--seed", "42", "-np", "2", "-c", "512")
+    try:
+        body = {"prompt": "I believe the meaning of life is", "n_predict": 8}
+        a, b = s.json("/completion", body)[1], s.json("/completion", body)[1]
+        check(a["content"] == b["content"], "seed 42 twice: %r %r" % (a["content"], b["content"]))
+        check(re.search("(going|bed)+", a["content"]) is not None, "llama.cpp's sample: %r" % a["content"])
+    finally:
+        s.stop()
+
+
+def main():
+    rep = Reporter("test_server_dropin")
+    cases = [llama_server_command_line_starts, chat_template_sources, chatml_fallback, unsupported_fields_refused,
+             cors_preflight, context_errors, seeded_sampling_is_llama_servers]
+    if not os.path.isfile(MODEL):
+        for c in cases:
+            rep.report(c.__name__, testenv.missing("SKIP", "FAIL"), "stories260K not found (../shared)")
+        return 1 if rep.failed else 0
+    return testenv.run_cases(rep, cases, "skv-dropin-")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
