@@ -264,7 +264,8 @@ static int cm_alloc(uint32_t n_vocab, const skv_cm_vocab *vb, unsigned rev, unsi
     if (vb) ok &= (cm->w2 = malloc(CMV_SETS2 * sizeof *cm->w2)) != NULL;
     if (cm->n_run) {
         ok &= (cm->wx = malloc(cm->wx_n * sizeof *cm->wx)) != NULL;
-        cm->wr1 = cm->wx, cm->wr2 = cm->wx + CM_SETS * cm->n_x, cm->w3 = cm->wr2 + CMV_SETS2 * cm->n_x;
+        if (cm->wx) /* no offsets from a failed allocation (clang UBSan, test_store_faults) */
+            cm->wr1 = cm->wx, cm->wr2 = cm->wx + CM_SETS * cm->n_x, cm->w3 = cm->wr2 + CMV_SETS2 * cm->n_x;
         if (tables) ok &= (cm->run = skv_big_alloc(sizeof(uint32_t) * CM_RUN << cm->run_bits)) != NULL;
     }
     if (cm->fmt3) { /* (not tables: derived from the history, never in a snapshot) */
