@@ -13,6 +13,8 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - cors_preflight: OPTIONS answers without a key, with llama-server's headers.
 - context_errors: a prompt over the context is exceed_context_size_error with
   n_prompt_tokens and n_ctx; a generation stopped by a full context is "truncated".
+- abandoned_request_frees_slot: a client that hangs up on a long non-streamed request
+  frees its slot within a moment (the bundled model, slower than stories260K).
 - seeded_sampling_is_llama_servers: a fixed seed gives the same text twice, and the default
   chain (top-k 40, top-p 0.95, min-p 0.05, temperature 0.8, std::mt19937) reproduces the
   sample llama.cpp's test_completion checks ("(going|bed)+").
@@ -137,6 +139,24 @@ def context_errors(tmp):
         s.stop()
 
 
+def abandoned_request_frees_slot(tmp):
+    import socket
+    import time
+    s = Server("-c", "4096", log=os.path.join(tmp, "abandon.log"))
+    try:
+        body = json.dumps({"prompt": "In the beginning", "n_predict": 4000, "temperature": 0}).encode()
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        time.sleep(0.3)
+        c.close()
+        time.sleep(1.0)
+        code, slots = s.json("/slots")
+        check(code == 200 and not slots[0]["is_processing"] and slots[0]["n_past"] < 4000,
+              "the slot still works for a client that left: %s" % slots)
+    finally:
+        s.stop()
+
+
 def seeded_sampling_is_llama_servers(tmp):
     s = serve(tmp, "--seed", "42", "-np", "2", "-c", "512")
     try:
@@ -151,7 +171,7 @@ def seeded_sampling_is_llama_servers(tmp):
 def main():
     rep = Reporter("test_server_dropin")
     cases = [llama_server_command_line_starts, chat_template_sources, chatml_fallback, unsupported_fields_refused,
-             cors_preflight, context_errors, seeded_sampling_is_llama_servers]
+             cors_preflight, context_errors, abandoned_request_frees_slot, seeded_sampling_is_llama_servers]
     if not os.path.isfile(MODEL):
         for c in cases:
             rep.report(c.__name__, testenv.missing("SKIP", "FAIL"), "stories260K not found (../shared)")

@@ -271,7 +271,7 @@ static int run(srv_req *r, srv_job *j)
                            : srv_reply_error(r, 400, "no slot with that id_slot");
     }
     if (j->stream) return srv_reply_stream(r, j);
-    srv_job_wait(j);
+    srv_job_wait(j, r->sink->alive, r);
     int rc = j->status ? srv_reply_error(r, j->status, "generation failed: %s", j->err)
                        : srv_reply_json(r, 200, srv_reply_final(r->s, j));
     srv_job_unref(j);

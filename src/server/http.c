@@ -6,6 +6,7 @@
  * the limit is answered 413 before any of the body is read; a reserved connection
  * (conns.c) answers /health and 503 to the rest as soon as its headers are in. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include "core/fpguard.h"
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -99,7 +100,18 @@ static int mhd_stream(srv_req *r, srv_job *j)
     return mhd_queue(r->conn, 200, resp, "text/event-stream");
 }
 
-static const srv_sink mhd_sink = {mhd_text, mhd_stream};
+/* 0 when the client has closed its end: its socket reads as at the end without blocking. */
+static int mhd_alive(void *arg)
+{
+    const srv_req *r = arg;
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char b;
+    if (!i) return 1;
+    ssize_t n = recv(i->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return !(n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR));
+}
+
+static const srv_sink mhd_sink = {mhd_text, mhd_stream, mhd_alive};
 
 /* Grows the body buffer to cap bytes, charged first; 0 or a refusal (413, 503, 500). */
 static int body_room(conn_st *cs, size_t cap)

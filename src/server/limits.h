@@ -16,6 +16,7 @@
 #define SRV_QUEUE_MAX 64               /* requests waiting for a slot (503 beyond) */
 #define SRV_MAX_PARALLEL 64            /* --parallel */
 #define SRV_MIN_SLOT_CTX 8             /* positions a slot needs at least (-c / --parallel) */
+#define SRV_ALIVE_CHECK_MS 200        /* a waiting non-streamed request checks its client this often */
 #define SRV_KEEPALIVE_S 5              /* a streamed ": keep-alive" comment after this idle time */
 #define SRV_MAX_FILENAME 255          /* slot file names: [A-Za-z0-9._-], not starting with a dot */
 #define SRV_MAX_SLOT_FILE (256u << 20) /* bytes of a slot file read back (restore) */

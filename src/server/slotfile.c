@@ -82,7 +82,7 @@ static int run_action(srv_req *r, srv_job *j)
         srv_job_unref(j);
         return srv_reply_error(r, code, "%s", code == 503 ? "the queue is full: retry later" : "Invalid slot ID");
     }
-    srv_job_wait(j);
+    srv_job_wait(j, NULL, NULL); /* a slot action runs to its end */
     int rc = j->status ? srv_reply_error(r, j->status, "%s", j->err) : srv_reply_json(r, 200, action_reply(j));
     srv_job_unref(j);
     return rc;

@@ -96,10 +96,19 @@ void srv_job_unref(srv_job *j)
     free(j);
 }
 
-void srv_job_wait(srv_job *j)
+void srv_job_wait(srv_job *j, int (*alive)(void *), void *arg)
 {
+    struct timespec until;
     pthread_mutex_lock(&j->mu);
-    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+    while (!j->done) {
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += SRV_ALIVE_CHECK_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        /* every new token signals cv: wait out the whole interval, then ask */
+        while (!j->done && !pthread_cond_timedwait(&j->cv, &j->mu, &until)) {
+        }
+        if (!j->done && alive && !alive(arg)) atomic_store(&j->cancel, 1); /* gone: the slot stops at its next token */
+    }
     pthread_mutex_unlock(&j->mu);
 }
 

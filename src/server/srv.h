@@ -150,8 +150,9 @@ void srv_job_unref(srv_job *j);
 /* Hands the job to a slot (takes a reference). 0, or 503 when the queue is full, 400 when
  * id_slot names no slot. */
 int srv_pool_submit(srv_pool *p, srv_job *j);
-/* Blocks until the job is done. */
-void srv_job_wait(srv_job *j);
+/* Blocks until the job is done; every SRV_ALIVE_CHECK_MS asks alive(arg) (NULL: never) and
+ * cancels the job when the client is gone, so an abandoned request frees its slot. */
+void srv_job_wait(srv_job *j, int (*alive)(void *), void *arg);
 int srv_pool_start(srv *s, srv_pool **out);
 void srv_pool_stop(srv_pool *p);
 /* GET /slots: one object per slot. */
@@ -210,6 +211,7 @@ typedef struct srv_req srv_req;
 typedef struct srv_sink {
     int (*text)(srv_req *r, int code, const char *type, char *text); /* takes text (malloc'ed) */
     int (*stream)(srv_req *r, srv_job *j);                           /* takes j's reference */
+    int (*alive)(void *r);                                            /* 0: the client is gone (NULL: never) */
 } srv_sink;
 struct srv_req {
     srv *s;
