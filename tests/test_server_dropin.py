@@ -7,9 +7,10 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - chat_template_sources: --chat-template-file and a template's text given to
   --chat-template are used as templates; POST /apply-template shows the prompt.
 - chatml_fallback: a model without a template renders chatml, as llama-server.
-- unsupported_fields_refused: grammar, json_schema, response_format json, logit_bias,
-  n_probs, logprobs, n > 1, response_fields, echo and image parts are 400s naming the field,
-  never a silent 200; their neutral values pass.
+- unsupported_fields_refused: grammar, json_schema, response_format json, n_probs,
+  logprobs, n > 1, response_fields, echo and image parts are 400s naming the field, never a
+  silent 200; their neutral values pass; logit_bias works in llama-server's three forms and
+  a malformed one is a 400.
 - cors_preflight: OPTIONS answers without a key, with llama-server's headers.
 - context_errors: a prompt over the context is exceed_context_size_error with
   n_prompt_tokens and n_ctx; a generation stopped by a full context is "truncated".
@@ -98,18 +99,28 @@ def unsupported_fields_refused(tmp):
     s = serve(tmp)
     try:
         refused = [("grammar", "root ::= \"a\""), ("json_schema", {"type": "string"}),
-                   ("response_format", {"type": "json_object"}), ("logit_bias", {"1": -100}), ("n_probs", 3),
+                   ("response_format", {"type": "json_object"}), ("n_probs", 3),
                    ("logprobs", True), ("n", 2), ("response_fields", ["content"]), ("echo", True)]
         for field, value in refused:
             code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, field: value})
             check(code == 400 and field in r["error"]["message"], "%s: %d %s" % (field, code, r))
-        neutral = {"n": 1, "logprobs": False, "logit_bias": {}, "grammar": "", "response_format": {"type": "text"}}
+        neutral = {"n": 1, "logprobs": False, "grammar": "", "response_format": {"type": "text"}}
         code, r = s.json("/v1/chat/completions", dict(neutral, messages=[{"role": "user", "content": "hi"}],
                                                       max_tokens=2))
         check(code == 200, "neutral values refused: %s" % r)
         code, r = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "data:,"}}]}]})
         check(code == 400 and "image_url" in r["error"]["message"], "image part: %d %s" % (code, r))
+        for bad in ({"1": "x"}, [[1]], [["a", -1, 2]], 7, [[10 ** 6, -1]]):
+            code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, "logit_bias": bad})
+            check(code == 400 and "logit_bias" in r["error"]["message"], "logit_bias %s: %d %s" % (bad, code, r))
+        # logit_bias in its three forms: the banned token never appears in a greedy run
+        body = {"prompt": "Once upon a time", "n_predict": 24, "temperature": 0}
+        plain = s.json("/completion", dict(body, return_tokens=True))[1]
+        first = plain["tokens"][0]
+        for lb in ([[first, False]], {str(first): -100}, [[plain["content"][:3], -100]]):
+            code, r = s.json("/completion", dict(body, return_tokens=True, logit_bias=lb))
+            check(code == 200 and first not in r["tokens"], "logit_bias %s: %s" % (lb, r.get("tokens")))
     finally:
         s.stop()
 

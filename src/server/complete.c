@@ -1,6 +1,7 @@
 /* The completion routes: llama-server's POST /completion and OpenAI's /v1/completions and
  * /v1/chat/completions. Each parses and validates its body into a job (prompt tokens,
  * sampling, stops), hands it to the slots and replies with the finished result or a stream. */
+#include <math.h>
 #include <stdint.h>
 #include "core/fpguard.h"
 #include <stdio.h>
@@ -216,7 +217,7 @@ static const struct unsupported {
     int (*neutral)(const json_t *v);
 } k_unsupported[] = {
     {"grammar", is_blank},         {"json_schema", is_empty},     {"response_format", is_text_format},
-    {"logit_bias", is_empty},      {"n_probs", is_off},           {"logprobs", is_off},
+    {"n_probs", is_off},           {"logprobs", is_off},
     {"top_logprobs", is_off},      {"n", is_one},                 {"response_fields", is_empty},
     {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
     {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
@@ -237,16 +238,76 @@ static int refuse_unsupported(const json_t *b, char *err, size_t errcap)
     return 0;
 }
 
+/* ---- logit_bias, in llama-server's forms: [[KEY, VALUE], ...] or {"KEY": VALUE, ...};
+ * KEY a token id (a number, or in an object a string of digits) or a text whose every
+ * token gets VALUE; VALUE a number, or false for "never". ---- */
+static int bias_add(srv_job *j, int32_t id, double v, int n_vocab)
+{
+    if (id < 0 || id >= n_vocab || j->n_bias >= SRV_MAX_LOGIT_BIAS) return -1;
+    j->bias[j->n_bias++] = (struct srv_bias){id, (float)v};
+    return 0;
+}
+
+/* One entry: key an id (text NULL) or a text whose every token gets the value. */
+static int bias_entry(const srv *s, srv_job *j, json_int_t id, const char *text, const json_t *val)
+{
+    double v = json_is_false(val) ? -INFINITY : json_number_value(val);
+    size_t n = 0;
+    if (!json_is_number(val) && !json_is_false(val)) return -1;
+    if (!text) return id < 0 || id > INT32_MAX ? -1 : bias_add(j, (int32_t)id, v, s->info.n_vocab);
+    if (strlen(text) > SRV_MAX_STOP_LEN * 4) return -1;
+    int32_t *t = srv_tokenize(s, text, strlen(text), 0, &n);
+    int rc = t ? 0 : -1;
+    for (size_t i = 0; t && i < n && !rc; i++) rc = bias_add(j, t[i], v, s->info.n_vocab);
+    free(t);
+    return rc;
+}
+
+/* An object's key: a token id when it is all digits (OpenAI's form), else a text. */
+static int bias_key(const srv *s, srv_job *j, const char *k, const json_t *v)
+{
+    size_t d = strspn(k, "0123456789");
+    return *k && !k[d] && d < 10 ? bias_entry(s, j, strtol(k, NULL, 10), NULL, v) : bias_entry(s, j, 0, k, v);
+}
+
+static int parse_bias(const srv *s, srv_job *j, const json_t *b, char *err, size_t errcap)
+{
+    json_t *lb = json_object_get(b, "logit_bias"), *v;
+    const char *k;
+    size_t i;
+    int bad = 0;
+    if (!lb || json_is_null(lb) || (json_is_array(lb) && !json_array_size(lb)) || (json_is_object(lb) && !json_object_size(lb)))
+        return 0;
+    if (!(j->bias = calloc(SRV_MAX_LOGIT_BIAS, sizeof *j->bias))) return snprintf(err, errcap, "out of memory"), -1;
+    if (json_is_object(lb)) {
+        json_object_foreach(lb, k, v) bad |= bias_key(s, j, k, v);
+    } else if (json_is_array(lb)) {
+        json_array_foreach(lb, i, v) {
+            const json_t *key = json_array_get(v, 0);
+            bad |= json_array_size(v) != 2 || (!json_is_integer(key) && !json_is_string(key)) ||
+                   bias_entry(s, j, json_integer_value(key), json_string_value(key), json_array_get(v, 1));
+        }
+    } else {
+        bad = 1;
+    }
+    if (bad) snprintf(err, errcap, "\"logit_bias\": [[token id or text, number or false], ...] or {\"id or text\": "
+                      "number or false}, at most %d tokens in the vocabulary", SRV_MAX_LOGIT_BIAS);
+    return bad ? -1 : 0;
+}
+
 /* A new job from body b (n_key: the field that caps the generated tokens). */
 static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size_t errcap)
 {
     srv_job *j = srv_job_new(), req = {0};
     if (!j) return snprintf(err, errcap, "out of memory"), NULL;
-    if (refuse_unsupported(r->body, err, errcap) || parse_params(r->s, &req, r->body, n_key, err, errcap)) {
+    if (refuse_unsupported(r->body, err, errcap) || parse_params(r->s, &req, r->body, n_key, err, errcap) ||
+        parse_bias(r->s, &req, r->body, err, errcap)) {
         for (int i = 0; i < req.n_stop; i++) free(req.stop[i]);
+        free(req.bias);
         srv_job_unref(j);
         return NULL;
     }
+    j->bias = req.bias, j->n_bias = req.n_bias;
     j->n_predict = req.n_predict, j->top_k = req.top_k, j->temp = req.temp, j->top_p = req.top_p;
     j->min_p = req.min_p, j->repeat_penalty = req.repeat_penalty, j->presence_penalty = req.presence_penalty;
     j->frequency_penalty = req.frequency_penalty, j->repeat_last_n = req.repeat_last_n;

@@ -1,4 +1,4 @@
-/* Sampling as llama-server samples: its default chain (repetition penalties, top-k, top-p,
+/* Sampling as llama-server samples: its default chain (logit biases, repetition penalties, top-k, top-p,
  * min-p, temperature, then a draw), each step in llama.cpp's order of float operations, the
  * draw from std::mt19937 seeded with the request's seed (core/mt19937.h); temperature 0 is
  * greedy. The exponentials are core/detmath's rounded to float, so a seed gives the same
@@ -140,6 +140,7 @@ int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, const int
     cands s = {scratch, (size_t)n_vocab, 0};
     int32_t *count = (int32_t *)(void *)(s.c + n_vocab);
     for (int32_t i = 0; i < n_vocab; i++) s.c[i] = (cand){logits[i], 0.0f, i};
+    for (size_t i = 0; i < j->n_bias; i++) s.c[j->bias[i].id].logit += j->bias[i].bias; /* llama.cpp: first */
     penalize(s.c, j, hist, n_hist, count);
     top_k(&s, j->top_k);
     top_p(&s, (float)j->top_p);

@@ -91,6 +91,7 @@ void srv_job_unref(srv_job *j)
     free(j->prompt);
     free(j->text);
     free(j->gen);
+    free(j->bias);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);

@@ -64,6 +64,8 @@ typedef struct srv_job {
     int n_predict, top_k, cache_prompt, id_slot, fmt, stream, usage_chunk, n_probs;
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int repeat_last_n;
+    struct srv_bias { int32_t id; float bias; } *bias; /* logit_bias: added to the logits first */
+    size_t n_bias;
     uint64_t seed;
     char *stop[SRV_MAX_STOP];
     int n_stop;
