@@ -16,6 +16,9 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
   n_prompt_tokens and n_ctx; a generation stopped by a full context is "truncated".
 - abandoned_request_frees_slot: a client that hangs up on a long non-streamed request
   frees its slot within a moment (the bundled model, slower than stories260K).
+- token_probabilities: n_probs (llama-server) and logprobs + top_logprobs (OpenAI chat),
+  streamed one token a chunk or not: log-probabilities <= 0 that sum (over the top ones)
+  to at most 1, the chosen greedy token the most likely.
 - seeded_sampling_is_llama_servers: a fixed seed gives the same text twice, and the default
   chain (top-k 40, top-p 0.95, min-p 0.05, temperature 0.8, std::mt19937) reproduces the
   sample llama.cpp's test_completion checks ("(going|bed)+").
@@ -99,8 +102,8 @@ def unsupported_fields_refused(tmp):
     s = serve(tmp)
     try:
         refused = [("grammar", "root ::= \"a\""), ("json_schema", {"type": "string"}),
-                   ("response_format", {"type": "json_object"}), ("n_probs", 3),
-                   ("logprobs", True), ("n", 2), ("response_fields", ["content"]), ("echo", True)]
+                   ("response_format", {"type": "json_object"}), ("n", 2), ("response_fields", ["content"]),
+                   ("echo", True), ("post_sampling_probs", True)]
         for field, value in refused:
             code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, field: value})
             check(code == 400 and field in r["error"]["message"], "%s: %d %s" % (field, code, r))
@@ -168,6 +171,38 @@ def abandoned_request_frees_slot(tmp):
         s.stop()
 
 
+def token_probabilities(tmp):
+    import math
+    from harness import sse
+    s = serve(tmp)
+    try:
+        body = {"prompt": "Once upon a time", "n_predict": 6, "temperature": 0, "n_probs": 5}
+        code, r = s.json("/completion", body)
+        cp = r.get("completion_probabilities", [])
+        check(code == 200 and len(cp) == 6, "n_probs: %d %s" % (code, r))
+        for t in cp:
+            top = t["top_logprobs"]
+            check(len(top) == 5 and t["logprob"] <= 0 and top[0]["id"] == t["id"] and
+                  sum(math.exp(x["logprob"]) for x in top) <= 1.0 + 1e-6 and
+                  all(top[i]["logprob"] >= top[i + 1]["logprob"] for i in range(4)), "greedy token probs: %s" % t)
+        code, text = s.curl("/completion", dict(body, stream=True))
+        chunks = [json.loads(d) for d in sse(text)]
+        body_chunks = [c for c in chunks if not c["stop"]]
+        check(len(body_chunks) == 6 and all(len(c["completion_probabilities"]) == 1 for c in body_chunks) and
+              [c["completion_probabilities"][0]["id"] for c in body_chunks] == [t["id"] for t in cp],
+              "streamed: %s" % chunks[:2])
+        code, r = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                                                  "logprobs": True, "top_logprobs": 2, "temperature": 0})
+        check(isinstance(r, dict), "chat logprobs: %d %r" % (code, r))
+        content = r["choices"][0].get("logprobs", {}).get("content", [])
+        check(code == 200 and len(content) == 3 and all(len(c["top_logprobs"]) == 2 for c in content),
+              "chat logprobs: %s" % r)
+        code, r = s.json("/completion", dict(body, n_probs=1000))
+        check(code == 400 and "n_probs" in r["error"]["message"], "n_probs 1000: %d %s" % (code, r))
+    finally:
+        s.stop()
+
+
 def seeded_sampling_is_llama_servers(tmp):
     s = serve(tmp, "--seed", "42", "-np", "2", "-c", "512")
     try:
@@ -182,7 +217,8 @@ def seeded_sampling_is_llama_servers(tmp):
 def main():
     rep = Reporter("test_server_dropin")
     cases = [llama_server_command_line_starts, chat_template_sources, chatml_fallback, unsupported_fields_refused,
-             cors_preflight, context_errors, abandoned_request_frees_slot, seeded_sampling_is_llama_servers]
+             cors_preflight, context_errors, abandoned_request_frees_slot, token_probabilities,
+             seeded_sampling_is_llama_servers]
     if not os.path.isfile(MODEL):
         for c in cases:
             rep.report(c.__name__, testenv.missing("SKIP", "FAIL"), "stories260K not found (../shared)")

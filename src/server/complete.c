@@ -217,8 +217,7 @@ static const struct unsupported {
     int (*neutral)(const json_t *v);
 } k_unsupported[] = {
     {"grammar", is_blank},         {"json_schema", is_empty},     {"response_format", is_text_format},
-    {"n_probs", is_off},           {"logprobs", is_off},
-    {"top_logprobs", is_off},      {"n", is_one},                 {"response_fields", is_empty},
+    {"n", is_one},                 {"response_fields", is_empty},
     {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
     {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
     {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
@@ -295,6 +294,30 @@ static int parse_bias(const srv *s, srv_job *j, const json_t *b, char *err, size
     return bad ? -1 : 0;
 }
 
+/* n_probs (llama-server) or logprobs + top_logprobs (OpenAI chat): what to record. */
+static int parse_probs(srv_job *j, json_t *b, int fmt, char *err, size_t errcap)
+{
+    json_int_t n = 0, top = 0;
+    int lp = 0;
+    if (fmt == SRV_FMT_LLAMA) {
+        if (json_unpack(b, "{s?I}", "n_probs", &n) || n < 0 || n > SRV_MAX_N_PROBS)
+            return snprintf(err, errcap, "\"n_probs\": an integer 0..%d", SRV_MAX_N_PROBS), -1;
+    } else if (fmt == SRV_FMT_OAI_CHAT) {
+        if (json_unpack(b, "{s?b,s?I}", "logprobs", &lp, "top_logprobs", &top) || top < 0 ||
+            top > SRV_MAX_N_PROBS || (top && !lp))
+            return snprintf(err, errcap, "\"logprobs\": a boolean; \"top_logprobs\": 0..%d with logprobs true",
+                            SRV_MAX_N_PROBS), -1;
+        n = top;
+    } else if (!is_off(json_object_get(b, "logprobs"))) {
+        return snprintf(err, errcap, "\"logprobs\" of /v1/completions is not supported by seqkv serve yet; leave it out"), -1;
+    }
+    j->n_probs = (int)n, j->want_probs = n > 0 || lp;
+    if (j->want_probs && !(j->tok_end = malloc(((size_t)j->n_predict + 1) * sizeof *j->tok_end)))
+        return snprintf(err, errcap, "out of memory"), -1;
+    for (int i = 0; j->tok_end && i <= j->n_predict; i++) j->tok_end[i] = SIZE_MAX; /* not appended yet */
+    return 0;
+}
+
 /* A new job from body b (n_key: the field that caps the generated tokens). */
 static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size_t errcap)
 {
@@ -315,6 +338,10 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
     j->usage_chunk = req.usage_chunk, j->created = req.created, j->fmt = fmt, j->n_stop = req.n_stop;
     j->n_keep = req.n_keep, j->n_discard = req.n_discard, j->return_tokens = req.return_tokens;
     memcpy(j->stop, req.stop, sizeof j->stop);
+    if (parse_probs(j, r->body, fmt, err, errcap)) {
+        srv_job_unref(j);
+        return NULL;
+    }
     static atomic_ullong ids;
     snprintf(j->id, sizeof j->id, "%s-%llx-%llu", fmt == SRV_FMT_OAI_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)j->created, (unsigned long long)atomic_fetch_add(&ids, 1));

@@ -91,12 +91,20 @@ static json_t *llama_extra(const srv *s, const srv_job *j, json_t *o)
     return o;
 }
 
-static json_t *llama_final(const srv *s, const srv_job *j, json_t *content)
+static json_t *llama_final_base(const srv *s, const srv_job *j, json_t *content)
 {
     return llama_extra(s, j, json_pack("{s:o,s:b,s:i,s:s,s:I,s:I,s:I,s:b,s:s,s:s,s:o}", "content", content, "stop", 1, "id_slot", j->slot,
                      "model", s->model_id, "tokens_predicted", (json_int_t)j->n_gen, "tokens_evaluated",
                      (json_int_t)j->n_prompt, "tokens_cached", (json_int_t)(j->n_prompt + j->n_gen), "truncated", j->truncated,
                      "stop_type", stop_type(j), "stopping_word", j->stopping_word, "timings", timings(j)));
+}
+
+static json_t *llama_final(const srv *s, const srv_job *j, json_t *content)
+{
+    json_t *o = llama_final_base(s, j, content);
+    if (o && j->want_probs && !j->stream)
+        json_object_set_new(o, "completion_probabilities", srv_probs_json(s, j, 0, j->n_gen));
+    return o;
 }
 
 static json_t *oai_choice(const srv_job *j, json_t *text, int delta)
@@ -120,8 +128,10 @@ json_t *srv_reply_final(const srv *s, srv_job *j)
     json_t *text = text_slice(j, 0, j->len);
     pthread_mutex_unlock(&j->mu);
     if (j->fmt == SRV_FMT_LLAMA) return llama_final(s, j, text);
-    json_t *o = oai_object(s, j, json_pack("[o]", oai_choice(j, text, 0)),
-                           j->fmt == SRV_FMT_OAI_CHAT ? "chat.completion" : "text_completion");
+    json_t *c = oai_choice(j, text, 0);
+    if (c && j->want_probs)
+        json_object_set_new(c, "logprobs", json_pack("{s:o}", "content", srv_probs_json(s, j, 0, j->n_gen)));
+    json_t *o = oai_object(s, j, json_pack("[o]", c), j->fmt == SRV_FMT_OAI_CHAT ? "chat.completion" : "text_completion");
     json_object_set_new(o, "usage", usage_marked(j));
     json_object_set_new(o, "timings", timings(j));
     return o;
@@ -151,20 +161,31 @@ static json_t *chunk(const srv *s, const srv_job *j, json_t *choice)
     return oai_object(s, j, choice ? json_pack("[o]", choice) : json_array(), object);
 }
 
-/* The ids generated since the last chunk (llama-server sends each chunk's "tokens"). */
-static json_t *new_tokens(srv_job *j)
+/* ids [n_streamed, to) as a JSON array. */
+static json_t *ids_json(const srv_job *j, size_t to)
 {
     json_t *a = json_array();
-    for (; a && j->n_streamed < j->n_gen; j->n_streamed++) json_array_append_new(a, json_integer(j->gen[j->n_streamed]));
+    for (size_t k = j->n_streamed; a && k < to; k++) json_array_append_new(a, json_integer(j->gen[k]));
     return a;
 }
 
-static json_t *delta(const srv *s, srv_job *j, json_t *text)
+/* The next chunk: text, and the tokens [n_streamed, to) with their probabilities when asked
+ * (llama-server sends each chunk's "tokens" and "completion_probabilities"). */
+static json_t *delta(const srv *s, srv_job *j, json_t *text, size_t to)
 {
-    if (j->fmt == SRV_FMT_LLAMA)
-        return json_pack("{s:o,s:o,s:b,s:i,s:I,s:i}", "content", text, "tokens", new_tokens(j), "stop", 0, "id_slot",
-                         j->slot, "tokens_predicted", (json_int_t)j->n_gen, "index", 0);
-    return chunk(s, j, oai_choice(j, text, 1));
+    json_t *o;
+    if (j->fmt == SRV_FMT_LLAMA) {
+        o = json_pack("{s:o,s:o,s:b,s:i,s:I,s:i}", "content", text, "tokens", ids_json(j, to), "stop", 0, "id_slot",
+                      j->slot, "tokens_predicted", (json_int_t)j->n_gen, "index", 0);
+        if (o && j->want_probs) json_object_set_new(o, "completion_probabilities", srv_probs_json(s, j, j->n_streamed, to));
+    } else {
+        json_t *c = oai_choice(j, text, 1);
+        if (c && j->want_probs)
+            json_object_set_new(c, "logprobs", json_pack("{s:o}", "content", srv_probs_json(s, j, j->n_streamed, to)));
+        o = chunk(s, j, c);
+    }
+    j->n_streamed = to;
+    return o;
 }
 
 static void finish(const srv *s, const srv_job *j, char **acc, size_t *len)
@@ -187,13 +208,30 @@ static void finish(const srv *s, const srv_job *j, char **acc, size_t *len)
     if (a) memcpy(a + *len, "data: [DONE]\n\n", 15), *len += 14, *acc = a;
 }
 
-/* Waits for new text, the end, or the keep-alive interval; caller holds j->mu. */
+/* 1 when a chunk can go out: its text ends at *to, its tokens end at *tok. With
+ * probabilities a chunk carries exactly one token (llama-server's), once the token's text is
+ * released; otherwise all released text and every token so far. Caller holds j->mu. */
+static int pending(const srv_job *j, size_t sent, size_t *to, size_t *tok)
+{
+    if (!j->tok_end) {
+        *to = j->safe, *tok = j->n_gen;
+        return j->safe > sent;
+    }
+    size_t k = j->n_streamed, e = k < j->n_gen ? j->tok_end[k] : SIZE_MAX;
+    if (e == SIZE_MAX || (e > j->safe && !j->done)) return 0; /* not appended yet, or held back */
+    e = e < j->safe ? e : j->safe;
+    *to = e > sent ? e : sent, *tok = k + 1;
+    return 1;
+}
+
+/* Waits for a chunk, the end, or the keep-alive interval; caller holds j->mu. */
 static int wait_news(srv_job *j, size_t sent)
 {
     struct timespec until;
+    size_t to, tok;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += SRV_KEEPALIVE_S;
-    while (j->safe <= sent && !j->done)
+    while (!pending(j, sent, &to, &tok) && !j->done)
         if (pthread_cond_timedwait(&j->cv, &j->mu, &until)) return 0;
     return 1;
 }
@@ -215,9 +253,10 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
         if (k) *len = strlen(k);
         return k;
     }
-    if (j->safe > *sent) {
-        event(&acc, len, delta(s, j, text_slice(j, *sent, j->safe)));
-        *sent = j->safe;
+    size_t to, tok;
+    if (pending(j, *sent, &to, &tok)) {
+        event(&acc, len, delta(s, j, text_slice(j, *sent, to), tok));
+        *sent = to;
     } else {
         finish(s, j, &acc, len);
         *state = ST_END;

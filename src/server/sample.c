@@ -263,6 +263,7 @@ int srv_job_append(srv_job *j, const skv_model *m, int32_t tok)
     pthread_mutex_lock(&j->mu);
     size_t from = j->len;
     int stop = text_add(j, piece, n) ? 1 : stop_cut(j, from);
+    if (j->tok_end && j->n_gen) j->tok_end[j->n_gen - 1] = j->len; /* one token a stream chunk (n_probs) */
     if (!stop) {
         size_t safe = srv_utf8_complete(j->text, j->len - stop_hold(j));
         if (safe > j->safe) j->safe = safe;

@@ -92,6 +92,8 @@ void srv_job_unref(srv_job *j)
     free(j->text);
     free(j->gen);
     free(j->bias);
+    free(j->probs);
+    free(j->tok_end);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -228,17 +230,22 @@ static int run_prompt(slot *sl, srv_job *j)
     return 0;
 }
 
-static int gen_push(srv_job *j, int32_t tok)
+/* Appends tok to the generated ids (and its probabilities when asked), under the job's
+ * lock: a streaming reader reads them. */
+static int gen_push(srv_job *j, int32_t tok, const float *logits, int n_vocab)
 {
+    int rc = 0;
+    pthread_mutex_lock(&j->mu);
     if (j->n_gen == j->gen_cap) {
         size_t cap = j->gen_cap ? j->gen_cap * 2 : 64;
         int32_t *g = realloc(j->gen, cap * sizeof *g);
-        if (!g) return -1;
-        j->gen = g;
-        j->gen_cap = cap;
+        if (g) j->gen = g, j->gen_cap = cap;
+        else rc = -1;
     }
-    j->gen[j->n_gen++] = tok;
-    return 0;
+    if (!rc && j->want_probs) rc = srv_probs_record(j, logits, n_vocab, tok);
+    if (!rc) j->gen[j->n_gen++] = tok;
+    pthread_mutex_unlock(&j->mu);
+    return rc;
 }
 
 /* Runs the pending tokens as one step; called with bmu held, returns with it held. */
@@ -311,7 +318,7 @@ static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
     const srv *s = sl->pool->s;
     int32_t tok = srv_sample(sl->logits, s->info.n_vocab, j, sl->tokens, sl->n_tokens, rng, sl->scratch);
     if (tok == s->info.eos_id) return j->finish = "stop", 1;
-    if (gen_push(j, tok)) return SKV_ERR_NOMEM;
+    if (gen_push(j, tok, sl->logits, s->info.n_vocab)) return SKV_ERR_NOMEM;
     if (srv_job_append(j, s->model, tok)) return j->finish = "stop", 1;
     if (j->n_gen >= (size_t)j->n_predict) return j->finish = "length", 1;
     /* as llama-server: prompt + generated tokens never exceed n_ctx (the last one needs no KV) */

@@ -62,6 +62,7 @@ typedef struct srv_job {
     int32_t *prompt;
     size_t n_prompt;
     int n_predict, top_k, cache_prompt, id_slot, fmt, stream, usage_chunk, n_probs;
+    int want_probs;            /* n_probs > 0 or OpenAI's logprobs: record srv_prob per token */
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int repeat_last_n;
     struct srv_bias { int32_t id; float bias; } *bias; /* logit_bias: added to the logits first */
@@ -79,6 +80,9 @@ typedef struct srv_job {
     int32_t *gen;     /* generated tokens */
     size_t n_gen, gen_cap;
     size_t n_streamed;         /* of gen, ids already sent in stream chunks */
+    struct srv_prob { int32_t id; float logprob; } *probs; /* n_probs: per token, it and the top n */
+    size_t probs_cap;
+    size_t *tok_end;           /* n_probs: text length after each generated token (one token a chunk) */
     int started, done, status; /* status: HTTP code of a failure, 0 = ok */
     char err[256];
     const char *finish;        /* "stop" | "length" */
@@ -176,6 +180,15 @@ size_t srv_utf8_complete(const char *text, size_t len);
 char *srv_utf8_valid(const char *s, size_t n, size_t *out_len);
 /* Appends a token's bytes to the job (under its lock), applies stop strings; 1 = stop. */
 int srv_job_append(srv_job *j, const skv_model *m, int32_t tok);
+
+/* ---- token probabilities (probs.c) ---- */
+typedef struct srv_prob srv_prob;
+/* Records, for generated token n_gen (not yet pushed), tok's log-probability and the
+ * j->n_probs most likely tokens' under logits. 0, or -1 when out of memory. */
+int srv_probs_record(srv_job *j, const float *logits, int n_vocab, int32_t tok);
+/* llama-server's completion_probabilities of tokens [from, to) ({"id","token","bytes",
+ * "logprob","top_logprobs"}; OpenAI's logprobs.content has the same items). */
+json_t *srv_probs_json(const srv *s, const srv_job *j, size_t from, size_t to);
 
 /* ---- prompt cache (cache.c) ---- */
 typedef struct srv_cache srv_cache;
