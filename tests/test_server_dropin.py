@@ -9,7 +9,8 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - chatml_fallback: a model without a template renders chatml, as llama-server.
 - unsupported_fields_refused: grammar, json_schema, response_format json, n_probs,
   logprobs, n > 1, response_fields, echo and image parts are 400s naming the field, never a
-  silent 200; their neutral values pass; logit_bias works in llama-server's three forms and
+  silent 200; their neutral values pass; /infill on a model without FIM tokens is
+  llama-server's 501; logit_bias works in llama-server's three forms and
   a malformed one is a 400.
 - cors_preflight: OPTIONS answers without a key, with llama-server's headers.
 - context_errors: a prompt over the context is exceed_context_size_error with
@@ -114,6 +115,9 @@ def unsupported_fields_refused(tmp):
         code, r = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "data:,"}}]}]})
         check(code == 400 and "image_url" in r["error"]["message"], "image part: %d %s" % (code, r))
+        code, r = s.json("/infill", {"input_prefix": "a", "input_suffix": "b"})
+        check(code == 501 and "Infill is not supported by this model: prefix token is missing" in r["error"]["message"],
+              "infill without FIM tokens: %d %s" % (code, r))
         for bad in ({"1": "x"}, [[1]], [["a", -1, 2]], 7, [[10 ** 6, -1]]):
             code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, "logit_bias": bad})
             check(code == 400 and "logit_bias" in r["error"]["message"], "logit_bias %s: %d %s" % (bad, code, r))

@@ -44,3 +44,17 @@ char *srv_model_chat_template(const skv_model *m)
     t[s.len] = 0;
     return t;
 }
+
+int srv_model_fim(const skv_model *m, int32_t ids[3])
+{
+    static const char *keys[3] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
+                                  "tokenizer.ggml.fim_mid_token_id"};
+    int missing = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t v = -1;
+        if (!m->gguf || skv_gguf_get_int(m->gguf, keys[i], &v) || v < 0 || v > INT32_MAX) v = -1;
+        ids[i] = (int32_t)v;
+        missing |= (v < 0) << i;
+    }
+    return missing;
+}

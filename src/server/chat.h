@@ -2,7 +2,7 @@
  * --chat-template) rendered by the Jinja-subset interpreter of src/server/template*.c
  * (docs/templates.md), as llama.cpp applies templates (a leading system message merged into
  * the next one when the template has no system role). A model without a template gets the
- * built-in "simple" one ("User: ...\nAssistant:"). bos_token and eos_token render as "":
+ * built-in "chatml" one, as llama-server. bos_token and eos_token render as "":
  * the prompt is tokenized with the model's own BOS rule afterwards. */
 #ifndef SKV_SERVER_CHAT_H
 #define SKV_SERVER_CHAT_H

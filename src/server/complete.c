@@ -385,6 +385,68 @@ static int completion(srv_req *r, int fmt, const char *n_key)
 }
 
 int srv_rt_completion(srv_req *r) { return completion(r, SRV_FMT_LLAMA, "n_predict"); }
+
+/* /infill's inputs as llama-server checks them; 0, or -1 with err. */
+static int infill_inputs(const json_t *b, char *err, size_t errcap)
+{
+    const json_t *p = json_object_get(b, "prompt"), *x = json_object_get(b, "input_extra");
+    if (p && !json_is_string(p)) return snprintf(err, errcap, "\"prompt\" must be a string"), -1;
+    if (!json_is_string(json_object_get(b, "input_prefix"))) return snprintf(err, errcap, "\"input_prefix\" is required"), -1;
+    if (!json_is_string(json_object_get(b, "input_suffix"))) return snprintf(err, errcap, "\"input_suffix\" is required"), -1;
+    if (x && !json_is_array(x))
+        return snprintf(err, errcap, "\"input_extra\" must be an array of {\"filename\": string, \"text\": string}"), -1;
+    if (json_array_size(x)) return snprintf(err, errcap, "\"input_extra\" is not supported by seqkv serve yet"), -1;
+    return 0;
+}
+
+/* The prefix-suffix-middle prompt: BOS, FIM_PRE prefix, FIM_SUF suffix, FIM_MID prompt. */
+static int32_t *infill_prompt(const srv *s, const json_t *b, const int32_t fim[3], size_t *n)
+{
+    const char *part[3] = {json_string_value(json_object_get(b, "input_prefix")),
+                           json_string_value(json_object_get(b, "input_suffix")), json_string_value(json_object_get(b, "prompt"))};
+    size_t cap = 4, at = 0;
+    int32_t *out = malloc(cap * sizeof *out);
+    if (out && s->info.bos_id >= 0) out[at++] = s->info.bos_id;
+    for (int i = 0; out && i < 3; i++) {
+        size_t k = 0;
+        int32_t *t = srv_tokenize(s, part[i] ? part[i] : "", part[i] ? strlen(part[i]) : 0, 0, &k);
+        int32_t *grown = t ? realloc(out, (at + k + 1) * sizeof *out) : NULL;
+        if (!grown) {
+            free(t);
+            free(out);
+            return NULL;
+        }
+        out = grown;
+        out[at++] = fim[i];
+        memcpy(out + at, t, k * sizeof *t);
+        at += k;
+        free(t);
+    }
+    *n = at;
+    return out;
+}
+
+int srv_rt_infill(srv_req *r)
+{
+    char err[256];
+    int32_t fim[3];
+    int missing = srv_model_fim(r->s->model, fim);
+    if (missing)
+        return srv_reply_error(r, 501, "Infill is not supported by this model: %s%s%s", missing & 1 ? "prefix token is "
+                               "missing. " : "", missing & 2 ? "suffix token is missing. " : "", missing & 4 ?
+                               "middle token is missing. " : "");
+    if (infill_inputs(r->body, err, sizeof err)) return srv_reply_error(r, 400, "%s", err);
+    srv_job *j = job_from(r, SRV_FMT_LLAMA, "n_predict", err, sizeof err);
+    if (!j) return srv_reply_error(r, 400, "%s", err);
+    j->prompt = infill_prompt(r->s, r->body, fim, &j->n_prompt);
+    if (!j->prompt || j->n_prompt >= (size_t)r->s->n_ctx) {
+        size_t n = j->prompt ? j->n_prompt : 0;
+        srv_job_unref(j);
+        return n ? srv_reply_ctx_error(r, n, "the infill prompt exceeds the available context size")
+                 : srv_reply_error(r, 500, "the infill prompt could not be tokenized");
+    }
+    return run(r, j);
+}
 int srv_rt_oai_completion(srv_req *r) { return completion(r, SRV_FMT_OAI_TEXT, "max_tokens"); }
 
 /* A message's text: a string, or the text parts of an array of content parts joined with

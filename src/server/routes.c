@@ -177,6 +177,7 @@ static const route routes[] = {
     {"POST", "/v1/chat/completions", srv_rt_oai_chat, 0, 0, 0},
     {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0, 0},
     {"POST", "/apply-template", srv_rt_apply_template, 0, 0, 0},
+    {"POST", "/infill", srv_rt_infill, 0, 0, 0},
 };
 
 static int path_matches(const char *path, const char *url)

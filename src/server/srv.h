@@ -283,6 +283,11 @@ int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *
 /* The bytes of tokens as text (malloc'ed, NUL-terminated, UTF-8 made valid). */
 char *srv_detokenize(const srv *s, const int32_t *tok, size_t n, size_t *len);
 
+/* The model's fill-in-the-middle tokens (prefix, suffix, middle; -1 when absent): a mask of
+ * the missing ones (bit 0 prefix, 1 suffix, 2 middle), 0 when the model can infill. */
+int srv_model_fim(const skv_model *m, int32_t ids[3]);
+/* POST /infill (complete.c). */
+int srv_rt_infill(srv_req *r);
 /* The model's tokenizer.chat_template (malloc'ed), or NULL (chat.c). */
 char *srv_model_chat_template(const skv_model *m);
 
