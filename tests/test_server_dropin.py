@@ -7,11 +7,11 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - chat_template_sources: --chat-template-file and a template's text given to
   --chat-template are used as templates; POST /apply-template shows the prompt.
 - chatml_fallback: a model without a template renders chatml, as llama-server.
-- unsupported_fields_refused: grammar, json_schema, response_format json, n_probs,
-  logprobs, n > 1, response_fields, echo and image parts are 400s naming the field, never a
+- unsupported_fields_refused: grammar, json_schema, response_format json,
+  response_fields, echo, post-sampling probabilities and image parts are 400s naming the field, never a
   silent 200; their neutral values pass; /infill on a model without FIM tokens is
   llama-server's 501; logit_bias works in llama-server's three forms and
-  a malformed one is a 400.
+  a malformed one is a 400; a batch of prompts gives a list of results, n > 1 n choices.
 - cors_preflight: OPTIONS answers without a key, with llama-server's headers.
 - context_errors: a prompt over the context is exceed_context_size_error with
   n_prompt_tokens and n_ctx; a generation stopped by a full context is "truncated".
@@ -103,12 +103,26 @@ def unsupported_fields_refused(tmp):
     s = serve(tmp)
     try:
         refused = [("grammar", "root ::= \"a\""), ("json_schema", {"type": "string"}),
-                   ("response_format", {"type": "json_object"}), ("n", 2), ("response_fields", ["content"]),
+                   ("response_format", {"type": "json_object"}), ("response_fields", ["content"]),
                    ("echo", True), ("post_sampling_probs", True)]
         for field, value in refused:
             code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, field: value})
             check(code == 400 and field in r["error"]["message"], "%s: %d %s" % (field, code, r))
         neutral = {"n": 1, "logprobs": False, "grammar": "", "response_format": {"type": "text"}}
+        # several completions: a batch of prompts (a list of results), OpenAI's n (n choices)
+        ids = s.json("/tokenize", {"content": "Once upon", "add_special": True})[1]["tokens"]
+        code, r = s.json("/completion", {"prompt": [ids, "Once upon", {"prompt_string": "Once upon"}],
+                                         "n_predict": 4, "temperature": 0})
+        check(code == 200 and isinstance(r, list) and len(r) == 3 and r[0]["content"] == r[1]["content"] ==
+              r[2]["content"], "batch: %s" % r)
+        code, r = s.json("/completion", {"prompt": ids + ["a time"], "n_predict": 2, "temperature": 0})
+        check(code == 200 and isinstance(r, dict), "ids and text mixed: %s" % r)
+        code, r = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                                                  "n": 3})
+        check(code == 200 and [c["index"] for c in r["choices"]] == [0, 1, 2], "n 3: %s" % r)
+        for bad in ({"n": 0}, {"n": 17}, {"n": 2, "stream": True}):
+            code, r = s.json("/v1/chat/completions", dict(bad, messages=[{"role": "user", "content": "hi"}]))
+            check(code == 400, "%s: %d %s" % (bad, code, r))
         code, r = s.json("/v1/chat/completions", dict(neutral, messages=[{"role": "user", "content": "hi"}],
                                                       max_tokens=2))
         check(code == 200, "neutral values refused: %s" % r)

@@ -82,12 +82,71 @@ static int32_t *ids_of(const srv *s, const json_t *a, size_t *n, char *err, size
     return t;
 }
 
+static int all_ints(const json_t *a)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(a, i, v) if (!json_is_integer(v)) return 0;
+    return 1;
+}
+
+/* 1 when every item of a is a number or a string and some are numbers: llama-server's one
+ * prompt of ids and texts mixed. */
+static int is_mixed(const json_t *a)
+{
+    size_t i;
+    const json_t *v;
+    int ints = 0;
+    json_array_foreach(a, i, v) {
+        if (!json_is_integer(v) && !json_is_string(v)) return 0;
+        ints |= json_is_integer(v);
+    }
+    return ints;
+}
+
+/* A mixed prompt: the ids as they are, each text tokenized (with BOS when it comes first). */
+static int32_t *mixed_tokens(const srv *s, const json_t *a, size_t *n, char *err, size_t errcap)
+{
+    size_t i, at = 0, cap = 16;
+    const json_t *v;
+    int32_t *out = malloc(cap * sizeof *out);
+    json_array_foreach(a, i, v) {
+        size_t k = 1;
+        int32_t one = (int32_t)json_integer_value(v), *t = &one;
+        if (json_is_integer(v) && (json_integer_value(v) < 0 || json_integer_value(v) >= s->info.n_vocab)) {
+            free(out);
+            return snprintf(err, errcap, "prompt token %zu is not a token id in [0, %d)", i, s->info.n_vocab), NULL;
+        }
+        if (json_is_string(v)) t = srv_tokenize(s, json_string_value(v), json_string_length(v), i == 0, &k);
+        int32_t *grown = out && t && at + k > cap ? realloc(out, (cap = (at + k) * 2) * sizeof *out) : out;
+        if (!grown || !t || at + k >= (size_t)s->n_ctx) {
+            *n = at + k;
+            if (t != &one) free(t);
+            free(grown ? grown : out);
+            return snprintf(err, errcap, "the prompt could not be tokenized, or exceeds the context (%d tokens a slot)",
+                            s->n_ctx), NULL;
+        }
+        out = grown;
+        memcpy(out + at, t, k * sizeof *t);
+        at += k;
+        if (t != &one) free(t);
+    }
+    *n = at;
+    return out;
+}
+
 int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *err, size_t errcap)
 {
     int32_t *t = NULL;
     *n = 0;
     if (json_is_array(prompt) && json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0)))
         prompt = json_array_get(prompt, 0);
+    if (json_is_object(prompt)) { /* llama-server's {"prompt_string", "multimodal_data"} */
+        if (json_object_get(prompt, "multimodal_data"))
+            return snprintf(err, errcap, "multimodal_data is not supported by seqkv serve"), NULL;
+        prompt = json_object_get(prompt, "prompt_string");
+        if (!json_is_string(prompt)) return snprintf(err, errcap, "a prompt object needs a \"prompt_string\""), NULL;
+    }
     size_t len = json_string_length(prompt), least = len / (2 * s->max_piece);
     if (json_is_string(prompt) && least >= (size_t)s->n_ctx) { /* cheap: no tokenizer run */
         *n = least;
@@ -96,10 +155,14 @@ int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *
     } else if (json_is_string(prompt)) {
         t = srv_tokenize(s, json_string_value(prompt), len, 1, n);
         if (!t) snprintf(err, errcap, "the prompt could not be tokenized");
-    } else if (json_is_array(prompt)) {
+    } else if (json_is_array(prompt) && is_mixed(prompt) && !json_is_integer(json_array_get(prompt, 0))) {
+        t = mixed_tokens(s, prompt, n, err, errcap);
+    } else if (json_is_array(prompt) && is_mixed(prompt)) {
+        t = all_ints(prompt) ? ids_of(s, prompt, n, err, errcap) : mixed_tokens(s, prompt, n, err, errcap);
+    } else if (json_is_array(prompt) && !json_array_size(prompt)) {
         t = ids_of(s, prompt, n, err, errcap);
     } else {
-        snprintf(err, errcap, "\"prompt\" must be a string or an array of token ids");
+        snprintf(err, errcap, "\"prompt\" must be a string, an array of token ids, or ids and strings mixed");
     }
     if (t && (*n == 0 || *n >= (size_t)s->n_ctx)) {
         snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context size (%d tokens a slot)",
@@ -217,7 +280,7 @@ static const struct unsupported {
     int (*neutral)(const json_t *v);
 } k_unsupported[] = {
     {"grammar", is_blank},         {"json_schema", is_empty},     {"response_format", is_text_format},
-    {"n", is_one},                 {"response_fields", is_empty},
+    {"response_fields", is_empty},
     {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
     {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
     {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
@@ -366,20 +429,74 @@ static int run(srv_req *r, srv_job *j)
     return rc;
 }
 
+/* A list of prompts rather than one: its items are strings, token lists or llama-server's
+ * {"prompt_string", "multimodal_data"} objects (a single string in a list is one prompt). */
+static int is_batch(const json_t *p)
+{
+    const json_t *first = json_array_get(p, 0);
+    if (!json_is_array(p) || !first || is_mixed(p)) return 0;
+    return !(json_array_size(p) == 1 && json_is_string(first));
+}
+
+/* One prompt of a batch as tokens (an object's prompt_string; its media refused). */
+static int32_t *batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap)
+{
+    if (json_is_object(p)) {
+        if (json_array_size(json_object_get(p, "multimodal_data")))
+            return snprintf(err, errcap, "multimodal_data is not supported by seqkv serve"), NULL;
+        p = json_object_get(p, "prompt_string");
+        if (!json_is_string(p)) return snprintf(err, errcap, "a prompt object needs a \"prompt_string\""), NULL;
+    }
+    return srv_prompt_tokens(s, p, n, err, errcap);
+}
+
+/* The jobs of a request that asks for several completions: a batch of prompts, or OpenAI's
+ * n copies of one (its tokens given). */
+static int run_several(srv_req *r, int fmt, const char *n_key, const json_t *batch, const int32_t *tok, size_t n_tok,
+                       size_t n)
+{
+    char err[256];
+    srv_job *jobs[SRV_MAX_CHOICES] = {0};
+    size_t made = 0, at = 0;
+    if (n > SRV_MAX_CHOICES) return srv_reply_error(r, 400, "at most %d prompts or choices (n)", SRV_MAX_CHOICES);
+    if (json_is_true(json_object_get(r->body, "stream")))
+        return srv_reply_error(r, 400, "several prompts or n > 1 cannot be streamed by seqkv serve yet");
+    for (; made < n; made++) {
+        srv_job *j = job_from(r, fmt, n_key, err, sizeof err);
+        if (!(jobs[made] = j)) break;
+        j->prompt = batch ? batch_item(r->s, json_array_get(batch, made), &at, err, sizeof err) : malloc(n_tok * sizeof *tok);
+        if (!j->prompt) {
+            made++;
+            break;
+        }
+        if (!batch) memcpy(j->prompt, tok, n_tok * sizeof *tok), at = n_tok;
+        j->n_prompt = at;
+    }
+    if (made == n && jobs[n - 1] && jobs[n - 1]->prompt) return srv_run_many(r, jobs, n);
+    for (size_t i = 0; i < made; i++) srv_job_unref(jobs[i]);
+    return srv_reply_error(r, 400, "%s", err);
+}
+
 static int completion(srv_req *r, int fmt, const char *n_key)
 {
     char err[256];
+    json_t *prompt = json_object_get(r->body, "prompt");
+    json_int_t n = 1;
+    if (!prompt) return srv_reply_error(r, 400, "\"prompt\" is required");
+    if (json_unpack(r->body, "{s?I}", "n", &n) || n < 1 || n > SRV_MAX_CHOICES)
+        return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
+    if (is_batch(prompt)) return run_several(r, fmt, n_key, prompt, NULL, 0, json_array_size(prompt));
     srv_job *j = job_from(r, fmt, n_key, err, sizeof err);
     if (!j) return srv_reply_error(r, 400, "%s", err);
-    json_t *prompt = json_object_get(r->body, "prompt");
-    if (!prompt) {
-        srv_job_unref(j);
-        return srv_reply_error(r, 400, "\"prompt\" is required");
-    }
     if (!(j->prompt = srv_prompt_tokens(r->s, prompt, &j->n_prompt, err, sizeof err))) {
-        size_t n = j->n_prompt;
+        size_t np = j->n_prompt;
         srv_job_unref(j);
-        return n >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, n, err) : srv_reply_error(r, 400, "%s", err);
+        return np >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, np, err) : srv_reply_error(r, 400, "%s", err);
+    }
+    if (n > 1) {
+        int rc = run_several(r, fmt, n_key, NULL, j->prompt, j->n_prompt, (size_t)n);
+        srv_job_unref(j);
+        return rc;
     }
     return run(r, j);
 }
@@ -538,7 +655,11 @@ int srv_rt_apply_template(srv_req *r)
 int srv_rt_oai_chat(srv_req *r)
 {
     char err[256];
-    srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, json_object_get(r->body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens", err, sizeof err);
+    const char *n_key = json_object_get(r->body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    json_int_t n = 1;
+    if (json_unpack(r->body, "{s?I}", "n", &n) || n < 1 || n > SRV_MAX_CHOICES)
+        return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
+    srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, n_key, err, sizeof err);
     if (!j) return srv_reply_error(r, 400, "%s", err);
     char *text = render(r->s, json_object_get(r->body, "messages"), err, sizeof err);
     json_t *p = text ? json_string(text) : NULL;
@@ -546,9 +667,14 @@ int srv_rt_oai_chat(srv_req *r)
     if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, err, sizeof err);
     json_decref(p);
     if (!j->prompt) {
-        size_t n = j->n_prompt;
+        size_t np = j->n_prompt;
         srv_job_unref(j);
-        return n >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, n, err) : srv_reply_error(r, 400, "%s", err);
+        return np >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, np, err) : srv_reply_error(r, 400, "%s", err);
+    }
+    if (n > 1) {
+        int rc = run_several(r, SRV_FMT_OAI_CHAT, n_key, NULL, j->prompt, j->n_prompt, (size_t)n);
+        srv_job_unref(j);
+        return rc;
     }
     return run(r, j);
 }

@@ -269,6 +269,9 @@ int srv_rt_completion(srv_req *r);
 int srv_rt_oai_completion(srv_req *r);
 int srv_rt_oai_chat(srv_req *r);
 int srv_rt_apply_template(srv_req *r);
+/* Runs jobs[0..n) (not streamed) and replies with all of them: llama-server's list of
+ * results, or one OpenAI object with n choices (multi.c). Takes the references. */
+int srv_run_many(srv_req *r, srv_job **jobs, size_t n);
 /* POST /slots/{id}?action=save|restore|erase */
 int srv_rt_slot_action(srv_req *r);
 /* Runs a slot action job on its slot (the slot's thread, between jobs): 0 or the HTTP
