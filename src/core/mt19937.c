@@ -2,6 +2,7 @@
  * n = 624, m = 397, A's last row 0x9908B0DF; the output tempered by the shifts and masks
  * (11; 7, 0x9D2C5680; 15, 0xEFC60000; 18). */
 #include "core/mt19937.h"
+#include "core/fpguard.h"
 
 #define MT_M 397
 
