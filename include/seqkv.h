@@ -174,6 +174,10 @@ SKV_API int skv_tokenize(const skv_model *m, const char *text, size_t len, int a
                          int32_t *out, size_t cap, size_t *n_out);
 /* The bytes of one token (control tokens render as nothing). *len receives the length. */
 SKV_API int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len);
+/* A token's text as its vocabulary stores it, control tokens included ("<s>"), in the
+ * vocabulary's own spelling (SentencePiece's U+2581 for a space): *text points into the
+ * model (valid while it lives), not NUL-terminated, *len bytes. */
+SKV_API int skv_token_text(const skv_model *m, int32_t token, const char **text, size_t *len);
 /* The text of n token ids, as the seqkv CLI writes it: the tokens' pieces (skv_token_piece)
  * concatenated, every BOS dropped, and for SentencePiece vocabularies the one space the
  * tokenizer puts before the text (its dummy prefix) dropped from the first piece after a

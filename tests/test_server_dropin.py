@@ -7,11 +7,12 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - chat_template_sources: --chat-template-file and a template's text given to
   --chat-template are used as templates; POST /apply-template shows the prompt.
 - chatml_fallback: a model without a template renders chatml, as llama-server.
-- unsupported_fields_refused: grammar, json_schema, response_format json,
-  response_fields, echo, post-sampling probabilities and image parts are 400s naming the field, never a
+- unsupported_fields_refused: grammar, json_schema, response_format json, echo,
+  post-sampling probabilities and image parts are 400s naming the field, never a
   silent 200; their neutral values pass; /infill on a model without FIM tokens is
   llama-server's 501; logit_bias works in llama-server's three forms and
-  a malformed one is a 400; a batch of prompts gives a list of results, n > 1 n choices.
+  a malformed one is a 400; a batch of prompts gives a list of results, n > 1 n choices;
+  response_fields and verbose shape the reply as llama-server's.
 - cors_preflight: OPTIONS answers without a key, with llama-server's headers.
 - context_errors: a prompt over the context is exceed_context_size_error with
   n_prompt_tokens and n_ctx; a generation stopped by a full context is "truncated".
@@ -103,8 +104,7 @@ def unsupported_fields_refused(tmp):
     s = serve(tmp)
     try:
         refused = [("grammar", "root ::= \"a\""), ("json_schema", {"type": "string"}),
-                   ("response_format", {"type": "json_object"}), ("response_fields", ["content"]),
-                   ("echo", True), ("post_sampling_probs", True)]
+                   ("response_format", {"type": "json_object"}), ("echo", True), ("post_sampling_probs", True)]
         for field, value in refused:
             code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, field: value})
             check(code == 400 and field in r["error"]["message"], "%s: %d %s" % (field, code, r))
@@ -120,7 +120,14 @@ def unsupported_fields_refused(tmp):
         code, r = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                                                   "n": 3})
         check(code == 200 and [c["index"] for c in r["choices"]] == [0, 1, 2], "n 3: %s" % r)
-        for bad in ({"n": 0}, {"n": 17}, {"n": 2, "stream": True}):
+        code, r = s.json("/completion", {"prompt": "Once upon", "n_predict": 3, "verbose": True,
+                                         "response_fields": ["content", "generation_settings/n_predict", "prompt"]})
+        check(code == 200 and sorted(r) == ["content", "generation_settings/n_predict", "prompt"] and
+              r["generation_settings/n_predict"] == 3 and r["prompt"] == "<s> Once upon", "response_fields: %s" % r)
+        code, r = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                                                  "verbose": True})
+        check(code == 200 and "<|im_start|>user" in r.get("__verbose", {}).get("prompt", ""), "verbose: %s" % r)
+        for bad in ({"n": 0}, {"n": 17}, {"n": 2, "stream": True}, {"response_fields": ["content"]}):
             code, r = s.json("/v1/chat/completions", dict(bad, messages=[{"role": "user", "content": "hi"}]))
             check(code == 400, "%s: %d %s" % (bad, code, r))
         code, r = s.json("/v1/chat/completions", dict(neutral, messages=[{"role": "user", "content": "hi"}],

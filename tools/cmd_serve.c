@@ -17,7 +17,7 @@ typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value;
     long port, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client;
-    int ctx_shift, reuse, kv_unified, jinja, slots, metrics, gpu_flag, embedding, pooling;
+    int ctx_shift, reuse, kv_unified, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
     double recompute, quality, temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     long long budget, mem_budget;
 } serve_opts;
@@ -66,6 +66,8 @@ static const cli_opt serve_table[] = {
     {"no-jinja", 0, CLI_UNSET, NULL, 0, 0, F(jinja), NULL},
     {"slots", 0, CLI_FLAG, NULL, 0, 0, F(slots), "GET /slots answers (the default)"},
     {"no-slots", 0, CLI_UNSET, NULL, 0, 0, F(slots), "GET /slots answers 501"},
+    {"verbose", 'v', CLI_FLAG, NULL, 0, 0, F(verbose), "replies carry llama-server's \"__verbose\" result (the prompt as\n"
+     "text with its special tokens, ...)"},
     {"metrics", 0, CLI_FLAG, NULL, 0, 0, F(metrics), "GET /metrics answers (default: 501, as llama-server)"},
     {"embedding", 0, CLI_FLAG, NULL, 0, 0, F(embedding), "accepted; /embedding and /v1/embeddings answer 501 (not yet)"},
     {"embeddings", 0, CLI_FLAG, NULL, 0, 0, F(embedding), NULL},
@@ -184,7 +186,7 @@ int cmd_serve(int argc, char **argv)
                            .reuse_near = o.reuse, .near_recompute = o.recompute, .near_quality = o.quality,
                            .store_map_size = cli_store_map_size(), .mem_budget = (unsigned long long)o.mem_budget,
                            .max_conns_per_client = (int)o.conns_per_client, .slots_endpoint = o.slots,
-                           .metrics_endpoint = o.metrics,
+                           .metrics_endpoint = o.metrics, .verbose = o.verbose,
                            .defaults = {.temp = o.temp, .top_k = (int)o.top_k, .top_p = o.top_p, .min_p = o.min_p,
                                         .repeat_penalty = o.repeat_penalty, .repeat_last_n = (int)o.repeat_last_n,
                                         .presence_penalty = o.presence_penalty,

@@ -280,7 +280,7 @@ static const struct unsupported {
     int (*neutral)(const json_t *v);
 } k_unsupported[] = {
     {"grammar", is_blank},         {"json_schema", is_empty},     {"response_format", is_text_format},
-    {"response_fields", is_empty},
+
     {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
     {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
     {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
@@ -381,6 +381,29 @@ static int parse_probs(srv_job *j, json_t *b, int fmt, char *err, size_t errcap)
     return 0;
 }
 
+/* response_fields: a list of paths, kept '\n'-joined (llama-server's /completion). */
+static int parse_fields(srv_job *j, const json_t *b, char *err, size_t errcap)
+{
+    const json_t *f = json_object_get(b, "response_fields"), *v;
+    size_t i, len = 0;
+    if (!f || json_is_null(f) || (json_is_array(f) && !json_array_size(f))) return 0;
+    int bad = !json_is_array(f) || json_array_size(f) > SRV_MAX_FIELDS;
+    json_array_foreach(f, i, v) bad |= !json_is_string(v) || !json_string_length(v) ||
+                                       json_string_length(v) > SRV_MAX_FIELD_PATH || strchr(json_string_value(v), '\n');
+    if (bad) return snprintf(err, errcap, "\"response_fields\": up to %d paths of 1..%d bytes", SRV_MAX_FIELDS,
+                             SRV_MAX_FIELD_PATH), -1;
+    json_array_foreach(f, i, v) len += json_string_length(v) + 1;
+    if (!(j->fields = malloc(len))) return snprintf(err, errcap, "out of memory"), -1;
+    len = 0;
+    json_array_foreach(f, i, v) {
+        memcpy(j->fields + len, json_string_value(v), json_string_length(v));
+        len += json_string_length(v);
+        j->fields[len++] = '\n';
+    }
+    j->fields[len - 1] = 0;
+    return 0;
+}
+
 /* A new job from body b (n_key: the field that caps the generated tokens). */
 static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size_t errcap)
 {
@@ -394,6 +417,7 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
         return NULL;
     }
     j->bias = req.bias, j->n_bias = req.n_bias;
+    j->verbose = r->s->p.verbose || json_is_true(json_object_get(r->body, "verbose"));
     j->n_predict = req.n_predict, j->top_k = req.top_k, j->temp = req.temp, j->top_p = req.top_p;
     j->min_p = req.min_p, j->repeat_penalty = req.repeat_penalty, j->presence_penalty = req.presence_penalty;
     j->frequency_penalty = req.frequency_penalty, j->repeat_last_n = req.repeat_last_n;
@@ -401,7 +425,10 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
     j->usage_chunk = req.usage_chunk, j->created = req.created, j->fmt = fmt, j->n_stop = req.n_stop;
     j->n_keep = req.n_keep, j->n_discard = req.n_discard, j->return_tokens = req.return_tokens;
     memcpy(j->stop, req.stop, sizeof j->stop);
-    if (parse_probs(j, r->body, fmt, err, errcap)) {
+    if (fmt != SRV_FMT_LLAMA && !is_empty(json_object_get(r->body, "response_fields")))
+        snprintf(err, errcap, "\"response_fields\" is /completion's (llama-server's); leave it out here");
+    if (parse_probs(j, r->body, fmt, err, errcap) || parse_fields(j, r->body, err, errcap) ||
+        (fmt != SRV_FMT_LLAMA && j->fields)) {
         srv_job_unref(j);
         return NULL;
     }

@@ -7,6 +7,8 @@
 #define SRV_MAX_BODY (4u << 20)        /* request body bytes (413 beyond) */
 #define SRV_MAX_JSON_DEPTH 32          /* nesting of arrays/objects in a body */
 #define SRV_MAX_N_PREDICT 4096         /* tokens one request may ask to generate */
+#define SRV_MAX_FIELDS 64              /* response_fields entries */
+#define SRV_MAX_FIELD_PATH 255         /* bytes of one response_fields path */
 #define SRV_MAX_CHOICES 16             /* OpenAI's n, and prompts of one /completion batch */
 #define SRV_MAX_N_PROBS 100            /* n_probs / top_logprobs */
 #define SRV_MAX_LOGIT_BIAS 1024       /* logit_bias entries per request (a string's tokens count each) */

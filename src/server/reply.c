@@ -83,8 +83,33 @@ static json_t *gen_tokens(const srv_job *j)
 
 /* llama-server's extra fields of a finished /completion: has_new_line, tokens,
  * generation_settings. */
+/* The prompt as llama.cpp prints it with its special tokens: each token's piece, a control
+ * token (whose piece is empty) as its vocabulary text ("<s>"). */
+static json_t *prompt_text(const srv *s, const srv_job *j)
+{
+    size_t cap = 64, at = 0, n, tl;
+    char *raw = malloc(cap), piece[256];
+    for (size_t i = 0; raw && i < j->n_prompt; i++) {
+        const char *p = piece, *t;
+        if (skv_token_piece(s->model, j->prompt[i], piece, sizeof piece, &n)) n = 0;
+        if (!n && !skv_token_text(s->model, j->prompt[i], &t, &tl)) p = t, n = tl;
+        if (at + n > cap) {
+            char *g = realloc(raw, cap = (at + n) * 2);
+            if (!g) free(raw);
+            raw = g;
+        }
+        if (raw) memcpy(raw + at, p, n), at += n;
+    }
+    char *v = raw ? srv_utf8_valid(raw, at, &n) : NULL;
+    json_t *o = v ? json_stringn(v, n) : json_string("");
+    free(raw);
+    free(v);
+    return o;
+}
+
 static json_t *llama_extra(const srv *s, const srv_job *j, json_t *o)
 {
+    json_object_set_new(o, "prompt", prompt_text(s, j));
     json_object_set_new(o, "has_new_line", json_boolean(j->text && memchr(j->text, '\n', j->len)));
     json_object_set_new(o, "tokens", gen_tokens(j));
     json_object_set_new(o, "generation_settings", gen_settings(s, j));
@@ -122,18 +147,48 @@ static json_t *oai_object(const srv *s, const srv_job *j, json_t *choices, const
                      "model", s->model_id, "system_fingerprint", SRV_FINGERPRINT, "choices", choices);
 }
 
+/* llama-server's response_fields: only the fields named ('/' walks into objects), each under
+ * its path as the key; a path that leads nowhere is left out. */
+static json_t *only_fields(json_t *o, const char *fields)
+{
+    json_t *out = json_object();
+    for (const char *f = fields; out && f && *f;) {
+        size_t n = strcspn(f, "\n");
+        char path[SRV_MAX_FIELD_PATH + 1];
+        snprintf(path, sizeof path, "%.*s", (int)(n < SRV_MAX_FIELD_PATH ? n : SRV_MAX_FIELD_PATH), f);
+        json_t *v = o;
+        for (char *save = NULL, *k = strtok_r(path, "/", &save); v && k; k = strtok_r(NULL, "/", &save))
+            v = json_object_get(v, k);
+        snprintf(path, sizeof path, "%.*s", (int)(n < SRV_MAX_FIELD_PATH ? n : SRV_MAX_FIELD_PATH), f);
+        if (v) json_object_set(out, path, v);
+        f += n + (f[n] == '\n');
+    }
+    json_decref(o);
+    return out;
+}
+
 json_t *srv_reply_final(const srv *s, srv_job *j)
 {
     pthread_mutex_lock(&j->mu);
     json_t *text = text_slice(j, 0, j->len);
     pthread_mutex_unlock(&j->mu);
-    if (j->fmt == SRV_FMT_LLAMA) return llama_final(s, j, text);
+    if (j->fmt == SRV_FMT_LLAMA) {
+        json_t *o = llama_final(s, j, text);
+        if (o && j->verbose) json_object_set_new(o, "__verbose", json_deep_copy(o));
+        return j->fields ? only_fields(o, j->fields) : o;
+    }
     json_t *c = oai_choice(j, text, 0);
     if (c && j->want_probs)
         json_object_set_new(c, "logprobs", json_pack("{s:o}", "content", srv_probs_json(s, j, 0, j->n_gen)));
     json_t *o = oai_object(s, j, json_pack("[o]", c), j->fmt == SRV_FMT_OAI_CHAT ? "chat.completion" : "text_completion");
     json_object_set_new(o, "usage", usage_marked(j));
     json_object_set_new(o, "timings", timings(j));
+    if (o && j->verbose) { /* --verbose or "verbose": llama-server's own result beside OpenAI's */
+        pthread_mutex_lock(&j->mu);
+        json_t *t = text_slice(j, 0, j->len);
+        pthread_mutex_unlock(&j->mu);
+        json_object_set_new(o, "__verbose", llama_final_base(s, j, t));
+    }
     return o;
 }
 

@@ -39,6 +39,7 @@ typedef struct skv_server_params {
     int max_conns_per_client;      /* open connections from one address; 0: SRV_MAX_CONN_PER_CLIENT */
     int slots_endpoint;            /* GET /slots answers (else 501) */
     int metrics_endpoint;          /* GET /metrics answers (else 501) */
+    int verbose;                   /* --verbose: replies carry llama-server's "__verbose" result */
     skv_sampling_defaults defaults; /* all zero: seqkv's own (skv_sampling_defaults_init) */
 } skv_server_params;
 

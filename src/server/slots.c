@@ -94,6 +94,7 @@ void srv_job_unref(srv_job *j)
     free(j->bias);
     free(j->probs);
     free(j->tok_end);
+    free(j->fields);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);

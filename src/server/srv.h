@@ -83,6 +83,8 @@ typedef struct srv_job {
     struct srv_prob { int32_t id; float logprob; } *probs; /* n_probs: per token, it and the top n */
     size_t probs_cap;
     size_t *tok_end;           /* n_probs: text length after each generated token (one token a chunk) */
+    int verbose;               /* --verbose or the request's "verbose": the reply carries "__verbose" */
+    char *fields;              /* response_fields, '\n'-separated paths, or NULL: the whole reply */
     int started, done, status; /* status: HTTP code of a failure, 0 = ok */
     char err[256];
     const char *finish;        /* "stop" | "length" */
