@@ -326,16 +326,10 @@ GEMM512(q6_k, &k_q6_k)
 
 #elif defined(__x86_64__)
 const int skv_dot_avx512_lanes = 0;
-#define SKV_DOT_ALIAS(name)                                                                                  \
-    void skv_gemm_##name##_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa,     \
-                                  size_t qa_stride, size_t K, size_t T, size_t n_rows)                      \
-    {                                                                                                        \
-        skv_gemm_##name##_avx2(y, ldy, W, row_bytes, qa, qa_stride, K, T, n_rows);                           \
-    }
-SKV_DOT_ALIAS(q8_0)
-SKV_DOT_ALIAS(q4_0)
-SKV_DOT_ALIAS(q4_k)
-SKV_DOT_ALIAS(q6_k)
+SKV_GEMM_AVX512_ALIAS(q8_0)
+SKV_GEMM_AVX512_ALIAS(q4_0)
+SKV_GEMM_AVX512_ALIAS(q4_k)
+SKV_GEMM_AVX512_ALIAS(q6_k)
 #define SKV_PK_ALIAS(name)                                                                                      \
     void skv_gemv_##name##_pk_avx512(float *y, const void *W, size_t row_bytes, const void *qa, size_t K, size_t n) \
     {                                                                                                           \

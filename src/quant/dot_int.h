@@ -76,6 +76,28 @@ void skv_gemm_q8_0_avx2(float *, size_t, const void *, size_t, const void *, siz
 void skv_gemm_q4_0_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q6_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+/* The types without a tuned kernel: generic tiles over one unpacker per type
+ * (dot_ext_x86.h, built in dot_ext_avx2.c and dot_ext_avx512.c). */
+#define SKV_EXT_DECL(name)                                                                                    \
+    void skv_gemm_##name##_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t,  \
+                                size_t);                                                                      \
+    void skv_gemm_##name##_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, \
+                                  size_t)
+/* The AVX-512 name of an AVX2 gemm, for builds whose compiler lacks AVX-512 VNNI. */
+#define SKV_GEMM_AVX512_ALIAS(name)                                                                      \
+    void skv_gemm_##name##_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, \
+                                  size_t qa_stride, size_t K, size_t T, size_t n_rows)                  \
+    {                                                                                                    \
+        skv_gemm_##name##_avx2(y, ldy, W, row_bytes, qa, qa_stride, K, T, n_rows);                       \
+    }
+SKV_EXT_DECL(q4_1);
+SKV_EXT_DECL(q5_0);
+SKV_EXT_DECL(q5_1);
+SKV_EXT_DECL(iq4_nl);
+SKV_EXT_DECL(q2_k);
+SKV_EXT_DECL(q3_k);
+SKV_EXT_DECL(q5_k);
+SKV_EXT_DECL(iq4_xs);
 /* Whether the AVX-512 q8_0 / q4_0 / q4_k / q6_k gemms read groups of 16 activation rows in the
  * lanes layout (dot_avx512.c; 0 when the compiler could not build them). */
 extern const int skv_dot_avx512_lanes;

@@ -1,0 +1,260 @@
+/* The x86 twins of the integer dot kernels (dot.h) for the types without a kernel of
+ * their own in dot_x86.h: q4_1, q5_0, q5_1, iq4_nl (blocks of 32) and q2_k, q3_k,
+ * q5_k, iq4_xs (blocks of 256).  One source built twice, like dot_x86.h:
+ * dot_ext_avx2.c (SKV_DOT_VNNI 0) and dot_ext_avx512.c (SKV_DOT_VNNI 1).
+ *
+ * Each type is an unpacker that turns one weight block of a row into 32-byte chunks
+ * of small values u, per-16 scales sc and mins mn, d and c (the min factor), such that
+ * the block's exact integer sums of dot.h are
+ *
+ *   isum = sum_g sc[g] * sum_{i in g} u[i] a[i]  -  bias * sum_g sc[g] * bsum[g]
+ *   imin = sum_g mn[g] * bsum[g]
+ *
+ * (q = u - bias).  Two generic tiles, one per block size, run them over 8 rows x up to
+ * NT tokens (dot_x86_base.h) and each lane runs the reference's float chain:
+ *
+ *   acc = fma(d * dx, (float)isum, acc);  acc = fma(c * dx, (float)imin, acc)
+ *
+ * with c * dx = -(m * dx) of dot.c exactly (a negation commutes with a rounded
+ * product).  The iq4 types' levels (-127..113) do not fit the u8 side of maddubs
+ * pairs within int16, so they use the sign trick: |q| as u8 times a with q's sign.
+ * That is exact for every activation value but -128, which the act quantizers never
+ * give for finite inputs (dot.c: q8_0 clamps to +-127; q8_K maps the largest
+ * magnitude to -127).  Bounds of the int16 pairs: u <= 31 with |a| <= 128, or
+ * |q| <= 127 with |a| <= 127: below 2^15.  Include only from a file that defines
+ * SKV_DOT_VNNI and SKV_DOT_FN(name). */
+#ifndef SKV_DOT_EXT_X86_H
+#define SKV_DOT_EXT_X86_H
+
+#include "quant/dot_x86_base.h"
+#include "quant/qblocks.h"
+
+#define EXT_INLINE static inline __attribute__((always_inline))
+
+/* The types of this file, as the compile-time constant `kind` of the tiles. */
+enum { EXT_Q4_1, EXT_Q5_0, EXT_Q5_1, EXT_IQ4_NL, EXT_Q2_K, EXT_Q3_K, EXT_Q5_K, EXT_IQ4_XS };
+
+/* Block bytes, offset of d, offset of the min factor's binary16 (-1: no min), bias. */
+static const struct {
+    int bytes, d_off, m_off, bias, is_signed;
+} k_ext[] = {
+    [EXT_Q4_1] = {20, 0, 2, 0, 0},   [EXT_Q5_0] = {22, 0, -1, 16, 0}, [EXT_Q5_1] = {24, 0, 2, 0, 0},
+    [EXT_IQ4_NL] = {18, 0, -1, 0, 1}, [EXT_Q2_K] = {84, 80, 82, 0, 0}, [EXT_Q3_K] = {110, 108, -1, 4, 0},
+    [EXT_Q5_K] = {176, 0, 2, 0, 0},  [EXT_IQ4_XS] = {136, 0, -1, 0, 1},
+};
+
+/* 16 bytes of nibble pairs as 32 values: low nibbles (values 0..15), then high ones. */
+static inline __m256i nibbles32(const uint8_t *p)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+}
+
+/* The little-endian 32-bit word at p (x86: a plain load). */
+static inline uint32_t rd32le(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Byte j = 0x10 where bit j of the little-endian 32-bit word at p is set, else 0. */
+static inline __m256i bits32_as_0x10(const uint8_t *p)
+{
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)rd32le(p)), spread); /* byte j: byte j/8 */
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* Byte j = v where bit s of byte j of h is set, else 0. */
+static inline __m256i bit_as(__m256i h, int s, char v)
+{
+    const __m256i m = _mm256_set1_epi8((char)(1 << s));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, m), m), _mm256_set1_epi8(v));
+}
+
+/* The iq4 levels of 32 nibble values. */
+static inline __m256i iq4_levels(__m256i idx)
+{
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)skv_iq4nl_levels));
+    return _mm256_shuffle_epi8(lut, idx);
+}
+
+/* The 32 values of a 32-value block (u, or the signed levels). */
+EXT_INLINE __m256i values32(const uint8_t *blk, const int kind)
+{
+    switch (kind) {
+    case EXT_Q4_1: return nibbles32(blk + 4);
+    case EXT_Q5_0: return _mm256_or_si256(nibbles32(blk + 6), bits32_as_0x10(blk + 2));
+    case EXT_Q5_1: return _mm256_or_si256(nibbles32(blk + 8), bits32_as_0x10(blk + 4));
+    default: return iq4_levels(nibbles32(blk + 2));
+    }
+}
+
+/* The 8 rows' chain over nb blocks of 32 for nt tokens. */
+EXT_INLINE void tile32(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                       size_t nt, size_t m, const int kind)
+{
+    const size_t bytes = (size_t)k_ext[kind].bytes;
+    const int bias = k_ext[kind].bias, has_min = k_ext[kind].m_off >= 0, sgn = k_ext[kind].is_signed;
+    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t b = 0; b < nb; b++) {
+        __m256i v[8], u[8], p[8];
+        if (b % 3 == 0) prefetch8(w, bytes * b + PF_AHEAD);
+        __m256 d = scales8(w, bytes * b), c = has_min ? scales8(w, bytes * b + 2) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) v[i] = values32(w[i] + bytes * b, kind), u[i] = sgn ? _mm256_abs_epi8(v[i]) : v[i];
+        for (size_t t = 0; t < nt; t++) {
+            const skv_act32 *a = ACT32(qa, qs, t, b);
+            __m256i av = ld32(a->qs);
+            int32_t asum = a->bsum[0] + a->bsum[1];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), u[i], sgn ? _mm256_sign_epi8(av, v[i]) : av);
+            __m256i isum = reduce8_epi32(p);
+            if (bias) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(bias * asum));
+            acc[t] = fma_scaled(acc[t], d, a->d, isum);
+            if (has_min) acc[t] = fma_scaled(acc[t], c, a->d, _mm256_set1_epi32(asum));
+        }
+    }
+    store_tile(y, ldy, acc, nt, m);
+}
+
+/* ---- blocks of 256 ---- */
+
+/* One weight block of the 8 rows, unpacked once for all tokens of a tile. */
+typedef struct {
+    __m256i u[8][8];  /* [row][j]: values 32j .. 32j+31 (u8; |q| for the signed types) */
+    __m256i s[8][8];  /* [row][j]: the signed types' levels (their signs), else unused */
+    __m256i sc[8][8]; /* [row][j]: scales of groups 2j (low 16 bytes) and 2j+1 (high) as int16 */
+    __m256i sp[8];    /* [k]: lane r = (sc[2k], sc[2k+1]) of row r, int16 pairs (bias term) */
+    __m256i mp[8];    /* [k]: lane r = (mn[2k], mn[2k+1]) of row r, int16 pairs (min term) */
+    __m256 d, c;
+} ext_unpacked;
+
+/* The 6-bit scale of q3_k group s from its 12 packed bytes, less 32. */
+static inline int16_t q3k_scale(const uint8_t *q, unsigned s)
+{
+    int lo = s < 8 ? (q[s] & 15) : (q[s - 8] >> 4), hi = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
+    return (int16_t)((lo | hi << 4) - 32);
+}
+
+/* The 6-bit scale of iq4_xs run r, less 32. */
+static inline int16_t iq4xs_scale(const uint8_t *blk, unsigned r)
+{
+    unsigned sh = skv_rd16le(blk + 2);
+    return (int16_t)((int)(((blk[4 + r / 2] >> (4 * (r % 2))) & 15) | (((sh >> (2 * r)) & 3) << 4)) - 32);
+}
+
+/* The per-16 scales and mins of one row's block: sc[16], mn[16] (zero without a min). */
+EXT_INLINE void scales16(const uint8_t *blk, int16_t sc[16], int16_t mn[16], const int kind)
+{
+    uint8_t s8[8], m8[8];
+    if (kind == EXT_Q5_K) skv_k4_scales8(blk + 4, s8, m8);
+    for (unsigned s = 0; s < 16; s++) {
+        mn[s] = kind == EXT_Q2_K ? blk[s] >> 4 : kind == EXT_Q5_K ? m8[s / 2] : 0;
+        sc[s] = kind == EXT_Q2_K   ? blk[s] & 15
+                : kind == EXT_Q3_K ? q3k_scale(blk + 96, s)
+                : kind == EXT_Q5_K ? s8[s / 2]
+                                   : iq4xs_scale(blk, s / 2);
+    }
+}
+
+/* Values 32j .. 32j+31 of one row's block (u, or the signed levels). */
+EXT_INLINE __m256i values256(const uint8_t *blk, int j, const int kind)
+{
+    const __m256i m2 = _mm256_set1_epi8(3);
+    switch (kind) {
+    case EXT_Q2_K: return _mm256_and_si256(_mm256_srli_epi16(ld32(blk + 16 + 32 * (j / 4)), 2 * (j % 4)), m2);
+    case EXT_Q3_K: {
+        __m256i two = _mm256_and_si256(_mm256_srli_epi16(ld32(blk + 32 + 32 * (j / 4)), 2 * (j % 4)), m2);
+        return _mm256_or_si256(two, bit_as(ld32(blk), j, 4)); /* q + 4 */
+    }
+    case EXT_Q5_K: {
+        __m256i q = ld32(blk + 48 + 32 * (j / 2));
+        __m256i lo = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(15));
+        return _mm256_or_si256(lo, bit_as(ld32(blk + 16), j, 0x10));
+    }
+    default: return iq4_levels(nibbles32(blk + 8 + 16 * j));
+    }
+}
+
+EXT_INLINE void unpack256(ext_unpacked *o, const uint8_t *const w[8], size_t b, const int kind)
+{
+    const size_t bytes = (size_t)k_ext[kind].bytes;
+    int32_t sp[8][8], mp[8][8];
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *blk = w[i] + bytes * b;
+        int16_t sc[16], mn[16];
+        scales16(blk, sc, mn, kind);
+        for (int j = 0; j < 8; j++) {
+            __m256i v = values256(blk, j, kind);
+            o->u[i][j] = k_ext[kind].is_signed ? _mm256_abs_epi8(v) : v;
+            if (k_ext[kind].is_signed) o->s[i][j] = v;
+            o->sc[i][j] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
+        }
+        for (int k = 0; k < 8; k++) sp[k][i] = pair16(sc[2 * k], sc[2 * k + 1]), mp[k][i] = pair16(mn[2 * k], mn[2 * k + 1]);
+    }
+    for (int k = 0; k < 8; k++) o->sp[k] = ld32(sp[k]), o->mp[k] = ld32(mp[k]);
+    o->d = scales8(w, bytes * b + (size_t)k_ext[kind].d_off);
+    o->c = k_ext[kind].m_off < 0 ? _mm256_setzero_ps()
+                                 : _mm256_xor_ps(scales8(w, bytes * b + (size_t)k_ext[kind].m_off), _mm256_set1_ps(-0.0f));
+}
+
+/* One token's chain step over an unpacked block of the 8 rows. */
+EXT_INLINE __m256 step256(__m256 acc, const ext_unpacked *u, const skv_act256 *a, const int kind)
+{
+    __m256i av[8], p[8];
+    int32_t bs[8];
+    act256_regs(a, av, bs);
+    for (int i = 0; i < 8; i++) {
+        p[i] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++)
+            p[i] = dp_sc16(p[i], u->u[i][j], k_ext[kind].is_signed ? _mm256_sign_epi8(av[j], u->s[i][j]) : av[j],
+                           u->sc[i][j]);
+    }
+    __m256i isum = reduce8_epi32(p);
+    if (k_ext[kind].bias)
+        isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(madd_pairs(u->sp, bs, 8), _mm256_set1_epi32(k_ext[kind].bias)));
+    acc = fma_scaled(acc, u->d, a->d, isum);
+    if (k_ext[kind].m_off >= 0) acc = fma_scaled(acc, u->c, a->d, madd_pairs(u->mp, bs, 8));
+    return acc;
+}
+
+/* The 8 rows' chain over nb blocks of 256 for nt tokens. */
+EXT_INLINE void tile256(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                        size_t nt, size_t m, const int kind)
+{
+    const size_t bytes = (size_t)k_ext[kind].bytes;
+    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    ext_unpacked u;
+    for (size_t b = 0; b < nb; b++) {
+        for (size_t c = 0; c < bytes; c += 64) prefetch8(w, bytes * b + PF_AHEAD + c);
+        unpack256(&u, w, b, kind);
+        for (size_t t = 0; t < nt; t++) acc[t] = step256(acc[t], &u, ACT256(qa, qs, t, b), kind);
+    }
+    store_tile(y, ldy, acc, nt, m);
+}
+
+/* The exported gemm of one type: tiles of tile<n> for kind, blocks of n values. */
+#define SKV_EXT_GEMM(name, n, kind)                                                                            \
+    static void tile_##name(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs,     \
+                            size_t nb, size_t nt, size_t m)                                                    \
+    {                                                                                                          \
+        tile##n(y, ldy, w, qa, qs, nb, nt, m, kind);                                                           \
+    }                                                                                                          \
+    void SKV_DOT_FN(name)(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride, \
+                          size_t K, size_t T, size_t n_rows)                                                   \
+    {                                                                                                          \
+        gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / (n), T, n_rows, tile_##name);                      \
+    }
+SKV_EXT_GEMM(q4_1, 32, EXT_Q4_1)
+SKV_EXT_GEMM(q5_0, 32, EXT_Q5_0)
+SKV_EXT_GEMM(q5_1, 32, EXT_Q5_1)
+SKV_EXT_GEMM(iq4_nl, 32, EXT_IQ4_NL)
+SKV_EXT_GEMM(q2_k, 256, EXT_Q2_K)
+SKV_EXT_GEMM(q3_k, 256, EXT_Q3_K)
+SKV_EXT_GEMM(q5_k, 256, EXT_Q5_K)
+SKV_EXT_GEMM(iq4_xs, 256, EXT_IQ4_XS)
+
+#endif
