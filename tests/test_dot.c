@@ -183,7 +183,7 @@ static void batch_invariant(void)
     }
 }
 
-/* Batches of 16 tokens and more (the AVX-512 lanes kernels of q8_0 and q4_0 take full
+/* Batches of 16 tokens and more (the AVX-512 lanes kernels of every type take full
  * groups of 16, the tile kernels the rest; rows in chunks of 64 blocks, groups in
  * batches of 32): every level gives the reference's bits, and a product run on the
  * tokens from a group boundary on (the engine's token blocks) gives the same rows. */

@@ -241,8 +241,8 @@ int skv_dot_level(int max_level)
 static int lanes_layout(int level, uint32_t wtype)
 {
 #if defined(__x86_64__)
-    return skv_dot_avx512_lanes && level >= SKV_DOT_AVX512 &&
-           (wtype == SKV_GGML_Q8_0 || wtype == SKV_GGML_Q4_0 || wtype == SKV_GGML_Q4_K || wtype == SKV_GGML_Q6_K);
+    (void)wtype; /* every type with an integer dot has a lanes kernel */
+    return skv_dot_avx512_lanes && level >= SKV_DOT_AVX512;
 #else
     (void)level, (void)wtype;
     return 0;

@@ -1,7 +1,8 @@
 /* The x86 twins of the integer dot kernels (dot.h) for the types without a kernel of
  * their own in dot_x86.h: q4_1, q5_0, q5_1, iq4_nl (blocks of 32) and q2_k, q3_k,
  * q5_k, iq4_xs (blocks of 256).  One source built twice, like dot_x86.h:
- * dot_ext_avx2.c (SKV_DOT_VNNI 0) and dot_ext_avx512.c (SKV_DOT_VNNI 1).
+ * dot_ext_avx2.c (SKV_DOT_VNNI 0) and dot_avx512.c (SKV_DOT_VNNI 1), whose lanes
+ * kernels take full groups of 16 tokens from the same unpackers.
  *
  * Each type is an unpacker that turns one weight block of a row into 32-byte chunks
  * of small values u, per-16 scales sc and mins mn, d and c (the min factor), such that
@@ -147,7 +148,7 @@ static inline int16_t iq4xs_scale(const uint8_t *blk, unsigned r)
 }
 
 /* The per-16 scales and mins of one row's block: sc[16], mn[16] (zero without a min). */
-EXT_INLINE void scales16(const uint8_t *blk, int16_t sc[16], int16_t mn[16], const int kind)
+EXT_INLINE void ext_scales(const uint8_t *blk, int16_t sc[16], int16_t mn[16], const int kind)
 {
     uint8_t s8[8], m8[8];
     if (kind == EXT_Q5_K) skv_k4_scales8(blk + 4, s8, m8);
@@ -186,7 +187,7 @@ EXT_INLINE void unpack256(ext_unpacked *o, const uint8_t *const w[8], size_t b, 
     for (int i = 0; i < 8; i++) {
         const uint8_t *blk = w[i] + bytes * b;
         int16_t sc[16], mn[16];
-        scales16(blk, sc, mn, kind);
+        ext_scales(blk, sc, mn, kind);
         for (int j = 0; j < 8; j++) {
             __m256i v = values256(blk, j, kind);
             o->u[i][j] = k_ext[kind].is_signed ? _mm256_abs_epi8(v) : v;

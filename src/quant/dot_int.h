@@ -77,7 +77,7 @@ void skv_gemm_q4_0_avx2(float *, size_t, const void *, size_t, const void *, siz
 void skv_gemm_q4_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q6_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 /* The types without a tuned kernel: generic tiles over one unpacker per type
- * (dot_ext_x86.h, built in dot_ext_avx2.c and dot_ext_avx512.c). */
+ * (dot_ext_x86.h, built in dot_ext_avx2.c and, with the lanes kernels, dot_avx512.c). */
 #define SKV_EXT_DECL(name)                                                                                    \
     void skv_gemm_##name##_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t,  \
                                 size_t);                                                                      \
@@ -98,8 +98,8 @@ SKV_EXT_DECL(q2_k);
 SKV_EXT_DECL(q3_k);
 SKV_EXT_DECL(q5_k);
 SKV_EXT_DECL(iq4_xs);
-/* Whether the AVX-512 q8_0 / q4_0 / q4_k / q6_k gemms read groups of 16 activation rows in the
- * lanes layout (dot_avx512.c; 0 when the compiler could not build them). */
+/* Whether the AVX-512 gemms read groups of 16 activation rows in the lanes layout
+ * (dot_avx512.c; 0 when the compiler could not build them). */
 extern const int skv_dot_avx512_lanes;
 void skv_gemm_q8_0_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_0_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
