@@ -128,37 +128,76 @@ typedef struct {
     __m256i u[8][8];  /* [row][j]: values 32j .. 32j+31 (u8; |q| for the signed types) */
     __m256i s[8][8];  /* [row][j]: the signed types' levels (their signs), else unused */
     __m256i sc[8][8]; /* [row][j]: scales of groups 2j (low 16 bytes) and 2j+1 (high) as int16 */
-    __m256i sp[8];    /* [k]: lane r = (sc[2k], sc[2k+1]) of row r, int16 pairs (bias term) */
-    __m256i mp[8];    /* [k]: lane r = (mn[2k], mn[2k+1]) of row r, int16 pairs (min term) */
+    __m256i sv[8];    /* [row]: the 16 group scales as int16 (bias term) */
+    __m256i mv[8];    /* [row]: the 16 group mins as int16 (min term) */
     __m256 d, c;
 } ext_unpacked;
 
-/* The 6-bit scale of q3_k group s from its 12 packed bytes, less 32. */
-static inline int16_t q3k_scale(const uint8_t *q, unsigned s)
+/* The 16 scales of a q3_k block from its 12 packed bytes, less 32, as int8: the low
+ * nibbles of bytes 0..7 then their high nibbles, with two bits of bytes 8..11 on top
+ * (group s: byte 8 + s % 4, bits 2 * (s / 4)). */
+static inline __m128i q3k_scales(const uint8_t *q)
 {
-    int lo = s < 8 ? (q[s] & 15) : (q[s - 8] >> 4), hi = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
-    return (int16_t)((lo | hi << 4) - 32);
+    const uint64_t m4 = 0x0F0F0F0F0F0F0F0Full;
+    const uint32_t m2 = 0x03030303u;
+    uint64_t L;
+    uint32_t H;
+    memcpy(&L, q, 8);
+    memcpy(&H, q + 8, 4);
+    uint64_t h0 = (uint64_t)(H & m2) | (uint64_t)((H >> 2) & m2) << 32;
+    uint64_t h1 = (uint64_t)((H >> 4) & m2) | (uint64_t)((H >> 6) & m2) << 32;
+    __m128i v = _mm_set_epi64x((long long)(((L >> 4) & m4) | h1 << 4), (long long)((L & m4) | h0 << 4));
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
-/* The 6-bit scale of iq4_xs run r, less 32. */
-static inline int16_t iq4xs_scale(const uint8_t *blk, unsigned r)
+/* Eight bytes, each twice, as 16 int16 (signed or not). */
+static inline __m256i twice16(const uint8_t b[8], int is_signed)
 {
-    unsigned sh = skv_rd16le(blk + 2);
-    return (int16_t)((int)(((blk[4 + r / 2] >> (4 * (r % 2))) & 15) | (((sh >> (2 * r)) & 3) << 4)) - 32);
+    __m128i x = _mm_loadl_epi64((const __m128i *)(const void *)b);
+    x = _mm_unpacklo_epi8(x, x);
+    return is_signed ? _mm256_cvtepi8_epi16(x) : _mm256_cvtepu8_epi16(x);
 }
 
-/* The per-16 scales and mins of one row's block: sc[16], mn[16] (zero without a min). */
-EXT_INLINE void ext_scales(const uint8_t *blk, int16_t sc[16], int16_t mn[16], const int kind)
+/* The per-16 scales and mins of one row's block as 16 int16 each (mins zero without). */
+EXT_INLINE void ext_scales_v(const uint8_t *blk, __m256i *sc, __m256i *mn, const int kind)
 {
     uint8_t s8[8], m8[8];
-    if (kind == EXT_Q5_K) skv_k4_scales8(blk + 4, s8, m8);
-    for (unsigned s = 0; s < 16; s++) {
-        mn[s] = kind == EXT_Q2_K ? blk[s] >> 4 : kind == EXT_Q5_K ? m8[s / 2] : 0;
-        sc[s] = kind == EXT_Q2_K   ? blk[s] & 15
-                : kind == EXT_Q3_K ? q3k_scale(blk + 96, s)
-                : kind == EXT_Q5_K ? s8[s / 2]
-                                   : iq4xs_scale(blk, s / 2);
+    switch (kind) {
+    case EXT_Q2_K: {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)blk), m4 = _mm_set1_epi8(15);
+        *sc = _mm256_cvtepu8_epi16(_mm_and_si128(x, m4));
+        *mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(x, 4), m4));
+        return;
     }
+    case EXT_Q3_K: *sc = _mm256_cvtepi8_epi16(q3k_scales(blk + 96)), *mn = _mm256_setzero_si256(); return;
+    case EXT_Q5_K:
+        skv_k4_scales8(blk + 4, s8, m8);
+        *sc = twice16(s8, 0), *mn = twice16(m8, 0);
+        return;
+    default: {
+        unsigned sh = skv_rd16le(blk + 2);
+        for (unsigned r = 0; r < 8; r++)
+            s8[r] = (uint8_t)((((blk[4 + r / 2] >> (4 * (r % 2))) & 15) | (((sh >> (2 * r)) & 3) << 4)) - 32);
+        *sc = twice16(s8, 1), *mn = _mm256_setzero_si256();
+    }
+    }
+}
+
+/* The same as arrays (the AVX-512 lanes preparation). */
+EXT_INLINE void ext_scales(const uint8_t *blk, int16_t sc[16], int16_t mn[16], const int kind)
+{
+    __m256i s, m;
+    ext_scales_v(blk, &s, &m, kind);
+    _mm256_storeu_si256((__m256i *)(void *)sc, s);
+    _mm256_storeu_si256((__m256i *)(void *)mn, m);
+}
+
+/* Scales of groups 2j (low 16 bytes) and 2j+1 (high 16 bytes) in every int16 lane. */
+static inline __m256i scale_pair(__m256i sc, int j)
+{
+    const __m256i lohi = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+                                          2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(j)), lohi);
 }
 
 /* Values 32j .. 32j+31 of one row's block (u, or the signed levels). */
@@ -180,46 +219,89 @@ EXT_INLINE __m256i values256(const uint8_t *blk, int j, const int kind)
     }
 }
 
+/* d and the min factor c (-m; zero without a min) of block b of the 8 rows. */
+EXT_INLINE void scales_dc(const uint8_t *const w[8], size_t b, __m256 *d, __m256 *c, const int kind)
+{
+    const size_t at = (size_t)k_ext[kind].bytes * b;
+    *d = scales8(w, at + (size_t)k_ext[kind].d_off);
+    *c = k_ext[kind].m_off < 0 ? _mm256_setzero_ps()
+                               : _mm256_xor_ps(scales8(w, at + (size_t)k_ext[kind].m_off), _mm256_set1_ps(-0.0f));
+}
+
 EXT_INLINE void unpack256(ext_unpacked *o, const uint8_t *const w[8], size_t b, const int kind)
 {
-    const size_t bytes = (size_t)k_ext[kind].bytes;
-    int32_t sp[8][8], mp[8][8];
     for (int i = 0; i < 8; i++) {
-        const uint8_t *blk = w[i] + bytes * b;
-        int16_t sc[16], mn[16];
-        ext_scales(blk, sc, mn, kind);
+        const uint8_t *blk = w[i] + (size_t)k_ext[kind].bytes * b;
+        ext_scales_v(blk, &o->sv[i], &o->mv[i], kind);
         for (int j = 0; j < 8; j++) {
             __m256i v = values256(blk, j, kind);
             o->u[i][j] = k_ext[kind].is_signed ? _mm256_abs_epi8(v) : v;
             if (k_ext[kind].is_signed) o->s[i][j] = v;
-            o->sc[i][j] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
+            o->sc[i][j] = scale_pair(o->sv[i], j);
         }
-        for (int k = 0; k < 8; k++) sp[k][i] = pair16(sc[2 * k], sc[2 * k + 1]), mp[k][i] = pair16(mn[2 * k], mn[2 * k + 1]);
     }
-    for (int k = 0; k < 8; k++) o->sp[k] = ld32(sp[k]), o->mp[k] = ld32(mp[k]);
-    o->d = scales8(w, bytes * b + (size_t)k_ext[kind].d_off);
-    o->c = k_ext[kind].m_off < 0 ? _mm256_setzero_ps()
-                                 : _mm256_xor_ps(scales8(w, bytes * b + (size_t)k_ext[kind].m_off), _mm256_set1_ps(-0.0f));
+    scales_dc(w, b, &o->d, &o->c, kind);
+}
+
+/* The chain step of one token from the rows' int32 partial sums p (isum before the
+ * bias term) and their scales / mins sv, mv against the token's group sums bsum. */
+EXT_INLINE __m256 finish256(__m256 acc, __m256i p[8], const __m256i sv[8], const __m256i mv[8], __m256 d, __m256 c,
+                            const skv_act256 *a, const int kind)
+{
+    __m256i bsum = ld32(a->bsum), q[8];
+    for (int i = 0; i < 8; i++) {
+        if (k_ext[kind].bias)
+            p[i] = _mm256_sub_epi32(p[i], _mm256_mullo_epi32(_mm256_madd_epi16(sv[i], bsum),
+                                                             _mm256_set1_epi32(k_ext[kind].bias)));
+        if (k_ext[kind].m_off >= 0) q[i] = _mm256_madd_epi16(mv[i], bsum);
+    }
+    acc = fma_scaled(acc, d, a->d, reduce8_epi32(p));
+    if (k_ext[kind].m_off >= 0) acc = fma_scaled(acc, c, a->d, reduce8_epi32(q));
+    return acc;
 }
 
 /* One token's chain step over an unpacked block of the 8 rows. */
 EXT_INLINE __m256 step256(__m256 acc, const ext_unpacked *u, const skv_act256 *a, const int kind)
 {
     __m256i av[8], p[8];
-    int32_t bs[8];
-    act256_regs(a, av, bs);
+    for (int j = 0; j < 8; j++) av[j] = ld32(a->qs + 32 * j);
     for (int i = 0; i < 8; i++) {
         p[i] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++)
             p[i] = dp_sc16(p[i], u->u[i][j], k_ext[kind].is_signed ? _mm256_sign_epi8(av[j], u->s[i][j]) : av[j],
                            u->sc[i][j]);
     }
-    __m256i isum = reduce8_epi32(p);
-    if (k_ext[kind].bias)
-        isum = _mm256_sub_epi32(isum, _mm256_mullo_epi32(madd_pairs(u->sp, bs, 8), _mm256_set1_epi32(k_ext[kind].bias)));
-    acc = fma_scaled(acc, u->d, a->d, isum);
-    if (k_ext[kind].m_off >= 0) acc = fma_scaled(acc, u->c, a->d, madd_pairs(u->mp, bs, 8));
-    return acc;
+    return finish256(acc, p, u->sv, u->mv, u->d, u->c, a, kind);
+}
+
+/* tile256 for one token (decode): each row's values are multiplied as they are
+ * unpacked, with no other token to share an unpacked copy with. */
+EXT_INLINE void tile1_256(float *y, const uint8_t *const w[8], const uint8_t *qa, size_t nb, size_t m, const int kind)
+{
+    const size_t bytes = (size_t)k_ext[kind].bytes;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const skv_act256 *a = ACT256(qa, 0, 0, b);
+        __m256i av[8], p[8], sv[8], mv[8];
+        __m256 d, c;
+        for (size_t o = 0; o < bytes; o += 64) prefetch8(w, bytes * b + PF_AHEAD + o);
+        for (int j = 0; j < 8; j++) av[j] = ld32(a->qs + 32 * j);
+        for (int i = 0; i < 8; i++) {
+            const uint8_t *blk = w[i] + bytes * b;
+            ext_scales_v(blk, &sv[i], &mv[i], kind);
+            p[i] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                __m256i v = values256(blk, j, kind), sc = scale_pair(sv[i], j);
+                p[i] = k_ext[kind].is_signed ? dp_sc16(p[i], _mm256_abs_epi8(v), _mm256_sign_epi8(av[j], v), sc)
+                                             : dp_sc16(p[i], v, av[j], sc);
+            }
+        }
+        scales_dc(w, b, &d, &c, kind);
+        acc = finish256(acc, p, sv, mv, d, c, a, kind);
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+    memcpy(y, o, m * sizeof(float));
 }
 
 /* The 8 rows' chain over nb blocks of 256 for nt tokens. */
@@ -229,6 +311,10 @@ EXT_INLINE void tile256(float *y, size_t ldy, const uint8_t *const w[8], const u
     const size_t bytes = (size_t)k_ext[kind].bytes;
     __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     ext_unpacked u;
+    if (nt == 1) {
+        tile1_256(y, w, qa, nb, m, kind);
+        return;
+    }
     for (size_t b = 0; b < nb; b++) {
         for (size_t c = 0; c < bytes; c += 64) prefetch8(w, bytes * b + PF_AHEAD + c);
         unpack256(&u, w, b, kind);
