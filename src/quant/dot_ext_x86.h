@@ -82,6 +82,18 @@ static inline __m256i iq4_levels(__m256i idx)
     return _mm256_shuffle_epi8(lut, idx);
 }
 
+/* Asks for the lines of block b of the next tile's 8 rows: rows r0 .. r0+7 are contiguous
+ * (w[i] = w[0] + i * row_bytes), so the next tile's row i is w[i] + 8 * row_bytes.  Decode
+ * streams the weights from memory; one tile of lookahead keeps them coming when a row is
+ * short (a 2048-value q5_k row is 1408 bytes: a prefetch a fixed distance ahead within the
+ * row would fall into rows already streaming).  A short tile (w[1] == w[0]) asks again for
+ * its own lines, which costs nothing. */
+static inline void prefetch_next_tile(const uint8_t *const w[8], size_t off, size_t bytes)
+{
+    size_t next = 8 * (size_t)(w[1] - w[0]);
+    for (size_t c = 0; c < bytes; c += 64) prefetch8(w, next + off + c);
+}
+
 /* The 32 values of a 32-value block (u, or the signed levels). */
 EXT_INLINE __m256i values32(const uint8_t *blk, const int kind)
 {
@@ -102,7 +114,7 @@ EXT_INLINE void tile32(float *y, size_t ldy, const uint8_t *const w[8], const ui
     __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     for (size_t b = 0; b < nb; b++) {
         __m256i v[8], u[8], p[8];
-        if (b % 3 == 0) prefetch8(w, bytes * b + PF_AHEAD);
+        if (b % 3 == 0) prefetch_next_tile(w, bytes * b, 3 * bytes);
         __m256 d = scales8(w, bytes * b), c = has_min ? scales8(w, bytes * b + 2) : _mm256_setzero_ps();
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) v[i] = values32(w[i] + bytes * b, kind), u[i] = sgn ? _mm256_abs_epi8(v[i]) : v[i];
@@ -284,7 +296,7 @@ EXT_INLINE void tile1_256(float *y, const uint8_t *const w[8], const uint8_t *qa
         const skv_act256 *a = ACT256(qa, 0, 0, b);
         __m256i av[8], p[8], sv[8], mv[8];
         __m256 d, c;
-        for (size_t o = 0; o < bytes; o += 64) prefetch8(w, bytes * b + PF_AHEAD + o);
+        prefetch_next_tile(w, bytes * b, bytes);
         for (int j = 0; j < 8; j++) av[j] = ld32(a->qs + 32 * j);
         for (int i = 0; i < 8; i++) {
             const uint8_t *blk = w[i] + bytes * b;
@@ -316,7 +328,7 @@ EXT_INLINE void tile256(float *y, size_t ldy, const uint8_t *const w[8], const u
         return;
     }
     for (size_t b = 0; b < nb; b++) {
-        for (size_t c = 0; c < bytes; c += 64) prefetch8(w, bytes * b + PF_AHEAD + c);
+        prefetch_next_tile(w, bytes * b, bytes);
         unpack256(&u, w, b, kind);
         for (size_t t = 0; t < nt; t++) acc[t] = step256(acc[t], &u, ACT256(qa, qs, t, b), kind);
     }
