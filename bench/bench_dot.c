@@ -7,6 +7,7 @@
  * finite scales; TinyLlama's FFN up is 2048 x 5632): T = 1 (decode) and T tokens (prefill).
  * Columns: microseconds per token row of outputs (T = 1: per call; T: per call / T), the
  * weight bytes streamed per second at T = 1, and the speedup over the scalar reference.
+ * Types with a packed layout (quant/repack.h: what decode runs) get "packed" rows too.
  * The levels are those the CPU has (SEQKV_CPU caps them).  types: comma-separated ggml
  * names ("q5_k,iq4_xs"). */
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #include "core/util.h"
 #include "quant/dot.h"
 #include "quant/quant.h"
+#include "quant/repack.h"
 #include "quant/types.h"
 
 static uint64_t g_state = 7;
@@ -53,6 +55,32 @@ static int wanted(const char *list, const char *name)
     return list == NULL;
 }
 
+/* The packed layout's decode (quant/repack.h) at the SIMD levels: one row per level. */
+static void bench_packed(uint32_t type, const uint8_t *W, size_t rb, const float *x, size_t K, size_t N, double budget,
+                         double ref1)
+{
+    static const char *lv[] = {"scalar", "avx2 packed", "avx512 packed"};
+    size_t prb = skv_pack_row_bytes(type, K), ab = skv_act_row_bytes(type, K);
+    uint8_t *P = prb && N % SKV_PACK_ROWS == 0 ? malloc(N * prb) : NULL, *qa = malloc(ab);
+    float *y = malloc(N * sizeof *y);
+    if (P && qa && y) {
+        skv_pack_rows(type, W, rb, K, N, P);
+        for (int l = SKV_DOT_AVX2; l <= skv_dot_level(SKV_DOT_AVX512); l++) {
+            double best = 1e30, t0 = skv_now();
+            skv_act_quantize(l, type, x, K, 1, K, qa);
+            do {
+                double s = skv_now();
+                skv_gemm_packed(l, type, y, N, P, prb, qa, ab, K, 1, N);
+                s = skv_now() - s;
+                best = s < best ? s : best;
+            } while (skv_now() - t0 < budget);
+            printf("| %s | %s | %.1f | %.2f | %.1fx | - | - |\n", skv_ggml_type_name(type), lv[l], best * 1e6,
+                   (double)(N * rb) / best / 1e9, ref1 / best);
+        }
+    }
+    free(P), free(qa), free(y);
+}
+
 static void bench_type(uint32_t type, size_t K, size_t N, size_t T, double budget)
 {
     static const char *lv[] = {"scalar", "avx2", "avx512"};
@@ -73,6 +101,7 @@ static void bench_type(uint32_t type, size_t K, size_t N, size_t T, double budge
                (double)(N * rb) / s1 / 1e9, ref1 / s1, sT * 1e6, refT / sT);
         fflush(stdout);
     }
+    bench_packed(type, W, rb, x, K, N, budget, ref1);
     free(W), free(qa), free(x), free(y);
 }
 

@@ -118,6 +118,7 @@ SKV_PK_DECL(q4_0);
 void skv_gemv_unpack8_q4_0_pk_avx2(const void *P, size_t nb, size_t r0, void *dst);
 void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *dst);
 SKV_PK_DECL(q4_k);
+SKV_PK_DECL(q5_k);
 SKV_PK_DECL(q6_k);
 
 #endif

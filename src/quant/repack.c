@@ -16,14 +16,21 @@ typedef struct { unsigned fo, nu, us, po; } pk_seg;
 typedef struct {
     uint32_t type;
     unsigned fbytes, xbytes, n, nseg;
-    pk_seg seg[5];
+    pk_seg seg[6];
 } pk_kind;
 
 static const pk_kind k_kinds[] = {
     {SKV_GGML_Q4_0, 18, 18, 32, 2, {{0, 1, 2, 0}, {2, 4, 4, 32}}},
     {SKV_GGML_Q4_K, 144, 148, 256, 5, {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 8, 1, 64}, {12, 4, 2, 192}, {20, 32, 4, 320}}},
     {SKV_GGML_Q6_K, 210, 210, 256, 4, {{208, 1, 2, 0}, {192, 16, 1, 32}, {0, 32, 4, 288}, {128, 16, 4, 2336}}},
+    {SKV_GGML_Q5_K, 176, 180, 256, 6,
+     {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 8, 1, 64}, {12, 4, 2, 192}, {20, 8, 4, 320}, {52, 32, 4, 832}}},
 };
+
+#define XMAX 180 /* the largest expanded block (q5_k) */
+
+/* q4_k and q5_k: their 12 scale bytes are expanded (sc[8], mn[8]). */
+static int k4_scales(const pk_kind *k) { return k->type == SKV_GGML_Q4_K || k->type == SKV_GGML_Q5_K; }
 
 static const pk_kind *kind_of(uint32_t type)
 {
@@ -39,22 +46,23 @@ size_t skv_pack_row_bytes(uint32_t type, size_t K)
     return K / k->n * k->xbytes;
 }
 
-/* A file block as its expanded form (q4_k: d, dmin, sc[8], mn[8], qs[128]). */
+/* A file block as its expanded form (q4_k: d, dmin, sc[8], mn[8], qs[128]; q5_k: the
+ * same with qh[32] before qs). */
 static void expand(const pk_kind *k, const uint8_t *f, uint8_t *x)
 {
-    if (k->type != SKV_GGML_Q4_K) {
+    if (!k4_scales(k)) {
         memcpy(x, f, k->fbytes);
         return;
     }
     memcpy(x, f, 4);
     skv_k4_scales8(f + 4, x + 4, x + 12);
-    memcpy(x + 20, f + 16, 128);
+    memcpy(x + 20, f + 16, k->fbytes - 16);
 }
 
 /* The inverse of expand: q4_k's 6-bit scales and mins back into their 12 bytes. */
 static void compress(const pk_kind *k, const uint8_t *x, uint8_t *f)
 {
-    if (k->type != SKV_GGML_Q4_K) {
+    if (!k4_scales(k)) {
         memcpy(f, x, k->fbytes);
         return;
     }
@@ -66,7 +74,7 @@ static void compress(const pk_kind *k, const uint8_t *x, uint8_t *f)
         s[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
         s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
     }
-    memcpy(f + 16, x + 20, 128);
+    memcpy(f + 16, x + 20, k->fbytes - 16);
 }
 
 /* Copies n units of us (1, 2 or 4) bytes: unit i from src + i * ss to dst + i * ds. */
@@ -98,19 +106,19 @@ void skv_pack_rows(uint32_t type, const void *src, size_t row_bytes, size_t K, s
 {
     const pk_kind *k = kind_of(type);
     const uint8_t *s = src;
-    uint8_t *d = dst, xb[SKV_PACK_ROWS * 148];
+    uint8_t *d = dst, xb[SKV_PACK_ROWS * XMAX];
     if (!k) return; /* callers check skv_pack_row_bytes */
     size_t nb = K / k->n, gb = SKV_PACK_ROWS * k->xbytes;
     for (size_t r = 0; r + SKV_PACK_ROWS <= n_rows; r += SKV_PACK_ROWS)
         for (size_t b = 0; b < nb; b++) {
             const uint8_t *f = s + r * row_bytes + b * k->fbytes;
             uint8_t *p = d + r * nb * k->xbytes + b * gb;
-            if (k->type != SKV_GGML_Q4_K) {
+            if (!k4_scales(k)) {
                 move_fields(k, (uint8_t *)(uintptr_t)f, row_bytes, p, 0, SKV_PACK_ROWS, 1); /* read only */
                 continue;
             }
-            for (size_t i = 0; i < SKV_PACK_ROWS; i++) expand(k, f + i * row_bytes, xb + 148 * i);
-            move_fields(k, xb, 148, p, 0, SKV_PACK_ROWS, 1);
+            for (size_t i = 0; i < SKV_PACK_ROWS; i++) expand(k, f + i * row_bytes, xb + k->xbytes * i);
+            move_fields(k, xb, k->xbytes, p, 0, SKV_PACK_ROWS, 1);
         }
 }
 
@@ -118,17 +126,17 @@ void skv_unpack_group_rows(uint32_t type, const void *P, size_t K, size_t r0, si
 {
     const pk_kind *k = kind_of(type);
     const uint8_t *p = P;
-    uint8_t *d = dst, xb[SKV_PACK_ROWS * 148];
+    uint8_t *d = dst, xb[SKV_PACK_ROWS * XMAX];
     if (!k) return;
     size_t nb = K / k->n, gb = SKV_PACK_ROWS * k->xbytes, frb = nb * k->fbytes;
     for (size_t b = 0; b < nb; b++) {
         uint8_t *pb = (uint8_t *)(uintptr_t)(p + b * gb); /* read only */
-        if (k->type != SKV_GGML_Q4_K) {
+        if (!k4_scales(k)) {
             move_fields(k, d + b * k->fbytes, frb, pb, r0, n, 0);
             continue;
         }
-        move_fields(k, xb, 148, pb, r0, n, 0);
-        for (size_t i = 0; i < n; i++) compress(k, xb + 148 * i, d + i * frb + b * k->fbytes);
+        move_fields(k, xb, k->xbytes, pb, r0, n, 0);
+        for (size_t i = 0; i < n; i++) compress(k, xb + k->xbytes * i, d + i * frb + b * k->fbytes);
     }
 }
 
@@ -138,11 +146,16 @@ typedef void (*pk_gemv_fn)(float *y, const void *W, size_t row_bytes, const void
 static pk_gemv_fn gemv_of(int level, uint32_t type)
 {
 #if defined(__x86_64__)
-    static const pk_gemv_fn avx2[3] = {skv_gemv_q4_0_pk_avx2, skv_gemv_q4_k_pk_avx2, skv_gemv_q6_k_pk_avx2};
-    static const pk_gemv_fn avx512[3] = {skv_gemv_q4_0_pk_avx512, skv_gemv_q4_k_pk_avx512, skv_gemv_q6_k_pk_avx512};
-    size_t i = type == SKV_GGML_Q4_0 ? 0 : type == SKV_GGML_Q4_K ? 1 : 2;
-    if (level >= SKV_DOT_AVX512) return avx512[i];
-    if (level >= SKV_DOT_AVX2) return avx2[i];
+    static const struct {
+        uint32_t type;
+        pk_gemv_fn avx2, avx512;
+    } k_gemv[] = {{SKV_GGML_Q4_0, skv_gemv_q4_0_pk_avx2, skv_gemv_q4_0_pk_avx512},
+                  {SKV_GGML_Q4_K, skv_gemv_q4_k_pk_avx2, skv_gemv_q4_k_pk_avx512},
+                  {SKV_GGML_Q5_K, skv_gemv_q5_k_pk_avx2, skv_gemv_q5_k_pk_avx512},
+                  {SKV_GGML_Q6_K, skv_gemv_q6_k_pk_avx2, skv_gemv_q6_k_pk_avx512}};
+    for (size_t i = 0; i < sizeof k_gemv / sizeof k_gemv[0]; i++)
+        if (k_gemv[i].type == type && level >= SKV_DOT_AVX2)
+            return level >= SKV_DOT_AVX512 ? k_gemv[i].avx512 : k_gemv[i].avx2;
 #else
     (void)level, (void)type;
 #endif
