@@ -362,8 +362,8 @@ static void layer_free(skv_layer *L)
 }
 
 /* ---- repacked weights (quant/repack.h) ----------------------------------------------
- * Where the CPU has AVX2, q4_0 / q4_k / q5_k / q6_k matrices get a packed copy at load for the
- * decode kernels (SEQKV_REPACK=0: none); the file's pages they came from are dropped
+ * Where the CPU has AVX2, q4_0 / q4_k / q5_k / q6_k / iq4_xs matrices get a packed copy at
+ * load for the decode kernels (SEQKV_REPACK=0: none); the file's pages they came from are dropped
  * from the process (madvise: they read back from the file if touched again, e.g. by
  * the fingerprint), so memory stays about one copy of the weights. */
 

@@ -445,6 +445,7 @@ SKV_PK_ALIAS(q4_0)
 SKV_PK_ALIAS(q4_k)
 SKV_PK_ALIAS(q5_k)
 SKV_PK_ALIAS(q6_k)
+SKV_PK_ALIAS(iq4_xs)
 void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *dst)
 {
     skv_gemv_unpack8_q4_0_pk_avx2(P, nb, r0, dst);

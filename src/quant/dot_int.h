@@ -120,5 +120,6 @@ void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *
 SKV_PK_DECL(q4_k);
 SKV_PK_DECL(q5_k);
 SKV_PK_DECL(q6_k);
+SKV_PK_DECL(iq4_xs);
 
 #endif

@@ -12,6 +12,8 @@
 #ifndef SKV_DOT_PACK_X86_H
 #define SKV_DOT_PACK_X86_H
 
+#include "quant/qblocks.h"
+
 #define PK_PF 12288 /* measured best of 0 .. 12288 on TinyLlama q4_0 / Q4_K_M decode */
 
 static inline __m256i bcast4(const int8_t *p)
@@ -134,6 +136,37 @@ static inline void pk_group_q4_k(float *y, const uint8_t *g, const skv_act256 *a
 static inline void pk_group_q5_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
 {
     pk_group_k4(y, g, a, nb, 1);
+}
+
+/* iq4_xs: d[16] | the runs' 6-bit scales sc[8][16] (ls, the scale is ls - 32) | qs: 32
+ * chunks, run r's 16 bytes in chunks 4r .. 4r+3 (low nibbles: values 4k.., high: 16 + 4k..).
+ * The levels (-127..113) times activations overflow maddubs' int16 pairs as u8, so the
+ * ymm kernel takes |level| against the activation with the level's sign (exact: |a| <= 127
+ * from the act quantizer) and sums every chunk in int32. */
+static inline void pk_group_iq4_xs(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)skv_iq4nl_levels));
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t b = 0; b < nb; b++, g += 2208) {
+        pk_prefetch(g + PK_PF, 2208);
+        for (int h = 0; h < 2; h++) {
+            __m256i is = _mm256_setzero_si256();
+            for (int r = 0; r < 8; r++) {
+                __m256i p = _mm256_setzero_si256();
+                for (int k = 0; k < 4; k++) {
+                    __m256i v = ld32(g + 160 + 64 * (4 * r + k) + 32 * h);
+                    __m256i l = _mm256_shuffle_epi8(lut, lo4(v)), u = _mm256_shuffle_epi8(lut, hi4(v));
+                    p = dp_u8s8(p, _mm256_abs_epi8(l), _mm256_sign_epi8(bcast4(a[b].qs + 32 * r + 4 * k), l));
+                    p = dp_u8s8(p, _mm256_abs_epi8(u), _mm256_sign_epi8(bcast4(a[b].qs + 32 * r + 16 + 4 * k), u));
+                }
+                __m256i sc = _mm256_sub_epi32(u8x8(g + 32 + 16 * r + 8 * h), _mm256_set1_epi32(32));
+                is = _mm256_add_epi32(is, _mm256_mullo_epi32(p, sc));
+            }
+            acc[h] = fma_scaled(acc[h], half_scales(g + 16 * h), a[b].d, is);
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
 }
 
 /* q6_k half h, 128-value part gg, groups 8gg + 2k + jh: values 128gg + 32k + 4j.. are the
@@ -317,6 +350,31 @@ static void pkz_group_q6_k(float *y, const uint8_t *g, const skv_act256 *a, size
     }
     _mm512_storeu_ps(y, acc);
 }
+/* iq4_xs of 16 rows in lanes: the levels + 128 as u8 (vpdpbusd does not saturate), less
+ * 128 times the run's activation sum. */
+static void pkz_group_iq4_xs(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    const __m128i lv = _mm_loadu_si128((const __m128i *)(const void *)skv_iq4nl_levels);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_xor_si128(lv, _mm_set1_epi8((char)0x80)));
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += 2208) {
+        const int8_t *qs = a[b].qs;
+        __m512i is = _mm512_setzero_si512();
+        pk_prefetch(g + PK_PF, 2208);
+        for (int r = 0; r < 8; r++) {
+            __m512i p = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                __m512i v = ld64(g + 160 + 64 * (4 * r + k));
+                p = DPZ(p, _mm512_shuffle_epi8(lut, lo4z(v)), bc4(qs + 32 * r + 4 * k));
+                p = DPZ(p, _mm512_shuffle_epi8(lut, hi4z(v)), bc4(qs + 32 * r + 16 + 4 * k));
+            }
+            p = _mm512_sub_epi32(p, _mm512_set1_epi32(128 * (a[b].bsum[2 * r] + a[b].bsum[2 * r + 1])));
+            is = _mm512_add_epi32(is, _mm512_mullo_epi32(p, _mm512_sub_epi32(u8x16(g + 32 + 16 * r), _mm512_set1_epi32(32))));
+        }
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(g), _mm512_set1_ps(a[b].d)), _mm512_cvtepi32_ps(is), acc);
+    }
+    _mm512_storeu_ps(y, acc);
+}
 #define PK_GROUP(name) pkz_group_##name
 #else
 #define PK_GROUP(name) pk_group_##name
@@ -334,5 +392,6 @@ SKV_PK_GEMV(q4_0, skv_act32, 32)
 SKV_PK_GEMV(q4_k, skv_act256, 256)
 SKV_PK_GEMV(q5_k, skv_act256, 256)
 SKV_PK_GEMV(q6_k, skv_act256, 256)
+SKV_PK_GEMV(iq4_xs, skv_act256, 256)
 
 #endif

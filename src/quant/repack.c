@@ -11,26 +11,74 @@
  * row i goes to po + (16 u + i) * us of the group's packed block. */
 typedef struct { unsigned fo, nu, us, po; } pk_seg;
 
+/* A file block to its expanded form (x, xbytes) and back (NULL: the same bytes). */
+typedef void (*pk_xform_fn)(const uint8_t *in, uint8_t *out, unsigned fbytes);
+
 /* A packed type: file block bytes, expanded block bytes (q4_k: the 12 scale bytes as
- * sc[8] and mn[8]), values per block, fields, and the T = 1 kernels per level. */
+ * sc[8] and mn[8]), values per block, the two transforms, fields. */
 typedef struct {
     uint32_t type;
-    unsigned fbytes, xbytes, n, nseg;
+    unsigned fbytes, xbytes, n;
+    pk_xform_fn expand, compress;
+    unsigned nseg;
     pk_seg seg[6];
 } pk_kind;
 
+/* q4_k / q5_k: d, dmin, sc[8], mn[8], then the rest of the file block (q5_k's qh, qs). */
+static void k4_expand(const uint8_t *f, uint8_t *x, unsigned fbytes)
+{
+    memcpy(x, f, 4);
+    skv_k4_scales8(f + 4, x + 4, x + 12);
+    memcpy(x + 20, f + 16, fbytes - 16);
+}
+
+/* The inverse of k4_expand: the 6-bit scales and mins back into their 12 bytes. */
+static void k4_compress(const uint8_t *x, uint8_t *f, unsigned fbytes)
+{
+    const uint8_t *sc = x + 4, *mn = x + 12;
+    uint8_t *s = f + 4;
+    memcpy(f, x, 4);
+    for (unsigned j = 0; j < 4; j++) {
+        s[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+        s[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+    memcpy(f + 16, x + 20, fbytes - 16);
+}
+
+/* iq4_xs: d, the 8 runs' 6-bit scales as bytes, qs[128]. */
+static void iq4xs_expand(const uint8_t *f, uint8_t *x, unsigned fbytes)
+{
+    unsigned sh = (unsigned)f[2] | (unsigned)f[3] << 8;
+    memcpy(x, f, 2);
+    for (unsigned r = 0; r < 8; r++) x[2 + r] = (uint8_t)(((f[4 + r / 2] >> (4 * (r % 2))) & 15) | ((sh >> (2 * r)) & 3) << 4);
+    memcpy(x + 10, f + 8, fbytes - 8);
+}
+
+static void iq4xs_compress(const uint8_t *x, uint8_t *f, unsigned fbytes)
+{
+    unsigned sh = 0;
+    memcpy(f, x, 2);
+    memset(f + 4, 0, 4);
+    for (unsigned r = 0; r < 8; r++) {
+        f[4 + r / 2] |= (uint8_t)((x[2 + r] & 15) << (4 * (r % 2)));
+        sh |= (unsigned)(x[2 + r] >> 4 & 3) << (2 * r);
+    }
+    f[2] = (uint8_t)sh, f[3] = (uint8_t)(sh >> 8);
+    memcpy(f + 8, x + 10, fbytes - 8);
+}
+
 static const pk_kind k_kinds[] = {
-    {SKV_GGML_Q4_0, 18, 18, 32, 2, {{0, 1, 2, 0}, {2, 4, 4, 32}}},
-    {SKV_GGML_Q4_K, 144, 148, 256, 5, {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 8, 1, 64}, {12, 4, 2, 192}, {20, 32, 4, 320}}},
-    {SKV_GGML_Q6_K, 210, 210, 256, 4, {{208, 1, 2, 0}, {192, 16, 1, 32}, {0, 32, 4, 288}, {128, 16, 4, 2336}}},
-    {SKV_GGML_Q5_K, 176, 180, 256, 6,
+    {SKV_GGML_Q4_0, 18, 18, 32, NULL, NULL, 2, {{0, 1, 2, 0}, {2, 4, 4, 32}}},
+    {SKV_GGML_Q4_K, 144, 148, 256, k4_expand, k4_compress, 5,
+     {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 8, 1, 64}, {12, 4, 2, 192}, {20, 32, 4, 320}}},
+    {SKV_GGML_Q6_K, 210, 210, 256, NULL, NULL, 4, {{208, 1, 2, 0}, {192, 16, 1, 32}, {0, 32, 4, 288}, {128, 16, 4, 2336}}},
+    {SKV_GGML_Q5_K, 176, 180, 256, k4_expand, k4_compress, 6,
      {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 8, 1, 64}, {12, 4, 2, 192}, {20, 8, 4, 320}, {52, 32, 4, 832}}},
+    {SKV_GGML_IQ4_XS, 136, 138, 256, iq4xs_expand, iq4xs_compress, 3, {{0, 1, 2, 0}, {2, 8, 1, 32}, {10, 32, 4, 160}}},
 };
 
 #define XMAX 180 /* the largest expanded block (q5_k) */
-
-/* q4_k and q5_k: their 12 scale bytes are expanded (sc[8], mn[8]). */
-static int k4_scales(const pk_kind *k) { return k->type == SKV_GGML_Q4_K || k->type == SKV_GGML_Q5_K; }
 
 static const pk_kind *kind_of(uint32_t type)
 {
@@ -44,37 +92,6 @@ size_t skv_pack_row_bytes(uint32_t type, size_t K)
     const pk_kind *k = kind_of(type);
     if (!k || K == 0 || K % k->n || 8 * (K / k->n) * k->fbytes > SKV_PACK_BUF) return 0;
     return K / k->n * k->xbytes;
-}
-
-/* A file block as its expanded form (q4_k: d, dmin, sc[8], mn[8], qs[128]; q5_k: the
- * same with qh[32] before qs). */
-static void expand(const pk_kind *k, const uint8_t *f, uint8_t *x)
-{
-    if (!k4_scales(k)) {
-        memcpy(x, f, k->fbytes);
-        return;
-    }
-    memcpy(x, f, 4);
-    skv_k4_scales8(f + 4, x + 4, x + 12);
-    memcpy(x + 20, f + 16, k->fbytes - 16);
-}
-
-/* The inverse of expand: q4_k's 6-bit scales and mins back into their 12 bytes. */
-static void compress(const pk_kind *k, const uint8_t *x, uint8_t *f)
-{
-    if (!k4_scales(k)) {
-        memcpy(f, x, k->fbytes);
-        return;
-    }
-    const uint8_t *sc = x + 4, *mn = x + 12;
-    uint8_t *s = f + 4;
-    memcpy(f, x, 4);
-    for (unsigned j = 0; j < 4; j++) {
-        s[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
-        s[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
-        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
-    }
-    memcpy(f + 16, x + 20, k->fbytes - 16);
 }
 
 /* Copies n units of us (1, 2 or 4) bytes: unit i from src + i * ss to dst + i * ds. */
@@ -113,11 +130,11 @@ void skv_pack_rows(uint32_t type, const void *src, size_t row_bytes, size_t K, s
         for (size_t b = 0; b < nb; b++) {
             const uint8_t *f = s + r * row_bytes + b * k->fbytes;
             uint8_t *p = d + r * nb * k->xbytes + b * gb;
-            if (!k4_scales(k)) {
+            if (!k->expand) {
                 move_fields(k, (uint8_t *)(uintptr_t)f, row_bytes, p, 0, SKV_PACK_ROWS, 1); /* read only */
                 continue;
             }
-            for (size_t i = 0; i < SKV_PACK_ROWS; i++) expand(k, f + i * row_bytes, xb + k->xbytes * i);
+            for (size_t i = 0; i < SKV_PACK_ROWS; i++) k->expand(f + i * row_bytes, xb + k->xbytes * i, k->fbytes);
             move_fields(k, xb, k->xbytes, p, 0, SKV_PACK_ROWS, 1);
         }
 }
@@ -131,12 +148,12 @@ void skv_unpack_group_rows(uint32_t type, const void *P, size_t K, size_t r0, si
     size_t nb = K / k->n, gb = SKV_PACK_ROWS * k->xbytes, frb = nb * k->fbytes;
     for (size_t b = 0; b < nb; b++) {
         uint8_t *pb = (uint8_t *)(uintptr_t)(p + b * gb); /* read only */
-        if (!k4_scales(k)) {
+        if (!k->compress) {
             move_fields(k, d + b * k->fbytes, frb, pb, r0, n, 0);
             continue;
         }
         move_fields(k, xb, k->xbytes, pb, r0, n, 0);
-        for (size_t i = 0; i < n; i++) compress(k, xb + k->xbytes * i, d + i * frb + b * k->fbytes);
+        for (size_t i = 0; i < n; i++) k->compress(xb + k->xbytes * i, d + i * frb + b * k->fbytes, k->fbytes);
     }
 }
 
@@ -152,7 +169,8 @@ static pk_gemv_fn gemv_of(int level, uint32_t type)
     } k_gemv[] = {{SKV_GGML_Q4_0, skv_gemv_q4_0_pk_avx2, skv_gemv_q4_0_pk_avx512},
                   {SKV_GGML_Q4_K, skv_gemv_q4_k_pk_avx2, skv_gemv_q4_k_pk_avx512},
                   {SKV_GGML_Q5_K, skv_gemv_q5_k_pk_avx2, skv_gemv_q5_k_pk_avx512},
-                  {SKV_GGML_Q6_K, skv_gemv_q6_k_pk_avx2, skv_gemv_q6_k_pk_avx512}};
+                  {SKV_GGML_Q6_K, skv_gemv_q6_k_pk_avx2, skv_gemv_q6_k_pk_avx512},
+                  {SKV_GGML_IQ4_XS, skv_gemv_iq4_xs_pk_avx2, skv_gemv_iq4_xs_pk_avx512}};
     for (size_t i = 0; i < sizeof k_gemv / sizeof k_gemv[0]; i++)
         if (k_gemv[i].type == type && level >= SKV_DOT_AVX2)
             return level >= SKV_DOT_AVX512 ? k_gemv[i].avx512 : k_gemv[i].avx2;

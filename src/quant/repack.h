@@ -1,7 +1,7 @@
 /* Quantized weights repacked at model load for the integer dot kernels (issue 15).
  *
  * READ ME FIRST
- * - A GGUF stores a q4_0 / q4_k / q5_k / q6_k matrix row after row.  Decode (one token)
+ * - A GGUF stores a q4_0 / q4_k / q5_k / q6_k / iq4_xs matrix row after row.  Decode (one token)
  *   then reads eight rows as eight separate streams and must reduce each row's
  *   products horizontally.  The packed layout interleaves groups of 16 rows so
  *   that one 64-byte load holds four bytes of every row of the group (row i at
@@ -14,6 +14,8 @@
  *     q4_k (2368 = 16 x 148): d[16] | dmin[16] | sc[8][16] u8 | mn pairs [4][16][2] u8
  *                             | qs: 32 chunks of 64
  *     q5_k (2880 = 16 x 180): q4_k's fields with qh: 8 chunks of 64 before qs (at 320)
+ *     iq4_xs (2208 = 16 x 138): d[16] | ls[8][16] u8 (the runs' 6-bit scales + 32,
+ *                             unpacked from scales_h / scales_l) | qs: 32 chunks of 64
  *     q6_k (3360 = 16 x 210): d[16] | scales[16][16] s8 | ql: 32 chunks | qh: 16 chunks
  *   where chunk u holds bytes 4u..4u+3 of every row's field (row i at 4i), d[i]
  *   is row i's binary16 scale, sc[r][i] / mn[..][i] the 6-bit scales and mins of
