@@ -1,7 +1,7 @@
 /* Packed weight layouts (quant/repack.h): packing then unpacking gives the file's
  * bytes back; the packed gemm at every level (the T = 1 decode kernels, the
  * fallback that unpacks 8 rows for batches and for the scalar level) gives the
- * reference gemm's bits on the file's rows, for q4_0, q4_k, q5_k, q6_k and iq4_xs, any batch;
+ * reference gemm's bits on the file's rows, for every type with a packed form, any batch;
  * shapes without a packed form are refused. */
 #include <math.h>
 #include <stdint.h>
@@ -26,16 +26,18 @@ static uint32_t rnd(void)
 
 static float rnd_float(void) { return (float)(rnd() >> 8) * (4.0f / 16777216.0f) - 2.0f; }
 
-static const uint32_t k_types[] = {SKV_GGML_Q4_0, SKV_GGML_Q4_K, SKV_GGML_Q5_K, SKV_GGML_Q6_K, SKV_GGML_IQ4_XS};
+static const uint32_t k_types[] = {SKV_GGML_Q4_0, SKV_GGML_Q4_1, SKV_GGML_Q5_0, SKV_GGML_Q5_1, SKV_GGML_IQ4_NL,
+                                   SKV_GGML_Q4_K, SKV_GGML_Q5_K, SKV_GGML_Q6_K, SKV_GGML_IQ4_XS};
 
 /* Random blocks whose binary16 scales are small and finite (other bytes: anything). */
 static void random_rows(uint32_t type, uint8_t *W, size_t n_bytes)
 {
     const skv_type_traits *t = skv_type_traits_of(type);
     static const int q40[] = {0, -1}, q4k[] = {0, 2, -1}, q6k[] = {208, -1};
-    const int *o = type == SKV_GGML_Q4_0 || type == SKV_GGML_IQ4_XS ? q40
-                   : type == SKV_GGML_Q4_K || type == SKV_GGML_Q5_K ? q4k
-                                                                    : q6k;
+    const int *o = type == SKV_GGML_Q6_K                                                   ? q6k
+                   : type == SKV_GGML_Q4_K || type == SKV_GGML_Q5_K || type == SKV_GGML_Q4_1 ||
+                             type == SKV_GGML_Q5_1                                 ? q4k
+                                                                                   : q40;
     for (size_t i = 0; i < n_bytes; i++) W[i] = (uint8_t)rnd();
     for (size_t b = 0; b + t->type_size <= n_bytes; b += t->type_size)
         for (const int *p = o; *p >= 0; p++) {

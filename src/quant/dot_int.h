@@ -121,5 +121,9 @@ SKV_PK_DECL(q4_k);
 SKV_PK_DECL(q5_k);
 SKV_PK_DECL(q6_k);
 SKV_PK_DECL(iq4_xs);
+SKV_PK_DECL(q4_1); /* dot_pack32_x86.h */
+SKV_PK_DECL(q5_0);
+SKV_PK_DECL(q5_1);
+SKV_PK_DECL(iq4_nl);
 
 #endif

@@ -70,6 +70,10 @@ static void iq4xs_compress(const uint8_t *x, uint8_t *f, unsigned fbytes)
 
 static const pk_kind k_kinds[] = {
     {SKV_GGML_Q4_0, 18, 18, 32, NULL, NULL, 2, {{0, 1, 2, 0}, {2, 4, 4, 32}}},
+    {SKV_GGML_Q4_1, 20, 20, 32, NULL, NULL, 3, {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 4, 4, 64}}},
+    {SKV_GGML_Q5_0, 22, 22, 32, NULL, NULL, 3, {{0, 1, 2, 0}, {2, 1, 4, 32}, {6, 4, 4, 96}}},
+    {SKV_GGML_Q5_1, 24, 24, 32, NULL, NULL, 4, {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 1, 4, 64}, {8, 4, 4, 128}}},
+    {SKV_GGML_IQ4_NL, 18, 18, 32, NULL, NULL, 2, {{0, 1, 2, 0}, {2, 4, 4, 32}}},
     {SKV_GGML_Q4_K, 144, 148, 256, k4_expand, k4_compress, 5,
      {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 8, 1, 64}, {12, 4, 2, 192}, {20, 32, 4, 320}}},
     {SKV_GGML_Q6_K, 210, 210, 256, NULL, NULL, 4, {{208, 1, 2, 0}, {192, 16, 1, 32}, {0, 32, 4, 288}, {128, 16, 4, 2336}}},
@@ -170,7 +174,11 @@ static pk_gemv_fn gemv_of(int level, uint32_t type)
                   {SKV_GGML_Q4_K, skv_gemv_q4_k_pk_avx2, skv_gemv_q4_k_pk_avx512},
                   {SKV_GGML_Q5_K, skv_gemv_q5_k_pk_avx2, skv_gemv_q5_k_pk_avx512},
                   {SKV_GGML_Q6_K, skv_gemv_q6_k_pk_avx2, skv_gemv_q6_k_pk_avx512},
-                  {SKV_GGML_IQ4_XS, skv_gemv_iq4_xs_pk_avx2, skv_gemv_iq4_xs_pk_avx512}};
+                  {SKV_GGML_IQ4_XS, skv_gemv_iq4_xs_pk_avx2, skv_gemv_iq4_xs_pk_avx512},
+                  {SKV_GGML_Q4_1, skv_gemv_q4_1_pk_avx2, skv_gemv_q4_1_pk_avx512},
+                  {SKV_GGML_Q5_0, skv_gemv_q5_0_pk_avx2, skv_gemv_q5_0_pk_avx512},
+                  {SKV_GGML_Q5_1, skv_gemv_q5_1_pk_avx2, skv_gemv_q5_1_pk_avx512},
+                  {SKV_GGML_IQ4_NL, skv_gemv_iq4_nl_pk_avx2, skv_gemv_iq4_nl_pk_avx512}};
     for (size_t i = 0; i < sizeof k_gemv / sizeof k_gemv[0]; i++)
         if (k_gemv[i].type == type && level >= SKV_DOT_AVX2)
             return level >= SKV_DOT_AVX512 ? k_gemv[i].avx512 : k_gemv[i].avx2;
