@@ -27,17 +27,20 @@ static uint32_t rnd(void)
 static float rnd_float(void) { return (float)(rnd() >> 8) * (4.0f / 16777216.0f) - 2.0f; }
 
 static const uint32_t k_types[] = {SKV_GGML_Q4_0, SKV_GGML_Q4_1, SKV_GGML_Q5_0, SKV_GGML_Q5_1, SKV_GGML_IQ4_NL,
-                                   SKV_GGML_Q4_K, SKV_GGML_Q5_K, SKV_GGML_Q6_K, SKV_GGML_IQ4_XS};
+                                   SKV_GGML_Q2_K, SKV_GGML_Q3_K, SKV_GGML_Q4_K, SKV_GGML_Q5_K, SKV_GGML_Q6_K,
+                                   SKV_GGML_IQ4_XS};
 
 /* Random blocks whose binary16 scales are small and finite (other bytes: anything). */
 static void random_rows(uint32_t type, uint8_t *W, size_t n_bytes)
 {
     const skv_type_traits *t = skv_type_traits_of(type);
-    static const int q40[] = {0, -1}, q4k[] = {0, 2, -1}, q6k[] = {208, -1};
-    const int *o = type == SKV_GGML_Q6_K                                                   ? q6k
-                   : type == SKV_GGML_Q4_K || type == SKV_GGML_Q5_K || type == SKV_GGML_Q4_1 ||
-                             type == SKV_GGML_Q5_1                                 ? q4k
-                                                                                   : q40;
+    static const int q40[] = {0, -1}, q4k[] = {0, 2, -1}, q6k[] = {208, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1};
+    const int *o = type == SKV_GGML_Q6_K   ? q6k
+                   : type == SKV_GGML_Q2_K ? q2k
+                   : type == SKV_GGML_Q3_K ? q3k
+                   : type == SKV_GGML_Q4_K || type == SKV_GGML_Q5_K || type == SKV_GGML_Q4_1 || type == SKV_GGML_Q5_1
+                       ? q4k
+                       : q40;
     for (size_t i = 0; i < n_bytes; i++) W[i] = (uint8_t)rnd();
     for (size_t b = 0; b + t->type_size <= n_bytes; b += t->type_size)
         for (const int *p = o; *p >= 0; p++) {

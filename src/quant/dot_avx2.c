@@ -10,4 +10,5 @@
 #include "quant/dot_x86.h"
 #include "quant/dot_pack_x86.h"
 #include "quant/dot_pack32_x86.h"
+#include "quant/dot_pack2_x86.h"
 #endif

@@ -39,6 +39,7 @@ TILES_DECL(iq4_xs);
 #include "quant/dot_x86.h"
 #include "quant/dot_pack_x86.h"
 #include "quant/dot_pack32_x86.h"
+#include "quant/dot_pack2_x86.h"
 #include "quant/dot_ext_x86.h"
 
 const int skv_dot_avx512_lanes = 1;
@@ -451,6 +452,8 @@ SKV_PK_ALIAS(q4_1)
 SKV_PK_ALIAS(q5_0)
 SKV_PK_ALIAS(q5_1)
 SKV_PK_ALIAS(iq4_nl)
+SKV_PK_ALIAS(q2_k)
+SKV_PK_ALIAS(q3_k)
 void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *dst)
 {
     skv_gemv_unpack8_q4_0_pk_avx2(P, nb, r0, dst);

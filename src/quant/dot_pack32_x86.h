@@ -124,16 +124,16 @@ static inline __attribute__((always_inline)) void pkz32_group(float *y, const ui
 #define PK32_GROUP pk32_group
 #endif
 
-#define SKV_PK32_GEMV(name, kind)                                                                              \
-    void SKV_DOT_PFN(name)(float *y, const void *W, size_t row_bytes, const void *qa, size_t K, size_t n_rows) \
-    {                                                                                                          \
-        const uint8_t *w = W;                                                                                  \
-        for (size_t r = 0; r < n_rows; r += 16)                                                                \
-            PK32_GROUP(y + r, w + r * row_bytes, (const skv_act32 *)qa, K / 32, kind);                         \
-    }
-SKV_PK32_GEMV(q4_1, PK32_Q4_1)
-SKV_PK32_GEMV(q5_0, PK32_Q5_0)
-SKV_PK32_GEMV(q5_1, PK32_Q5_1)
-SKV_PK32_GEMV(iq4_nl, PK32_IQ4_NL)
+/* The entry points (dot_pack_x86.h's SKV_PK_GEMV) over a per-type group kernel. */
+#define PK32_TYPE(name, kind)                                                          \
+    static void PK_GROUP(name)(float *y, const uint8_t *g, const skv_act32 *a, size_t nb) \
+    {                                                                                  \
+        PK32_GROUP(y, g, a, nb, kind);                                                 \
+    }                                                                                  \
+    SKV_PK_GEMV(name, skv_act32, 32)
+PK32_TYPE(q4_1, PK32_Q4_1)
+PK32_TYPE(q5_0, PK32_Q5_0)
+PK32_TYPE(q5_1, PK32_Q5_1)
+PK32_TYPE(iq4_nl, PK32_IQ4_NL)
 
 #endif

@@ -68,6 +68,33 @@ static void iq4xs_compress(const uint8_t *x, uint8_t *f, unsigned fbytes)
     memcpy(f + 8, x + 10, fbytes - 8);
 }
 
+/* q3_k: d, the 16 6-bit scales unpacked (less 32, as int8), hmask[32], qs[64]. */
+static void q3k_expand(const uint8_t *f, uint8_t *x, unsigned fbytes)
+{
+    const uint8_t *q = f + 96;
+    (void)fbytes;
+    memcpy(x, f + 108, 2);
+    for (unsigned s = 0; s < 16; s++) {
+        int lo = s < 8 ? (q[s] & 15) : (q[s - 8] >> 4), hi = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
+        x[2 + s] = (uint8_t)((lo | hi << 4) - 32);
+    }
+    memcpy(x + 18, f, 96);
+}
+
+static void q3k_compress(const uint8_t *x, uint8_t *f, unsigned fbytes)
+{
+    uint8_t *q = f + 96;
+    (void)fbytes;
+    memset(q, 0, 12);
+    for (unsigned s = 0; s < 16; s++) {
+        unsigned v = (uint8_t)(x[2 + s] + 32);
+        q[s % 8] |= (uint8_t)((v & 15) << (s < 8 ? 0 : 4));
+        q[8 + s % 4] |= (uint8_t)((v >> 4 & 3) << (2 * (s / 4)));
+    }
+    memcpy(f, x + 18, 96);
+    memcpy(f + 108, x, 2);
+}
+
 static const pk_kind k_kinds[] = {
     {SKV_GGML_Q4_0, 18, 18, 32, NULL, NULL, 2, {{0, 1, 2, 0}, {2, 4, 4, 32}}},
     {SKV_GGML_Q4_1, 20, 20, 32, NULL, NULL, 3, {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 4, 4, 64}}},
@@ -80,6 +107,8 @@ static const pk_kind k_kinds[] = {
     {SKV_GGML_Q5_K, 176, 180, 256, k4_expand, k4_compress, 6,
      {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 8, 1, 64}, {12, 4, 2, 192}, {20, 8, 4, 320}, {52, 32, 4, 832}}},
     {SKV_GGML_IQ4_XS, 136, 138, 256, iq4xs_expand, iq4xs_compress, 3, {{0, 1, 2, 0}, {2, 8, 1, 32}, {10, 32, 4, 160}}},
+    {SKV_GGML_Q2_K, 84, 84, 256, NULL, NULL, 4, {{80, 1, 2, 0}, {82, 1, 2, 32}, {0, 16, 1, 64}, {16, 16, 4, 320}}},
+    {SKV_GGML_Q3_K, 110, 114, 256, q3k_expand, q3k_compress, 4, {{0, 1, 2, 0}, {2, 16, 1, 32}, {18, 8, 4, 288}, {50, 16, 4, 800}}},
 };
 
 #define XMAX 180 /* the largest expanded block (q5_k) */
@@ -178,7 +207,9 @@ static pk_gemv_fn gemv_of(int level, uint32_t type)
                   {SKV_GGML_Q4_1, skv_gemv_q4_1_pk_avx2, skv_gemv_q4_1_pk_avx512},
                   {SKV_GGML_Q5_0, skv_gemv_q5_0_pk_avx2, skv_gemv_q5_0_pk_avx512},
                   {SKV_GGML_Q5_1, skv_gemv_q5_1_pk_avx2, skv_gemv_q5_1_pk_avx512},
-                  {SKV_GGML_IQ4_NL, skv_gemv_iq4_nl_pk_avx2, skv_gemv_iq4_nl_pk_avx512}};
+                  {SKV_GGML_IQ4_NL, skv_gemv_iq4_nl_pk_avx2, skv_gemv_iq4_nl_pk_avx512},
+                  {SKV_GGML_Q2_K, skv_gemv_q2_k_pk_avx2, skv_gemv_q2_k_pk_avx512},
+                  {SKV_GGML_Q3_K, skv_gemv_q3_k_pk_avx2, skv_gemv_q3_k_pk_avx512}};
     for (size_t i = 0; i < sizeof k_gemv / sizeof k_gemv[0]; i++)
         if (k_gemv[i].type == type && level >= SKV_DOT_AVX2)
             return level >= SKV_DOT_AVX512 ? k_gemv[i].avx512 : k_gemv[i].avx2;
