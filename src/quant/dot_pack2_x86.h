@@ -26,14 +26,15 @@ static inline __m256i bit2(__m256i hm, int j)
 
 /* Half h of group gi = 2j + kk of a block: sum_l u[l] a[l] (u <= 7: the four chunks'
  * maddubs pairs sum in int16 exactly). */
-PK2_INLINE __m256i pk2_group_sum(const uint8_t *g, const int8_t *qs, int h, int j, int kk, const int q3)
+PK2_INLINE __m256i pk2_group_sum(const uint8_t *g, const __m256i hm[8], const int8_t *qs, int h, int j, int kk,
+                                  const int q3)
 {
     const size_t qo = q3 ? 800 : 320;
     __m256i s = _mm256_setzero_si256();
     for (int k = 4 * kk; k < 4 * kk + 4; k++) {
         __m256i v = ld32(g + qo + 64 * (8 * (j / 4) + k) + 32 * h);
         __m256i u = _mm256_and_si256(_mm256_srli_epi16(v, 2 * (j % 4)), _mm256_set1_epi8(3));
-        if (q3) u = _mm256_or_si256(u, bit2(ld32(g + 288 + 64 * k + 32 * h), j));
+        if (q3) u = _mm256_or_si256(u, bit2(hm[k], j));
         s = _mm256_add_epi16(s, _mm256_maddubs_epi16(u, bcast4(qs + 32 * j + 4 * k)));
     }
     return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
@@ -46,9 +47,11 @@ PK2_INLINE void pk2_group(float *y, const uint8_t *g, const skv_act256 *a, size_
     for (size_t b = 0; b < nb; b++, g += gb) {
         pk_prefetch(g + PK_PF, gb);
         for (int h = 0; h < 2; h++) {
-            __m256i is = _mm256_setzero_si256(), mi = _mm256_setzero_si256();
+            __m256i is = _mm256_setzero_si256(), mi = _mm256_setzero_si256(), hm[8];
+            if (q3) /* the hmask chunks, loaded once per block half */
+                for (int k = 0; k < 8; k++) hm[k] = ld32(g + 288 + 64 * k + 32 * h);
             for (int gi = 0; gi < 16; gi++) {
-                __m256i p = pk2_group_sum(g, a[b].qs, h, gi / 2, gi % 2, q3);
+                __m256i p = pk2_group_sum(g, hm, a[b].qs, h, gi / 2, gi % 2, q3);
                 if (q3) {
                     p = _mm256_sub_epi32(p, _mm256_set1_epi32(4 * a[b].bsum[gi]));
                     is = _mm256_add_epi32(is, _mm256_mullo_epi32(p, s8x8(g + 32 + 16 * gi + 8 * h)));
@@ -76,14 +79,14 @@ static inline __m512i bit2z(__m512i hm, int j)
     return _mm512_and_si512(v, _mm512_set1_epi8(4));
 }
 
-PK2_INLINE __m512i pkz2_group_sum(const uint8_t *g, const int8_t *qs, int j, int kk, const int q3)
+PK2_INLINE __m512i pkz2_group_sum(const uint8_t *g, const __m512i hm[8], const int8_t *qs, int j, int kk, const int q3)
 {
     const size_t qo = q3 ? 800 : 320;
     __m512i s = _mm512_setzero_si512();
     for (int k = 4 * kk; k < 4 * kk + 4; k++) {
         __m512i u = _mm512_and_si512(_mm512_srli_epi16(ld64(g + qo + 64 * (8 * (j / 4) + k)), 2 * (j % 4)),
                                      _mm512_set1_epi8(3));
-        if (q3) u = _mm512_or_si512(u, bit2z(ld64(g + 288 + 64 * k), j));
+        if (q3) u = _mm512_or_si512(u, bit2z(hm[k], j));
         s = DPZ(s, u, bc4(qs + 32 * j + 4 * k));
     }
     return s;
@@ -94,10 +97,12 @@ PK2_INLINE void pkz2_group(float *y, const uint8_t *g, const skv_act256 *a, size
     const size_t gb = q3 ? 1824 : 1344;
     __m512 acc = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++, g += gb) {
-        __m512i is = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
+        __m512i is = _mm512_setzero_si512(), mi = _mm512_setzero_si512(), hm[8];
         pk_prefetch(g + PK_PF, gb);
+        if (q3)
+            for (int k = 0; k < 8; k++) hm[k] = ld64(g + 288 + 64 * k);
         for (int gi = 0; gi < 16; gi++) {
-            __m512i p = pkz2_group_sum(g, a[b].qs, gi / 2, gi % 2, q3);
+            __m512i p = pkz2_group_sum(g, hm, a[b].qs, gi / 2, gi % 2, q3);
             if (q3) {
                 p = _mm512_sub_epi32(p, _mm512_set1_epi32(4 * a[b].bsum[gi]));
                 is = _mm512_add_epi32(is, _mm512_mullo_epi32(p, s8x16(g + 32 + 16 * gi)));

@@ -39,13 +39,15 @@ static inline __m256i qh_bits4(__m256i qh, int B, int s)
     return _mm256_and_si256(_mm256_cmpeq_epi8(x, bit), _mm256_set1_epi8(0x10));
 }
 
-/* Half h (8 rows) of a group: the values of qs chunk j, low (hi = 0) or high nibbles. */
-static inline __attribute__((always_inline)) __m256i pk32_values(const uint8_t *g, int h, int j, int hi, const int kind)
+/* Half h (8 rows) of a group: the values of qs chunk j, low (hi = 0) or high nibbles
+ * (qh: the half's qh chunk, loaded once per block). */
+static inline __attribute__((always_inline)) __m256i pk32_values(const uint8_t *g, __m256i qh, int h, int j, int hi,
+                                                                 const int kind)
 {
     __m256i v = ld32(g + k_pk32[kind].qo + 64 * j + 32 * h), u = hi ? hi4(v) : lo4(v);
     if (kind == PK32_IQ4_NL)
         return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)skv_iq4nl_levels)), u);
-    if (k_pk32[kind].ho >= 0) u = _mm256_or_si256(u, qh_bits4(ld32(g + k_pk32[kind].ho + 32 * h), 2 * hi + j / 2, 4 * (j % 2)));
+    if (k_pk32[kind].ho >= 0) u = _mm256_or_si256(u, qh_bits4(qh, 2 * hi + j / 2, 4 * (j % 2)));
     return u;
 }
 
@@ -59,9 +61,10 @@ static inline __attribute__((always_inline)) void pk32_group(float *y, const uin
         pk_prefetch(g + PK_PF, gb);
         for (int h = 0; h < 2; h++) {
             __m256i p = _mm256_setzero_si256();
+            __m256i qh = k_pk32[kind].ho >= 0 ? ld32(g + k_pk32[kind].ho + 32 * h) : p;
             for (int j = 0; j < 4; j++)
                 for (int hi = 0; hi < 2; hi++) {
-                    __m256i v = pk32_values(g, h, j, hi, kind), x = bcast4(a[b].qs + 16 * hi + 4 * j);
+                    __m256i v = pk32_values(g, qh, h, j, hi, kind), x = bcast4(a[b].qs + 16 * hi + 4 * j);
                     p = kind == PK32_IQ4_NL ? dp_u8s8(p, _mm256_abs_epi8(v), _mm256_sign_epi8(x, v)) : dp_u8s8(p, v, x);
                 }
             if (k_pk32[kind].bias) p = _mm256_sub_epi32(p, _mm256_set1_epi32(k_pk32[kind].bias * asum));
@@ -87,14 +90,15 @@ static inline __m512i qh_bits4z(__m512i qh, int B, int s)
 }
 
 /* The values of qs chunk j as u8: u (q5_0: bias 16 off later), iq4_nl's levels + 128. */
-static inline __attribute__((always_inline)) __m512i pkz32_values(const uint8_t *g, int j, int hi, const int kind)
+static inline __attribute__((always_inline)) __m512i pkz32_values(const uint8_t *g, __m512i qh, int j, int hi,
+                                                                  const int kind)
 {
     __m512i v = ld64(g + k_pk32[kind].qo + 64 * j), u = hi ? hi4z(v) : lo4z(v);
     if (kind == PK32_IQ4_NL) {
         __m128i lv = _mm_loadu_si128((const __m128i *)(const void *)skv_iq4nl_levels);
         return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_xor_si128(lv, _mm_set1_epi8((char)0x80))), u);
     }
-    if (k_pk32[kind].ho >= 0) u = _mm512_or_si512(u, qh_bits4z(ld64(g + k_pk32[kind].ho), 2 * hi + j / 2, 4 * (j % 2)));
+    if (k_pk32[kind].ho >= 0) u = _mm512_or_si512(u, qh_bits4z(qh, 2 * hi + j / 2, 4 * (j % 2)));
     return u;
 }
 
@@ -106,10 +110,10 @@ static inline __attribute__((always_inline)) void pkz32_group(float *y, const ui
     __m512 acc = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++, g += gb) {
         int32_t asum = a[b].bsum[0] + a[b].bsum[1];
-        __m512i p = _mm512_setzero_si512();
+        __m512i p = _mm512_setzero_si512(), qh = k_pk32[kind].ho >= 0 ? ld64(g + k_pk32[kind].ho) : p;
         pk_prefetch(g + PK_PF, gb);
         for (int j = 0; j < 4; j++)
-            for (int hi = 0; hi < 2; hi++) p = DPZ(p, pkz32_values(g, j, hi, kind), bc4(a[b].qs + 16 * hi + 4 * j));
+            for (int hi = 0; hi < 2; hi++) p = DPZ(p, pkz32_values(g, qh, j, hi, kind), bc4(a[b].qs + 16 * hi + 4 * j));
         if (bias) p = _mm512_sub_epi32(p, _mm512_set1_epi32(bias * asum));
         __m512 dx = _mm512_set1_ps(a[b].d);
         acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(g), dx), _mm512_cvtepi32_ps(p), acc);
