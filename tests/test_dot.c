@@ -234,6 +234,33 @@ static void act_quantizers_follow_llama(void)
     CHECK(skv_dot_gemm(SKV_DOT_AVX512, SKV_GGML_F32) == NULL && skv_dot_gemm(SKV_DOT_REF, SKV_GGML_Q6_K) != NULL);
 }
 
+/* The activation quantizers give the same bytes at every level (the AVX2 twins of their
+ * per-value steps): random rows, exact ties of roundf (x * id = k + 0.5), signed zeros,
+ * subnormals, the largest floats, infinities, NaNs and all-zero blocks. */
+static void act_quantizers_bit_identical(void)
+{
+    static const uint32_t wt[] = {SKV_GGML_Q4_0, SKV_GGML_Q4_K};
+    static float x[3 * 512];
+    static uint8_t q[3][3 * 512 * 2];
+    int top = skv_dot_level(SKV_DOT_AVX512);
+    if (top == SKV_DOT_REF) SKIP("no AVX2 on this CPU: only the reference runs");
+    for (size_t r = 0; r < 12; r++) {
+        for (size_t j = 0; j < 3 * 512; j++) x[j] = rnd_float() * (r % 3 == 0 ? 1e4f : 1.0f);
+        if (r % 4 == 1) /* block amax 127 (d = 1): ties at +-0.5, 2.5, 126.5 */
+            for (size_t j = 0; j < 3 * 512; j++) x[j] = j % 32 == 0 ? 127.0f : (float)((int)(rnd() % 255) - 127) + 0.5f;
+        if (r % 4 == 2)
+            for (size_t j = 0; j < 3 * 512; j += 7) x[j] = (float[]){-0.0f, 1e-40f, -3e38f, INFINITY, NAN, 0.0f}[j % 6];
+        if (r % 4 == 3) memset(x + 512, 0, 512 * sizeof(float));
+        for (size_t w = 0; w < 2; w++) {
+            size_t rb = skv_act_row_bytes(wt[w], 512);
+            for (int l = 0; l <= top; l++) skv_act_quantize(l, wt[w], x, 512, 3, 512, q[l]);
+            for (int l = 1; l <= top; l++)
+                CHECK_MSG(!memcmp(q[0], q[l], 3 * rb), "%s row set %zu: level %d quantizes differently",
+                          skv_ggml_type_name(wt[w]), r, l);
+        }
+    }
+}
+
 /* Infinities and NaNs in the activations: defined conversions (UBSan), non-finite outputs
  * and the same bits at every level. */
 static void non_finite_activations(void)
@@ -309,6 +336,7 @@ int main(void)
     RUN(batch_invariant);
     RUN(long_batches_bit_identical);
     RUN(act_quantizers_follow_llama);
+    RUN(act_quantizers_bit_identical);
     RUN(non_finite_activations);
     RUN(extreme_blocks_bit_identical);
     RUN(engine_types_have_simd_kernels);

@@ -54,6 +54,13 @@ void skv_gemm_ref(float *y, size_t ldy, const void *W, size_t row_bytes, const v
 void skv_act32_quantize_ref(const float *x, void *qa, size_t K);
 void skv_act256_quantize_ref(const float *x, void *qa, size_t K);
 
+/* AVX2 twins of their per-value steps (act_avx2.c; dot.c runs them at the AVX2 level
+ * and above): max |x| as bits over n (a multiple of 8) values; roundf(x * id)
+ * clamped to +-127 for 32 values; q8_K's nearest_int(iscale * x) for 256. */
+uint32_t skv_amax_bits_avx2(const float *x, size_t n);
+void skv_act32_round_avx2(const float *x, float id, int8_t *q);
+void skv_act256_round_avx2(const float *x, float iscale, int8_t *q);
+
 /* ---- references of the type table's gemm column (dot.c) ---- */
 void skv_gemm_q8_0_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_0_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
@@ -69,9 +76,7 @@ void skv_gemm_q6_k_ref(float *, size_t, const void *, size_t, const void *, size
 void skv_gemm_iq4_xs_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 
 /* ---- SIMD twins of the gemm (dot_x86.h, built for AVX2 in dot_avx2.c and
- * for AVX-512 VNNI in dot_avx512.c): exactly the reference's bits.  The
- * activation quantizers have none: K values per token cost nothing beside
- * the K x N products. ---- */
+ * for AVX-512 VNNI in dot_avx512.c): exactly the reference's bits. ---- */
 void skv_gemm_q8_0_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_0_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
