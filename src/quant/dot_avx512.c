@@ -122,12 +122,10 @@ static inline __attribute__((always_inline)) void prep32(void *pv, const uint8_t
     }
 }
 
-#define PREP32(name, kind) \
-    static void prep_##name(void *p, const uint8_t *const w[LR], size_t b0, size_t nbc) { prep32(p, w, b0, nbc, kind); }
-PREP32(q4_1, EXT_Q4_1)
-PREP32(q5_0, EXT_Q5_0)
-PREP32(q5_1, EXT_Q5_1)
-PREP32(iq4_nl, EXT_IQ4_NL)
+static void prep_q4_1(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prep32(p, w, b0, n, EXT_Q4_1); }
+static void prep_q5_0(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prep32(p, w, b0, n, EXT_Q5_0); }
+static void prep_q5_1(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prep32(p, w, b0, n, EXT_Q5_1); }
+static void prep_iq4_nl(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prep32(p, w, b0, n, EXT_IQ4_NL); }
 
 static inline int32_t rd32s(const uint8_t *p)
 {
@@ -257,40 +255,40 @@ static void prep_q6_k(void *pv, const uint8_t *const w[LR], size_t b0, size_t nb
         }
 }
 
-/* The other 256-value types (dot_ext_x86.h): q = u - bias, or the signed levels, in 16
- * runs of 16 with their scales (the min pairs of q2_k / q5_k as q4_k's). */
+/* The other 256-value types (dot_ext_x86.h): block b of row i as q = u - bias, or the
+ * signed levels, in 16 runs of 16 with their scales (the min pairs of q2_k / q5_k as
+ * q4_k's) and 128 * sum_r sc[r] * sum q. */
+static inline __attribute__((always_inline)) void prepk_block(lanesk_prep *p, int i, size_t b, const uint8_t *blk,
+                                                              const int kind)
+{
+    int16_t sc[16], mn[16];
+    int32_t corr = 0;
+    ext_scales(blk, sc, mn, kind);
+    for (int j = 0; j < 8; j++) {
+        __m256i v = _mm256_sub_epi8(values256(blk, j, kind), _mm256_set1_epi8((char)k_ext[kind].bias));
+        __m256i qs = quarter_sums(_mm256_xor_si256(v, _mm256_set1_epi8((char)0x80))); /* q + 128 */
+        _mm256_storeu_si256((__m256i *)(void *)(p->q[i] + 256 * b + 32 * j), v);
+        corr += sc[2 * j] * (quarter(qs, 0) + quarter(qs, 1) - 16 * 128);
+        corr += sc[2 * j + 1] * (quarter(qs, 2) + quarter(qs, 3) - 16 * 128);
+    }
+    for (int r = 0; r < 16; r++) p->sc[i][b][r] = sc[r];
+    for (int k = 0; k < 8; k++) p->mn[i][b][k] = pair16(mn[2 * k], mn[2 * k + 1]);
+    p->corr[i][b] = 128 * corr;
+    p->d[i][b] = _cvtsh_ss(skv_rd16le(blk + k_ext[kind].d_off));
+    p->mneg[i][b] = k_ext[kind].m_off >= 0 ? -_cvtsh_ss(skv_rd16le(blk + k_ext[kind].m_off)) : 0.0f;
+}
+
 static inline __attribute__((always_inline)) void prepk(void *pv, const uint8_t *const w[LR], size_t b0, size_t nbc,
                                                         const int kind)
 {
-    lanesk_prep *p = pv;
-    const size_t bytes = (size_t)k_ext[kind].bytes;
     for (int i = 0; i < LR; i++)
-        for (size_t b = 0; b < nbc; b++) {
-            const uint8_t *blk = w[i] + bytes * (b0 + b);
-            int16_t sc[16], mn[16];
-            int32_t corr = 0;
-            ext_scales(blk, sc, mn, kind);
-            for (int j = 0; j < 8; j++) {
-                __m256i v = _mm256_sub_epi8(values256(blk, j, kind), _mm256_set1_epi8((char)k_ext[kind].bias));
-                __m256i qs = quarter_sums(_mm256_xor_si256(v, _mm256_set1_epi8((char)0x80))); /* q + 128 */
-                _mm256_storeu_si256((__m256i *)(void *)(p->q[i] + 256 * b + 32 * j), v);
-                corr += sc[2 * j] * (quarter(qs, 0) + quarter(qs, 1) - 16 * 128);
-                corr += sc[2 * j + 1] * (quarter(qs, 2) + quarter(qs, 3) - 16 * 128);
-            }
-            for (int r = 0; r < 16; r++) p->sc[i][b][r] = sc[r];
-            for (int k = 0; k < 8; k++) p->mn[i][b][k] = pair16(mn[2 * k], mn[2 * k + 1]);
-            p->corr[i][b] = 128 * corr;
-            p->d[i][b] = _cvtsh_ss(skv_rd16le(blk + k_ext[kind].d_off));
-            p->mneg[i][b] = k_ext[kind].m_off >= 0 ? -_cvtsh_ss(skv_rd16le(blk + k_ext[kind].m_off)) : 0.0f;
-        }
+        for (size_t b = 0; b < nbc; b++) prepk_block(pv, i, b, w[i] + (size_t)k_ext[kind].bytes * (b0 + b), kind);
 }
 
-#define PREPK(name, kind) \
-    static void prep_##name(void *p, const uint8_t *const w[LR], size_t b0, size_t nbc) { prepk(p, w, b0, nbc, kind); }
-PREPK(q2_k, EXT_Q2_K)
-PREPK(q3_k, EXT_Q3_K)
-PREPK(q5_k, EXT_Q5_K)
-PREPK(iq4_xs, EXT_IQ4_XS)
+static void prep_q2_k(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prepk(p, w, b0, n, EXT_Q2_K); }
+static void prep_q3_k(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prepk(p, w, b0, n, EXT_Q3_K); }
+static void prep_q5_k(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prepk(p, w, b0, n, EXT_Q5_K); }
+static void prep_iq4_xs(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prepk(p, w, b0, n, EXT_IQ4_XS); }
 
 /* The chunk kernel of the K-quants: runs of L four-byte steps (8: q4_k's 32 values,
  * 4: q6_k's 16), each run's exact sum scaled by its scale; has_min: q4_k's min term. */

@@ -274,30 +274,38 @@ static inline __m512i bit4z(__m512i qh, int s)
     return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
 }
 
-/* q4_k / q5_k (q5, qh chunks at 320 and the qs chunks after them) of 16 rows in lanes. */
+/* k4_isum of 16 rows in lanes (qh chunks at 320 and the qs chunks after them for q5). */
+static inline __attribute__((always_inline)) __m512i pkz_k4_isum(const uint8_t *g, const int8_t *qs, const int q5)
+{
+    const size_t qo = q5 ? 832 : 320;
+    __m512i is = _mm512_setzero_si512(), qh[8];
+    if (q5) /* loaded once for the four pairs of runs: 14 -> 28 tokens/s on TinyLlama q5_k */
+        for (int j = 0; j < 8; j++) qh[j] = ld64(g + 320 + 64 * j);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i v = ld64(g + qo + 64 * (8 * c + j)), l = lo4z(v), u = hi4z(v);
+            if (q5) l = _mm512_or_si512(l, bit4z(qh[j], 2 * c)), u = _mm512_or_si512(u, bit4z(qh[j], 2 * c + 1));
+            pl = DPZ(pl, l, bc4(qs + 64 * c + 4 * j));
+            ph = DPZ(ph, u, bc4(qs + 64 * c + 32 + 4 * j));
+        }
+        is = _mm512_add_epi32(is, _mm512_mullo_epi32(pl, u8x16(g + 64 + 16 * (2 * c))));
+        is = _mm512_add_epi32(is, _mm512_mullo_epi32(ph, u8x16(g + 64 + 16 * (2 * c + 1))));
+    }
+    return is;
+}
+
+/* q4_k / q5_k (q5) of 16 rows in lanes. */
 static inline __attribute__((always_inline)) void pkz_group_k4(float *y, const uint8_t *g, const skv_act256 *a,
                                                                size_t nb, const int q5)
 {
-    const size_t gb = q5 ? 2880 : 2368, qo = q5 ? 832 : 320;
+    const size_t gb = q5 ? 2880 : 2368;
     __m512 acc = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++, g += gb) {
-        const int8_t *qs = a[b].qs;
-        __m512i is = _mm512_setzero_si512(), mi = _mm512_setzero_si512(), qh[8];
+        __m512i mi = _mm512_setzero_si512();
         pk_prefetch(g + PK_PF, gb);
-        if (q5) /* loaded once for the four pairs of runs: 14 -> 28 tokens/s on TinyLlama q5_k */
-            for (int j = 0; j < 8; j++) qh[j] = ld64(g + 320 + 64 * j);
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
-            for (int j = 0; j < 8; j++) {
-                __m512i v = ld64(g + qo + 64 * (8 * c + j)), l = lo4z(v), u = hi4z(v);
-                if (q5) l = _mm512_or_si512(l, bit4z(qh[j], 2 * c)), u = _mm512_or_si512(u, bit4z(qh[j], 2 * c + 1));
-                pl = DPZ(pl, l, bc4(qs + 64 * c + 4 * j));
-                ph = DPZ(ph, u, bc4(qs + 64 * c + 32 + 4 * j));
-            }
-            is = _mm512_add_epi32(is, _mm512_mullo_epi32(pl, u8x16(g + 64 + 16 * (2 * c))));
-            is = _mm512_add_epi32(is, _mm512_mullo_epi32(ph, u8x16(g + 64 + 16 * (2 * c + 1))));
-        }
+        __m512i is = pkz_k4_isum(g, a[b].qs, q5);
         for (int k = 0; k < 4; k++) {
             int32_t bs = pair16(a[b].bsum[4 * k] + a[b].bsum[4 * k + 1], a[b].bsum[4 * k + 2] + a[b].bsum[4 * k + 3]);
             __m512i mn = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(g + 192 + 32 * k)));
