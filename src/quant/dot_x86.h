@@ -253,7 +253,7 @@ static void tile_q6_k(float *y, size_t ldy, const uint8_t *const w[8], const uin
     void SKV_DOT_FN(name)(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride, \
                           size_t K, size_t T, size_t n_rows)                                                      \
     {                                                                                                             \
-        gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / (n), T, n_rows, tile_##name);                         \
+        gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / (n), T, n_rows, tile_##name, NT);                     \
     }
 SKV_DOT_GEMM(q8_0, 32)
 SKV_DOT_GEMM(q4_0, 32)
