@@ -12,7 +12,7 @@
  *   imin = sum_g mn[g] * bsum[g]
  *
  * (q = u - bias).  Two generic tiles, one per block size, run them over 8 rows x up to
- * NT_EXT = 8 tokens (dot_x86_base.h's gemm_tiles) and each lane runs the reference's
+ * NT = 8 tokens (dot_x86_base.h) and each lane runs the reference's
  * float chain:
  *
  *   acc = fma(d * dx, (float)isum, acc);  acc = fma(c * dx, (float)imin, acc)
@@ -32,7 +32,6 @@
 #include "quant/qblocks.h"
 
 #define EXT_INLINE static inline __attribute__((always_inline))
-#define NT_EXT 8 /* tokens per tile: each block's unpacking serves up to 8 */
 
 /* The types of this file, as the compile-time constant `kind` of the tiles. */
 enum { EXT_Q4_1, EXT_Q5_0, EXT_Q5_1, EXT_IQ4_NL, EXT_Q2_K, EXT_Q3_K, EXT_Q5_K, EXT_IQ4_XS };
@@ -113,8 +112,8 @@ EXT_INLINE void tile32(float *y, size_t ldy, const uint8_t *const w[8], const ui
 {
     const size_t bytes = (size_t)k_ext[kind].bytes;
     const int bias = k_ext[kind].bias, has_min = k_ext[kind].m_off >= 0, sgn = k_ext[kind].is_signed;
-    __m256 acc[NT_EXT];
-    for (int t = 0; t < NT_EXT; t++) acc[t] = _mm256_setzero_ps();
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         __m256i v[8], u[8], p[8];
         if (b % 3 == 0) prefetch_next_tile(w, bytes * b, 3 * bytes);
@@ -324,8 +323,8 @@ EXT_INLINE void tile256(float *y, size_t ldy, const uint8_t *const w[8], const u
                         size_t nt, size_t m, const int kind)
 {
     const size_t bytes = (size_t)k_ext[kind].bytes;
-    __m256 acc[NT_EXT];
-    for (int t = 0; t < NT_EXT; t++) acc[t] = _mm256_setzero_ps();
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     ext_unpacked u;
     if (nt == 1) {
         tile1_256(y, w, qa, nb, m, kind);
@@ -349,7 +348,7 @@ EXT_INLINE void tile256(float *y, size_t ldy, const uint8_t *const w[8], const u
     void SKV_DOT_FN(name)(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride, \
                           size_t K, size_t T, size_t n_rows)                                                   \
     {                                                                                                          \
-        gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / (n), T, n_rows, tile_##name, NT_EXT);              \
+        gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / (n), T, n_rows, tile_##name);                      \
     }
 SKV_EXT_GEMM(q4_1, 32, EXT_Q4_1)
 SKV_EXT_GEMM(q5_0, 32, EXT_Q5_0)

@@ -20,7 +20,8 @@
 static void tile_q8_0(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
                       size_t nt, size_t m)
 {
-    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         __m256i q[8], p[8];
         prefetch8(w, 34 * b + PF_AHEAD);
@@ -54,7 +55,8 @@ static void tile_q4_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
                       size_t nt, size_t m)
 {
     const __m256i m4 = _mm256_set1_epi8(15);
-    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (size_t b = 0; b < nb; b++) {
         __m256i v[8], p[8];
         if (b % 3 == 0) prefetch8(w, 18 * b + PF_AHEAD); /* 54 bytes per 3 blocks: every line once or twice */
@@ -157,7 +159,8 @@ static void tile1_q4_k(float *y, const uint8_t *const w[8], const uint8_t *qa, s
 static void tile_q4_k(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
                       size_t nt, size_t m)
 {
-    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     q4k_unpacked u;
     if (nt == 1) {
         tile1_q4_k(y, w, qa, nb, m);
@@ -227,7 +230,8 @@ static void q6_k_unpack(q6k_unpacked *o, const uint8_t *const w[8], size_t b)
 static void tile_q6_k(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
                       size_t nt, size_t m)
 {
-    __m256 acc[NT] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     q6k_unpacked u;
     for (size_t b = 0; b < nb; b++) {
         for (int c = 0; c < 4; c++) prefetch8(w, 210 * b + PF_AHEAD + 64 * c);
@@ -253,7 +257,7 @@ static void tile_q6_k(float *y, size_t ldy, const uint8_t *const w[8], const uin
     void SKV_DOT_FN(name)(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride, \
                           size_t K, size_t T, size_t n_rows)                                                      \
     {                                                                                                             \
-        gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / (n), T, n_rows, tile_##name, NT);                     \
+        gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / (n), T, n_rows, tile_##name);                         \
     }
 SKV_DOT_GEMM(q8_0, 32)
 SKV_DOT_GEMM(q4_0, 32)
