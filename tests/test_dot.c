@@ -42,17 +42,23 @@ static const int *scale_offsets(uint32_t type)
     }
 }
 
-/* Random blocks with small finite scales (any other byte pattern is valid). */
-static void random_rows(uint32_t type, uint8_t *W, size_t n_bytes)
+/* Sets every binary16 scale field of the blocks to v, or to random small values if v is 0. */
+static void set_scales(uint32_t type, uint8_t *W, size_t n_bytes, float v)
 {
     const skv_type_traits *t = skv_type_traits_of(type);
-    for (size_t i = 0; i < n_bytes; i++) W[i] = (uint8_t)rnd();
     for (size_t b = 0; b + t->type_size <= n_bytes; b += t->type_size)
         for (const int *o = scale_offsets(type); *o >= 0; o++) {
-            uint16_t h = skv_f32_to_f16(rnd_float() * 0.01f);
+            uint16_t h = skv_f32_to_f16(v != 0.0f ? v : rnd_float() * 0.01f);
             W[b + (size_t)*o] = (uint8_t)h;
             W[b + (size_t)*o + 1] = (uint8_t)(h >> 8);
         }
+}
+
+/* Random blocks with small finite scales (any other byte pattern is valid). */
+static void random_rows(uint32_t type, uint8_t *W, size_t n_bytes)
+{
+    for (size_t i = 0; i < n_bytes; i++) W[i] = (uint8_t)rnd();
+    set_scales(type, W, n_bytes, 0.0f);
 }
 
 static size_t act_block(uint32_t type) { return skv_type_traits_of(type)->blck_size; }
@@ -177,7 +183,7 @@ static void batch_invariant(void)
     }
 }
 
-/* Batches of 16 tokens and more (the AVX-512 lanes kernels of q8_0 and q4_0 take full
+/* Batches of 16 tokens and more (the AVX-512 lanes kernels of every type take full
  * groups of 16, the tile kernels the rest; rows in chunks of 64 blocks, groups in
  * batches of 32): every level gives the reference's bits, and a product run on the
  * tokens from a group boundary on (the engine's token blocks) gives the same rows. */
@@ -228,6 +234,33 @@ static void act_quantizers_follow_llama(void)
     CHECK(skv_dot_gemm(SKV_DOT_AVX512, SKV_GGML_F32) == NULL && skv_dot_gemm(SKV_DOT_REF, SKV_GGML_Q6_K) != NULL);
 }
 
+/* The activation quantizers give the same bytes at every level (the AVX2 twins of their
+ * per-value steps): random rows, exact ties of roundf (x * id = k + 0.5), signed zeros,
+ * subnormals, the largest floats, infinities, NaNs and all-zero blocks. */
+static void act_quantizers_bit_identical(void)
+{
+    static const uint32_t wt[] = {SKV_GGML_Q4_0, SKV_GGML_Q4_K};
+    static float x[3 * 512];
+    static uint8_t q[3][3 * 512 * 2];
+    int top = skv_dot_level(SKV_DOT_AVX512);
+    if (top == SKV_DOT_REF) SKIP("no AVX2 on this CPU: only the reference runs");
+    for (size_t r = 0; r < 12; r++) {
+        for (size_t j = 0; j < 3 * 512; j++) x[j] = rnd_float() * (r % 3 == 0 ? 1e4f : 1.0f);
+        if (r % 4 == 1) /* block amax 127 (d = 1): ties at +-0.5, 2.5, 126.5 */
+            for (size_t j = 0; j < 3 * 512; j++) x[j] = j % 32 == 0 ? 127.0f : (float)((int)(rnd() % 255) - 127) + 0.5f;
+        if (r % 4 == 2)
+            for (size_t j = 0; j < 3 * 512; j += 7) x[j] = (float[]){-0.0f, 1e-40f, -3e38f, INFINITY, NAN, 0.0f}[j % 6];
+        if (r % 4 == 3) memset(x + 512, 0, 512 * sizeof(float));
+        for (size_t w = 0; w < 2; w++) {
+            size_t rb = skv_act_row_bytes(wt[w], 512);
+            for (int l = 0; l <= top; l++) skv_act_quantize(l, wt[w], x, 512, 3, 512, q[l]);
+            for (int l = 1; l <= top; l++)
+                CHECK_MSG(!memcmp(q[0], q[l], 3 * rb), "%s row set %zu: level %d quantizes differently",
+                          skv_ggml_type_name(wt[w]), r, l);
+        }
+    }
+}
+
 /* Infinities and NaNs in the activations: defined conversions (UBSan), non-finite outputs
  * and the same bits at every level. */
 static void non_finite_activations(void)
@@ -244,6 +277,57 @@ static void non_finite_activations(void)
     }
 }
 
+/* Weight blocks at the edges of their ranges (every byte 0x00, 0xFF, 0x88 or 0x77: the
+ * largest and smallest values, scales and mins, all bits of the high masks) against
+ * activations of the largest magnitude with both signs (q = +-127): no SIMD twin may
+ * saturate an int16 pair or lose a bit.  Odd row counts, T = 1 and prefill shapes. */
+static void extreme_blocks_bit_identical(void)
+{
+    static const uint8_t fill[] = {0x00, 0xFF, 0x88, 0x77};
+    int top = skv_dot_level(SKV_DOT_AVX512);
+    if (top == SKV_DOT_REF) SKIP("no AVX2 on this CPU: only the reference runs");
+    for (size_t i = 0; i < N_DOT_TYPES; i++)
+        for (size_t v = 0; v < sizeof fill; v++) {
+            fixture f;
+            size_t K = 512, T = v % 2 ? 1 : 19, n = 3 + 2 * v;
+            CHECK(fixture_make(&f, k_dot_types[i], K, T, n));
+            memset(f.W, fill[v], n * f.row_bytes);
+            set_scales(f.type, f.W, n * f.row_bytes, v % 2 ? -0.001f : 0.002f);
+            for (size_t j = 0; j < T * K; j++) f.x[j] = (j * 7 + v) % 3 == 0 ? -4.0f : 4.0f;
+            for (int l = 0; l <= top; l++) run_level(&f, l, f.y[l]);
+            for (int l = 1; l <= top; l++)
+                CHECK_MSG(!memcmp(f.y[0], f.y[l], T * n * sizeof(float)), "%s fill %02x T %zu: level %d differs",
+                          skv_ggml_type_name(f.type), fill[v], T, l);
+            fixture_free(&f);
+        }
+}
+
+/* Every type the engine reads runs SIMD code on an AVX2 CPU: a type with an integer dot
+ * has a twin at every level (the table's gemm column, not a fallback to the reference);
+ * one without runs the f32 matmul on its SIMD conversion (to_float_simd, or f16's own
+ * matvec / matmul); f32 needs no conversion (engine/forward.c matmul_task). */
+static void engine_types_have_simd_kernels(void)
+{
+#if defined(__x86_64__)
+    int top = skv_dot_level(SKV_DOT_AVX512);
+    for (uint32_t id = 0; id < SKV_GGML_NTYPES; id++) {
+        const skv_type_traits *t = skv_type_traits_of(id);
+        if (!t || !skv_type_readable(id)) continue;
+        if (!t->gemm[SKV_DOT_REF]) {
+            CHECK_MSG(id == SKV_GGML_F32 || t->to_float_simd || t->matmul_simd, "%s: scalar-only conversion",
+                      t->name);
+            continue;
+        }
+        CHECK_MSG(t->gemm[SKV_DOT_AVX2] && t->gemm[SKV_DOT_AVX512], "%s: gemm column has no SIMD twin", t->name);
+        for (int l = SKV_DOT_AVX2; l <= top; l++)
+            CHECK_MSG(skv_dot_gemm(l, id) != t->gemm[SKV_DOT_REF], "%s: level %d runs the scalar reference",
+                      t->name, l);
+    }
+#else
+    SKIP("the SIMD twins are x86-64 only");
+#endif
+}
+
 int main(void)
 {
     TEST_BEGIN("test_dot");
@@ -252,6 +336,9 @@ int main(void)
     RUN(batch_invariant);
     RUN(long_batches_bit_identical);
     RUN(act_quantizers_follow_llama);
+    RUN(act_quantizers_bit_identical);
     RUN(non_finite_activations);
+    RUN(extreme_blocks_bit_identical);
+    RUN(engine_types_have_simd_kernels);
     TEST_END();
 }

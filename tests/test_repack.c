@@ -1,7 +1,7 @@
 /* Packed weight layouts (quant/repack.h): packing then unpacking gives the file's
  * bytes back; the packed gemm at every level (the T = 1 decode kernels, the
  * fallback that unpacks 8 rows for batches and for the scalar level) gives the
- * reference gemm's bits on the file's rows, for q4_0, q4_k and q6_k, any batch;
+ * reference gemm's bits on the file's rows, for every type with a packed form, any batch;
  * shapes without a packed form are refused. */
 #include <math.h>
 #include <stdint.h>
@@ -26,14 +26,21 @@ static uint32_t rnd(void)
 
 static float rnd_float(void) { return (float)(rnd() >> 8) * (4.0f / 16777216.0f) - 2.0f; }
 
-static const uint32_t k_types[] = {SKV_GGML_Q4_0, SKV_GGML_Q4_K, SKV_GGML_Q6_K};
+static const uint32_t k_types[] = {SKV_GGML_Q4_0, SKV_GGML_Q4_1, SKV_GGML_Q5_0, SKV_GGML_Q5_1, SKV_GGML_IQ4_NL,
+                                   SKV_GGML_Q2_K, SKV_GGML_Q3_K, SKV_GGML_Q4_K, SKV_GGML_Q5_K, SKV_GGML_Q6_K,
+                                   SKV_GGML_IQ4_XS};
 
 /* Random blocks whose binary16 scales are small and finite (other bytes: anything). */
 static void random_rows(uint32_t type, uint8_t *W, size_t n_bytes)
 {
     const skv_type_traits *t = skv_type_traits_of(type);
-    static const int q40[] = {0, -1}, q4k[] = {0, 2, -1}, q6k[] = {208, -1};
-    const int *o = type == SKV_GGML_Q4_0 ? q40 : type == SKV_GGML_Q4_K ? q4k : q6k;
+    static const int q40[] = {0, -1}, q4k[] = {0, 2, -1}, q6k[] = {208, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1};
+    const int *o = type == SKV_GGML_Q6_K   ? q6k
+                   : type == SKV_GGML_Q2_K ? q2k
+                   : type == SKV_GGML_Q3_K ? q3k
+                   : type == SKV_GGML_Q4_K || type == SKV_GGML_Q5_K || type == SKV_GGML_Q4_1 || type == SKV_GGML_Q5_1
+                       ? q4k
+                       : q40;
     for (size_t i = 0; i < n_bytes; i++) W[i] = (uint8_t)rnd();
     for (size_t b = 0; b + t->type_size <= n_bytes; b += t->type_size)
         for (const int *p = o; *p >= 0; p++) {
@@ -94,7 +101,7 @@ static int same_as_reference(fixture *f, int level)
 
 static void round_trip(void)
 {
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++) {
         fixture f;
         CHECK(fixture_make(&f, k_types[i], 512, 1, 32));
         uint8_t *back = malloc(16 * f.rb);
@@ -116,7 +123,7 @@ static void packed_gemm_is_the_reference(void)
     static const size_t shapes[][3] = {{256, 1, 16}, {512, 1, 48}, {2048, 1, 32}, {768, 2, 16},
                                        {256, 5, 32}, {512, 16, 16}, {256, 21, 32}, {1024, 1, 16}};
     int top = skv_dot_level(SKV_DOT_AVX512);
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int l = 0; l <= top; l++) {
                 fixture f;
@@ -131,7 +138,7 @@ static void packed_gemm_is_the_reference(void)
 static void extreme_activations(void)
 {
     int top = skv_dot_level(SKV_DOT_AVX512);
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
         for (int l = 0; l <= top; l++) {
             fixture f;
             CHECK(fixture_make(&f, k_types[i], 512, 1, 16));
@@ -149,6 +156,8 @@ static void shapes_without_a_packed_form(void)
     CHECK(skv_pack_row_bytes(SKV_GGML_Q4_0, 2048) == 64 * 18);
     CHECK(skv_pack_row_bytes(SKV_GGML_Q4_K, 2048) == 8 * 148);
     CHECK(skv_pack_row_bytes(SKV_GGML_Q6_K, 2048) == 8 * 210);
+    CHECK(skv_pack_row_bytes(SKV_GGML_Q5_K, 2048) == 8 * 180);
+    CHECK(skv_pack_row_bytes(SKV_GGML_IQ4_XS, 2048) == 8 * 138);
     CHECK(skv_pack_row_bytes(SKV_GGML_Q8_0, 2048) == 0 && skv_pack_row_bytes(SKV_GGML_F16, 2048) == 0);
     CHECK(skv_pack_row_bytes(SKV_GGML_Q4_K, 200) == 0 && skv_pack_row_bytes(SKV_GGML_Q4_0, 0) == 0);
     CHECK(skv_pack_row_bytes(SKV_GGML_Q6_K, 8192) != 0 && skv_pack_row_bytes(SKV_GGML_Q6_K, 16384) == 0);

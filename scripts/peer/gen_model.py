@@ -1,13 +1,18 @@
 #!/usr/bin/python3
 """Writes a random-weight Llama GGUF (F16 matrices, F32 norms) of a real model's geometry.
 
-    /usr/bin/python3 scripts/peer/gen_model.py GEOMETRY OUT.gguf [--seed N]
+    /usr/bin/python3 scripts/peer/gen_model.py GEOMETRY OUT.gguf [--seed N] [--type TYPE]
 
 GEOMETRY is a row of GEOMETRIES below (tinyllama-1.1b, llama-3.2-1b; resident-test for a test). The file is for
 speed comparisons only (docs/bench.md, "Side by side with llama.cpp"): the weights are
 N(0, 1/K) noise, so the model computes nothing meaningful, but every matrix has the
 shape, type and byte size of the real one, which is all that throughput depends on.
 Quantized versions are made from it by llama.cpp's own quantizer (scripts/peer/models.sh).
+
+--type TYPE (a block type of BLOCK_TYPES below: q4_1, q5_k, iq4_xs, ...) writes every matrix
+as random blocks of that type instead, with small finite binary16 scales: a "pure" file of
+one weight type for timing that type's kernels where no quantizer is at hand (the kernels'
+work does not depend on the values; llama.cpp's mixed presets such as Q5_K_M are not made).
 
 The tokenizer section is a SentencePiece ("llama") vocabulary of the model's size
 (<unk> <s> </s>, the 256 byte tokens, then merged and filler pieces; tests/ref/make_gguf.py):
@@ -39,6 +44,14 @@ GEOMETRIES = {
                           n_vocab=4096, rope_base=10000.0, tied=False),
 }
 ALIGN = 32
+# name -> (ggml type id, values per block, bytes per block, offsets of the binary16 scales)
+BLOCK_TYPES = {
+    "q4_0": (2, 32, 18, (0,)), "q4_1": (3, 32, 20, (0, 2)), "q5_0": (6, 32, 22, (0,)),
+    "q5_1": (7, 32, 24, (0, 2)), "q8_0": (8, 32, 34, (0,)), "q2_k": (10, 256, 84, (80, 82)),
+    "q3_k": (11, 256, 110, (108,)), "q4_k": (12, 256, 144, (0, 2)), "q5_k": (13, 256, 176, (0, 2)),
+    "q6_k": (14, 256, 210, (208,)), "iq4_nl": (20, 32, 18, (0,)), "iq4_xs": (23, 256, 136, (0,)),
+}
+BLOCK_BY_ID = {v[0]: v for v in BLOCK_TYPES.values()}
 N_CTX = 2048
 
 
@@ -69,26 +82,33 @@ def metadata(name, g):
     return kv
 
 
-def tensor_list(g):
-    """[(name, (n_rows, row_len) or (n,), ggml type)] in file order."""
+def tensor_list(g, wt=mg.GGML_F16):
+    """[(name, (n_rows, row_len) or (n,), ggml type)] in file order; matrices of type wt."""
     d, hd = g["n_embd"], g["n_embd"] // g["n_head"]
     q, kvd, ff = g["n_head"] * hd, g["n_head_kv"] * hd, g["n_ff"]
-    out = [("token_embd.weight", (g["n_vocab"], d), mg.GGML_F16)]
+    out = [("token_embd.weight", (g["n_vocab"], d), wt)]
     for layer in range(g["n_layer"]):
         b = "blk.%d." % layer
         out += [(b + "attn_norm.weight", (d,), mg.GGML_F32),
-                (b + "attn_q.weight", (q, d), mg.GGML_F16),
-                (b + "attn_k.weight", (kvd, d), mg.GGML_F16),
-                (b + "attn_v.weight", (kvd, d), mg.GGML_F16),
-                (b + "attn_output.weight", (d, q), mg.GGML_F16),
+                (b + "attn_q.weight", (q, d), wt),
+                (b + "attn_k.weight", (kvd, d), wt),
+                (b + "attn_v.weight", (kvd, d), wt),
+                (b + "attn_output.weight", (d, q), wt),
                 (b + "ffn_norm.weight", (d,), mg.GGML_F32),
-                (b + "ffn_gate.weight", (ff, d), mg.GGML_F16),
-                (b + "ffn_up.weight", (ff, d), mg.GGML_F16),
-                (b + "ffn_down.weight", (d, ff), mg.GGML_F16)]
+                (b + "ffn_gate.weight", (ff, d), wt),
+                (b + "ffn_up.weight", (ff, d), wt),
+                (b + "ffn_down.weight", (d, ff), wt)]
     out.append(("output_norm.weight", (d,), mg.GGML_F32))
     if not g["tied"]:
-        out.append(("output.weight", (g["n_vocab"], d), mg.GGML_F16))
+        out.append(("output.weight", (g["n_vocab"], d), wt))
     return out
+
+
+def nbytes(ne, t):
+    if t in BLOCK_BY_ID:
+        _, blk, size, _ = BLOCK_BY_ID[t]
+        return int(np.prod(ne)) // blk * size
+    return mg.tensor_nbytes(ne, t)
 
 
 def padded(n):
@@ -105,12 +125,25 @@ def header(name, g, tensors):
         ne = list(reversed(shape))
         out += [w._str(tname), struct.pack("<I", len(ne)), struct.pack("<%dQ" % len(ne), *ne),
                 struct.pack("<IQ", t, off)]
-        off = padded(off + mg.tensor_nbytes(ne, t))
+        off = padded(off + nbytes(ne, t))
     head = b"".join(out)
     return head + b"\0" * ((-len(head)) % ALIGN)
 
 
+def block_bytes(rng, shape, t):
+    """Random blocks of a block type; every binary16 scale ~ N(0, 1/K) / 8, finite."""
+    _, blk, size, offs = BLOCK_BY_ID[t]
+    nb = shape[0] * shape[1] // blk
+    a = rng.integers(0, 256, size=(nb, size), dtype=np.uint8)
+    for o in offs:
+        h = (rng.standard_normal(nb, dtype=np.float32) / np.float32(8 * np.sqrt(shape[1]))).astype("<f2")
+        a[:, o:o + 2] = h.view(np.uint8).reshape(nb, 2)
+    return a.tobytes()
+
+
 def tensor_bytes(rng, shape, t):
+    if t in BLOCK_BY_ID:
+        return block_bytes(rng, shape, t)
     if t == mg.GGML_F32:  # a norm weight
         return (1.0 + 0.1 * rng.standard_normal(shape[0], dtype=np.float32)).astype("<f4").tobytes()
     a = rng.standard_normal(shape, dtype=np.float32)
@@ -118,9 +151,9 @@ def tensor_bytes(rng, shape, t):
     return a.astype("<f2").tobytes()
 
 
-def write(name, path, seed):
+def write(name, path, seed, wt=mg.GGML_F16):
     g = GEOMETRIES[name]
-    tensors = tensor_list(g)
+    tensors = tensor_list(g, wt)
     rng = np.random.default_rng(seed)
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -136,8 +169,13 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         print("geometries: " + " ".join(GEOMETRIES), file=sys.stderr)
         return 2
-    seed = int(argv[4]) if len(argv) > 4 and argv[3] == "--seed" else 1
-    write(argv[1], argv[2], seed)
+    opts = dict(zip(argv[3::2], argv[4::2]))
+    if set(opts) - {"--seed", "--type"} or opts.get("--type", "q4_0") not in BLOCK_TYPES:
+        print(__doc__, file=sys.stderr)
+        print("types: " + " ".join(BLOCK_TYPES), file=sys.stderr)
+        return 2
+    wt = BLOCK_TYPES[opts["--type"]][0] if "--type" in opts else mg.GGML_F16
+    write(argv[1], argv[2], int(opts.get("--seed", 1)), wt)
     return 0
 
 

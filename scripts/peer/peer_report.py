@@ -175,6 +175,22 @@ def bandwidth_section(rows):
     return out if len(out) > 3 else []
 
 
+# Sections after this line of peer.md are written by hand (other CPUs, runs without llama.cpp)
+# and kept when the report is regenerated.
+KEEP_MARK = "<!-- hand-written sections below: kept by scripts/peer/peer_report.py -->"
+
+
+def kept_sections(path):
+    """The hand-written tail of the current report (from KEEP_MARK on), or []."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return []
+    at = text.find(KEEP_MARK)
+    return text[at:].rstrip("\n").split("\n") + [""] if at >= 0 else []
+
+
 def write(rows, path, llama_bench=""):
     out = header(rows, llama_bench)
     for geom in GEOM_TEXT:
@@ -188,6 +204,7 @@ def write(rows, path, llama_bench=""):
     fails = sorted({(r["engine"], r["geometry"], r["type"], r["status"]) for r in rows if r["status"] != "ok"})
     if fails:
         out += ["Failures:", ""] + ["- %s on %s %s: %s" % f for f in fails] + [""]
+    out += kept_sections(path)
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(out).rstrip("\n") + "\n")
     os.replace(path + ".tmp", path)

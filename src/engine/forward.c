@@ -308,6 +308,21 @@ static void matmul_task(void *arg, size_t task, int thread)
     j->c->k->matmul(j->y + r0, j->ldy, W, w->K, j->x, j->ldx, j->T, nr);
 }
 
+/* The activation rows of a batch quantized for the integer dot (ops.h), QUANT_TOKENS rows
+ * per task: a multiple of 16, so the AVX-512 level's lane groups of 16 rows fall where a
+ * single call puts them, and every row's bytes are those of one call (rows are
+ * quantized alone). */
+#define QUANT_TOKENS 32
+
+static void quant_task(void *arg, size_t task, int thread)
+{
+    const matmul_job *j = arg;
+    size_t t0 = task * QUANT_TOKENS, n = j->T - t0 < QUANT_TOKENS ? j->T - t0 : QUANT_TOKENS;
+    (void)thread;
+    skv_qmatmul_quantize(j->c->k, j->w->type, j->x + t0 * j->ldx, j->ldx, n, j->w->K,
+                         j->c->qact + t0 * skv_qmatmul_act_bytes(j->w->type, j->w->K));
+}
+
 /* y[t][0..N) = W x[t] for t < T */
 static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, size_t T, float *y, size_t ldy)
 {
@@ -316,7 +331,7 @@ static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, 
     size_t ab = skv_qmatmul_act_bytes(w->type, w->K);
     if (ab) { /* quantized weights: integer dot products, one cache-sized block of tokens at a time */
         size_t tb = skv_qmatmul_token_block(w->type, w->K);
-        skv_qmatmul_quantize(c->k, w->type, x, ldx, T, w->K, c->qact);
+        skv_pool_run(T > QUANT_TOKENS ? p : NULL, quant_task, &j, (T + QUANT_TOKENS - 1) / QUANT_TOKENS);
         for (size_t t0 = 0; t0 < T; t0 += tb) {
             j.qa = c->qact + t0 * ab, j.y = y + t0 * ldy, j.T = T - t0 < tb ? T - t0 : tb;
             skv_pool_run(p, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);

@@ -362,10 +362,11 @@ static void layer_free(skv_layer *L)
 }
 
 /* ---- repacked weights (quant/repack.h) ----------------------------------------------
- * Where the CPU has AVX2, q4_0 / q4_k / q6_k matrices get a packed copy at load for the
- * decode kernels (SEQKV_REPACK=0: none); the file's pages they came from are dropped
- * from the process (madvise: they read back from the file if touched again, e.g. by
- * the fingerprint), so memory stays about one copy of the weights. */
+ * Where the CPU has AVX2, matrices of a type with a packed form (repack.h: every type with
+ * an integer dot but q8_0) get a packed copy at load for the decode kernels
+ * (SEQKV_REPACK=0: none); the file's pages they came from are dropped from the process
+ * (madvise: they read back from the file if touched again, e.g. by the fingerprint), so
+ * memory stays about one copy of the weights. */
 
 static void drop_pages(const uint8_t *p, size_t n)
 {

@@ -36,45 +36,15 @@ static void group_sums(const int8_t *q, int16_t *bsum, size_t n)
     }
 }
 
-/* quantize_row_q8_0's arithmetic: d = amax / 127 (kept as binary16), q = roundf(x / d);
- * clamps (x86 min/max semantics: NaN -> 127) only matter for non-finite inputs. */
-static void act32_block(const float *x, skv_act32 *a)
+/* roundf(x[j] * id) clamped to [-127, 127] for 32 values (x86 min/max semantics:
+ * NaN -> 127; the clamps only matter for non-finite inputs). */
+static void round32_ref(const float *x, float id, int8_t *q)
 {
-    float d = skv_bits_f32(amax_bits(x, 32)) / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    a->d = skv_f16_to_f32(skv_f32_to_f16(d));
     for (size_t j = 0; j < 32; j++) {
         float r = roundf(x[j] * id);
         r = r < 127.0f ? r : 127.0f;
         r = r > -127.0f ? r : -127.0f;
-        a->qs[j] = (int8_t)(int)r;
-    }
-    group_sums(a->qs, a->bsum, 32);
-}
-
-void skv_act32_quantize_ref(const float *x, void *qa, size_t K)
-{
-    skv_act32 *a = qa;
-    for (size_t b = 0; b < K / 32; b++) act32_block(x + 32 * b, a + b);
-}
-
-/* The lanes layout of 16 rows (row t at x + t*ldx; dot_avx512.c): per block,
- * bytes 4k..4k+3 of row t at 64k + 4t as q + 128, then the 16 scales and the
- * 16 block sums, 16 x 40 bytes: the same values as 16 skv_act32 rows. */
-static void act32_lanes(const float *x, size_t ldx, size_t K, uint8_t *out)
-{
-    for (size_t b = 0; b < K / 32; b++, out += 16 * sizeof(skv_act32)) {
-        skv_act32 a[16];
-        float d[16];
-        int32_t s[16];
-        for (size_t t = 0; t < 16; t++) {
-            act32_block(x + t * ldx + 32 * b, a + t);
-            d[t] = a[t].d;
-            s[t] = a[t].bsum[0] + a[t].bsum[1];
-            for (size_t j = 0; j < 32; j++) out[64 * (j / 4) + 4 * t + j % 4] = (uint8_t)(a[t].qs[j] + 128);
-        }
-        memcpy(out + 512, d, sizeof d);
-        memcpy(out + 576, s, sizeof s);
+        q[j] = (int8_t)(int)r;
     }
 }
 
@@ -86,36 +56,105 @@ static int8_t q8k_round(float v)
     return (int8_t)(i > -128 ? i : -128);
 }
 
+static void round256_ref(const float *x, float iscale, int8_t *q)
+{
+    for (size_t j = 0; j < 256; j++) q[j] = q8k_round(iscale * x[j]);
+}
+
+/* The per-value steps of the activation quantizers: the scalar reference, or the AVX2
+ * twins (act_avx2.c, the same bits) at the AVX2 level and above. */
+typedef struct {
+    uint32_t (*amax)(const float *x, size_t n);
+    void (*round32)(const float *x, float id, int8_t *q);
+    void (*round256)(const float *x, float iscale, int8_t *q);
+} act_ops;
+
+static const act_ops k_ops_ref = {amax_bits, round32_ref, round256_ref};
+#if defined(__x86_64__)
+static const act_ops k_ops_avx2 = {skv_amax_bits_avx2, skv_act32_round_avx2, skv_act256_round_avx2};
+#endif
+
+/* The ops of a level the CPU allows (skv_dot_level). */
+static const act_ops *ops_at(int level)
+{
+#if defined(__x86_64__)
+    if (level >= SKV_DOT_AVX2) return &k_ops_avx2;
+#else
+    (void)level;
+#endif
+    return &k_ops_ref;
+}
+
+/* quantize_row_q8_0's arithmetic: d = amax / 127 (kept as binary16), q = roundf(x / d). */
+static void act32_block(const float *x, skv_act32 *a, const act_ops *ops)
+{
+    float d = skv_bits_f32(ops->amax(x, 32)) / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    a->d = skv_f16_to_f32(skv_f32_to_f16(d));
+    ops->round32(x, id, a->qs);
+    group_sums(a->qs, a->bsum, 32);
+}
+
+static void act32_rows(const float *x, void *qa, size_t K, const act_ops *ops)
+{
+    skv_act32 *a = qa;
+    for (size_t b = 0; b < K / 32; b++) act32_block(x + 32 * b, a + b, ops);
+}
+
+void skv_act32_quantize_ref(const float *x, void *qa, size_t K) { act32_rows(x, qa, K, &k_ops_ref); }
+
+/* The lanes layout of 16 rows (row t at x + t*ldx; dot_avx512.c): per block,
+ * bytes 4k..4k+3 of row t at 64k + 4t as q + 128, then the 16 scales and the
+ * 16 block sums, 16 x 40 bytes: the same values as 16 skv_act32 rows. */
+static void act32_lanes(const float *x, size_t ldx, size_t K, uint8_t *out, const act_ops *ops)
+{
+    for (size_t b = 0; b < K / 32; b++, out += 16 * sizeof(skv_act32)) {
+        skv_act32 a[16];
+        float d[16];
+        int32_t s[16];
+        for (size_t t = 0; t < 16; t++) {
+            act32_block(x + t * ldx + 32 * b, a + t, ops);
+            d[t] = a[t].d;
+            s[t] = a[t].bsum[0] + a[t].bsum[1];
+            for (size_t j = 0; j < 32; j++) out[64 * (j / 4) + 4 * t + j % 4] = (uint8_t)(a[t].qs[j] + 128);
+        }
+        memcpy(out + 512, d, sizeof d);
+        memcpy(out + 576, s, sizeof s);
+    }
+}
+
 /* quantize_row_q8_K's arithmetic: max = the first value of largest magnitude,
  * q = rne(x * (-127 / max)), d = 1 / (-127 / max); an all-zero block stays zero. */
-static void act256_block(const float *x, skv_act256 *a)
+static void act256_block(const float *x, skv_act256 *a, const act_ops *ops)
 {
-    uint32_t mb = amax_bits(x, 256);
+    uint32_t mb = ops->amax(x, 256);
     size_t at = 0;
     memset(a, 0, sizeof *a);
     if (!mb) return;
     while ((skv_f32_bits(x[at]) & 0x7fffffffu) != mb) at++;
     float iscale = -127.0f / x[at];
-    for (size_t j = 0; j < 256; j++) a->qs[j] = q8k_round(iscale * x[j]);
+    ops->round256(x, iscale, a->qs);
     group_sums(a->qs, a->bsum, 256);
     a->d = 1.0f / iscale;
 }
 
-void skv_act256_quantize_ref(const float *x, void *qa, size_t K)
+static void act256_rows(const float *x, void *qa, size_t K, const act_ops *ops)
 {
     skv_act256 *a = qa;
-    for (size_t b = 0; b < K / 256; b++) act256_block(x + 256 * b, a + b);
+    for (size_t b = 0; b < K / 256; b++) act256_block(x + 256 * b, a + b, ops);
 }
+
+void skv_act256_quantize_ref(const float *x, void *qa, size_t K) { act256_rows(x, qa, K, &k_ops_ref); }
 
 /* The lanes layout of 16 rows of 256-value blocks: per block, bytes 4k..4k+3 of
  * row t at 64k + 4t as q + 128, the 16 scales at 4096, and at 4160 + 64k + 4t row
  * t's group sums 2k and 2k+1 as an int16 pair: the values of 16 skv_act256 rows. */
-static void act256_lanes(const float *x, size_t ldx, size_t K, uint8_t *out)
+static void act256_lanes(const float *x, size_t ldx, size_t K, uint8_t *out, const act_ops *ops)
 {
     for (size_t b = 0; b < K / 256; b++, out += 16 * sizeof(skv_act256))
         for (size_t t = 0; t < 16; t++) {
             skv_act256 a;
-            act256_block(x + t * ldx + 256 * b, &a);
+            act256_block(x + t * ldx + 256 * b, &a, ops);
             for (size_t j = 0; j < 256; j++) out[64 * (j / 4) + 4 * t + j % 4] = (uint8_t)(a.qs[j] + 128);
             memcpy(out + 4096 + 4 * t, &a.d, 4);
             for (size_t k = 0; k < 8; k++) {
@@ -191,14 +230,14 @@ GEMM_REF(iq4_xs, 256, 136)
 
 /* ---- dispatch ---------------------------------------------------------------- */
 
-/* Activation formats: block size, bytes, quantizer per level (the reference at
- * every level for now: twins would add columns here). */
+/* Activation formats: block size, bytes, the row quantizer and the lanes one (16 rows). */
 static const struct {
     size_t n, bytes;
-    skv_act_quant_fn quant[3];
+    void (*rows)(const float *x, void *qa, size_t K, const act_ops *ops);
+    void (*lanes)(const float *x, size_t ldx, size_t K, uint8_t *out, const act_ops *ops);
 } k_acts[3] = {
-    [SKV_ACT_Q8_32] = {32, sizeof(skv_act32), {skv_act32_quantize_ref}},
-    [SKV_ACT_Q8_256] = {256, sizeof(skv_act256), {skv_act256_quantize_ref}},
+    [SKV_ACT_Q8_32] = {32, sizeof(skv_act32), act32_rows, act32_lanes},
+    [SKV_ACT_Q8_256] = {256, sizeof(skv_act256), act256_rows, act256_lanes},
 };
 
 static unsigned act_of(uint32_t wtype)
@@ -241,8 +280,8 @@ int skv_dot_level(int max_level)
 static int lanes_layout(int level, uint32_t wtype)
 {
 #if defined(__x86_64__)
-    return skv_dot_avx512_lanes && level >= SKV_DOT_AVX512 &&
-           (wtype == SKV_GGML_Q8_0 || wtype == SKV_GGML_Q4_0 || wtype == SKV_GGML_Q4_K || wtype == SKV_GGML_Q6_K);
+    (void)wtype; /* every type with an integer dot has a lanes kernel */
+    return skv_dot_avx512_lanes && level >= SKV_DOT_AVX512;
 #else
     (void)level, (void)wtype;
     return 0;
@@ -252,14 +291,14 @@ static int lanes_layout(int level, uint32_t wtype)
 void skv_act_quantize(int level, uint32_t wtype, const float *x, size_t ldx, size_t T, size_t K, void *qa)
 {
     size_t rb = skv_act_row_bytes(wtype, K), t = 0;
-    skv_act_quant_fn q;
+    unsigned a = act_of(wtype);
+    const act_ops *ops;
     if (!rb) return;
     level = skv_dot_level(level);
+    ops = ops_at(level);
     if (lanes_layout(level, wtype))
-        for (; t + 16 <= T; t += 16)
-            (act_of(wtype) == SKV_ACT_Q8_32 ? act32_lanes : act256_lanes)(x + t * ldx, ldx, K, (uint8_t *)qa + t * rb);
-    AT_LEVEL(k_acts[act_of(wtype)].quant, level, q);
-    for (; t < T; t++) q(x + t * ldx, (uint8_t *)qa + t * rb, K);
+        for (; t + 16 <= T; t += 16) k_acts[a].lanes(x + t * ldx, ldx, K, (uint8_t *)qa + t * rb, ops);
+    for (; t < T; t++) k_acts[a].rows(x + t * ldx, (uint8_t *)qa + t * rb, K, ops);
 }
 
 skv_gemm_fn skv_dot_gemm(int level, uint32_t wtype)

@@ -62,7 +62,7 @@ int skv_dot_level(int max_level);
 
 /* Quantizes T rows (row t at x + t*ldx) into qa (row stride skv_act_row_bytes)
  * for weights of type wtype at the given level, for the gemm of the same level: the
- * AVX-512 q8_0 / q4_0 / q4_k / q6_k gemms read each full group of 16 rows (rows 16g .. 16g+15) in
+ * AVX-512 gemms read each full group of 16 rows (rows 16g .. 16g+15) in
  * an interleaved "lanes" layout of the same size (dot_avx512.c); the rows after the
  * last full group, and every row at other levels and types, are in the row layout. */
 void skv_act_quantize(int level, uint32_t wtype, const float *x, size_t ldx, size_t T, size_t K, void *qa);

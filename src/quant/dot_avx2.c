@@ -9,4 +9,6 @@
 #define SKV_DOT_PFN(name) skv_gemv_##name##_pk_avx2
 #include "quant/dot_x86.h"
 #include "quant/dot_pack_x86.h"
+#include "quant/dot_pack32_x86.h"
+#include "quant/dot_pack2_x86.h"
 #endif

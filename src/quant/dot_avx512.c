@@ -3,7 +3,8 @@
  * where skv_dot_level() allows SKV_DOT_AVX512 (SKV_CPU_AVX512_SET).  A build
  * whose compiler lacks the flags gets the AVX2 kernels under these names.
  *
- * q8_0 and q4_0 batches also have a "lanes" kernel: sixteen tokens in the
+ * Batches of every type also have a "lanes" kernel (dot_ext_x86.h's types through
+ * its unpackers, prep32 / prepk): sixteen tokens in the
  * sixteen int32/float lanes of a zmm register, one weight row at a time, the
  * row's four bytes broadcast into vpdpbusd against the four bytes of each
  * token.  A lane then holds one block's whole integer sum, with no horizontal
@@ -26,9 +27,20 @@ TILES_DECL(q8_0);
 TILES_DECL(q4_0);
 TILES_DECL(q4_k);
 TILES_DECL(q6_k);
+TILES_DECL(q4_1);
+TILES_DECL(q5_0);
+TILES_DECL(q5_1);
+TILES_DECL(iq4_nl);
+TILES_DECL(q2_k);
+TILES_DECL(q3_k);
+TILES_DECL(q5_k);
+TILES_DECL(iq4_xs);
 #define SKV_DOT_PFN(name) skv_gemv_##name##_pk_avx512
 #include "quant/dot_x86.h"
 #include "quant/dot_pack_x86.h"
+#include "quant/dot_pack32_x86.h"
+#include "quant/dot_pack2_x86.h"
+#include "quant/dot_ext_x86.h"
 
 const int skv_dot_avx512_lanes = 1;
 
@@ -43,7 +55,7 @@ const int skv_dot_avx512_lanes = 1;
 typedef struct {
     const uint8_t *q[LR];
     size_t stride;
-    float d[LR][LCH];
+    float d[LR][LCH], m[LR][LCH]; /* m: the min factor of q4_1 / q5_1 (dot_ext_x86.h's c) */
     int32_t corr[LR][LCH];
     int8_t buf[LR][LCH * 32];
 } lanes_prep;
@@ -90,6 +102,31 @@ static void prep_q4_0(void *pv, const uint8_t *const w[LR], size_t b0, size_t nb
     }
 }
 
+/* The other 32-value types (dot_ext_x86.h): q = u - bias, or the signed levels. */
+static inline __attribute__((always_inline)) void prep32(void *pv, const uint8_t *const w[LR], size_t b0, size_t nbc,
+                                                         const int kind)
+{
+    lanes_prep *p = pv;
+    const size_t bytes = (size_t)k_ext[kind].bytes;
+    p->stride = 32;
+    for (int i = 0; i < LR; i++) {
+        p->q[i] = (const uint8_t *)p->buf[i];
+        for (size_t b = 0; b < nbc; b++) {
+            const uint8_t *blk = w[i] + bytes * (b0 + b);
+            __m256i v = _mm256_sub_epi8(values32(blk, kind), _mm256_set1_epi8((char)k_ext[kind].bias));
+            _mm256_storeu_si256((__m256i *)(void *)(p->buf[i] + 32 * b), v);
+            p->d[i][b] = _cvtsh_ss(skv_rd16le(blk));
+            p->m[i][b] = k_ext[kind].m_off >= 0 ? _cvtsh_ss(skv_rd16le(blk + k_ext[kind].m_off)) : 0.0f;
+            p->corr[i][b] = 128 * sum32_s8(v);
+        }
+    }
+}
+
+static void prep_q4_1(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prep32(p, w, b0, n, EXT_Q4_1); }
+static void prep_q5_0(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prep32(p, w, b0, n, EXT_Q5_0); }
+static void prep_q5_1(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prep32(p, w, b0, n, EXT_Q5_1); }
+static void prep_iq4_nl(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prep32(p, w, b0, n, EXT_IQ4_NL); }
+
 static inline int32_t rd32s(const uint8_t *p)
 {
     int32_t v;
@@ -98,8 +135,10 @@ static inline int32_t rd32s(const uint8_t *p)
 }
 
 /* acc[g][i] = the chain of row i over the chunk's nbc blocks for lane group g < ng
- * (group g's block b at a + g * gbytes + b * LBLK). */
-static void lanes_chunk(__m512 (*acc)[LR], const void *pv, const uint8_t *a, size_t gbytes, size_t ng, size_t nbc)
+ * (group g's block b at a + g * gbytes + b * LBLK); has_min: q4_1 / q5_1's min term,
+ * the tokens' block sums (at 576) times m. */
+static inline __attribute__((always_inline)) void chunk32(__m512 (*acc)[LR], const void *pv, const uint8_t *a,
+                                                          size_t gbytes, size_t ng, size_t nbc, const int has_min)
 {
     const lanes_prep *p = pv;
     for (size_t g = 0; g < ng; g++) {
@@ -119,10 +158,23 @@ static void lanes_chunk(__m512 (*acc)[LR], const void *pv, const uint8_t *a, siz
                 for (int k = 0; k < 8; k++) v = _mm512_dpbusd_epi32(v, x[k], _mm512_set1_epi32(rd32s(q + 4 * k)));
                 v = _mm512_sub_epi32(v, _mm512_set1_epi32(p->corr[i][b]));
                 s[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(p->d[i][b]), dx), _mm512_cvtepi32_ps(v), s[i]);
+                if (has_min)
+                    s[i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(p->m[i][b]), dx),
+                                           _mm512_cvtepi32_ps(_mm512_loadu_si512((const void *)(ab + 576))), s[i]);
             }
         }
         for (int i = 0; i < LR; i++) acc[g][i] = s[i];
     }
+}
+
+static void lanes_chunk(__m512 (*acc)[LR], const void *p, const uint8_t *a, size_t gbytes, size_t ng, size_t nbc)
+{
+    chunk32(acc, p, a, gbytes, ng, nbc, 0);
+}
+
+static void lanes_chunk_min(__m512 (*acc)[LR], const void *p, const uint8_t *a, size_t gbytes, size_t ng, size_t nbc)
+{
+    chunk32(acc, p, a, gbytes, ng, nbc, 1);
 }
 
 /* ---- K-quants in lanes: a lane group's block of 256 values is 16 x 292 bytes:
@@ -203,6 +255,41 @@ static void prep_q6_k(void *pv, const uint8_t *const w[LR], size_t b0, size_t nb
         }
 }
 
+/* The other 256-value types (dot_ext_x86.h): block b of row i as q = u - bias, or the
+ * signed levels, in 16 runs of 16 with their scales (the min pairs of q2_k / q5_k as
+ * q4_k's) and 128 * sum_r sc[r] * sum q. */
+static inline __attribute__((always_inline)) void prepk_block(lanesk_prep *p, int i, size_t b, const uint8_t *blk,
+                                                              const int kind)
+{
+    int16_t sc[16], mn[16];
+    int32_t corr = 0;
+    ext_scales(blk, sc, mn, kind);
+    for (int j = 0; j < 8; j++) {
+        __m256i v = _mm256_sub_epi8(values256(blk, j, kind), _mm256_set1_epi8((char)k_ext[kind].bias));
+        __m256i qs = quarter_sums(_mm256_xor_si256(v, _mm256_set1_epi8((char)0x80))); /* q + 128 */
+        _mm256_storeu_si256((__m256i *)(void *)(p->q[i] + 256 * b + 32 * j), v);
+        corr += sc[2 * j] * (quarter(qs, 0) + quarter(qs, 1) - 16 * 128);
+        corr += sc[2 * j + 1] * (quarter(qs, 2) + quarter(qs, 3) - 16 * 128);
+    }
+    for (int r = 0; r < 16; r++) p->sc[i][b][r] = sc[r];
+    for (int k = 0; k < 8; k++) p->mn[i][b][k] = pair16(mn[2 * k], mn[2 * k + 1]);
+    p->corr[i][b] = 128 * corr;
+    p->d[i][b] = _cvtsh_ss(skv_rd16le(blk + k_ext[kind].d_off));
+    p->mneg[i][b] = k_ext[kind].m_off >= 0 ? -_cvtsh_ss(skv_rd16le(blk + k_ext[kind].m_off)) : 0.0f;
+}
+
+static inline __attribute__((always_inline)) void prepk(void *pv, const uint8_t *const w[LR], size_t b0, size_t nbc,
+                                                        const int kind)
+{
+    for (int i = 0; i < LR; i++)
+        for (size_t b = 0; b < nbc; b++) prepk_block(pv, i, b, w[i] + (size_t)k_ext[kind].bytes * (b0 + b), kind);
+}
+
+static void prep_q2_k(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prepk(p, w, b0, n, EXT_Q2_K); }
+static void prep_q3_k(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prepk(p, w, b0, n, EXT_Q3_K); }
+static void prep_q5_k(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prepk(p, w, b0, n, EXT_Q5_K); }
+static void prep_iq4_xs(void *p, const uint8_t *const w[LR], size_t b0, size_t n) { prepk(p, w, b0, n, EXT_IQ4_XS); }
+
 /* The chunk kernel of the K-quants: runs of L four-byte steps (8: q4_k's 32 values,
  * 4: q6_k's 16), each run's exact sum scaled by its scale; has_min: q4_k's min term. */
 static inline __attribute__((always_inline)) void chunk_k(__m512 (*acc)[LR], const lanesk_prep *p, const uint8_t *a,
@@ -253,6 +340,12 @@ static void chunk_q4_k(__m512 (*acc)[LR], const void *p, const uint8_t *a, size_
 static void chunk_q6_k(__m512 (*acc)[LR], const void *p, const uint8_t *a, size_t gbytes, size_t ng, size_t nbc)
 {
     chunk_k(acc, p, a, gbytes, ng, nbc, 4, 0);
+}
+
+/* Runs of 16 with a min (q2_k, q5_k). */
+static void chunk_k16_min(__m512 (*acc)[LR], const void *p, const uint8_t *a, size_t gbytes, size_t ng, size_t nbc)
+{
+    chunk_k(acc, p, a, gbytes, ng, nbc, 4, 1);
 }
 
 /* How a type runs in lanes: its row preparation, the chunk kernel, the bytes of one
@@ -307,35 +400,42 @@ static void gemm_lanes(float *y, size_t ldy, const void *W, size_t row_bytes, co
         tiles(y + LG * ng_all * ldy, ldy, W, row_bytes, a0 + ng_all * gbytes, qa_stride, K, T - LG * ng_all, n_rows);
 }
 
-static const lanes_kind k_q8_0 = {prep_q8_0, lanes_chunk, 32, LBLK, LCH};
-static const lanes_kind k_q4_0 = {prep_q4_0, lanes_chunk, 32, LBLK, LCH};
-static const lanes_kind k_q4_k = {prep_q4_k, chunk_q4_k, 256, KBLK, KCH};
-static const lanes_kind k_q6_k = {prep_q6_k, chunk_q6_k, 256, KBLK, KCH};
-
-/* The exported gemm of one type: lanes kernel of kind kd, then tiles. */
-#define GEMM512(name, kd)                                                                              \
+/* The exported gemm of one type: lanes kernel of its kind (prep, chunk kernel, block
+ * values, lane-group block bytes, blocks per chunk), then tiles. */
+#define GEMM512(name, chunk, n, blk, ch)                                                                 \
+    static const lanes_kind k_##name = {prep_##name, chunk, n, blk, ch};                                 \
     void skv_gemm_##name##_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, \
                                   size_t qa_stride, size_t K, size_t T, size_t n_rows)                  \
     {                                                                                                    \
-        gemm_lanes(y, ldy, W, row_bytes, qa, qa_stride, K, T, n_rows, kd, skv_tiles_##name##_avx512);    \
+        gemm_lanes(y, ldy, W, row_bytes, qa, qa_stride, K, T, n_rows, &k_##name, skv_tiles_##name##_avx512); \
     }
-GEMM512(q8_0, &k_q8_0)
-GEMM512(q4_0, &k_q4_0)
-GEMM512(q4_k, &k_q4_k)
-GEMM512(q6_k, &k_q6_k)
+GEMM512(q8_0, lanes_chunk, 32, LBLK, LCH)
+GEMM512(q4_0, lanes_chunk, 32, LBLK, LCH)
+GEMM512(q4_1, lanes_chunk_min, 32, LBLK, LCH)
+GEMM512(q5_0, lanes_chunk, 32, LBLK, LCH)
+GEMM512(q5_1, lanes_chunk_min, 32, LBLK, LCH)
+GEMM512(iq4_nl, lanes_chunk, 32, LBLK, LCH)
+GEMM512(q4_k, chunk_q4_k, 256, KBLK, KCH)
+GEMM512(q6_k, chunk_q6_k, 256, KBLK, KCH)
+GEMM512(q2_k, chunk_k16_min, 256, KBLK, KCH)
+GEMM512(q3_k, chunk_q6_k, 256, KBLK, KCH)
+GEMM512(q5_k, chunk_k16_min, 256, KBLK, KCH)
+GEMM512(iq4_xs, chunk_q6_k, 256, KBLK, KCH)
 
 #elif defined(__x86_64__)
 const int skv_dot_avx512_lanes = 0;
-#define SKV_DOT_ALIAS(name)                                                                                  \
-    void skv_gemm_##name##_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa,     \
-                                  size_t qa_stride, size_t K, size_t T, size_t n_rows)                      \
-    {                                                                                                        \
-        skv_gemm_##name##_avx2(y, ldy, W, row_bytes, qa, qa_stride, K, T, n_rows);                           \
-    }
-SKV_DOT_ALIAS(q8_0)
-SKV_DOT_ALIAS(q4_0)
-SKV_DOT_ALIAS(q4_k)
-SKV_DOT_ALIAS(q6_k)
+SKV_GEMM_AVX512_ALIAS(q8_0)
+SKV_GEMM_AVX512_ALIAS(q4_0)
+SKV_GEMM_AVX512_ALIAS(q4_k)
+SKV_GEMM_AVX512_ALIAS(q6_k)
+SKV_GEMM_AVX512_ALIAS(q4_1)
+SKV_GEMM_AVX512_ALIAS(q5_0)
+SKV_GEMM_AVX512_ALIAS(q5_1)
+SKV_GEMM_AVX512_ALIAS(iq4_nl)
+SKV_GEMM_AVX512_ALIAS(q2_k)
+SKV_GEMM_AVX512_ALIAS(q3_k)
+SKV_GEMM_AVX512_ALIAS(q5_k)
+SKV_GEMM_AVX512_ALIAS(iq4_xs)
 #define SKV_PK_ALIAS(name)                                                                                      \
     void skv_gemv_##name##_pk_avx512(float *y, const void *W, size_t row_bytes, const void *qa, size_t K, size_t n) \
     {                                                                                                           \
@@ -343,7 +443,15 @@ SKV_DOT_ALIAS(q6_k)
     }
 SKV_PK_ALIAS(q4_0)
 SKV_PK_ALIAS(q4_k)
+SKV_PK_ALIAS(q5_k)
 SKV_PK_ALIAS(q6_k)
+SKV_PK_ALIAS(iq4_xs)
+SKV_PK_ALIAS(q4_1)
+SKV_PK_ALIAS(q5_0)
+SKV_PK_ALIAS(q5_1)
+SKV_PK_ALIAS(iq4_nl)
+SKV_PK_ALIAS(q2_k)
+SKV_PK_ALIAS(q3_k)
 void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *dst)
 {
     skv_gemv_unpack8_q4_0_pk_avx2(P, nb, r0, dst);

@@ -54,6 +54,13 @@ void skv_gemm_ref(float *y, size_t ldy, const void *W, size_t row_bytes, const v
 void skv_act32_quantize_ref(const float *x, void *qa, size_t K);
 void skv_act256_quantize_ref(const float *x, void *qa, size_t K);
 
+/* AVX2 twins of their per-value steps (act_avx2.c; dot.c runs them at the AVX2 level
+ * and above): max |x| as bits over n (a multiple of 8) values; roundf(x * id)
+ * clamped to +-127 for 32 values; q8_K's nearest_int(iscale * x) for 256. */
+uint32_t skv_amax_bits_avx2(const float *x, size_t n);
+void skv_act32_round_avx2(const float *x, float id, int8_t *q);
+void skv_act256_round_avx2(const float *x, float iscale, int8_t *q);
+
 /* ---- references of the type table's gemm column (dot.c) ---- */
 void skv_gemm_q8_0_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_0_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
@@ -69,15 +76,35 @@ void skv_gemm_q6_k_ref(float *, size_t, const void *, size_t, const void *, size
 void skv_gemm_iq4_xs_ref(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 
 /* ---- SIMD twins of the gemm (dot_x86.h, built for AVX2 in dot_avx2.c and
- * for AVX-512 VNNI in dot_avx512.c): exactly the reference's bits.  The
- * activation quantizers have none: K values per token cost nothing beside
- * the K x N products. ---- */
+ * for AVX-512 VNNI in dot_avx512.c): exactly the reference's bits. ---- */
 void skv_gemm_q8_0_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_0_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q6_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
-/* Whether the AVX-512 q8_0 / q4_0 / q4_k / q6_k gemms read groups of 16 activation rows in the
- * lanes layout (dot_avx512.c; 0 when the compiler could not build them). */
+/* The types without a tuned kernel: generic tiles over one unpacker per type
+ * (dot_ext_x86.h, built in dot_ext_avx2.c and, with the lanes kernels, dot_avx512.c). */
+#define SKV_EXT_DECL(name)                                                                                    \
+    void skv_gemm_##name##_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t,  \
+                                size_t);                                                                      \
+    void skv_gemm_##name##_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, \
+                                  size_t)
+/* The AVX-512 name of an AVX2 gemm, for builds whose compiler lacks AVX-512 VNNI. */
+#define SKV_GEMM_AVX512_ALIAS(name)                                                                      \
+    void skv_gemm_##name##_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, \
+                                  size_t qa_stride, size_t K, size_t T, size_t n_rows)                  \
+    {                                                                                                    \
+        skv_gemm_##name##_avx2(y, ldy, W, row_bytes, qa, qa_stride, K, T, n_rows);                       \
+    }
+SKV_EXT_DECL(q4_1);
+SKV_EXT_DECL(q5_0);
+SKV_EXT_DECL(q5_1);
+SKV_EXT_DECL(iq4_nl);
+SKV_EXT_DECL(q2_k);
+SKV_EXT_DECL(q3_k);
+SKV_EXT_DECL(q5_k);
+SKV_EXT_DECL(iq4_xs);
+/* Whether the AVX-512 gemms read groups of 16 activation rows in the lanes layout
+ * (dot_avx512.c; 0 when the compiler could not build them). */
 extern const int skv_dot_avx512_lanes;
 void skv_gemm_q8_0_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_0_avx512(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
@@ -96,6 +123,14 @@ SKV_PK_DECL(q4_0);
 void skv_gemv_unpack8_q4_0_pk_avx2(const void *P, size_t nb, size_t r0, void *dst);
 void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *dst);
 SKV_PK_DECL(q4_k);
+SKV_PK_DECL(q5_k);
 SKV_PK_DECL(q6_k);
+SKV_PK_DECL(iq4_xs);
+SKV_PK_DECL(q4_1); /* dot_pack32_x86.h */
+SKV_PK_DECL(q5_0);
+SKV_PK_DECL(q5_1);
+SKV_PK_DECL(iq4_nl);
+SKV_PK_DECL(q2_k); /* dot_pack2_x86.h */
+SKV_PK_DECL(q3_k);
 
 #endif

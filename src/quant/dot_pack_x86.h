@@ -12,6 +12,8 @@
 #ifndef SKV_DOT_PACK_X86_H
 #define SKV_DOT_PACK_X86_H
 
+#include "quant/qblocks.h"
+
 #define PK_PF 12288 /* measured best of 0 .. 12288 on TinyLlama q4_0 / Q4_K_M decode */
 
 static inline __m256i bcast4(const int8_t *p)
@@ -60,37 +62,58 @@ static inline void pk_group_q4_0(float *y, const uint8_t *g, const skv_act32 *a,
 static inline __m256i u8x8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)); }
 static inline __m256i s8x8(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)); }
 
-/* q4_k half h of block g: sum_r sc[r] * (run r's sum), runs 2c / 2c+1 in the low / high
- * nibbles of chunks 8c .. 8c+7. */
-static inline __m256i q4k_isum(const uint8_t *g, const int8_t *qs, int h)
+/* Byte j = bit s of byte j of qh as bit 4 (q5_k's fifth bit; the 16-bit shifts move no
+ * other byte's bit onto bit 4: s <= 4 shifts left by at most 4, s > 4 right by at most 3). */
+static inline __m256i bit4(__m256i qh, int s)
 {
-    __m256i is = _mm256_setzero_si256();
+    __m256i v = s <= 4 ? _mm256_slli_epi16(qh, 4 - s) : _mm256_srli_epi16(qh, s - 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* q4_k / q5_k (q5) half h of block g: sum_r sc[r] * (run r's sum), runs 2c / 2c+1 in the
+ * low / high nibbles of the qs chunks 8c .. 8c+7 (at qo), q5_k's bit r of qh chunk j on
+ * top.  Nibbles sum eight chunks' maddubs pairs in int16 (8 x 2 * 15 * 128 < 2^15), five
+ * bits four (4 x 2 * 31 * 128 < 2^15): exact. */
+static inline __attribute__((always_inline)) __m256i k4_isum(const uint8_t *g, const int8_t *qs, int h, const int q5)
+{
+    const size_t qo = q5 ? 832 : 320;
+    const int span = q5 ? 4 : 8;
+    __m256i is = _mm256_setzero_si256(), qh[8];
+    if (q5) /* loaded once for the four pairs of runs (not once per pair: measured faster) */
+        for (int j = 0; j < 8; j++) qh[j] = ld32(g + 320 + 64 * j + 32 * h);
+#pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
-        __m256i pl = _mm256_setzero_si256(), ph = _mm256_setzero_si256(); /* int16 pairs, exact as above */
-        for (int j = 0; j < 8; j++) {
-            __m256i v = ld32(g + 320 + 64 * (8 * c + j) + 32 * h);
-            pl = _mm256_add_epi16(pl, _mm256_maddubs_epi16(lo4(v), bcast4(qs + 64 * c + 4 * j)));
-            ph = _mm256_add_epi16(ph, _mm256_maddubs_epi16(hi4(v), bcast4(qs + 64 * c + 32 + 4 * j)));
+        __m256i pl = _mm256_setzero_si256(), ph = _mm256_setzero_si256();
+        for (int j0 = 0; j0 < 8; j0 += span) {
+            __m256i sl = _mm256_setzero_si256(), sh = _mm256_setzero_si256();
+            for (int j = j0; j < j0 + span; j++) {
+                __m256i v = ld32(g + qo + 64 * (8 * c + j) + 32 * h), l = lo4(v), u = hi4(v);
+                if (q5) l = _mm256_or_si256(l, bit4(qh[j], 2 * c)), u = _mm256_or_si256(u, bit4(qh[j], 2 * c + 1));
+                sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(l, bcast4(qs + 64 * c + 4 * j)));
+                sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(u, bcast4(qs + 64 * c + 32 + 4 * j)));
+            }
+            pl = _mm256_add_epi32(pl, _mm256_madd_epi16(sl, _mm256_set1_epi16(1)));
+            ph = _mm256_add_epi32(ph, _mm256_madd_epi16(sh, _mm256_set1_epi16(1)));
         }
-        pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(1));
-        ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(1));
         is = _mm256_add_epi32(is, _mm256_mullo_epi32(pl, u8x8(g + 64 + 16 * (2 * c) + 8 * h)));
         is = _mm256_add_epi32(is, _mm256_mullo_epi32(ph, u8x8(g + 64 + 16 * (2 * c + 1) + 8 * h)));
     }
     return is;
 }
 
-static inline void pk_group_q4_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+static inline __attribute__((always_inline)) void pk_group_k4(float *y, const uint8_t *g, const skv_act256 *a,
+                                                              size_t nb, const int q5)
 {
+    const size_t gb = q5 ? 2880 : 2368;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (size_t b = 0; b < nb; b++, g += 2368) {
+    for (size_t b = 0; b < nb; b++, g += gb) {
         int32_t bs[4];
-        pk_prefetch(g + PK_PF, 2368);
+        pk_prefetch(g + PK_PF, gb);
         for (int k = 0; k < 4; k++)
             bs[k] = pair16(a[b].bsum[4 * k] + a[b].bsum[4 * k + 1], a[b].bsum[4 * k + 2] + a[b].bsum[4 * k + 3]);
         __m256 dx = _mm256_set1_ps(a[b].d);
         for (int h = 0; h < 2; h++) {
-            __m256i is = q4k_isum(g, a[b].qs, h), mi = _mm256_setzero_si256();
+            __m256i is = k4_isum(g, a[b].qs, h, q5), mi = _mm256_setzero_si256();
             for (int k = 0; k < 4; k++) {
                 __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(g + 192 + 32 * k + 16 * h)));
                 mi = _mm256_add_epi32(mi, _mm256_madd_epi16(mn, _mm256_set1_epi32(bs[k])));
@@ -98,6 +121,47 @@ static inline void pk_group_q4_k(float *y, const uint8_t *g, const skv_act256 *a
             __m256 dm = _mm256_xor_ps(half_scales(g + 32 + 16 * h), _mm256_set1_ps(-0.0f));
             acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(half_scales(g + 16 * h), dx), _mm256_cvtepi32_ps(is), acc[h]);
             acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(mi), acc[h]);
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+
+static inline void pk_group_q4_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    pk_group_k4(y, g, a, nb, 0);
+}
+
+static inline void pk_group_q5_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    pk_group_k4(y, g, a, nb, 1);
+}
+
+/* iq4_xs: d[16] | the runs' 6-bit scales sc[8][16] (ls, the scale is ls - 32) | qs: 32
+ * chunks, run r's 16 bytes in chunks 4r .. 4r+3 (low nibbles: values 4k.., high: 16 + 4k..).
+ * The levels (-127..113) times activations overflow maddubs' int16 pairs as u8, so the
+ * ymm kernel takes |level| against the activation with the level's sign (exact: |a| <= 127
+ * from the act quantizer) and sums every chunk in int32. */
+static inline void pk_group_iq4_xs(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)skv_iq4nl_levels));
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t b = 0; b < nb; b++, g += 2208) {
+        pk_prefetch(g + PK_PF, 2208);
+        for (int h = 0; h < 2; h++) {
+            __m256i is = _mm256_setzero_si256();
+            for (int r = 0; r < 8; r++) {
+                __m256i p = _mm256_setzero_si256();
+                for (int k = 0; k < 4; k++) {
+                    __m256i v = ld32(g + 160 + 64 * (4 * r + k) + 32 * h);
+                    __m256i l = _mm256_shuffle_epi8(lut, lo4(v)), u = _mm256_shuffle_epi8(lut, hi4(v));
+                    p = dp_u8s8(p, _mm256_abs_epi8(l), _mm256_sign_epi8(bcast4(a[b].qs + 32 * r + 4 * k), l));
+                    p = dp_u8s8(p, _mm256_abs_epi8(u), _mm256_sign_epi8(bcast4(a[b].qs + 32 * r + 16 + 4 * k), u));
+                }
+                __m256i sc = _mm256_sub_epi32(u8x8(g + 32 + 16 * r + 8 * h), _mm256_set1_epi32(32));
+                is = _mm256_add_epi32(is, _mm256_mullo_epi32(p, sc));
+            }
+            acc[h] = fma_scaled(acc[h], half_scales(g + 16 * h), a[b].d, is);
         }
     }
     _mm256_storeu_ps(y, acc[0]);
@@ -203,23 +267,45 @@ static void pkz_group_q4_0(float *y, const uint8_t *g, const skv_act32 *a, size_
     _mm512_storeu_ps(y, acc);
 }
 
-static void pkz_group_q4_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+/* Byte j = bit s of byte j of qh as bit 4 (bit4's zmm twin). */
+static inline __m512i bit4z(__m512i qh, int s)
 {
-    __m512 acc = _mm512_setzero_ps();
-    for (size_t b = 0; b < nb; b++, g += 2368) {
-        const int8_t *qs = a[b].qs;
-        __m512i is = _mm512_setzero_si512(), mi = _mm512_setzero_si512();
-        pk_prefetch(g + PK_PF, 2368);
-        for (int c = 0; c < 4; c++) {
-            __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
-            for (int j = 0; j < 8; j++) {
-                __m512i v = ld64(g + 320 + 64 * (8 * c + j));
-                pl = DPZ(pl, lo4z(v), bc4(qs + 64 * c + 4 * j));
-                ph = DPZ(ph, hi4z(v), bc4(qs + 64 * c + 32 + 4 * j));
-            }
-            is = _mm512_add_epi32(is, _mm512_mullo_epi32(pl, u8x16(g + 64 + 16 * (2 * c))));
-            is = _mm512_add_epi32(is, _mm512_mullo_epi32(ph, u8x16(g + 64 + 16 * (2 * c + 1))));
+    __m512i v = s <= 4 ? _mm512_slli_epi16(qh, 4 - s) : _mm512_srli_epi16(qh, s - 4);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
+}
+
+/* k4_isum of 16 rows in lanes (qh chunks at 320 and the qs chunks after them for q5). */
+static inline __attribute__((always_inline)) __m512i pkz_k4_isum(const uint8_t *g, const int8_t *qs, const int q5)
+{
+    const size_t qo = q5 ? 832 : 320;
+    __m512i is = _mm512_setzero_si512(), qh[8];
+    if (q5) /* loaded once for the four pairs of runs: 14 -> 28 tokens/s on TinyLlama q5_k */
+        for (int j = 0; j < 8; j++) qh[j] = ld64(g + 320 + 64 * j);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i v = ld64(g + qo + 64 * (8 * c + j)), l = lo4z(v), u = hi4z(v);
+            if (q5) l = _mm512_or_si512(l, bit4z(qh[j], 2 * c)), u = _mm512_or_si512(u, bit4z(qh[j], 2 * c + 1));
+            pl = DPZ(pl, l, bc4(qs + 64 * c + 4 * j));
+            ph = DPZ(ph, u, bc4(qs + 64 * c + 32 + 4 * j));
         }
+        is = _mm512_add_epi32(is, _mm512_mullo_epi32(pl, u8x16(g + 64 + 16 * (2 * c))));
+        is = _mm512_add_epi32(is, _mm512_mullo_epi32(ph, u8x16(g + 64 + 16 * (2 * c + 1))));
+    }
+    return is;
+}
+
+/* q4_k / q5_k (q5) of 16 rows in lanes. */
+static inline __attribute__((always_inline)) void pkz_group_k4(float *y, const uint8_t *g, const skv_act256 *a,
+                                                               size_t nb, const int q5)
+{
+    const size_t gb = q5 ? 2880 : 2368;
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += gb) {
+        __m512i mi = _mm512_setzero_si512();
+        pk_prefetch(g + PK_PF, gb);
+        __m512i is = pkz_k4_isum(g, a[b].qs, q5);
         for (int k = 0; k < 4; k++) {
             int32_t bs = pair16(a[b].bsum[4 * k] + a[b].bsum[4 * k + 1], a[b].bsum[4 * k + 2] + a[b].bsum[4 * k + 3]);
             __m512i mn = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(g + 192 + 32 * k)));
@@ -232,6 +318,9 @@ static void pkz_group_q4_k(float *y, const uint8_t *g, const skv_act256 *a, size
     }
     _mm512_storeu_ps(y, acc);
 }
+
+static void pkz_group_q4_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb) { pkz_group_k4(y, g, a, nb, 0); }
+static void pkz_group_q5_k(float *y, const uint8_t *g, const skv_act256 *a, size_t nb) { pkz_group_k4(y, g, a, nb, 1); }
 
 static inline __m512i q6kz_part(const uint8_t *g, const skv_act256 *a, int gg, int jh)
 {
@@ -267,6 +356,31 @@ static void pkz_group_q6_k(float *y, const uint8_t *g, const skv_act256 *a, size
     }
     _mm512_storeu_ps(y, acc);
 }
+/* iq4_xs of 16 rows in lanes: the levels + 128 as u8 (vpdpbusd does not saturate), less
+ * 128 times the run's activation sum. */
+static void pkz_group_iq4_xs(float *y, const uint8_t *g, const skv_act256 *a, size_t nb)
+{
+    const __m128i lv = _mm_loadu_si128((const __m128i *)(const void *)skv_iq4nl_levels);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_xor_si128(lv, _mm_set1_epi8((char)0x80)));
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += 2208) {
+        const int8_t *qs = a[b].qs;
+        __m512i is = _mm512_setzero_si512();
+        pk_prefetch(g + PK_PF, 2208);
+        for (int r = 0; r < 8; r++) {
+            __m512i p = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                __m512i v = ld64(g + 160 + 64 * (4 * r + k));
+                p = DPZ(p, _mm512_shuffle_epi8(lut, lo4z(v)), bc4(qs + 32 * r + 4 * k));
+                p = DPZ(p, _mm512_shuffle_epi8(lut, hi4z(v)), bc4(qs + 32 * r + 16 + 4 * k));
+            }
+            p = _mm512_sub_epi32(p, _mm512_set1_epi32(128 * (a[b].bsum[2 * r] + a[b].bsum[2 * r + 1])));
+            is = _mm512_add_epi32(is, _mm512_mullo_epi32(p, _mm512_sub_epi32(u8x16(g + 32 + 16 * r), _mm512_set1_epi32(32))));
+        }
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(g), _mm512_set1_ps(a[b].d)), _mm512_cvtepi32_ps(is), acc);
+    }
+    _mm512_storeu_ps(y, acc);
+}
 #define PK_GROUP(name) pkz_group_##name
 #else
 #define PK_GROUP(name) pk_group_##name
@@ -282,6 +396,8 @@ static void pkz_group_q6_k(float *y, const uint8_t *g, const skv_act256 *a, size
     }
 SKV_PK_GEMV(q4_0, skv_act32, 32)
 SKV_PK_GEMV(q4_k, skv_act256, 256)
+SKV_PK_GEMV(q5_k, skv_act256, 256)
 SKV_PK_GEMV(q6_k, skv_act256, 256)
+SKV_PK_GEMV(iq4_xs, skv_act256, 256)
 
 #endif

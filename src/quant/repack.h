@@ -1,23 +1,30 @@
 /* Quantized weights repacked at model load for the integer dot kernels (issue 15).
  *
  * READ ME FIRST
- * - A GGUF stores a q4_0 / q4_k / q6_k matrix row after row.  Decode (one token)
- *   then reads eight rows as eight separate streams and must reduce each row's
- *   products horizontally.  The packed layout interleaves groups of 16 rows so
- *   that one 64-byte load holds four bytes of every row of the group (row i at
- *   byte 4i), and a 32-byte half of it the same four bytes of eight rows: the
- *   kernel puts rows in lanes and broadcasts the activation's matching four
- *   bytes, so each int32 lane ends a block holding exactly its row's integer
- *   sum (no horizontal reduction) and runs the reference chain of dot.c.
+ * - A GGUF stores a q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q2_k / q3_k / q4_k / q5_k / q6_k /
+ *   iq4_xs matrix row after row.  Decode (one token) then reads eight rows as eight separate
+ *   streams and must reduce each row's products horizontally.  The packed layout
+ *   interleaves groups of 16 rows so that one 64-byte load holds four bytes of every
+ *   row of the group (row i at byte 4i), and a 32-byte half of it the same four bytes
+ *   of eight rows: the kernel puts rows in lanes and broadcasts the activation's
+ *   matching four bytes, so each int32 lane ends a block holding exactly its row's
+ *   integer sum (no horizontal reduction) and runs the reference chain of dot.c.
  * - Per block b of a group (16 rows, blocks at 16 * skv_pack_row_bytes / nb):
  *     q4_0 (288 = 16 x 18):  d[16] f16 | qs: 4 chunks of 64
  *     q4_k (2368 = 16 x 148): d[16] | dmin[16] | sc[8][16] u8 | mn pairs [4][16][2] u8
  *                             | qs: 32 chunks of 64
+ *     q5_k (2880 = 16 x 180): q4_k's fields with qh: 8 chunks of 64 before qs (at 320)
+ *     q4_1, q5_0, q5_1, iq4_nl: q4_0's scheme with their m and qh (dot_pack32_x86.h)
+ *     q2_k, q3_k: scales by [group][row] (q3_k's unpacked), qs and hmask chunks
+ *                             (dot_pack2_x86.h)
+ *     iq4_xs (2208 = 16 x 138): d[16] | ls[8][16] u8 (the runs' 6-bit scales + 32,
+ *                             unpacked from scales_h / scales_l) | qs: 32 chunks of 64
  *     q6_k (3360 = 16 x 210): d[16] | scales[16][16] s8 | ql: 32 chunks | qh: 16 chunks
  *   where chunk u holds bytes 4u..4u+3 of every row's field (row i at 4i), d[i]
  *   is row i's binary16 scale, sc[r][i] / mn[..][i] the 6-bit scales and mins of
- *   q4_k run r (unpacked from the 12 bytes: that is the only change of values'
- *   encoding, hence the 4 extra bytes per row and block) and q6_k's int8 scales
+ *   q4_k / q5_k run r (unpacked from the 12 bytes: with iq4_xs's and q3_k's 6-bit
+ *   scales the only changes of values' encoding, hence the 4, 2 and 4 extra bytes
+ *   per row and block) and q6_k's int8 scales
  *   sit as [group][row].  The nibbles and bits inside a 4-byte chunk are the
  *   file's, unchanged.
  * - The packed copy holds exactly the file's values, so every kernel on it gives

@@ -44,6 +44,7 @@ void skv_f16_matmul_tiles_avx2(float *y, size_t ldy, const void *W, size_t row_b
                                size_t ldx, size_t T, size_t n_rows);
 
 void skv_bf16_to_float_ref(const void *src, float *dst, size_t n);
+void skv_bf16_to_float_avx2(const void *src, float *dst, size_t n);
 
 /* q8_0: blocks of 32 = fp16 scale + 32 x int8; short block of L: 2 + L bytes. */
 size_t skv_q8_0_short_bytes(size_t L);

@@ -1,0 +1,362 @@
+/* The x86 twins of the integer dot kernels (dot.h) for the types without a kernel of
+ * their own in dot_x86.h: q4_1, q5_0, q5_1, iq4_nl (blocks of 32) and q2_k, q3_k,
+ * q5_k, iq4_xs (blocks of 256).  One source built twice, like dot_x86.h:
+ * dot_ext_avx2.c (SKV_DOT_VNNI 0) and dot_avx512.c (SKV_DOT_VNNI 1), whose lanes
+ * kernels take full groups of 16 tokens from the same unpackers.
+ *
+ * Each type is an unpacker that turns one weight block of a row into 32-byte chunks
+ * of small values u, per-16 scales sc and mins mn, d and c (the min factor), such that
+ * the block's exact integer sums of dot.h are
+ *
+ *   isum = sum_g sc[g] * sum_{i in g} u[i] a[i]  -  bias * sum_g sc[g] * bsum[g]
+ *   imin = sum_g mn[g] * bsum[g]
+ *
+ * (q = u - bias).  Two generic tiles, one per block size, run them over 8 rows x up to
+ * NT = 8 tokens (dot_x86_base.h) and each lane runs the reference's
+ * float chain:
+ *
+ *   acc = fma(d * dx, (float)isum, acc);  acc = fma(c * dx, (float)imin, acc)
+ *
+ * with c * dx = -(m * dx) of dot.c exactly (a negation commutes with a rounded
+ * product).  The iq4 types' levels (-127..113) do not fit the u8 side of maddubs
+ * pairs within int16, so they use the sign trick: |q| as u8 times a with q's sign.
+ * That is exact for every activation value but -128, which the act quantizers never
+ * give for finite inputs (dot.c: q8_0 clamps to +-127; q8_K maps the largest
+ * magnitude to -127).  Bounds of the int16 pairs: u <= 31 with |a| <= 128, or
+ * |q| <= 127 with |a| <= 127: below 2^15.  Include only from a file that defines
+ * SKV_DOT_VNNI and SKV_DOT_FN(name). */
+#ifndef SKV_DOT_EXT_X86_H
+#define SKV_DOT_EXT_X86_H
+
+#include "quant/dot_x86_base.h"
+#include "quant/qblocks.h"
+
+#define EXT_INLINE static inline __attribute__((always_inline))
+
+/* The types of this file, as the compile-time constant `kind` of the tiles. */
+enum { EXT_Q4_1, EXT_Q5_0, EXT_Q5_1, EXT_IQ4_NL, EXT_Q2_K, EXT_Q3_K, EXT_Q5_K, EXT_IQ4_XS };
+
+/* Block bytes, offset of d, offset of the min factor's binary16 (-1: no min), bias. */
+static const struct {
+    int bytes, d_off, m_off, bias, is_signed;
+} k_ext[] = {
+    [EXT_Q4_1] = {20, 0, 2, 0, 0},   [EXT_Q5_0] = {22, 0, -1, 16, 0}, [EXT_Q5_1] = {24, 0, 2, 0, 0},
+    [EXT_IQ4_NL] = {18, 0, -1, 0, 1}, [EXT_Q2_K] = {84, 80, 82, 0, 0}, [EXT_Q3_K] = {110, 108, -1, 4, 0},
+    [EXT_Q5_K] = {176, 0, 2, 0, 0},  [EXT_IQ4_XS] = {136, 0, -1, 0, 1},
+};
+
+/* 16 bytes of nibble pairs as 32 values: low nibbles (values 0..15), then high ones. */
+static inline __m256i nibbles32(const uint8_t *p)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(15));
+}
+
+/* The little-endian 32-bit word at p (x86: a plain load). */
+static inline uint32_t rd32le(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Byte j = 0x10 where bit j of the little-endian 32-bit word at p is set, else 0. */
+static inline __m256i bits32_as_0x10(const uint8_t *p)
+{
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i x = _mm256_shuffle_epi8(_mm256_set1_epi32((int)rd32le(p)), spread); /* byte j: byte j/8 */
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* Byte j = v where bit s of byte j of h is set, else 0. */
+static inline __m256i bit_as(__m256i h, int s, char v)
+{
+    const __m256i m = _mm256_set1_epi8((char)(1 << s));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, m), m), _mm256_set1_epi8(v));
+}
+
+/* The iq4 levels of 32 nibble values. */
+static inline __m256i iq4_levels(__m256i idx)
+{
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)skv_iq4nl_levels));
+    return _mm256_shuffle_epi8(lut, idx);
+}
+
+/* Asks for the lines of block b of the next tile's 8 rows: rows r0 .. r0+7 are contiguous
+ * (w[i] = w[0] + i * row_bytes), so the next tile's row i is w[i] + 8 * row_bytes.  Decode
+ * streams the weights from memory; one tile of lookahead keeps them coming when a row is
+ * short (a 2048-value q5_k row is 1408 bytes: a prefetch a fixed distance ahead within the
+ * row would fall into rows already streaming).  A short tile (w[1] == w[0]) asks again for
+ * its own lines, which costs nothing. */
+static inline void prefetch_next_tile(const uint8_t *const w[8], size_t off, size_t bytes)
+{
+    size_t next = 8 * (size_t)(w[1] - w[0]);
+    for (size_t c = 0; c < bytes; c += 64) prefetch8(w, next + off + c);
+}
+
+/* The 32 values of a 32-value block (u, or the signed levels). */
+EXT_INLINE __m256i values32(const uint8_t *blk, const int kind)
+{
+    switch (kind) {
+    case EXT_Q4_1: return nibbles32(blk + 4);
+    case EXT_Q5_0: return _mm256_or_si256(nibbles32(blk + 6), bits32_as_0x10(blk + 2));
+    case EXT_Q5_1: return _mm256_or_si256(nibbles32(blk + 8), bits32_as_0x10(blk + 4));
+    default: return iq4_levels(nibbles32(blk + 2));
+    }
+}
+
+/* The 8 rows' chain over nb blocks of 32 for nt tokens. */
+EXT_INLINE void tile32(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                       size_t nt, size_t m, const int kind)
+{
+    const size_t bytes = (size_t)k_ext[kind].bytes;
+    const int bias = k_ext[kind].bias, has_min = k_ext[kind].m_off >= 0, sgn = k_ext[kind].is_signed;
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        __m256i v[8], u[8], p[8];
+        if (b % 3 == 0) prefetch_next_tile(w, bytes * b, 3 * bytes);
+        __m256 d = scales8(w, bytes * b), c = has_min ? scales8(w, bytes * b + 2) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) v[i] = values32(w[i] + bytes * b, kind), u[i] = sgn ? _mm256_abs_epi8(v[i]) : v[i];
+        for (size_t t = 0; t < nt; t++) {
+            const skv_act32 *a = ACT32(qa, qs, t, b);
+            __m256i av = ld32(a->qs);
+            int32_t asum = a->bsum[0] + a->bsum[1];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), u[i], sgn ? _mm256_sign_epi8(av, v[i]) : av);
+            __m256i isum = reduce8_epi32(p);
+            if (bias) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(bias * asum));
+            acc[t] = fma_scaled(acc[t], d, a->d, isum);
+            if (has_min) acc[t] = fma_scaled(acc[t], c, a->d, _mm256_set1_epi32(asum));
+        }
+    }
+    store_tile(y, ldy, acc, nt, m);
+}
+
+/* ---- blocks of 256 ---- */
+
+/* One weight block of the 8 rows, unpacked once for all tokens of a tile. */
+typedef struct {
+    __m256i u[8][8];  /* [row][j]: values 32j .. 32j+31 (u8; |q| for the signed types) */
+    __m256i s[8][8];  /* [row][j]: the signed types' levels (their signs), else unused */
+    __m256i sc[8][8]; /* [row][j]: scales of groups 2j (low 16 bytes) and 2j+1 (high) as int16 */
+    __m256i sv[8];    /* [row]: the 16 group scales as int16 (bias term) */
+    __m256i mv[8];    /* [row]: the 16 group mins as int16 (min term) */
+    __m256 d, c;
+} ext_unpacked;
+
+/* The 16 scales of a q3_k block from its 12 packed bytes, less 32, as int8: the low
+ * nibbles of bytes 0..7 then their high nibbles, with two bits of bytes 8..11 on top
+ * (group s: byte 8 + s % 4, bits 2 * (s / 4)). */
+static inline __m128i q3k_scales(const uint8_t *q)
+{
+    const uint64_t m4 = 0x0F0F0F0F0F0F0F0Full;
+    const uint32_t m2 = 0x03030303u;
+    uint64_t L;
+    uint32_t H;
+    memcpy(&L, q, 8);
+    memcpy(&H, q + 8, 4);
+    uint64_t h0 = (uint64_t)(H & m2) | (uint64_t)((H >> 2) & m2) << 32;
+    uint64_t h1 = (uint64_t)((H >> 4) & m2) | (uint64_t)((H >> 6) & m2) << 32;
+    __m128i v = _mm_set_epi64x((long long)(((L >> 4) & m4) | h1 << 4), (long long)((L & m4) | h0 << 4));
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
+
+/* Eight bytes, each twice, as 16 int16 (signed or not). */
+static inline __m256i twice16(const uint8_t b[8], int is_signed)
+{
+    __m128i x = _mm_loadl_epi64((const __m128i *)(const void *)b);
+    x = _mm_unpacklo_epi8(x, x);
+    return is_signed ? _mm256_cvtepi8_epi16(x) : _mm256_cvtepu8_epi16(x);
+}
+
+/* The per-16 scales and mins of one row's block as 16 int16 each (mins zero without). */
+EXT_INLINE void ext_scales_v(const uint8_t *blk, __m256i *sc, __m256i *mn, const int kind)
+{
+    uint8_t s8[8], m8[8];
+    switch (kind) {
+    case EXT_Q2_K: {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)blk), m4 = _mm_set1_epi8(15);
+        *sc = _mm256_cvtepu8_epi16(_mm_and_si128(x, m4));
+        *mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(x, 4), m4));
+        return;
+    }
+    case EXT_Q3_K: *sc = _mm256_cvtepi8_epi16(q3k_scales(blk + 96)), *mn = _mm256_setzero_si256(); return;
+    case EXT_Q5_K:
+        skv_k4_scales8(blk + 4, s8, m8);
+        *sc = twice16(s8, 0), *mn = twice16(m8, 0);
+        return;
+    default: {
+        unsigned sh = skv_rd16le(blk + 2);
+        for (unsigned r = 0; r < 8; r++)
+            s8[r] = (uint8_t)((((blk[4 + r / 2] >> (4 * (r % 2))) & 15) | (((sh >> (2 * r)) & 3) << 4)) - 32);
+        *sc = twice16(s8, 1), *mn = _mm256_setzero_si256();
+    }
+    }
+}
+
+/* The same as arrays (the AVX-512 lanes preparation). */
+EXT_INLINE void ext_scales(const uint8_t *blk, int16_t sc[16], int16_t mn[16], const int kind)
+{
+    __m256i s, m;
+    ext_scales_v(blk, &s, &m, kind);
+    _mm256_storeu_si256((__m256i *)(void *)sc, s);
+    _mm256_storeu_si256((__m256i *)(void *)mn, m);
+}
+
+/* Scales of groups 2j (low 16 bytes) and 2j+1 (high 16 bytes) in every int16 lane. */
+static inline __m256i scale_pair(__m256i sc, int j)
+{
+    const __m256i lohi = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+                                          2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(j)), lohi);
+}
+
+/* Values 32j .. 32j+31 of one row's block (u, or the signed levels). */
+EXT_INLINE __m256i values256(const uint8_t *blk, int j, const int kind)
+{
+    const __m256i m2 = _mm256_set1_epi8(3);
+    switch (kind) {
+    case EXT_Q2_K: return _mm256_and_si256(_mm256_srli_epi16(ld32(blk + 16 + 32 * (j / 4)), 2 * (j % 4)), m2);
+    case EXT_Q3_K: {
+        __m256i two = _mm256_and_si256(_mm256_srli_epi16(ld32(blk + 32 + 32 * (j / 4)), 2 * (j % 4)), m2);
+        return _mm256_or_si256(two, bit_as(ld32(blk), j, 4)); /* q + 4 */
+    }
+    case EXT_Q5_K: {
+        __m256i q = ld32(blk + 48 + 32 * (j / 2));
+        __m256i lo = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(15));
+        return _mm256_or_si256(lo, bit_as(ld32(blk + 16), j, 0x10));
+    }
+    default: return iq4_levels(nibbles32(blk + 8 + 16 * j));
+    }
+}
+
+/* d and the min factor c (-m; zero without a min) of block b of the 8 rows. */
+EXT_INLINE void scales_dc(const uint8_t *const w[8], size_t b, __m256 *d, __m256 *c, const int kind)
+{
+    const size_t at = (size_t)k_ext[kind].bytes * b;
+    *d = scales8(w, at + (size_t)k_ext[kind].d_off);
+    *c = k_ext[kind].m_off < 0 ? _mm256_setzero_ps()
+                               : _mm256_xor_ps(scales8(w, at + (size_t)k_ext[kind].m_off), _mm256_set1_ps(-0.0f));
+}
+
+EXT_INLINE void unpack256(ext_unpacked *o, const uint8_t *const w[8], size_t b, const int kind)
+{
+    for (int i = 0; i < 8; i++) {
+        const uint8_t *blk = w[i] + (size_t)k_ext[kind].bytes * b;
+        ext_scales_v(blk, &o->sv[i], &o->mv[i], kind);
+        for (int j = 0; j < 8; j++) {
+            __m256i v = values256(blk, j, kind);
+            o->u[i][j] = k_ext[kind].is_signed ? _mm256_abs_epi8(v) : v;
+            if (k_ext[kind].is_signed) o->s[i][j] = v;
+            o->sc[i][j] = scale_pair(o->sv[i], j);
+        }
+    }
+    scales_dc(w, b, &o->d, &o->c, kind);
+}
+
+/* The chain step of one token from the rows' int32 partial sums p (isum before the
+ * bias term) and their scales / mins sv, mv against the token's group sums bsum. */
+EXT_INLINE __m256 finish256(__m256 acc, __m256i p[8], const __m256i sv[8], const __m256i mv[8], __m256 d, __m256 c,
+                            const skv_act256 *a, const int kind)
+{
+    __m256i bsum = ld32(a->bsum), q[8];
+    for (int i = 0; i < 8; i++) {
+        if (k_ext[kind].bias)
+            p[i] = _mm256_sub_epi32(p[i], _mm256_mullo_epi32(_mm256_madd_epi16(sv[i], bsum),
+                                                             _mm256_set1_epi32(k_ext[kind].bias)));
+        if (k_ext[kind].m_off >= 0) q[i] = _mm256_madd_epi16(mv[i], bsum);
+    }
+    acc = fma_scaled(acc, d, a->d, reduce8_epi32(p));
+    if (k_ext[kind].m_off >= 0) acc = fma_scaled(acc, c, a->d, reduce8_epi32(q));
+    return acc;
+}
+
+/* One token's chain step over an unpacked block of the 8 rows. */
+EXT_INLINE __m256 step256(__m256 acc, const ext_unpacked *u, const skv_act256 *a, const int kind)
+{
+    __m256i av[8], p[8];
+    for (int j = 0; j < 8; j++) av[j] = ld32(a->qs + 32 * j);
+    for (int i = 0; i < 8; i++) {
+        p[i] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++)
+            p[i] = dp_sc16(p[i], u->u[i][j], k_ext[kind].is_signed ? _mm256_sign_epi8(av[j], u->s[i][j]) : av[j],
+                           u->sc[i][j]);
+    }
+    return finish256(acc, p, u->sv, u->mv, u->d, u->c, a, kind);
+}
+
+/* tile256 for one token (decode): each row's values are multiplied as they are
+ * unpacked, with no other token to share an unpacked copy with. */
+EXT_INLINE void tile1_256(float *y, const uint8_t *const w[8], const uint8_t *qa, size_t nb, size_t m, const int kind)
+{
+    const size_t bytes = (size_t)k_ext[kind].bytes;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const skv_act256 *a = ACT256(qa, 0, 0, b);
+        __m256i av[8], p[8], sv[8], mv[8];
+        __m256 d, c;
+        prefetch_next_tile(w, bytes * b, bytes);
+        for (int j = 0; j < 8; j++) av[j] = ld32(a->qs + 32 * j);
+        for (int i = 0; i < 8; i++) {
+            const uint8_t *blk = w[i] + bytes * b;
+            ext_scales_v(blk, &sv[i], &mv[i], kind);
+            p[i] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                __m256i v = values256(blk, j, kind), sc = scale_pair(sv[i], j);
+                p[i] = k_ext[kind].is_signed ? dp_sc16(p[i], _mm256_abs_epi8(v), _mm256_sign_epi8(av[j], v), sc)
+                                             : dp_sc16(p[i], v, av[j], sc);
+            }
+        }
+        scales_dc(w, b, &d, &c, kind);
+        acc = finish256(acc, p, sv, mv, d, c, a, kind);
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+    memcpy(y, o, m * sizeof(float));
+}
+
+/* The 8 rows' chain over nb blocks of 256 for nt tokens. */
+EXT_INLINE void tile256(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                        size_t nt, size_t m, const int kind)
+{
+    const size_t bytes = (size_t)k_ext[kind].bytes;
+    __m256 acc[NT];
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    ext_unpacked u;
+    if (nt == 1) {
+        tile1_256(y, w, qa, nb, m, kind);
+        return;
+    }
+    for (size_t b = 0; b < nb; b++) {
+        prefetch_next_tile(w, bytes * b, bytes);
+        unpack256(&u, w, b, kind);
+        for (size_t t = 0; t < nt; t++) acc[t] = step256(acc[t], &u, ACT256(qa, qs, t, b), kind);
+    }
+    store_tile(y, ldy, acc, nt, m);
+}
+
+/* The exported gemm of one type: tiles of tile<n> for kind, blocks of n values. */
+#define SKV_EXT_GEMM(name, n, kind)                                                                            \
+    static void tile_##name(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs,     \
+                            size_t nb, size_t nt, size_t m)                                                    \
+    {                                                                                                          \
+        tile##n(y, ldy, w, qa, qs, nb, nt, m, kind);                                                           \
+    }                                                                                                          \
+    void SKV_DOT_FN(name)(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride, \
+                          size_t K, size_t T, size_t n_rows)                                                   \
+    {                                                                                                          \
+        gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / (n), T, n_rows, tile_##name);                      \
+    }
+SKV_EXT_GEMM(q4_1, 32, EXT_Q4_1)
+SKV_EXT_GEMM(q5_0, 32, EXT_Q5_0)
+SKV_EXT_GEMM(q5_1, 32, EXT_Q5_1)
+SKV_EXT_GEMM(iq4_nl, 32, EXT_IQ4_NL)
+SKV_EXT_GEMM(q2_k, 256, EXT_Q2_K)
+SKV_EXT_GEMM(q3_k, 256, EXT_Q3_K)
+SKV_EXT_GEMM(q5_k, 256, EXT_Q5_K)
+SKV_EXT_GEMM(iq4_xs, 256, EXT_IQ4_XS)
+
+#endif
