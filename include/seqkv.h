@@ -396,6 +396,28 @@ SKV_API int skv_cm_dict_prepare(skv_model *m);
 /* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" "cmv" "cmvd" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
 SKV_API const char *skv_codec_name(int codec);
 SKV_API int skv_codec_parse(const char *name);
+/* The codec table (src/container/codecs.c): one row per codec. The CLI's --help, its
+ * errors and `inspect` list the codecs from it; a program can too. Flags: */
+enum {
+    SKV_CODEC_F_IDS = 1u << 0,     /* the payload is the ids alone, decoded without running the model */
+    SKV_CODEC_F_KV = 1u << 1,      /* the payload stores the KV (lossy), restored without running the model */
+    SKV_CODEC_F_PREFILL = 1u << 2, /* restored by decoding the ids, then one batched prefill of them */
+    SKV_CODEC_F_MODEL = 1u << 3,   /* the ids are coded under the model: a restore runs it token by token */
+    SKV_CODEC_F_DICT = 1u << 4,    /* takes a dictionary of ids (skv_encoder_params.cm_dict) */
+    SKV_CODEC_F_SPEC = 1u << 5,    /* takes a kv_quant spec (skv_encoder_params.kv_quant) */
+    SKV_CODEC_F_NEEDS = 1u << 6    /* the dictionary or spec it takes must be given */
+};
+typedef struct skv_codec_desc {
+    int id;              /* SKV_CODEC_*: the file's codec field */
+    const char *name;    /* skv_codec_name's */
+    const char *help;    /* one line: what the payload holds and how it is restored */
+    const char *payload; /* a few words on the payload, for `inspect` ("zstd varints") */
+    unsigned flags;      /* SKV_CODEC_F_* */
+} skv_codec_desc;
+/* Row i of the table in listing order (NULL past the last); the row of codec id (NULL if
+ * unknown). Rows are static: the pointers stay valid for the life of the process. */
+SKV_API const skv_codec_desc *skv_codec_at(size_t i);
+SKV_API const skv_codec_desc *skv_codec_desc_of(int codec);
 
 typedef struct skv_encoder skv_encoder;
 

@@ -377,10 +377,10 @@ static int decode_ids(skv_cm *cm, const uint8_t *src, size_t len, int32_t *h, si
     return rc ? skv_session_bad(err, cap, "corrupt cmv token stream") : SKV_OK;
 }
 
-int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int32_t *dict, size_t n_dict,
+int skv_session_decode_cmv(const seg_view *g, int with_dict, skv_model *m, const int32_t *dict, size_t n_dict,
                            int32_t *tok, const skv_id_notify *nf, char *err, size_t cap)
 {
-    if (codec != SKV_CODEC_CMVD) dict = NULL, n_dict = 0;
+    if (!with_dict) dict = NULL, n_dict = 0;
     else if (!dict || !n_dict)
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
                         "codec cmvd: give the dictionary the file was written with (skv_restore_params.cm_dict)");
@@ -403,13 +403,9 @@ int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int
     return rc;
 }
 
-int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap)
+int skv_session_cmv_setup(uint32_t V, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap)
 {
     *copy = NULL;
-    if (codec != SKV_CODEC_CMVD) {
-        if (dict || n) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "cm_dict is for codec cmvd only");
-        return SKV_OK;
-    }
     if (!dict || n < 1 || n > SKV_CMV_DICT_MAX)
         return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "codec cmvd needs a dictionary of 1..%u ids (cm_dict)",
                         (unsigned)SKV_CMV_DICT_MAX);

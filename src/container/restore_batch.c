@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "container/session_int.h"
+#include "container/codecs.h"
 #include "core/util.h"
 #include "engine/model.h"
 
@@ -188,7 +188,7 @@ static void dispatch(batch *b, skv_restore_job *jobs, size_t n, skv_restore_job 
         skv_session_get_info(j->session, &si);
         skv_session_segment_info(j->session, j->segment, &nt, NULL, NULL);
         b->total += nt;
-        if (si.codec == SKV_CODEC_MODEL) {
+        if (skv_codec_flags(si.codec) & SKV_CODEC_F_MODEL) { /* the lockstep decode of model-coded streams */
             queue[(*nq)++] = j;
             continue;
         }

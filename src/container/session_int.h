@@ -4,9 +4,11 @@
  * model-coded segments in lockstep through the stream steps below, exactly as
  * skv_session_restore_segment uses them. Not part of the public API.
  *
- *   session.c   codec names; the reader: parse and validate, info, token/KV payloads
+ *   codecs.c    the codec table (codecs.h): one row per codec, its flags and operations
+ *   session.c   the reader: parse and validate, info, token/KV payloads
  *   encoder.c   the encoder: tokens -> file bytes
  *   restore.c   restore of a segment into a context (model codec: plain or speculative)
+ *   codec_*.c   the codecs' operations (codec_ids.c: tokens cm cmv cmvd; codec_kv.c: f16..kvq)
  *   cmcodec.c   codec cm: the payload of a segment's ids under the context-mixing model
  */
 #ifndef SKV_SESSION_INT_H
@@ -55,8 +57,8 @@ struct skv_session {
 };
 
 /* ---- session.c ---- */
-int skv_codec_is_kv(int codec);     /* SKV_CODEC_F16 .. SKV_CODEC_KVQ, SKV_CODEC_PRED: the KV is stored */
-int skv_codec_scheme(int codec);    /* the one scheme of a fixed KV codec; -1 for KVQ and the others */
+int skv_codec_is_kv(int codec);     /* codecs.c: the codec stores the KV (SKV_CODEC_F_KV) */
+int skv_codec_scheme(int codec);    /* codec_kv.c: the one scheme of a fixed KV codec; -1 for KVQ and the others */
 /* XXH3-128 (canonical bytes) of n floats as little-endian binary32. */
 int skv_digest_f32(const float *x, size_t n, uint8_t out[16]);
 int skv_session_bad(char *err, size_t cap, const char *what); /* SKV_ERR_FORMAT "not a valid .skv file: ..." */
@@ -99,9 +101,9 @@ struct skv_cm_vocab;
 struct skv_tokenizer;
 /* The cm side information of a tokenizer's vocabulary (a new one; skv_cm_vocab_free it). */
 int skv_session_cm_vocab(const struct skv_tokenizer *tk, struct skv_cm_vocab **out);
-/* Encoder setup: for codec cmvd a dictionary of 1..2^24 ids < V (copied to *copy), for the
- * other codecs none (SKV_ERR_INVALID_ARG with a message otherwise). */
-int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap);
+/* Encoder setup of codec cmvd: a dictionary of 1..2^24 ids < V (copied to *copy;
+ * SKV_ERR_INVALID_ARG with a message otherwise). */
+int skv_session_cmv_setup(uint32_t V, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap);
 /* Codec cmvd's primed models for a store (docs/store.md "Dictionaries"): whether this
  * process holds (m, dictionary id, n) primed already; a snapshot's bytes (skv_cm_dict_save's
  * format, e.g. a store record) loaded as skv_cm_dict_load loads a file; the primed model's
@@ -126,10 +128,10 @@ typedef struct skv_id_notify {
     void (*ready)(void *user);
     void *user;
 } skv_id_notify;
-/* A cmv / cmvd (codec) payload of g's n_tokens ids into tok; SKV_ERR_MISMATCH when the
+/* A cmv / cmvd (with_dict) payload of g's n_tokens ids into tok; SKV_ERR_MISMATCH when the
  * file needs another vocabulary or dictionary than (m, dict); dict is ignored for cmv.
  * nf: NULL, or called when tok[0..nf->at) hold their final ids (not on failure before). */
-int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int32_t *dict, size_t n_dict,
+int skv_session_decode_cmv(const seg_view *g, int with_dict, skv_model *m, const int32_t *dict, size_t n_dict,
                            int32_t *tok, const skv_id_notify *nf, char *err, size_t cap);
 
 /* ---- restore.c: the steps restore_batch.c shares ---- */

@@ -369,7 +369,7 @@ static int coded_ids(tx *t, const uint8_t *v, size_t n, uint32_t len, uint32_t P
         return rc;
     }
     seg_view g = {.n_tokens = len, .payload_bytes = P, .payload = v + CODED_HDR + 2u * len};
-    rc = skv_session_decode_cmv(&g, codec, t->st->model, dict, dict ? skv_rd32(v + 72) : 0, tok, NULL, e,
+    rc = skv_session_decode_cmv(&g, codec == SKV_CODEC_CMVD, t->st->model, dict, dict ? skv_rd32(v + 72) : 0, tok, NULL, e,
                                 ecap);
     free(dict);
     if (!rc) memo_add(t->st, v, n, len, P, tok);
