@@ -387,6 +387,9 @@ enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
  * written to err[0..cap). */
 SKV_API int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);
 SKV_API int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);
+/* 1 when the file at path is a snapshot in the format skv_cm_dict_save writes now; 0 when it
+ * is unreadable or older (an older one still loads: save it again to get the faster form). */
+SKV_API int skv_cm_dict_file_current(const char *path);
 /* Builds what every cmv/cmvd coder, load or save for m needs first (the vocabulary's side
  * information: ~5 ms for a 4K vocabulary, more for 128K) and keeps it for the process,
  * keyed by skv_model_tokenizer_fingerprint; optional (done on first use otherwise),

@@ -821,6 +821,21 @@ int skv_model_get_info(const skv_model *m, skv_model_info *info)
     return SKV_OK;
 }
 
+const skv_model_info *skv_model_info_of(const skv_model *m) { return &m->info; }
+
+const struct skv_tokenizer *skv_model_tokenizer(const skv_model *m) { return m->tok; }
+
+char *skv_model_chat_template(const skv_model *m)
+{
+    skv_gguf_str s;
+    if (!m->gguf || skv_gguf_get_str(m->gguf, "tokenizer.chat_template", &s)) return NULL;
+    char *t = malloc(s.len + 1);
+    if (!t) return NULL;
+    memcpy(t, s.ptr, s.len);
+    t[s.len] = 0;
+    return t;
+}
+
 static void fp_u32(XXH3_state_t *st, uint32_t v)
 {
     uint8_t b[4];
