@@ -9,7 +9,7 @@
 #include <xxhash.h>
 
 #include "core/util.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "coder/probq.h"
 #include "container/codecs.h"
 
@@ -131,7 +131,7 @@ static int model_coded(const skv_encoder *e) { return (e->row->d.flags & SKV_COD
 /* Codec and frequency total of p, checked; the codec's state (its setup operation). */
 static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
 {
-    const skv_model_info *mi = &e->m->info;
+    const skv_model_info *mi = skv_model_info_of(e->m);
     int rc;
     e->row = skv_codec_row_of(p->codec);
     if (!e->row || (p->total_bits && (p->total_bits < 16 || p->total_bits > 28)))
@@ -234,7 +234,7 @@ int skv_codec_model_encode(skv_codec_seg *x)
 /* The current segment's payload as its codec writes it, into e->out. */
 static int flush_segment(skv_encoder *e)
 {
-    skv_codec_seg x = {.st = &e->cs, .m = e->m, .mi = &e->m->info, .ctx = e->ctx, .tok = e->seg_tok,
+    skv_codec_seg x = {.st = &e->cs, .m = e->m, .mi = skv_model_info_of(e->m), .ctx = e->ctx, .tok = e->seg_tok,
                        .sur = e->seg_sur, .n = e->seg_n, .V = e->V, .rc = &e->rc, .buf = &e->rc_buf,
                        .cap = &e->rc_cap, .err = e->err, .errcap = sizeof e->err};
     int rc;
@@ -385,9 +385,9 @@ int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
     skv_wr32(h + 32, (uint32_t)e->p.n_ctx);
     skv_wr32(h + 36, e->V);
     skv_wr32(h + 40, e->p.total_bits);
-    skv_wr32(h + 44, (uint32_t)e->m->info.bos_id);
+    skv_wr32(h + 44, (uint32_t)skv_model_info_of(e->m)->bos_id);
     memcpy(h + 48, fp, 16);
-    put_model_name(h + 64, e->m->info.name);
+    put_model_name(h + 64, skv_model_info_of(e->m)->name);
     memcpy(h + 112, tf, 8);
     skv_wr64(h + 120, XXH3_64bits(h, 120));
     e->finished = 1;

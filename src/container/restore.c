@@ -9,7 +9,7 @@
 #include "core/util.h"
 #include "engine/draft.h"
 #include "engine/layer0.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "coder/probq.h"
 #include "container/codecs.h"
 
@@ -21,11 +21,11 @@ static int load_kv_segment(const skv_session *s, const seg_view *g, skv_model *m
     size_t nf = skv_session_kv_floats(g);
     float *kv;
     int rc;
-    if (h->n_layer != (uint32_t)m->info.n_layer || h->n_head_kv != (uint32_t)m->info.n_head_kv ||
-        h->head_dim != (uint32_t)m->info.head_dim)
+    if (h->n_layer != (uint32_t)skv_model_info_of(m)->n_layer || h->n_head_kv != (uint32_t)skv_model_info_of(m)->n_head_kv ||
+        h->head_dim != (uint32_t)skv_model_info_of(m)->head_dim)
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
                         "KV geometry mismatch: the session stores %u layers x %u KV heads x %u, the model has %d x %d x %d",
-                        h->n_layer, h->n_head_kv, h->head_dim, m->info.n_layer, m->info.n_head_kv, m->info.head_dim);
+                        h->n_layer, h->n_head_kv, h->head_dim, skv_model_info_of(m)->n_layer, skv_model_info_of(m)->n_head_kv, skv_model_info_of(m)->head_dim);
     if (!(kv = malloc(nf * sizeof *kv))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     rc = skv_session_decode_kv(s, g, 0, kv, nf, tok, err, cap);
     /* a pred segment of flag bit 1: layer 0 from the tokens (engine/layer0.h); kph is zero for other codecs */
@@ -310,7 +310,7 @@ static int prefill_codec(int codec) { return (skv_codec_flags(codec) & SKV_CODEC
  * tokenizer's, cheap; the model's is compared after the prefill, see fp_overlap). */
 static int check_model_now(const skv_session *s, skv_model *m, int deferred, char *err, size_t errcap)
 {
-    if (deferred && (uint32_t)m->info.n_vocab == s->info.n_vocab) return skv_session_check_tokenizer(s, m, err, errcap);
+    if (deferred && (uint32_t)skv_model_info_of(m)->n_vocab == s->info.n_vocab) return skv_session_check_tokenizer(s, m, err, errcap);
     return skv_session_check_model(s, m, err, errcap);
 }
 

@@ -23,7 +23,7 @@
 
 #include "container/codecs.h"
 #include "core/util.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 
 #define MAX_ACTIVE 64
 #define BATCH_MIN_WEIGHTS ((uint64_t)4 << 20) /* smaller models: weights stay in cache, no batching */

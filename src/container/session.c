@@ -32,7 +32,7 @@
 
 #include "core/util.h"
 #include "quant/quant.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "container/codecs.h"
 
 /* ---- digests ----------------------------------------------------------------------- */
@@ -257,7 +257,7 @@ int skv_session_check_tokenizer(const skv_session *s, skv_model *m, char *err, s
     return skv_errf(err, cap, SKV_ERR_MISMATCH,
                     "wrong tokenizer: this session was written with model '%s' whose tokenizer (fingerprint %s) is not "
                     "the one of model '%s' (%s): its ids would render to other text; use the model it was written with",
-                    s->info.model_name, a, m->info.name, b);
+                    s->info.model_name, a, skv_model_info_of(m)->name, b);
 }
 
 int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_t cap)
@@ -268,12 +268,12 @@ int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_
     if (rc) return rc;
     rc = skv_model_fingerprint(m, fp);
     if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model");
-    if (memcmp(fp, s->info.fingerprint, 16) || (uint32_t)m->info.n_vocab != s->info.n_vocab) {
+    if (memcmp(fp, s->info.fingerprint, 16) || (uint32_t)skv_model_info_of(m)->n_vocab != s->info.n_vocab) {
         hex16(s->info.fingerprint, a);
         hex16(fp, b);
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
                         "wrong model: this session was written with model '%s' (fingerprint %s), but the model given is '%s' (fingerprint %s)",
-                        s->info.model_name, a, m->info.name, b);
+                        s->info.model_name, a, skv_model_info_of(m)->name, b);
     }
     return SKV_OK;
 }
