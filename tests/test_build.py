@@ -17,6 +17,10 @@
   check_layers_catches         on a copy of src/ and tools/, an upward include, a peer
                                include, an include without its layer and a private header
                                of another folder each fail it
+  funclen_counts_the_function  scripts/funclen.py counts a file's first function from its
+                               signature, not from the include block above it, and a
+                               macro's braces are no block; `make metrics` regenerates
+                               docs/metrics.md below its marker (on a copy)
   check_layers_catches_calls   the symbol pass: an object of core calling a function an
                                object of store defines fails it, naming both (nm)
 
@@ -176,9 +180,29 @@ def check_layers_catches_calls(tmp):
           "check_layers.sh did not name the call: %s" % out[-400:])
 
 
+def funclen_counts_the_function(tmp):
+    d = os.path.join(tmp, "fl", "src")
+    os.makedirs(d)
+    with open(os.path.join(d, "a.c"), "w") as f:
+        f.write('#include <stdio.h>\n#include <string.h>\n\n#define ROW(x) { x, #x }\n\n'
+                'static int first(int x)\n{\n    return x + 1;\n}\n')
+    rc, out = sh([os.path.join(ROOT, "scripts", "funclen.py"), "--list", "5", "src"], cwd=os.path.join(tmp, "fl"))
+    check(rc == 0 and "functions: 1 " in out, "funclen.py on one function said: %s" % out)
+    check(re.search(r"^\s+4\s+src/a\.c:6\s+first$", out, re.M), "first() is lines 6-9 (4 lines): %s" % out)
+    doc = os.path.join(tmp, "metrics.md")
+    shutil.copy(os.path.join(ROOT, "docs", "metrics.md"), doc)
+    with open(doc, "a") as f:
+        f.write("stale figures\n")
+    rc, out = sh([os.path.join(ROOT, "scripts", "funclen.py"), "--list", "3", "--doc", doc, "src"],
+                 cwd=os.path.join(tmp, "fl"))
+    text = open(doc).read()
+    check(rc == 0 and "stale figures" not in text and "$ scripts/funclen.py --list 3 src\nfunctions: 1 " in text,
+          "funclen.py --doc did not regenerate the file: %s %s" % (out, text[-300:]))
+
+
 CASES = [guard_in_every_tu, guard_refuses_fast_math, guard_accepts_the_build_flags, make_refuses_unsafe_flags,
          fp_contract_pinned_last, clang_pragma_stops_fusion, check_layers_passes, check_layers_catches,
-         check_layers_catches_calls]
+         check_layers_catches_calls, funclen_counts_the_function]
 
 
 def main():
