@@ -27,7 +27,7 @@ typedef struct skv_weight {
     size_t K, N;
     const uint8_t *packed;   /* the rows repacked for the integer dot (quant/repack.h), owned; or NULL */
     size_t packed_row_bytes; /* its bytes per row */
-    int resident;            /* data is an owned copy on huge pages (model.c resident_weights), not the file's */
+    int resident;            /* data is an owned copy on huge pages (model_weights.c), not the file's */
 } skv_weight;
 
 /* One decoder layer. Every field is described by a row of skv_layer_tensors (arch.c),
