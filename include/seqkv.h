@@ -138,6 +138,10 @@ typedef struct skv_model_info {
 
 /* Tensor element types (GGML numbering). */
 enum { SKV_DTYPE_F32 = 0, SKV_DTYPE_F16 = 1, SKV_DTYPE_Q4_0 = 2, SKV_DTYPE_Q8_0 = 8 };
+/* The name of a weight type (skv_model_info.weight_type: GGML's type ids) as GGML spells it
+ * ("q8_0", "q4_k", "iq4_xs"), read from the type table (src/quant/types.c); "unknown" for
+ * an id it does not know. Static strings. */
+SKV_API const char *skv_weight_type_name(int type);
 
 /* Loads a GGUF v2/v3 file, or a llama2.c checkpoint (.bin) whose tokenizer is found
  * at tokenizer_path (NULL: "tokenizer.bin" or "tok<vocab>.bin" beside the checkpoint).
@@ -639,6 +643,10 @@ typedef struct skv_session_kv_info {
                                 (1 with `layer0`: only skv_session_restore_segment restores it), else 0 */
 } skv_session_kv_info;
 
+/* Codecs taking a dictionary (SKV_CODEC_F_DICT: cmvd): the id (XXH3-64 of its ids as
+ * little-endian u32) and the number of ids of the dictionary segment i was coded with,
+ * which a restore must be given; SKV_ERR_UNSUPPORTED for the other codecs. */
+SKV_API int skv_session_segment_dict(const skv_session *s, uint32_t i, uint64_t *id, uint32_t *n_ids);
 /* Segment i's KV payload description; SKV_ERR_UNSUPPORTED for codecs tokens/model. */
 SKV_API int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv_info *out);
 /* Restores segment i of a quantized-KV session without any model: kv receives the

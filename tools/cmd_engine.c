@@ -456,21 +456,10 @@ static const cli_cmd info_cmd = {
     "Prints the model's architecture, sizes, fingerprint, and what one token position of its\n"
     "KV cache costs as f32, f16, q8_0, q4_0 and TurboQuant.\n", info_opts, 1, NULL};
 
-static const char *dtype_name(int t)
-{
-    switch (t) {
-    case SKV_DTYPE_F32: return "f32";
-    case SKV_DTYPE_F16: return "f16";
-    case SKV_DTYPE_Q8_0: return "q8_0";
-    case SKV_DTYPE_Q4_0: return "q4_0";
-    default: return "other";
-    }
-}
-
 static void print_architecture(const skv_model *m, const skv_model_info *h, const uint8_t fp[16])
 {
     printf("model:        %s (%s, %s)\n", h->name, h->format, h->arch);
-    printf("parameters:   %lld (%s weights), file %.2f MiB\n", (long long)h->n_params, dtype_name(h->weight_type),
+    printf("parameters:   %lld (%s weights), file %.2f MiB\n", (long long)h->n_params, skv_weight_type_name(h->weight_type),
            (double)h->file_bytes / 1048576.0);
     printf("layers:       %d\nwidth:        %d\nheads:        %d query, %d key/value (%s), head_dim %d\n", h->n_layer,
            h->n_embd, h->n_head, h->n_head_kv, h->n_head_kv < h->n_head ? "grouped-query" : "multi-head", h->head_dim);

@@ -284,7 +284,8 @@ static void report_payload(FILE *rep, const compress_result *r)
     }
     skv_session_free(s);
     if (!r->es.n_model_coded) return;
-    fprintf(rep, "model cross-entropy:   %.4f bits/token (%llu tokens predicted by the model: the floor)\n",
+    /* not a floor: an adaptive coder can come in under a per-token average of the model's */
+    fprintf(rep, "model cross-entropy:   %.4f bits/token (the model's code length for the %llu tokens it predicts)\n",
             r->es.model_bits / (double)r->es.n_model_coded, (unsigned long long)r->es.n_model_coded);
     fprintf(rep, "payload:               %llu bytes = %.4f bits/position\n", (unsigned long long)payload,
             (double)payload * 8 / (double)r->n);
@@ -694,6 +695,11 @@ int cmd_restore(int argc, char **argv)
     if (o.kv && si.n_segments != 1) {
         cli_error("--kv needs a single-segment session (this one has %u segments)", si.n_segments);
         rc = CLI_USAGE;
+    } else if (cli_codec_has(si.codec, SKV_CODEC_F_DICT | SKV_CODEC_F_NEEDS) && !o.cm_dict) {
+        /* said before the model loads, in the CLI's words (the library's name the API field) */
+        rc = cli_usage(&restore_cmd, "%s was written with codec %s: give the dictionary text it was written with "
+                                     "(--cm-dict TEXT; 'seqkv inspect' shows the dictionary's hash)",
+                       in, skv_codec_name(si.codec));
     } else if ((m = cli_load_model_sweeps(o.model, restore_sweeps(s))) && !restore_run(&o, s, m, &text, &kv)) {
         rc = CLI_OK;
     }
@@ -762,6 +768,21 @@ static void inspect_segments(const skv_session *s, const skv_session_info *si, i
     if (si->n_segments > 64) printf("  ... %u more\n", si->n_segments - 64);
 }
 
+/* Codecs coded with a dictionary: the one each segment names (a restore needs it). */
+static void inspect_dict(const skv_session *s, const skv_session_info *si)
+{
+    uint64_t id = 0, first = 0;
+    uint32_t n = 0, first_n = 0, same = 1;
+    if (!cli_codec_has(si->codec, SKV_CODEC_F_DICT)) return;
+    for (uint32_t i = 0; i < si->n_segments; i++) {
+        if (skv_session_segment_dict(s, i, &id, &n)) return;
+        if (!i) first = id, first_n = n;
+        same &= id == first && n == first_n;
+    }
+    printf("dictionary:   %016llx (%u ids; XXH3-64 of the ids)%s: restore it with --cm-dict and the same text\n",
+           (unsigned long long)first, first_n, same ? "" : ", and others in later segments");
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     const char *in = NULL;
@@ -775,6 +796,7 @@ int cmd_inspect(int argc, char **argv)
     skv_session_get_info(s, &si);
     int kvc = si.n_segments && skv_session_segment_kv_info(s, 0, &ki) == SKV_OK;
     inspect_header(in, &si, kvc, &ki);
+    inspect_dict(s, &si);
     inspect_segments(s, &si, kvc);
     skv_session_free(s);
     return CLI_OK;

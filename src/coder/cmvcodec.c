@@ -571,3 +571,11 @@ int skv_cmv_snap_file_current(const char *path)
     if (f) fclose(f);
     return ok && skv_rd32(h + 4) == SKV_CM_SNAP_RAW; /* the version after the magic, as _save writes it */
 }
+
+int skv_cmv_payload_dict(const uint8_t *p, size_t len, uint64_t *id, uint32_t *n)
+{
+    if (len < header_bytes(1)) return SKV_ERR_FORMAT;
+    *id = skv_rd64(p + 8);
+    *n = skv_rd32(p + 16);
+    return SKV_OK;
+}

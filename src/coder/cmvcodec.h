@@ -60,6 +60,10 @@ int skv_cmv_payload_decode(const skv_cmv_src *v, const uint8_t *p, size_t len, s
                            const int32_t *dict, size_t n_dict, int32_t *tok, const skv_id_notify *nf, char *err,
                            size_t cap);
 
+/* The dictionary a cmvd payload p[0..len) names: its id and length (SKV_ERR_FORMAT when
+ * the payload is shorter than its header). */
+int skv_cmv_payload_dict(const uint8_t *p, size_t len, uint64_t *id, uint32_t *n);
+
 /* Primed models of codec cmvd (docs/store.md "Dictionaries", docs/coder.md 4.8): whether
  * this process holds (v, dictionary id, n) primed already; a snapshot's bytes (a store
  * record) or file loaded into the cache; the primed model's snapshot in cm_snap.h's format

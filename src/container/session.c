@@ -343,6 +343,19 @@ int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_fre
     return skv_codec_row_of(s->info.codec)->decode_kv(s, g, model_free, kv, kv_cap, tok, err, cap);
 }
 
+int skv_session_segment_dict(const skv_session *s, uint32_t i, uint64_t *id, uint32_t *n_ids)
+{
+    if (!s) return SKV_ERR_INVALID_ARG;
+    if (!id || !n_ids || i >= s->info.n_segments)
+        return ses_status(s, SKV_ERR_INVALID_ARG, "segment_dict: NULL out or segment %u out of range", i);
+    if (!(skv_codec_flags(s->info.codec) & SKV_CODEC_F_DICT))
+        return ses_status(s, SKV_ERR_UNSUPPORTED, "codec %s takes no dictionary", skv_codec_name(s->info.codec));
+    const seg_view *g = &s->segs[i];
+    if (skv_cmv_payload_dict(g->payload, (size_t)g->payload_bytes, id, n_ids))
+        return ses_status(s, SKV_ERR_FORMAT, "not a valid .skv file: segment %u is shorter than its header", i);
+    return ses_ok(s);
+}
+
 int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv_info *out)
 {
     if (!s) return SKV_ERR_INVALID_ARG;

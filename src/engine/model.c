@@ -11,6 +11,7 @@
 
 #include "core/detmath.h"
 #include "engine/ops.h"
+#include "quant/types.h"
 
 
 void skv_weight_row(const skv_weight *w, size_t row, float *dst)
@@ -223,6 +224,8 @@ int skv_model_get_info(const skv_model *m, skv_model_info *info)
 }
 
 const skv_model_info *skv_model_info_of(const skv_model *m) { return &m->info; }
+
+const char *skv_weight_type_name(int type) { return type < 0 ? "unknown" : skv_ggml_type_name((uint32_t)type); }
 
 const struct skv_tokenizer *skv_model_tokenizer(const skv_model *m) { return m->tok; }
 
