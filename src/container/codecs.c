@@ -59,7 +59,7 @@ static const skv_codec_row rows[] = {
     {.d = {SKV_CODEC_PRED, "pred", "the tokens plus the KV coded predictively across positions (lossy; --kv-quant)",
            "zstd varints + predictively coded KV", F_KV | F_SPEC},
      .setup = skv_codec_pred_setup, .encode = skv_codec_pred_encode, .check = skv_session_check_pred,
-     .decode_kv = skv_session_decode_pred, .restore = skv_codec_restore_kv},
+     .decode_kv = skv_session_decode_pred, .restore = skv_codec_restore_kv, .kv_info = skv_codec_pred_kv_info},
 };
 #define N_ROWS (sizeof rows / sizeof rows[0])
 

@@ -82,6 +82,7 @@ typedef int (*skv_codec_ids_fn)(const skv_session *s, const seg_view *g, skv_mod
 typedef int (*skv_codec_kv_fn)(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
                                int32_t *tok, char *err, size_t cap);
 typedef int (*skv_codec_restore_fn)(const skv_codec_restore *r);
+typedef void (*skv_codec_kv_info_fn)(const seg_view *g, skv_session_kv_info *out);
 
 typedef struct skv_codec_row {
     skv_codec_desc d;              /* the public part (skv_codec_at): id, name, help, flags */
@@ -92,6 +93,7 @@ typedef struct skv_codec_row {
     skv_codec_ids_fn decode_ids;   /* the ids of a segment (SKV_CODEC_F_IDS) */
     skv_codec_kv_fn decode_kv;     /* ids and KV of a segment (SKV_CODEC_F_KV) */
     skv_codec_restore_fn restore;  /* regenerates a segment into a cleared context */
+    skv_codec_kv_info_fn kv_info;  /* refines skv_session_segment_kv_info (NULL: per-vector KV) */
 } skv_codec_row;
 
 /* The row of codec id, NULL if unknown. */
@@ -121,6 +123,7 @@ int skv_codec_kv_decode(const skv_session *s, const seg_view *g, int model_free,
 int skv_codec_pred_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, char *err,
                          size_t cap);
 int skv_codec_pred_encode(skv_codec_seg *x);
+void skv_codec_pred_kv_info(const seg_view *g, skv_session_kv_info *out);
 
 /* codec_ids.c: the codecs storing the ids alone (tokens, cm, cmv, cmvd). */
 int skv_codec_tokens_encode(skv_codec_seg *x);

@@ -162,3 +162,13 @@ int skv_codec_pred_encode(skv_codec_seg *x)
                                               "small for them)");
     return SKV_OK;
 }
+
+/* The predictor names the "scheme"; the KV bytes are the sub-header, side and stream. */
+void skv_codec_pred_kv_info(const seg_view *g, skv_session_kv_info *out)
+{
+    const skv_kvp_header *p = &g->kph;
+    for (int k = 0; k < 2; k++) snprintf(out->scheme[k], sizeof out->scheme[k], "%s", skv_kvp_pred_name(p->predictor));
+    out->kv_bytes = SKV_KVP_HDR + p->side_bytes + p->stream_bytes;
+    out->position_bytes = (out->kv_bytes + g->n_tokens - 1) / g->n_tokens;
+    out->model_layers = (p->flags & 2) ? 1 : 0;
+}

@@ -366,8 +366,7 @@ int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv
     const skv_kvc_header *h = &s->segs[i].kvh;
     memset(out, 0, sizeof *out);
     for (int k = 0; k < 2; k++) {
-        const char *pn = skv_kvp_pred_name(s->segs[i].kph.predictor);
-        snprintf(out->scheme[k], sizeof out->scheme[k], "%s", s->info.codec == SKV_CODEC_PRED ? pn : skv_quant_name(h->scheme[k]));
+        snprintf(out->scheme[k], sizeof out->scheme[k], "%s", skv_quant_name(h->scheme[k]));
         out->rel_mse[k] = h->rel_mse[k];
     }
     out->seed = h->seed;
@@ -377,12 +376,8 @@ int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv
     out->position_bytes = skv_kvc_position_bytes(h->scheme, h->n_layer, h->n_head_kv, h->head_dim);
     out->tokens_bytes = h->tokens_bytes;
     out->kv_bytes = h->kv_bytes;
-    if (s->info.codec == SKV_CODEC_PRED) {
-        const skv_kvp_header *p = &s->segs[i].kph;
-        out->kv_bytes = SKV_KVP_HDR + p->side_bytes + p->stream_bytes;
-        out->position_bytes = (out->kv_bytes + s->segs[i].n_tokens - 1) / s->segs[i].n_tokens;
-        out->model_layers = (p->flags & 2) ? 1 : 0;
-    }
+    skv_codec_kv_info_fn refine = skv_codec_row_of(s->info.codec)->kv_info;
+    if (refine) refine(&s->segs[i], out); /* a payload other than per-vector quantized KV */
     return ses_ok(s);
 }
 
