@@ -231,35 +231,34 @@ int skv_codec_model_encode(skv_codec_seg *x)
     return rc;
 }
 
-/* The current segment's payload as its codec writes it, into e->out. */
+/* The segment record (docs/format.md 2): header, the codec's payload, checksum. */
+static int put_segment(skv_encoder *e, const skv_codec_seg *x)
+{
+    int rc = out_reserve(e, SEG_HDR + x->len + 8);
+    if (rc) return enc_fail(e, rc, "out of memory");
+    uint8_t *s = e->out + e->out_len;
+    memcpy(s, SEG_MAGIC, 4);
+    skv_wr32(s + 4, (uint32_t)e->seg_n);
+    skv_wr64(s + 8, x->len);
+    memcpy(s + 16, x->digest, 16);
+    memcpy(s + SEG_HDR, x->payload, x->len);
+    skv_wr64(s + SEG_HDR + x->len, XXH3_64bits(s, SEG_HDR + x->len));
+    e->out_len += SEG_HDR + x->len + 8;
+    e->n_segments++;
+    return SKV_OK;
+}
+
+/* The current segment, written as its codec says; the context emptied for the next. */
 static int flush_segment(skv_encoder *e)
 {
     skv_codec_seg x = {.st = &e->cs, .m = e->m, .mi = skv_model_info_of(e->m), .ctx = e->ctx, .tok = e->seg_tok,
                        .sur = e->seg_sur, .n = e->seg_n, .V = e->V, .rc = &e->rc, .buf = &e->rc_buf,
                        .cap = &e->rc_cap, .err = e->err, .errcap = sizeof e->err};
-    int rc;
     if (!e->seg_n) return SKV_OK;
-    if ((rc = e->row->encode(&x))) {
-        free(x.owned);
-        return rc;
-    }
-    uint8_t *owned = x.owned;
-    const uint8_t *payload = x.payload, *digest = x.digest;
-    size_t plen = x.len;
-    if ((rc = out_reserve(e, SEG_HDR + plen + 8))) {
-        free(owned);
-        return enc_fail(e, rc, "out of memory");
-    }
-    uint8_t *s = e->out + e->out_len;
-    memcpy(s, SEG_MAGIC, 4);
-    skv_wr32(s + 4, (uint32_t)e->seg_n);
-    skv_wr64(s + 8, plen);
-    memcpy(s + 16, digest, 16);
-    memcpy(s + SEG_HDR, payload, plen);
-    skv_wr64(s + SEG_HDR + plen, XXH3_64bits(s, SEG_HDR + plen));
-    free(owned);
-    e->out_len += SEG_HDR + plen + 8;
-    e->n_segments++;
+    int rc = e->row->encode(&x);
+    if (!rc) rc = put_segment(e, &x);
+    free(x.owned);
+    if (rc) return rc;
     e->seg_n = 0;
     e->prev_valid = 0;
     skv_ctx_truncate(e->ctx, 0);
