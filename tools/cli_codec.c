@@ -13,7 +13,7 @@ static void put(char *buf, size_t cap, size_t *len, const char *s)
 {
     int k = *len < cap ? snprintf(buf + *len, cap - *len, "%s", s) : 0;
     *len += k > 0 ? (size_t)k : 0;
-    if (*len >= cap) *len = cap - 1;
+    if (cap && *len >= cap) *len = cap - 1; /* cut: the rest is dropped */
 }
 
 /* "name: help" word-wrapped at HELP_WIDTH, continuation lines indented by two spaces. */
