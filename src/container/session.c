@@ -18,9 +18,9 @@
  *                                              KV sub-header (src/kvcodec.h) | zstd(LEB128
  *                                              ids) | per-vector encoded KV, canonical order
  *                                            payload, codec cm (9): range-coded stream of the
- *                                              ids under the context-mixing model (cmcodec.c)
+ *                                              ids under the context-mixing model (coder/cmcodec.c)
  *                                            codecs cmv / cmvd (20, 21): the same model with the
- *                                              vocabulary's side information (cmvcodec.c)
+ *                                              vocabulary's side information (coder/cmvcodec.c)
  * Every segment is an independent KV cache: it starts from an empty context. */
 #include <stdarg.h>
 #include "core/fpguard.h"
