@@ -18,7 +18,7 @@
 
 #include "coder/cm.h"
 #include "coder/cm_vocab.h"
-#include "container/session_int.h"
+#include "container/cmv_model.h"
 #include "engine/vocab_load.h"
 #include "tokenizer/tokenizer.h"
 
@@ -108,7 +108,7 @@ static size_t dict_bytes(dict *dc, uint32_t V, const int32_t *t, size_t n, doubl
 static skv_cm_vocab *side_info(const skv_tokenizer *tk)
 {
     skv_cm_vocab *vb = NULL;
-    if (skv_session_cm_vocab(tk, &vb)) fprintf(stderr, "bench_cm: vocab side info failed\n");
+    if (skv_cm_vocab_of_tokenizer(tk, &vb)) fprintf(stderr, "bench_cm: vocab side info failed\n");
     return vb;
 }
 

@@ -138,6 +138,10 @@ typedef struct skv_model_info {
 
 /* Tensor element types (GGML numbering). */
 enum { SKV_DTYPE_F32 = 0, SKV_DTYPE_F16 = 1, SKV_DTYPE_Q4_0 = 2, SKV_DTYPE_Q8_0 = 8 };
+/* The name of a weight type (skv_model_info.weight_type: GGML's type ids) as GGML spells it
+ * ("q8_0", "q4_k", "iq4_xs"), read from the type table (src/quant/types.c); "unknown" for
+ * an id it does not know. Static strings. */
+SKV_API const char *skv_weight_type_name(int type);
 
 /* Loads a GGUF v2/v3 file, or a llama2.c checkpoint (.bin) whose tokenizer is found
  * at tokenizer_path (NULL: "tokenizer.bin" or "tok<vocab>.bin" beside the checkpoint).
@@ -391,6 +395,9 @@ enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
  * written to err[0..cap). */
 SKV_API int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);
 SKV_API int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap);
+/* 1 when the file at path is a snapshot in the format skv_cm_dict_save writes now; 0 when it
+ * is unreadable or older (an older one still loads: save it again to get the faster form). */
+SKV_API int skv_cm_dict_file_current(const char *path);
 /* Builds what every cmv/cmvd coder, load or save for m needs first (the vocabulary's side
  * information: ~5 ms for a 4K vocabulary, more for 128K) and keeps it for the process,
  * keyed by skv_model_tokenizer_fingerprint; optional (done on first use otherwise),
@@ -400,6 +407,28 @@ SKV_API int skv_cm_dict_prepare(skv_model *m);
 /* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" "cmv" "cmvd" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
 SKV_API const char *skv_codec_name(int codec);
 SKV_API int skv_codec_parse(const char *name);
+/* The codec table (src/container/codecs.c): one row per codec. The CLI's --help, its
+ * errors and `inspect` list the codecs from it; a program can too. Flags: */
+enum {
+    SKV_CODEC_F_IDS = 1u << 0,     /* the payload is the ids alone, decoded without running the model */
+    SKV_CODEC_F_KV = 1u << 1,      /* the payload stores the KV (lossy), restored without running the model */
+    SKV_CODEC_F_PREFILL = 1u << 2, /* restored by decoding the ids, then one batched prefill of them */
+    SKV_CODEC_F_MODEL = 1u << 3,   /* the ids are coded under the model: a restore runs it token by token */
+    SKV_CODEC_F_DICT = 1u << 4,    /* takes a dictionary of ids (skv_encoder_params.cm_dict) */
+    SKV_CODEC_F_SPEC = 1u << 5,    /* takes a kv_quant spec (skv_encoder_params.kv_quant) */
+    SKV_CODEC_F_NEEDS = 1u << 6    /* the dictionary or spec it takes must be given */
+};
+typedef struct skv_codec_desc {
+    int id;              /* SKV_CODEC_*: the file's codec field */
+    const char *name;    /* skv_codec_name's */
+    const char *help;    /* one line: what the payload holds and how it is restored */
+    const char *payload; /* a few words on the payload, for `inspect` ("zstd varints") */
+    unsigned flags;      /* SKV_CODEC_F_* */
+} skv_codec_desc;
+/* Row i of the table in listing order (NULL past the last); the row of codec id (NULL if
+ * unknown). Rows are static: the pointers stay valid for the life of the process. */
+SKV_API const skv_codec_desc *skv_codec_at(size_t i);
+SKV_API const skv_codec_desc *skv_codec_desc_of(int codec);
 
 typedef struct skv_encoder skv_encoder;
 
@@ -618,6 +647,10 @@ typedef struct skv_session_kv_info {
                                 (1 with `layer0`: only skv_session_restore_segment restores it), else 0 */
 } skv_session_kv_info;
 
+/* Codecs taking a dictionary (SKV_CODEC_F_DICT: cmvd): the id (XXH3-64 of its ids as
+ * little-endian u32) and the number of ids of the dictionary segment i was coded with,
+ * which a restore must be given; SKV_ERR_UNSUPPORTED for the other codecs. */
+SKV_API int skv_session_segment_dict(const skv_session *s, uint32_t i, uint64_t *id, uint32_t *n_ids);
 /* Segment i's KV payload description; SKV_ERR_UNSUPPORTED for codecs tokens/model. */
 SKV_API int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv_info *out);
 /* Restores segment i of a quantized-KV session without any model: kv receives the

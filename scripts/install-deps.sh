@@ -7,7 +7,9 @@
 #   scripts/install-deps.sh --help   this text
 # Options combine (--train --bench). Idempotent: packages already present are skipped;
 # run as root (or via sudo). Also installs the server tests' npm client (tests/server:
-# `npm ci`, from its lockfile).
+# `npm ci`, from its lockfile). When another apt or dpkg holds the package lock (an
+# unattended upgrade on a fresh machine), it waits for it: up to $APT_LOCK_WAIT seconds
+# (default 600), polling every $APT_LOCK_POLL (default 5).
 set -eu
 pkgs="build-essential clang pkg-config python3 python3-numpy bible-kjv python3-regex liblmdb-dev libzstd-dev libxxhash-dev
       libmicrohttpd-dev libjansson-dev libhiredis-dev redis-server curl
@@ -22,6 +24,27 @@ for arg in "$@"; do
         *) echo "install-deps.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
     esac
 done
+# apt_run CMD...: runs an apt-get command line; while it fails because another process
+# holds apt's or dpkg's lock, waits and tries again instead of failing at once.
+apt_run() {
+    waited=0
+    while :; do
+        if out=$("$@" -o DPkg::Lock::Timeout=0 2>&1); then return 0; fi
+        case "$out" in
+            *"Could not get lock"*|*"Unable to acquire the dpkg frontend lock"*|*"Unable to lock"*) ;;
+            *) printf '%s\n' "$out" >&2; return 1 ;;
+        esac
+        if [ "$waited" -ge "${APT_LOCK_WAIT:-600}" ]; then
+            printf '%s\n' "$out" >&2
+            echo "install-deps.sh: the package lock was still held after ${waited} s; try again later" >&2
+            return 1
+        fi
+        [ "$waited" -eq 0 ] && echo "install-deps.sh: another apt or dpkg holds the package lock; waiting for it (up to ${APT_LOCK_WAIT:-600} s)" >&2
+        sleep "${APT_LOCK_POLL:-5}"
+        waited=$((waited + ${APT_LOCK_POLL:-5}))
+        [ "${APT_LOCK_POLL:-5}" -gt 0 ] || waited=$((waited + 1))
+    done
+}
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -32,8 +55,8 @@ if [ -n "$missing" ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     echo "install-deps.sh: installing$missing" >&2
-    $SUDO apt-get update -qq >/dev/null 2>&1 || $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    apt_run $SUDO apt-get update -qq
+    apt_run $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
 fi
 # The official openai client for tests/test_server.py, pinned by tests/server/package-lock.json.
 srvtests="$(dirname "$0")/../tests/server"

@@ -12,9 +12,17 @@
                                compile line, so CFLAGS=-ffp-contract=fast cannot win
   clang_pragma_stops_fusion    under the guard clang does not fuse a*b+c even when told
                                -ffp-contract=on (the control without the guard does)
-  check_layers_passes          scripts/check_layers.sh accepts the tree
+  check_layers_passes          scripts/check_layers.sh accepts the tree and, when the build's
+                               objects are there, their symbols
   check_layers_catches         on a copy of src/ and tools/, an upward include, a peer
-                               include and an include without its layer each fail it
+                               include, an include without its layer and a private header
+                               of another folder each fail it
+  funclen_counts_the_function  scripts/funclen.py counts a file's first function from its
+                               signature, not from the include block above it, and a
+                               macro's braces are no block; `make metrics` regenerates
+                               docs/metrics.md below its marker (on a copy)
+  check_layers_catches_calls   the symbol pass: an object of core calling a function an
+                               object of store defines fails it, naming both (nm)
 
 Prints PASS/FAIL/SKIP lines for tests/run.sh.
 """
@@ -123,6 +131,11 @@ def clang_pragma_stops_fusion(tmp):
 def check_layers_passes(tmp):
     rc, out = sh(["scripts/check_layers.sh", "."])
     check(rc == 0, "check_layers.sh fails on the tree:\n%s" % out[-600:])
+    build = os.path.join(ROOT, os.environ.get("SEQKV_BUILD", "build"))
+    if not os.path.isdir(os.path.join(build, "obj")):
+        raise Skip("no objects in %s/obj: the symbol pass is not run" % build)
+    rc, out = sh(["scripts/check_layers.sh", ".", build])
+    check(rc == 0 and "objects" in out, "check_layers.sh's symbol pass fails on %s:\n%s" % (build, out[-600:]))
 
 
 def layered_copy(tmp, name):
@@ -136,7 +149,9 @@ def check_layers_catches(tmp):
     script = os.path.join(ROOT, "scripts", "check_layers.sh")
     bad = [("src/core/util.c", '#include "store/trie.h"', "must not include"),          # upward
            ("src/quant/quant.c", '#include "coder/rangecoder.h"', "must not include"),  # peer
-           ("src/engine/ops.c", '#include "util.h"', "does not name its layer")]
+           ("src/engine/ops.c", '#include "util.h"', "does not name its layer"),
+           ("src/store/store_kv.c", '#include "container/session_int.h"', "is private to src/container/"),
+           ("tools/cmd_engine.c", '#include "engine/model.h"', "is private to src/engine/")]
     for i, (path, inc, msg) in enumerate(bad):
         root = layered_copy(tmp, "tree%d" % i)
         with open(os.path.join(root, path), "a") as f:
@@ -146,8 +161,48 @@ def check_layers_catches(tmp):
         check(path in out and msg in out, "check_layers.sh on %s in %s said: %s" % (inc, path, out[-300:]))
 
 
+def check_layers_catches_calls(tmp):
+    if not shutil.which("nm") or not compilers():
+        raise Skip("no nm or no C compiler")
+    build = os.path.join(tmp, "symbuild")
+    srcs = {"core": "int skv_planted_up(void);\nint skv_planted(void) { return skv_planted_up(); }\n",
+            "store": "int skv_planted_up(void);\nint skv_planted_up(void) { return 1; }\n"}
+    for layer, text in srcs.items():
+        os.makedirs(os.path.join(build, "obj", layer))
+        c = os.path.join(tmp, layer + ".c")
+        with open(c, "w") as f:
+            f.write(text)
+        rc, out = sh([compilers()[0], "-c", c, "-o", os.path.join(build, "obj", layer, "planted.o")])
+        check(rc == 0, "cannot compile the planted object: %s" % out)
+    rc, out = sh(["scripts/check_layers.sh", ".", build])
+    check(rc != 0, "check_layers.sh accepted core calling store:\n%s" % out[-400:])
+    check("core/planted.o: calls skv_planted_up, defined in store" in out,
+          "check_layers.sh did not name the call: %s" % out[-400:])
+
+
+def funclen_counts_the_function(tmp):
+    d = os.path.join(tmp, "fl", "src")
+    os.makedirs(d)
+    with open(os.path.join(d, "a.c"), "w") as f:
+        f.write('#include <stdio.h>\n#include <string.h>\n\n#define ROW(x) { x, #x }\n\n'
+                'static int first(int x)\n{\n    return x + 1;\n}\n')
+    rc, out = sh([os.path.join(ROOT, "scripts", "funclen.py"), "--list", "5", "src"], cwd=os.path.join(tmp, "fl"))
+    check(rc == 0 and "functions: 1 " in out, "funclen.py on one function said: %s" % out)
+    check(re.search(r"^\s+4\s+src/a\.c:6\s+first$", out, re.M), "first() is lines 6-9 (4 lines): %s" % out)
+    doc = os.path.join(tmp, "metrics.md")
+    shutil.copy(os.path.join(ROOT, "docs", "metrics.md"), doc)
+    with open(doc, "a") as f:
+        f.write("stale figures\n")
+    rc, out = sh([os.path.join(ROOT, "scripts", "funclen.py"), "--list", "3", "--doc", doc, "src"],
+                 cwd=os.path.join(tmp, "fl"))
+    text = open(doc).read()
+    check(rc == 0 and "stale figures" not in text and "$ scripts/funclen.py --list 3 src\nfunctions: 1 " in text,
+          "funclen.py --doc did not regenerate the file: %s %s" % (out, text[-300:]))
+
+
 CASES = [guard_in_every_tu, guard_refuses_fast_math, guard_accepts_the_build_flags, make_refuses_unsafe_flags,
-         fp_contract_pinned_last, clang_pragma_stops_fusion, check_layers_passes, check_layers_catches]
+         fp_contract_pinned_last, clang_pragma_stops_fusion, check_layers_passes, check_layers_catches,
+         check_layers_catches_calls, funclen_counts_the_function]
 
 
 def main():

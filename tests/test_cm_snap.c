@@ -25,7 +25,7 @@
 #include "coder/cm.h"
 #include "coder/cm_snap.h"
 #include "coder/cm_vocab.h"
-#include "container/session_int.h"
+#include "container/cmv_model.h"
 #include "core/util.h"
 #include "engine/model.h"
 #include "seqkv.h"
@@ -871,10 +871,10 @@ static void library_uses_a_loaded_snapshot(void)
     skv_cm *cm = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "/tmp/test_cm_snap.%d.a.skvcm", (int)getpid());
-    CHECK_EQ_INT(skv_session_cm_vocab(g_m->tok, &vb), SKV_OK);
+    CHECK_EQ_INT(skv_cm_vocab_of_tokenizer(g_m->tok, &vb), SKV_OK);
     CHECK_EQ_INT(skv_cm_create_vocab(vb, SKV_CMV_REV, SKV_CMV_DICT_SLOT_BITS, &cm), SKV_OK);
     CHECK_EQ_INT(skv_cm_prime(cm, g_dict, g_dict_n), SKV_OK);
-    skv_cm_snap_id id = {skv_cm_model_check(vb, SKV_CMV_REV), skv_session_dict_id(g_dict, g_dict_n), (uint32_t)g_dict_n};
+    skv_cm_snap_id id = {skv_cm_model_check(vb, SKV_CMV_REV), skv_cmv_dict_id(g_dict, g_dict_n), (uint32_t)g_dict_n};
     size_t bound = skv_cm_snap_bound(cm);
     uint8_t *b = malloc(bound);
     CHECK_EQ_INT(skv_cm_snap_write(cm, &id, b, bound, &len), SKV_OK);

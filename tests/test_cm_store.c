@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "container/session_int.h"
+#include "coder/cmvcodec.h"
 #include "seqkv.h"
 #include "test.h"
 
@@ -111,7 +111,7 @@ static int restore_priming(size_t want, int upto)
 {
     skv_store *st = open_store();
     int rc = st ? all_restore(st, upto) : 1;
-    size_t primed = skv_session_cm_primings();
+    size_t primed = skv_cmv_primings();
     skv_store_close(st);
     if (rc) return 1;
     if (primed != want) fprintf(stderr, "primed %zu dictionaries, expected %zu\n", primed, want);

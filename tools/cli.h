@@ -114,6 +114,14 @@ void cli_score_rows(const float *ref, const float *q, int n_vocab, const int32_t
  * logits (k + 1 rows). */
 int cli_bos_window(skv_ctx *c, int32_t bos, const int32_t *tok, size_t k, int32_t *win, float *logits);
 
+/* Codecs, from the library's table (tools/cli_codec.c). cli_codec_help: lead, then one
+ * wrapped "name: help" paragraph per codec, into buf; cli_codec_names: the names of the
+ * codecs having every flag of need and none of without, space-separated; both return buf.
+ * cli_codec_has: codec has every flag of flags (SKV_CODEC_F_*). */
+const char *cli_codec_help(char *buf, size_t cap, const char *lead);
+const char *cli_codec_names(char *buf, size_t cap, unsigned need, unsigned without);
+int cli_codec_has(int codec, unsigned flags);
+
 /* Commands */
 int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);

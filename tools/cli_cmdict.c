@@ -26,7 +26,6 @@
 #include <xxhash.h>
 
 #include "cli.h"
-#include "coder/cm_snap.h"
 #include "core/util.h"
 
 #define IDS_MAGIC 0x49564b53u /* "SKVI" */
@@ -174,16 +173,6 @@ static void ids_save(const char *cache, const uint8_t fp[16], uint64_t key, cons
     free(b);
 }
 
-/* The snapshot format version of the file at path (0 when unreadable). */
-static uint32_t snap_version(const char *path)
-{
-    uint8_t h[8];
-    FILE *f = fopen(path, "rb");
-    int ok = f && fread(h, 1, 8, f) == 8;
-    if (f) fclose(f);
-    return ok ? rd32(h + 4) : 0;
-}
-
 /* The primed model: BASE.skvcm loaded when valid, else primed and (re)written; with no
  * cache (base NULL) primed only. A valid file of the older format (version 1: runs,
  * parsed by one thread) is rewritten as version 2 (read by two threads in about a third
@@ -193,7 +182,7 @@ static void primed_cache(skv_model *m, const char *base, const int32_t *ids, siz
     char err[512] = "", *snap = base ? side_path(base, ".skvcm") : NULL;
     int rc = snap ? skv_cm_dict_load(m, ids, n, snap, err, sizeof err) : SKV_ERR_IO;
     if (rc == SKV_ERR_FORMAT) fprintf(stderr, "seqkv: note: %s; rebuilding it\n", err);
-    if (snap && (rc != SKV_OK || snap_version(snap) != SKV_CM_SNAP_RAW)) skv_cm_dict_save(m, ids, n, snap, err, sizeof err);
+    if (snap && (rc != SKV_OK || !skv_cm_dict_file_current(snap))) skv_cm_dict_save(m, ids, n, snap, err, sizeof err);
     free(snap);
 }
 

@@ -123,7 +123,7 @@ static const cli_opt gen_opts[] = {
     CLI_OPT_THREADS(F(threads)),
     CLI_OPT_OUTPUT(F(out), "OUT.skv", "also store the session (prompt + generation) as it is generated:\n"
                                       "the .skv encoder is the inference loop's context (docs/format.md)"),
-    {"codec", 0, CLI_STR, "CODEC", 0, 0, F(codec), "codec of OUT.skv: model (default), tokens, f16, q8, q4, tq2, tq3, tq4"},
+    {"codec", 0, CLI_STR, "CODEC", 0, 0, F(codec), "codec of OUT.skv (default model; 'seqkv compress --help' lists them)"},
     {"kv-cache", 0, CLI_CHOICE, "f32|f16", 0, 0, F(kv_cache),
      "KV cache type (default f32; f16: binary16, half the memory; recorded in OUT.skv)"},
     {0},
@@ -202,8 +202,12 @@ static int gen_check(const opts *o)
     if (!o->prompt == !o->file) return cli_usage(&gen_cmd, "needs a prompt: -p TEXT or -f FILE (one of them)");
     if (o->codec && !o->out) return cli_usage(&gen_cmd, "--codec needs -o OUT.skv");
     if (o->out && !strcmp(o->out, "-")) return cli_usage(&gen_cmd, "-o - would mix the session with the text on stdout");
-    if (o->codec && (skv_codec_parse(o->codec) < 0 || skv_codec_parse(o->codec) == SKV_CODEC_KVQ))
-        return cli_usage(&gen_cmd, "--codec '%s' is not one of model tokens f16 q8 q4 tq2 tq3 tq4", o->codec);
+    char names[256];
+    /* generate takes no --kv-quant or --cm-dict: the codecs that need one are not offered */
+    const skv_codec_desc *cd = o->codec ? skv_codec_desc_of(skv_codec_parse(o->codec)) : NULL;
+    if (o->codec && (!cd || (cd->flags & SKV_CODEC_F_NEEDS)))
+        return cli_usage(&gen_cmd, "--codec '%s' is not one of %s", o->codec,
+                         cli_codec_names(names, sizeof names, 0, SKV_CODEC_F_NEEDS));
     return CLI_CONTINUE;
 }
 
@@ -452,21 +456,10 @@ static const cli_cmd info_cmd = {
     "Prints the model's architecture, sizes, fingerprint, and what one token position of its\n"
     "KV cache costs as f32, f16, q8_0, q4_0 and TurboQuant.\n", info_opts, 1, NULL};
 
-static const char *dtype_name(int t)
-{
-    switch (t) {
-    case SKV_DTYPE_F32: return "f32";
-    case SKV_DTYPE_F16: return "f16";
-    case SKV_DTYPE_Q8_0: return "q8_0";
-    case SKV_DTYPE_Q4_0: return "q4_0";
-    default: return "other";
-    }
-}
-
 static void print_architecture(const skv_model *m, const skv_model_info *h, const uint8_t fp[16])
 {
     printf("model:        %s (%s, %s)\n", h->name, h->format, h->arch);
-    printf("parameters:   %lld (%s weights), file %.2f MiB\n", (long long)h->n_params, dtype_name(h->weight_type),
+    printf("parameters:   %lld (%s weights), file %.2f MiB\n", (long long)h->n_params, skv_weight_type_name(h->weight_type),
            (double)h->file_bytes / 1048576.0);
     printf("layers:       %d\nwidth:        %d\nheads:        %d query, %d key/value (%s), head_dim %d\n", h->n_layer,
            h->n_embd, h->n_head, h->n_head_kv, h->n_head_kv < h->n_head ? "grouped-query" : "multi-head", h->head_dim);

@@ -9,10 +9,13 @@
 #include "cli.h"
 #include "cli_cmdict.h"
 
-/* Reads and opens a .skv file ("-" = stdin); NULL after a message. */
 /* Codecs that store quantized KV (restored without running the model). */
-static int is_kv_codec(int codec) { return (codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ) || codec == SKV_CODEC_PRED; }
+static int is_kv_codec(int codec) { return cli_codec_has(codec, SKV_CODEC_F_KV); }
 
+/* Codecs coded under the model (restored token by token, or in lockstep batches). */
+static int is_model_codec(int codec) { return cli_codec_has(codec, SKV_CODEC_F_MODEL); }
+
+/* Reads and opens a .skv file ("-" = stdin); NULL after a message. */
 static skv_session *open_session(const char *path)
 {
     size_t len = 0;
@@ -63,6 +66,9 @@ typedef struct {
 
 #define F(x) offsetof(compress_opts, x)
 
+/* --codec's help: the codec table's rows (cli_codec_help), written by cmd_compress. */
+static char codec_help[4096];
+
 static const cli_opt compress_opts_table[] = {
     CLI_OPT_MODEL(F(model)),
     CLI_OPT_FILE(F(file), "TEXT", "text file, tokenized with BOS first ('-' = stdin)"),
@@ -70,21 +76,7 @@ static const cli_opt compress_opts_table[] = {
     {"ids", 0, CLI_PATH, "IDS", 0, 0, F(ids), "whitespace-separated token ids instead of text ('-' = stdin)"},
     {"kv-in", 0, CLI_PATH, "DUMP", 0, 0, F(kv_in), "the tokens of a KV dump written by 'seqkv kv-dump' ('-' = stdin)"},
     CLI_OPT_OUTPUT(F(out), "OUT.skv", "the session file ('-' = stdout; the report then goes to stderr)"),
-    {"codec", 0, CLI_STR, "CODEC", 0, 0, F(codec),
-     "model: arithmetic-code the tokens under the model (default; smallest,\n"
-     "  restored token by token)\n"
-     "tokens: raw token ids, zstd-compressed (restored by one parallel prefill)\n"
-     "cm: the ids coded under a cheap context-mixing model of the ids (smaller\n"
-     "  than tokens; restored by one parallel prefill too)\n"
-     "f16|q8|q4|tq2|tq3|tq4: the tokens (as 'tokens') plus every position's KV\n"
-     "  quantized per vector (lossy; restored without running the model:\n"
-     "  docs/format.md 2.3)\n"
-     "kvq: the same with the schemes of --kv-quant\n"
-     "pred: the tokens plus the KV coded predictively across positions (lossy,\n"
-     "  restored without the model: docs/format.md 2.5)\n"
-     "cmv: cm with the vocabulary's own side information (smaller than cm)\n"
-     "cmvd: cmv primed by the dictionary of --cm-dict (smallest of the cheap\n"
-     "  codecs; the restore needs the same dictionary)"},
+    {"codec", 0, CLI_STR, "CODEC", 0, 0, F(codec), codec_help},
     {"cm-dict", 0, CLI_PATH, "TEXT", 0, 0, F(cm_dict), "with --codec cmvd: the dictionary text (tokenized, BOS first)"},
     CLI_OPT_NO_CM_CACHE(F(no_cm_cache)),
     {"kv-quant", 0, CLI_STR, "SPEC", 0, 0, F(kv_quant),
@@ -124,15 +116,20 @@ static int compress_check(const compress_opts *o, int *codec)
     char qerr[256];
     if (!!o->file + !!o->ids + !!o->kv_in != 1 || !o->out)
         return cli_usage(&compress_cmd, "needs exactly one input (-f, --ids or --kv-in) and -o OUT.skv");
+    char names[256], needers[64];
     if ((*codec = skv_codec_parse(o->codec)) < 0)
-        return cli_usage(&compress_cmd, "--codec must be one of model tokens cm cmv cmvd f16 q8 q4 tq2 tq3 tq4 kvq pred, not '%s'",
-                         o->codec);
-    if ((*codec == SKV_CODEC_CMVD) != !!o->cm_dict)
-        return cli_usage(&compress_cmd, "--cm-dict TEXT goes with --codec cmvd (and --codec cmvd needs it)");
-    if (*codec == SKV_CODEC_PRED) return CLI_CONTINUE; /* --kv-quant optional (the encoder checks it) */
-    if ((*codec == SKV_CODEC_KVQ) != !!o->kv_quant)
-        return cli_usage(&compress_cmd, "--kv-quant SPEC goes with --codec kvq (and --codec kvq needs it)");
-    if (o->kv_quant && skv_kv_quant_check(o->kv_quant, NULL, qerr, sizeof qerr))
+        return cli_usage(&compress_cmd, "--codec must be one of %s, not '%s'",
+                         cli_codec_names(names, sizeof names, 0, 0), o->codec);
+    int needs = cli_codec_has(*codec, SKV_CODEC_F_NEEDS);
+    if (cli_codec_has(*codec, SKV_CODEC_F_DICT) ? needs && !o->cm_dict : !!o->cm_dict)
+        return cli_usage(&compress_cmd, "--cm-dict TEXT goes with --codec %s (which needs it)",
+                         cli_codec_names(names, sizeof names, SKV_CODEC_F_DICT, 0));
+    if (cli_codec_has(*codec, SKV_CODEC_F_SPEC) ? needs && !o->kv_quant : !!o->kv_quant)
+        return cli_usage(&compress_cmd, "--kv-quant SPEC goes with --codec %s (%s needs it)",
+                         cli_codec_names(names, sizeof names, SKV_CODEC_F_SPEC, 0),
+                         cli_codec_names(needers, sizeof needers, SKV_CODEC_F_SPEC | SKV_CODEC_F_NEEDS, 0));
+    /* kvq's spec is the kv_quant grammar, checked here; pred's own is checked by the encoder */
+    if (*codec == SKV_CODEC_KVQ && skv_kv_quant_check(o->kv_quant, NULL, qerr, sizeof qerr))
         return cli_usage(&compress_cmd, "%s", qerr);
     return CLI_CONTINUE;
 }
@@ -287,11 +284,12 @@ static void report_payload(FILE *rep, const compress_result *r)
     }
     skv_session_free(s);
     if (!r->es.n_model_coded) return;
-    fprintf(rep, "model cross-entropy:   %.4f bits/token (%llu tokens predicted by the model: the floor)\n",
+    /* not a floor: an adaptive coder can come in under a per-token average of the model's */
+    fprintf(rep, "model cross-entropy:   %.4f bits/token (the model's code length for the %llu tokens it predicts)\n",
             r->es.model_bits / (double)r->es.n_model_coded, (unsigned long long)r->es.n_model_coded);
     fprintf(rep, "payload:               %llu bytes = %.4f bits/position\n", (unsigned long long)payload,
             (double)payload * 8 / (double)r->n);
-    if (r->codec == SKV_CODEC_MODEL) {
+    if (is_model_codec(r->codec)) {
         fprintf(rep, "quantized model:       %.4f bits/token (the same tokens under the integer frequencies)\n",
                 r->es.coded_bits / (double)r->es.n_model_coded);
         fprintf(rep, "%-22s %+.2f%% (payload vs the cross-entropy; includes each segment's raw first token and the "
@@ -361,6 +359,7 @@ static uint64_t compress_sweeps(const compress_opts *o)
 int cmd_compress(int argc, char **argv)
 {
     compress_opts o = {.codec = "model", .threads = 1};
+    cli_codec_help(codec_help, sizeof codec_help, "");
     int codec = 0, rc = cli_parse(&compress_cmd, argc, argv, &o, NULL, NULL);
     if (rc == CLI_CONTINUE) rc = compress_check(&o, &codec);
     if (rc != CLI_CONTINUE) return rc;
@@ -511,10 +510,7 @@ static int prefetch_start(prefetch *f, uint32_t seg)
     return pthread_create(&f->th, NULL, prefetch_main, f) == 0;
 }
 
-static int prefill_codec(int codec)
-{
-    return codec == SKV_CODEC_TOKENS || codec == SKV_CODEC_CM || codec == SKV_CODEC_CMV || codec == SKV_CODEC_CMVD;
-}
+static int prefill_codec(int codec) { return cli_codec_has(codec, SKV_CODEC_F_PREFILL); }
 
 /* Restores the segments one after another into c (capacity cap), writing the text to tf
  * and, for a single segment, the KV dump to kv. Segments restored by a prefill of their
@@ -598,7 +594,7 @@ static void restore_report(const restore_opts *o, const skv_session *s, const sk
                     ki.scheme[0], ki.scheme[1], ki.rel_mse[0], ki.rel_mse[1], o->kv ? "" : "; not written (use --kv OUT)");
     }
     cli_resident_note(rep, m);
-    if (si.codec != SKV_CODEC_MODEL || !rs->n_passes) return;
+    if (!is_model_codec(si.codec) || !rs->n_passes) return;
     fprintf(rep, "%llu forward passes (%.2f tokens/pass)", (unsigned long long)rs->n_passes,
             (double)rs->n_tokens / (double)rs->n_passes);
     if (o->draft == SKV_DRAFT_NGRAM) /* drafting off: no drafts to count */
@@ -631,7 +627,7 @@ static uint64_t restore_sweeps(const skv_session *s)
     uint64_t sweeps = 0;
     skv_session_get_info(s, &si);
     if (is_kv_codec(si.codec)) return si.n_segments; /* the KV is decoded; a layer at most is run */
-    if (si.codec == SKV_CODEC_MODEL) return longest_segment(s);
+    if (is_model_codec(si.codec)) return longest_segment(s);
     for (uint32_t i = 0; i < si.n_segments; i++) {
         uint32_t nt = 0;
         skv_session_segment_info(s, i, &nt, NULL, NULL);
@@ -667,7 +663,7 @@ static int restore_run(const restore_opts *o, const skv_session *s, skv_model *m
     int after_bos = 1, rc;
     /* several model-coded segments and --batch N > 1: decoded together */
     uint32_t width = o->batch ? (uint32_t)o->batch : skv_restore_batch_width(m, si.n_segments, cp.n_ctx);
-    int batched = si.codec == SKV_CODEC_MODEL && si.n_segments > 1 && width > 1 && o->draft == SKV_DRAFT_AUTO && !o->kv;
+    int batched = is_model_codec(si.codec) && si.n_segments > 1 && width > 1 && o->draft == SKV_DRAFT_AUTO && !o->kv;
     cli_progress_start(&rp.pr, "restore");
     double t0 = cli_now();
     if (batched) rc = restore_waves(s, m, &cp, width, &p, text->f, &after_bos);
@@ -699,6 +695,11 @@ int cmd_restore(int argc, char **argv)
     if (o.kv && si.n_segments != 1) {
         cli_error("--kv needs a single-segment session (this one has %u segments)", si.n_segments);
         rc = CLI_USAGE;
+    } else if (cli_codec_has(si.codec, SKV_CODEC_F_DICT | SKV_CODEC_F_NEEDS) && !o.cm_dict) {
+        /* said before the model loads, in the CLI's words (the library's name the API field) */
+        rc = cli_usage(&restore_cmd, "%s was written with codec %s: give the dictionary text it was written with "
+                                     "(--cm-dict TEXT; 'seqkv inspect' shows the dictionary's hash)",
+                       in, skv_codec_name(si.codec));
     } else if ((m = cli_load_model_sweeps(o.model, restore_sweeps(s))) && !restore_run(&o, s, m, &text, &kv)) {
         rc = CLI_OK;
     }
@@ -722,12 +723,12 @@ static void inspect_header(const char *path, const skv_session_info *si, int kvc
 {
     printf("file:         %s (%llu bytes)\nformat:       .skv version %d\n", path, (unsigned long long)si->file_bytes,
            si->version);
-    printf("codec:        %s", si->codec == SKV_CODEC_MODEL ? "model (arithmetic-coded under the model)"
-                               : si->codec == SKV_CODEC_TOKENS ? "tokens (zstd varints)"
-                               : si->codec == SKV_CODEC_CM ? "cm (context-mixing coded ids)" : skv_codec_name(si->codec));
-    if (si->codec == SKV_CODEC_MODEL) printf(", frequency total 2^%u", si->total_bits);
+    const skv_codec_desc *cd = skv_codec_desc_of(si->codec); /* the reader refuses unknown codecs */
+    printf("codec:        %s (%s", cd->name, cd->payload);
+    if (is_model_codec(si->codec)) printf(", frequency total 2^%u", si->total_bits);
+    if (!is_kv_codec(si->codec)) printf(")");
     if (is_kv_codec(si->codec))
-        printf(" (zstd varints + quantized KV, lossy; %s)",
+        printf(", lossy; %s)",
                kvc && ki->model_layers ? "layer 0 regenerated by the model at restore, layers 1.. decoded"
                                        : "restored without the model");
     if (kvc)
@@ -767,6 +768,21 @@ static void inspect_segments(const skv_session *s, const skv_session_info *si, i
     if (si->n_segments > 64) printf("  ... %u more\n", si->n_segments - 64);
 }
 
+/* Codecs coded with a dictionary: the one each segment names (a restore needs it). */
+static void inspect_dict(const skv_session *s, const skv_session_info *si)
+{
+    uint64_t id = 0, first = 0;
+    uint32_t n = 0, first_n = 0, same = 1;
+    if (!cli_codec_has(si->codec, SKV_CODEC_F_DICT)) return;
+    for (uint32_t i = 0; i < si->n_segments; i++) {
+        if (skv_session_segment_dict(s, i, &id, &n)) return;
+        if (!i) first = id, first_n = n;
+        same &= id == first && n == first_n;
+    }
+    printf("dictionary:   %016llx (%u ids; XXH3-64 of the ids)%s: restore it with --cm-dict and the same text\n",
+           (unsigned long long)first, first_n, same ? "" : ", and others in later segments");
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     const char *in = NULL;
@@ -780,6 +796,7 @@ int cmd_inspect(int argc, char **argv)
     skv_session_get_info(s, &si);
     int kvc = si.n_segments && skv_session_segment_kv_info(s, 0, &ki) == SKV_OK;
     inspect_header(in, &si, kvc, &ki);
+    inspect_dict(s, &si);
     inspect_segments(s, &si, kvc);
     skv_session_free(s);
     return CLI_OK;

@@ -534,3 +534,13 @@ double skv_probq_cost_bits(uint32_t freq, unsigned total_bits)
     if (freq == 0) return HUGE_VAL;
     return (double)total_bits - log2((double)freq);
 }
+
+/* The public report helper (seqkv.h): what a token costs under the model's exact softmax,
+ * beside what it costs under the quantized frequencies above (skv_probq_cost_bits). */
+double skv_token_surprisal(const float *logits, int n_vocab, int32_t token)
+{
+    double mx = logits[0], z = 0.0;
+    for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < n_vocab; i++) z += exp((double)logits[i] - mx);
+    return (log(z) - ((double)logits[token] - mx)) / log(2.0);
+}

@@ -7,14 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
-#include <zstd.h>
 
 #include "core/util.h"
-#include "quant/kvquant.h"
-#include "quant/quant.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "coder/probq.h"
-#include "container/session_int.h"
+#include "container/codecs.h"
 
 /* Floats of logits rows one append holds at once (16 MiB): the prefill chunk shrinks for
  * huge vocabularies instead of the buffer growing (chunking never changes a result). */
@@ -49,14 +46,10 @@ struct skv_encoder {
     size_t out_len, out_cap;
     uint32_t n_segments;
     skv_encoder_stats st;
-    skv_kvcodec *kvc;       /* quantized-KV codecs: the per-(layer, kind) quantizers */
-    skv_kvp_params kvp;     /* codec pred: predictor and steps */
-    int want_sur;           /* codec pred with surprisal: seg_sur is kept */
-    float *seg_sur;         /* [n_ctx] the model's surprisal (bits) of each segment token, 0 at the first */
-    int kv_scheme[2];
-    uint64_t kv_seed;
+    const skv_codec_row *row; /* the codec (codecs.c) */
+    skv_codec_state cs;     /* its state: quantizers, predictor, dictionary */
+    float *seg_sur;         /* [n_ctx] the model's surprisal (bits) of each segment token (cs.want_sur), 0 at the first */
     int finished;
-    int32_t *cm_dict;       /* codec cmvd: the owned copy of the dictionary */
     pthread_t fp_th;        /* the model's first fingerprint, computed beside the prefills */
     int fp_on;              /* fp_th runs (joined at finish or free) */
     char err[512];
@@ -66,22 +59,6 @@ skv_encoder_params skv_encoder_default_params(void)
 {
     skv_encoder_params p = {.codec = SKV_CODEC_MODEL, .n_threads = 1};
     return p;
-}
-
-/* Schemes and seed of a KV codec: fixed, or from the kv_quant spec (kinds and seed only). */
-static int kv_codec_setup(skv_encoder *e, const skv_encoder_params *p)
-{
-    skv_kvq_spec sp;
-    char err[160];
-    e->kv_scheme[0] = e->kv_scheme[1] = skv_codec_scheme(p->codec);
-    e->kv_seed = 0;
-    if (p->codec != SKV_CODEC_KVQ) return p->kv_quant ? SKV_ERR_INVALID_ARG : SKV_OK;
-    if (!p->kv_quant || skv_kvquant_parse(p->kv_quant, &sp, err, sizeof err)) return SKV_ERR_INVALID_ARG;
-    if (sp.scheme[0] < 0 || sp.scheme[1] < 0 || sp.keep_first || sp.keep_last || sp.window) return SKV_ERR_INVALID_ARG;
-    e->kv_scheme[0] = sp.scheme[0];
-    e->kv_scheme[1] = sp.scheme[1];
-    e->kv_seed = sp.seed;
-    return SKV_OK;
 }
 
 const char *skv_encoder_last_error(const skv_encoder *e) { return e ? e->err : "NULL encoder"; }
@@ -136,7 +113,7 @@ void skv_encoder_free(skv_encoder *e)
     if (!e) return;
     fp_join(e);
     skv_ctx_free(e->ctx);
-    skv_kvcodec_free(e->kvc);
+    skv_codec_state_free(&e->cs);
     free(e->logits);
     free(e->prev);
     free(e->freq);
@@ -145,39 +122,30 @@ void skv_encoder_free(skv_encoder *e)
     free(e->seg_sur);
     free(e->rc_buf);
     free(e->out);
-    free(e->cm_dict);
     free(e);
 }
 
-/* Codec, frequency total and KV schemes of p, checked; the encoder's copy of them. */
+/* The codec is coded under the model (its ids need the logits; a frequency total). */
+static int model_coded(const skv_encoder *e) { return (e->row->d.flags & SKV_CODEC_F_MODEL) != 0; }
+
+/* Codec and frequency total of p, checked; the codec's state (its setup operation). */
 static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
 {
-    const skv_model_info *mi = &e->m->info;
+    const skv_model_info *mi = skv_model_info_of(e->m);
     int rc;
-    if (!skv_codec_name(p->codec) || (p->total_bits && (p->total_bits < 16 || p->total_bits > 28)))
+    e->row = skv_codec_row_of(p->codec);
+    if (!e->row || (p->total_bits && (p->total_bits < 16 || p->total_bits > 28)))
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "unknown codec %d or total_bits %u outside 16..28", p->codec,
                         p->total_bits);
     e->p = *p;
     e->p.kv_quant = NULL; /* parsed now: the string need not outlive this call */
     e->V = (uint32_t)mi->n_vocab;
-    if ((rc = skv_session_cmv_setup(e->V, p->codec, p->cm_dict, p->n_cm_dict, &e->cm_dict, err, errcap))) return rc;
-    e->p.cm_dict = e->cm_dict;
-    if (p->codec == SKV_CODEC_PRED && skv_session_pred_spec(p->kv_quant, &e->kvp, &e->want_sur))
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
-                        "codec pred: kv_quant must be PREDICTOR[,ramp][,surprisal][,layer0][,rot][,step=S][,kstep=S][,vstep=S][,rate=BITS][,kl=X] "
-                        "(none delta lpc lpc2 tok), not '%s'",
-                        p->kv_quant);
-    if (p->codec != SKV_CODEC_PRED && skv_codec_is_kv(p->codec) && (rc = kv_codec_setup(e, p)))
-        return skv_errf(err, errcap, rc, "codec %s: kv_quant must be %s", skv_codec_name(p->codec),
-                        p->codec == SKV_CODEC_KVQ ? "k=SCHEME,v=SCHEME[,seed=S] (no keep-first/keep-last/window)"
-                                                  : "NULL (the codec names its scheme)");
-    if (p->codec != SKV_CODEC_PRED && skv_codec_is_kv(p->codec) &&
-        (rc = skv_kvcodec_create(&e->kvc, e->kv_scheme, e->kv_seed, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv,
-                                 (uint32_t)mi->head_dim)))
-        return skv_errf(err, errcap, rc, "the KV schemes do not support this model's head size %d: %s", mi->head_dim,
-                        skv_status_str(rc));
+    if (!(e->row->d.flags & SKV_CODEC_F_DICT) && (p->cm_dict || p->n_cm_dict))
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "cm_dict is for codec cmvd only");
+    if (e->row->setup && (rc = e->row->setup(p, mi, &e->cs, err, errcap))) return rc;
+    e->p.cm_dict = e->cs.dict;
     if (!e->p.total_bits) e->p.total_bits = auto_total_bits(e->V);
-    if (e->p.codec != SKV_CODEC_MODEL) e->p.total_bits = 0;
+    if (!model_coded(e)) e->p.total_bits = 0;
     else if (((uint64_t)1 << e->p.total_bits) < e->V) e->p.total_bits = auto_total_bits(e->V);
     e->first_bits = bits_for(e->V);
     return SKV_OK;
@@ -187,7 +155,7 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, s
  * surprisal is measured; otherwise at most the last row (next_logits) is asked for. */
 static int needs_all_logits(const skv_encoder *e)
 {
-    return e->p.codec == SKV_CODEC_MODEL || !e->p.skip_entropy || e->want_sur;
+    return model_coded(e) || !e->p.skip_entropy || e->cs.want_sur;
 }
 
 /* The encoder's context (its live KV cache) and its buffers for segments of n_ctx tokens. */
@@ -211,8 +179,8 @@ static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err,
     e->cum = malloc((V + 1) * sizeof(uint32_t));
     e->seg_tok = malloc(S * sizeof(int32_t));
     e->rc_buf = malloc(e->rc_cap);
-    e->seg_sur = e->want_sur ? calloc(S, sizeof(float)) : NULL;
-    if ((e->want_sur && !e->seg_sur) || (needs_all_logits(e) && !e->logits) || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE))
+    e->seg_sur = e->cs.want_sur ? calloc(S, sizeof(float)) : NULL;
+    if ((e->cs.want_sur && !e->seg_sur) || (needs_all_logits(e) && !e->logits) || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE))
         return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory for the encoder's buffers");
     e->out_len = HDR_SIZE;
     skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
@@ -245,7 +213,7 @@ static int code_token(skv_encoder *e, const float *logits, int32_t t, size_t pos
     if (e->seg_sur) e->seg_sur[pos] = (float)fmax(0.0, skv_token_surprisal(logits, (int)e->V, t));
     if (!e->p.skip_entropy) e->st.model_bits += skv_token_surprisal(logits, (int)e->V, t);
     e->st.n_model_coded++;
-    if (e->p.codec != SKV_CODEC_MODEL) return SKV_OK;
+    if (!model_coded(e)) return SKV_OK;
     if ((rc = skv_probq_freqs(logits, e->V, e->p.total_bits, e->freq, e->cum)))
         return enc_fail(e, rc, "the model produced non-finite logits: cannot code under it");
     e->st.coded_bits += skv_probq_cost_bits(e->freq[t], e->p.total_bits);
@@ -254,129 +222,43 @@ static int code_token(skv_encoder *e, const float *logits, int32_t t, size_t pos
     return SKV_OK;
 }
 
-static int put_varints(uint8_t *dst, const int32_t *t, size_t n, size_t *len)
+int skv_codec_model_encode(skv_codec_seg *x)
 {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t v = (uint32_t)t[i];
-        while (v >= 0x80) {
-            dst[k++] = (uint8_t)(v | 0x80);
-            v >>= 7;
-        }
-        dst[k++] = (uint8_t)v;
-    }
-    *len = k;
-    return SKV_OK;
-}
-
-/* zstd(LEB128 ids) of the current segment into e->rc_buf (codec tokens and the KV codecs). */
-static int zstd_tokens(skv_encoder *e, size_t *plen)
-{
-    uint8_t *raw = malloc(e->seg_n * 5);
-    size_t rlen = 0, bound;
-    if (!raw) return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
-    put_varints(raw, e->seg_tok, e->seg_n, &rlen);
-    bound = ZSTD_compressBound(rlen);
-    if (bound > e->rc_cap) {
-        uint8_t *nb = realloc(e->rc_buf, bound);
-        if (!nb) {
-            free(raw);
-            return enc_fail(e, SKV_ERR_NOMEM, "out of memory");
-        }
-        e->rc_buf = nb;
-        e->rc_cap = bound;
-    }
-    *plen = ZSTD_compress(e->rc_buf, e->rc_cap, raw, rlen, ZSTD_LEVEL);
-    free(raw);
-    if (ZSTD_isError(*plen)) return enc_fail(e, SKV_ERR_INTERNAL, "zstd compression failed");
-    return SKV_OK;
-}
-
-/* Quantized-KV payload (malloc'ed): sub-header | the token frame (e->rc_buf, tlen bytes) |
- * the segment's exact KV encoded per vector. digest = that of the dequantized KV. */
-static int kv_payload(skv_encoder *e, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16])
-{
-    const skv_model_info *mi = &e->m->info;
-    size_t n = e->seg_n, nf = (size_t)mi->n_layer * 2 * (size_t)mi->n_head_kv * n * (size_t)mi->head_dim;
-    size_t kvb = skv_kvcodec_position_bytes(e->kvc) * n;
-    float *kv = malloc(nf * sizeof *kv), *deq = malloc(nf * sizeof *deq);
-    uint8_t *buf = malloc(SKV_KVC_HDR + tlen + kvb);
-    double mse[2] = {0, 0};
-    skv_kvc_header h;
-    int rc = SKV_ERR_NOMEM;
-    if (!kv || !deq || !buf) goto done;
-    if ((rc = skv_ctx_kv_read(e->ctx, 0, (int)n, kv))) goto done;
-    if ((rc = skv_kvcodec_encode(e->kvc, kv, n, buf + SKV_KVC_HDR + tlen, kvb, deq, mse))) goto done;
-    if ((rc = skv_digest_f32(deq, nf, digest))) goto done;
-    h = (skv_kvc_header){.scheme = {e->kv_scheme[0], e->kv_scheme[1]}, .n_layer = (uint32_t)mi->n_layer,
-                        .n_head_kv = (uint32_t)mi->n_head_kv, .head_dim = (uint32_t)mi->head_dim, .seed = e->kv_seed,
-                        .tokens_bytes = tlen, .kv_bytes = kvb, .rel_mse = {(float)mse[0], (float)mse[1]}};
-    skv_kvc_header_write(&h, buf);
-    memcpy(buf + SKV_KVC_HDR, e->rc_buf, tlen);
-    *out = buf;
-    *plen = SKV_KVC_HDR + tlen + kvb;
-    buf = NULL;
-done:
-    free(kv);
-    free(deq);
-    free(buf);
-    if (rc == SKV_ERR_NOMEM) return enc_fail(e, rc, "out of memory");
-    if (rc) {
-        snprintf(e->err, sizeof e->err, "the KV cannot be stored as k=%s,v=%s (non-finite values or an fp16 overflow): %s",
-                 skv_quant_name(e->kv_scheme[0]), skv_quant_name(e->kv_scheme[1]), skv_status_str(rc));
-    }
+    int rc = skv_codec_ctx_digest(x);
+    if (!rc && (rc = skv_rangecoder_enc_finish(x->rc, &x->len)))
+        return skv_errf(x->err, x->errcap, rc, "range coder finish failed");
+    x->payload = *x->buf;
     return rc;
 }
 
-static int flush_segment(skv_encoder *e)
+/* The segment record (docs/format.md 2): header, the codec's payload, checksum. */
+static int put_segment(skv_encoder *e, const skv_codec_seg *x)
 {
-    uint8_t digest[16], *payload = NULL, *owned = NULL;
-    size_t plen = 0;
-    int rc;
-    if (!e->seg_n) return SKV_OK;
-    if (e->p.codec == SKV_CODEC_MODEL) {
-        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
-        if ((rc = skv_rangecoder_enc_finish(&e->rc, &plen))) return enc_fail(e, rc, "range coder finish failed");
-        payload = e->rc_buf;
-    } else if (e->p.codec == SKV_CODEC_CM) {
-        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
-        if ((rc = skv_session_cm_payload(e->seg_tok, e->seg_n, e->V, &e->rc_buf, &e->rc_cap, &plen)))
-            return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory" : "cm coder bound violated (internal)");
-        payload = e->rc_buf;
-    } else if (e->p.codec == SKV_CODEC_CMV || e->p.codec == SKV_CODEC_CMVD) {
-        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
-        if ((rc = skv_session_cmv_payload(e->m, e->cm_dict, e->p.n_cm_dict, e->seg_tok, e->seg_n, &e->rc_buf, &e->rc_cap,
-                                          &plen)))
-            return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory" : "cmv coder failed (internal)");
-        payload = e->rc_buf;
-    } else if ((rc = zstd_tokens(e, &plen))) {
-        return rc;
-    } else if (e->p.codec == SKV_CODEC_PRED) {
-        if ((rc = skv_session_pred_payload(&e->kvp, e->ctx, e->seg_tok, e->seg_sur, e->seg_n, e->rc_buf, plen, &owned, &plen, digest)))
-            return enc_fail(e, rc, rc == SKV_ERR_NOMEM ? "out of memory"
-                                                       : "the KV cannot be coded predictively (non-finite values, or a step too small for them)");
-        payload = owned;
-    } else if (!e->kvc) {
-        if ((rc = skv_ctx_kv_digest(e->ctx, (int)e->seg_n, digest))) return enc_fail(e, rc, "KV digest failed");
-        payload = e->rc_buf;
-    } else {
-        if ((rc = kv_payload(e, plen, &owned, &plen, digest))) return rc;
-        payload = owned;
-    }
-    if ((rc = out_reserve(e, SEG_HDR + plen + 8))) {
-        free(owned);
-        return enc_fail(e, rc, "out of memory");
-    }
+    int rc = out_reserve(e, SEG_HDR + x->len + 8);
+    if (rc) return enc_fail(e, rc, "out of memory");
     uint8_t *s = e->out + e->out_len;
     memcpy(s, SEG_MAGIC, 4);
     skv_wr32(s + 4, (uint32_t)e->seg_n);
-    skv_wr64(s + 8, plen);
-    memcpy(s + 16, digest, 16);
-    memcpy(s + SEG_HDR, payload, plen);
-    skv_wr64(s + SEG_HDR + plen, XXH3_64bits(s, SEG_HDR + plen));
-    free(owned);
-    e->out_len += SEG_HDR + plen + 8;
+    skv_wr64(s + 8, x->len);
+    memcpy(s + 16, x->digest, 16);
+    memcpy(s + SEG_HDR, x->payload, x->len);
+    skv_wr64(s + SEG_HDR + x->len, XXH3_64bits(s, SEG_HDR + x->len));
+    e->out_len += SEG_HDR + x->len + 8;
     e->n_segments++;
+    return SKV_OK;
+}
+
+/* The current segment, written as its codec says; the context emptied for the next. */
+static int flush_segment(skv_encoder *e)
+{
+    skv_codec_seg x = {.st = &e->cs, .m = e->m, .mi = skv_model_info_of(e->m), .ctx = e->ctx, .tok = e->seg_tok,
+                       .sur = e->seg_sur, .n = e->seg_n, .V = e->V, .rc = &e->rc, .buf = &e->rc_buf,
+                       .cap = &e->rc_cap, .err = e->err, .errcap = sizeof e->err};
+    if (!e->seg_n) return SKV_OK;
+    int rc = e->row->encode(&x);
+    if (!rc) rc = put_segment(e, &x);
+    free(x.owned);
+    if (rc) return rc;
     e->seg_n = 0;
     e->prev_valid = 0;
     skv_ctx_truncate(e->ctx, 0);
@@ -391,7 +273,7 @@ static int append_chunk(skv_encoder *e, const int32_t *t, size_t k, int want_las
     int all = needs_all_logits(e), rc;
     int mode = all ? SKV_LOGITS_ALL : want_last ? SKV_LOGITS_LAST : SKV_LOGITS_NONE;
     if (e->seg_n == 0) {
-        if (e->p.codec == SKV_CODEC_MODEL && (rc = skv_rangecoder_enc_put_bits(&e->rc, (uint32_t)t[0], e->first_bits)))
+        if (model_coded(e) && (rc = skv_rangecoder_enc_put_bits(&e->rc, (uint32_t)t[0], e->first_bits)))
             return enc_fail(e, rc, "range coder output overflow");
     } else if ((rc = code_token(e, e->prev, t[0], e->seg_n))) { /* reads e->prev only when all */
         return rc;
@@ -502,9 +384,9 @@ int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
     skv_wr32(h + 32, (uint32_t)e->p.n_ctx);
     skv_wr32(h + 36, e->V);
     skv_wr32(h + 40, e->p.total_bits);
-    skv_wr32(h + 44, (uint32_t)e->m->info.bos_id);
+    skv_wr32(h + 44, (uint32_t)skv_model_info_of(e->m)->bos_id);
     memcpy(h + 48, fp, 16);
-    put_model_name(h + 64, e->m->info.name);
+    put_model_name(h + 64, skv_model_info_of(e->m)->name);
     memcpy(h + 112, tf, 8);
     skv_wr64(h + 120, XXH3_64bits(h, 120));
     e->finished = 1;

@@ -3,7 +3,7 @@
  *     SKVP sub-header (64 bytes) | token frame (codec tokens payload) | side | stream
  * Restored without the model, like the quantized-KV codecs (section 2.3), whose reader
  * paths it shares through seg_view.kvh (geometry) and seg_view.kph. */
-#include "container/session_int.h"
+#include "container/codecs.h"
 #include "core/fpguard.h"
 
 #include <stdio.h>
@@ -12,7 +12,6 @@
 
 #include "container/kvpred.h"
 #include "container/kvpred_quality.h"
-#include "engine/model.h"
 
 #define PRED_DEFAULT_STEP 1.0f
 
@@ -57,17 +56,19 @@ int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur)
 static int pred_encode(const skv_kvp_params *q, const skv_ctx *ctx, const float *kv, size_t n, uint8_t **body,
                        size_t *blen, skv_kvp_header *h, float *deq)
 {
-    const skv_model_info *mi = &skv_ctx_model(ctx)->info;
+    skv_model_info mi;
+    skv_model_get_info(skv_ctx_model(ctx), &mi);
     if (q->kl > 0.0f) return skv_kvp_encode_quality(q, skv_ctx_model(ctx), q->tokens, kv, n, body, blen, h, deq, NULL, NULL);
-    return skv_kvp_encode(q, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv, (uint32_t)mi->head_dim, kv, n, body, blen,
-                          h, deq);
+    return skv_kvp_encode(q, (uint32_t)mi.n_layer, (uint32_t)mi.n_head_kv, (uint32_t)mi.head_dim, kv, n, body, blen, h,
+                          deq);
 }
 
 int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const int32_t *tok, const float *sur, size_t n,
                              const uint8_t *tframe, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16])
 {
-    const skv_model_info *mi = &skv_ctx_model(ctx)->info;
-    size_t nf = (size_t)mi->n_layer * 2 * (size_t)mi->n_head_kv * n * (size_t)mi->head_dim, blen = 0;
+    skv_model_info mi;
+    skv_model_get_info(skv_ctx_model(ctx), &mi);
+    size_t nf = (size_t)mi.n_layer * 2 * (size_t)mi.n_head_kv * n * (size_t)mi.head_dim, blen = 0;
     float *kv = malloc(nf * sizeof *kv), *deq = malloc(nf * sizeof *deq);
     uint8_t *body = NULL, *buf = NULL;
     skv_kvp_params q = *p;
@@ -131,4 +132,43 @@ int skv_session_decode_pred(const skv_session *s, const seg_view *g, int model_f
     if (rc == SKV_ERR_FORMAT) return skv_session_bad(err, cap, "the predictive KV payload does not decode");
     if (rc) return skv_errf(err, cap, rc, "KV decoding failed: %s", skv_status_str(rc));
     return SKV_OK;
+}
+
+/* ---- the codec table's operations (codecs.c) ---- */
+
+int skv_codec_pred_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, char *err,
+                         size_t cap)
+{
+    (void)mi;
+    if (!skv_session_pred_spec(p->kv_quant, &st->kvp, &st->want_sur)) return SKV_OK;
+    return skv_errf(err, cap, SKV_ERR_INVALID_ARG,
+                    "codec pred: kv_quant must be PREDICTOR[,ramp][,surprisal][,layer0][,rot][,step=S][,kstep=S][,vstep=S]"
+                    "[,rate=BITS][,kl=X] (none delta lpc lpc2 tok), not '%s'",
+                    p->kv_quant);
+}
+
+int skv_codec_pred_encode(skv_codec_seg *x)
+{
+    size_t tlen = 0;
+    int rc = skv_codec_tokens_frame(x, &tlen);
+    if (rc) return rc;
+    rc = skv_session_pred_payload(&x->st->kvp, x->ctx, x->tok, x->sur, x->n, *x->buf, tlen, &x->owned, &x->len,
+                                  x->digest);
+    x->payload = x->owned;
+    if (rc)
+        return skv_errf(x->err, x->errcap, rc, "%s",
+                        rc == SKV_ERR_NOMEM ? "out of memory"
+                                            : "the KV cannot be coded predictively (non-finite values, or a step too "
+                                              "small for them)");
+    return SKV_OK;
+}
+
+/* The predictor names the "scheme"; the KV bytes are the sub-header, side and stream. */
+void skv_codec_pred_kv_info(const seg_view *g, skv_session_kv_info *out)
+{
+    const skv_kvp_header *p = &g->kph;
+    for (int k = 0; k < 2; k++) snprintf(out->scheme[k], sizeof out->scheme[k], "%s", skv_kvp_pred_name(p->predictor));
+    out->kv_bytes = SKV_KVP_HDR + p->side_bytes + p->stream_bytes;
+    out->position_bytes = (out->kv_bytes + g->n_tokens - 1) / g->n_tokens;
+    out->model_layers = (p->flags & 2) ? 1 : 0;
 }

@@ -9,9 +9,9 @@
 #include "core/util.h"
 #include "engine/draft.h"
 #include "engine/layer0.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "coder/probq.h"
-#include "container/session_int.h"
+#include "container/codecs.h"
 
 /* Decodes a quantized-KV segment into ctx (skv_ctx_kv_write: the model is not run). */
 static int load_kv_segment(const skv_session *s, const seg_view *g, skv_model *m, skv_ctx *ctx, int32_t *tok,
@@ -21,14 +21,15 @@ static int load_kv_segment(const skv_session *s, const seg_view *g, skv_model *m
     size_t nf = skv_session_kv_floats(g);
     float *kv;
     int rc;
-    if (h->n_layer != (uint32_t)m->info.n_layer || h->n_head_kv != (uint32_t)m->info.n_head_kv ||
-        h->head_dim != (uint32_t)m->info.head_dim)
+    if (h->n_layer != (uint32_t)skv_model_info_of(m)->n_layer || h->n_head_kv != (uint32_t)skv_model_info_of(m)->n_head_kv ||
+        h->head_dim != (uint32_t)skv_model_info_of(m)->head_dim)
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
                         "KV geometry mismatch: the session stores %u layers x %u KV heads x %u, the model has %d x %d x %d",
-                        h->n_layer, h->n_head_kv, h->head_dim, m->info.n_layer, m->info.n_head_kv, m->info.head_dim);
+                        h->n_layer, h->n_head_kv, h->head_dim, skv_model_info_of(m)->n_layer, skv_model_info_of(m)->n_head_kv, skv_model_info_of(m)->head_dim);
     if (!(kv = malloc(nf * sizeof *kv))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
     rc = skv_session_decode_kv(s, g, 0, kv, nf, tok, err, cap);
-    if (!rc && s->info.codec == SKV_CODEC_PRED && (g->kph.flags & 2) && /* layer 0 from the tokens (engine/layer0.h) */
+    /* a pred segment of flag bit 1: layer 0 from the tokens (engine/layer0.h); kph is zero for other codecs */
+    if (!rc && (g->kph.flags & 2) &&
         (rc = skv_ctx_layer0_kv(ctx, tok, g->n_tokens, 0, kv)))
         rc = skv_errf(err, cap, rc, "cannot regenerate layer 0: %s", skv_ctx_last_error(ctx));
     if (!rc && (rc = skv_ctx_kv_write(ctx, 0, (int)g->n_tokens, kv)))
@@ -303,16 +304,13 @@ int skv_session_check_ctx(skv_ctx *ctx, char *err, size_t cap)
 }
 
 /* Codecs that store the token ids and are restored by one prefill of them. */
-static int prefill_codec(int codec)
-{
-    return codec == SKV_CODEC_TOKENS || codec == SKV_CODEC_CM || codec == SKV_CODEC_CMV || codec == SKV_CODEC_CMVD;
-}
+static int prefill_codec(int codec) { return (skv_codec_flags(codec) & SKV_CODEC_F_PREFILL) != 0; }
 
 /* check_restore's model check: the fingerprints (`deferred`: the vocabulary size and the
  * tokenizer's, cheap; the model's is compared after the prefill, see fp_overlap). */
 static int check_model_now(const skv_session *s, skv_model *m, int deferred, char *err, size_t errcap)
 {
-    if (deferred && (uint32_t)m->info.n_vocab == s->info.n_vocab) return skv_session_check_tokenizer(s, m, err, errcap);
+    if (deferred && (uint32_t)skv_model_info_of(m)->n_vocab == s->info.n_vocab) return skv_session_check_tokenizer(s, m, err, errcap);
     return skv_session_check_model(s, m, err, errcap);
 }
 
@@ -331,10 +329,12 @@ static int check_restore(const skv_session *s, skv_model *m, uint32_t i, skv_ctx
     const seg_view *g = &s->segs[i];
     if (cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
     if (p && p->decoded) {
+        char names[128];
+        skv_codec_list(names, sizeof names, SKV_CODEC_F_PREFILL, ", ");
         if (!prefill_codec(s->info.codec))
             return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
-                            "decoded ids given for a codec %s segment (only tokens, cm, cmv and cmvd are restored from ids)",
-                            skv_codec_name(s->info.codec));
+                            "decoded ids given for a codec %s segment (only %s are restored from ids)",
+                            skv_codec_name(s->info.codec), names);
         if (p->n_decoded != g->n_tokens)
             return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "decoded ids: %zu given, segment %u has %u", p->n_decoded,
                             i, g->n_tokens);
@@ -360,17 +360,12 @@ int skv_session_check_kv_type(const skv_session *s, const skv_ctx *ctx, char *er
                     s->info.kv_cache_type ? "f16" : "f32", skv_ctx_kv_cache_type(ctx) ? "f16" : "f32");
 }
 
-/* The ids of a segment of a codec that stores them (prefill_codec), decoded. */
+/* The ids of a segment of a codec that stores them (prefill_codec), decoded; nf: told when
+ * the first ids are final (codecs whose row is `pipelined`; NULL: not told). */
 static int decode_ids(const skv_session *s, const seg_view *g, skv_model *m, const skv_restore_params *p,
-                      int32_t *tokens, char *err, size_t errcap)
+                      int32_t *tokens, const skv_id_notify *nf, char *err, size_t errcap)
 {
-    switch (s->info.codec) {
-    case SKV_CODEC_TOKENS: return skv_session_decode_tokens(g, s->info.n_vocab, tokens, err, errcap);
-    case SKV_CODEC_CM: return skv_session_decode_cm(g, s->info.n_vocab, tokens, err, errcap);
-    default:
-        return skv_session_decode_cmv(g, s->info.codec, m, p ? p->cm_dict : NULL, p ? p->n_cm_dict : 0, tokens, NULL,
-                                      err, errcap);
-    }
+    return skv_codec_row_of(s->info.codec)->decode_ids(s, g, m, p, tokens, nf, err, errcap);
 }
 
 int skv_session_segment_tokens(const skv_session *s, skv_model *m, uint32_t i, const skv_restore_params *p,
@@ -382,25 +377,27 @@ int skv_session_segment_tokens(const skv_session *s, skv_model *m, uint32_t i, c
         return skv_errf(err, errcap, SKV_ERR_INVALID_ARG,
                         "invalid argument (NULL session, model, tokens or n_out, or segment out of range)");
     const seg_view *g = &s->segs[i];
+    char names[128];
+    skv_codec_list(names, sizeof names, SKV_CODEC_F_IDS, ", ");
     if (!prefill_codec(s->info.codec))
         return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED,
-                        "codec %s does not store token ids alone (only tokens, cm, cmv and cmvd do): restore the segment",
-                        skv_codec_name(s->info.codec));
+                        "codec %s does not store token ids alone (only %s do): restore the segment",
+                        skv_codec_name(s->info.codec), names);
     if (cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
     int rc = skv_session_check_model(s, m, err, errcap);
-    if (!rc) rc = decode_ids(s, g, m, p, tokens, err, errcap);
+    if (!rc) rc = decode_ids(s, g, m, p, tokens, NULL, err, errcap);
     *n_out = rc ? 0 : g->n_tokens;
     return rc;
 }
 
 /* The model's fingerprint on a thread of its own (see "the model's fingerprint beside a
  * prefill" below): wanted, then started where the restore has begun its own threads. */
-typedef struct fp_job {
+typedef struct skv_fp_job {
     skv_model *m;
     uint8_t fp[16];
     int want, started;
     pthread_t th;
-} fp_job;
+} fp_job; /* struct skv_fp_job: codecs.h passes it on opaque */
 
 static void *fp_main(void *arg)
 {
@@ -444,8 +441,7 @@ static void *pipe_main(void *arg)
 {
     pipe_job *j = arg;
     skv_id_notify nf = {j->g->n_tokens / 8 > 64 ? j->g->n_tokens / 8 : 64, pipe_ready, j};
-    int rc = skv_session_decode_cmv(j->g, j->s->info.codec, j->m, j->p ? j->p->cm_dict : NULL,
-                                    j->p ? j->p->n_cm_dict : 0, j->tok, &nf, j->err, sizeof j->err);
+    int rc = decode_ids(j->s, j->g, j->m, j->p, j->tok, &nf, j->err, sizeof j->err);
     pthread_mutex_lock(&j->mu);
     j->rc = rc, j->done = 1;
     pthread_cond_signal(&j->cv);
@@ -495,32 +491,42 @@ static int restore_pipelined(const skv_session *s, const seg_view *g, skv_model 
     return 0;
 }
 
-/* Regenerates segment g into the cleared ctx as its codec says; fj: the fingerprint's
- * thread to start beside it (NULL: none). */
-static int restore_codec(const skv_session *s, const seg_view *g, skv_model *m, skv_ctx *ctx,
-                         const skv_restore_params *p, int32_t *tokens, skv_restore_stats *st, fp_job *fj, char *err,
-                         size_t errcap)
+/* Codecs of SKV_CODEC_F_PREFILL: the ids decoded (beside their prefill for a `pipelined`
+ * row), or given (p->decoded), then one prefill. */
+int skv_codec_restore_prefill(const skv_codec_restore *r)
 {
+    const seg_view *g = r->g;
+    const skv_restore_params *p = r->p;
     int rc;
-    if (prefill_codec(s->info.codec)) {
-        int cmv = s->info.codec == SKV_CODEC_CMV || s->info.codec == SKV_CODEC_CMVD;
-        if (cmv && !(p && p->decoded) && g->n_tokens >= PIPE_MIN &&
-            !restore_pipelined(s, g, m, ctx, p, tokens, st, fj, &rc, err, errcap))
-            return rc;
-        fp_start(fj);
-        if (p && p->decoded) { /* decoded before (skv_session_segment_tokens), checked by check_restore */
-            if (tokens != p->decoded) memmove(tokens, p->decoded, g->n_tokens * sizeof *tokens);
-        } else if ((rc = decode_ids(s, g, m, p, tokens, err, errcap))) {
-            return rc;
-        }
-        if ((rc = skv_prefill(ctx, tokens, g->n_tokens, SKV_LOGITS_NONE, NULL))) return forward_failed(ctx, rc, err, errcap);
-        st->n_passes = 1;
-        return SKV_OK;
+    if (skv_codec_row_of(r->s->info.codec)->pipelined && !(p && p->decoded) && g->n_tokens >= PIPE_MIN &&
+        !restore_pipelined(r->s, g, r->m, r->ctx, p, r->tok, r->st, r->fj, &rc, r->err, r->errcap))
+        return rc;
+    fp_start(r->fj);
+    if (p && p->decoded) { /* decoded before (skv_session_segment_tokens), checked by check_restore */
+        if (r->tok != p->decoded) memmove(r->tok, p->decoded, g->n_tokens * sizeof *r->tok);
+    } else if ((rc = decode_ids(r->s, g, r->m, p, r->tok, NULL, r->err, r->errcap))) {
+        return rc;
     }
-    if (skv_codec_is_kv(s->info.codec)) return load_kv_segment(s, g, m, ctx, tokens, err, errcap);
-    /* AUTO = token by token: measured faster than n-gram drafts on non-repetitive text */
-    if (p && (p->draft == SKV_DRAFT_NGRAM || p->draft == SKV_DRAFT_EXTERN)) return restore_model_codec_spec(s, g, ctx, p, tokens, st, err, errcap);
-    return restore_model_codec(s, g, ctx, p, tokens, st, err, errcap);
+    if ((rc = skv_prefill(r->ctx, r->tok, g->n_tokens, SKV_LOGITS_NONE, NULL)))
+        return forward_failed(r->ctx, rc, r->err, r->errcap);
+    r->st->n_passes = 1;
+    return SKV_OK;
+}
+
+/* Codecs of SKV_CODEC_F_KV: the stored KV decoded and loaded (the model is not run). */
+int skv_codec_restore_kv(const skv_codec_restore *r)
+{
+    return load_kv_segment(r->s, r->g, r->m, r->ctx, r->tok, r->err, r->errcap);
+}
+
+/* Codec model: one forward pass per token, or per verified block of drafted tokens. AUTO
+ * = token by token: measured faster than n-gram drafts on non-repetitive text. */
+int skv_codec_restore_model(const skv_codec_restore *r)
+{
+    const skv_restore_params *p = r->p;
+    if (p && (p->draft == SKV_DRAFT_NGRAM || p->draft == SKV_DRAFT_EXTERN))
+        return restore_model_codec_spec(r->s, r->g, r->ctx, p, r->tok, r->st, r->err, r->errcap);
+    return restore_model_codec(r->s, r->g, r->ctx, p, r->tok, r->st, r->err, r->errcap);
 }
 
 static void add_stats(skv_restore_stats *to, const skv_restore_stats *st)
@@ -543,10 +549,7 @@ static void add_stats(skv_restore_stats *to, const skv_restore_stats *st)
 
 static int fp_overlap(const skv_session *s, skv_model *m, const skv_restore_params *p)
 {
-    int c = s->info.codec;
-    return (c == SKV_CODEC_TOKENS || c == SKV_CODEC_CM || c == SKV_CODEC_CMV || c == SKV_CODEC_CMVD) &&
-           !(p && p->decoded) && m &&
-           !skv_model_fingerprint_ready(m);
+    return prefill_codec(s->info.codec) && !(p && p->decoded) && m && !skv_model_fingerprint_ready(m);
 }
 
 int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
@@ -561,7 +564,8 @@ int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, 
         return skv_ctx_set_error(ctx, rc, err);
     skv_ctx_truncate(ctx, 0); /* clears ctx's last error too */
     fp_job fj = {.m = m, .want = deferred};
-    rc = restore_codec(s, &s->segs[i], m, ctx, p, tokens, &st, &fj, err, sizeof err);
+    skv_codec_restore r = {s, &s->segs[i], m, ctx, p, tokens, &st, &fj, err, sizeof err};
+    rc = skv_codec_row_of(s->info.codec)->restore(&r);
     if (fj.started) pthread_join(fj.th, NULL);
     if (!rc && deferred && (rc = skv_session_check_model(s, m, err, sizeof err))) skv_ctx_truncate(ctx, 0);
     if (rc) return skv_ctx_set_error(ctx, rc, err);

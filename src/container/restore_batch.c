@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "container/session_int.h"
+#include "container/codecs.h"
 #include "core/util.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 
 #define MAX_ACTIVE 64
 #define BATCH_MIN_WEIGHTS ((uint64_t)4 << 20) /* smaller models: weights stay in cache, no batching */
@@ -188,7 +188,7 @@ static void dispatch(batch *b, skv_restore_job *jobs, size_t n, skv_restore_job 
         skv_session_get_info(j->session, &si);
         skv_session_segment_info(j->session, j->segment, &nt, NULL, NULL);
         b->total += nt;
-        if (si.codec == SKV_CODEC_MODEL) {
+        if (skv_codec_flags(si.codec) & SKV_CODEC_F_MODEL) { /* the lockstep decode of model-coded streams */
             queue[(*nq)++] = j;
             continue;
         }

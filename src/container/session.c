@@ -18,9 +18,9 @@
  *                                              KV sub-header (src/kvcodec.h) | zstd(LEB128
  *                                              ids) | per-vector encoded KV, canonical order
  *                                            payload, codec cm (9): range-coded stream of the
- *                                              ids under the context-mixing model (cmcodec.c)
+ *                                              ids under the context-mixing model (coder/cmcodec.c)
  *                                            codecs cmv / cmvd (20, 21): the same model with the
- *                                              vocabulary's side information (cmvcodec.c)
+ *                                              vocabulary's side information (coder/cmvcodec.c)
  * Every segment is an independent KV cache: it starts from an empty context. */
 #include <stdarg.h>
 #include "core/fpguard.h"
@@ -32,32 +32,10 @@
 
 #include "core/util.h"
 #include "quant/quant.h"
-#include "engine/model.h"
-#include "container/session_int.h"
+#include "engine/engine.h"
+#include "container/codecs.h"
 
-/* ---- codec names; quantized-KV codecs --------------------------------------------- */
-
-static const char *const codec_names[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq", "cm",
-                                          [SKV_CODEC_PRED] = "pred", [SKV_CODEC_CMV] = "cmv", [SKV_CODEC_CMVD] = "cmvd"};
-#define N_CODECS ((int)(sizeof codec_names / sizeof codec_names[0]))
-
-const char *skv_codec_name(int codec) { return codec >= 0 && codec < N_CODECS ? codec_names[codec] : NULL; }
-
-int skv_codec_parse(const char *name)
-{
-    for (int i = 0; name && i < N_CODECS; i++)
-        if (codec_names[i] && !strcmp(name, codec_names[i])) return i;
-    return SKV_ERR_INVALID_ARG;
-}
-
-int skv_codec_is_kv(int codec) { return (codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ) || codec == SKV_CODEC_PRED; }
-
-/* The one scheme of a fixed quantized-KV codec (both kinds); -1 for KVQ and the others. */
-int skv_codec_scheme(int codec)
-{
-    static const int map[] = {SKV_QUANT_F16, SKV_QUANT_Q8_0, SKV_QUANT_Q4_0, SKV_QUANT_TQ2, SKV_QUANT_TQ3, SKV_QUANT_TQ4};
-    return codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_TQ4 ? map[codec - SKV_CODEC_F16] : -1;
-}
+/* ---- digests ----------------------------------------------------------------------- */
 
 /* XXH3-128 (canonical bytes) of n floats as little-endian binary32: the digest
  * skv_ctx_kv_digest computes over a cache, here over a canonical-order buffer. */
@@ -136,7 +114,7 @@ static int parse_header(skv_session *s, char *err, size_t cap)
     if (flags & ~(3u | SKV_HDR_TOKENIZER)) return skv_session_bad(err, cap, "unknown flags");
     if (in->n_vocab < 1 || in->n_vocab > (1u << 24) || in->n_ctx < 1 || in->n_ctx > (1u << 24))
         return skv_session_bad(err, cap, "vocabulary or context size out of range");
-    if (in->codec == SKV_CODEC_MODEL
+    if (skv_codec_flags(in->codec) & SKV_CODEC_F_MODEL
             ? (in->total_bits < 16 || in->total_bits > 28 || ((uint64_t)1 << in->total_bits) < in->n_vocab)
             : in->total_bits != 0)
         return skv_session_bad(err, cap, "invalid frequency total");
@@ -148,30 +126,9 @@ static int parse_header(skv_session *s, char *err, size_t cap)
     return SKV_OK;
 }
 
-/* Segment i's KV sub-header: valid (kvcodec.c), the schemes the codec names, and the same
- * schemes, seed and geometry as segment 0 (one session, one cache layout). */
-static int check_kv_subheader(skv_session *s, uint32_t i, char *err, size_t cap)
-{
-    seg_view *g = &s->segs[i];
-    const skv_kvc_header *a = &s->segs[0].kvh, *h = &g->kvh;
-    char msg[200];
-    int fixed = skv_codec_scheme(s->info.codec);
-    if (s->info.codec == SKV_CODEC_PRED) return skv_session_check_pred(s, i, err, cap);
-    if (skv_kvc_header_parse(g->payload, g->payload_bytes, g->n_tokens, &g->kvh, msg, sizeof msg)) {
-        char full[240];
-        snprintf(full, sizeof full, "segment %u: %s", i, msg);
-        return skv_session_bad(err, cap, full);
-    }
-    if (fixed >= 0 && (h->scheme[0] != fixed || h->scheme[1] != fixed))
-        return skv_session_bad(err, cap, "KV sub-header schemes differ from the codec's");
-    if (i && (h->scheme[0] != a->scheme[0] || h->scheme[1] != a->scheme[1] || h->seed != a->seed ||
-              h->n_layer != a->n_layer || h->n_head_kv != a->n_head_kv || h->head_dim != a->head_dim))
-        return skv_session_bad(err, cap, "segments disagree on the KV schemes, seed or geometry");
-    return SKV_OK;
-}
-
 static int parse_segments(skv_session *s, char *err, size_t cap)
 {
+    skv_codec_check_fn check = skv_codec_row_of(s->info.codec)->check; /* the codec's sub-header */
     size_t pos = HDR_SIZE;
     uint64_t total = 0;
     int rc;
@@ -193,7 +150,7 @@ static int parse_segments(skv_session *s, char *err, size_t cap)
         }
         memcpy(g->digest, p + 16, 16);
         g->payload = p + SEG_HDR;
-        if (skv_codec_is_kv(s->info.codec) && (rc = check_kv_subheader(s, i, err, cap))) return rc;
+        if (check && (rc = check(s, i, err, cap))) return rc;
         total += g->n_tokens;
         pos += len + 8;
     }
@@ -300,7 +257,7 @@ int skv_session_check_tokenizer(const skv_session *s, skv_model *m, char *err, s
     return skv_errf(err, cap, SKV_ERR_MISMATCH,
                     "wrong tokenizer: this session was written with model '%s' whose tokenizer (fingerprint %s) is not "
                     "the one of model '%s' (%s): its ids would render to other text; use the model it was written with",
-                    s->info.model_name, a, m->info.name, b);
+                    s->info.model_name, a, skv_model_info_of(m)->name, b);
 }
 
 int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_t cap)
@@ -311,12 +268,12 @@ int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_
     if (rc) return rc;
     rc = skv_model_fingerprint(m, fp);
     if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model");
-    if (memcmp(fp, s->info.fingerprint, 16) || (uint32_t)m->info.n_vocab != s->info.n_vocab) {
+    if (memcmp(fp, s->info.fingerprint, 16) || (uint32_t)skv_model_info_of(m)->n_vocab != s->info.n_vocab) {
         hex16(s->info.fingerprint, a);
         hex16(fp, b);
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
                         "wrong model: this session was written with model '%s' (fingerprint %s), but the model given is '%s' (fingerprint %s)",
-                        s->info.model_name, a, m->info.name, b);
+                        s->info.model_name, a, skv_model_info_of(m)->name, b);
     }
     return SKV_OK;
 }
@@ -379,26 +336,24 @@ size_t skv_session_kv_floats(const seg_view *g)
     return (size_t)h->n_layer * 2 * h->n_head_kv * g->n_tokens * h->head_dim;
 }
 
-/* Tokens and dequantized KV (skv_session_kv_floats(g) floats) of a quantized-KV segment. */
+/* Tokens and decoded KV (skv_session_kv_floats(g) floats) of a segment of a codec storing KV. */
 int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
                           int32_t *tok, char *err, size_t cap)
 {
-    const skv_kvc_header *h = &g->kvh;
-    seg_view t = *g;
-    skv_kvcodec *c = NULL;
-    int rc;
-    if (s->info.codec == SKV_CODEC_PRED) return skv_session_decode_pred(s, g, model_free, kv, kv_cap, tok, err, cap);
-    if (model_free && (rc = skv_kvc_check_budget(h, err, cap))) return rc;
-    t.payload = g->payload + SKV_KVC_HDR;
-    t.payload_bytes = h->tokens_bytes;
-    if ((rc = skv_session_decode_tokens(&t, s->info.n_vocab, tok, err, cap))) return rc;
-    if ((rc = skv_kvcodec_create(&c, h->scheme, h->seed, h->n_layer, h->n_head_kv, h->head_dim)))
-        return skv_errf(err, cap, rc, "cannot set up the KV quantizers: %s", skv_status_str(rc));
-    rc = skv_kvcodec_decode(c, t.payload + h->tokens_bytes, (size_t)h->kv_bytes, g->n_tokens, kv, kv_cap);
-    skv_kvcodec_free(c);
-    if (rc == SKV_ERR_FORMAT) return skv_session_bad(err, cap, "the quantized KV payload holds invalid values");
-    if (rc) return skv_errf(err, cap, rc, "KV decoding failed: %s", skv_status_str(rc));
-    return SKV_OK;
+    return skv_codec_row_of(s->info.codec)->decode_kv(s, g, model_free, kv, kv_cap, tok, err, cap);
+}
+
+int skv_session_segment_dict(const skv_session *s, uint32_t i, uint64_t *id, uint32_t *n_ids)
+{
+    if (!s) return SKV_ERR_INVALID_ARG;
+    if (!id || !n_ids || i >= s->info.n_segments)
+        return ses_status(s, SKV_ERR_INVALID_ARG, "segment_dict: NULL out or segment %u out of range", i);
+    if (!(skv_codec_flags(s->info.codec) & SKV_CODEC_F_DICT))
+        return ses_status(s, SKV_ERR_UNSUPPORTED, "codec %s takes no dictionary", skv_codec_name(s->info.codec));
+    const seg_view *g = &s->segs[i];
+    if (skv_cmv_payload_dict(g->payload, (size_t)g->payload_bytes, id, n_ids))
+        return ses_status(s, SKV_ERR_FORMAT, "not a valid .skv file: segment %u is shorter than its header", i);
+    return ses_ok(s);
 }
 
 int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv_info *out)
@@ -411,8 +366,7 @@ int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv
     const skv_kvc_header *h = &s->segs[i].kvh;
     memset(out, 0, sizeof *out);
     for (int k = 0; k < 2; k++) {
-        const char *pn = skv_kvp_pred_name(s->segs[i].kph.predictor);
-        snprintf(out->scheme[k], sizeof out->scheme[k], "%s", s->info.codec == SKV_CODEC_PRED ? pn : skv_quant_name(h->scheme[k]));
+        snprintf(out->scheme[k], sizeof out->scheme[k], "%s", skv_quant_name(h->scheme[k]));
         out->rel_mse[k] = h->rel_mse[k];
     }
     out->seed = h->seed;
@@ -422,12 +376,8 @@ int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv
     out->position_bytes = skv_kvc_position_bytes(h->scheme, h->n_layer, h->n_head_kv, h->head_dim);
     out->tokens_bytes = h->tokens_bytes;
     out->kv_bytes = h->kv_bytes;
-    if (s->info.codec == SKV_CODEC_PRED) {
-        const skv_kvp_header *p = &s->segs[i].kph;
-        out->kv_bytes = SKV_KVP_HDR + p->side_bytes + p->stream_bytes;
-        out->position_bytes = (out->kv_bytes + s->segs[i].n_tokens - 1) / s->segs[i].n_tokens;
-        out->model_layers = (p->flags & 2) ? 1 : 0;
-    }
+    skv_codec_kv_info_fn refine = skv_codec_row_of(s->info.codec)->kv_info;
+    if (refine) refine(&s->segs[i], out); /* a payload other than per-vector quantized KV */
     return ses_ok(s);
 }
 

@@ -4,10 +4,12 @@
  * model-coded segments in lockstep through the stream steps below, exactly as
  * skv_session_restore_segment uses them. Not part of the public API.
  *
- *   session.c   codec names; the reader: parse and validate, info, token/KV payloads
+ *   codecs.c    the codec table (codecs.h): one row per codec, its flags and operations
+ *   session.c   the reader: parse and validate, info, token/KV payloads
  *   encoder.c   the encoder: tokens -> file bytes
  *   restore.c   restore of a segment into a context (model codec: plain or speculative)
- *   cmcodec.c   codec cm: the payload of a segment's ids under the context-mixing model
+ *   codec_*.c   the codecs' operations (codec_ids.c: tokens cm cmv cmvd; codec_kv.c: f16..kvq)
+ *   cmv_model.c the cm-family id coders (coder/cmvcodec.h) given a model's vocabulary
  */
 #ifndef SKV_SESSION_INT_H
 #define SKV_SESSION_INT_H
@@ -15,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coder/cmvcodec.h"
 #include "coder/rangecoder.h"
 #include "container/kvcodec.h"
 #include "container/kvpred.h"
@@ -55,8 +58,8 @@ struct skv_session {
 };
 
 /* ---- session.c ---- */
-int skv_codec_is_kv(int codec);     /* SKV_CODEC_F16 .. SKV_CODEC_KVQ, SKV_CODEC_PRED: the KV is stored */
-int skv_codec_scheme(int codec);    /* the one scheme of a fixed KV codec; -1 for KVQ and the others */
+int skv_codec_is_kv(int codec);     /* codecs.c: the codec stores the KV (SKV_CODEC_F_KV) */
+int skv_codec_scheme(int codec);    /* codec_kv.c: the one scheme of a fixed KV codec; -1 for KVQ and the others */
 /* XXH3-128 (canonical bytes) of n floats as little-endian binary32. */
 int skv_digest_f32(const float *x, size_t n, uint8_t out[16]);
 int skv_session_bad(char *err, size_t cap, const char *what); /* SKV_ERR_FORMAT "not a valid .skv file: ..." */
@@ -86,51 +89,6 @@ int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap);
  * flag bit 1 layer 0 is left zero (model_free: SKV_ERR_UNSUPPORTED): the caller regenerates it. */
 int skv_session_decode_pred(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
                             int32_t *tok, char *err, size_t cap);
-
-/* ---- cmcodec.c ---- */
-/* Codec cm's payload of the n ids tok[] (< V) into *buf (realloc'ed to *cap as needed),
- * *len bytes. SKV_ERR_NOMEM, SKV_ERR_INTERNAL (bound violated). */
-int skv_session_cm_payload(const int32_t *tok, size_t n, uint32_t V, uint8_t **buf, size_t *cap, size_t *len);
-/* A codec cm payload of g's n_tokens ids into tok (each < V by construction). */
-int skv_session_decode_cm(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap);
-
-/* ---- cmvcodec.c: codecs cmv (20) and cmv with a dictionary (21) ---- */
-struct skv_cm_vocab;
-struct skv_tokenizer;
-/* The cm side information of a tokenizer's vocabulary (a new one; skv_cm_vocab_free it). */
-int skv_session_cm_vocab(const struct skv_tokenizer *tk, struct skv_cm_vocab **out);
-/* Encoder setup: for codec cmvd a dictionary of 1..2^24 ids < V (copied to *copy), for the
- * other codecs none (SKV_ERR_INVALID_ARG with a message otherwise). */
-int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap);
-/* Codec cmvd's primed models for a store (docs/store.md "Dictionaries"): whether this
- * process holds (m, dictionary id, n) primed already; a snapshot's bytes (skv_cm_dict_save's
- * format, e.g. a store record) loaded as skv_cm_dict_load loads a file; the primed model's
- * snapshot in cm_snap.h's format `version` (primed first if need be; *buf to free). */
-int skv_session_cm_dict_have(skv_model *m, uint64_t id, size_t n);
-int skv_session_cm_dict_load_mem(skv_model *m, const int32_t *dict, size_t n, const uint8_t *buf, size_t len,
-                                 char *err, size_t cap);
-int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, uint32_t version, uint8_t **buf,
-                                 size_t *len, char *err, size_t cap);
-/* How many dictionaries this process has primed (walked) so far (tests: loaded, not primed). */
-size_t skv_session_cm_primings(void);
-/* XXH3-64 of n ids as little-endian u32: how a cmv file names its dictionary. */
-uint64_t skv_session_dict_id(const int32_t *dict, size_t n);
-/* Codec cmv's payload of the n ids tok[] under m's vocabulary, primed by dict[0..n_dict)
- * when n_dict > 0 (codec 21). SKV_ERR_NOMEM, SKV_ERR_INVALID_ARG (an id >= V in dict). */
-int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, const int32_t *tok, size_t n,
-                            uint8_t **buf, size_t *cap, size_t *len);
-/* Told once when the first `at` ids of a decode are final in the caller's array (a
- * restore prefills them while the decode goes on, restore.c). */
-typedef struct skv_id_notify {
-    size_t at;
-    void (*ready)(void *user);
-    void *user;
-} skv_id_notify;
-/* A cmv / cmvd (codec) payload of g's n_tokens ids into tok; SKV_ERR_MISMATCH when the
- * file needs another vocabulary or dictionary than (m, dict); dict is ignored for cmv.
- * nf: NULL, or called when tok[0..nf->at) hold their final ids (not on failure before). */
-int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int32_t *dict, size_t n_dict,
-                           int32_t *tok, const skv_id_notify *nf, char *err, size_t cap);
 
 /* ---- restore.c: the steps restore_batch.c shares ---- */
 /* SKV_OK if m is the model s was written with (fingerprint and vocabulary), else

@@ -196,14 +196,6 @@ void skv_digest_finish(void *xxh3_state, uint8_t out[16])
     XXH3_freeState(xxh3_state);
 }
 
-double skv_token_surprisal(const float *logits, int n_vocab, int32_t token)
-{
-    double mx = logits[0], z = 0.0;
-    for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
-    for (int i = 0; i < n_vocab; i++) z += exp((double)logits[i] - mx);
-    return (log(z) - ((double)logits[token] - mx)) / log(2.0);
-}
-
 #define BIG_PAGE ((size_t)2 << 20)
 
 /* The mapping's start and length, kept just below the block skv_big_alloc returns (in a

@@ -1,9 +1,9 @@
 /* Architecture descriptors: one table row per model family (docs/architectures.md).
  *
- * A row says what the loader reads (model.c: the GGUF metadata key prefix, which per-layer
+ * A row says what the loader reads (model_gguf.c: the GGUF metadata key prefix, which per-layer
  * tensors are required, optional or absent) and what the forward pass does with them
  * (forward.c: the RoPE pairing, the SKV_ARCH_* steps). Tensors shared by every family
- * (token_embd, output_norm, output, rope_freqs) are read by model.c for all rows.
+ * (token_embd, output_norm, output, rope_freqs) are read by model_gguf.c for all rows.
  *
  * Per-layer tensors are described once, in skv_layer_tensors[] (arch.c): GGUF name, shape
  * as dimension symbols, and the skv_layer field they land in. Shapes follow model.h: a
@@ -35,7 +35,7 @@ typedef enum {
     SKV_DIM_FF2,  /* 2 * n_ff: fused gate|up rows */
 } skv_dim;
 
-/* Per-layer tensors. This order is the fingerprint's hashing order (model.c), so a new
+/* Per-layer tensors. This order is the fingerprint's hashing order (model_fp.c), so a new
  * kind goes at the end: absent tensors hash nothing and old fingerprints stay put. */
 typedef enum {
     SKV_LT_ATTN_NORM,

@@ -285,7 +285,7 @@ static void matmul_task(void *arg, size_t task, int thread)
     size_t r0 = task * ROW_BLOCK, nr = w->N - r0 < ROW_BLOCK ? w->N - r0 : ROW_BLOCK;
     const float *W;
     if (j->qa) {
-        if (w->packed) /* repacked at load (model.c): same bits, faster decode */
+        if (w->packed) /* repacked at load (model_weights.c): same bits, faster decode */
             skv_qmatmul(j->c->k, j->y + r0, j->ldy, w->type | SKV_QMATMUL_PACKED, w->packed + r0 * w->packed_row_bytes,
                         w->packed_row_bytes, w->K, j->qa, j->T, nr);
         else

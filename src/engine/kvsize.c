@@ -3,6 +3,7 @@
 #include "core/fpguard.h"
 
 #include "engine/model.h"
+#include "quant/kvquant.h"
 #include "quant/quant.h"
 
 int skv_kv_position_bytes(const skv_model *m, const char *scheme, double *bytes)
@@ -22,4 +23,10 @@ int skv_kv_position_bytes(const skv_model *m, const char *scheme, double *bytes)
     if (id < 0 || skv_quant_check(id, hd) != SKV_OK) return SKV_ERR_INVALID_ARG;
     *bytes = (double)skv_quant_bytes(id, hd) * (double)vecs;
     return SKV_OK;
+}
+
+/* The model's part of the check (its head size); the spec's grammar is the quantizer's. */
+int skv_kv_quant_check(const char *spec, const skv_model *m, char *err, size_t errcap)
+{
+    return skv_kvquant_check(spec, m ? m->info.head_dim : -1, err, errcap);
 }

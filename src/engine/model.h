@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "engine/arch.h"
+#include "engine/engine.h"
 #include "engine/gguf.h"
 #include "seqkv.h"
 #include "tokenizer/tokenizer.h"
@@ -26,7 +27,7 @@ typedef struct skv_weight {
     size_t K, N;
     const uint8_t *packed;   /* the rows repacked for the integer dot (quant/repack.h), owned; or NULL */
     size_t packed_row_bytes; /* its bytes per row */
-    int resident;            /* data is an owned copy on huge pages (model.c resident_weights), not the file's */
+    int resident;            /* data is an owned copy on huge pages (model_weights.c), not the file's */
 } skv_weight;
 
 /* One decoder layer. Every field is described by a row of skv_layer_tensors (arch.c),
@@ -80,11 +81,5 @@ int skv_layer_windowed(const skv_model *m, int l);
 
 /* Expands one row of a weight to f32. */
 void skv_weight_row(const skv_weight *w, size_t row, float *dst);
-/* Sets c's last error (skv_ctx_last_error) to msg and returns status: for library calls
- * that report on a context they fill (restores). */
-int skv_ctx_set_error(skv_ctx *c, int status, const char *msg);
-
-/* 1 once the fingerprint is computed (skv_model_fingerprint returns at once), else 0. */
-int skv_model_fingerprint_ready(skv_model *m);
 
 #endif

@@ -215,18 +215,16 @@ uint64_t skv_kvquant_fallbacks(const skv_kvquant *q) { return q ? q->fallbacks :
 
 /* ---- public helpers (seqkv.h) ------------------------------------------- */
 
-int skv_kv_quant_check(const char *spec, const skv_model *m, char *err, size_t errcap)
+int skv_kvquant_check(const char *spec, int head_dim, char *err, size_t errcap)
 {
     skv_kvq_spec sp;
-    skv_model_info info;
     int rc = skv_kvquant_parse(spec, &sp, err, errcap);
-    if (rc || !m) return rc;
-    if ((rc = skv_model_get_info(m, &info)) != SKV_OK) return rc;
+    if (rc || head_dim < 0) return rc;
     for (int k = 0; k < 2; k++)
-        if (sp.scheme[k] >= 0 && (rc = skv_quant_check(sp.scheme[k], (size_t)info.head_dim)) != SKV_OK) {
+        if (sp.scheme[k] >= 0 && (rc = skv_quant_check(sp.scheme[k], (size_t)head_dim)) != SKV_OK) {
             if (err && errcap)
                 snprintf(err, errcap, "kv-quant: scheme %s does not support head_dim %d", skv_quant_name(sp.scheme[k]),
-                         info.head_dim);
+                         head_dim);
             return rc;
         }
     return SKV_OK;

@@ -31,7 +31,7 @@
  *   the bits of dot.c's reference on the file's rows: decode (T = 1, AVX2 and
  *   AVX-512 levels) runs the packed kernels; other batches and the scalar level
  *   unpack 8 rows at a time back to the file layout and run the level's gemm.
- *   The model fingerprint is still taken from the file's bytes (engine/model.c).
+ *   The model fingerprint is still taken from the file's bytes (engine/model_fp.c).
  * - Only whole groups are packed: a matrix whose row count is not a multiple of
  *   16, or whose 8 file rows exceed SKV_PACK_BUF bytes, keeps the file layout. */
 #ifndef SKV_REPACK_H

@@ -88,5 +88,7 @@ int store_backend_redis_open(skv_store *st, const char *url, int flags, store_ba
 int store_is_redis_url(const char *where);
 /* The namespace a URL names, and reading one record of it without a model (store_model.c). */
 int store_redis_peek(const char *url, const char *name, uint8_t **v, size_t *vn, char *err, size_t errcap);
+/* The same for an LMDB directory (its "meta" table): 1 = absent, *v malloc'ed. */
+int store_lmdb_peek(const char *dir, const char *name, uint8_t **v, size_t *vn, char *err, size_t errcap);
 
 #endif

@@ -5,7 +5,7 @@
  *   meta "dict.<id: 16 hex digits>" -> "SKVD" | u32 version 1 | u64 id | u32 n | u32 0
  *                                      | u32 ids[n] | u64 XXH3-64 of every byte before it
  *
- * id = XXH3-64 of the ids as little-endian u32 (skv_session_dict_id, what a cmvd payload
+ * id = XXH3-64 of the ids as little-endian u32 (skv_cmv_dict_id, what a cmvd payload
  * names); n is 1 .. 2^20, every id < n_vocab. Records are never changed (a new training
  * writes a new one); the "tier" record names the current one.
  *
@@ -23,7 +23,7 @@
 #include <xxhash.h>
 
 #include "coder/cm_snap.h"
-#include "container/session_int.h"
+#include "container/cmv_model.h"
 #include "store/store_int.h"
 
 #define DICT_MAGIC 0x44564b53u /* "SKVD" */
@@ -39,7 +39,10 @@ static int snap_put(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
     char key[24], err[256];
     uint8_t *b = NULL;
     size_t len = 0;
-    int rc = skv_session_cm_dict_snapshot(t->st->model, ids, n, SKV_CM_SNAP_VERSION, &b, &len, err, sizeof err);
+    skv_cmv_src src;
+    int rc = skv_cmv_src_of(t->st->model, &src);
+    if (!rc) rc = skv_cmv_dict_snapshot(&src, ids, n, SKV_CM_SNAP_VERSION, &b, &len, err, sizeof err);
+    else snprintf(err, sizeof err, "cannot fingerprint the model's tokenizer");
     snap_key(key, id);
     if (rc) return store_err(t->st, rc, "cannot snapshot the dictionary's cm model: %s", err);
     rc = store_put(t, TB_META, key, 23, b, len);
@@ -64,10 +67,12 @@ static int snap_load(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
     char key[24], err[256];
     const uint8_t *v;
     size_t vn;
-    if (skv_session_cm_dict_have(t->st->model, id, n)) return SKV_OK;
+    skv_cmv_src src;
+    if (skv_cmv_src_of(t->st->model, &src)) return t->write ? snap_put(t, id, ids, n) : SKV_OK; /* met again there */
+    if (skv_cmv_dict_have(&src, id, n)) return SKV_OK;
     snap_key(key, id);
     if (t->st->be->ops->get(t->bt, TB_META, key, 23, STORE_NOWATCH, &v, &vn) == SKV_OK &&
-        skv_session_cm_dict_load_mem(t->st->model, ids, n, v, vn, err, sizeof err) == SKV_OK)
+        skv_cmv_dict_load_mem(&src, ids, n, v, vn, err, sizeof err) == SKV_OK)
         return SKV_OK;
     return t->write ? snap_put(t, id, ids, n) : SKV_OK;
 }
@@ -96,7 +101,7 @@ int store_dict_get(tx *t, uint64_t id, uint32_t n, int32_t **ids)
         }
         (*ids)[i] = (int32_t)x;
     }
-    if (skv_session_dict_id(*ids, n) != id) {
+    if (skv_cmv_dict_id(*ids, n) != id) {
         free(*ids);
         *ids = NULL;
         return dict_bad(t, id, "does not match its id");
@@ -114,7 +119,7 @@ int store_dict_put(tx *t, const int32_t *ids, uint32_t n, uint64_t *id)
     size_t vn = DICT_HDR + 4ull * n + 8;
     uint8_t *b = malloc(vn);
     if (!b) return store_err(t->st, SKV_ERR_NOMEM, "out of memory");
-    *id = skv_session_dict_id(ids, n);
+    *id = skv_cmv_dict_id(ids, n);
     memset(b, 0, DICT_HDR);
     skv_wr32(b, DICT_MAGIC);
     skv_wr32(b + 4, 1);

@@ -7,10 +7,7 @@
  *
  * The path is recorded when the store is created, or by the first put of a handle that
  * knows it (skv_store_params.model_path), and is never changed after. */
-#include <lmdb.h>
 #include "core/fpguard.h"
-#include <stdlib.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -55,16 +52,6 @@ static int model_rec_parse(const uint8_t *p, size_t n, char *out, size_t cap)
     return SKV_OK;
 }
 
-static int model_rec_read(MDB_txn *txn, MDB_dbi meta, char *out, size_t cap)
-{
-    MDB_val k = {5, (void *)"model"}, v;
-    out[0] = 0;
-    int rc = mdb_get(txn, meta, &k, &v);
-    if (rc == MDB_NOTFOUND) return SKV_OK;
-    if (rc) return SKV_ERR_IO;
-    return model_rec_parse(v.mv_data, v.mv_size, out, cap);
-}
-
 /* The header's model fields (layout in store.c). */
 static int header_read(const uint8_t *p, size_t n, skv_store_model *out)
 {
@@ -82,65 +69,39 @@ static int header_read(const uint8_t *p, size_t n, skv_store_model *out)
     return SKV_OK;
 }
 
-static int info_txn(MDB_env *env, const char *dir, skv_store_model *out, char *err, size_t errcap)
+/* One meta record of the store at `where`, read without opening it for use: 1 = absent. */
+static int peek(const char *where, const char *name, uint8_t **v, size_t *vn, char *err, size_t errcap)
 {
-    MDB_txn *txn;
-    MDB_dbi meta;
-    MDB_val hk = {6, (void *)"header"}, hv;
-    int rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
-    if (rc) return skv_errf(err, errcap, SKV_ERR_FORMAT, "store '%s' is damaged: %s", dir, mdb_strerror(rc));
-    if (mdb_dbi_open(txn, "meta", 0, &meta) || mdb_get(txn, meta, &hk, &hv))
-        rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store", dir);
-    else if ((rc = header_read(hv.mv_data, hv.mv_size, out)))
-        rc = skv_errf(err, errcap, rc, "store '%s': header damaged or of another version", dir);
-    else if ((rc = model_rec_read(txn, meta, out->path, sizeof out->path)))
-        rc = skv_errf(err, errcap, rc, "store '%s': model record damaged", dir);
-    mdb_txn_abort(txn);
-    return rc;
+    return store_is_redis_url(where) ? store_redis_peek(where, name, v, vn, err, errcap)
+                                     : store_lmdb_peek(where, name, v, vn, err, errcap);
 }
 
-/* The same from a Redis store's header and model records. */
-static int redis_info(const char *url, skv_store_model *out, char *err, size_t errcap)
+/* The header's and the model record's fields of the store at `where` (either backend). */
+static int read_info(const char *where, skv_store_model *out, char *err, size_t errcap)
 {
     uint8_t *v = NULL;
     size_t n = 0;
-    int rc = store_redis_peek(url, "header", &v, &n, err, errcap);
-    if (rc == 1) rc = skv_errf(err, errcap, SKV_ERR_IO, "no seqkv store at '%s' (create one with 'seqkv store init')",
-                               url);
+    int rc = peek(where, "header", &v, &n, err, errcap);
+    if (rc == 1)
+        rc = store_is_redis_url(where)
+                 ? skv_errf(err, errcap, SKV_ERR_IO, "no seqkv store at '%s' (create one with 'seqkv store init')", where)
+                 : skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store", where);
     else if (!rc && (rc = header_read(v, n, out)))
-        rc = skv_errf(err, errcap, rc, "store '%s': header damaged or of another version", url);
+        rc = skv_errf(err, errcap, rc, "store '%s': header damaged or of another version", where);
     free(v);
     v = NULL;
-    if (!rc && (rc = store_redis_peek(url, "model", &v, &n, err, errcap)) == 1) rc = SKV_OK;
+    if (!rc && (rc = peek(where, "model", &v, &n, err, errcap)) == 1) rc = SKV_OK;
     else if (!rc && model_rec_parse(v, n, out->path, sizeof out->path))
-        rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "store '%s': model record damaged", url);
+        rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "store '%s': model record damaged", where);
     free(v);
     return rc;
 }
 
 int skv_store_model_info(const char *dir, skv_store_model *out, char *err, size_t errcap)
 {
-    MDB_env *env;
-    char path[4096];
     if (!dir || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "skv_store_model_info: invalid arguments");
     memset(out, 0, sizeof *out);
-    if (store_is_redis_url(dir)) {
-        int rc = redis_info(dir, out, err, errcap);
-        if (rc == SKV_OK && !out->path[0])
-            skv_log(SKV_LOG_INFO, "store '%s' has no model-path record: its model is known by name and fingerprint "
-                    "only", dir);
-        return rc;
-    }
-    snprintf(path, sizeof path, "%s/data.mdb", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return skv_errf(err, errcap, SKV_ERR_IO, "no seqkv store in '%s'", dir);
-    fclose(f);
-    int rc = mdb_env_create(&env);
-    if (!rc) rc = mdb_env_set_maxdbs(env, 8);
-    if (!rc) rc = mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS, 0664);
-    if (rc) rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is not a seqkv store: %s", dir, mdb_strerror(rc));
-    else rc = info_txn(env, dir, out, err, errcap);
-    mdb_env_close(env);
+    int rc = read_info(dir, out, err, errcap);
     if (rc == SKV_OK && !out->path[0])
         skv_log(SKV_LOG_INFO, "store '%s' has no model-path record (made without skv_store_params.model_path): "
                 "its model is known by name and fingerprint only", dir);

@@ -33,7 +33,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "container/session_int.h"
+#include "container/cmv_model.h"
 #include "store/store_int.h"
 
 #define CODED_MAGIC 0x43564b53u /* "SKVC" */
@@ -260,9 +260,11 @@ static int cm_payload(tx *t, const skv_trie_node *n, int codec, uint8_t **pl, si
     int32_t *dict = NULL;
     size_t cap = 0;
     double t0 = skv_now();
+    skv_cmv_src src;
     int rc = codec == SKV_CODEC_CMVD ? store_dict_get(t, t->tier.dict_id, t->tier.dict_n, &dict) : SKV_OK;
     *pl = NULL;
-    if (!rc) rc = skv_session_cmv_payload(t->st->model, dict, dict ? t->tier.dict_n : 0, n->tokens, n->len, pl, &cap, P);
+    if (!rc) rc = skv_cmv_src_of(t->st->model, &src);
+    if (!rc) rc = skv_cmv_payload(&src, dict, dict ? t->tier.dict_n : 0, n->tokens, n->len, pl, &cap, P);
     free(dict);
     if (rc) {
         free(*pl);
@@ -368,9 +370,10 @@ static int coded_ids(tx *t, const uint8_t *v, size_t n, uint32_t len, uint32_t P
         snprintf(e, ecap, "%s", skv_errbox_get(t->st->err));
         return rc;
     }
-    seg_view g = {.n_tokens = len, .payload_bytes = P, .payload = v + CODED_HDR + 2u * len};
-    rc = skv_session_decode_cmv(&g, codec, t->st->model, dict, dict ? skv_rd32(v + 72) : 0, tok, NULL, e,
-                                ecap);
+    skv_cmv_src src;
+    if ((rc = skv_cmv_src_of(t->st->model, &src))) snprintf(e, ecap, "cannot fingerprint the model's tokenizer");
+    else rc = skv_cmv_payload_decode(&src, v + CODED_HDR + 2u * len, P, len, codec == SKV_CODEC_CMVD, dict,
+                                     dict ? skv_rd32(v + 72) : 0, tok, NULL, e, ecap);
     free(dict);
     if (!rc) memo_add(t->st, v, n, len, P, tok);
     return rc;

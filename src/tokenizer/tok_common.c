@@ -3,21 +3,8 @@
 #include "tokenizer/tok_int.h"
 #include "core/fpguard.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int tok_fail(char *err, size_t errcap, int status, const char *fmt, ...)
-{
-    if (err && errcap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errcap, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 static uint64_t load32(const uint8_t *p)
 {

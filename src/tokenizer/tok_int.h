@@ -22,6 +22,7 @@
 
 #include "tokenizer/tokenizer.h"
 
+#include "core/util.h"
 #include "seqkv.h"
 #include "tokenizer/unicode.h"
 
@@ -81,14 +82,7 @@ struct skv_tokenizer {
 /* ------------------------------------------------------------------------ */
 /* tok_common.c                                                             */
 
-#if defined(__GNUC__)
-#define TOK_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define TOK_PRINTF(a, b)
-#endif
-
-/* Formats the message into err (when errcap > 0) and returns status. */
-int tok_fail(char *err, size_t errcap, int status, const char *fmt, ...) TOK_PRINTF(4, 5);
+/* Failures are reported with core's skv_errf (core/util.h), as in every other layer. */
 
 /* A quick non-cryptographic hash (only ever compared within one process). */
 uint64_t tok_hash_bytes(const uint8_t *s, size_t n);

@@ -57,7 +57,7 @@ static int resolve_special(int32_t *dst, int32_t v, int32_t dflt, size_t n_vocab
 {
     if (v == SKV_TOKEN_DEFAULT) v = (dflt >= 0 && (size_t)dflt < n_vocab) ? dflt : -1;
     if (v < -1 || (v >= 0 && (size_t)v >= n_vocab))
-        return tok_fail(err, errcap, SKV_ERR_INVALID_ARG, "%s %d out of range (vocabulary of %zu tokens)",
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "%s %d out of range (vocabulary of %zu tokens)",
                         what, (int)v, n_vocab);
     *dst = v;
     return SKV_OK;
@@ -66,7 +66,7 @@ static int resolve_special(int32_t *dst, int32_t v, int32_t dflt, size_t n_vocab
 static int resolve_flag(int *dst, int v, int dflt, const char *what, char *err, size_t errcap)
 {
     if (v < -1 || v > 1)
-        return tok_fail(err, errcap, SKV_ERR_INVALID_ARG, "%s must be -1, 0 or 1, not %d", what, v);
+        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "%s must be -1, 0 or 1, not %d", what, v);
     *dst = v < 0 ? dflt : v;
     return SKV_OK;
 }
@@ -85,8 +85,8 @@ int tok_setup_specials(skv_tokenizer *t, const skv_tokenizer_desc *d, const pre_
         (rc = resolve_flag(&t->add_space_prefix, d->add_space_prefix, spm, "add_space_prefix", err, errcap)))
         return rc;
     if (t->add_bos && t->bos < 0)
-        return tok_fail(err, errcap, SKV_ERR_FORMAT, "add_bos is true, but there is no bos token");
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "add_bos is true, but there is no bos token");
     if (t->add_eos && t->eos < 0)
-        return tok_fail(err, errcap, SKV_ERR_FORMAT, "add_eos is true, but there is no eos token");
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "add_eos is true, but there is no eos token");
     return SKV_OK;
 }

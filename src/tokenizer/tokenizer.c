@@ -34,11 +34,11 @@ static int measure_texts(const skv_strref *tok, size_t n, size_t empty, size_t *
     for (size_t i = 0; i < n; i++) {
         size_t len = tok[i].len;
         if (len && !tok[i].ptr)
-            return tok_fail(err, errcap, SKV_ERR_INVALID_ARG, "token %zu: NULL text with length %zu", i, len);
+            return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "token %zu: NULL text with length %zu", i, len);
         if (len > ((size_t)1 << 30))
-            return tok_fail(err, errcap, SKV_ERR_FORMAT, "token %zu: text of %zu bytes is absurd", i, len);
+            return skv_errf(err, errcap, SKV_ERR_FORMAT, "token %zu: text of %zu bytes is absurd", i, len);
         *total += len ? len : empty;
-        if (*total > ((size_t)1 << 40)) return tok_fail(err, errcap, SKV_ERR_FORMAT, "token texts too large");
+        if (*total > ((size_t)1 << 40)) return skv_errf(err, errcap, SKV_ERR_FORMAT, "token texts too large");
     }
     return SKV_OK;
 }
@@ -52,7 +52,7 @@ static int copy_texts(skv_tokenizer *t, const skv_strref *tok, char *err, size_t
     if (rc) return rc;
     t->off = malloc((n + 1) * sizeof *t->off);
     t->blob = malloc(total ? total : 1);
-    if (!t->off || !t->blob) return tok_fail(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!t->off || !t->blob) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const char *s = tok[i].ptr;
         size_t len = tok[i].len;
@@ -87,7 +87,7 @@ static int copy_scores(skv_tokenizer *t, const skv_tokenizer_desc *d, char *err,
 {
     t->score = malloc(d->n_vocab * sizeof *t->score);
     t->attr = malloc(d->n_vocab);
-    if (!t->score || !t->attr) return tok_fail(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!t->score || !t->attr) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < d->n_vocab; i++) {
         float s = d->scores ? d->scores[i] : 0.0f;
         t->score[i] = isnan(s) ? -INFINITY : s;
@@ -100,9 +100,9 @@ static int copy_scores(skv_tokenizer *t, const skv_tokenizer_desc *d, char *err,
 static int build_hash(skv_tokenizer *t, char *err, size_t errcap)
 {
     size_t cap = tok_table_cap(t->n_vocab);
-    if (!cap) return tok_fail(err, errcap, SKV_ERR_NOMEM, "vocabulary too large");
+    if (!cap) return skv_errf(err, errcap, SKV_ERR_NOMEM, "vocabulary too large");
     t->slots = calloc(cap, sizeof *t->slots);
-    if (!t->slots) return tok_fail(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!t->slots) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
     t->slot_mask = cap - 1;
     for (size_t id = 0; id < t->n_vocab; id++) {
         size_t len, i;
@@ -112,7 +112,7 @@ static int build_hash(skv_tokenizer *t, char *err, size_t errcap)
             uint32_t other = t->slots[i] - 1;
             const uint8_t *o = tok_text(t, (int32_t)other, &olen);
             if (olen == len && memcmp(o, s, len) == 0)
-                return tok_fail(err, errcap, SKV_ERR_FORMAT,
+                return skv_errf(err, errcap, SKV_ERR_FORMAT,
                                 "duplicate token in vocabulary: ids %u and %zu have the same text",
                                 other, id);
         }
@@ -172,13 +172,13 @@ static int check_desc(const skv_tokenizer_desc *d, const pre_entry **pre, char *
 {
     *pre = &pre_table[0];
     if (d->kind != SKV_TOKENIZER_SPM && d->kind != SKV_TOKENIZER_GPT2)
-        return tok_fail(err, errcap, SKV_ERR_UNSUPPORTED, "unsupported tokenizer kind %d", d->kind);
-    if (d->n_vocab == 0) return tok_fail(err, errcap, SKV_ERR_INVALID_ARG, "empty vocabulary (n_vocab = 0)");
+        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "unsupported tokenizer kind %d", d->kind);
+    if (d->n_vocab == 0) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "empty vocabulary (n_vocab = 0)");
     if (d->n_vocab >= INT32_MAX)
-        return tok_fail(err, errcap, SKV_ERR_FORMAT, "vocabulary of %zu tokens is absurd", d->n_vocab);
-    if (!d->tokens) return tok_fail(err, errcap, SKV_ERR_INVALID_ARG, "tokens is NULL");
+        return skv_errf(err, errcap, SKV_ERR_FORMAT, "vocabulary of %zu tokens is absurd", d->n_vocab);
+    if (!d->tokens) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "tokens is NULL");
     if (d->kind == SKV_TOKENIZER_GPT2 && !(*pre = find_pre(d->pre)))
-        return tok_fail(err, errcap, SKV_ERR_UNSUPPORTED, "unknown pre-tokenizer '%.64s'", d->pre);
+        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "unknown pre-tokenizer '%.64s'", d->pre);
     return SKV_OK;
 }
 
@@ -201,12 +201,12 @@ int skv_tokenizer_create(const skv_tokenizer_desc *d, skv_tokenizer **out, char 
     const pre_entry *pre;
     int rc;
     if (err && errcap) err[0] = 0;
-    if (!out) return tok_fail(err, errcap, SKV_ERR_INVALID_ARG, "out is NULL");
+    if (!out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
-    if (!d) return tok_fail(err, errcap, SKV_ERR_INVALID_ARG, "desc is NULL");
+    if (!d) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "desc is NULL");
     if ((rc = check_desc(d, &pre, err, errcap))) return rc;
     t = calloc(1, sizeof *t);
-    if (!t) return tok_fail(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!t) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
     t->kind = d->kind;
     t->n_vocab = d->n_vocab;
     t->pretok = pre->kind;

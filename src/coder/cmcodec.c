@@ -1,14 +1,15 @@
 /* Codec cm (docs/format.md section 2.4): a segment's ids range-coded under the cheap
- * context-mixing model of src/coder/cm.c. Restored like codec tokens (decode the ids,
- * one batched prefill, digest verified); only the payload differs. */
+ * context-mixing model of cm.c, as a payload: the buffer grown to the coder's bound, and
+ * a decode that tells a corrupt stream from a lack of memory. */
+#include <stdint.h>
 #include <stdlib.h>
 #include "core/fpguard.h"
 
 #include "coder/cm.h"
+#include "coder/cmvcodec.h"
 #include "core/util.h"
-#include "container/session_int.h"
 
-int skv_session_cm_payload(const int32_t *tok, size_t n, uint32_t V, uint8_t **buf, size_t *cap, size_t *len)
+int skv_cm_payload(const int32_t *tok, size_t n, uint32_t V, uint8_t **buf, size_t *cap, size_t *len)
 {
     size_t need = skv_cm_bound(n, V);
     if (need == SIZE_MAX) return SKV_ERR_NOMEM;
@@ -22,10 +23,10 @@ int skv_session_cm_payload(const int32_t *tok, size_t n, uint32_t V, uint8_t **b
     return rc == SKV_ERR_RANGE ? SKV_ERR_INTERNAL : rc;
 }
 
-int skv_session_decode_cm(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap)
+int skv_cm_payload_decode(const uint8_t *p, size_t len, size_t n, uint32_t V, int32_t *tok, char *err, size_t cap)
 {
-    int rc = skv_cm_decode_tokens(g->payload, (size_t)g->payload_bytes, g->n_tokens, V, tok);
+    int rc = skv_cm_decode_tokens(p, len, n, V, tok);
     if (rc == SKV_ERR_NOMEM) return skv_errf(err, cap, rc, "out of memory for the context-mixing model");
-    if (rc) return skv_session_bad(err, cap, "corrupt context-mixing (cm) token stream");
+    if (rc) return skv_errf(err, cap, SKV_ERR_FORMAT, "corrupt context-mixing (cm) token stream");
     return SKV_OK;
 }

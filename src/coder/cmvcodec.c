@@ -30,12 +30,11 @@
 #include "coder/cm.h"
 #include "coder/cm_snap.h"
 #include "coder/cm_vocab.h"
-#include "container/session_int.h"
-#include "engine/model.h"
+#include "coder/cmvcodec.h"
+#include "coder/rangecoder.h"
+#include "core/util.h"
 
 #define CACHE_N 8
-#define PIECE_MAX 256
-#define SKV_CMV_DICT_MAX ((size_t)1 << 24) /* ids of a dictionary (format: u32 length) */
 #define HIST_ROOM 8192 /* ids of room after a cached dictionary: a segment's, without a realloc */
 
 typedef struct {
@@ -57,44 +56,9 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static cache_entry g_cache[CACHE_N];
 static int g_n;
-static size_t g_primings; /* dictionaries primed by this process (skv_session_cm_primings) */
+static size_t g_primings; /* dictionaries primed by this process (skv_cmv_primings) */
 
-int skv_session_cm_vocab(const struct skv_tokenizer *tk, skv_cm_vocab **out)
-{
-    uint32_t V = (uint32_t)skv_tokenizer_n_vocab(tk);
-    /* the pieces packed end to end (a few bytes each: ~20 KB for 4K ids, not V x 256 bytes
-     * of fresh pages), placed once the blob stops moving */
-    size_t cap = (size_t)V * 8 + PIECE_MAX, used = 0;
-    char *blob = malloc(cap);
-    const char **p = malloc((size_t)V * sizeof *p);
-    size_t *len = malloc((size_t)V * sizeof *len);
-    float *sc = malloc((size_t)V * sizeof *sc);
-    int rc = blob && p && len && sc ? SKV_OK : SKV_ERR_NOMEM;
-    for (uint32_t i = 0; rc == SKV_OK && i < V; i++) {
-        if (cap - used < PIECE_MAX) {
-            char *nb = realloc(blob, cap * 2);
-            if (!nb) {
-                rc = SKV_ERR_NOMEM;
-                break;
-            }
-            blob = nb, cap *= 2;
-        }
-        /* a piece longer than PIECE_MAX counts as empty (as it always has: the side
-         * information is part of what cmv / cmvd files are coded with) */
-        if (skv_tokenizer_piece(tk, (int32_t)i, blob + used, PIECE_MAX, &len[i]) < 0) len[i] = 0;
-        used += len[i];
-        sc[i] = skv_tokenizer_token_score(tk, (int32_t)i);
-    }
-    for (size_t i = 0, at = 0; rc == SKV_OK && i < V; at += len[i], i++) p[i] = blob + at;
-    if (rc == SKV_OK) rc = skv_cm_vocab_create(V, p, len, sc, out);
-    free(blob);
-    free(p);
-    free(len);
-    free(sc);
-    return rc;
-}
-
-uint64_t skv_session_dict_id(const int32_t *dict, size_t n)
+uint64_t skv_cmv_dict_id(const int32_t *dict, size_t n)
 {
     XXH3_state_t *s = XXH3_createState();
     uint64_t h = 0;
@@ -124,23 +88,21 @@ static cache_entry *find(const uint8_t fp[16], unsigned rev, uint64_t dict_id, s
     return NULL;
 }
 
-/* The side information of m's vocabulary (built on first use), keyed by the tokenizer's
+/* The side information of v's vocabulary (built on first use), keyed by the tokenizer's
  * fingerprint: it depends on the ids' pieces and scores only, so it never waits for the
  * model's fingerprint (every weight hashed: seconds on a large model), which a restore
  * then computes beside the prefill (restore.c fp_overlap). */
-static int vocab_of(skv_model *m, const skv_cm_vocab **out)
+static int vocab_of(const skv_cmv_src *v, const skv_cm_vocab **out)
 {
-    uint8_t fp[16];
-    int rc = skv_model_tokenizer_fingerprint(m, fp);
-    if (rc) return rc;
+    int rc = SKV_OK;
     pthread_mutex_lock(&g_lock);
-    cache_entry *c = find(fp, 0, 0, 0);
+    cache_entry *c = find(v->fp, 0, 0, 0);
     if (!c && g_n < CACHE_N) {
         skv_cm_vocab *vb = NULL;
-        if ((rc = skv_session_cm_vocab(m->tok, &vb)) == SKV_OK) {
+        if ((rc = v->build(v->user, &vb)) == SKV_OK) {
             c = &g_cache[g_n++];
             *c = (cache_entry){.vb = vb};
-            memcpy(c->fp, fp, 16);
+            memcpy(c->fp, v->fp, 16);
         }
     } else if (!c) {
         rc = SKV_ERR_NOMEM; /* more vocabularies than the table holds */
@@ -150,10 +112,10 @@ static int vocab_of(skv_model *m, const skv_cm_vocab **out)
     return rc;
 }
 
-int skv_cm_dict_prepare(skv_model *m)
+int skv_cmv_prepare(const skv_cmv_src *v)
 {
     const skv_cm_vocab *vb = NULL;
-    return m ? vocab_of(m, &vb) : SKV_ERR_INVALID_ARG;
+    return v ? vocab_of(v, &vb) : SKV_ERR_INVALID_ARG;
 }
 
 /* Files the primed model cm as (fp, its revision, id, n), keeping a copy of the dictionary's
@@ -178,14 +140,13 @@ static int cache_add(const uint8_t fp[16], uint64_t id, const int32_t *dict, siz
     return SKV_OK;
 }
 
-/* A model of revision rev primed by the dictionary (id = its skv_session_dict_id), built on
+/* A model of revision rev primed by the dictionary (id = its skv_cmv_dict_id), built on
  * first use; dict ids < V checked. */
-static int primed_of(skv_model *m, const skv_cm_vocab *vb, unsigned rev, const int32_t *dict, size_t n, uint64_t id,
-                     cache_entry **out)
+static int primed_of(const skv_cmv_src *v, const skv_cm_vocab *vb, unsigned rev, const int32_t *dict, size_t n,
+                     uint64_t id, cache_entry **out)
 {
-    uint8_t fp[16];
-    int rc = skv_model_tokenizer_fingerprint(m, fp);
-    if (rc) return rc;
+    const uint8_t *fp = v->fp;
+    int rc = SKV_OK;
     pthread_mutex_lock(&g_lock);
     cache_entry *c = find(fp, rev, id, n);
     if (!c) {
@@ -272,14 +233,14 @@ static int hist_room(cache_entry *c, size_t need)
 
 /* A fresh cmv model of revision rev, the primed one in place, or (too long for the undo log)
  * a copy. */
-static int coder_open(skv_model *m, unsigned rev, const int32_t *dict, size_t n_dict, uint64_t dict_id,
+static int coder_open(const skv_cmv_src *v, unsigned rev, const int32_t *dict, size_t n_dict, uint64_t dict_id,
                       const int32_t *tok, size_t n, const skv_cm_vocab **vb, cmv_coder *k)
 {
     cache_entry *c = NULL;
-    int rc = vocab_of(m, vb);
+    int rc = vocab_of(v, vb);
     *k = (cmv_coder){NULL, NULL, 0, NULL};
     if (!rc && !n_dict) rc = skv_cm_create_vocab(*vb, rev, SKV_CMV_SLOT_BITS, &k->cm);
-    else if (!rc && !(rc = primed_of(m, *vb, rev, dict, n_dict, dict_id, &c))) {
+    else if (!rc && !(rc = primed_of(v, *vb, rev, dict, n_dict, dict_id, &c))) {
         k->pool = c;
         primed_take(c);
         if (n_dict < SIZE_MAX / 4 - n && hist_room(c, n_dict + n + 1) && !skv_cm_undo_begin(c->primed, n)) {
@@ -316,11 +277,11 @@ static int encode_ids(skv_cm *cm, const int32_t *h, size_t n_dict, size_t n, uin
     return rc ? rc : skv_rangecoder_enc_finish(&e, len);
 }
 
-int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, const int32_t *tok, size_t n,
-                            uint8_t **buf, size_t *cap, size_t *len)
+int skv_cmv_payload(const skv_cmv_src *v, const int32_t *dict, size_t n_dict, const int32_t *tok, size_t n,
+                    uint8_t **buf, size_t *cap, size_t *len)
 {
     const skv_cm_vocab *vb = NULL;
-    size_t hb = header_bytes(n_dict), need = skv_cm_bound(n, (uint32_t)m->info.n_vocab), body = 0;
+    size_t hb = header_bytes(n_dict), need = skv_cm_bound(n, v->n_vocab), body = 0;
     if (need == SIZE_MAX || need > SIZE_MAX - hb) return SKV_ERR_NOMEM;
     if (need + hb > *cap) {
         uint8_t *nb = realloc(*buf, need + hb);
@@ -328,9 +289,9 @@ int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, co
         *buf = nb;
         *cap = need + hb;
     }
-    uint64_t id = n_dict ? skv_session_dict_id(dict, n_dict) : 0;
+    uint64_t id = n_dict ? skv_cmv_dict_id(dict, n_dict) : 0;
     cmv_coder k;
-    int rc = coder_open(m, SKV_CMV_REV, dict, n_dict, id, tok, n, &vb, &k);
+    int rc = coder_open(v, SKV_CMV_REV, dict, n_dict, id, tok, n, &vb, &k);
     if (rc == SKV_OK) rc = encode_ids(k.cm, k.h, n_dict, n, *buf + hb, *cap - hb, &body);
     if (rc == SKV_OK) {
         skv_wr64(*buf, skv_cm_model_check(vb, SKV_CMV_REV));
@@ -343,20 +304,20 @@ int skv_session_cmv_payload(skv_model *m, const int32_t *dict, size_t n_dict, co
 
 /* The payload's header against this vocabulary and dictionary (id, n_dict); *rev: the model
  * revision it names. */
-static int check_header(const seg_view *g, const skv_cm_vocab *vb, uint64_t id, size_t n_dict, unsigned *rev, char *err,
-                        size_t cap)
+static int check_header(const uint8_t *p, size_t len, const skv_cm_vocab *vb, uint64_t id, size_t n_dict,
+                        unsigned *rev, char *err, size_t cap)
 {
     size_t hb = header_bytes(n_dict);
-    if (g->payload_bytes < hb) return skv_session_bad(err, cap, "cmv payload shorter than its header");
-    uint64_t check = skv_rd64(g->payload);
+    if (len < hb) return skv_errf(err, cap, SKV_ERR_FORMAT, "cmv payload shorter than its header");
+    uint64_t check = skv_rd64(p);
     for (*rev = SKV_CMV_REV; *rev >= 1 && check != skv_cm_model_check(vb, *rev); --*rev) {}
     if (*rev < 1)
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
                         "cmv segment coded with another vocabulary side information or a newer model revision");
-    if (n_dict && (skv_rd64(g->payload + 8) != id || skv_rd32(g->payload + 16) != n_dict))
+    if (n_dict && (skv_rd64(p + 8) != id || skv_rd32(p + 16) != n_dict))
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
                         "cmv segment primed by dictionary %016llx (%u ids), not the one given",
-                        (unsigned long long)skv_rd64(g->payload + 8), skv_rd32(g->payload + 16));
+                        (unsigned long long)skv_rd64(p + 8), skv_rd32(p + 16));
     return SKV_OK;
 }
 
@@ -374,42 +335,39 @@ static int decode_ids(skv_cm *cm, const uint8_t *src, size_t len, int32_t *h, si
         if (i + 1 == nf->at) nf->ready(nf->user);
     }
     if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = SKV_ERR_FORMAT;
-    return rc ? skv_session_bad(err, cap, "corrupt cmv token stream") : SKV_OK;
+    return rc ? skv_errf(err, cap, SKV_ERR_FORMAT, "corrupt cmv token stream") : SKV_OK;
 }
 
-int skv_session_decode_cmv(const seg_view *g, int codec, skv_model *m, const int32_t *dict, size_t n_dict,
-                           int32_t *tok, const skv_id_notify *nf, char *err, size_t cap)
+int skv_cmv_payload_decode(const skv_cmv_src *v, const uint8_t *p, size_t len, size_t n, int with_dict,
+                           const int32_t *dict, size_t n_dict, int32_t *tok, const skv_id_notify *nf, char *err,
+                           size_t cap)
 {
-    if (codec != SKV_CODEC_CMVD) dict = NULL, n_dict = 0;
+    if (!with_dict) dict = NULL, n_dict = 0;
     else if (!dict || !n_dict)
         return skv_errf(err, cap, SKV_ERR_MISMATCH,
-                        "codec cmvd: give the dictionary the file was written with (skv_restore_params.cm_dict)");
+                        "codec cmvd: the dictionary the payload was coded with is needed");
     if (n_dict > SKV_CMV_DICT_MAX) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "cm_dict longer than 2^24 ids");
     const skv_cm_vocab *vb = NULL;
-    size_t n = g->n_tokens, hb = header_bytes(n_dict);
-    uint64_t id = n_dict ? skv_session_dict_id(dict, n_dict) : 0;
+    size_t hb = header_bytes(n_dict);
+    uint64_t id = n_dict ? skv_cmv_dict_id(dict, n_dict) : 0;
     cmv_coder k = {NULL, NULL, 0, NULL};
     unsigned rev = 0;
-    int rc = vocab_of(m, &vb);
+    int rc = vocab_of(v, &vb);
     if (rc) return skv_errf(err, cap, rc, "cannot build the cmv side information (out of memory)");
-    if ((rc = check_header(g, vb, id, n_dict, &rev, err, cap))) return rc;
-    rc = coder_open(m, rev, dict, n_dict, id, NULL, n, &vb, &k);
+    if ((rc = check_header(p, len, vb, id, n_dict, &rev, err, cap))) return rc;
+    rc = coder_open(v, rev, dict, n_dict, id, NULL, n, &vb, &k);
     if (rc == SKV_ERR_INVALID_ARG) rc = skv_errf(err, cap, SKV_ERR_FORMAT, "cmv dictionary holds an id outside the vocabulary");
     else if (rc) rc = skv_errf(err, cap, rc, "cannot build the cmv model (out of memory)");
     if (rc == SKV_OK)
-        rc = decode_ids(k.cm, g->payload + hb, (size_t)g->payload_bytes - hb, k.h, n_dict, n, tok, nf, err, cap);
+        rc = decode_ids(k.cm, p + hb, len - hb, k.h, n_dict, n, tok, nf, err, cap);
     if (rc == SKV_OK && !nf) memcpy(tok, k.h + n_dict, n * sizeof *tok);
     coder_close(&k);
     return rc;
 }
 
-int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap)
+int skv_cmv_dict_copy(uint32_t V, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap)
 {
     *copy = NULL;
-    if (codec != SKV_CODEC_CMVD) {
-        if (dict || n) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "cm_dict is for codec cmvd only");
-        return SKV_OK;
-    }
     if (!dict || n < 1 || n > SKV_CMV_DICT_MAX)
         return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "codec cmvd needs a dictionary of 1..%u ids (cm_dict)",
                         (unsigned)SKV_CMV_DICT_MAX);
@@ -423,25 +381,25 @@ int skv_session_cmv_setup(uint32_t V, int codec, const int32_t *dict, size_t n, 
 
 /* ---- primed-state snapshots (skv_cm_dict_load / _save, docs/coder.md 4.8) ---- */
 
-/* The vocabulary, the tokenizer's fingerprint and the snapshot identity of (m, dict). */
-static int snap_who(skv_model *m, const int32_t *dict, size_t n, const skv_cm_vocab **vb, uint8_t fp[16],
+/* The vocabulary, the tokenizer's fingerprint and the snapshot identity of (v, dict). */
+static int snap_who(const skv_cmv_src *v, const int32_t *dict, size_t n, const skv_cm_vocab **vb, uint8_t fp[16],
                     skv_cm_snap_id *id, char *err, size_t cap)
 {
-    if (!m || !dict || n < 1 || n > SKV_CMV_DICT_MAX)
+    if (!v || !dict || n < 1 || n > SKV_CMV_DICT_MAX)
         return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "a cmvd dictionary of 1..%u ids is needed",
                         (unsigned)SKV_CMV_DICT_MAX);
     for (size_t i = 0; i < n; i++)
-        if (dict[i] < 0 || dict[i] >= m->info.n_vocab)
+        if (dict[i] < 0 || (uint32_t)dict[i] >= v->n_vocab)
             return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "dictionary id %zu (%d) is outside the vocabulary", i,
                             dict[i]);
-    int rc = vocab_of(m, vb);
-    if (!rc) rc = skv_model_tokenizer_fingerprint(m, fp);
+    int rc = vocab_of(v, vb);
+    memcpy(fp, v->fp, 16);
     if (rc) return skv_errf(err, cap, rc, "cannot build the cmv side information (out of memory)");
-    *id = (skv_cm_snap_id){skv_cm_model_check(*vb, SKV_CMV_REV), skv_session_dict_id(dict, n), (uint32_t)n};
+    *id = (skv_cm_snap_id){skv_cm_model_check(*vb, SKV_CMV_REV), skv_cmv_dict_id(dict, n), (uint32_t)n};
     return SKV_OK;
 }
 
-size_t skv_session_cm_primings(void)
+size_t skv_cmv_primings(void)
 {
     pthread_mutex_lock(&g_lock);
     size_t n = g_primings;
@@ -449,12 +407,11 @@ size_t skv_session_cm_primings(void)
     return n;
 }
 
-int skv_session_cm_dict_have(skv_model *m, uint64_t id, size_t n)
+int skv_cmv_dict_have(const skv_cmv_src *v, uint64_t id, size_t n)
 {
-    uint8_t fp[16];
-    if (!m || skv_model_tokenizer_fingerprint(m, fp)) return 0;
+    if (!v) return 0;
     pthread_mutex_lock(&g_lock);
-    int have = find(fp, SKV_CMV_REV, id, n) != NULL;
+    int have = find(v->fp, SKV_CMV_REV, id, n) != NULL;
     pthread_mutex_unlock(&g_lock);
     return have;
 }
@@ -479,15 +436,15 @@ static int snap_done(skv_cm *cm, int rc, const uint8_t fp[16], const skv_cm_snap
     return rc ? skv_errf(err, cap, rc, "more than %d cmv models in this process", CACHE_N) : SKV_OK;
 }
 
-/* The snapshot identity of (m, dict) and a new model to read it into; with skip_held, *cm
+/* The snapshot identity of (v, dict) and a new model to read it into; with skip_held, *cm
  * stays NULL when the process holds that primed model already (nothing to load). */
-static int snap_target(skv_model *m, const int32_t *dict, size_t n, int skip_held, int mapped, uint8_t fp[16],
+static int snap_target(const skv_cmv_src *v, const int32_t *dict, size_t n, int skip_held, int mapped, uint8_t fp[16],
                        skv_cm_snap_id *id, skv_cm **cm, char *err, size_t cap)
 {
     const skv_cm_vocab *vb = NULL;
-    int rc = snap_who(m, dict, n, &vb, fp, id, err, cap);
+    int rc = snap_who(v, dict, n, &vb, fp, id, err, cap);
     *cm = NULL;
-    if (rc || (skip_held && skv_session_cm_dict_have(m, id->dict_id, n))) return rc;
+    if (rc || (skip_held && skv_cmv_dict_have(v, id->dict_id, n))) return rc;
     /* blank: the snapshot reader writes every element once (it resets the model if it fails) */
     rc = mapped ? skv_cm_create_blank_mapped(vb, SKV_CMV_REV, SKV_CMV_DICT_SLOT_BITS, cm)
                    : skv_cm_create_blank(vb, SKV_CMV_REV, SKV_CMV_DICT_SLOT_BITS, cm);
@@ -495,14 +452,14 @@ static int snap_target(skv_model *m, const int32_t *dict, size_t n, int skip_hel
     return SKV_OK;
 }
 
-int skv_session_cm_dict_load_mem(skv_model *m, const int32_t *dict, size_t n, const uint8_t *buf, size_t len,
+int skv_cmv_dict_load_mem(const skv_cmv_src *v, const int32_t *dict, size_t n, const uint8_t *buf, size_t len,
                                  char *err, size_t cap)
 {
     uint8_t fp[16];
     skv_cm_snap_id id;
     skv_cm *cm = NULL;
     if (!buf && len) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot bytes");
-    int rc = snap_target(m, dict, n, 1, 0, fp, &id, &cm, err, cap);
+    int rc = snap_target(v, dict, n, 1, 0, fp, &id, &cm, err, cap);
     if (rc || !cm) return rc;
     rc = len > skv_cm_snap_bound(cm) ? SKV_ERR_FORMAT : skv_cm_snap_read(cm, &id, buf, len);
     return snap_done(cm, rc, fp, &id, dict, n, "(store record)", err, cap);
@@ -513,13 +470,14 @@ int skv_session_cm_dict_load_mem(skv_model *m, const int32_t *dict, size_t n, co
  * copy of them (~36 MiB of fresh memory, cleared by the kernel, then filled) was most of a
  * short restore's time on the project's VMs. Anything else (version 1, no mmap) is read
  * through a small window (skv_cm_snap_read_fd), as before (docs/coder.md 4.8). */
-int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+int skv_cmv_dict_load_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, char *err,
+                           size_t cap)
 {
     uint8_t fp[16];
     skv_cm_snap_id id;
     skv_cm *cm = NULL;
     struct stat st;
-    int rc = path ? snap_target(m, dict, n, 0, 1, fp, &id, &cm, err, cap)
+    int rc = path ? snap_target(v, dict, n, 0, 1, fp, &id, &cm, err, cap)
                   : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
     if (rc || !cm) return rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC), bad = fd < 0 || fstat(fd, &st) != 0;
@@ -535,7 +493,7 @@ int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *pa
     if (rc == SKV_ERR_UNSUPPORTED) { /* read instead, into a model with tables of its own */
         skv_cm_free(cm);
         cm = NULL;
-        if ((rc = snap_target(m, dict, n, 0, 0, fp, &id, &cm, err, cap))) {
+        if ((rc = snap_target(v, dict, n, 0, 0, fp, &id, &cm, err, cap))) {
             close(fd);
             return rc;
         }
@@ -570,17 +528,17 @@ static int write_whole(const char *path, const uint8_t *buf, size_t len, char *e
     return ok ? SKV_OK : skv_errf(err, cap, SKV_ERR_IO, "cannot write the cmvd snapshot %s", path);
 }
 
-int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, uint32_t version, uint8_t **buf,
-                                 size_t *len, char *err, size_t cap)
+int skv_cmv_dict_snapshot(const skv_cmv_src *v, const int32_t *dict, size_t n, uint32_t version, uint8_t **buf,
+                          size_t *len, char *err, size_t cap)
 {
     const skv_cm_vocab *vb = NULL;
     uint8_t fp[16];
     skv_cm_snap_id id;
     cache_entry *c = NULL;
     size_t bound = 0;
-    int rc = snap_who(m, dict, n, &vb, fp, &id, err, cap);
+    int rc = snap_who(v, dict, n, &vb, fp, &id, err, cap);
     *buf = NULL;
-    if (!rc && (rc = primed_of(m, vb, SKV_CMV_REV, dict, n, id.dict_id, &c)))
+    if (!rc && (rc = primed_of(v, vb, SKV_CMV_REV, dict, n, id.dict_id, &c)))
         rc = skv_errf(err, cap, rc, "cannot prime the cmvd model");
     if (rc) return rc;
     primed_take(c);
@@ -591,15 +549,33 @@ int skv_session_cm_dict_snapshot(skv_model *m, const int32_t *dict, size_t n, ui
     return rc;
 }
 
-int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+int skv_cmv_dict_save_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, char *err,
+                           size_t cap)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
     /* version 2 (whole tables, read by two threads): the file is a cache a process reads
      * before every restore; a store's record stays version 1 (smaller, read once) */
-    int rc = path ? skv_session_cm_dict_snapshot(m, dict, n, SKV_CM_SNAP_RAW, &buf, &len, err, cap)
+    int rc = path ? skv_cmv_dict_snapshot(v, dict, n, SKV_CM_SNAP_RAW, &buf, &len, err, cap)
                   : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
     if (!rc) rc = write_whole(path, buf, len, err, cap);
     free(buf);
     return rc;
+}
+
+int skv_cmv_snap_file_current(const char *path)
+{
+    uint8_t h[8];
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    int ok = f && fread(h, 1, 8, f) == 8;
+    if (f) fclose(f);
+    return ok && skv_rd32(h + 4) == SKV_CM_SNAP_RAW; /* the version after the magic, as _save writes it */
+}
+
+int skv_cmv_payload_dict(const uint8_t *p, size_t len, uint64_t *id, uint32_t *n)
+{
+    if (len < header_bytes(1)) return SKV_ERR_FORMAT;
+    *id = skv_rd64(p + 8);
+    *n = skv_rd32(p + 16);
+    return SKV_OK;
 }
