@@ -5,11 +5,15 @@
  *   complete.c  /completion, /v1/completions, /v1/chat/completions: parse into a job
  *   reply.c     the JSON shapes of finished and streamed completions
  *   slots.c     the slots (one context each), the bounded job queue, the decode loop
- *   sample.c    greedy / temperature + top-k + top-p sampling, stop strings, UTF-8
+ *   sample.c    llama-server's sampler chain (std::mt19937), stop strings, UTF-8
  *   cache.c     the prompt cache: the slot's own KV, then the session store
  *   slotfile.c  POST /slots/{id}?action=save|restore|erase (.skv files in --slot-save-path)
  *   request.c   the request path without the socket: route, key, body, handler
- *   chat.c      chat messages to a prompt (placeholder renderer; chat.h)
+ *   chat.c      chat messages to a prompt (the template engine; chat.h), the model's FIM tokens
+ *   mem.c       working memory: per-request and server-wide budgets, jansson's allocator
+ *   conns.c     connections: header/body deadlines, the reserve that keeps /health reachable
+ *   probs.c     token probabilities (n_probs, logprobs)
+ *   multi.c     several completions for one request (batches of prompts, OpenAI's n)
  *   server.c    startup, model loading, shutdown
  *
  * A job is shared by the HTTP thread that made it and the slot that runs it: refs counts
