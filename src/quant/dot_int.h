@@ -130,6 +130,7 @@ SKV_PK_DECL(q4_1); /* dot_pack32_x86.h */
 SKV_PK_DECL(q5_0);
 SKV_PK_DECL(q5_1);
 SKV_PK_DECL(iq4_nl);
+SKV_PK_DECL(q8_0);
 SKV_PK_DECL(q2_k); /* dot_pack2_x86.h */
 SKV_PK_DECL(q3_k);
 

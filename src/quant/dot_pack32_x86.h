@@ -1,4 +1,5 @@
-/* The T = 1 kernels of the packed layouts (quant/repack.h) of q4_1, q5_0, q5_1 and iq4_nl:
+/* The T = 1 kernels of the packed layouts (quant/repack.h) of q4_1, q5_0, q5_1, iq4_nl
+ * and q8_0:
  * q4_0's scheme (dot_pack_x86.h, whose helpers this header uses; include it after that
  * one) with the other 32-value types' fields.  Per block of a 16-row group:
  *
@@ -7,6 +8,7 @@
  *   q5_0     352 = 16x22  d[16] 0 | qh: 1 chunk 32 | qs: 4 chunks 96
  *   q5_1     384 = 16x24  d[16] 0 | m[16] 32 | qh: 1 chunk 64 | qs: 4 chunks 128
  *   iq4_nl   288 = 16x18  d[16] 0 | qs: 4 chunks 32
+ *   q8_0     544 = 16x34  d[16] 0 | qs: 8 chunks 32 (chunk j: values 4j..4j+3)
  *
  * A qs chunk j holds the rows' qs[4j..4j+3] (low nibbles: values 4j.., high: 16 + 4j..),
  * the qh chunk each row's 32 fifth bits as its little-endian u32.  Each lane (a row) forms
@@ -77,6 +79,25 @@ static inline __attribute__((always_inline)) void pk32_group(float *y, const uin
     _mm256_storeu_ps(y + 8, acc[1]);
 }
 
+/* q8_0: |q| against the activation with q's sign (maddubs pairs: 2 * 128 * 127 < 2^15). */
+static inline void pk_group_q8_0(float *y, const uint8_t *g, const skv_act32 *a, size_t nb)
+{
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t b = 0; b < nb; b++, g += 544) {
+        pk_prefetch(g + PK_PF, 544);
+        for (int h = 0; h < 2; h++) {
+            __m256i p = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                __m256i q = ld32(g + 32 + 64 * j + 32 * h);
+                p = dp_u8s8(p, _mm256_abs_epi8(q), _mm256_sign_epi8(bcast4(a[b].qs + 4 * j), q));
+            }
+            acc[h] = fma_scaled(acc[h], half_scales(g + 16 * h), a[b].d, p);
+        }
+    }
+    _mm256_storeu_ps(y, acc[0]);
+    _mm256_storeu_ps(y + 8, acc[1]);
+}
+
 #if SKV_DOT_VNNI
 /* ---- AVX-512: the 16 rows in the lanes of a zmm register ---- */
 
@@ -123,6 +144,20 @@ static inline __attribute__((always_inline)) void pkz32_group(float *y, const ui
     }
     _mm512_storeu_ps(y, acc);
 }
+/* q8_0: q + 128 as u8 into vpdpbusd, less 128 times the activations' sum. */
+static void pkz_group_q8_0(float *y, const uint8_t *g, const skv_act32 *a, size_t nb)
+{
+    __m512 acc = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++, g += 544) {
+        __m512i p = _mm512_setzero_si512();
+        pk_prefetch(g + PK_PF, 544);
+        for (int j = 0; j < 8; j++)
+            p = DPZ(p, _mm512_xor_si512(ld64(g + 32 + 64 * j), _mm512_set1_epi8((char)0x80)), bc4(a[b].qs + 4 * j));
+        p = _mm512_sub_epi32(p, _mm512_set1_epi32(128 * (a[b].bsum[0] + a[b].bsum[1])));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(g), _mm512_set1_ps(a[b].d)), _mm512_cvtepi32_ps(p), acc);
+    }
+    _mm512_storeu_ps(y, acc);
+}
 #define PK32_GROUP pkz32_group
 #else
 #define PK32_GROUP pk32_group
@@ -139,5 +174,6 @@ PK32_TYPE(q4_1, PK32_Q4_1)
 PK32_TYPE(q5_0, PK32_Q5_0)
 PK32_TYPE(q5_1, PK32_Q5_1)
 PK32_TYPE(iq4_nl, PK32_IQ4_NL)
+SKV_PK_GEMV(q8_0, skv_act32, 32)
 
 #endif

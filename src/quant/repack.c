@@ -97,6 +97,7 @@ static void q3k_compress(const uint8_t *x, uint8_t *f, unsigned fbytes)
 
 static const pk_kind k_kinds[] = {
     {SKV_GGML_Q4_0, 18, 18, 32, NULL, NULL, 2, {{0, 1, 2, 0}, {2, 4, 4, 32}}},
+    {SKV_GGML_Q8_0, 34, 34, 32, NULL, NULL, 2, {{0, 1, 2, 0}, {2, 8, 4, 32}}},
     {SKV_GGML_Q4_1, 20, 20, 32, NULL, NULL, 3, {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 4, 4, 64}}},
     {SKV_GGML_Q5_0, 22, 22, 32, NULL, NULL, 3, {{0, 1, 2, 0}, {2, 1, 4, 32}, {6, 4, 4, 96}}},
     {SKV_GGML_Q5_1, 24, 24, 32, NULL, NULL, 4, {{0, 1, 2, 0}, {2, 1, 2, 32}, {4, 1, 4, 64}, {8, 4, 4, 128}}},
@@ -204,6 +205,7 @@ static pk_gemv_fn gemv_of(int level, uint32_t type)
                   {SKV_GGML_Q5_K, skv_gemv_q5_k_pk_avx2, skv_gemv_q5_k_pk_avx512},
                   {SKV_GGML_Q6_K, skv_gemv_q6_k_pk_avx2, skv_gemv_q6_k_pk_avx512},
                   {SKV_GGML_IQ4_XS, skv_gemv_iq4_xs_pk_avx2, skv_gemv_iq4_xs_pk_avx512},
+                  {SKV_GGML_Q8_0, skv_gemv_q8_0_pk_avx2, skv_gemv_q8_0_pk_avx512},
                   {SKV_GGML_Q4_1, skv_gemv_q4_1_pk_avx2, skv_gemv_q4_1_pk_avx512},
                   {SKV_GGML_Q5_0, skv_gemv_q5_0_pk_avx2, skv_gemv_q5_0_pk_avx512},
                   {SKV_GGML_Q5_1, skv_gemv_q5_1_pk_avx2, skv_gemv_q5_1_pk_avx512},

@@ -1,8 +1,8 @@
 /* Quantized weights repacked at model load for the integer dot kernels (issue 15).
  *
  * READ ME FIRST
- * - A GGUF stores a q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q2_k / q3_k / q4_k / q5_k / q6_k /
- *   iq4_xs matrix row after row.  Decode (one token) then reads eight rows as eight separate
+ * - A GGUF stores a q8_0 / q4_0 / q4_1 / q5_0 / q5_1 / iq4_nl / q2_k / q3_k / q4_k / q5_k /
+ *   q6_k / iq4_xs matrix row after row.  Decode (one token) then reads eight rows as eight separate
  *   streams and must reduce each row's products horizontally.  The packed layout
  *   interleaves groups of 16 rows so that one 64-byte load holds four bytes of every
  *   row of the group (row i at byte 4i), and a 32-byte half of it the same four bytes
@@ -14,7 +14,8 @@
  *     q4_k (2368 = 16 x 148): d[16] | dmin[16] | sc[8][16] u8 | mn pairs [4][16][2] u8
  *                             | qs: 32 chunks of 64
  *     q5_k (2880 = 16 x 180): q4_k's fields with qh: 8 chunks of 64 before qs (at 320)
- *     q4_1, q5_0, q5_1, iq4_nl: q4_0's scheme with their m and qh (dot_pack32_x86.h)
+ *     q4_1, q5_0, q5_1, iq4_nl, q8_0: q4_0's scheme with their m and qh, q8_0's qs in
+ *                             8 chunks (dot_pack32_x86.h)
  *     q2_k, q3_k: scales by [group][row] (q3_k's unpacked), qs and hmask chunks
  *                             (dot_pack2_x86.h)
  *     iq4_xs (2208 = 16 x 138): d[16] | ls[8][16] u8 (the runs' 6-bit scales + 32,
