@@ -8,7 +8,9 @@
  *   3. its own file with the operations (signatures below; codec_kv.c is an example).
  *   Flags decide the shared paths: SKV_CODEC_F_PREFILL restores through decode_ids and one
  *   prefill (restore.c), SKV_CODEC_F_KV through decode_kv and a KV load, SKV_CODEC_F_MODEL
- *   through the model-coded stream; SKV_CODEC_F_DICT takes skv_encoder_params.cm_dict.
+ *   through the model-coded stream; SKV_CODEC_F_DICT / _F_SPEC take skv_encoder_params'
+ *   cm_dict / kv_quant, and _F_NEEDS says the one taken must be given (the CLI's checks,
+ *   --help and usage errors follow). tests/test_codecs.c checks every row.
  * What must never change: an existing codec's id, name and payload bytes (the golden files,
  * tests/data/golden, pin them). */
 #ifndef SKV_CONTAINER_CODECS_H
