@@ -1,10 +1,12 @@
-/* skv_token_text (seqkv.h): a token's entry in the vocabulary as written there, control
- * tokens included ("<s>"), for what shows a prompt as llama.cpp prints it with its special
- * tokens (the server's "prompt" fields). */
+/* The vocabulary as the server shows it: skv_token_text (seqkv.h), a token's entry as the
+ * vocabulary writes it, control tokens included ("<s>"), for a prompt printed as llama.cpp
+ * prints it; and the fill-in-the-middle tokens (engine/engine.h) /infill needs. */
 #include "engine/model.h"
 #include "core/fpguard.h"
 
 #include "seqkv.h"
+#include "engine/engine.h"
+#include "engine/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 int skv_token_text(const skv_model *m, int32_t token, const char **text, size_t *len)
@@ -13,4 +15,18 @@ int skv_token_text(const skv_model *m, int32_t token, const char **text, size_t 
     if (token < 0 || token >= m->info.n_vocab) return SKV_ERR_RANGE;
     *text = skv_tokenizer_token_text(m->tok, token, len);
     return *text ? SKV_OK : SKV_ERR_RANGE;
+}
+
+int skv_model_fim_tokens(const skv_model *m, int32_t ids[3])
+{
+    static const char *keys[3] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
+                                  "tokenizer.ggml.fim_mid_token_id"};
+    int missing = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t v = -1;
+        if (!m->gguf || skv_gguf_get_int(m->gguf, keys[i], &v) || v < 0 || v >= m->info.n_vocab) v = -1;
+        ids[i] = (int32_t)v;
+        missing |= (v < 0) << i;
+    }
+    return missing;
 }

@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "engine/engine.h"
 #include "server/chat.h"
 #include "server/srv.h"
 #include "server/template.h"
@@ -34,27 +33,6 @@ int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int ad
     return rc == SKV_OK ? 0 : -1;
 }
 
-char *srv_model_chat_template(const skv_model *m)
-{
-    skv_gguf_str s;
-    if (!m->gguf || skv_gguf_get_str(m->gguf, "tokenizer.chat_template", &s)) return NULL;
-    char *t = malloc(s.len + 1);
-    if (!t) return NULL;
-    memcpy(t, s.ptr, s.len);
-    t[s.len] = 0;
-    return t;
-}
+char *srv_model_chat_template(const skv_model *m) { return skv_model_chat_template(m); }
 
-int srv_model_fim(const skv_model *m, int32_t ids[3])
-{
-    static const char *keys[3] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
-                                  "tokenizer.ggml.fim_mid_token_id"};
-    int missing = 0;
-    for (int i = 0; i < 3; i++) {
-        int64_t v = -1;
-        if (!m->gguf || skv_gguf_get_int(m->gguf, keys[i], &v) || v < 0 || v > INT32_MAX) v = -1;
-        ids[i] = (int32_t)v;
-        missing |= (v < 0) << i;
-    }
-    return missing;
-}
+int srv_model_fim(const skv_model *m, int32_t ids[3]) { return skv_model_fim_tokens(m, ids); }
