@@ -259,6 +259,10 @@ enum { SKV_LOGITS_NONE = 0, SKV_LOGITS_LAST = 1, SKV_LOGITS_ALL = 2 };
  * Results are bit-identical to running the same tokens one by one with skv_decode(),
  * in any chunking and at any thread count (docs/determinism.md). */
 SKV_API int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits);
+/* As skv_prefill, but writes each token's final hidden state (after the output norm: the
+ * input of the output matrix, what llama.cpp pools into embeddings) into embd, n * n_embd
+ * floats, row per token; no logits. Bit-identical in any chunking and thread count. */
+SKV_API int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *embd);
 /* Appends one token; logits: NULL or room for n_vocab floats. */
 SKV_API int skv_decode(skv_ctx *c, int32_t token, float *logits);
 /* -log2 of token's probability under softmax(logits) (n_vocab values), computed in double:

@@ -284,7 +284,7 @@ static const struct unsupported {
     {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
     {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
     {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
-    {"post_sampling_probs", is_off}, {"return_progress", is_off}, {"ignore_eos", is_off},
+    {"post_sampling_probs", is_off}, {"ignore_eos", is_off},
     {"samplers", is_empty},        {"multimodal_data", is_empty}, {"grammar_lazy", is_off},
 };
 
@@ -418,6 +418,8 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
     }
     j->bias = req.bias, j->n_bias = req.n_bias;
     j->verbose = r->s->p.verbose || json_is_true(json_object_get(r->body, "verbose"));
+    j->return_progress = json_is_true(json_object_get(r->body, "return_progress"));
+    j->timings_per_token = json_is_true(json_object_get(r->body, "timings_per_token"));
     j->n_predict = req.n_predict, j->top_k = req.top_k, j->temp = req.temp, j->top_p = req.top_p;
     j->min_p = req.min_p, j->repeat_penalty = req.repeat_penalty, j->presence_penalty = req.presence_penalty;
     j->frequency_penalty = req.frequency_penalty, j->repeat_last_n = req.repeat_last_n;
@@ -458,7 +460,7 @@ static int run(srv_req *r, srv_job *j)
 
 /* A list of prompts rather than one: its items are strings, token lists or llama-server's
  * {"prompt_string", "multimodal_data"} objects (a single string in a list is one prompt). */
-static int is_batch(const json_t *p)
+int srv_prompt_is_batch(const json_t *p)
 {
     const json_t *first = json_array_get(p, 0);
     if (!json_is_array(p) || !first || is_mixed(p)) return 0;
@@ -466,7 +468,7 @@ static int is_batch(const json_t *p)
 }
 
 /* One prompt of a batch as tokens (an object's prompt_string; its media refused). */
-static int32_t *batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap)
+int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap)
 {
     if (json_is_object(p)) {
         if (json_array_size(json_object_get(p, "multimodal_data")))
@@ -491,7 +493,7 @@ static int run_several(srv_req *r, int fmt, const char *n_key, const json_t *bat
     for (; made < n; made++) {
         srv_job *j = job_from(r, fmt, n_key, err, sizeof err);
         if (!(jobs[made] = j)) break;
-        j->prompt = batch ? batch_item(r->s, json_array_get(batch, made), &at, err, sizeof err) : malloc(n_tok * sizeof *tok);
+        j->prompt = batch ? srv_batch_item(r->s, json_array_get(batch, made), &at, err, sizeof err) : malloc(n_tok * sizeof *tok);
         if (!j->prompt) {
             made++;
             break;
@@ -512,7 +514,7 @@ static int completion(srv_req *r, int fmt, const char *n_key)
     if (!prompt) return srv_reply_error(r, 400, "\"prompt\" is required");
     if (json_unpack(r->body, "{s?I}", "n", &n) || n < 1 || n > SRV_MAX_CHOICES)
         return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
-    if (is_batch(prompt)) return run_several(r, fmt, n_key, prompt, NULL, 0, json_array_size(prompt));
+    if (srv_prompt_is_batch(prompt)) return run_several(r, fmt, n_key, prompt, NULL, 0, json_array_size(prompt));
     srv_job *j = job_from(r, fmt, n_key, err, sizeof err);
     if (!j) return srv_reply_error(r, 400, "%s", err);
     if (!(j->prompt = srv_prompt_tokens(r->s, prompt, &j->n_prompt, err, sizeof err))) {
@@ -594,12 +596,13 @@ int srv_rt_infill(srv_req *r)
 int srv_rt_oai_completion(srv_req *r) { return completion(r, SRV_FMT_OAI_TEXT, "max_tokens"); }
 
 /* A message's text: a string, or the text parts of an array of content parts joined with
- * "\n" as llama-server joins them (one pass to size it, one to copy: linear in the parts);
- * its bytes are charged to the request (*charged grows by them; given back after the
- * render). NULL for another type, or a part that is not text (*err says which). */
-static char *content_of(const json_t *c, size_t *charged, char *err, size_t errcap)
+ * delim ("\n" as llama-server joins them for the template, "\n\n" for a continued final
+ * message) (one pass to size it, one to copy: linear in the parts); its bytes are charged
+ * to the request (*charged grows by them; given back after the render). NULL for another
+ * type, or a part that is not text (*err says which). */
+static char *content_of(const json_t *c, const char *delim, size_t *charged, char *err, size_t errcap)
 {
-    size_t i, total = 0, at = 0;
+    size_t i, total = 0, at = 0, dn = strlen(delim);
     json_t *part;
     if (json_is_string(c)) total = json_string_length(c);
     else if (json_is_null(c)) total = 0; /* an assistant turn without text */
@@ -608,7 +611,7 @@ static char *content_of(const json_t *c, size_t *charged, char *err, size_t errc
         const char *type = json_string_value(json_object_get(part, "type"));
         if (type && strcmp(type, "text"))
             return snprintf(err, errcap, "content parts of type \"%.40s\" are not supported (text only)", type), NULL;
-        total += json_string_length(json_object_get(part, "text")) + 1;
+        total += json_string_length(json_object_get(part, "text")) + dn;
     }
     char *out = srv_mem_take(NULL, total + 1) ? NULL : malloc(total + 1);
     if (!out) return NULL;
@@ -617,7 +620,7 @@ static char *content_of(const json_t *c, size_t *charged, char *err, size_t errc
     json_array_foreach(c, i, part) {
         const json_t *t = json_object_get(part, "text");
         if (!json_is_string(t)) continue;
-        if (at) out[at++] = '\n';
+        if (at) memcpy(out + at, delim, dn), at += dn;
         memcpy(out + at, json_string_value(t), json_string_length(t));
         at += json_string_length(t);
     }
@@ -633,22 +636,70 @@ static size_t render_arena(size_t bytes)
     return bytes >= (lim - SRV_TMPL_MEM_MIN) / SRV_TMPL_MEM_PER_BYTE ? lim : SRV_TMPL_MEM_MIN + bytes * SRV_TMPL_MEM_PER_BYTE;
 }
 
-/* The messages rendered with the chat template; NULL with a message in err. */
-static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
+/* How the messages end, as llama-server reads a request: add_generation_prompt (default
+ * true), and continue_final_message (true or "content"), which a final assistant message
+ * implies (an assistant prefill: the reply continues its text). 0, or -1 with a message. */
+typedef struct render_mode { int gen_prompt, cont; } render_mode;
+
+static int render_mode_of(const json_t *body, const json_t *msgs, render_mode *md, char *err, size_t errcap)
 {
+    const json_t *g = json_object_get(body, "add_generation_prompt"), *c = json_object_get(body, "continue_final_message");
+    size_t n = json_array_size(msgs);
+    const char *last = n ? json_string_value(json_object_get(json_array_get(msgs, n - 1), "role")) : NULL;
+    const char *prev = n > 1 ? json_string_value(json_object_get(json_array_get(msgs, n - 2), "role")) : NULL;
+    if ((g && !json_is_boolean(g)) || (c && !json_is_boolean(c) && !json_is_string(c)))
+        return snprintf(err, errcap, "\"add_generation_prompt\": a boolean; \"continue_final_message\": a boolean or "
+                                     "\"content\""), -1;
+    if (json_is_string(c) && strcmp(json_string_value(c), "content"))
+        return snprintf(err, errcap, "\"continue_final_message\": \"%.40s\" is not supported (true or \"content\")",
+                        json_string_value(c)), -1;
+    md->gen_prompt = g ? json_is_true(g) : 1;
+    md->cont = json_is_true(c) || json_is_string(c);
+    if (!md->cont && last && !strcmp(last, "assistant")) { /* llama-server's assistant prefill */
+        if (prev && !strcmp(prev, "assistant"))
+            return snprintf(err, errcap, "Cannot have 2 or more assistant messages at the end of the list."), -1;
+        md->cont = 1, md->gen_prompt = 0;
+    }
+    if (md->cont && md->gen_prompt)
+        return snprintf(err, errcap, "Cannot set both add_generation_prompt and continue_final_message to true."), -1;
+    return 0;
+}
+
+/* The rendered prompt with the continued message's text appended: *out replaced. */
+static int append_continuation(char **out, const char *text, char *err, size_t errcap)
+{
+    size_t a = strlen(*out), b = strlen(text);
+    char *t = srv_mem_take(NULL, a + b + 1) ? NULL : malloc(a + b + 1);
+    if (!t) return snprintf(err, errcap, "out of memory"), -1;
+    memcpy(t, *out, a);
+    memcpy(t + a, text, b + 1);
+    free(*out);
+    *out = t;
+    srv_mem_give(NULL, a + b + 1);
+    return 0;
+}
+
+/* The messages rendered with the chat template (a continued final message: the others with
+ * the generation prompt, then its text); NULL with a message in err. */
+static char *render(const srv *s, const json_t *body, char *err, size_t errcap)
+{
+    const json_t *msgs = json_object_get(body, "messages");
     size_t n = json_array_size(msgs), i;
     json_t *m;
+    render_mode md;
     err[0] = 0;
     if (!json_is_array(msgs) || !n || n > SRV_MAX_MESSAGES)
         return snprintf(err, errcap, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
+    if (render_mode_of(body, msgs, &md, err, errcap)) return NULL;
     skv_chat_msg *cm = calloc(n, sizeof *cm);
     char **texts = calloc(n, sizeof *texts), *out = NULL;
     int bad = !cm || !texts;
     size_t charged = 0;
     json_array_foreach(msgs, i, m) {
         if (bad) break;
+        const char *delim = md.cont && i == n - 1 ? "\n\n" : "\n";
         cm[i].role = json_string_value(json_object_get(m, "role"));
-        cm[i].content = texts[i] = content_of(json_object_get(m, "content"), &charged, err, errcap);
+        cm[i].content = texts[i] = content_of(json_object_get(m, "content"), delim, &charged, err, errcap);
         bad |= !cm[i].role || !cm[i].content;
     }
     size_t bytes = 0;
@@ -658,7 +709,9 @@ static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
         if (!err[0]) snprintf(err, errcap, "each message needs a \"role\" string and a \"content\" string or parts");
     } else if (srv_mem_take(NULL, arena)) snprintf(err, errcap, "out of memory");
     else {
-        if (skv_chat_render(s->chat_template, cm, n, 1, arena, &out, err, errcap)) out = NULL;
+        int gen = md.cont ? 1 : md.gen_prompt;
+        if (skv_chat_render(s->chat_template, cm, n - (size_t)md.cont, gen, arena, &out, err, errcap)) out = NULL;
+        if (out && md.cont && append_continuation(&out, cm[n - 1].content, err, errcap)) free(out), out = NULL;
         srv_mem_give(NULL, arena);
     }
     for (i = 0; texts && i < n; i++) free(texts[i]);
@@ -672,7 +725,7 @@ static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
 int srv_rt_apply_template(srv_req *r)
 {
     char err[256];
-    char *text = render(r->s, json_object_get(r->body, "messages"), err, sizeof err);
+    char *text = render(r->s, r->body, err, sizeof err);
     if (!text) return srv_reply_error(r, 400, "%s", err);
     json_t *o = json_pack("{s:s}", "prompt", text);
     free(text);
@@ -688,7 +741,7 @@ int srv_rt_oai_chat(srv_req *r)
         return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
     srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, n_key, err, sizeof err);
     if (!j) return srv_reply_error(r, 400, "%s", err);
-    char *text = render(r->s, json_object_get(r->body, "messages"), err, sizeof err);
+    char *text = render(r->s, r->body, err, sizeof err);
     json_t *p = text ? json_string(text) : NULL;
     free(text);
     if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, err, sizeof err);

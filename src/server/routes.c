@@ -152,6 +152,11 @@ static int rt_metrics(srv_req *r)
     return srv_reply_text(r, 200, "text/plain; version=0.0.4", buf);
 }
 
+static int rt_rerank(srv_req *r)
+{
+    return srv_reply_error(r, 501, "reranking needs a reranker model, which seqkv serve does not run");
+}
+
 typedef struct route {
     const char *method, *path; /* a path ending in '/' matches every url under it */
     srv_handler fn;
@@ -178,6 +183,12 @@ static const route routes[] = {
     {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0, 0},
     {"POST", "/apply-template", srv_rt_apply_template, 0, 0, 0},
     {"POST", "/infill", srv_rt_infill, 0, 0, 0},
+    {"POST", "/embedding", srv_rt_embedding, 0, 0, 0},
+    {"POST", "/embeddings", srv_rt_embedding, 0, 0, 0},
+    {"POST", "/v1/embeddings", srv_rt_oai_embeddings, 0, 0, 0},
+    {"POST", "/rerank", rt_rerank, 0, 0, 0},
+    {"POST", "/reranking", rt_rerank, 0, 0, 0},
+    {"POST", "/v1/rerank", rt_rerank, 0, 0, 0},
 };
 
 static int path_matches(const char *path, const char *url)

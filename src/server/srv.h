@@ -88,6 +88,13 @@ typedef struct srv_job {
     size_t probs_cap;
     size_t *tok_end;           /* n_probs: text length after each generated token (one token a chunk) */
     int verbose;               /* --verbose or the request's "verbose": the reply carries "__verbose" */
+    int return_progress;       /* streamed: prompt_progress events while the prompt runs */
+    float *embd;               /* an embedding job: n_prompt x n_embd hidden states (owned; NULL: none) */
+    int timings_per_token;     /* streamed: every chunk carries "timings" */
+    struct srv_progress { size_t processed; double ms; } prog[SRV_MAX_PROGRESS]; /* under mu */
+    int n_prog, n_prog_sent;   /* progress events recorded, sent (by the stream reader) */
+    size_t prog_cache;         /* prompt positions reused, as the progress events report them */
+    double t_gen_start;        /* when generation began (monotonic ms; timings_per_token) */
     char *fields;              /* response_fields, '\n'-separated paths, or NULL: the whole reply */
     int started, done, status; /* status: HTTP code of a failure, 0 = ok */
     char err[256];
@@ -136,6 +143,12 @@ void srv_mem_give(srv_mem_scope *sc, size_t n);
 int srv_mem_hold(srv_mem_scope *sc, size_t n);
 /* o as compact JSON in plain malloc'ed memory; hold: charged until the request ends. */
 char *srv_json_text(const json_t *o, size_t *len, int hold);
+
+/* ---- CORS (cors.c): --cors-origins and friends, as llama-server ---- */
+const char *srv_cors_origin(const skv_server_params *p, const char *origin); /* NULL: no header */
+const char *srv_cors_methods(const skv_server_params *p);
+const char *srv_cors_headers(const skv_server_params *p);
+int srv_origin_is_localhost(const char *origin);
 
 /* ---- connections (conns.c): deadlines, the reserve for /health ---- */
 typedef struct srv_conn srv_conn;
@@ -297,6 +310,16 @@ char *srv_detokenize(const srv *s, const int32_t *tok, size_t n, size_t *len);
 int srv_model_fim(const skv_model *m, int32_t ids[3]);
 /* POST /infill (complete.c). */
 int srv_rt_infill(srv_req *r);
+/* A prompt field that is a list of prompts (not one prompt of ids and strings), and one of them. */
+int srv_prompt_is_batch(const json_t *p);
+int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap);
+
+/* ---- embeddings (embed.c): /embedding, /embeddings, /v1/embeddings with --embedding ---- */
+enum { SRV_POOL_NONE = 0, SRV_POOL_MEAN = 1, SRV_POOL_CLS = 2, SRV_POOL_LAST = 3 };
+int srv_rt_embedding(srv_req *r);     /* llama-server's: per input, rows (pooling none) or one row */
+int srv_rt_oai_embeddings(srv_req *r); /* OpenAI's: one pooled, normalized vector per input */
+/* Slot side: the job's prompt through a cleared context into j->embd (the slot's KV is lost). */
+int srv_embed_run(skv_ctx *ctx, srv_job *j);
 /* The model's tokenizer.chat_template (malloc'ed), or NULL (chat.c). */
 char *srv_model_chat_template(const skv_model *m);
 
