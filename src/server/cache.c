@@ -11,7 +11,14 @@
  * them in DIR/server-index.skvi (docs/server.md "Index file"): an append-only log of
  * checksummed records, so a kill -9 loses at most the record being written, and a restart
  * finds every committed conversation again. The index is a hint: a name the store lacks
- * is simply a miss. */
+ * is simply a miss.
+ *
+ * Puts run on a writer thread, off the request path: a slot hands its finished
+ * conversation to a bounded queue (SRV_PUT_QUEUE; a full queue makes the slot wait, so every
+ * finished conversation is still put) and takes its next request at once, while the
+ * writer encodes, commits and syncs (a put was ~0.1 s of fsync on the slot before). A
+ * prompt that a queued or running put would cover better than the slot's own KV waits for
+ * that put, so a lookup still sees every finished conversation; shutdown drains the queue. */
 #include <fcntl.h>
 #include "core/fpguard.h"
 #include <stdio.h>
@@ -37,6 +44,16 @@ struct srv_cache {
     conv ring[SRV_RECENT];
     size_t next;
     int fd; /* the index file, or -1 */
+    /* the put queue, under mu: items [q_head, q_head + q_n) mod SRV_PUT_QUEUE, then the one
+     * the writer runs (busy); seq numbers grow by one per put, done = the last finished */
+    srv *s;
+    pthread_t writer;
+    int started, stop;
+    pthread_cond_t cv;     /* queue grew, shrank or a put finished */
+    conv q[SRV_PUT_QUEUE];
+    size_t q_head, q_n;
+    conv busy;
+    uint64_t seq_next, seq_done;
 };
 
 static uint64_t tokens_hash(const int32_t *t, size_t n)
@@ -68,22 +85,49 @@ static size_t common(const int32_t *a, size_t na, const int32_t *b, size_t nb)
     return i;
 }
 
-srv_cache *srv_cache_create(void)
+static void *writer_main(void *arg);
+
+srv_cache *srv_cache_create(srv *s)
 {
     srv_cache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
     c->fd = -1;
+    c->s = s;
+    if (s->store && pthread_create(&c->writer, NULL, writer_main, c) == 0) c->started = 1;
     return c;
 }
 
 void srv_cache_free(srv_cache *c)
 {
     if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    if (c->started) pthread_join(c->writer, NULL); /* after it drained the queue */
     for (size_t i = 0; i < SRV_RECENT; i++) free(c->ring[i].tok);
+    for (size_t i = 0; i < c->q_n; i++) free(c->q[(c->q_head + i) % SRV_PUT_QUEUE].tok);
     if (c->fd >= 0) close(c->fd);
+    pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
+}
+
+/* Waits until no queued or running put covers more than `have` positions of p[0..n) (the
+ * slot's own KV covers `have`): the store lookup that follows then sees it. */
+static void put_wait(srv_cache *c, const int32_t *p, size_t n, size_t have)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t want = 0;
+    if (c->busy.tok && common(c->busy.tok, c->busy.n, p, n) > have) want = c->seq_done + 1;
+    for (size_t i = 0; i < c->q_n; i++) {
+        const conv *v = &c->q[(c->q_head + i) % SRV_PUT_QUEUE];
+        if (common(v->tok, v->n, p, n) > have) want = c->seq_next - c->q_n + i + 1;
+    }
+    while (c->seq_done < want) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* Adds a copy of t to the ring (the oldest entry goes); caller holds mu. */
@@ -173,6 +217,7 @@ static size_t exact_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *h
 {
     size_t keep = common(have, n_have, prompt, limit), got = 0;
     skv_store_match_result m = {0};
+    if (s->store) put_wait(c, prompt, limit, keep);
     if (s->store && !skv_store_match(s->store, prompt, limit, &m)) u->bits = m.bits;
     size_t best = m.n_matched > keep ? m.n_matched : keep;
     *near = s->p.reuse_near && s->store && limit - best >= SRV_NEAR_MIN;
@@ -232,10 +277,10 @@ static int index_append(int fd, const int32_t *t, size_t n)
     return rc ? rc : fdatasync(fd);
 }
 
-void srv_cache_put(srv *s, srv_cache *c, const int32_t *tokens, size_t n)
+/* The writer's put of one conversation: the store, then the ring and the index. */
+static void put_now(srv *s, srv_cache *c, const int32_t *tokens, size_t n)
 {
     char name[64];
-    if (!s->store || !n) return;
     conv_name(tokens, n, name, sizeof name);
     int rc = skv_store_put(s->store, name, tokens, n, NULL);
     if (rc && rc != SKV_ERR_INVALID_ARG) {
@@ -246,6 +291,47 @@ void srv_cache_put(srv *s, srv_cache *c, const int32_t *tokens, size_t n)
     pthread_mutex_lock(&c->mu);
     ring_add(c, tokens, n);
     if (rc == 0 && c->fd >= 0 && index_append(c->fd, tokens, n)) srv_log("cannot append to the cache index");
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void *writer_main(void *arg)
+{
+    srv_cache *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->q_n && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->q_n) break; /* stopping, and drained */
+        c->busy = c->q[c->q_head];
+        c->q_head = (c->q_head + 1) % SRV_PUT_QUEUE;
+        c->q_n--;
+        pthread_cond_broadcast(&c->cv); /* room in the queue */
+        pthread_mutex_unlock(&c->mu);
+        put_now(c->s, c, c->busy.tok, c->busy.n);
+        pthread_mutex_lock(&c->mu);
+        free(c->busy.tok);
+        c->busy = (conv){0};
+        c->seq_done++;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+void srv_cache_put(srv *s, srv_cache *c, const int32_t *tokens, size_t n)
+{
+    if (!s->store || !n) return;
+    int32_t *copy = c->started ? malloc(n * sizeof *copy) : NULL;
+    if (!copy) { /* no writer thread (or no memory for the copy): put here */
+        put_now(s, c, tokens, n);
+        return;
+    }
+    memcpy(copy, tokens, n * sizeof *copy);
+    pthread_mutex_lock(&c->mu);
+    while (c->q_n == SRV_PUT_QUEUE) pthread_cond_wait(&c->cv, &c->mu); /* backpressure */
+    c->q[(c->q_head + c->q_n) % SRV_PUT_QUEUE] = (conv){copy, n};
+    c->q_n++;
+    c->seq_next++;
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 

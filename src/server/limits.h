@@ -28,6 +28,7 @@
 #define SRV_KEEPALIVE_S 5              /* a streamed ": keep-alive" comment after this idle time */
 #define SRV_MAX_FILENAME 255          /* slot file names: [A-Za-z0-9._-], not starting with a dot */
 #define SRV_MAX_SLOT_FILE (256u << 20) /* bytes of a slot file read back (restore) */
+#define SRV_PUT_QUEUE 64               /* finished conversations waiting for the store writer */
 #define SRV_RECENT 256                 /* conversations remembered for mid-session cache hits */
 /* system_fingerprint: llama-server's "b<build>-<commit>" shape, which clients check. */
 #define SRV_FINGERPRINT "b1-seqkv-" SEQKV_VERSION_STRING

@@ -459,7 +459,7 @@ int srv_pool_start(srv *s, srv_pool **out)
     pthread_cond_init(&p->bcv, NULL);
     p->step_logits = malloc((size_t)p->n * (size_t)s->info.n_vocab * sizeof *p->step_logits);
     p->slots = calloc((size_t)p->n, sizeof *p->slots);
-    p->cache = srv_cache_create();
+    p->cache = srv_cache_create(s);
     *out = p;
     if (!p->slots || !p->cache || !p->step_logits) return -1;
     /* a shared store (a URL, docs/store.md "Redis layout") has no directory for the index */

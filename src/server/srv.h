@@ -211,7 +211,7 @@ json_t *srv_probs_json(const srv *s, const srv_job *j, size_t from, size_t to);
 
 /* ---- prompt cache (cache.c) ---- */
 typedef struct srv_cache srv_cache;
-srv_cache *srv_cache_create(void);
+srv_cache *srv_cache_create(srv *s); /* with a store: starts the writer thread */
 void srv_cache_free(srv_cache *c);
 /* What a prompt reused. approx_from: in, the slot's first position whose KV is approximate
  * (SIZE_MAX: none); out, the same for ctx after srv_cache_prepare. */
