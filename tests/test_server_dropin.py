@@ -25,6 +25,10 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - embeddings: --embedding with --pooling none, mean and last: rows per token, the pooled
   vectors computed from those rows, unit norm, base64 the same floats, same input same
   vector; 501 without --embedding, 400 for pooling none on /v1/embeddings, /rerank 501.
+- history_is_a_cache_hit: with every built-in chat template, a conversation's next turn
+  reuses its whole history, the reply included (the slot re-renders the reply as the
+  template does, also where it adds or trims a space), from the slot and, after a
+  restart, from the store.
 - context_errors: a prompt over the context is exceed_context_size_error with
   n_prompt_tokens and n_ctx; a generation stopped by a full context is "truncated".
 - abandoned_request_frees_slot: a client that hangs up on a long non-streamed request
@@ -316,6 +320,39 @@ def embeddings(tmp):
             s.stop()
 
 
+def history_is_a_cache_hit(tmp):
+    names = ["simple", "command-r", "chatml", "llama2", "llama3", "mistral-v7", "zephyr", "gemma", "phi3", "phi4",
+             "monarch", "vicuna", "bailing"]
+    store = os.path.join(tmp, "store")
+
+    def two_turns(s):
+        msgs = [{"role": "user", "content": "Tell me about the little cat"}]
+        a = s.json("/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0})[1]
+        msgs += [{"role": "assistant", "content": a["choices"][0]["message"]["content"]},
+                 {"role": "user", "content": "And then?"}]
+        b = s.json("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0})[1]
+        return a["usage"]["prompt_tokens"] + a["usage"]["completion_tokens"], b, msgs
+    for name in names:
+        s = serve(tmp, "--chat-template", name, *(("--store", store) if name == "vicuna" else ()), name=name + ".log")
+        try:
+            first, b, msgs = two_turns(s)
+            cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+            check(cached >= first, "%s: %d of the history's %d+ tokens cached" % (name, cached, first))
+            if name == "vicuna":
+                kept = first, b, msgs
+        finally:
+            s.stop()
+    first, b, msgs = kept
+    s = serve(tmp, "--chat-template", "vicuna", "--store", store, name="again.log")
+    try:
+        b2 = s.json("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0})[1]
+        cached = b2["usage"]["prompt_tokens_details"]["cached_tokens"]
+        check(cached >= first and b2["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"],
+              "after a restart: %d cached (history %d+), %r vs %r" % (cached, first, b2["choices"], b["choices"]))
+    finally:
+        s.stop()
+
+
 def context_errors(tmp):
     s = serve(tmp, "-c", "64")
     try:
@@ -393,7 +430,8 @@ def seeded_sampling_is_llama_servers(tmp):
 def main():
     rep = Reporter("test_server_dropin")
     cases = [llama_server_command_line_starts, chat_template_sources, chatml_fallback, unsupported_fields_refused,
-             cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, context_errors, abandoned_request_frees_slot, token_probabilities,
+             cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, history_is_a_cache_hit,
+             context_errors, abandoned_request_frees_slot, token_probabilities,
              seeded_sampling_is_llama_servers]
     if not os.path.isfile(MODEL):
         for c in cases:

@@ -679,18 +679,12 @@ static int append_continuation(char **out, const char *text, char *err, size_t e
     return 0;
 }
 
-/* The messages rendered with the chat template (a continued final message: the others with
- * the generation prompt, then its text); NULL with a message in err. */
-static char *render(const srv *s, const json_t *body, char *err, size_t errcap)
+/* The messages rendered with the chat template as md says (a continued final message: the
+ * others with the generation prompt, then its text); NULL with a message in err. */
+static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, char *err, size_t errcap)
 {
-    const json_t *msgs = json_object_get(body, "messages");
     size_t n = json_array_size(msgs), i;
     json_t *m;
-    render_mode md;
-    err[0] = 0;
-    if (!json_is_array(msgs) || !n || n > SRV_MAX_MESSAGES)
-        return snprintf(err, errcap, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
-    if (render_mode_of(body, msgs, &md, err, errcap)) return NULL;
     skv_chat_msg *cm = calloc(n, sizeof *cm);
     char **texts = calloc(n, sizeof *texts), *out = NULL;
     int bad = !cm || !texts;
@@ -721,6 +715,33 @@ static char *render(const srv *s, const json_t *body, char *err, size_t errcap)
     return out;
 }
 
+static char *render(const srv *s, const json_t *body, char *err, size_t errcap)
+{
+    const json_t *msgs = json_object_get(body, "messages");
+    render_mode md;
+    err[0] = 0;
+    if (!json_is_array(msgs) || !json_array_size(msgs) || json_array_size(msgs) > SRV_MAX_MESSAGES)
+        return snprintf(err, errcap, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
+    if (render_mode_of(body, msgs, &md, err, errcap)) return NULL;
+    return render_msgs(s, msgs, md, err, errcap);
+}
+
+int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, size_t len, size_t *n)
+{
+    char err[256];
+    json_t *all = json_copy(msgs), *turn = json_pack("{s:s,s:s%}", "role", "assistant", "content", reply, len);
+    char *text = NULL;
+    int32_t *t = NULL;
+    *n = 0;
+    if (all && turn && !json_array_append(all, turn) && json_array_size(all) <= SRV_MAX_MESSAGES)
+        text = render_msgs(s, all, (render_mode){0, 0}, err, sizeof err);
+    if (text) t = srv_tokenize(s, text, strlen(text), 1, n);
+    free(text);
+    json_decref(turn);
+    json_decref(all);
+    return t;
+}
+
 /* POST /apply-template: the prompt the chat template makes of the messages, not run. */
 int srv_rt_apply_template(srv_req *r)
 {
@@ -746,6 +767,7 @@ int srv_rt_oai_chat(srv_req *r)
     free(text);
     if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, err, sizeof err);
     json_decref(p);
+    if (j->prompt && n == 1) j->chat_msgs = json_deep_copy(json_object_get(r->body, "messages"));
     if (!j->prompt) {
         size_t np = j->n_prompt;
         srv_job_unref(j);

@@ -90,6 +90,7 @@ typedef struct srv_job {
     int verbose;               /* --verbose or the request's "verbose": the reply carries "__verbose" */
     int return_progress;       /* streamed: prompt_progress events while the prompt runs */
     float *embd;               /* an embedding job: n_prompt x n_embd hidden states (owned; NULL: none) */
+    json_t *chat_msgs;         /* a chat's messages (a copy): the slot re-renders them with the reply */
     int timings_per_token;     /* streamed: every chunk carries "timings" */
     struct srv_progress { size_t processed; double ms; } prog[SRV_MAX_PROGRESS]; /* under mu */
     int n_prog, n_prog_sent;   /* progress events recorded, sent (by the stream reader) */
@@ -312,6 +313,10 @@ int srv_model_fim(const skv_model *m, int32_t ids[3]);
 int srv_rt_infill(srv_req *r);
 /* A prompt field that is a list of prompts (not one prompt of ids and strings), and one of them. */
 int srv_prompt_is_batch(const json_t *p);
+/* The messages with an assistant turn of reply[0..len) appended, rendered without a
+ * generation prompt and tokenized as a chat prompt: the tokens a client's next turn starts
+ * with (malloc'ed; NULL if it cannot be rendered). */
+int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, size_t len, size_t *n);
 int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap);
 
 /* ---- embeddings (embed.c): /embedding, /embeddings, /v1/embeddings with --embedding ---- */
