@@ -29,6 +29,12 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
   reuses its whole history, the reply included (the slot re-renders the reply as the
   template does, also where it adds or trims a space), from the slot and, after a
   restart, from the store.
+- infill_layout: on a model with FIM tokens (a small random one written here), /infill's
+  prompt is llama-server's: repository context (FIM_REP, FIM_SEP file chunks), BOS,
+  FIM_PRE prefix prompt, FIM_SUF suffix, FIM_MID; malformed input_extra chunks are 400s,
+  also on a model without FIM tokens.
+- web_ui_and_token_count: "/" serves a page (and the web app's files) without a key,
+  --no-ui makes it 404; /chat/completions/input_tokens counts a chat's prompt tokens.
 - context_errors: a prompt over the context is exceed_context_size_error with
   n_prompt_tokens and n_ctx; a generation stopped by a full context is "truncated".
 - abandoned_request_frees_slot: a client that hangs up on a long non-streamed request
@@ -353,6 +359,59 @@ def history_is_a_cache_hit(tmp):
         s.stop()
 
 
+def infill_layout(tmp):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
+    import make_gguf as mg
+    w = mg.llama_gguf(n_embd=64, n_layer=1, n_head=2, n_head_kv=1, head_dim=32, n_ff=64, n_ctx=256, n_vocab=310, seed=3)
+    names = ["pre", "suf", "mid", "rep", "sep"]
+    toks = w.kv[[k for k, _, _, _ in w.kv].index("tokenizer.ggml.tokens")][2]
+    for i, n in enumerate(names):  # filler pieces q0z..q4z, which no text forms
+        w.add("tokenizer.ggml.fim_%s_token_id" % n, mg.U32, toks.index("q%dz" % i))
+    path = os.path.join(tmp, "fim.gguf")
+    w.write(path)
+    s = Server("-m", path, "-c", "256", "-b", "64", log=os.path.join(tmp, "fim.log"))
+    try:
+        body = {"input_prefix": "int main", "prompt": "ret", "input_suffix": "end", "n_predict": 2,
+                "input_extra": [{"filename": "a.c", "text": "int x;"}, {"text": "int y;"}]}
+        code, r = s.json("/infill", body)
+        p = r.get("prompt", "") if code == 200 else ""
+        want = r"^q3z.*myproject.*q4z.*a\.c.*int.*x;.*q4z.*tmp.*int.*y;.*q4z.*filename\s*<s>\s*q0z.*int.*main.*ret.*q1z.*end.*q2z$"
+        check(re.match(want, p, re.S), "infill prompt: %d %r" % (code, p or r))
+    finally:
+        s.stop()
+    s = serve(tmp, name="nofim.log")
+    try:
+        for extra in ([{}], [{"filename": "ok"}], [{"filename": 1, "text": "a"}], {"text": "a"}):
+            code, r = s.json("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": extra})
+            check(code == 400 and "error" in r, "input_extra %s: %d %s" % (extra, code, r))
+        code, r = s.json("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": "c"}]})
+        check(code == 501, "a valid infill on a model without FIM tokens: %d" % code)
+    finally:
+        s.stop()
+
+
+def web_ui_and_token_count(tmp):
+    s = serve(tmp, "--api-key", "k")
+    try:
+        code, page = s.curl("/")
+        check(code == 200 and page.startswith("<!doctype html>") and "v1/chat/completions" in page, "/: %d" % code)
+        for path in ("/sw.js", "/manifest.webmanifest", "/_app/version.json", "/index.html"):
+            check(s.curl(path)[0] == 200, path)
+        check(s.curl("/nothing")[0] == 404, "/nothing answered")
+        msgs = {"messages": [{"role": "user", "content": "Tell me a story"}]}
+        code, r = s.json("/chat/completions/input_tokens", msgs, headers=["Authorization: Bearer k"])
+        code2, c = s.json("/v1/chat/completions", dict(msgs, max_tokens=1), headers=["Authorization: Bearer k"])
+        check(code == 200 and r["input_tokens"] == c["usage"]["prompt_tokens"], "input_tokens %s vs %s" % (r, c))
+        check(s.json("/chat/completions/input_tokens", msgs)[0] == 401, "input_tokens without the key")
+    finally:
+        s.stop()
+    s = serve(tmp, "--no-ui", name="noui.log")
+    try:
+        check(s.curl("/")[0] == 404, "--no-ui: / answered")
+    finally:
+        s.stop()
+
+
 def context_errors(tmp):
     s = serve(tmp, "-c", "64")
     try:
@@ -430,7 +489,8 @@ def seeded_sampling_is_llama_servers(tmp):
 def main():
     rep = Reporter("test_server_dropin")
     cases = [llama_server_command_line_starts, chat_template_sources, chatml_fallback, unsupported_fields_refused,
-             cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, history_is_a_cache_hit,
+             cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, history_is_a_cache_hit, infill_layout,
+             web_ui_and_token_count,
              context_errors, abandoned_request_frees_slot, token_probabilities,
              seeded_sampling_is_llama_servers]
     if not os.path.isfile(MODEL):

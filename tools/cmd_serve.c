@@ -17,7 +17,7 @@ typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers;
     long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client;
-    int ctx_shift, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
+    int ctx_shift, no_ui, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
     double recompute, quality, temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     long long budget, mem_budget;
 } serve_opts;
@@ -76,6 +76,10 @@ static const cli_opt serve_table[] = {
     {"cors-headers", 0, CLI_STR, "HEADERS", 0, 0, F(cors_headers), "a preflight's allowed headers (default *)"},
     {"cors-credentials", 0, CLI_UNSET, NULL, 0, 0, F(cors_no_cred), "credentials allowed (the default)"},
     {"no-cors-credentials", 0, CLI_FLAG, NULL, 0, 0, F(cors_no_cred), "credentials not allowed"},
+    {"no-ui", 0, CLI_FLAG, NULL, 0, 0, F(no_ui), "no web UI: / answers 404 (default: a small chat page)"},
+    {"no-webui", 0, CLI_FLAG, NULL, 0, 0, F(no_ui), NULL},
+    {"ui", 0, CLI_UNSET, NULL, 0, 0, F(no_ui), NULL},
+    {"webui", 0, CLI_UNSET, NULL, 0, 0, F(no_ui), NULL},
     {"metrics", 0, CLI_FLAG, NULL, 0, 0, F(metrics), "GET /metrics answers (default: 501, as llama-server)"},
     {"embedding", 0, CLI_FLAG, NULL, 0, 0, F(embedding), "/embedding and /v1/embeddings answer (the model's final\n"
      "hidden state, pooled; a slot's cache is cleared by each)"},
@@ -105,7 +109,7 @@ static const cli_opt serve_table[] = {
     GPU_VALUE("ubatch-size", 0), GPU_VALUE("ub", 0), GPU_VALUE("cache-type-k", 0),
     GPU_VALUE("ctk", 0), GPU_VALUE("cache-type-v", 0), GPU_VALUE("ctv", 0), GPU_FLAG("cont-batching"),
     GPU_FLAG("cb"), GPU_FLAG("no-cont-batching"), GPU_FLAG("nocb"), GPU_FLAG("no-mmap"), GPU_FLAG("mlock"),
-    GPU_FLAG("no-warmup"), GPU_FLAG("no-webui"), GPU_FLAG("offline"),
+    GPU_FLAG("no-warmup"), GPU_FLAG("offline"),
     {0},
 };
 static const cli_cmd serve_cmd = {
@@ -199,7 +203,7 @@ int cmd_serve(int argc, char **argv)
                            .reuse_near = o.reuse, .near_recompute = o.recompute, .near_quality = o.quality,
                            .store_map_size = cli_store_map_size(), .mem_budget = (unsigned long long)o.mem_budget,
                            .max_conns_per_client = (int)o.conns_per_client, .slots_endpoint = o.slots,
-                           .metrics_endpoint = o.metrics, .verbose = o.verbose, .embedding = o.embedding,
+                           .metrics_endpoint = o.metrics, .verbose = o.verbose, .embedding = o.embedding, .no_ui = o.no_ui,
                            .pooling = o.pooling < 0 || o.pooling == 4 ? 3 /* SRV_POOL_LAST */ : o.pooling,
                            .cors_origins = o.cors_origins, .cors_methods = o.cors_methods,
                            .cors_headers = o.cors_headers, .cors_no_credentials = o.cors_no_cred,

@@ -535,53 +535,112 @@ int srv_rt_completion(srv_req *r) { return completion(r, SRV_FMT_LLAMA, "n_predi
 /* /infill's inputs as llama-server checks them; 0, or -1 with err. */
 static int infill_inputs(const json_t *b, char *err, size_t errcap)
 {
-    const json_t *p = json_object_get(b, "prompt"), *x = json_object_get(b, "input_extra");
+    const json_t *p = json_object_get(b, "prompt"), *x = json_object_get(b, "input_extra"), *c;
+    size_t i;
     if (p && !json_is_string(p)) return snprintf(err, errcap, "\"prompt\" must be a string"), -1;
     if (!json_is_string(json_object_get(b, "input_prefix"))) return snprintf(err, errcap, "\"input_prefix\" is required"), -1;
     if (!json_is_string(json_object_get(b, "input_suffix"))) return snprintf(err, errcap, "\"input_suffix\" is required"), -1;
     if (x && !json_is_array(x))
         return snprintf(err, errcap, "\"input_extra\" must be an array of {\"filename\": string, \"text\": string}"), -1;
-    if (json_array_size(x)) return snprintf(err, errcap, "\"input_extra\" is not supported by seqkv serve yet"), -1;
+    json_array_foreach(x, i, c) {
+        if (!json_is_string(json_object_get(c, "text")))
+            return snprintf(err, errcap, "extra_context chunk must contain a \"text\" field with a string value"), -1;
+        const json_t *f = json_object_get(c, "filename");
+        if (f && !json_is_string(f)) return snprintf(err, errcap, "extra_context chunk's \"filename\" field must be a string"), -1;
+    }
     return 0;
 }
 
-/* The prefix-suffix-middle prompt: BOS, FIM_PRE prefix, FIM_SUF suffix, FIM_MID prompt. */
-static int32_t *infill_prompt(const srv *s, const json_t *b, const int32_t fim[3], size_t *n)
+/* A growing token list. */
+typedef struct toks { int32_t *t; size_t n, cap; int bad; } toks;
+
+static void toks_add(toks *l, const int32_t *t, size_t n)
 {
-    const char *part[3] = {json_string_value(json_object_get(b, "input_prefix")),
-                           json_string_value(json_object_get(b, "input_suffix")), json_string_value(json_object_get(b, "prompt"))};
-    size_t cap = 4, at = 0;
-    int32_t *out = malloc(cap * sizeof *out);
-    if (out && s->info.bos_id >= 0) out[at++] = s->info.bos_id;
-    for (int i = 0; out && i < 3; i++) {
-        size_t k = 0;
-        int32_t *t = srv_tokenize(s, part[i] ? part[i] : "", part[i] ? strlen(part[i]) : 0, 0, &k);
-        int32_t *grown = t ? realloc(out, (at + k + 1) * sizeof *out) : NULL;
-        if (!grown) {
-            free(t);
-            free(out);
-            return NULL;
-        }
-        out = grown;
-        out[at++] = fim[i];
-        memcpy(out + at, t, k * sizeof *t);
-        at += k;
-        free(t);
+    if (l->bad || !n) return;
+    if (l->n + n > l->cap) {
+        size_t cap = (l->n + n) * 2;
+        int32_t *g = realloc(l->t, cap * sizeof *g);
+        if (!g) return (void)(l->bad = 1);
+        l->t = g, l->cap = cap;
     }
-    *n = at;
-    return out;
+    memcpy(l->t + l->n, t, n * sizeof *t);
+    l->n += n;
+}
+
+static void toks_text(const srv *s, toks *l, const char *text, size_t len)
+{
+    size_t k = 0;
+    int32_t *t = srv_tokenize(s, text, len, 0, &k);
+    if (!t && len) l->bad = 1;
+    toks_add(l, t, k);
+    free(t);
+}
+
+static void toks_id(toks *l, int32_t id) { toks_add(l, &id, 1); }
+
+/* The repository context of input_extra as llama-server lays it out: FIM_REP "myproject\n",
+ * then per chunk FIM_SEP filename "\n" (or, without FIM_SEP, a "--- snippet ---" line) and
+ * its text, then FIM_SEP "filename\n" for the file being completed. */
+static void infill_extra(const srv *s, const json_t *x, const int32_t fim[5], toks *e)
+{
+    static const char snippet[] = "\n\n--- snippet ---\n\n";
+    size_t i;
+    const json_t *c;
+    if (fim[3] >= 0) toks_id(e, fim[3]), toks_text(s, e, "myproject\n", 10);
+    json_array_foreach(x, i, c) {
+        const char *f = json_string_value(json_object_get(c, "filename")), *t = json_string_value(json_object_get(c, "text"));
+        char name[SRV_MAX_FILENAME + 2];
+        if (fim[4] >= 0) {
+            int k = snprintf(name, sizeof name, "%.*s\n", SRV_MAX_FILENAME, f ? f : "tmp");
+            toks_id(e, fim[4]), toks_text(s, e, name, (size_t)k);
+        } else {
+            toks_text(s, e, snippet, sizeof snippet - 1);
+        }
+        toks_text(s, e, t, strlen(t));
+    }
+    if (fim[4] >= 0) toks_id(e, fim[4]), toks_text(s, e, "filename\n", 9);
+}
+
+/* llama-server's infill prompt: the tail of the repository context that fits, BOS,
+ * FIM_PRE, the prefix's last 3/4 of a batch, the prompt, FIM_SUF, the suffix's first
+ * (batch/4 - 2 - prompt) tokens, FIM_MID. */
+static int32_t *infill_prompt(const srv *s, const json_t *b, const int32_t fim[5], size_t *n)
+{
+    const char *pre = json_string_value(json_object_get(b, "input_prefix")), *suf = json_string_value(json_object_get(b, "input_suffix"));
+    const char *prompt = json_string_value(json_object_get(b, "prompt"));
+    toks e = {0}, p = {0}, q = {0}, m = {0}, out = {0};
+    long batch = s->p.n_batch > 0 ? s->p.n_batch : SRV_DEFAULT_BATCH, np = s->p.defaults.n_predict;
+    infill_extra(s, json_object_get(b, "input_extra"), fim, &e);
+    toks_text(s, &p, pre, strlen(pre));
+    toks_text(s, &q, suf, strlen(suf));
+    toks_text(s, &m, prompt ? prompt : "", prompt ? strlen(prompt) : 0);
+    size_t take_p = p.n < (size_t)(3 * (batch / 4)) ? p.n : (size_t)(3 * (batch / 4));
+    long room_q = batch / 4 - 2 - (long)m.n;
+    size_t take_q = room_q <= 0 ? 0 : q.n < (size_t)room_q ? q.n : (size_t)room_q;
+    long room_e = (long)s->n_ctx - batch - 2 * np;
+    size_t take_e = room_e <= 0 ? 0 : e.n < (size_t)room_e ? e.n : (size_t)room_e;
+    toks_add(&out, e.t + e.n - take_e, take_e);
+    if (s->info.bos_id >= 0) toks_id(&out, s->info.bos_id);
+    toks_id(&out, fim[0]), toks_add(&out, p.t + p.n - take_p, take_p), toks_add(&out, m.t, m.n);
+    toks_id(&out, fim[1]), toks_add(&out, q.t, take_q), toks_id(&out, fim[2]);
+    int bad = e.bad || p.bad || q.bad || m.bad || out.bad;
+    free(e.t), free(p.t), free(q.t), free(m.t);
+    if (bad) return free(out.t), NULL;
+    *n = out.n;
+    return out.t;
 }
 
 int srv_rt_infill(srv_req *r)
 {
     char err[256];
-    int32_t fim[3];
+    int32_t fim[5];
+    if (infill_inputs(r->body, err, sizeof err)) return srv_reply_error(r, 400, "%s", err); /* before the model's
+                                                        * support (llama-server checks it first): a bad request is one anyway */
     int missing = srv_model_fim(r->s->model, fim);
     if (missing)
         return srv_reply_error(r, 501, "Infill is not supported by this model: %s%s%s", missing & 1 ? "prefix token is "
                                "missing. " : "", missing & 2 ? "suffix token is missing. " : "", missing & 4 ?
                                "middle token is missing. " : "");
-    if (infill_inputs(r->body, err, sizeof err)) return srv_reply_error(r, 400, "%s", err);
     srv_job *j = job_from(r, SRV_FMT_LLAMA, "n_predict", err, sizeof err);
     if (!j) return srv_reply_error(r, 400, "%s", err);
     j->prompt = infill_prompt(r->s, r->body, fim, &j->n_prompt);
@@ -751,6 +810,18 @@ int srv_rt_apply_template(srv_req *r)
     json_t *o = json_pack("{s:s}", "prompt", text);
     free(text);
     return srv_reply_json(r, 200, o);
+}
+
+int srv_rt_chat_input_tokens(srv_req *r)
+{
+    char err[256];
+    size_t n = 0;
+    char *text = render(r->s, r->body, err, sizeof err);
+    int32_t *t = text ? srv_tokenize(r->s, text, strlen(text), 1, &n) : NULL;
+    free(text);
+    if (!t) return srv_reply_error(r, 400, "%s", err[0] ? err : "the prompt could not be tokenized");
+    free(t);
+    return srv_reply_json(r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }
 
 int srv_rt_oai_chat(srv_req *r)

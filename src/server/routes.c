@@ -166,6 +166,13 @@ typedef struct route {
 } route;
 
 static const route routes[] = {
+    {"GET", "/", srv_rt_webui, 1, 0, 0}, /* "/" matches only itself (path_matches) */
+    {"GET", "/index.html", srv_rt_webui, 1, 0, 0},
+    {"GET", "/sw.js", srv_rt_webui, 1, 0, 0},
+    {"GET", "/manifest.webmanifest", srv_rt_webui, 1, 0, 0},
+    {"GET", "/_app/version.json", srv_rt_webui, 1, 0, 0},
+    {"POST", "/chat/completions/input_tokens", srv_rt_chat_input_tokens, 0, 0, 0},
+    {"POST", "/v1/chat/completions/input_tokens", srv_rt_chat_input_tokens, 0, 0, 0},
     {"GET", "/health", rt_health, 1, 1, 0},
     {"GET", "/v1/health", rt_health, 1, 1, 0},
     {"GET", "/v1/models", rt_models, 1, 0, 0},
@@ -194,7 +201,7 @@ static const route routes[] = {
 static int path_matches(const char *path, const char *url)
 {
     size_t n = strlen(path);
-    if (n && path[n - 1] == '/') return !strncmp(path, url, n);
+    if (n > 1 && path[n - 1] == '/') return !strncmp(path, url, n);
     return !strcmp(path, url);
 }
 

@@ -41,6 +41,7 @@ typedef struct skv_server_params {
     int slots_endpoint;            /* GET /slots answers (else 501) */
     int metrics_endpoint;          /* GET /metrics answers (else 501) */
     int verbose;                   /* --verbose: replies carry llama-server's "__verbose" result */
+    int no_ui;                     /* --no-ui: "/" and the web app files answer 404 */
     int embedding;                 /* --embedding: the embedding routes answer (else 501) */
     int pooling;                   /* --pooling: SRV_POOL_* (embed.c) */
     const char *cors_origins;      /* "*" (NULL), "localhost" or a comma-separated list (cors.c) */

@@ -308,7 +308,7 @@ char *srv_detokenize(const srv *s, const int32_t *tok, size_t n, size_t *len);
 
 /* The model's fill-in-the-middle tokens (prefix, suffix, middle; -1 when absent): a mask of
  * the missing ones (bit 0 prefix, 1 suffix, 2 middle), 0 when the model can infill. */
-int srv_model_fim(const skv_model *m, int32_t ids[3]);
+int srv_model_fim(const skv_model *m, int32_t ids[5]); /* pre, suf, mid, rep, sep; missing mask */
 /* POST /infill (complete.c). */
 int srv_rt_infill(srv_req *r);
 /* A prompt field that is a list of prompts (not one prompt of ids and strings), and one of them. */
@@ -321,6 +321,8 @@ int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, char *err, siz
 
 /* ---- embeddings (embed.c): /embedding, /embeddings, /v1/embeddings with --embedding ---- */
 enum { SRV_POOL_NONE = 0, SRV_POOL_MEAN = 1, SRV_POOL_CLS = 2, SRV_POOL_LAST = 3 };
+int srv_rt_webui(srv_req *r);          /* webui.c: "/" and the web app files (--no-ui: 404) */
+int srv_rt_chat_input_tokens(srv_req *r); /* the prompt tokens a chat request would make */
 int srv_rt_embedding(srv_req *r);     /* llama-server's: per input, rows (pooling none) or one row */
 int srv_rt_oai_embeddings(srv_req *r); /* OpenAI's: one pooled, normalized vector per input */
 /* Slot side: the job's prompt through a cleared context into j->embd (the slot's KV is lost). */
