@@ -490,9 +490,6 @@ int srv_pool_start(srv *s, srv_pool **out)
     p->cache = srv_cache_create(s);
     *out = p;
     if (!p->slots || !p->cache || !p->step_logits) return -1;
-    /* a shared store (a URL, docs/store.md "Redis layout") has no directory for the index */
-    if (s->store && !strstr(s->p.store_dir, "://") && srv_cache_open_index(p->cache, s->p.store_dir, (size_t)s->n_ctx))
-        return -1;
     for (int i = 0; i < p->n; i++)
         if (slot_init(p, &p->slots[i], i)) return -1;
     return 0;

@@ -229,9 +229,6 @@ typedef struct srv_reuse {
  * skv_store_get_near instead. Returns the positions ctx holds; *u what was reused. */
 size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have, size_t n_have,
                          const int32_t *prompt, size_t n, srv_reuse *u);
-/* Loads DIR/server-index.skvi (the conversations to look prefixes up in), compacts it
- * and keeps it open for appending. -1 after a message. */
-int srv_cache_open_index(srv_cache *c, const char *dir, size_t max_tokens);
 /* Puts a finished conversation into the store (if any); errors are logged, not fatal. */
 void srv_cache_put(srv *s, srv_cache *c, const int32_t *tokens, size_t n);
 
