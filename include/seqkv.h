@@ -727,10 +727,14 @@ typedef struct skv_store_put_report {
     uint32_t n_materialised, n_demoted; /* nodes the placement policy changed */
     double bits;           /* surprisal of the whole session, bits */
     double seconds;
+    int existed;           /* 1: name held these very tokens already (a retry): nothing was written */
 } skv_store_put_report;
 
 /* Stores tokens (1 .. model context) under name (1..255 bytes, unique: SKV_ERR_INVALID_ARG
- * if taken). One transaction: all or nothing. rep may be NULL. */
+ * if taken by other tokens; a put of the same tokens under the same name succeeds without
+ * writing, so a put retried after an error is safe). One transaction: all or nothing. When
+ * the connection to a Redis store is lost during the commit, the session record is read
+ * back to say truthfully whether it was applied (SKV_OK if it was). rep may be NULL. */
 SKV_API int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n,
                           skv_store_put_report *rep);
 

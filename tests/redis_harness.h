@@ -61,8 +61,9 @@ __attribute__((unused)) static long long redis_int(const redis_srv *r, const cha
 __attribute__((unused)) static int redis_start(redis_srv *r, const char *const *extra)
 {
     const char *argv[32] = {"redis-server", "--port", "0", "--unixsocket", r->sock, "--unixsocketperm", "700",
-                            "--save", "", "--appendonly", "no", "--dir", r->dir, "--logfile", "redis.log"};
-    int n = 15;
+                            "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--dir", r->dir,
+                            "--logfile", "redis.log"};
+    int n = 17;
     mkdir(r->dir, 0700);
     snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
     argv[4] = r->sock;

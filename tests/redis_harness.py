@@ -17,7 +17,8 @@ class Redis:
         os.makedirs(workdir, exist_ok=True)
         self.sock = os.path.join(workdir, "redis.sock")
         self.p = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", self.sock, "--unixsocketperm", "700",
-                                   "--save", "", "--appendonly", "no", "--dir", workdir, "--logfile", "redis.log"]
+                                   "--save", "", "--appendonly", "yes", "--appendfsync", "everysec", "--dir", workdir,
+                                   "--logfile", "redis.log"]
                                   + list(extra), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         for _ in range(200):
             if self.ping():

@@ -128,7 +128,9 @@ static void test_put_get(void)
                   skv_store_last_error(st));
         if (i == 1) CHECK_EQ_INT(pr.n_shared, 40);
     }
-    CHECK(skv_store_put(st, "s0", s[0].tok, s[0].n, NULL) == SKV_ERR_INVALID_ARG); /* duplicate name */
+    CHECK(skv_store_put(st, "s0", s[0].tok, s[0].n, &pr) == SKV_OK && pr.n_shared == s[0].n); /* a retry: a no-op */
+    CHECK(skv_store_put(st, "s0", s[1].tok, s[1].n, NULL) == SKV_ERR_INVALID_ARG); /* the name, other tokens */
+    CHECK(strstr(skv_store_last_error(st), "exists already") != NULL);
     for (int i = 0; i < 8; i++) {
         CHECK_MSG(check_get(st, &s[i], &r) == SKV_OK, "session %d", i);
         CHECK(r.verified == 1 && r.n_loaded + r.n_computed == s[i].n);

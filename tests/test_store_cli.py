@@ -82,6 +82,9 @@ def match_ls_rm_gc():
     if rc or [l.split("\t")[0] for l in out.splitlines()] != ["a.txt", "b.txt"]:
         return "ls: " + out
     rc, out, err = run("store", "put", STORE, "-f", A)
+    if rc != 0 or "stored already" not in out:
+        return "the same put again (a retry): %d %s %s" % (rc, out, err)
+    rc, out, err = run("store", "put", STORE, "-f", B, "--name", "a.txt")
     if rc != 1 or "exists already" not in err:
         return "duplicate name: %d %s" % (rc, err)
     rc, out, err = run("store", "rm", STORE, "b.txt")

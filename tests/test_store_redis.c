@@ -128,7 +128,9 @@ static void test_basic(void)
         make_sess(&s[k], 0, k);
         CHECK_MSG(skv_store_put(st, s[k].name, s[k].tok, s[k].n, NULL) == SKV_OK, "put: %s", skv_store_last_error(st));
     }
-    CHECK_MSG(skv_store_put(st, s[0].name, s[0].tok, s[0].n, NULL) == SKV_ERR_INVALID_ARG, "duplicate name refused");
+    skv_store_put_report pr;
+    CHECK_MSG(skv_store_put(st, s[0].name, s[0].tok, s[0].n, &pr) == SKV_OK && pr.existed, "a retried put: a no-op");
+    CHECK_MSG(skv_store_put(st, s[0].name, s[1].tok, s[1].n, NULL) == SKV_ERR_INVALID_ARG, "duplicate name refused");
     skv_store *st2 = open_url(url, -1); /* another handle (as another process would) */
     CHECK(st2 != NULL);
     for (int k = 0; st2 && k < 6; k++) CHECK_MSG(check_get(st2, &s[k]) == SKV_OK, "get %d: %s", k, skv_store_last_error(st2));
@@ -348,6 +350,52 @@ static void test_conn_drop(void)
     redis_kill(&r);
 }
 
+/* ---- persistence ------------------------------------------------------------------ */
+
+static char g_warn[1024];
+
+static void on_log(void *user, int level, const char *msg)
+{
+    (void)user;
+    if (level == SKV_LOG_WARN) snprintf(g_warn, sizeof g_warn, "%s", msg);
+}
+
+/* A Redis without an append-only file: creating a store is refused with the settings to
+ * use, SEQKV_REDIS_VOLATILE=1 creates it anyway, opening it later warns; with AOF on, no
+ * warning. */
+static void test_durability(void)
+{
+    const char *noaof[] = {"--appendonly", "no", NULL};
+    redis_srv r = {0};
+    char url[400], err[1024];
+    skv_store *st = NULL;
+    sess s;
+    if (start(&r, "dur", noaof)) SKIP("redis-server would not start");
+    url_of(&r, "dur", url, sizeof url);
+    unsetenv("SEQKV_REDIS_VOLATILE");
+    CHECK(skv_store_open(url, g_m, SKV_STORE_CREATE, NULL, &st, err, sizeof err) == SKV_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(err, "appendonly yes") && strstr(err, "SEQKV_REDIS_VOLATILE=1"), "%s", err);
+    setenv("SEQKV_REDIS_VOLATILE", "1", 1);
+    CHECK_MSG(skv_store_open(url, g_m, SKV_STORE_CREATE, NULL, &st, err, sizeof err) == SKV_OK, "%s", err);
+    make_sess(&s, 1, 0);
+    CHECK(st && skv_store_put(st, s.name, s.tok, s.n, NULL) == SKV_OK);
+    skv_store_close(st);
+    unsetenv("SEQKV_REDIS_VOLATILE");
+    g_warn[0] = 0;
+    skv_set_log(on_log, NULL);
+    CHECK_MSG(skv_store_open(url, g_m, 0, NULL, &st, err, sizeof err) == SKV_OK, "%s", err);
+    CHECK_MSG(strstr(g_warn, "append-only") != NULL, "no warning: '%s'", g_warn);
+    skv_store_close(st);
+    redis_int(&r, "CONFIG SET appendonly yes");
+    redis_sleep_ms(200); /* the rewrite that turns AOF on runs in the background */
+    g_warn[0] = 0;
+    CHECK_MSG(skv_store_open(url, g_m, 0, NULL, &st, err, sizeof err) == SKV_OK, "%s", err);
+    CHECK_MSG(g_warn[0] == 0, "a warning with appendonly yes: %s", g_warn);
+    skv_set_log(NULL, NULL);
+    skv_store_close(st);
+    redis_kill(&r);
+}
+
 /* ---- maxmemory ------------------------------------------------------------------ */
 
 enum { N_LRU = 80 };
@@ -473,6 +521,7 @@ int main(void)
     RUN_IF(test_two_writers);
     RUN_IF(test_kill_restart);
     RUN_IF(test_conn_drop);
+    RUN_IF(test_durability);
     RUN_IF(test_maxmemory_lru);
     RUN_IF(test_maxmemory_noeviction);
     char cmd[300];

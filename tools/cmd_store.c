@@ -155,6 +155,10 @@ static int do_put(const store_opts *o, skv_model *m, skv_store *st)
     int rc = skv_store_put(st, name, tok, n, &r);
     free(tok);
     if (rc) return fail(st);
+    if (r.existed) {
+        printf("'%s' is stored already with these %u tokens: nothing to do\n", name, r.n_tokens);
+        return CLI_OK;
+    }
     printf("stored '%s': %u tokens, %u shared with stored sessions; %u positions loaded + %u computed; "
            "%.1f bits under the model; policy: +%u materialised, %u demoted; %.3f s\n",
            name, r.n_tokens, r.n_shared, r.n_loaded, r.n_computed, r.bits, r.n_materialised, r.n_demoted, r.seconds);
@@ -305,7 +309,10 @@ static void print_tiers(const skv_store_stats *s)
                s->tier_positions[i] ? (double)s->tier_bytes[i] / (double)s->tier_positions[i] : 0.0);
 }
 
-static void print_stats(const skv_store_stats *s)
+/* A Redis store ("redis://...", "unix://..."): its bytes are Redis's, its gc checks less. */
+static int is_url(const char *dir) { return strstr(dir, "://") != NULL; }
+
+static void print_stats(const skv_store_stats *s, int redis)
 {
     double mib = 1048576.0;
     printf("model:                     %s\n", s->model_name);
@@ -314,8 +321,8 @@ static void print_stats(const skv_store_stats *s)
     printf("unique stored positions:   %llu in %llu trie nodes\n", (unsigned long long)s->unique_positions,
            (unsigned long long)s->n_nodes);
     printf("dedup ratio:               %.2fx (session tokens / unique positions)\n", s->dedup_ratio);
-    printf("bytes on disk:             %llu (%.2f MiB; LMDB pages in use)\n", (unsigned long long)s->disk_bytes,
-           (double)s->disk_bytes / mib);
+    printf("bytes on disk:             %llu (%.2f MiB; %s)\n", (unsigned long long)s->disk_bytes,
+           (double)s->disk_bytes / mib, redis ? "Redis MEMORY USAGE of the store's keys" : "LMDB pages in use");
     printf("bits per session position: %.1f (bytes on disk x 8 / session tokens)\n", s->bits_per_position);
     if (s->kv_misses || s->node_misses) /* a Redis store whose maxmemory policy evicted records */
         printf("evicted records found:     %llu KV blobs (recomputed), %llu trie nodes / sessions (misses)\n",
@@ -360,7 +367,7 @@ static int do_stats(const store_opts *o, skv_model *m, skv_store *st)
     (void)o, (void)m;
     skv_store_near_stats ns;
     if (skv_store_get_stats(st, &s) || skv_store_get_near_stats(st, &ns)) return fail(st);
-    print_stats(&s);
+    print_stats(&s, is_url(o->dir));
     printf("near reuse (APPROXIMATE):  %llu near gets, %llu approximate; positions %llu exact, %llu reused "
            "approximately, %llu recomputed\n", (unsigned long long)ns.n_gets, (unsigned long long)ns.n_approximate,
            (unsigned long long)ns.positions_exact, (unsigned long long)ns.positions_approx,
@@ -382,8 +389,9 @@ static int do_gc(const store_opts *o, skv_model *m, skv_store *st)
     (void)m;
     if (o->price > 0 && skv_store_set_price(st, o->price)) return fail(st);
     if (skv_store_gc(st, &g)) return fail(st);
-    printf("trie and KV blobs checked; demoted %u nodes to tokens, freed %llu bytes; re-materialised %u nodes; "
+    printf("%s; demoted %u nodes to tokens, freed %llu bytes; re-materialised %u nodes; "
            "materialised KV now %llu bytes; %u token-only nodes changed tier\n",
+           is_url(o->dir) ? "KV blobs checked (Redis: not the trie, which evictions may cut)" : "trie and KV blobs checked",
            g.n_demoted, (unsigned long long)g.bytes_freed, g.n_materialised, (unsigned long long)g.mat_bytes,
            g.n_retiered);
     return CLI_OK;
@@ -447,7 +455,9 @@ static const char *store_model_path(size_t k, const store_opts *o)
     if (subs[k].flags & SKV_STORE_CREATE) return cli_default_model();
     int rc = skv_store_model_info(o->dir, &sm, err, sizeof err);
     if (rc) {
-        cli_error("%s%s", err, rc == SKV_ERR_IO ? " (create one with 'seqkv store init DIR [-m MODEL]')" : "");
+        /* a refused connection is no missing store: only a store that is not there gets the hint */
+        int hint = rc == SKV_ERR_IO && !strstr(err, "store init") && !is_url(o->dir);
+        cli_error("%s%s", err, hint ? " (create one with 'seqkv store init DIR [-m MODEL]')" : "");
         return NULL;
     }
     if (!sm.path[0]) return cli_default_model(); /* opening checks it is the right one */

@@ -197,12 +197,13 @@ static void put_now(srv *s, const int32_t *tokens, size_t n)
 {
     char name[64];
     conv_name(tokens, n, name, sizeof name);
-    int rc = skv_store_put(s->store, name, tokens, n, NULL);
+    skv_store_put_report r = {0};
+    int rc = skv_store_put(s->store, name, tokens, n, &r);
     if (rc && rc != SKV_ERR_INVALID_ARG) {
         srv_log("store put %s: %s", name, skv_store_last_error(s->store));
         return;
     }
-    atomic_fetch_add(&s->m.n_store_puts, rc == 0);
+    atomic_fetch_add(&s->m.n_store_puts, rc == 0 && !r.existed);
 }
 
 static void *writer_main(void *arg)

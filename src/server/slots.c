@@ -374,6 +374,32 @@ static void run_action_job(slot *sl, srv_job *j)
     job_done(sl, j, rc, NULL);
 }
 
+/* At the end of a chat reply: the slot's KV becomes the conversation as the client will send it
+ * back (its messages, the reply as an assistant turn, rendered by the template and
+ * tokenized), so the next turn reuses the whole history even where the template renders
+ * the reply otherwise than the model generated it (a space added or trimmed, end-of-turn
+ * markers): the positions past the common prefix are prefilled now. */
+static void extend_history(slot *sl, srv_job *j)
+{
+    srv *s = sl->pool->s;
+    size_t tl = 0, n = 0, k = 0;
+    pthread_mutex_lock(&j->mu);
+    char *reply = srv_utf8_valid(j->text ? j->text : "", j->len, &tl);
+    pthread_mutex_unlock(&j->mu);
+    int32_t *t = reply ? srv_chat_history_tokens(s, j->chat_msgs, reply, tl, &n) : NULL;
+    free(reply);
+    if (t && n < (size_t)s->n_ctx) {
+        while (k < n && k < sl->n_tokens && t[k] == sl->tokens[k]) k++;
+        if (k < n && (skv_ctx_truncate(sl->ctx, (int)k) || skv_prefill(sl->ctx, t + k, n - k, SKV_LOGITS_NONE, NULL))) {
+            skv_ctx_truncate(sl->ctx, 0);
+            n = 0;
+        }
+        memcpy(sl->tokens, t, n * sizeof *t);
+        sl->n_tokens = n;
+    }
+    free(t);
+}
+
 static void run_job(slot *sl, srv_job *j)
 {
     srv *s = sl->pool->s;
@@ -403,6 +429,10 @@ static void run_job(slot *sl, srv_job *j)
     pthread_mutex_unlock(&j->mu);
     while (!rc && j->n_gen < (size_t)j->n_predict && !atomic_load(&j->cancel)) rc = gen_step(sl, j, &rng);
     j->t_gen_ms = now_ms() - t0;
+    /* before the reply goes out: the messages' memory is the request's, given back with it */
+    if (rc >= 0 && j->chat_msgs && !atomic_load(&j->cancel)) extend_history(sl, j);
+    json_decref(j->chat_msgs);
+    j->chat_msgs = NULL;
     atomic_fetch_add(&s->m.n_gen_tokens, j->n_gen);
     atomic_fetch_add(&s->m.gen_us, (unsigned long long)(j->t_gen_ms * 1e3));
     if (rc < 0) {
@@ -412,32 +442,6 @@ static void run_job(slot *sl, srv_job *j)
     job_done(sl, j, rc < 0 ? 500 : 0, rc < 0 ? skv_ctx_last_error(sl->ctx) : NULL);
 }
 
-/* After a chat reply: the slot's KV becomes the conversation as the client will send it
- * back (its messages, the reply as an assistant turn, rendered by the template and
- * tokenized), so the next turn reuses the whole history even where the template renders
- * the reply otherwise than the model generated it (a space added or trimmed, end-of-turn
- * markers): the positions past the common prefix are prefilled now. */
-static void extend_history(slot *sl, srv_job *j)
-{
-    srv *s = sl->pool->s;
-    size_t tl = 0, n = 0, k = 0;
-    pthread_mutex_lock(&j->mu);
-    char *reply = srv_utf8_valid(j->text ? j->text : "", j->len, &tl);
-    pthread_mutex_unlock(&j->mu);
-    int32_t *t = reply ? srv_chat_history_tokens(s, j->chat_msgs, reply, tl, &n) : NULL;
-    free(reply);
-    if (t && n < (size_t)s->n_ctx) {
-        while (k < n && k < sl->n_tokens && t[k] == sl->tokens[k]) k++;
-        if (k < n && (skv_ctx_truncate(sl->ctx, (int)k) || skv_prefill(sl->ctx, t + k, n - k, SKV_LOGITS_NONE, NULL))) {
-            skv_ctx_truncate(sl->ctx, 0);
-            n = 0;
-        }
-        memcpy(sl->tokens, t, n * sizeof *t);
-        sl->n_tokens = n;
-    }
-    free(t);
-}
-
 static void *slot_main(void *arg)
 {
     slot *sl = arg;
@@ -445,7 +449,6 @@ static void *slot_main(void *arg)
     while ((j = next_job(sl))) {
         run_job(sl, j);
         int ok = j->status == 0 && !atomic_load(&j->cancel) && !j->action && !j->embd;
-        if (ok && j->chat_msgs) extend_history(sl, j);
         srv_job_unref(j);
         if (ok) srv_cache_put(sl->pool->s, sl->pool->cache, sl->tokens, sl->n_tokens);
         pthread_mutex_lock(&sl->pool->mu);

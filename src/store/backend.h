@@ -40,6 +40,12 @@ enum { TB_META, TB_NODES, TB_CHILDREN, TB_SESSIONS, TB_KV, TB_MAT, TB_MATORD, TB
 #define STORE_RETRIES 64   /* attempts of one call before it gives up (SKV_ERR_IO) */
 #define STORE_NOWATCH 1    /* get flag: a statistic, last writer wins (no conflict) */
 
+/* 1 when the calling thread's last commit failed with its outcome unknown (the connection to
+ * Redis was lost after EXEC was sent: it may or may not have been applied; LMDB never
+ * says so). Reading it clears it. The caller finds out from the data (put: the session
+ * record). */
+int store_commit_unknown_take(void);
+
 typedef struct store_backend store_backend;
 typedef struct store_btx store_btx;
 

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "core/log.h"
 #include "store/backend_redis.h"
 
 int store_is_redis_url(const char *where)
@@ -282,6 +283,55 @@ static int header_absent(redis_backend *b, redisContext *c)
     return rc;
 }
 
+/* One CONFIG GET value (into v), or -1 when the server refuses the command (renamed or
+ * disabled on managed services). */
+static int config_get(redisContext *c, const char *name, char *v, size_t cap)
+{
+    const char *argv[3] = {"CONFIG", "GET", name};
+    size_t len[3] = {6, 3, strlen(name)};
+    redisReply *r = conn_cmd(c, 3, argv, len);
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING;
+    if (ok) snprintf(v, cap, "%s", r->element[1]->str);
+    if (r) freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+/* Redis's persistence, checked when a store is opened for writing (docs/store.md
+ * "Deployment"). Without an append-only file a restart or kill -9 of redis-server loses
+ * the whole store (seen: one kill -9 wiped one): creating a store there is refused unless
+ * $SEQKV_REDIS_VOLATILE=1 says a store that can vanish is meant; opening an existing one
+ * logs a warning. appendfsync no (the OS flushes when it likes) is a warning: a kill -9 of
+ * redis-server loses nothing acknowledged, a power loss may. */
+static int durability_check(redis_backend *b, redisContext *c, int fresh)
+{
+    char aof[16] = "", fsync_[16] = "";
+    const char *volatile_ok = getenv("SEQKV_REDIS_VOLATILE");
+    int ok_volatile = volatile_ok && !strcmp(volatile_ok, "1");
+    if (config_get(c, "appendonly", aof, sizeof aof)) {
+        skv_log(SKV_LOG_WARN, "Redis at %s refuses CONFIG GET: cannot check its persistence; make sure it runs with "
+                "appendonly yes (docs/store.md \"Deployment\")", b->url);
+        return SKV_OK;
+    }
+    if (strcmp(aof, "yes")) {
+        if (fresh && !ok_volatile)
+            return store_err(b->base.st, SKV_ERR_UNSUPPORTED,
+                             "Redis at %s keeps no append-only file (appendonly %s): a restart or kill -9 of "
+                             "redis-server would lose the whole store. Run it with --appendonly yes --appendfsync "
+                             "everysec (redis.conf, or on a running server: redis-cli CONFIG SET appendonly yes; "
+                             "redis-cli CONFIG REWRITE); docs/store.md \"Deployment\". SEQKV_REDIS_VOLATILE=1 "
+                             "creates the store anyway, as a cache that can vanish", b->url, aof);
+        if (!ok_volatile)
+            skv_log(SKV_LOG_WARN, "Redis at %s keeps no append-only file (appendonly %s): a restart or kill -9 of "
+                    "redis-server loses this store; run it with appendonly yes (docs/store.md \"Deployment\")", b->url,
+                    aof);
+        return SKV_OK;
+    }
+    if (!config_get(c, "appendfsync", fsync_, sizeof fsync_) && !strcmp(fsync_, "no"))
+        skv_log(SKV_LOG_WARN, "Redis at %s: appendfsync no: a power loss may lose the last seconds of puts "
+                "(everysec: at most one second; always: none)", b->url);
+    return SKV_OK;
+}
+
 int store_backend_redis_open(skv_store *st, const char *url, int flags, store_backend **out, int *fresh)
 {
     char e[256];
@@ -298,6 +348,10 @@ int store_backend_redis_open(skv_store *st, const char *url, int flags, store_ba
     set_ns(b, st->fp);
     redisContext *c = rb_conn_get(b);
     rc = c ? header_absent(b, c) : SKV_ERR_IO;
+    if (rc >= 0 && !b->base.readonly) {
+        int d = durability_check(b, c, rc == 1);
+        if (d) rc = d;
+    }
     rb_conn_put(b, c, rc < 0);
     if (rc == 1 && b->base.readonly) rc = store_err(st, SKV_ERR_IO, "no seqkv store at '%s' (nothing to read)", url);
     if (rc < 0) {

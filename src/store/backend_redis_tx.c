@@ -124,6 +124,15 @@ static void tx_free(store_btx *t)
 
 /* ---- commands ------------------------------------------------------------- */
 
+static _Thread_local int tl_commit_unknown;
+
+int store_commit_unknown_take(void)
+{
+    int u = tl_commit_unknown;
+    tl_commit_unknown = 0;
+    return u;
+}
+
 static int conn_lost(store_btx *t)
 {
     t->bad = 1;
@@ -287,13 +296,21 @@ static int append_write(store_btx *t, const rb_ent *e)
     return redisAppendCommandArgv(t->c, v.n, v.a, v.l) == REDIS_OK ? SKV_OK : SKV_ERR_NOMEM;
 }
 
-/* Reads the n replies of MULTI, the queued writes and EXEC. */
+/* Reads the n replies of MULTI, the queued writes and EXEC. The whole pipeline has been
+ * sent: a connection lost before EXEC's reply leaves the outcome unknown. */
 static int exec_replies(store_btx *t, size_t n)
 {
     int rc = SKV_OK;
     for (size_t i = 0; i < n + 2; i++) {
         redisReply *r = NULL;
-        if (redisGetReply(t->c, (void **)&r) != REDIS_OK) return conn_lost(t);
+        if (redisGetReply(t->c, (void **)&r) != REDIS_OK) {
+            if (!n) return conn_lost(t); /* a read transaction's check: nothing to apply */
+            t->bad = 1;
+            rb_pool_flush(t->b);
+            tl_commit_unknown = 1;
+            return store_err(ST(t), SKV_ERR_IO, "Redis at %s: %s (the connection was lost during the commit: whether "
+                             "it was applied is not known)", t->b->url, t->c->errstr[0] ? t->c->errstr : "no reply");
+        }
         if (i == n + 1) { /* EXEC */
             if (r->type == REDIS_REPLY_NIL) rc = rc ? rc : STORE_CONFLICT;
             else if (r->type != REDIS_REPLY_ARRAY && !rc) rc = reply_err(t, r, "commit"), r = NULL;
@@ -309,6 +326,7 @@ static int exec_replies(store_btx *t, size_t n)
 int rb_commit(store_btx *t)
 {
     size_t n = 0;
+    tl_commit_unknown = 0;
     int rc = t->bad ? SKV_ERR_IO : SKV_OK;
     const char *multi = "MULTI", *exec = "EXEC";
     size_t ml = 5, el = 4;

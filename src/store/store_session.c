@@ -4,6 +4,7 @@
 #include <math.h>
 #include "core/fpguard.h"
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack (big-endian hosts) */
@@ -253,6 +254,12 @@ static int ses_evicted(tx *t, const ses_rec *sr)
     return gone;
 }
 
+/* 1 when record r is of exactly these tokens (their count and checksum). */
+static int ses_same(const ses_rec *r, const int32_t *tokens, size_t n)
+{
+    return r->n_tokens == n && r->has_sum && r->tok_sum == store_tokens_sum(tokens, n);
+}
+
 static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *r)
 {
     skv_store *st = t->st;
@@ -262,8 +269,13 @@ static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_
     int rc;
     if (!sur) return store_err(st, SKV_ERR_NOMEM, "out of memory");
     if ((rc = store_model_note(t))) goto out;
-    if ((rc = store_ses_get(t, name, &sr)) == 0 && !ses_evicted(t, &sr))
-        rc = store_err(st, SKV_ERR_INVALID_ARG, "a session named '%s' exists already", name);
+    if ((rc = store_ses_get(t, name, &sr)) == 0 && !ses_evicted(t, &sr)) {
+        if (ses_same(&sr, tokens, n)) { /* a retry of a put that committed: done already */
+            r->n_shared = r->n_tokens, r->existed = 1;
+            goto out;
+        }
+        rc = store_err(st, SKV_ERR_INVALID_ARG, "a session named '%s' exists already (with other tokens)", name);
+    }
     if (rc <= 0) goto out;
     if ((rc = skv_trie_match(&t->io, tokens, n, &p))) { rc = store_trie_err(st, rc, "lookup"); goto out; }
     r->n_shared = p.matched;
@@ -302,6 +314,35 @@ static int put_run(tx *t, void *u)
     return rc ? rc : put_tx(t, a->name, a->tokens, a->n, &a->r);
 }
 
+static int settle_tx(tx *t, void *u)
+{
+    put_args *a = u;
+    ses_rec sr;
+    int rc = store_ses_get(t, a->name, &sr);
+    if (rc < 0) return rc;
+    return rc == 0 && ses_same(&sr, a->tokens, a->n) ? SKV_OK : 1;
+}
+
+/* A put whose commit lost its connection (the outcome unknown): the session record says
+ * whether it was applied. SKV_OK when it was; an error saying which when not, or when
+ * the store cannot be asked. */
+static int put_settle(skv_store *st, put_args *a)
+{
+    int rc = store_run(st, 0, settle_tx, a);
+    if (rc == SKV_OK) {
+        skv_errbox_clear(st->err);
+        return SKV_OK;
+    }
+    if (rc == 1)
+        return store_err(st, SKV_ERR_IO, "the connection to the store was lost during the commit, and the session '%s' "
+                         "is not in the store: nothing was committed; retry", a->name);
+    char why[300];
+    snprintf(why, sizeof why, "%s", skv_errbox_get(st->err));
+    return store_err(st, SKV_ERR_IO, "the connection to the store was lost during the commit of '%s' and the store "
+                     "cannot be asked whether it was applied (%s): retry the put (a retry of a put that committed "
+                     "succeeds)", a->name, why);
+}
+
 static int put_call(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
 {
     put_args a = {name, tokens, n, {0}};
@@ -309,7 +350,9 @@ static int put_call(skv_store *st, const char *name, const int32_t *tokens, size
     int rc;
     if (!st) return SKV_ERR_INVALID_ARG;
     if ((rc = store_check_name(st, name)) || (rc = store_check_tokens(st, tokens, n))) return rc;
-    if ((rc = store_run(st, 1, put_run, &a))) return rc;
+    rc = store_run(st, 1, put_run, &a);
+    if (rc == SKV_ERR_IO && store_commit_unknown_take()) rc = put_settle(st, &a);
+    if (rc) return rc;
     a.r.seconds = skv_now() - t0;
     if (rep) *rep = a.r;
     return SKV_OK;
