@@ -33,6 +33,8 @@ private_header() {
     case "$1" in *_int.h|engine/model.h|engine/gguf.h) return 0 ;; esac
     return 1
 }
+# Folders whose files form a one-way chain (no cycle of calls between their files).
+acyclic="store"
 bad=0
 files=$(find src tools -name '*.[ch]' 2>/dev/null | sort)
 for f in $files; do
@@ -101,6 +103,14 @@ if [ -n "$build" ]; then
             }
             exit bad
         }' || bad=1
+fi
+# ---- one-way chains: folders whose files must not call one another in a cycle ----
+# (src/store/: store_tx.c at the bottom, store.c, which opens the store, at the top;
+# scripts/file_cycles.py BUILD/obj/store --order prints the chain)
+if [ -n "$build" ]; then
+    for d in $acyclic; do
+        python3 scripts/file_cycles.py "$build/obj/$d" || bad=1
+    done
 fi
 if [ $bad -ne 0 ]; then echo "check-layers: FAILED (see docs: README Layout, docs/architecture.md)"; exit 1; fi
 echo "check-layers: ok ($(echo "$files" | wc -l) files${build:+, $nobj objects})"
