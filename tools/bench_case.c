@@ -26,7 +26,7 @@ static int exact_run(bench_run *r)
     r->kv_len = 2 * (size_t)r->info.n_layer * (size_t)r->info.n_head_kv * r->n * (size_t)r->info.head_dim;
     r->lf = malloc(r->n * V * sizeof *r->lf);
     r->kv = malloc(r->kv_len * sizeof *r->kv);
-    int rc = c && r->lf && r->kv && !skv_prefill(c, r->tok, r->n, SKV_LOGITS_ALL, r->lf) &&
+    int rc = c && r->lf && r->kv && !skv_ctx_prefill(c, r->tok, r->n, SKV_LOGITS_ALL, r->lf) &&
              !skv_ctx_kv_read(c, 0, (int)r->n, r->kv) && !skv_ctx_kv_digest(c, (int)r->n, r->digest) ? 0 : -1;
     if (rc) cli_error("the exact run failed");
     skv_ctx_free(c);

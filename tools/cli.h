@@ -71,7 +71,7 @@ void cli_resident_note(FILE *rep, const skv_model *m);
 skv_model *cli_load_model_unrun(const char *path);
 /* Tokenizes text (add_special as the model says); malloc'ed ids. */
 int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_special, size_t *n);
-/* The text of n tokens (skv_detokenize: BOS dropped, the SentencePiece space after BOS
+/* The text of n tokens (skv_model_detokenize: BOS dropped, the SentencePiece space after BOS
  * too, so tokenize -> detokenize gives the text back); malloc'ed, NUL-terminated, *len its
  * length; NULL after a message. after_bos: the tokens continue right after a BOS. */
 char *cli_detokenize(const skv_model *m, const int32_t *tok, size_t n, int after_bos, size_t *len);

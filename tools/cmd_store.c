@@ -114,7 +114,7 @@ static int32_t *generate(skv_model *m, const char *prompt, long n, int threads, 
     int32_t *t = p && n > 0 ? realloc(p, (np + (size_t)n) * sizeof *t) : NULL;
     cp.n_threads = threads;
     if (!t || !lg || np + (size_t)n > (size_t)info.n_ctx_train || skv_ctx_create(m, &cp, &c) ||
-        skv_prefill(c, t, np, SKV_LOGITS_LAST, lg)) {
+        skv_ctx_prefill(c, t, np, SKV_LOGITS_LAST, lg)) {
         cli_error("cannot generate %ld tokens after a %zu-token prompt (context %d)", n, np, info.n_ctx_train);
         free(t ? t : p);
         t = NULL;
@@ -124,7 +124,7 @@ static int32_t *generate(skv_model *m, const char *prompt, long n, int threads, 
         for (int v = 1; v < info.n_vocab; v++) if (lg[v] > lg[best]) best = v;
         if (until_eos && best == info.eos_id) break;
         t[np + i] = best;
-        if (i + 1 < (size_t)n && skv_decode(c, best, lg)) { free(t); t = NULL; }
+        if (i + 1 < (size_t)n && skv_ctx_decode(c, best, lg)) { free(t); t = NULL; }
     }
     skv_ctx_free(c);
     free(lg);

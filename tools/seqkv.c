@@ -182,7 +182,7 @@ int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_
     int32_t *ids = malloc(cap * sizeof *ids);
     int rc;
     if (!ids) return NULL;
-    rc = skv_tokenize(m, text, len, add_special, ids, cap, &need);
+    rc = skv_model_tokenize(m, text, len, add_special, ids, cap, &need);
     if (rc == SKV_ERR_RANGE) {
         int32_t *bigger = realloc(ids, (need + 1) * sizeof *ids);
         if (!bigger) {
@@ -190,7 +190,7 @@ int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_
             return NULL;
         }
         ids = bigger;
-        rc = skv_tokenize(m, text, len, add_special, ids, need + 1, &need);
+        rc = skv_model_tokenize(m, text, len, add_special, ids, need + 1, &need);
     }
     if (rc) {
         cli_error("tokenization failed: %s", skv_status_str(rc));
@@ -233,9 +233,9 @@ void cli_progress_end(cli_progress *p)
 char *cli_detokenize(const skv_model *m, const int32_t *tok, size_t n, int after_bos, size_t *len)
 {
     int flags = after_bos ? SKV_DETOK_AFTER_BOS : 0;
-    int rc = skv_detokenize(m, tok, n, flags, NULL, 0, len);
+    int rc = skv_model_detokenize(m, tok, n, flags, NULL, 0, len);
     char *text = rc == SKV_ERR_RANGE ? malloc(*len + 1) : NULL;
-    if (text && (rc = skv_detokenize(m, tok, n, flags, text, *len + 1, len)) == SKV_OK) return text;
+    if (text && (rc = skv_model_detokenize(m, tok, n, flags, text, *len + 1, len)) == SKV_OK) return text;
     cli_error("cannot turn %zu tokens into text: %s", n, text ? skv_status_str(rc) : "out of memory");
     free(text);
     return NULL;

@@ -3,11 +3,11 @@
  * Decoding a model-coded segment needs one forward pass per token, and a pass over one
  * token reads every weight of the model for a single row of arithmetic: restore is bound
  * by weight traffic, not by FLOPs. Restoring several sessions at once runs their next
- * tokens as the rows of one pass (skv_decode_multi), so the weights are read once per
+ * tokens as the rows of one pass (skv_ctx_decode_multi), so the weights are read once per
  * step for all of them: the queue as a whole decodes at close to prefill speed.
  *
  *   step s:   job A  tok[i_A - 1] --+                      +--> logits row 0 -> decode tok[i_A]
- *             job B  tok[i_B - 1] --+-- skv_decode_multi --+--> logits row 1 -> decode tok[i_B]
+ *             job B  tok[i_B - 1] --+-- skv_ctx_decode_multi --+--> logits row 1 -> decode tok[i_B]
  *             job C  tok[i_C - 1] --+                      +--> logits row 2 -> decode tok[i_C]
  *
  * Jobs are independent (own context, own range decoder, own position); a finished job
@@ -110,7 +110,7 @@ static void step(batch *b, active_job *act, size_t *n_act)
         toks[r] = act[r].job->tokens[act[r].i - 1];
     }
     char e[256];
-    int rc = skv_decode_multi(ctxs, toks, n, b->logits);
+    int rc = skv_ctx_decode_multi(ctxs, toks, n, b->logits);
     b->st.n_passes++;
     if (rc) snprintf(e, sizeof e, "forward pass failed: %.200s", skv_ctx_last_error(ctxs[0]));
     for (size_t r = 0; r < n; r++) {

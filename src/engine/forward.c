@@ -733,7 +733,7 @@ static int check_tokens(skv_ctx *c, const int32_t *tokens, size_t n)
     return SKV_OK;
 }
 
-int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits)
+int skv_ctx_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits)
 {
     int rc;
     if (!c || (!tokens && n) || logits_mode < SKV_LOGITS_NONE || logits_mode > SKV_LOGITS_ALL ||
@@ -754,9 +754,9 @@ int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, fl
     return SKV_OK;
 }
 
-int skv_decode(skv_ctx *c, int32_t token, float *logits)
+int skv_ctx_decode(skv_ctx *c, int32_t token, float *logits)
 {
-    return skv_prefill(c, &token, 1, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);
+    return skv_ctx_prefill(c, &token, 1, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);
 }
 
 /* The lead context runs the step: it must hold the longest context (its RoPE tables and
@@ -804,7 +804,7 @@ static void multi_chunk(skv_ctx *c, skv_ctx *const *ctxs, const int32_t *tokens,
     if (logits) output_rows(c, 0, n, logits);
 }
 
-int skv_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits)
+int skv_ctx_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits)
 {
     skv_ctx *c;
     int rc;

@@ -240,14 +240,14 @@ char *skv_model_chat_template(const skv_model *m)
     return t;
 }
 
-int skv_tokenize(const skv_model *m, const char *text, size_t len, int add_special, int32_t *out, size_t cap,
+int skv_model_tokenize(const skv_model *m, const char *text, size_t len, int add_special, int32_t *out, size_t cap,
                  size_t *n_out)
 {
     if (!m || (!text && len) || !n_out) return SKV_ERR_INVALID_ARG;
     return skv_tokenizer_encode(m->tok, text ? text : "", len, add_special, out, cap, n_out);
 }
 
-int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len)
+int skv_model_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len)
 {
     if (!m || !len) return SKV_ERR_INVALID_ARG;
     if (token < 0 || token >= m->info.n_vocab) return SKV_ERR_RANGE;
@@ -260,7 +260,7 @@ const char *skv_model_last_error(const skv_model *m)
     return m && m->err ? skv_errbox_get(m->err) : "";
 }
 
-int skv_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap, size_t *len)
+int skv_model_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap, size_t *len)
 {
     if (!m) return SKV_ERR_INVALID_ARG;
     return skv_tokenizer_detokenize(m->tok, tokens, n, flags & SKV_DETOK_AFTER_BOS, text, cap, len);

@@ -1,4 +1,4 @@
-/* The vocabulary as the server shows it: skv_token_text (seqkv.h), a token's entry as the
+/* The vocabulary as the server shows it: skv_model_token_text (seqkv.h), a token's entry as the
  * vocabulary writes it, control tokens included ("<s>"), for a prompt printed as llama.cpp
  * prints it; and the fill-in-the-middle tokens (engine/engine.h) /infill needs. */
 #include "engine/model.h"
@@ -9,7 +9,7 @@
 #include "engine/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-int skv_token_text(const skv_model *m, int32_t token, const char **text, size_t *len)
+int skv_model_token_text(const skv_model *m, int32_t token, const char **text, size_t *len)
 {
     if (!m || !text || !len) return SKV_ERR_INVALID_ARG;
     if (token < 0 || token >= m->info.n_vocab) return SKV_ERR_RANGE;

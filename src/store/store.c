@@ -92,7 +92,7 @@ static double measure_prefill(skv_store *st)
     for (int i = 0; i < 128; i++) tok[i] = (int32_t)((i * 7919) % st->info.n_vocab);
     for (int rep = 0; rep < 2; rep++) {
         double t0 = skv_now();
-        if (skv_ctx_truncate(st->work, 0) || skv_prefill(st->work, tok, 128, SKV_LOGITS_NONE, NULL)) return 2000.0;
+        if (skv_ctx_truncate(st->work, 0) || skv_ctx_prefill(st->work, tok, 128, SKV_LOGITS_NONE, NULL)) return 2000.0;
         double dt = skv_now() - t0;
         if (dt > 0 && 128 / dt > best) best = 128 / dt;
     }

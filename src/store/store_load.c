@@ -51,7 +51,7 @@ int store_path_prefill(tx *t, const skv_trie_path *p, uint32_t from, uint32_t up
         const skv_trie_node *nd = &p->nodes[i];
         uint32_t s0 = nd->depth - nd->len, a = s0 > from ? s0 : from, b = nd->depth < upto ? nd->depth : upto;
         if (a >= b) continue;
-        int rc = skv_prefill(ctx, nd->tokens + (a - s0), b - a, SKV_LOGITS_NONE, NULL);
+        int rc = skv_ctx_prefill(ctx, nd->tokens + (a - s0), b - a, SKV_LOGITS_NONE, NULL);
         if (rc) return store_err(t->st, rc, "prefill: %s", skv_ctx_last_error(ctx));
     }
     return SKV_OK;

@@ -277,7 +277,7 @@ static int fill_one(tx *t, uint64_t id, uint32_t *n_mat)
     uint32_t p0 = nd->depth - nd->len;
     if (!(rc = store_load_prefix(t, &p, p0, st->work, &got)) && got < p0) /* a blob was evicted */
         rc = store_path_prefill(t, &p, got, p0, st->work);
-    if (!rc && (rc = skv_prefill(st->work, nd->tokens, nd->len, SKV_LOGITS_NONE, NULL)))
+    if (!rc && (rc = skv_ctx_prefill(st->work, nd->tokens, nd->len, SKV_LOGITS_NONE, NULL)))
         rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
     if (!rc) rc = materialise(t, nd, st->work, n_mat);
     skv_trie_path_free(&p);

@@ -145,7 +145,7 @@ static size_t logit_rows(int n_vocab)
 static int surprisal_chunk(skv_store *st, const int32_t *tokens, size_t n, size_t q0, size_t c, uint32_t m,
                            float *logits, float *sur)
 {
-    int V = st->info.n_vocab, rc = skv_prefill(st->work, tokens + q0, c, SKV_LOGITS_ALL, logits);
+    int V = st->info.n_vocab, rc = skv_ctx_prefill(st->work, tokens + q0, c, SKV_LOGITS_ALL, logits);
     if (rc) return store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
     for (size_t r = 0; r < c; r++) { /* rounding never makes a cost negative */
         size_t j = q0 + r + 1;
@@ -323,7 +323,7 @@ static int get_tx(tx *t, void *u)
     double t0 = skv_now();
     if ((rc = store_load_prefix(t, &p, l, g->ctx, &got))) goto out;
     double t1 = skv_now();
-    if (p.matched > got && (rc = skv_prefill(g->ctx, g->tokens + got, p.matched - got, SKV_LOGITS_NONE, NULL))) {
+    if (p.matched > got && (rc = skv_ctx_prefill(g->ctx, g->tokens + got, p.matched - got, SKV_LOGITS_NONE, NULL))) {
         rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(g->ctx));
         goto out;
     }
