@@ -6,7 +6,13 @@
  * - Every function that can fail returns an int status: SKV_OK (0) or a negative
  *   skv_status. skv_status_name() gives the enumerator's name ("SKV_ERR_FORMAT"),
  *   skv_status_str() a short text ("malformed input").
- * - The message (what failed and what to do) is kept by the handle the call works on:
+ * - The message (what failed and what to do) has one channel: skv_last_error(), the
+ *   message of the calling thread's most recent failing call, whatever the call and
+ *   whatever handle it worked on. Read it right after the call that failed (like errno, it
+ *   is meaningful only then: a call that succeeds may leave it as it was). A call given a
+ *   NULL handle may fail with SKV_ERR_INVALID_ARG alone and leave it unchanged.
+ * - Compatibility: the same message is also kept where earlier versions kept it, and
+ *   those functions stay:
  *     skv_ctx_last_error(ctx)         skv_ctx_* calls, skv_ctx_prefill, skv_ctx_decode,
  *                                     skv_ctx_decode_multi (on ctxs[0]), and the restores,
  *                                     which report on the context they fill:
@@ -16,24 +22,21 @@
  *     skv_session_last_error(s)       skv_session_get_info, skv_session_segment_info,
  *                                     skv_session_segment_kv_info, skv_session_restore_kv
  *     skv_store_last_error(st)        every skv_store_* call on an open store
- *   A failure sets it; a success leaves "" (calls that only read a const context --
- *   skv_ctx_kv_view/kv_digest/kv_read, the skv_*_get_stats getters -- fail only on
- *   NULL or out-of-range arguments and leave the message as it was).
- * - Calls with no handle to keep a message take (char *err, size_t errcap) and write it
- *   there when err is non-NULL: the creations (skv_model_load, skv_encoder_create,
- *   skv_session_open, skv_store_open), the file calls skv_kvdump_read / skv_kvdump_write
- *   and the spec check skv_kv_quant_check.
- * - skv_ctx_create makes its context from a model, so its message is kept on the model:
- *     skv_model_last_error(m)         skv_ctx_create (per model AND per thread, like a
- *                                     store's; cleared by the next successful create)
+ *     skv_model_last_error(m)         skv_ctx_create (per model AND per thread)
+ *     (char *err, size_t errcap)      the creations (skv_model_load, skv_encoder_create,
+ *                                     skv_session_open, skv_store_open), skv_kvdump_read /
+ *                                     skv_kvdump_write, skv_kv_quant_check: written there
+ *                                     when err is non-NULL
+ *   A failure sets the handle's message; a success leaves "" there (calls that only read
+ *   a const context -- skv_ctx_kv_view/kv_digest/kv_read, the skv_*_get_stats getters --
+ *   fail only on NULL or out-of-range arguments and leave the message as it was).
  * - A model is otherwise immutable and shared: the other calls on it (get_info,
- *   fingerprint, tokenize, token_piece, kv_position_bytes) keep no message; each
- *   documents its few statuses.
- * - Threads: a context or an encoder is used by one thread at a time, so its message is
- *   that thread's. A session and a store may be shared by threads: their message is kept
- *   per handle AND per thread, so each thread reads the message of its own last call,
- *   whatever the others do. Read it right after the call: the next call on the handle
- *   from the same thread replaces it.
+ *   fingerprint, tokenize, token_piece, kv_position_bytes) keep no message of their own
+ *   (skv_last_error() has theirs); each documents its few statuses.
+ * - Threads: skv_last_error() is per thread. A context or an encoder is used by one
+ *   thread at a time, so its message is that thread's. A session and a store may be
+ *   shared by threads: their message is kept per handle AND per thread, so each thread
+ *   reads the message of its own last call, whatever the others do.
  *
  * Other conventions:
  * - Handles are opaque, created by the _create, _open or _load functions and released by
@@ -78,6 +81,10 @@ typedef enum skv_status {
  * other value) and a short text ("malformed input"). Both are static strings. */
 SKV_API const char *skv_status_name(int status);
 SKV_API const char *skv_status_str(int status);
+/* The calling thread's last error message: the message of its most recent failing call
+ * ("" when none has failed). The one error channel (see ERRORS above); valid until the
+ * thread's next call into the library. */
+SKV_API const char *skv_last_error(void);
 SKV_API const char *skv_version(void);
 
 /* ---- Logging ------------------------------------------------------------

@@ -73,7 +73,7 @@ int skv_encoder_get_stats(const skv_encoder *e, skv_encoder_stats *st)
 
 static int enc_fail(skv_encoder *e, int rc, const char *msg)
 {
-    snprintf(e->err, sizeof e->err, "%s", msg);
+    skv_errf(e->err, sizeof e->err, 0, "%s", msg);
     return rc;
 }
 

@@ -197,13 +197,24 @@ static void dispatch(batch *b, skv_restore_job *jobs, size_t n, skv_restore_job 
     }
 }
 
+/* The first failed job's status; its message (kept in its context, set on whichever thread
+ * ran it) becomes the calling thread's last error too. */
+static int batch_status(const skv_restore_job *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].status != SKV_OK)
+            return skv_errf(NULL, 0, jobs[i].status, "restore job %zu: %s", i,
+                            jobs[i].ctx ? skv_ctx_last_error(jobs[i].ctx) : skv_status_str(jobs[i].status));
+    return SKV_OK;
+}
+
 int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, const skv_restore_params *p)
 {
     batch b = {.m = m, .p = p};
     skv_restore_job **queue;
     skv_model_info mi;
     size_t nq = 0;
-    if (!m || (!jobs && n)) return SKV_ERR_INVALID_ARG;
+    if (!m || (!jobs && n)) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "restore_batch: NULL model or jobs");
     for (size_t i = 0; i < n; i++) jobs[i].status = SKV_OK;
     if (distinct_contexts(jobs, n)) return SKV_ERR_INVALID_ARG;
     skv_model_get_info(m, &mi);
@@ -212,7 +223,7 @@ int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, con
     if (!(queue = malloc((n ? n : 1) * sizeof *queue)) || alloc_batch(&b)) {
         free(queue);
         free_batch(&b);
-        return SKV_ERR_NOMEM;
+        return skv_errf(NULL, 0, SKV_ERR_NOMEM, "restore_batch: out of memory");
     }
     dispatch(&b, jobs, n, queue, &nq);
     run_model_jobs(&b, queue, nq);
@@ -223,9 +234,7 @@ int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, con
     }
     free(queue);
     free_batch(&b);
-    for (size_t i = 0; i < n; i++)
-        if (jobs[i].status != SKV_OK) return jobs[i].status;
-    return SKV_OK;
+    return batch_status(jobs, n);
 }
 
 uint32_t skv_restore_batch_width(const skv_model *m, size_t n_queued, int n_ctx)
