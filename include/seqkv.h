@@ -827,6 +827,12 @@ typedef struct skv_store_gc_report {
  * damaged and how to repair it (damaged KV: gc with budget 0 drops all materialised KV,
  * the sessions stay whole). One write transaction. */
 SKV_API int skv_store_gc(skv_store *st, skv_store_gc_report *r);
+/* A progress callback for skv_store_put and skv_store_get: called on the calling thread
+ * with the positions of the session done so far out of its total (loaded, then computed),
+ * a few times a second on long sessions. fn NULL: none (the default). Not stored; set it
+ * before the handle is shared by threads (it applies to every thread's calls). */
+SKV_API int skv_store_set_progress(skv_store *st, void (*fn)(void *user, uint64_t done, uint64_t total),
+                                   void *user);
 /* Changes the budget (stored); takes effect at the next put or gc. */
 SKV_API int skv_store_set_budget(skv_store *st, uint64_t bytes);
 /* The storage price of the tier rule: seconds of restore time one

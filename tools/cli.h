@@ -88,15 +88,24 @@ int cli_check_roundtrip(const skv_model *m, const char *what, const char *text, 
  * is empty, or, unless lossy, when it does not round-trip (cli_check_roundtrip). */
 int32_t *cli_text_tokens(const skv_model *m, const char *what, const char *text, size_t len, int lossy, size_t *n);
 
-/* Progress line on stderr, shown only when stderr is a terminal. */
+/* Progress line on stderr (done/total, percent, rate, ETA), shown only when stderr is a
+ * terminal and -q was not given (cli_quiet); redrawn at most 5 times a second. unit: what
+ * is counted, "tokens" unless set after cli_progress_start. */
 typedef struct {
-    const char *what;
+    const char *what, *unit;
     double t0, last;
-    int enabled;
+    int enabled, shown;
+    char line[192]; /* the line last drawn */
 } cli_progress;
 void cli_progress_start(cli_progress *p, const char *what);
 void cli_progress_update(cli_progress *p, size_t done, size_t total);
 void cli_progress_end(cli_progress *p);
+/* skv_store_set_progress's callback over a cli_progress (user). */
+void cli_progress_cb(void *user, uint64_t done, uint64_t total);
+/* Around a message written to stderr while a progress line is shown: clear the line, then
+ * draw it again below the message (nothing when none is shown). */
+void cli_progress_clear(void);
+void cli_progress_redraw(void);
 double cli_now(void);
 
 /* Comparison of a run's next-token distributions with a reference run (tools/cmd_quality.c).

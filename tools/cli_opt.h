@@ -43,6 +43,9 @@ enum {
 
 #define CLI_LIST_MAX 16
 
+/* Set by -q / --quiet, which every table-driven command accepts: no progress line. */
+extern int cli_quiet;
+
 typedef struct {
     int n;
     const char *v[CLI_LIST_MAX];

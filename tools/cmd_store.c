@@ -152,7 +152,12 @@ static int do_put(const store_opts *o, skv_model *m, skv_store *st)
     }
     if (!tok) return CLI_FAIL;
     skv_store_put_report r;
+    cli_progress pr;
+    cli_progress_start(&pr, "store put");
+    skv_store_set_progress(st, cli_progress_cb, &pr);
     int rc = skv_store_put(st, name, tok, n, &r);
+    cli_progress_end(&pr);
+    skv_store_set_progress(st, NULL, NULL);
     free(tok);
     if (rc) return fail(st);
     printf("stored '%s': %u tokens, %u shared with stored sessions; %u positions loaded + %u computed; "
@@ -242,7 +247,13 @@ static int do_get(const store_opts *o, skv_model *m, skv_store *st)
         cli_error("out of memory");
         goto done;
     }
-    if (skv_store_get(st, o->name, c, o->verify ? SKV_STORE_VERIFY : 0, tok, (size_t)info.n_ctx_train, &n, &r)) {
+    cli_progress pr;
+    cli_progress_start(&pr, "store get");
+    skv_store_set_progress(st, cli_progress_cb, &pr);
+    int grc = skv_store_get(st, o->name, c, o->verify ? SKV_STORE_VERIFY : 0, tok, (size_t)info.n_ctx_train, &n, &r);
+    cli_progress_end(&pr);
+    skv_store_set_progress(st, NULL, NULL);
+    if (grc) {
         ret = fail(st);
         goto done;
     }

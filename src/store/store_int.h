@@ -95,6 +95,8 @@ struct skv_store {
     /* Sets a transaction's trie storage (store_io_init, store_kv.c): set at open, so that
      * store_tx.c, the bottom of the store, calls no file above it. */
     void (*io_init)(struct tx *t);
+    void (*progress)(void *user, uint64_t done, uint64_t total); /* skv_store_set_progress */
+    void *progress_user;
 };
 
 /* One transaction with its trie view. */
@@ -216,6 +218,13 @@ int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx
 /* Prefills positions [from, upto) of the path's tokens into ctx (which holds [0, from)). */
 int store_path_prefill(tx *t, const skv_trie_path *p, uint32_t from, uint32_t upto, skv_ctx *ctx);
 int store_work_ctx(skv_store *st); /* creates st->work on first use */
+#define STORE_PROGRESS_CHUNK 256 /* positions prefilled between two progress reports */
+/* Reports `done` of `total` positions to the handle's progress callback, if one is set. */
+void store_progress(const skv_store *st, uint64_t done, uint64_t total);
+/* Prefills tokens[from, to) into ctx (which holds [0, from)), in STORE_PROGRESS_CHUNK
+ * pieces reported as done of total when a progress callback is set (any chunking gives
+ * the same KV: seqkv.h, skv_ctx_prefill); message set. */
+int store_prefill(skv_store *st, skv_ctx *ctx, const int32_t *tokens, size_t from, size_t to, size_t total);
 
 /* ---- store_policy.c: placement decisions ---- */
 int store_mat_build(tx *t); /* builds the index of an older store */

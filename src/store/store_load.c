@@ -65,3 +65,28 @@ int store_work_ctx(skv_store *st)
     int rc = skv_ctx_create(st->model, &cp, &st->work);
     return rc ? store_err(st, rc, "cannot create a context for the model") : SKV_OK;
 }
+
+void store_progress(const skv_store *st, uint64_t done, uint64_t total)
+{
+    if (st->progress) st->progress(st->progress_user, done, total);
+}
+
+int store_prefill(skv_store *st, skv_ctx *ctx, const int32_t *tokens, size_t from, size_t to, size_t total)
+{
+    size_t step = st->progress ? STORE_PROGRESS_CHUNK : to - from;
+    for (size_t q = from; q < to; q += step) {
+        size_t k = to - q < step ? to - q : step;
+        int rc = skv_ctx_prefill(ctx, tokens + q, k, SKV_LOGITS_NONE, NULL);
+        if (rc) return store_err(st, rc, "prefill: %s", skv_ctx_last_error(ctx));
+        store_progress(st, q + k, total);
+    }
+    return SKV_OK;
+}
+
+int skv_store_set_progress(skv_store *st, void (*fn)(void *user, uint64_t done, uint64_t total), void *user)
+{
+    if (!st) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "skv_store_set_progress: NULL store");
+    st->progress = fn;
+    st->progress_user = user;
+    return SKV_OK;
+}

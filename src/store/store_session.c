@@ -171,8 +171,10 @@ static int compute_new(tx *t, const skv_trie_path *p, const int32_t *tokens, siz
     uint32_t got = 0;
     rc = store_load_prefix(t, p, start, st->work, &got);
     if (!rc && got < start) rc = store_path_prefill(t, p, got, start, st->work); /* evicted KV */
-    for (size_t q = start; !rc && q < n; q += rows)
+    for (size_t q = start; !rc && q < n; q += rows) {
         rc = surprisal_chunk(st, tokens, n, q, n - q < rows ? n - q : rows, m, logits, sur);
+        store_progress(st, q + (n - q < rows ? n - q : rows), n);
+    }
     r->n_loaded = got;
     r->n_computed = (uint32_t)(n - got);
     free(logits);
@@ -322,11 +324,9 @@ static int get_tx(tx *t, void *u)
     uint32_t l = store_loadable(&p, p.matched);
     double t0 = skv_now();
     if ((rc = store_load_prefix(t, &p, l, g->ctx, &got))) goto out;
+    store_progress(st, got, p.matched);
     double t1 = skv_now();
-    if (p.matched > got && (rc = skv_ctx_prefill(g->ctx, g->tokens + got, p.matched - got, SKV_LOGITS_NONE, NULL))) {
-        rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(g->ctx));
-        goto out;
-    }
+    if (p.matched > got && (rc = store_prefill(st, g->ctx, g->tokens, got, p.matched, p.matched))) goto out;
     double t2 = skv_now();
     g->r = (skv_store_get_report){.n_tokens = p.matched, .n_loaded = got, .n_computed = p.matched - got,
                                   .load_seconds = t1 - t0, .compute_seconds = t2 - t1};
