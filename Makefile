@@ -106,10 +106,23 @@ $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(wildcard src/*/*.h) include/
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
 
-PC_TEXT = prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: seqkv\nDescription: Sequential KV-cache compression\nVersion: $(VERSION)\nLibs: -L$${libdir} -lseqkv\nLibs.private: $(LIBS)\nCflags: -I$${includedir}\n
+# pkg-config files. seqkv.pc links the shared library, with an rpath when PREFIX is not a
+# system prefix (so a program built against it starts without LD_LIBRARY_PATH);
+# seqkv-static.pc links libseqkv.a itself: `pkg-config --static seqkv` cannot, since its
+# -lseqkv finds libseqkv.so first.
+SYSTEM_PREFIXES := /usr /usr/local
+PC_RPATH = $(if $(filter $(SYSTEM_PREFIXES),$(PREFIX)),, -Wl,-rpath,$${libdir})
+PC_HEAD = prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\n
+PC_TEXT = $(PC_HEAD)Name: seqkv\nDescription: Sequential KV-cache compression\nVersion: $(VERSION)\nLibs: -L$${libdir} -lseqkv$(PC_RPATH)\nLibs.private: $(LIBS)\nCflags: -I$${includedir}\n
+PC_STATIC_TEXT = $(PC_HEAD)Name: seqkv-static\nDescription: Sequential KV-cache compression (static library)\nVersion: $(VERSION)\nLibs: $${libdir}/libseqkv.a $(LIBS)\nCflags: -I$${includedir}\n
+# `make install` to a system prefix refreshes the dynamic linker's cache; not to a user
+# PREFIX, nor with DESTDIR (a package build).
+LDCONFIG ?= ldconfig
+INSTALL_LDCONFIG = $(if $(DESTDIR),,$(filter $(SYSTEM_PREFIXES),$(PREFIX)))
 
 $(BUILD)/seqkv.pc: Makefile | $(BUILD)
 	printf '$(PC_TEXT)' > $@
+	printf '$(PC_STATIC_TEXT)' > $(BUILD)/seqkv-static.pc
 
 $(BUILD) $(BUILD)/tests $(BUILD)/bench:
 	mkdir -p $@
@@ -173,12 +186,15 @@ install: lib $(BUILD)/seqkv
 	install -d $(DESTDIR)$(PREFIX)/share/seqkv
 	install -m 644 models/$(DEFAULT_MODEL) $(DESTDIR)$(PREFIX)/share/seqkv/$(DEFAULT_MODEL)
 	printf '$(PC_TEXT)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
+	printf '$(PC_STATIC_TEXT)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv-static.pc
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 && install -m 644 docs/seqkv.1 $(DESTDIR)$(PREFIX)/share/man/man1/seqkv.1
+	$(if $(INSTALL_LDCONFIG),$(LDCONFIG))
 
 uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/seqkv
 	rm -f $(DESTDIR)$(PREFIX)/bin/seqkv $(DESTDIR)$(PREFIX)/lib/libseqkv.* \
-	    $(DESTDIR)$(PREFIX)/include/seqkv.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
+	    $(DESTDIR)$(PREFIX)/include/seqkv.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv-static.pc
 	rm -f $(DESTDIR)$(PREFIX)/share/man/man1/seqkv.1
 
 clean:
