@@ -51,7 +51,10 @@ TESTSRC := $(sort $(wildcard tests/test_*.c))
 TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 FUZZSRC := $(sort $(wildcard fuzz/fuzz_*.c))
 REPLAYBIN := $(FUZZSRC:fuzz/fuzz_%.c=$(BUILD)/tests/test_fuzz_%)
-TOOLSRC := $(sort $(wildcard tools/*.c))
+# tools/: cli/ (the CLI's plumbing: option parser, outputs, main), cmd/ (the commands),
+# bench/ (seqkv bench and its programs); a .c directly in tools/ is built too.
+TOOLSRC := $(sort $(wildcard tools/*.c tools/*/*.c))
+TOOLINC := -Itools -Itools/cli -Itools/bench
 # The HTTP server (src/server/): linked into the seqkv binary only, not into libseqkv.
 # The HTTP server is linked into the seqkv binary only; its chat templates (template*.c)
 # are in the library (see the end of this file).
@@ -85,9 +88,9 @@ $(BUILD)/libseqkv.a: $(OBJ)
 $(BUILD)/libseqkv.so: $(OBJ)
 	$(CC) -shared -Wl,-soname,libseqkv.so.0 $(SANFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/seqkv: $(TOOLSRC) $(SERVERSRC) $(wildcard tools/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a Makefile
+$(BUILD)/seqkv: $(TOOLSRC) $(SERVERSRC) $(wildcard tools/*.h tools/*/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a Makefile
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -Itools -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(SERVERSRC) $(BUILD)/libseqkv.a $(SERVERLIBS) $(LIBS)
+	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default $(TOOLINC) -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(SERVERSRC) $(BUILD)/libseqkv.a $(SERVERLIBS) $(LIBS)
 
 $(BUILD)/tests/%: tests/%.c tests/test.h $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")

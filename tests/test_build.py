@@ -153,7 +153,7 @@ def check_layers_catches(tmp):
            ("src/quant/quant.c", '#include "coder/rangecoder.h"', "must not include"),  # peer
            ("src/engine/ops.c", '#include "util.h"', "does not name its layer"),
            ("src/store/store_kv.c", '#include "container/session_int.h"', "is private to src/container/"),
-           ("tools/cmd_engine.c", '#include "engine/model.h"', "is private to src/engine/")]
+           ("tools/cmd/cmd_engine.c", '#include "engine/model.h"', "is private to src/engine/")]
     for i, (path, inc, msg) in enumerate(bad):
         root = layered_copy(tmp, "tree%d" % i)
         with open(os.path.join(root, path), "a") as f:

@@ -1,4 +1,4 @@
-/* The paper's top-k KV predictor, as a kv-rd point (tools/bench_rd.c). Closed loop over
+/* The paper's top-k KV predictor, as a kv-rd point (tools/bench/bench_rd.c). Closed loop over
  * the prefix, on a context that holds the *reconstructed* cache [0, t):
  *   - candidates: the k most likely tokens under L (the logits the decoder has for t);
  *     each one runs one single-position pass at t (its KV row and logits), then the cache

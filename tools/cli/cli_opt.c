@@ -1,4 +1,4 @@
-/* seqkv's table-driven option parser and --help generator (tools/cli_opt.h). */
+/* seqkv's table-driven option parser and --help generator (tools/cli/cli_opt.h). */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>

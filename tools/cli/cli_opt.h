@@ -1,4 +1,4 @@
-/* seqkv's command-line option parser (tools/cli_opt.c): one table row per option, the
+/* seqkv's command-line option parser (tools/cli/cli_opt.c): one table row per option, the
  * same spelling for the same thing in every command, --help generated from the table.
  *
  * A command declares its options as a table at file scope whose rows name a field of the
