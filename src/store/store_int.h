@@ -19,7 +19,8 @@
  *   store_session.c  session records, put, get
  *   store_retier.c   what gc and training change in the tiers: retier, skv_store_train_dict
  *   store_admin.c    match, remove, list, stats, gc, bulk insert
- *   near_*.c, store_draft.c   nearest sessions, drafts from the store
+ *   near_*.c, store_draft.c, store_prefix.c   nearest sessions, drafts from the store,
+ *                    the KV of a stored prefix (skv_store_get_prefix)
  *   store.c          the top: open (create, check, upgrade) and close
  *
  * store_tx.c begins a transaction with the trie's storage of store_kv.c, above it, through
