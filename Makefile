@@ -51,7 +51,10 @@ TESTSRC := $(sort $(wildcard tests/test_*.c))
 TESTBIN := $(TESTSRC:tests/%.c=$(BUILD)/tests/%)
 FUZZSRC := $(sort $(wildcard fuzz/fuzz_*.c))
 REPLAYBIN := $(FUZZSRC:fuzz/fuzz_%.c=$(BUILD)/tests/test_fuzz_%)
-TOOLSRC := $(sort $(wildcard tools/*.c))
+# tools/: cli/ (the CLI's plumbing: option parser, outputs, main), cmd/ (the commands),
+# bench/ (seqkv bench and its programs); a .c directly in tools/ is built too.
+TOOLSRC := $(sort $(wildcard tools/*.c tools/*/*.c))
+TOOLINC := -Itools -Itools/cli -Itools/bench
 # The HTTP server (src/server/): linked into the seqkv binary only, not into libseqkv.
 # The HTTP server is linked into the seqkv binary only; its chat templates (template*.c)
 # are in the library (see the end of this file).
@@ -85,9 +88,9 @@ $(BUILD)/libseqkv.a: $(OBJ)
 $(BUILD)/libseqkv.so: $(OBJ)
 	$(CC) -shared -Wl,-soname,libseqkv.so.0 $(SANFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/seqkv: $(TOOLSRC) $(SERVERSRC) $(wildcard tools/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a Makefile
+$(BUILD)/seqkv: $(TOOLSRC) $(SERVERSRC) $(wildcard tools/*.h tools/*/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a Makefile
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default -Itools -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(SERVERSRC) $(BUILD)/libseqkv.a $(SERVERLIBS) $(LIBS)
+	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default $(TOOLINC) -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(SERVERSRC) $(BUILD)/libseqkv.a $(SERVERLIBS) $(LIBS)
 
 $(BUILD)/tests/%: tests/%.c tests/test.h $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")
@@ -106,10 +109,23 @@ $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(wildcard src/*/*.h) include/
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
 
-PC_TEXT = prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: seqkv\nDescription: Sequential KV-cache compression\nVersion: $(VERSION)\nLibs: -L$${libdir} -lseqkv\nLibs.private: $(LIBS)\nCflags: -I$${includedir}\n
+# pkg-config files. seqkv.pc links the shared library, with an rpath when PREFIX is not a
+# system prefix (so a program built against it starts without LD_LIBRARY_PATH);
+# seqkv-static.pc links libseqkv.a itself: `pkg-config --static seqkv` cannot, since its
+# -lseqkv finds libseqkv.so first.
+SYSTEM_PREFIXES := /usr /usr/local
+PC_RPATH = $(if $(filter $(SYSTEM_PREFIXES),$(PREFIX)),, -Wl,-rpath,$${libdir})
+PC_HEAD = prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\n
+PC_TEXT = $(PC_HEAD)Name: seqkv\nDescription: Sequential KV-cache compression\nVersion: $(VERSION)\nLibs: -L$${libdir} -lseqkv$(PC_RPATH)\nLibs.private: $(LIBS)\nCflags: -I$${includedir}\n
+PC_STATIC_TEXT = $(PC_HEAD)Name: seqkv-static\nDescription: Sequential KV-cache compression (static library)\nVersion: $(VERSION)\nLibs: $${libdir}/libseqkv.a $(LIBS)\nCflags: -I$${includedir}\n
+# `make install` to a system prefix refreshes the dynamic linker's cache; not to a user
+# PREFIX, nor with DESTDIR (a package build).
+LDCONFIG ?= ldconfig
+INSTALL_LDCONFIG = $(if $(DESTDIR),,$(filter $(SYSTEM_PREFIXES),$(PREFIX)))
 
 $(BUILD)/seqkv.pc: Makefile | $(BUILD)
 	printf '$(PC_TEXT)' > $@
+	printf '$(PC_STATIC_TEXT)' > $(BUILD)/seqkv-static.pc
 
 $(BUILD) $(BUILD)/tests $(BUILD)/bench:
 	mkdir -p $@
@@ -173,12 +189,15 @@ install: lib $(BUILD)/seqkv
 	install -d $(DESTDIR)$(PREFIX)/share/seqkv
 	install -m 644 models/$(DEFAULT_MODEL) $(DESTDIR)$(PREFIX)/share/seqkv/$(DEFAULT_MODEL)
 	printf '$(PC_TEXT)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
+	printf '$(PC_STATIC_TEXT)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv-static.pc
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 && install -m 644 docs/seqkv.1 $(DESTDIR)$(PREFIX)/share/man/man1/seqkv.1
+	$(if $(INSTALL_LDCONFIG),$(LDCONFIG))
 
 uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/seqkv
 	rm -f $(DESTDIR)$(PREFIX)/bin/seqkv $(DESTDIR)$(PREFIX)/lib/libseqkv.* \
-	    $(DESTDIR)$(PREFIX)/include/seqkv.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc
+	    $(DESTDIR)$(PREFIX)/include/seqkv.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv.pc \
+	    $(DESTDIR)$(PREFIX)/lib/pkgconfig/seqkv-static.pc
 	rm -f $(DESTDIR)$(PREFIX)/share/man/man1/seqkv.1
 
 clean:

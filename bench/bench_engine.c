@@ -67,10 +67,10 @@ int main(int argc, char **argv)
             for (int r = 0; r < r_used; r++) {
                 skv_ctx_truncate(c, 0);
                 double t0 = skv_now();
-                skv_prefill(c, tok, (size_t)n_prompt, SKV_LOGITS_LAST, logits);
+                skv_ctx_prefill(c, tok, (size_t)n_prompt, SKV_LOGITS_LAST, logits);
                 double t1 = skv_now();
                 skv_ctx_truncate(c, 0);
-                for (int i = 0; i < n_dec; i++) skv_decode(c, tok[n_prompt + i], logits);
+                for (int i = 0; i < n_dec; i++) skv_ctx_decode(c, tok[n_prompt + i], logits);
                 double t2 = skv_now();
                 if (t1 - t0 < best_pf) best_pf = t1 - t0;
                 if (t2 - t1 < best_dec) best_dec = t2 - t1;

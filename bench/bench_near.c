@@ -150,7 +150,7 @@ static void wl_text(const sentences *s, int w, int i, int variant, char *b, size
 
 static int tokenize(skv_model *m, const char *t, int bos, int32_t *out, size_t cap, size_t *n)
 {
-    return skv_tokenize(m, t, strlen(t), bos, out, cap, n);
+    return skv_model_tokenize(m, t, strlen(t), bos, out, cap, n);
 }
 
 /* Puts every donor and the distractors; fills the queries and their continuations. */
@@ -186,7 +186,7 @@ static int cont_logits(skv_ctx *c, const instance *x, const float *last, float *
 {
     memcpy(rows, last, V * sizeof *rows);
     float *all = malloc(x->nc * V * sizeof *all);
-    int rc = all ? skv_prefill(c, x->c, x->nc, SKV_LOGITS_ALL, all) : -1;
+    int rc = all ? skv_ctx_prefill(c, x->c, x->nc, SKV_LOGITS_ALL, all) : -1;
     if (!rc) memcpy(rows + V, all, (x->nc - 1) * V * sizeof *rows);
     free(all);
     return rc;
@@ -262,7 +262,7 @@ static int reference(skv_model *m, const instance *x, float *ref, float *tq, dou
     *cpu_ref = *wall_ref = 1e9;
     for (int r = 0; r < 3 && !rc; r++) {
         double t0 = cpu_now(), w0 = skv_now();
-        rc = skv_ctx_truncate(c, 0) || skv_prefill(c, x->q, x->nq, SKV_LOGITS_LAST, last);
+        rc = skv_ctx_truncate(c, 0) || skv_ctx_prefill(c, x->q, x->nq, SKV_LOGITS_LAST, last);
         double dt = cpu_now() - t0, dw = skv_now() - w0;
         *cpu_ref = dt < *cpu_ref ? dt : *cpu_ref;
         *wall_ref = dw < *wall_ref ? dw : *wall_ref;
@@ -271,7 +271,7 @@ static int reference(skv_model *m, const instance *x, float *ref, float *tq, dou
     ref_kv = malloc((size_t)h.n_layer * 2 * (size_t)h.n_head_kv * (size_t)h.head_dim * x->nq * sizeof *ref_kv);
     rc = rc || !ref_kv || skv_ctx_kv_read(c, 0, (int)x->nq, ref_kv);
     rc = rc || cont_logits(c, x, last, ref, V);
-    rc = rc || skv_prefill(cq, x->q, x->nq, SKV_LOGITS_LAST, last) || cont_logits(cq, x, last, tq, V);
+    rc = rc || skv_ctx_prefill(cq, x->q, x->nq, SKV_LOGITS_LAST, last) || cont_logits(cq, x, last, tq, V);
     skv_ctx_free(c);
     skv_ctx_free(cq);
     free(last);

@@ -168,7 +168,7 @@ int main(int argc, char **argv)
     }
     skv_model_get_info(m, &info);
     int32_t *tok = malloc((len + 16) * sizeof *tok), *out = malloc((len + 16) * sizeof *out);
-    if (!tok || !out || skv_tokenize(m, text, len, 1, tok, len + 16, &n) || n < 2) {
+    if (!tok || !out || skv_model_tokenize(m, text, len, 1, tok, len + 16, &n) || n < 2) {
         fprintf(stderr, "bench_restore: cannot tokenize %s\n", argv[2]);
         return 1;
     }

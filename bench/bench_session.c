@@ -36,7 +36,7 @@ int main(int argc, char **argv)
     }
     skv_model_get_info(m, &info);
     int32_t *tok = malloc((len + 16) * sizeof *tok);
-    skv_tokenize(m, text, len, 1, tok, len + 16, &n);
+    skv_model_tokenize(m, text, len, 1, tok, len + 16, &n);
     skv_ctx_params cp = skv_ctx_default_params();
     cp.n_ctx = n_ctx;
     cp.n_threads = threads;
@@ -48,7 +48,7 @@ int main(int argc, char **argv)
     for (size_t s0 = 0; s0 < n; s0 += S) {
         size_t k = n - s0 < S ? n - s0 : S;
         skv_ctx_truncate(c, 0);
-        skv_prefill(c, tok + s0, k, SKV_LOGITS_NONE, NULL);
+        skv_ctx_prefill(c, tok + s0, k, SKV_LOGITS_NONE, NULL);
     }
     row("plain prefill (engine)", n, skv_now() - t0, 0);
     float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
@@ -56,7 +56,7 @@ int main(int argc, char **argv)
     for (size_t s0 = 0; s0 < n; s0 += S) {
         size_t k = n - s0 < S ? n - s0 : S;
         skv_ctx_truncate(c, 0);
-        for (size_t i = 0; i < k; i++) skv_decode(c, tok[s0 + i], i + 1 < k ? logits : NULL);
+        for (size_t i = 0; i < k; i++) skv_ctx_decode(c, tok[s0 + i], i + 1 < k ? logits : NULL);
     }
     row("plain decode, token by token (engine)", n, skv_now() - t0, 0);
     for (int codec = 0; codec < 2; codec++) {

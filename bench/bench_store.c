@@ -262,7 +262,7 @@ int main(int argc, char **argv)
     if (f) fclose(f);
     text[tl] = 0;
     int32_t *tok = malloc(40000 * sizeof *tok);
-    if (skv_tokenize(m, text, tl, 1, tok, 40000, &n_text) || n_text < 1200 || n_sess < 1) {
+    if (skv_model_tokenize(m, text, tl, 1, tok, 40000, &n_text) || n_text < 1200 || n_sess < 1) {
         fprintf(stderr, "bench_store: need a text of at least 1200 tokens\n");
         return 1;
     }

@@ -118,7 +118,7 @@ int main(int argc, char **argv)
     char *text = bench_slurp(argv[2], 0, &len);
     int32_t *tok = text ? malloc((len + 16) * sizeof *tok) : NULL, *ses = malloc(L * sizeof *ses);
     if (!tok || !ses || L < 8 || skv_model_load(argv[1], NULL, &b.m, err, sizeof err) ||
-        skv_tokenize(b.m, text, len, 1, tok, len + 16, &n) || n < L * (k + 2) || !mkdtemp(dir) ||
+        skv_model_tokenize(b.m, text, len, 1, tok, len + 16, &n) || n < L * (k + 2) || !mkdtemp(dir) ||
         skv_store_open(dir, b.m, SKV_STORE_CREATE, NULL, &b.st, err, sizeof err)) {
         fprintf(stderr, "bench_store_draft: cannot set up (model, text of >= %zu tokens, store)\n", L * (k + 2));
         return 1;

@@ -117,7 +117,7 @@ static int load_text(const char *model, const char *path)
     t[len] = 0;
     g_text = malloc(200000 * sizeof *g_text);
     int rc = skv_model_load(model, NULL, &m, err, sizeof err);
-    if (!rc) rc = skv_tokenize(m, t, len, 1, g_text, 200000, &g_n_text);
+    if (!rc) rc = skv_model_tokenize(m, t, len, 1, g_text, 200000, &g_n_text);
     free(t);
     if (!rc && g_n_text < 2000) rc = SKV_ERR_RANGE;
     if (!rc) skv_model_free(m);

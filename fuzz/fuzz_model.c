@@ -67,24 +67,24 @@ static void run_model(skv_model *m)
     if (skv_ctx_create(m, &p, &c) == SKV_OK) {
         tok[0] = info.bos_id >= 0 ? info.bos_id : 0;
         tok[1] = info.n_vocab - 1;
-        CHECK(skv_prefill(c, tok, 2, SKV_LOGITS_LAST, logits) == SKV_OK);
+        CHECK(skv_ctx_prefill(c, tok, 2, SKV_LOGITS_LAST, logits) == SKV_OK);
         sink += logits[0];
-        CHECK(skv_decode(c, 0, logits) == SKV_OK);
+        CHECK(skv_ctx_decode(c, 0, logits) == SKV_OK);
         sink += logits[info.n_vocab - 1];
         CHECK(skv_ctx_n_pos(c) == 3);
         CHECK(skv_ctx_kv_digest(c, 3, dg) == SKV_OK);
-        CHECK(skv_prefill(c, tok, 2, SKV_LOGITS_NONE, NULL) == SKV_ERR_RANGE); /* 3 + 2 > 4 */
-        CHECK(skv_decode(c, info.n_vocab, NULL) == SKV_ERR_INVALID_ARG);
+        CHECK(skv_ctx_prefill(c, tok, 2, SKV_LOGITS_NONE, NULL) == SKV_ERR_RANGE); /* 3 + 2 > 4 */
+        CHECK(skv_ctx_decode(c, info.n_vocab, NULL) == SKV_ERR_INVALID_ARG);
         skv_ctx_free(c);
     }
     free(logits);
     CHECK(skv_model_fingerprint(m, fp) == SKV_OK);
-    int rc = skv_tokenize(m, "Once upon a time", 16, 1, ids, 64, &n);
+    int rc = skv_model_tokenize(m, "Once upon a time", 16, 1, ids, 64, &n);
     CHECK(rc == SKV_OK || rc == SKV_ERR_RANGE);
     for (size_t i = 0; rc == SKV_OK && i < n; i++) {
         size_t len = 0;
         CHECK(ids[i] >= 0 && ids[i] < info.n_vocab);
-        int pr = skv_token_piece(m, ids[i], piece, sizeof piece, &len);
+        int pr = skv_model_token_piece(m, ids[i], piece, sizeof piece, &len);
         CHECK(pr == SKV_OK || pr == SKV_ERR_RANGE);
     }
 }

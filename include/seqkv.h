@@ -6,9 +6,15 @@
  * - Every function that can fail returns an int status: SKV_OK (0) or a negative
  *   skv_status. skv_status_name() gives the enumerator's name ("SKV_ERR_FORMAT"),
  *   skv_status_str() a short text ("malformed input").
- * - The message (what failed and what to do) is kept by the handle the call works on:
- *     skv_ctx_last_error(ctx)         skv_ctx_* calls, skv_prefill, skv_decode,
- *                                     skv_decode_multi (on ctxs[0]), and the restores,
+ * - The message (what failed and what to do) has one channel: skv_last_error(), the
+ *   message of the calling thread's most recent failing call, whatever the call and
+ *   whatever handle it worked on. Read it right after the call that failed (like errno, it
+ *   is meaningful only then: a call that succeeds may leave it as it was). A call given a
+ *   NULL handle may fail with SKV_ERR_INVALID_ARG alone and leave it unchanged.
+ * - Compatibility: the same message is also kept where earlier versions kept it, and
+ *   those functions stay:
+ *     skv_ctx_last_error(ctx)         skv_ctx_* calls, skv_ctx_prefill, skv_ctx_decode,
+ *                                     skv_ctx_decode_multi (on ctxs[0]), and the restores,
  *                                     which report on the context they fill:
  *                                     skv_session_restore_segment, and each job of
  *                                     skv_session_restore_batch (job.status + its ctx)
@@ -16,24 +22,21 @@
  *     skv_session_last_error(s)       skv_session_get_info, skv_session_segment_info,
  *                                     skv_session_segment_kv_info, skv_session_restore_kv
  *     skv_store_last_error(st)        every skv_store_* call on an open store
- *   A failure sets it; a success leaves "" (calls that only read a const context --
- *   skv_ctx_kv_view/kv_digest/kv_read, the skv_*_get_stats getters -- fail only on
- *   NULL or out-of-range arguments and leave the message as it was).
- * - Calls with no handle to keep a message take (char *err, size_t errcap) and write it
- *   there when err is non-NULL: the creations (skv_model_load, skv_encoder_create,
- *   skv_session_open, skv_store_open), the file calls skv_kvdump_read / skv_kvdump_write
- *   and the spec check skv_kv_quant_check.
- * - skv_ctx_create makes its context from a model, so its message is kept on the model:
- *     skv_model_last_error(m)         skv_ctx_create (per model AND per thread, like a
- *                                     store's; cleared by the next successful create)
+ *     skv_model_last_error(m)         skv_ctx_create (per model AND per thread)
+ *     (char *err, size_t errcap)      the creations (skv_model_load, skv_encoder_create,
+ *                                     skv_session_open, skv_store_open), skv_kvdump_read /
+ *                                     skv_kvdump_write, skv_kv_quant_check: written there
+ *                                     when err is non-NULL
+ *   A failure sets the handle's message; a success leaves "" there (calls that only read
+ *   a const context -- skv_ctx_kv_view/kv_digest/kv_read, the skv_*_get_stats getters --
+ *   fail only on NULL or out-of-range arguments and leave the message as it was).
  * - A model is otherwise immutable and shared: the other calls on it (get_info,
- *   fingerprint, tokenize, token_piece, kv_position_bytes) keep no message; each
- *   documents its few statuses.
- * - Threads: a context or an encoder is used by one thread at a time, so its message is
- *   that thread's. A session and a store may be shared by threads: their message is kept
- *   per handle AND per thread, so each thread reads the message of its own last call,
- *   whatever the others do. Read it right after the call: the next call on the handle
- *   from the same thread replaces it.
+ *   fingerprint, tokenize, token_piece, kv_position_bytes) keep no message of their own
+ *   (skv_last_error() has theirs); each documents its few statuses.
+ * - Threads: skv_last_error() is per thread. A context or an encoder is used by one
+ *   thread at a time, so its message is that thread's. A session and a store may be
+ *   shared by threads: their message is kept per handle AND per thread, so each thread
+ *   reads the message of its own last call, whatever the others do.
  *
  * Other conventions:
  * - Handles are opaque, created by the _create, _open or _load functions and released by
@@ -78,6 +81,10 @@ typedef enum skv_status {
  * other value) and a short text ("malformed input"). Both are static strings. */
 SKV_API const char *skv_status_name(int status);
 SKV_API const char *skv_status_str(int status);
+/* The calling thread's last error message: the message of its most recent failing call
+ * ("" when none has failed). The one error channel (see ERRORS above); valid until the
+ * thread's next call into the library. */
+SKV_API const char *skv_last_error(void);
 SKV_API const char *skv_version(void);
 
 /* ---- Logging ------------------------------------------------------------
@@ -174,18 +181,18 @@ SKV_API int skv_model_tokenizer_fingerprint(skv_model *m, uint8_t out[16]);
 
 /* Tokenizes text. add_special: prepend BOS (and append EOS) as the model's tokenizer says.
  * Writes at most cap ids to out; *n_out receives the number needed (SKV_ERR_RANGE if > cap). */
-SKV_API int skv_tokenize(const skv_model *m, const char *text, size_t len, int add_special,
+SKV_API int skv_model_tokenize(const skv_model *m, const char *text, size_t len, int add_special,
                          int32_t *out, size_t cap, size_t *n_out);
 /* The bytes of one token (control tokens render as nothing). *len receives the length. */
-SKV_API int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len);
+SKV_API int skv_model_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len);
 /* A token's text as its vocabulary stores it, control tokens included ("<s>"), in the
  * vocabulary's own spelling (SentencePiece's U+2581 for a space): *text points into the
  * model (valid while it lives), not NUL-terminated, *len bytes. */
-SKV_API int skv_token_text(const skv_model *m, int32_t token, const char **text, size_t *len);
-/* The text of n token ids, as the seqkv CLI writes it: the tokens' pieces (skv_token_piece)
+SKV_API int skv_model_token_text(const skv_model *m, int32_t token, const char **text, size_t *len);
+/* The text of n token ids, as the seqkv CLI writes it: the tokens' pieces (skv_model_token_piece)
  * concatenated, every BOS dropped, and for SentencePiece vocabularies the one space the
  * tokenizer puts before the text (its dummy prefix) dropped from the first piece after a
- * BOS. So skv_tokenize(text, add_special = 1) -> skv_detokenize gives the text back, byte
+ * BOS. So skv_model_tokenize(text, add_special = 1) -> skv_model_detokenize gives the text back, byte
  * for byte, whenever the text can round-trip at all: invalid UTF-8 and a literal U+2581
  * (SentencePiece's space mark) come back changed. flags: SKV_DETOK_AFTER_BOS when the ids
  * continue a sequence whose last earlier token was BOS (a long sequence decoded in parts).
@@ -194,7 +201,7 @@ SKV_API int skv_token_text(const skv_model *m, int32_t token, const char **text,
  * SKV_ERR_RANGE. Errors: SKV_ERR_RANGE (cap < *len + 1), SKV_ERR_INVALID_ARG (NULL
  * arguments, an id outside the vocabulary), SKV_ERR_NOMEM. */
 enum { SKV_DETOK_AFTER_BOS = 1 };
-SKV_API int skv_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap,
+SKV_API int skv_model_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap,
                            size_t *len);
 
 /* ---- Contexts: one KV cache + scratch, used by one thread at a time ---------- */
@@ -224,7 +231,7 @@ typedef struct skv_ctx_params {
      * when written, by the forward pass and by skv_ctx_kv_write alike, and attention computes
      * over exactly those values; half the memory of F32. kv_read, kv_digest and sessions see
      * the stored values as f32 (exact); kv_view is refused (SKV_ERR_UNSUPPORTED), and so is
-     * kv_quant with an f16 cache; skv_decode_multi steps f16 contexts (all of one type). */
+     * kv_quant with an f16 cache; skv_ctx_decode_multi steps f16 contexts (all of one type). */
     int kv_cache_type;
 } skv_ctx_params;
 
@@ -256,15 +263,15 @@ enum { SKV_LOGITS_NONE = 0, SKV_LOGITS_LAST = 1, SKV_LOGITS_ALL = 2 };
 
 /* Runs n tokens as one batched prefill, appending them to the KV cache.
  * logits: NULL or room for n_vocab floats (LAST) or n*n_vocab floats (ALL), row per token.
- * Results are bit-identical to running the same tokens one by one with skv_decode(),
+ * Results are bit-identical to running the same tokens one by one with skv_ctx_decode(),
  * in any chunking and at any thread count (docs/determinism.md). */
-SKV_API int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits);
-/* As skv_prefill, but writes each token's final hidden state (after the output norm: the
+SKV_API int skv_ctx_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits);
+/* As skv_ctx_prefill, but writes each token's final hidden state (after the output norm: the
  * input of the output matrix, what llama.cpp pools into embeddings) into embd, n * n_embd
  * floats, row per token; no logits. Bit-identical in any chunking and thread count. */
 SKV_API int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *embd);
 /* Appends one token; logits: NULL or room for n_vocab floats. */
-SKV_API int skv_decode(skv_ctx *c, int32_t token, float *logits);
+SKV_API int skv_ctx_decode(skv_ctx *c, int32_t token, float *logits);
 /* -log2 of token's probability under softmax(logits) (n_vocab values), computed in double:
  * the bits a perfect coder would spend on it. For reports only: the model codec uses its
  * own integer quantization of the logits (docs/coder.md), never this. */
@@ -274,10 +281,10 @@ SKV_API double skv_token_surprisal(const float *logits, int n_vocab, int32_t tok
  * SKV_ERR_UNSUPPORTED) and logits row i (NULL, or room
  * for n * n_vocab floats) is that context's next-token logits. The weights are read once
  * for all n rows, so a queue of sequences decodes at nearly prefill speed; every row's
- * result is bit-identical to skv_decode on its own context. The context with the largest
+ * result is bit-identical to skv_ctx_decode on its own context. The context with the largest
  * capacity runs the step (its threads and scratch), in chunks of its max_batch rows.
  * Errors are described by skv_ctx_last_error(ctxs[0]); on error no context changes. */
-SKV_API int skv_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits);
+SKV_API int skv_ctx_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits);
 
 /* Read-only view of the KV cache: the n_pos x head_dim f32 block of one layer, kind
  * (0 = K after RoPE, 1 = V) and KV head, rows contiguous. Valid until the next call
@@ -380,8 +387,8 @@ enum { SKV_CODEC_PRED = 10 };
  * must be given to the restore: skv_restore_params.cm_dict), e.g. earlier sessions of a
  * store. Restored like "cm": decode, one batched prefill, digest verified. A segment
  * names the revision of the model it was coded with (docs/coder.md 4.9, 4.10): encoders
- * write the newest (revision 3 since 2026-12-05: 8-10% smaller than revision 1 with a
- * dictionary), restores read every revision the build knows, so older files keep restoring. */
+ * write the newest, restores read every revision the build knows, so older files keep
+ * restoring. */
 enum { SKV_CODEC_CMV = 20, SKV_CODEC_CMVD = 21 };
 /* Codec cmvd's primed model, kept in a snapshot file (docs/coder.md 4.8): priming walks
  * every dictionary id (~10 us each); loading its snapshot takes milliseconds (_save writes
@@ -464,7 +471,7 @@ typedef struct skv_encoder_stats {
     uint64_t n_model_coded; /* tokens coded under the model (all but each segment's first) */
     double model_bits;      /* sum of -log2 p(token) of those under the model's softmax (0 with skip_entropy) */
     double coded_bits;      /* sum of -log2(freq/total) actually coded (model codec) */
-    /* Added in 0.1: rows of logits the model computed. Only the rows something reads are
+    /* Rows of logits the model computed. Only the rows something reads are
      * asked for: every token's for codec model or the model_bits report, else none but
      * the last of an append given next_logits. */
     uint64_t n_logit_rows;
@@ -513,8 +520,8 @@ typedef struct skv_session_info {
     uint64_t file_bytes;
     int kv_cache_type;       /* SKV_KV_CACHE_* of the contexts it was made with and restores into */
     int has_tokenizer;       /* 1: tokenizer holds the first 8 bytes of the writing model's
-                                skv_model_tokenizer_fingerprint (files since 2026-12-05; a
-                                restore checks it: the text the ids render to), 0: not recorded */
+                                skv_model_tokenizer_fingerprint (a restore checks it: the
+                                text the ids render to), 0: not recorded (an older file) */
     uint8_t tokenizer[8];
 } skv_session_info;
 
@@ -548,7 +555,7 @@ typedef size_t (*skv_draft_fn)(void *user, const int32_t *hist, size_t n, int32_
 
 typedef struct skv_restore_stats {
     uint64_t n_tokens;   /* tokens restored */
-    uint64_t n_passes;   /* forward passes (skv_prefill calls) run */
+    uint64_t n_passes;   /* forward passes (skv_ctx_prefill calls) run */
     uint64_t n_drafted;  /* draft tokens verified */
     uint64_t n_accepted; /* of those, the ones the decoded stream confirmed */
 } skv_restore_stats;
@@ -557,7 +564,7 @@ typedef struct skv_restore_params {
     int verify; /* compare the regenerated KV with the stored digest (SKV_ERR_MISMATCH if not equal) */
     void (*progress)(void *user, uint64_t done, uint64_t total); /* optional */
     void *user;
-    /* Added in 0.1 for speculative restore; zero means the defaults. */
+    /* Speculative restore; zero means the defaults. */
     int draft;                /* model codec: SKV_DRAFT_* (0 = automatic) */
     int draft_max;            /* most tokens verified by one forward pass, 1..256; 0 = automatic (16) */
     skv_restore_stats *stats; /* optional: each restore ADDS its counts (zero it first) */
@@ -568,7 +575,7 @@ typedef struct skv_restore_params {
     /* draft SKV_DRAFT_EXTERN: the draft source and its user pointer */
     skv_draft_fn draft_fn;
     void *draft_user;
-    /* Added for issue 16. The segment's ids as skv_session_segment_tokens decoded them
+    /* The segment's ids as skv_session_segment_tokens decoded them
      * (e.g. on another thread while the previous segment prefilled): a restore of a
      * tokens, cm, cmv or cmvd segment prefills these instead of decoding its payload again
      * (any other codec: SKV_ERR_INVALID_ARG). n_decoded must be the segment's length and
@@ -592,7 +599,7 @@ typedef struct skv_restore_params {
 SKV_API int skv_session_restore_segment(const skv_session *s, skv_model *m, uint32_t i, skv_ctx *ctx,
                                         const skv_restore_params *p, int32_t *tokens, size_t cap);
 
-/* Added for issue 16. The token ids of segment i of a session whose codec stores them
+/* The token ids of segment i of a session whose codec stores them
  * (tokens, cm, cmv, cmvd: the codecs a restore regenerates with one prefill), decoded
  * without a context and without running the model: the first half of
  * skv_session_restore_segment, so that a caller restoring many segments can decode the
@@ -619,7 +626,7 @@ typedef struct skv_restore_job {
 /* Restores a queue of segments (any sessions written with model m) as
  * skv_session_restore_segment would, one by one, with identical results (tokens and KV).
  * Model-coded segments are decoded together: each step runs the next token of up to 64
- * of them as one forward pass (skv_decode_multi), so the queue decodes at close to
+ * of them as one forward pass (skv_ctx_decode_multi), so the queue decodes at close to
  * prefill speed instead of one pass per token per session; a finished segment makes room
  * for the next queued one. Other codecs are restored on their own. p: verify, progress
  * (tokens of the whole queue), stats (n_passes counts steps) and cm_dict (cmvd jobs) are
@@ -687,7 +694,7 @@ typedef struct skv_store_params {
     uint64_t map_size;  /* LMDB map size (upper bound of the store; sparse); 0 = 64 GiB */
     int64_t budget;     /* bytes of materialised KV; < 0: keep the stored one (64 MiB on create) */
     int n_threads;      /* threads for the model runs of put/get; 0 = 1 */
-    /* Added in 0.1 (issue 13): the file m was loaded from, recorded (as an absolute path)
+    /* The file m was loaded from, recorded (as an absolute path)
      * when the store is created or, for a store without one, at the next put; NULL = not
      * known. skv_store_model_info reads it back. */
     const char *model_path;
@@ -807,11 +814,11 @@ typedef struct skv_store_stats {
     double load_bps;                       /* measured KV load speed, bytes/s */
     double prior_weight;                   /* kappa: pseudo-operations given to the model prior */
     uint64_t clock;                        /* operations so far (puts + gets) */
-    /* Added for shared (Redis) stores, whose maxmemory policy may evict any record: each
+    /* Shared (Redis) stores, whose maxmemory policy may evict any record: each
      * is a miss (recomputed or reported), never a wrong restore. Always 0 for LMDB. */
     uint64_t kv_misses;                    /* materialised KV found evicted: recomputed */
     uint64_t node_misses;                  /* trie nodes / sessions found evicted */
-    /* Added for issue 16: the tier of every node (docs/store.md "Tiers"), indexed by
+    /* The tier of every node (docs/store.md "Tiers"), indexed by
      * SKV_STORE_TIER_*: nodes, positions and stored bytes (node records, + KV blobs for
      * the materialised tier); the storage price the rule uses and the store's dictionary. */
     uint64_t tier_nodes[4], tier_positions[4], tier_bytes[4];
@@ -831,7 +838,7 @@ typedef struct skv_store_gc_report {
     uint64_t bytes_freed;
     uint64_t mat_bytes;    /* materialised KV after */
     uint32_t n_materialised; /* nodes materialised (the budget allowed more) */
-    uint32_t n_retiered;   /* added for issue 16: token-only nodes whose tier the rule changed */
+    uint32_t n_retiered;   /* token-only nodes whose tier the rule changed */
 } skv_store_gc_report;
 /* Checks the trie's invariants and every stored KV blob, then applies the placement policy
  * in both directions: demotes the lowest-valued nodes while over the budget, and (running
@@ -840,9 +847,15 @@ typedef struct skv_store_gc_report {
  * damaged and how to repair it (damaged KV: gc with budget 0 drops all materialised KV,
  * the sessions stay whole). One write transaction. */
 SKV_API int skv_store_gc(skv_store *st, skv_store_gc_report *r);
+/* A progress callback for skv_store_put and skv_store_get: called on the calling thread
+ * with the positions of the session done so far out of its total (loaded, then computed),
+ * a few times a second on long sessions. fn NULL: none (the default). Not stored; set it
+ * before the handle is shared by threads (it applies to every thread's calls). */
+SKV_API int skv_store_set_progress(skv_store *st, void (*fn)(void *user, uint64_t done, uint64_t total),
+                                   void *user);
 /* Changes the budget (stored); takes effect at the next put or gc. */
 SKV_API int skv_store_set_budget(skv_store *st, uint64_t bytes);
-/* Added for issue 16. The storage price of the tier rule: seconds of restore time one
+/* The storage price of the tier rule: seconds of restore time one
  * stored byte is worth (> 0, finite; stored; default 2e-5); takes effect as nodes are
  * written and at the next gc. */
 SKV_API int skv_store_set_price(skv_store *st, double seconds_per_byte);
@@ -905,6 +918,24 @@ typedef struct skv_store_near_stats {
 } skv_store_near_stats;
 /* The store's near-reuse record (all zero when none was ever written). */
 SKV_API int skv_store_get_near_stats(skv_store *st, skv_store_near_stats *s);
+
+/* ---- Compatibility names ------------------------------------------------------------
+ * Earlier names of calls that now carry their object's prefix (docs/api-history.md). Each
+ * is an exported function that does exactly what its new name does, so programs built
+ * against an older seqkv.h keep linking and running; new code uses the new names. */
+SKV_API int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode,
+                        float *logits);                               /* skv_ctx_prefill */
+SKV_API int skv_decode(skv_ctx *c, int32_t token, float *logits);   /* skv_ctx_decode */
+SKV_API int skv_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n,
+                             float *logits);                          /* skv_ctx_decode_multi */
+SKV_API int skv_tokenize(const skv_model *m, const char *text, size_t len, int add_special,
+                         int32_t *out, size_t cap, size_t *n_out);    /* skv_model_tokenize */
+SKV_API int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap,
+                            size_t *len);                             /* skv_model_token_piece */
+SKV_API int skv_token_text(const skv_model *m, int32_t token, const char **text,
+                           size_t *len);                              /* skv_model_token_text */
+SKV_API int skv_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags,
+                           char *text, size_t cap, size_t *len);      /* skv_model_detokenize */
 
 /* @@API-END@@ */
 #ifdef __cplusplus

@@ -33,6 +33,8 @@ private_header() {
     case "$1" in *_int.h|engine/model.h|engine/gguf.h) return 0 ;; esac
     return 1
 }
+# Folders whose files form a one-way chain (no cycle of calls between their files).
+acyclic="store"
 bad=0
 files=$(find src tools -name '*.[ch]' 2>/dev/null | sort)
 for f in $files; do
@@ -50,8 +52,9 @@ for f in $files; do
         case "$inc" in
             seqkv.h) continue ;;
             */*) dep=${inc%%/*} ;;
-            *) # unqualified: only a tools-local header (tools/cli.h) is allowed
-               if [ "$layer" = tools ] && [ -f "tools/$inc" ]; then continue; fi
+            *) # unqualified: only a tools-local header (tools/cli/cli.h) is allowed
+               if [ "$layer" = tools ] && { [ -f "tools/$inc" ] || [ -f "$(dirname "$f")/$inc" ] ||
+                   [ -n "$(find tools -name "$inc" -print -quit)" ]; }; then continue; fi
                echo "$f:$line: include \"$inc\" does not name its layer (write \"layer/$inc\")"; bad=1; continue ;;
         esac
         r=$(rank "$dep")
@@ -101,6 +104,14 @@ if [ -n "$build" ]; then
             }
             exit bad
         }' || bad=1
+fi
+# ---- one-way chains: folders whose files must not call one another in a cycle ----
+# (src/store/: store_tx.c at the bottom, store.c, which opens the store, at the top;
+# scripts/file_cycles.py BUILD/obj/store --order prints the chain)
+if [ -n "$build" ]; then
+    for d in $acyclic; do
+        python3 scripts/file_cycles.py "$build/obj/$d" || bad=1
+    done
 fi
 if [ $bad -ne 0 ]; then echo "check-layers: FAILED (see docs: README Layout, docs/architecture.md)"; exit 1; fi
 echo "check-layers: ok ($(echo "$files" | wc -l) files${build:+, $nobj objects})"

@@ -3,6 +3,7 @@
 # Debian's python3), prints their PASS/FAIL/SKIP lines, and ends with the
 # summary line "N passed, M failed". Exit status 0 iff nothing failed.
 # Usage: tests/run.sh [BUILD_DIR]   (default: build)
+#        TESTS="test_store test_cli_options" tests/run.sh   runs only those (binary or .py names)
 # Shared assets (README "Tests"): $SEQKV_SHARED, else ../shared. With
 # SEQKV_REQUIRE_SHARED=1 (CI) their absence fails the run: tests/test.h and
 # tests/testenv.py turn such skips into FAIL lines, and this script also
@@ -23,8 +24,15 @@ shared_missing() {
     echo "FAIL run.sh:shared: SEQKV_REQUIRE_SHARED=1 but $d/models/stories260K/stories260K.gguf is missing (set SEQKV_SHARED)"
 }
 shared_missing | tee -a "$log"
+# selected NAME: whether $TESTS (space-separated names, without .py) asks for test NAME.
+selected() {
+    [ -z "${TESTS:-}" ] && return 0
+    for x in $TESTS; do [ "$x" = "${1%.py}" ] && return 0; done
+    return 1
+}
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
+    selected "$(basename "$t")" || continue
     SEQKV_BUILD="$build" "$t" >"$t.out" 2>"$t.err"
     rc=$?
     cat "$t.out"; cat "$t.out" >>"$log"
@@ -37,6 +45,7 @@ for t in "$build"/tests/test_*; do
 done
 for t in tests/test_*.py; do
     [ -f "$t" ] || continue
+    selected "$(basename "$t")" || continue
     SEQKV_BUILD="$build" "$py" "$t" >"$build/tests/$(basename "$t").out" 2>"$build/tests/$(basename "$t").err"
     rc=$?
     out="$build/tests/$(basename "$t").out"
@@ -52,6 +61,9 @@ if [ "${SEQKV_REQUIRE_SHARED:-}" = 1 ]; then
     sed -i -E "s#$req#FAIL (SEQKV_REQUIRE_SHARED=1 forbids this skip) \\1#" "$log"
     grep '^FAIL (SEQKV_REQUIRE_SHARED' "$log"
 fi
+# Cases a clone without the shared assets skips (README "Tests and the shared assets").
+noshared=$(grep -cE '^SKIP .*(\.\./shared|stories260K|SEQKV_SHARED)' "$log")
+[ "$noshared" -gt 0 ] && echo "($noshared cases skipped for want of the shared assets: set SEQKV_SHARED, README \"Tests and the shared assets\")"
 pass=$(grep -c '^PASS' "$log")
 fail=$(( $(grep -c '^FAIL' "$log") + crashed ))
 skip=$(grep -c '^SKIP' "$log")

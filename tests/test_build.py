@@ -23,6 +23,8 @@
                                docs/metrics.md below its marker (on a copy)
   check_layers_catches_calls   the symbol pass: an object of core calling a function an
                                object of store defines fails it, naming both (nm)
+  check_layers_catches_cycle   the chain pass: two store objects calling each other fail
+                               it, naming both; the store's own files form a one-way chain
 
 Prints PASS/FAIL/SKIP lines for tests/run.sh.
 """
@@ -151,7 +153,7 @@ def check_layers_catches(tmp):
            ("src/quant/quant.c", '#include "coder/rangecoder.h"', "must not include"),  # peer
            ("src/engine/ops.c", '#include "util.h"', "does not name its layer"),
            ("src/store/store_kv.c", '#include "container/session_int.h"', "is private to src/container/"),
-           ("tools/cmd_engine.c", '#include "engine/model.h"', "is private to src/engine/")]
+           ("tools/cmd/cmd_engine.c", '#include "engine/model.h"', "is private to src/engine/")]
     for i, (path, inc, msg) in enumerate(bad):
         root = layered_copy(tmp, "tree%d" % i)
         with open(os.path.join(root, path), "a") as f:
@@ -180,6 +182,28 @@ def check_layers_catches_calls(tmp):
           "check_layers.sh did not name the call: %s" % out[-400:])
 
 
+def check_layers_catches_cycle(tmp):
+    if not shutil.which("nm") or not compilers():
+        raise Skip("no nm or no C compiler")
+    build = os.path.join(tmp, "cycbuild")
+    os.makedirs(os.path.join(build, "obj", "store"))
+    srcs = {"store_up": "int skv_low(void);\nint skv_up(void);\nint skv_up(void) { return skv_low(); }\n",
+            "store_low": "int skv_up(void);\nint skv_low(void);\nint skv_low(void) { return skv_up() + 1; }\n"}
+    for name, text in srcs.items():
+        c = os.path.join(tmp, name + ".c")
+        with open(c, "w") as f:
+            f.write(text)
+        rc, out = sh([compilers()[0], "-c", c, "-o", os.path.join(build, "obj", "store", name + ".o")])
+        check(rc == 0, "cannot compile the planted object: %s" % out)
+    rc, out = sh(["scripts/check_layers.sh", ".", build])
+    check(rc != 0, "check_layers.sh accepted two store files calling each other:\n%s" % out[-400:])
+    check("cycle: store_low store_up" in out, "check_layers.sh did not name the cycle: %s" % out[-400:])
+    objs = os.path.join(ROOT, os.environ.get("SEQKV_BUILD", "build"), "obj", "store")
+    if os.path.isdir(objs):
+        rc, out = sh(["scripts/file_cycles.py", objs, "--order"])
+        check(rc == 0 and re.search(r"^store_tx +-> \(none\)$", out, re.M), "src/store/ is not a chain from store_tx.c:\n%s" % out[-600:])
+
+
 def funclen_counts_the_function(tmp):
     d = os.path.join(tmp, "fl", "src")
     os.makedirs(d)
@@ -202,7 +226,7 @@ def funclen_counts_the_function(tmp):
 
 CASES = [guard_in_every_tu, guard_refuses_fast_math, guard_accepts_the_build_flags, make_refuses_unsafe_flags,
          fp_contract_pinned_last, clang_pragma_stops_fusion, check_layers_passes, check_layers_catches,
-         check_layers_catches_calls, funclen_counts_the_function]
+         check_layers_catches_calls, check_layers_catches_cycle, funclen_counts_the_function]
 
 
 def main():

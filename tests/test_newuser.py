@@ -17,6 +17,9 @@ the scripts, on the bundled model (no shared assets needed). A few seconds.
   install_deps_waits_for_the_lock  scripts/install-deps.sh, with apt-get failing twice on a
                                held lock (fakes in PATH), waits and installs instead of
                                failing at once; a lock held past APT_LOCK_WAIT fails
+  run_sh_counts_shared_skips  tests/run.sh ends, on a clone without the shared assets, by
+                               counting the cases skipped for want of them (TESTS= runs a
+                               planted test alone); with none skipped it says nothing
 Prints PASS/FAIL/SKIP lines for tests/run.sh.
 """
 import os
@@ -126,8 +129,31 @@ def install_deps_waits_for_the_lock(tmp):
           (p.returncode, p.stderr.decode()))
 
 
+def run_sh_counts_shared_skips(tmp):
+    build = os.path.join(tmp, "fakebuild")
+    os.makedirs(os.path.join(build, "tests"))
+    for name, lines in (("test_planted", "PASS test_planted:a\nSKIP test_planted:b: ../shared/models/stories260K missing\n"
+                                          "SKIP test_planted:c: no redis-server\n"),
+                        ("test_planted2", "PASS test_planted2:a\n")):
+        path = os.path.join(build, "tests", name)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\nprintf '%s'\n" % lines)
+        os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+    env = {k: v for k, v in os.environ.items() if k != "SEQKV_REQUIRE_SHARED"}
+    for tests, want in (("test_planted", "(1 cases skipped for want of the shared assets"), ("test_planted2", None)):
+        p = subprocess.run([os.path.join(ROOT, "tests", "run.sh"), build], env=dict(env, TESTS=tests),
+                           capture_output=True, text=True, timeout=60)
+        out = p.stdout.splitlines()
+        check(out and out[-1] in ("2 passed, 0 failed", "1 passed, 0 failed"), "run.sh's last line: %r" % out[-1:])
+        check("test_planted2" not in p.stdout or tests == "test_planted2", "TESTS= ran the others too: %r" % p.stdout)
+        if want:
+            check(any(l.startswith(want) for l in out), "run.sh did not count the shared skips: %r" % p.stdout)
+        else:
+            check("for want of the shared assets" not in p.stdout, "a count with no shared skip: %r" % p.stdout)
+
+
 CASES = [help_lists_the_codec_table, usage_errors_list_the_codecs, report_says_what_the_cross_entropy_is,
-         cmvd_restore_names_the_option, install_deps_waits_for_the_lock]
+         cmvd_restore_names_the_option, install_deps_waits_for_the_lock, run_sh_counts_shared_skips]
 
 
 def main():

@@ -425,6 +425,7 @@ static void restore_with_llama2c_form(void)
     NEED_KJV();
     skv_model *m2 = NULL;
     char err[512] = "";
+    if (!g_bin[0]) SKIP("stories260K.bin not found (../shared/models/stories260K)");
     int rc = skv_model_load(g_bin, NULL, &m2, err, sizeof err);
     if (rc) SKIP("cannot load %.200s: %.200s", g_bin, err);
     size_t n = g_kjv_n < 200 ? g_kjv_n : 200;

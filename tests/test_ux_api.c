@@ -189,6 +189,55 @@ static void test_log_threads(void)
     CHECK_MSG(g_a.n + g_b.n == 80, "%d + %d messages of 80", g_a.n, g_b.n);
 }
 
+/* ---- the calls' old names (docs/api-history.md) --------------------------------------- */
+
+/* Each old name is a working alias of its prefixed name: same status, same output. */
+static void test_old_names(void)
+{
+    const char *text = "In the beginning God created the heaven and the earth.";
+    int32_t a[64], b[64];
+    size_t na = 0, nb = 0, la = 0, lb = 0;
+    char pa[256], pb[256];
+    CHECK(skv_model_tokenize(g_m, text, strlen(text), 1, a, 64, &na) == SKV_OK);
+    CHECK(skv_tokenize(g_m, text, strlen(text), 1, b, 64, &nb) == SKV_OK);
+    CHECK(na == nb && na > 2 && !memcmp(a, b, na * sizeof *a));
+    CHECK(skv_model_detokenize(g_m, a, na, 0, pa, sizeof pa, &la) == SKV_OK);
+    CHECK(skv_detokenize(g_m, a, na, 0, pb, sizeof pb, &lb) == SKV_OK);
+    CHECK(la == lb && !memcmp(pa, pb, la) && la == strlen(text));
+    CHECK(skv_model_token_piece(g_m, a[1], pa, sizeof pa, &la) == SKV_OK);
+    CHECK(skv_token_piece(g_m, a[1], pb, sizeof pb, &lb) == SKV_OK);
+    CHECK(la == lb && !memcmp(pa, pb, la));
+    const char *ta = NULL, *tb = NULL;
+    CHECK(skv_model_token_text(g_m, a[1], &ta, &la) == SKV_OK && skv_token_text(g_m, a[1], &tb, &lb) == SKV_OK);
+    CHECK(ta == tb && la == lb);
+    CHECK(skv_tokenize(g_m, text, strlen(text), 1, b, 1, &nb) == SKV_ERR_RANGE); /* errors alike too */
+    CHECK(skv_model_tokenize(g_m, text, strlen(text), 1, b, 1, &nb) == SKV_ERR_RANGE);
+
+    /* contexts: prefill + decode under either name give bit-identical logits and KV */
+    skv_ctx_params cp = skv_ctx_default_params();
+    skv_ctx *c[4] = {0};
+    float *la_ = malloc((size_t)g_info.n_vocab * sizeof(float)), *lb_ = malloc((size_t)g_info.n_vocab * sizeof(float));
+    uint8_t da[16], db[16];
+    cp.n_ctx = 128;
+    for (int i = 0; i < 4; i++) CHECK(skv_ctx_create(g_m, &cp, &c[i]) == SKV_OK);
+    if (!c[0] || !c[1] || !c[2] || !c[3] || !la_ || !lb_) goto out;
+    CHECK(skv_ctx_prefill(c[0], a, na - 1, SKV_LOGITS_NONE, NULL) == SKV_OK);
+    CHECK(skv_prefill(c[1], a, na - 1, SKV_LOGITS_NONE, NULL) == SKV_OK);
+    CHECK(skv_ctx_decode(c[0], a[na - 1], la_) == SKV_OK);
+    CHECK(skv_decode(c[1], a[na - 1], lb_) == SKV_OK);
+    CHECK(!memcmp(la_, lb_, (size_t)g_info.n_vocab * sizeof(float)));
+    CHECK(skv_ctx_kv_digest(c[0], skv_ctx_n_pos(c[0]), da) == SKV_OK);
+    CHECK(skv_ctx_kv_digest(c[1], skv_ctx_n_pos(c[1]), db) == SKV_OK && !memcmp(da, db, 16));
+    int32_t two[2] = {a[1], a[2]};
+    CHECK(skv_ctx_decode_multi(c, two, 2, NULL) == SKV_OK);
+    CHECK(skv_decode_multi(c + 2, two, 2, NULL) == SKV_OK);
+    CHECK(skv_ctx_n_pos(c[2]) == 1 && skv_ctx_n_pos(c[3]) == 1 && skv_ctx_n_pos(c[0]) == (int)na + 1);
+out:
+    for (int i = 0; i < 4; i++) skv_ctx_free(c[i]);
+    free(la_);
+    free(lb_);
+}
+
 int main(void)
 {
     char err[512];
@@ -204,6 +253,7 @@ int main(void)
     RUN(test_log_context_beyond_training);
     RUN(test_log_store_without_model_record);
     RUN(test_log_threads);
+    RUN(test_old_names);
     skv_model_free(g_m);
     TEST_END();
 }

@@ -6,8 +6,8 @@
  * DEPTH > 0: the tg test decodes after an untimed prefill of DEPTH tokens (decode deep in a
  * long context; the context then holds DEPTH more positions). KV: the context's
  * kv_cache_type (f16: K and V stored as binary16, llama.cpp's default cache type).
- * pp: one skv_prefill of N_PROMPT tokens into an empty cache (logits of the last only).
- * tg: N_GEN skv_decode calls, one token each, into an empty cache (logits every step).
+ * pp: one skv_ctx_prefill of N_PROMPT tokens into an empty cache (logits of the last only).
+ * tg: N_GEN skv_ctx_decode calls, one token each, into an empty cache (logits every step).
  * Tokens are pseudo-random ids (llama-bench also feeds ids, not text). Before timing, one
  * decode touches every weight once (llama-bench's warm-up does the same). The context holds
  * N_PROMPT + N_GEN positions. Prints one CSV row per test:
@@ -53,14 +53,14 @@ static void fill_tokens(int32_t *tok, int n, int n_vocab)
 static int run_pp(struct run *r)
 {
     skv_ctx_truncate(r->c, 0);
-    return skv_prefill(r->c, r->tok, (size_t)r->n_prompt, SKV_LOGITS_LAST, r->logits) ? -1 : 0;
+    return skv_ctx_prefill(r->c, r->tok, (size_t)r->n_prompt, SKV_LOGITS_LAST, r->logits) ? -1 : 0;
 }
 
 static int run_tg(struct run *r)
 {
     skv_ctx_truncate(r->c, r->depth); /* keeps the untimed prefix of bench() */
     for (int i = 0; i < r->n_gen; i++)
-        if (skv_decode(r->c, r->tok[r->n_prompt + i], r->logits)) return -1;
+        if (skv_ctx_decode(r->c, r->tok[r->n_prompt + i], r->logits)) return -1;
     return 0;
 }
 
@@ -97,11 +97,11 @@ static int bench(const skv_model *m, int threads, struct run *r)
         fprintf(stderr, "peer_seqkv: cannot create a context\n");
         return 1;
     }
-    int rc = skv_decode(r->c, r->tok[0], r->logits) != SKV_OK; /* warm-up */
+    int rc = skv_ctx_decode(r->c, r->tok[0], r->logits) != SKV_OK; /* warm-up */
     if (!rc && r->n_prompt > 0) rc = report(r, "pp", r->n_prompt, threads, run_pp);
     if (!rc && r->n_gen > 0 && r->depth > 0) { /* untimed: the tokens after the tg ones */
         skv_ctx_truncate(r->c, 0);
-        rc = skv_prefill(r->c, r->tok + r->n_prompt + r->n_gen, (size_t)r->depth, SKV_LOGITS_NONE, NULL) != SKV_OK;
+        rc = skv_ctx_prefill(r->c, r->tok + r->n_prompt + r->n_gen, (size_t)r->depth, SKV_LOGITS_NONE, NULL) != SKV_OK;
     }
     if (!rc && r->n_gen > 0) rc = report(r, "tg", r->n_gen, threads, run_tg);
     skv_ctx_free(r->c);

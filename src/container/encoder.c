@@ -73,7 +73,7 @@ int skv_encoder_get_stats(const skv_encoder *e, skv_encoder_stats *st)
 
 static int enc_fail(skv_encoder *e, int rc, const char *msg)
 {
-    snprintf(e->err, sizeof e->err, "%s", msg);
+    skv_errf(e->err, sizeof e->err, 0, "%s", msg);
     return rc;
 }
 
@@ -278,7 +278,7 @@ static int append_chunk(skv_encoder *e, const int32_t *t, size_t k, int want_las
     } else if ((rc = code_token(e, e->prev, t[0], e->seg_n))) { /* reads e->prev only when all */
         return rc;
     }
-    if ((rc = skv_prefill(e->ctx, t, k, mode, all ? e->logits : want_last ? e->prev : NULL)))
+    if ((rc = skv_ctx_prefill(e->ctx, t, k, mode, all ? e->logits : want_last ? e->prev : NULL)))
         return enc_fail(e, rc, skv_ctx_last_error(e->ctx));
     e->st.n_logit_rows += all ? k : want_last ? 1 : 0;
     for (size_t j = 1; all && j < k; j++)
@@ -298,7 +298,7 @@ static int ensure_prev(skv_encoder *e)
     int rc;
     if (e->prev_valid || !e->seg_n) return SKV_OK;
     if ((rc = skv_ctx_truncate(e->ctx, (int)e->seg_n - 1)) ||
-        (rc = skv_decode(e->ctx, e->seg_tok[e->seg_n - 1], e->prev)))
+        (rc = skv_ctx_decode(e->ctx, e->seg_tok[e->seg_n - 1], e->prev)))
         return enc_fail(e, rc, skv_ctx_last_error(e->ctx));
     e->st.n_logit_rows++;
     e->prev_valid = 1;

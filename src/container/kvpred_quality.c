@@ -48,7 +48,7 @@ static int run_tail(kvq_run *r, const float *kvP, float *logits)
 {
     int rc = skv_ctx_truncate(r->c, 0);
     if (!rc) rc = skv_ctx_kv_write(r->c, 0, (int)r->P, kvP);
-    return rc ? rc : skv_prefill(r->c, r->tok + r->P, r->m, SKV_LOGITS_ALL, logits);
+    return rc ? rc : skv_ctx_prefill(r->c, r->tok + r->P, r->m, SKV_LOGITS_ALL, logits);
 }
 
 /* p with both steps scaled by 2^g (and no target: an ordinary encode). */

@@ -114,7 +114,7 @@ static int restore_model_codec(const skv_session *s, const seg_view *g, skv_ctx 
     if ((rc = start_stream(&d, g, V, tok, err, cap))) goto done;
     for (uint32_t i = 1; i <= g->n_tokens; i++) {
         int last = i == g->n_tokens;
-        if ((rc = skv_decode(ctx, tok[i - 1], last ? NULL : logits))) {
+        if ((rc = skv_ctx_decode(ctx, tok[i - 1], last ? NULL : logits))) {
             rc = forward_failed(ctx, rc, err, cap);
             goto done;
         }
@@ -237,7 +237,7 @@ static int spec_block(spec *sp, const skv_session *s, skv_rangecoder_dec *d, skv
     if (k > left) k = left;
     size_t nd = spec_propose(sp, tok, pos, k, &cls);
     k = nd + 1;
-    if ((rc = skv_prefill(ctx, sp->batch, k, SKV_LOGITS_ALL, sp->logits))) return forward_failed(ctx, rc, err, cap);
+    if ((rc = skv_ctx_prefill(ctx, sp->batch, k, SKV_LOGITS_ALL, sp->logits))) return forward_failed(ctx, rc, err, cap);
     st->n_passes++;
     st->n_drafted += nd;
     if ((rc = spec_decode_rows(sp, s, d, tok + pos + 1, k, &j, err, cap))) return rc;
@@ -281,7 +281,7 @@ static int restore_model_codec_spec(const skv_session *s, const seg_view *g, skv
         }
     }
     /* the last token needs no logits */
-    if ((rc = skv_decode(ctx, tok[n - 1], NULL))) {
+    if ((rc = skv_ctx_decode(ctx, tok[n - 1], NULL))) {
         rc = forward_failed(ctx, rc, err, cap);
         goto done;
     }
@@ -478,11 +478,11 @@ static int restore_pipelined(const skv_session *s, const seg_view *g, skv_model 
     while (!j.first && !j.done) pthread_cond_wait(&j.cv, &j.mu);
     int first = j.first;
     pthread_mutex_unlock(&j.mu);
-    int frc = first ? skv_prefill(ctx, tok, at, SKV_LOGITS_NONE, NULL) : SKV_OK;
+    int frc = first ? skv_ctx_prefill(ctx, tok, at, SKV_LOGITS_NONE, NULL) : SKV_OK;
     pthread_join(th, NULL);
     if (j.rc) *rc = skv_errf(err, errcap, j.rc, "%s", j.err);
     else if (frc) *rc = forward_failed(ctx, frc, err, errcap);
-    else if ((frc = skv_prefill(ctx, tok + at, g->n_tokens - at, SKV_LOGITS_NONE, NULL)))
+    else if ((frc = skv_ctx_prefill(ctx, tok + at, g->n_tokens - at, SKV_LOGITS_NONE, NULL)))
         *rc = forward_failed(ctx, frc, err, errcap);
     else *rc = SKV_OK, st->n_passes = 2;
     if (*rc) skv_ctx_truncate(ctx, 0); /* part of a segment is not a restore */
@@ -507,7 +507,7 @@ int skv_codec_restore_prefill(const skv_codec_restore *r)
     } else if ((rc = decode_ids(r->s, g, r->m, p, r->tok, NULL, r->err, r->errcap))) {
         return rc;
     }
-    if ((rc = skv_prefill(r->ctx, r->tok, g->n_tokens, SKV_LOGITS_NONE, NULL)))
+    if ((rc = skv_ctx_prefill(r->ctx, r->tok, g->n_tokens, SKV_LOGITS_NONE, NULL)))
         return forward_failed(r->ctx, rc, r->err, r->errcap);
     r->st->n_passes = 1;
     return SKV_OK;

@@ -3,11 +3,11 @@
  * Decoding a model-coded segment needs one forward pass per token, and a pass over one
  * token reads every weight of the model for a single row of arithmetic: restore is bound
  * by weight traffic, not by FLOPs. Restoring several sessions at once runs their next
- * tokens as the rows of one pass (skv_decode_multi), so the weights are read once per
+ * tokens as the rows of one pass (skv_ctx_decode_multi), so the weights are read once per
  * step for all of them: the queue as a whole decodes at close to prefill speed.
  *
  *   step s:   job A  tok[i_A - 1] --+                      +--> logits row 0 -> decode tok[i_A]
- *             job B  tok[i_B - 1] --+-- skv_decode_multi --+--> logits row 1 -> decode tok[i_B]
+ *             job B  tok[i_B - 1] --+-- skv_ctx_decode_multi --+--> logits row 1 -> decode tok[i_B]
  *             job C  tok[i_C - 1] --+                      +--> logits row 2 -> decode tok[i_C]
  *
  * Jobs are independent (own context, own range decoder, own position); a finished job
@@ -110,7 +110,7 @@ static void step(batch *b, active_job *act, size_t *n_act)
         toks[r] = act[r].job->tokens[act[r].i - 1];
     }
     char e[256];
-    int rc = skv_decode_multi(ctxs, toks, n, b->logits);
+    int rc = skv_ctx_decode_multi(ctxs, toks, n, b->logits);
     b->st.n_passes++;
     if (rc) snprintf(e, sizeof e, "forward pass failed: %.200s", skv_ctx_last_error(ctxs[0]));
     for (size_t r = 0; r < n; r++) {
@@ -197,13 +197,24 @@ static void dispatch(batch *b, skv_restore_job *jobs, size_t n, skv_restore_job 
     }
 }
 
+/* The first failed job's status; its message (kept in its context, set on whichever thread
+ * ran it) becomes the calling thread's last error too. */
+static int batch_status(const skv_restore_job *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].status != SKV_OK)
+            return skv_errf(NULL, 0, jobs[i].status, "restore job %zu: %s", i,
+                            jobs[i].ctx ? skv_ctx_last_error(jobs[i].ctx) : skv_status_str(jobs[i].status));
+    return SKV_OK;
+}
+
 int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, const skv_restore_params *p)
 {
     batch b = {.m = m, .p = p};
     skv_restore_job **queue;
     skv_model_info mi;
     size_t nq = 0;
-    if (!m || (!jobs && n)) return SKV_ERR_INVALID_ARG;
+    if (!m || (!jobs && n)) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "restore_batch: NULL model or jobs");
     for (size_t i = 0; i < n; i++) jobs[i].status = SKV_OK;
     if (distinct_contexts(jobs, n)) return SKV_ERR_INVALID_ARG;
     skv_model_get_info(m, &mi);
@@ -212,7 +223,7 @@ int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, con
     if (!(queue = malloc((n ? n : 1) * sizeof *queue)) || alloc_batch(&b)) {
         free(queue);
         free_batch(&b);
-        return SKV_ERR_NOMEM;
+        return skv_errf(NULL, 0, SKV_ERR_NOMEM, "restore_batch: out of memory");
     }
     dispatch(&b, jobs, n, queue, &nq);
     run_model_jobs(&b, queue, nq);
@@ -223,9 +234,7 @@ int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, con
     }
     free(queue);
     free_batch(&b);
-    for (size_t i = 0; i < n; i++)
-        if (jobs[i].status != SKV_OK) return jobs[i].status;
-    return SKV_OK;
+    return batch_status(jobs, n);
 }
 
 uint32_t skv_restore_batch_width(const skv_model *m, size_t n_queued, int n_ctx)

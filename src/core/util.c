@@ -47,6 +47,20 @@ const char *skv_status_name(int status)
 
 /* ---- per-thread error boxes ------------------------------------------------ */
 
+/* ---- the calling thread's last error (skv_last_error) ----------------------
+ * Every message the library sets passes through here: skv_errf (the err/errcap buffers),
+ * skv_errbox_vset (sessions, stores, a model's skv_ctx_create message) and the contexts' and
+ * encoders' own messages (written with skv_errf). So the thread's last message is always
+ * the one the failing call set, whichever handle (or buffer) also keeps it. */
+static _Thread_local char tl_last_error[1024];
+
+const char *skv_last_error(void) { return tl_last_error; }
+
+void skv_err_note(const char *msg)
+{
+    if (msg != tl_last_error) snprintf(tl_last_error, sizeof tl_last_error, "%s", msg ? msg : "");
+}
+
 typedef struct errslot {
     pthread_t owner;
     struct errslot *next;
@@ -98,7 +112,12 @@ static errslot *own_slot(skv_errbox *b, int make)
 int skv_errbox_vset(skv_errbox *b, int status, const char *fmt, va_list ap)
 {
     errslot *s = b ? own_slot(b, 1) : NULL;
-    if (s) vsnprintf(s->msg, sizeof s->msg, fmt, ap);
+    if (s) {
+        vsnprintf(s->msg, sizeof s->msg, fmt, ap);
+        skv_err_note(s->msg);
+    } else {
+        vsnprintf(tl_last_error, sizeof tl_last_error, fmt, ap);
+    }
     return status;
 }
 
@@ -126,11 +145,14 @@ const char *skv_errbox_get(skv_errbox *b)
 int skv_errf(char *err, size_t errcap, int status, const char *fmt, ...)
 {
     va_list ap;
+    va_start(ap, fmt);
     if (err && errcap) {
-        va_start(ap, fmt);
         vsnprintf(err, errcap, fmt, ap);
-        va_end(ap);
+        skv_err_note(err);
+    } else {
+        vsnprintf(tl_last_error, sizeof tl_last_error, fmt, ap);
     }
+    va_end(ap);
     return status;
 }
 

@@ -14,6 +14,9 @@
  *   return skv_errf(err, cap, SKV_ERR_FORMAT, "tensor %s: offset past end", name); */
 int skv_errf(char *err, size_t errcap, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Makes msg the calling thread's last error (skv_last_error, seqkv.h). skv_errf and
+ * skv_errbox_vset call it; a message written any other way must be passed here. */
+void skv_err_note(const char *msg);
 
 /* The last-error message of a handle that several threads may share (skv_session,
  * skv_store): one slot per thread that has called it, so each thread reads the message of

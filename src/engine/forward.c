@@ -250,7 +250,7 @@ const char *skv_ctx_last_error(const skv_ctx *c) { return c ? c->err : "NULL con
 
 int skv_ctx_set_error(skv_ctx *c, int status, const char *msg)
 {
-    snprintf(c->err, sizeof c->err, "%s", msg);
+    skv_errf(c->err, sizeof c->err, 0, "%s", msg);
     return status;
 }
 const skv_model *skv_ctx_model(const skv_ctx *c) { return c ? c->m : NULL; }
@@ -720,20 +720,20 @@ int skv_ctx_layer0_kv(skv_ctx *c, const int32_t *tokens, size_t n, int p0, float
 static int check_tokens(skv_ctx *c, const int32_t *tokens, size_t n)
 {
     if ((size_t)c->n_pos + n > (size_t)c->n_ctx) {
-        snprintf(c->err, sizeof c->err, "context full: %d positions + %zu tokens exceed the capacity of %d", c->n_pos,
+        skv_errf(c->err, sizeof c->err, 0, "context full: %d positions + %zu tokens exceed the capacity of %d", c->n_pos,
                  n, c->n_ctx);
         return SKV_ERR_RANGE;
     }
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->m->info.n_vocab) {
-            snprintf(c->err, sizeof c->err, "token id %d at index %zu is outside the vocabulary [0, %d)", tokens[i], i,
+            skv_errf(c->err, sizeof c->err, 0, "token id %d at index %zu is outside the vocabulary [0, %d)", tokens[i], i,
                      c->m->info.n_vocab);
             return SKV_ERR_INVALID_ARG;
         }
     return SKV_OK;
 }
 
-int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits)
+int skv_ctx_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits)
 {
     int rc;
     if (!c || (!tokens && n) || logits_mode < SKV_LOGITS_NONE || logits_mode > SKV_LOGITS_ALL ||
@@ -773,9 +773,9 @@ int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *emb
     return SKV_OK;
 }
 
-int skv_decode(skv_ctx *c, int32_t token, float *logits)
+int skv_ctx_decode(skv_ctx *c, int32_t token, float *logits)
 {
-    return skv_prefill(c, &token, 1, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);
+    return skv_ctx_prefill(c, &token, 1, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);
 }
 
 /* The lead context runs the step: it must hold the longest context (its RoPE tables and
@@ -790,22 +790,22 @@ static int multi_check(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, sk
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < i; k++)
             if (ctxs[k] == ctxs[i]) {
-                snprintf(e->err, sizeof e->err, "decode_multi: context %zu appears twice (entries %zu and %zu)", i, k, i);
+                skv_errf(e->err, sizeof e->err, 0, "decode_multi: context %zu appears twice (entries %zu and %zu)", i, k, i);
                 return SKV_ERR_INVALID_ARG;
             }
         if (ctxs[i]->kvq) {
-            snprintf(e->err, sizeof e->err, "decode_multi: context %zu has a quantized KV cache (not supported)", i);
+            skv_errf(e->err, sizeof e->err, 0, "decode_multi: context %zu has a quantized KV cache (not supported)", i);
             return SKV_ERR_UNSUPPORTED;
         }
         if (ctxs[i]->kv_f16 != ctxs[0]->kv_f16) { /* the lead's scratch is sized for its own type */
-            snprintf(e->err, sizeof e->err, "decode_multi: context %zu's KV cache type differs from context 0's", i);
+            skv_errf(e->err, sizeof e->err, 0, "decode_multi: context %zu's KV cache type differs from context 0's", i);
             return SKV_ERR_UNSUPPORTED;
         }
         int rc = check_tokens(ctxs[i], tokens + i, 1);
         if (rc) {
             char why[sizeof e->err];
             memcpy(why, ctxs[i]->err, sizeof why); /* e may be ctxs[i] */
-            snprintf(e->err, sizeof e->err, "decode_multi: context %zu: %.160s", i, why);
+            skv_errf(e->err, sizeof e->err, 0, "decode_multi: context %zu: %.160s", i, why);
             return rc;
         }
     }
@@ -823,7 +823,7 @@ static void multi_chunk(skv_ctx *c, skv_ctx *const *ctxs, const int32_t *tokens,
     if (logits) output_rows(c, 0, n, logits);
 }
 
-int skv_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits)
+int skv_ctx_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, float *logits)
 {
     skv_ctx *c;
     int rc;

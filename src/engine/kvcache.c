@@ -120,7 +120,7 @@ int skv_ctx_kv_write(skv_ctx *c, int pos0, int n, const float *kv)
                  : SKV_ERR_INVALID_ARG;
     c->err[0] = 0;
     if (c->kvq) {
-        snprintf(c->err, sizeof c->err, "KV cannot be loaded into a context with a quantized cache");
+        skv_errf(c->err, sizeof c->err, 0, "KV cannot be loaded into a context with a quantized cache");
         return SKV_ERR_UNSUPPORTED;
     }
     size_t hd = (size_t)c->m->info.head_dim, row = (size_t)n * hd;

@@ -240,19 +240,31 @@ char *skv_model_chat_template(const skv_model *m)
     return t;
 }
 
-int skv_tokenize(const skv_model *m, const char *text, size_t len, int add_special, int32_t *out, size_t cap,
-                 size_t *n_out)
+/* A tokenizer call's failure with a message (skv_last_error): a model keeps none of its own. */
+static int tok_err(int rc, const char *call)
 {
-    if (!m || (!text && len) || !n_out) return SKV_ERR_INVALID_ARG;
-    return skv_tokenizer_encode(m->tok, text ? text : "", len, add_special, out, cap, n_out);
+    return skv_errf(NULL, 0, rc, "%s: %s%s", call, skv_status_str(rc),
+                    rc == SKV_ERR_RANGE ? " (the output buffer is too small, or a token id is outside the vocabulary)"
+                                        : "");
 }
 
-int skv_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len)
+int skv_model_tokenize(const skv_model *m, const char *text, size_t len, int add_special, int32_t *out, size_t cap,
+                 size_t *n_out)
 {
-    if (!m || !len) return SKV_ERR_INVALID_ARG;
-    if (token < 0 || token >= m->info.n_vocab) return SKV_ERR_RANGE;
+    if (!m || (!text && len) || !n_out) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "tokenize: NULL model, text or n_out");
+    int rc = skv_tokenizer_encode(m->tok, text ? text : "", len, add_special, out, cap, n_out);
+    if (rc == SKV_ERR_RANGE) return skv_errf(NULL, 0, rc, "tokenize: %zu tokens do not fit in room for %zu", *n_out, cap);
+    return rc < 0 ? tok_err(rc, "tokenize") : rc;
+}
+
+int skv_model_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len)
+{
+    if (!m || !len) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "token_piece: NULL model or len");
+    if (token < 0 || token >= m->info.n_vocab)
+        return skv_errf(NULL, 0, SKV_ERR_RANGE, "token_piece: token id %d is outside the vocabulary [0, %d)", token,
+                        m->info.n_vocab);
     int rc = skv_tokenizer_piece(m->tok, token, buf, cap, len);
-    return rc < 0 ? rc : SKV_OK;
+    return rc < 0 ? tok_err(rc, "token_piece") : SKV_OK;
 }
 
 const char *skv_model_last_error(const skv_model *m)
@@ -260,8 +272,9 @@ const char *skv_model_last_error(const skv_model *m)
     return m && m->err ? skv_errbox_get(m->err) : "";
 }
 
-int skv_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap, size_t *len)
+int skv_model_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap, size_t *len)
 {
-    if (!m) return SKV_ERR_INVALID_ARG;
-    return skv_tokenizer_detokenize(m->tok, tokens, n, flags & SKV_DETOK_AFTER_BOS, text, cap, len);
+    if (!m) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "detokenize: NULL model");
+    int rc = skv_tokenizer_detokenize(m->tok, tokens, n, flags & SKV_DETOK_AFTER_BOS, text, cap, len);
+    return rc < 0 ? tok_err(rc, "detokenize") : rc;
 }

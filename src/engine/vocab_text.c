@@ -1,20 +1,22 @@
-/* The vocabulary as the server shows it: skv_token_text (seqkv.h), a token's entry as the
+/* The vocabulary as the server shows it: skv_model_token_text (seqkv.h), a token's entry as the
  * vocabulary writes it, control tokens included ("<s>"), for a prompt printed as llama.cpp
  * prints it; and the fill-in-the-middle tokens (engine/engine.h) /infill needs. */
 #include "engine/model.h"
 #include "core/fpguard.h"
 
 #include "seqkv.h"
+#include "core/util.h"
 #include "engine/engine.h"
 #include "engine/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-int skv_token_text(const skv_model *m, int32_t token, const char **text, size_t *len)
+int skv_model_token_text(const skv_model *m, int32_t token, const char **text, size_t *len)
 {
-    if (!m || !text || !len) return SKV_ERR_INVALID_ARG;
-    if (token < 0 || token >= m->info.n_vocab) return SKV_ERR_RANGE;
-    *text = skv_tokenizer_token_text(m->tok, token, len);
-    return *text ? SKV_OK : SKV_ERR_RANGE;
+    if (!m || !text || !len) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "token_text: NULL model, text or len");
+    if (token < 0 || token >= m->info.n_vocab || !(*text = skv_tokenizer_token_text(m->tok, token, len)))
+        return skv_errf(NULL, 0, SKV_ERR_RANGE, "token_text: token id %d is outside the vocabulary [0, %d)", token,
+                        m->info.n_vocab);
+    return SKV_OK;
 }
 
 int skv_model_fim_tokens(const skv_model *m, int32_t ids[5])

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "quant/quant.h"
 #include "seqkv.h"
 
@@ -25,9 +26,10 @@ __attribute__((format(printf, 3, 4))) static int fail(char *err, size_t cap, con
 {
     va_list ap;
     va_start(ap, fmt);
-    if (err && cap) vsnprintf(err, cap, fmt, ap);
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return SKV_ERR_INVALID_ARG;
+    return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "%s", msg);
 }
 
 /* Strict decimal in [0, hi]; len chars of s. */
@@ -222,9 +224,8 @@ int skv_kvquant_check(const char *spec, int head_dim, char *err, size_t errcap)
     if (rc || head_dim < 0) return rc;
     for (int k = 0; k < 2; k++)
         if (sp.scheme[k] >= 0 && (rc = skv_quant_check(sp.scheme[k], (size_t)head_dim)) != SKV_OK) {
-            if (err && errcap)
-                snprintf(err, errcap, "kv-quant: scheme %s does not support head_dim %d", skv_quant_name(sp.scheme[k]),
-                         head_dim);
+            skv_errf(err, errcap, 0, "kv-quant: scheme %s does not support head_dim %d", skv_quant_name(sp.scheme[k]),
+                     head_dim);
             return rc;
         }
     return SKV_OK;

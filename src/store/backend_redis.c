@@ -24,155 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
 #include "core/log.h"
 #include "store/backend_redis.h"
-
-int store_is_redis_url(const char *where)
-{
-    return where && (!strncmp(where, "redis://", 8) || !strncmp(where, "unix://", 7));
-}
-
-/* redis://HOST[:PORT][/PREFIX]  or  unix:///path/sock[?prefix=PREFIX] */
-static int parse_url(const char *url, redis_addr *a, char *err, size_t errcap)
-{
-    memset(a, 0, sizeof *a);
-    snprintf(a->prefix, sizeof a->prefix, "seqkv");
-    a->port = 6379;
-    if (!strncmp(url, "unix://", 7)) {
-        const char *q = strchr(url + 7, '?');
-        size_t n = q ? (size_t)(q - url - 7) : strlen(url + 7);
-        if (n == 0 || n >= sizeof a->path) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "bad Redis URL '%s'", url);
-        memcpy(a->path, url + 7, n);
-        if (q && strncmp(q, "?prefix=", 8))
-            return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "Redis URL '%s': only ?prefix=P is understood", url);
-        if (q) snprintf(a->prefix, sizeof a->prefix, "%s", q + 8);
-    } else {
-        const char *h = url + 8, *sl = strchr(h, '/'), *co = strchr(h, ':');
-        size_t hn = sl ? (size_t)(sl - h) : strlen(h);
-        if (co && (!sl || co < sl)) {
-            char *end;
-            long port = strtol(co + 1, &end, 10);
-            if (port < 1 || port > 65535 || (end != sl && *end))
-                return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "Redis URL '%s': bad port", url);
-            a->port = (int)port;
-            hn = (size_t)(co - h);
-        }
-        if (hn == 0 || hn >= sizeof a->host) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "bad Redis URL '%s'", url);
-        memcpy(a->host, h, hn);
-        if (sl && sl[1]) snprintf(a->prefix, sizeof a->prefix, "%s", sl + 1);
-    }
-    if (!a->prefix[0] || strlen(a->prefix) > 200)
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "Redis URL '%s': the prefix must be 1..200 bytes", url);
-    return SKV_OK;
-}
-
-static redisContext *addr_connect(const redis_addr *a, char *err, size_t errcap)
-{
-    struct timeval tv = {5, 0};
-    redisContext *c = a->path[0] ? redisConnectUnixWithTimeout(a->path, tv) : redisConnectWithTimeout(a->host, a->port, tv);
-    if (!c || c->err) {
-        char where[300];
-        if (a->path[0]) snprintf(where, sizeof where, "%s", a->path);
-        else snprintf(where, sizeof where, "%s:%d", a->host, a->port);
-        skv_errf(err, errcap, SKV_ERR_IO, "cannot connect to Redis at %s: %s (is redis-server running?)", where,
-                 c ? c->errstr : "out of memory");
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    return c;
-}
-
-/* A connection idle for a while may have been dropped (server restarted, client killed,
- * idle timeout): one PING tells, before a transaction depends on it. */
-static int conn_alive(redisContext *c)
-{
-    const char *argv[1] = {"PING"};
-    size_t len[1] = {4};
-    redisReply *r = redisCommandArgv(c, 1, argv, len);
-    int ok = r && r->type == REDIS_REPLY_STATUS;
-    if (r) freeReplyObject(r);
-    return ok;
-}
-
-redisContext *rb_conn_get(redis_backend *b)
-{
-    redisContext *c = NULL;
-    double idle = 0;
-    char e[256];
-    pthread_mutex_lock(&b->mu);
-    if (b->n_free) {
-        c = b->free_c[--b->n_free];
-        idle = skv_now() - b->free_t[b->n_free];
-    }
-    pthread_mutex_unlock(&b->mu);
-    if (c && idle > RB_IDLE_CHECK && !conn_alive(c)) {
-        redisFree(c);
-        c = NULL;
-    }
-    if (c) return c;
-    if (!(c = addr_connect(&b->addr, e, sizeof e))) store_err(b->base.st, SKV_ERR_IO, "%s", e);
-    return c;
-}
-
-void rb_conn_put(redis_backend *b, redisContext *c, int bad)
-{
-    if (!c) return;
-    pthread_mutex_lock(&b->mu);
-    if (!bad && !c->err && b->n_free < RB_POOL) {
-        b->free_t[b->n_free] = skv_now();
-        b->free_c[b->n_free++] = c;
-        c = NULL;
-    }
-    pthread_mutex_unlock(&b->mu);
-    redisFree(c);
-}
-
-void rb_pool_flush(redis_backend *b)
-{
-    redisContext *c[RB_POOL];
-    pthread_mutex_lock(&b->mu);
-    int n = b->n_free;
-    memcpy(c, b->free_c, (size_t)n * sizeof *c);
-    b->n_free = 0;
-    pthread_mutex_unlock(&b->mu);
-    for (int i = 0; i < n; i++) redisFree(c[i]);
-}
-
-/* ---- keys --------------------------------------------------------------- */
-
-static const char tb_letter[TB_N] = {'m', 'n', 'c', 's', 'k', 'x', 'o'};
-
-int rb_key(const redis_backend *b, int tb, const uint8_t *k, size_t kn, rb_buf *out)
-{
-    out->n = 0;
-    if (tb == TB_META && kn == 6 && !memcmp(k, "header", 6)) return rb_buf_cat(out, b->top, b->top_n, "H", 1);
-    if (tb == TB_META && kn == 5 && !memcmp(k, "model", 5)) return rb_buf_cat(out, b->top, b->top_n, "M", 1);
-    char t[3] = {tb_letter[tb], ':', 0};
-    int rc = rb_buf_cat(out, b->ns, b->ns_n, t, 2);
-    if (tb == TB_CHILDREN) kn = 8;       /* the hash of the parent's children */
-    if (tb == TB_MATORD) return rc ? rc : rb_buf_cat(out, NULL, 0, NULL, 0); /* one sorted set */
-    return rc ? rc : rb_buf_cat(out, k, kn, NULL, 0);
-}
-
-int rb_buf_cat(rb_buf *b, const void *a, size_t an, const void *c, size_t cn)
-{
-    if (b->n + an + cn + 1 > b->cap) {
-        size_t cap = (b->n + an + cn + 1) * 2;
-        uint8_t *nb = realloc(b->p, cap);
-        if (!nb) return SKV_ERR_NOMEM;
-        b->p = nb;
-        b->cap = cap;
-    }
-    if (an) memcpy(b->p + b->n, a, an);
-    b->n += an;
-    if (cn) memcpy(b->p + b->n, c, cn);
-    b->n += cn;
-    b->p[b->n] = 0;
-    return SKV_OK;
-}
 
 /* ---- statistics, size ----------------------------------------------------- */
 
@@ -340,7 +194,7 @@ int store_backend_redis_open(skv_store *st, const char *url, int flags, store_ba
     b->base = (store_backend){.ops = &redis_ops, .st = st, .readonly = !!(flags & SKV_STORE_READONLY), .evicts = 1};
     pthread_mutex_init(&b->mu, NULL);
     snprintf(b->url, sizeof b->url, "%s", url);
-    int rc = parse_url(url, &b->addr, e, sizeof e);
+    int rc = rb_parse_url(url, &b->addr, e, sizeof e);
     if (rc) {
         r_close(&b->base);
         return store_err(st, rc, "%s", e);
@@ -368,9 +222,9 @@ int store_redis_peek(const char *url, const char *name, uint8_t **v, size_t *vn,
     redis_addr a;
     char key[400];
     *v = NULL;
-    int rc = parse_url(url, &a, err, errcap);
+    int rc = rb_parse_url(url, &a, err, errcap);
     if (rc) return rc;
-    redisContext *c = addr_connect(&a, err, errcap);
+    redisContext *c = rb_addr_connect(&a, err, errcap);
     if (!c) return SKV_ERR_IO;
     snprintf(key, sizeof key, "%s:skv%d:%s", a.prefix, STORE_KEY_VERSION, strcmp(name, "header") ? "M" : "H");
     const char *argv[2] = {"GET", key};

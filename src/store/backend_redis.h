@@ -1,5 +1,6 @@
-/* Internal to the Redis backend (backend_redis.c: URL, connections, keys, open;
- * backend_redis_tx.c: transactions and scans). */
+/* Internal to the Redis backend, a chain of three files (each calls only those above it
+ * in this list): backend_redis_conn.c: URL, connections, keys; backend_redis_tx.c:
+ * transactions and scans; backend_redis.c: statistics, the operations table, open, peek. */
 #ifndef SKV_STORE_BACKEND_REDIS_H
 #define SKV_STORE_BACKEND_REDIS_H
 
@@ -40,6 +41,9 @@ typedef struct rb_keys {
     size_t *kn, n, cap;
 } rb_keys;
 
+/* redis://HOST[:PORT][/PREFIX]  or  unix:///path/sock[?prefix=PREFIX]; message in err. */
+int rb_parse_url(const char *url, redis_addr *a, char *err, size_t errcap);
+redisContext *rb_addr_connect(const redis_addr *a, char *err, size_t errcap); /* NULL: message in err */
 int rb_buf_cat(rb_buf *b, const void *a, size_t an, const void *c, size_t cn);
 /* The Redis key of record k of table tb (children: the parent's hash; matord: the set). */
 int rb_key(const redis_backend *b, int tb, const uint8_t *k, size_t kn, rb_buf *out);

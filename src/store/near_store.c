@@ -66,7 +66,7 @@ static int run_plan(skv_store *st, const near_plan *p, const skv_ctx *donor, con
         for (j = i + 1; j < p->n && (p->act[j] == NEAR_COMPUTE) == comp && (comp || p->src[j] == p->src[j - 1] + 1);) j++;
         if (comp) {
             int mode = j == p->n && logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE;
-            if ((rc = skv_prefill(ctx, q + i, j - i, mode, mode ? logits : NULL))) rc = ctx_fail(st, ctx, rc, "prefill");
+            if ((rc = skv_ctx_prefill(ctx, q + i, j - i, mode, mode ? logits : NULL))) rc = ctx_fail(st, ctx, rc, "prefill");
             tc += skv_now() - t0;
         } else {
             rc = reuse_run(st, donor, ctx, i, (size_t)p->src[i], j - i);
@@ -133,7 +133,7 @@ static int near_call(skv_store *st, const int32_t *q, size_t n, skv_ctx *ctx, co
     if ((rc = near_set_load(st, &s))) return rc;
     if ((rc = plan_near(st, &s, q, n, &p, &plan)) == 1) { /* nothing shared: a plain prefill, exact */
         double t0 = skv_now();
-        rc = skv_prefill(ctx, q, n, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);
+        rc = skv_ctx_prefill(ctx, q, n, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);
         if (rc) rc = ctx_fail(st, ctx, rc, "prefill");
         r->n_recomputed = (uint32_t)n, r->compute_seconds = skv_now() - t0;
     } else if (!rc && !(rc = restore_donor(st, &s, plan.donor, &donor, &r->donor_seconds))) {

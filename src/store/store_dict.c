@@ -1,5 +1,6 @@
 /* Store-kept cmvd dictionaries (docs/store.md "Dictionaries"): the store trains one on its
- * own sessions, records it, and cheap-coded nodes name it by id (store_tier.c); a node is
+ * own sessions (store_retier.c), records it here, and cheap-coded nodes name it by id
+ * (store_tier.c); a node is
  * decoded with exactly the dictionary it names or not at all.
  *
  *   meta "dict.<id: 16 hex digits>" -> "SKVD" | u32 version 1 | u64 id | u32 n | u32 0
@@ -28,13 +29,12 @@
 
 #define DICT_MAGIC 0x44564b53u /* "SKVD" */
 #define DICT_HDR 24u
-#define DICT_DEFAULT 65536u
 
 static void dict_key(char key[22], uint64_t id) { snprintf(key, 22, "dict.%016llx", (unsigned long long)id); }
 static void snap_key(char key[24], uint64_t id) { snprintf(key, 24, "dictcm.%016llx", (unsigned long long)id); }
 
 /* Writes dictionary (id, ids[n])'s "dictcm" record (the model primed now if need be). */
-static int snap_put(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
+int store_dict_snap_put(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
 {
     char key[24], err[256];
     uint8_t *b = NULL;
@@ -68,13 +68,13 @@ static int snap_load(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
     const uint8_t *v;
     size_t vn;
     skv_cmv_src src;
-    if (skv_cmv_src_of(t->st->model, &src)) return t->write ? snap_put(t, id, ids, n) : SKV_OK; /* met again there */
+    if (skv_cmv_src_of(t->st->model, &src)) return t->write ? store_dict_snap_put(t, id, ids, n) : SKV_OK; /* met again there */
     if (skv_cmv_dict_have(&src, id, n)) return SKV_OK;
     snap_key(key, id);
     if (t->st->be->ops->get(t->bt, TB_META, key, 23, STORE_NOWATCH, &v, &vn) == SKV_OK &&
         skv_cmv_dict_load_mem(&src, ids, n, v, vn, err, sizeof err) == SKV_OK)
         return SKV_OK;
-    return t->write ? snap_put(t, id, ids, n) : SKV_OK;
+    return t->write ? store_dict_snap_put(t, id, ids, n) : SKV_OK;
 }
 
 int store_dict_get(tx *t, uint64_t id, uint32_t n, int32_t **ids)
@@ -131,60 +131,4 @@ int store_dict_put(tx *t, const int32_t *ids, uint32_t n, uint64_t *id)
     int rc = store_put(t, TB_META, key, 21, b, vn);
     free(b);
     return rc;
-}
-
-/* ---- training ------------------------------------------------------------ */
-
-typedef struct train {
-    int32_t *ids;
-    uint32_t n, cap;
-} train;
-
-/* Depth first: every unique position once, shared prefixes first. */
-static int train_visit(void *u, const skv_trie_node *nd, const int32_t *seq)
-{
-    train *tr = u;
-    (void)seq;
-    uint32_t k = nd->len < tr->cap - tr->n ? nd->len : tr->cap - tr->n;
-    memcpy(tr->ids + tr->n, nd->tokens, (size_t)k * sizeof *tr->ids);
-    tr->n += k;
-    return tr->n == tr->cap;
-}
-
-typedef struct train_args {
-    uint32_t cap;
-    uint64_t id;
-    uint32_t n;
-} train_args;
-
-static int train_tx(tx *t, void *u)
-{
-    train_args *a = u;
-    struct store_tier_rec r;
-    train tr = {malloc((size_t)a->cap * sizeof(int32_t)), 0, a->cap};
-    int rc = tr.ids ? store_tier_get(t, &r) : store_err(t->st, SKV_ERR_NOMEM, "out of memory");
-    if (!rc && (rc = skv_trie_walk(&t->io, train_visit, &tr)) > 0) rc = SKV_OK;
-    if (rc < 0) rc = store_trie_err(t->st, rc, "dictionary training");
-    else if (tr.n == 0) rc = store_err(t->st, SKV_ERR_INVALID_ARG, "the store holds no sessions to train on");
-    if (!rc) rc = store_dict_put(t, tr.ids, tr.n, &a->id);
-    if (!rc) rc = snap_put(t, a->id, tr.ids, tr.n);
-    if (!rc) {
-        r.dict_id = a->id;
-        r.dict_n = a->n = tr.n;
-        rc = store_tier_put(t, &r);
-    }
-    free(tr.ids);
-    return rc;
-}
-
-int skv_store_train_dict(skv_store *st, size_t max_ids, uint64_t *id, size_t *n_ids)
-{
-    if (!st) return SKV_ERR_INVALID_ARG;
-    if (max_ids > STORE_DICT_MAX)
-        return store_err(st, SKV_ERR_INVALID_ARG, "a store dictionary holds at most %u ids", STORE_DICT_MAX);
-    train_args a = {max_ids ? (uint32_t)max_ids : DICT_DEFAULT, 0, 0};
-    int rc = store_run(st, 1, train_tx, &a);
-    if (!rc && id) *id = a.id;
-    if (!rc && n_ids) *n_ids = a.n;
-    return store_done(st, rc);
 }

@@ -1,16 +1,30 @@
 /* Internal to the session store (src/store/store*.c): the handle, a transaction, the
  * records and the steps the files share. Not part of the public API.
  *
- *   store.c          handle, errors, meta records, transactions, open/close
+ * The files form a one-way chain, lowest first: each calls only files above it in this
+ * list (`make check-layers` checks it; scripts/file_cycles.py build/obj/store --order
+ * prints the calls):
+ *
+ *   store_tx.c       errors, the state record, transactions over the backend's tables
  *   backend.h        the storage seam: tables in transactions (backend_lmdb.c,
- *                    backend_redis.c implement it)
- *   store_kv.c       KV blobs and the trie's storage (skv_trie_io) over the backend
- *   store_policy.c   placement policy: which nodes keep their KV materialised
- *   store_session.c  session records, put, get
- *   store_admin.c    match, remove, list, stats, gc, bulk insert
+ *                    backend_redis*.c implement it)
+ *   store_matindex.c the placement index: the materialised set, kept by every node write
+ *   store_dict.c     store-kept cmvd dictionaries: records, snapshots, lookup
  *   store_tier.c     node tiers: which form a token-only node's record takes (raw or
  *                    cheap-coded), the coded record, the "tier" meta record
- *   store_dict.c     store-kept cmvd dictionaries: training, records, lookup
+ *   store_kv.c       KV blobs and the trie's storage (skv_trie_io) over the backend
+ *   store_load.c     a trie path's KV into a context: load the materialised, prefill the rest
+ *   store_model.c    the "model" meta record, skv_store_model_info
+ *   store_policy.c   placement policy: which nodes keep their KV materialised
+ *   store_session.c  session records, put, get
+ *   store_retier.c   what gc and training change in the tiers: retier, skv_store_train_dict
+ *   store_admin.c    match, remove, list, stats, gc, bulk insert
+ *   near_*.c, store_draft.c, store_prefix.c   nearest sessions, drafts from the store,
+ *                    the KV of a stored prefix (skv_store_get_prefix)
+ *   store.c          the top: open (create, check, upgrade) and close
+ *
+ * store_tx.c begins a transaction with the trie's storage of store_kv.c, above it, through
+ * st->io_init (set by skv_store_open): the one call that goes up, made through a pointer.
  */
 #ifndef SKV_STORE_INT_H
 #define SKV_STORE_INT_H
@@ -65,6 +79,8 @@ static inline float store_sur_q(float s)
 
 static inline int store_version_ok(uint32_t v) { return v >= STORE_VERSION_MIN && v <= STORE_VERSION; }
 
+struct tx;
+
 struct skv_store {
     store_backend *be;
     skv_model *model;
@@ -77,6 +93,11 @@ struct skv_store {
     skv_ctx *work;           /* put's context: used only inside the write transaction */
     skv_errbox *err;         /* last error, per thread (skv_store_last_error) */
     struct store_memo *memo; /* coded nodes decoded lately (store_tier.c; its own lock) */
+    /* Sets a transaction's trie storage (store_io_init, store_kv.c): set at open, so that
+     * store_tx.c, the bottom of the store, calls no file above it. */
+    void (*io_init)(struct tx *t);
+    void (*progress)(void *user, uint64_t done, uint64_t total); /* skv_store_set_progress */
+    void *progress_user;
 };
 
 /* One transaction with its trie view. */
@@ -122,7 +143,7 @@ static inline uint64_t rbe64(const uint8_t *p)
     return v;
 }
 
-/* ---- store.c: errors and transactions ---- */
+/* ---- store_tx.c: errors and transactions ---- */
 /* Sets the calling thread's message of st and returns status. */
 int store_err(skv_store *st, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A public call's result: a failure without a message gets one from its status. */
@@ -163,12 +184,24 @@ int store_io_put_node(void *u, const skv_trie_node *n);
 /* Calls fn for every node record (decoded) until it returns nonzero (returned). */
 int store_scan_nodes(tx *t, int (*fn)(void *u, const skv_trie_node *nd), void *u);
 
-/* ---- store_policy.c ---- */
-/* The placement index (TB_MAT, TB_MATORD, meta "mat"): updated by every node write. */
+/* ---- store_matindex.c: the placement index (TB_MAT, TB_MATORD, meta "mat") ---- */
+/* Updated by every node write (store_io_put_node). */
+typedef struct mat_meta {
+    uint64_t total;
+    double prefill_tps, load_bps; /* the speeds every rank in the index was computed with */
+} mat_meta;
+typedef struct mat_ent {
+    uint64_t rank, bytes, parent;
+} mat_ent;
+/* A node's rank (its score without the common denominator) at the speeds in mm. */
+double store_mat_rank(const store_state *s, const mat_meta *mm, const skv_trie_node *nd, double bytes);
+double store_mat_bits_rank(uint64_t u); /* the rank whose bits sort as u */
+int store_mat_meta_get(tx *t, mat_meta *mm); /* meta "mat" */
+int store_mat_meta_set(tx *t, const mat_meta *mm);
+int store_mat_ent_get(tx *t, uint64_t id, mat_ent *e); /* 1 = absent */
 int store_mat_note(tx *t, const skv_trie_node *n); /* n written: indexed iff materialised */
 int store_mat_forget(tx *t, uint64_t id);          /* node id deleted */
 int store_mat_total(tx *t, uint64_t *total);       /* bytes of materialised KV */
-int store_mat_build(tx *t);                        /* builds the index of an older store */
 typedef int (*store_mat_fn)(void *u, uint64_t id, uint64_t parent, uint64_t bytes);
 int store_mat_each(tx *t, store_mat_fn fn, void *u); /* lowest score first */
 typedef struct store_ids {
@@ -177,6 +210,25 @@ typedef struct store_ids {
 } store_ids;
 int store_ids_add(store_ids *l, uint64_t id); /* appends (grows l->id); SKV_ERR_NOMEM */
 int store_mat_ids(tx *t, store_ids *l); /* every materialised node id (l->id malloc'ed) */
+
+/* ---- store_load.c: a path's KV into a context ---- */
+uint32_t store_loadable(const skv_trie_path *p, uint32_t upto);
+/* Loads positions [0, upto) of the path (materialised there) into ctx; *got: the
+ * positions loaded (less than upto when a blob was evicted: the rest is recomputed). */
+int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx, uint32_t *got);
+/* Prefills positions [from, upto) of the path's tokens into ctx (which holds [0, from)). */
+int store_path_prefill(tx *t, const skv_trie_path *p, uint32_t from, uint32_t upto, skv_ctx *ctx);
+int store_work_ctx(skv_store *st); /* creates st->work on first use */
+#define STORE_PROGRESS_CHUNK 256 /* positions prefilled between two progress reports */
+/* Reports `done` of `total` positions to the handle's progress callback, if one is set. */
+void store_progress(const skv_store *st, uint64_t done, uint64_t total);
+/* Prefills tokens[from, to) into ctx (which holds [0, from)), in STORE_PROGRESS_CHUNK
+ * pieces reported as done of total when a progress callback is set (any chunking gives
+ * the same KV: seqkv.h, skv_ctx_prefill); message set. */
+int store_prefill(skv_store *st, skv_ctx *ctx, const int32_t *tokens, size_t from, size_t to, size_t total);
+
+/* ---- store_policy.c: placement decisions ---- */
+int store_mat_build(tx *t); /* builds the index of an older store */
 int store_evict_to(tx *t, uint64_t budget, uint32_t *n_demoted);
 /* Materialises path nodes from ctx (which holds the whole path's KV) as the budget allows. */
 int store_place(tx *t, const skv_trie_path *p, skv_ctx *ctx, uint32_t *n_mat, uint32_t *n_dem);
@@ -193,14 +245,21 @@ int store_tier_put(tx *t, const struct store_tier_rec *r);
 int store_node_encode(tx *t, const skv_trie_node *n, uint8_t **buf, size_t *size);
 int store_node_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out); /* message set */
 int store_node_tier(const uint8_t *v, size_t n); /* STORE_TIER_* of a record, -1 if unknown */
-int store_retier(tx *t, uint32_t *n_changed); /* rewrites nodes whose tier the rule changed */
+/* The tier the rule picks now for a stored node record v (either layout; header read only). */
+int store_node_want(const tx *t, const uint8_t *v);
 int store_tier_count(tx *t, skv_store_stats *s);
 void store_tier_free(skv_store *st); /* the decoded-node cache, at close */
 
 /* ---- store_dict.c: dictionaries (meta "dict.<16 hex>") ---- */
 #define STORE_DICT_MAX (1u << 20) /* ids of a store dictionary */
+#define STORE_DICT_DEFAULT 65536u /* ids a training takes when not told */
 int store_dict_get(tx *t, uint64_t id, uint32_t n, int32_t **ids); /* malloc'ed; message set */
 int store_dict_put(tx *t, const int32_t *ids, uint32_t n, uint64_t *id);
+/* Writes dictionary (id, ids[n])'s "dictcm" record (the model primed now if need be). */
+int store_dict_snap_put(tx *t, uint64_t id, const int32_t *ids, uint32_t n);
+
+/* ---- store_retier.c: what gc and training change in the tiers ---- */
+int store_retier(tx *t, uint32_t *n_changed); /* rewrites nodes whose tier the rule changed */
 
 /* ---- store_session.c: session records ---- */
 void store_ses_encode(const ses_rec *r, uint8_t *p);
@@ -220,12 +279,5 @@ int store_ses_check_path(tx *t, const char *name, const ses_rec *r, const skv_tr
 /* SKV_ERR_FORMAT (message as above) unless a session ends at path p's last node (its
  * n_end): a session record naming an inner node was never written by the store. */
 int store_ses_check_end(skv_store *st, const char *name, const skv_trie_path *p);
-uint32_t store_loadable(const skv_trie_path *p, uint32_t upto);
-/* Loads positions [0, upto) of the path (materialised there) into ctx; *got: the
- * positions loaded (less than upto when a blob was evicted: the rest is recomputed). */
-int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx, uint32_t *got);
-/* Prefills positions [from, upto) of the path's tokens into ctx (which holds [0, from)). */
-int store_path_prefill(tx *t, const skv_trie_path *p, uint32_t from, uint32_t upto, skv_ctx *ctx);
-int store_work_ctx(skv_store *st); /* creates st->work on first use */
 
 #endif

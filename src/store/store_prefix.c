@@ -31,7 +31,7 @@ static int prefix_tx(tx *t, void *u)
     rc = skv_ctx_truncate(a->ctx, 0);
     if (!rc && m) rc = store_load_prefix(t, &p, l, a->ctx, &got);
     double t1 = skv_now();
-    if (!rc && m > got && (rc = skv_prefill(a->ctx, a->tokens + got, m - got, SKV_LOGITS_NONE, NULL)))
+    if (!rc && m > got && (rc = skv_ctx_prefill(a->ctx, a->tokens + got, m - got, SKV_LOGITS_NONE, NULL)))
         rc = store_err(t->st, rc, "prefill: %s", skv_ctx_last_error(a->ctx));
     a->r = (skv_store_prefix_report){.n_matched = rc ? 0 : m, .n_loaded = got, .n_computed = rc ? 0 : m - got,
                                      .bits = p.bits, .load_seconds = t1 - t0, .compute_seconds = skv_now() - t1};

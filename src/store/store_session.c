@@ -114,66 +114,7 @@ int store_ses_get(tx *t, const char *name, ses_rec *r)
     return SKV_OK;
 }
 
-/* Positions a restore of the path's first `upto` positions can load: the contiguous run
- * of materialised nodes from the root. */
-uint32_t store_loadable(const skv_trie_path *p, uint32_t upto)
-{
-    uint32_t l = 0;
-    for (size_t i = 0; i < p->n && (p->nodes[i].flags & SKV_TRIE_MAT); i++) {
-        uint32_t end = p->nodes[i].depth;
-        l = end < upto ? end : upto;
-        if (end >= upto) break;
-    }
-    return l;
-}
-
-/* Loads positions [0, upto) of the path into ctx from materialised KV; stops early at a
- * blob the backend evicted (*got: positions loaded). */
-int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx, uint32_t *got)
-{
-    int rc = skv_ctx_truncate(ctx, 0);
-    *got = 0;
-    for (size_t i = 0; !rc && i < p->n; i++) {
-        const skv_trie_node *nd = &p->nodes[i];
-        uint32_t p0 = nd->depth - nd->len, use = nd->depth <= upto ? nd->len : upto - p0;
-        float *kv, *part;
-        if (p0 >= upto) break;
-        if ((rc = store_blob_get(t, nd->id, nd->len, &kv)) == 1) return SKV_OK;
-        if (rc) return rc;
-        part = kv;
-        if (use < nd->len && (part = malloc((size_t)use * store_pos_floats(t->st) * sizeof *part)))
-            store_kv_copy(t->st, kv, nd->len, 0, use, part, use, 0);
-        rc = part ? skv_ctx_kv_write(ctx, (int)p0, (int)use, part) : SKV_ERR_NOMEM;
-        if (part != kv) free(part);
-        free(kv);
-        if (rc) return store_err(t->st, rc, "loading KV: %s", skv_ctx_last_error(ctx));
-        *got = p0 + use;
-    }
-    return rc;
-}
-
-int store_path_prefill(tx *t, const skv_trie_path *p, uint32_t from, uint32_t upto, skv_ctx *ctx)
-{
-    for (size_t i = 0; i < p->n; i++) {
-        const skv_trie_node *nd = &p->nodes[i];
-        uint32_t s0 = nd->depth - nd->len, a = s0 > from ? s0 : from, b = nd->depth < upto ? nd->depth : upto;
-        if (a >= b) continue;
-        int rc = skv_prefill(ctx, nd->tokens + (a - s0), b - a, SKV_LOGITS_NONE, NULL);
-        if (rc) return store_err(t->st, rc, "prefill: %s", skv_ctx_last_error(ctx));
-    }
-    return SKV_OK;
-}
-
 /* ---- put ---------------------------------------------------------------- */
-
-int store_work_ctx(skv_store *st)
-{
-    if (st->work) return SKV_OK;
-    skv_ctx_params cp = skv_ctx_default_params();
-    cp.n_threads = st->n_threads;
-    int rc = skv_ctx_create(st->model, &cp, &st->work);
-    return rc ? store_err(st, rc, "cannot create a context for the model") : SKV_OK;
-}
 
 int store_check_tokens(skv_store *st, const int32_t *tokens, size_t n)
 {
@@ -205,7 +146,7 @@ static size_t logit_rows(int n_vocab)
 static int surprisal_chunk(skv_store *st, const int32_t *tokens, size_t n, size_t q0, size_t c, uint32_t m,
                            float *logits, float *sur)
 {
-    int V = st->info.n_vocab, rc = skv_prefill(st->work, tokens + q0, c, SKV_LOGITS_ALL, logits);
+    int V = st->info.n_vocab, rc = skv_ctx_prefill(st->work, tokens + q0, c, SKV_LOGITS_ALL, logits);
     if (rc) return store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
     for (size_t r = 0; r < c; r++) { /* rounding never makes a cost negative */
         size_t j = q0 + r + 1;
@@ -231,8 +172,10 @@ static int compute_new(tx *t, const skv_trie_path *p, const int32_t *tokens, siz
     uint32_t got = 0;
     rc = store_load_prefix(t, p, start, st->work, &got);
     if (!rc && got < start) rc = store_path_prefill(t, p, got, start, st->work); /* evicted KV */
-    for (size_t q = start; !rc && q < n; q += rows)
+    for (size_t q = start; !rc && q < n; q += rows) {
         rc = surprisal_chunk(st, tokens, n, q, n - q < rows ? n - q : rows, m, logits, sur);
+        store_progress(st, q + (n - q < rows ? n - q : rows), n);
+    }
     r->n_loaded = got;
     r->n_computed = (uint32_t)(n - got);
     free(logits);
@@ -424,11 +367,9 @@ static int get_tx(tx *t, void *u)
     uint32_t l = store_loadable(&p, p.matched);
     double t0 = skv_now();
     if ((rc = store_load_prefix(t, &p, l, g->ctx, &got))) goto out;
+    store_progress(st, got, p.matched);
     double t1 = skv_now();
-    if (p.matched > got && (rc = skv_prefill(g->ctx, g->tokens + got, p.matched - got, SKV_LOGITS_NONE, NULL))) {
-        rc = store_err(st, rc, "prefill: %s", skv_ctx_last_error(g->ctx));
-        goto out;
-    }
+    if (p.matched > got && (rc = store_prefill(st, g->ctx, g->tokens, got, p.matched, p.matched))) goto out;
     double t2 = skv_now();
     g->r = (skv_store_get_report){.n_tokens = p.matched, .n_loaded = got, .n_computed = p.matched - got,
                                   .load_seconds = t1 - t0, .compute_seconds = t2 - t1};

@@ -417,7 +417,7 @@ int store_node_tier(const uint8_t *v, size_t n)
     return -1;
 }
 
-/* ---- gc and stats -------------------------------------------------------- */
+/* ---- the rule over stored records, stats -------------------------------------------------------- */
 
 static void header_in(const uint8_t *v, tier_in *in)
 {
@@ -429,46 +429,11 @@ static void header_in(const uint8_t *v, tier_in *in)
     memcpy(&in->d_end, &db, 8);
 }
 
-typedef struct retier_scan {
-    tx *t;
-    store_ids l;
-} retier_scan;
-
-/* Collects nodes whose stored tier (or dictionary) differs from what the rule picks now. */
-static int retier_rec(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
+int store_node_want(const tx *t, const uint8_t *v)
 {
-    retier_scan *r = u;
     tier_in in;
-    int now = store_node_tier(v, vn);
-    if (kn != 8 || now < 0) return store_err(r->t->st, SKV_ERR_FORMAT, "node record damaged (unknown layout)");
     header_in(v, &in);
-    int want = in.len <= SPAN_MAX ? rule(r->t, &in) : STORE_TIER_TOKENS;
-    if (want == now && !(now == STORE_TIER_CMVD && skv_rd64(v + 64) != r->t->tier.dict_id)) return 0;
-    if (r->l.n == r->l.cap) {
-        size_t cap = r->l.cap ? 2 * r->l.cap : 64;
-        uint64_t *nb = realloc(r->l.id, cap * sizeof *nb);
-        if (!nb) return store_err(r->t->st, SKV_ERR_NOMEM, "out of memory");
-        r->l.id = nb;
-        r->l.cap = cap;
-    }
-    r->l.id[r->l.n++] = rbe64(k);
-    return 0;
-}
-
-int store_retier(tx *t, uint32_t *n_changed)
-{
-    struct store_tier_rec tr;
-    retier_scan r = {t, {0}};
-    int rc = store_tier_get(t, &tr);
-    if (!rc) rc = store_scan(t, TB_NODES, NULL, 0, retier_rec, &r);
-    for (size_t i = 0; rc >= 0 && i < r.l.n; i++) {
-        skv_trie_node nd = {0}; /* cleared below whatever the get did (a failed decode leaves it unset) */
-        if ((rc = store_io_get_node(t, r.l.id[i], &nd)) == 1) continue; /* evicted meanwhile (Redis) */
-        if (!rc && !(rc = store_io_put_node(t, &nd))) (*n_changed)++;
-        skv_trie_node_clear(&nd);
-    }
-    free(r.l.id);
-    return rc < 0 ? rc : SKV_OK;
+    return in.len <= SPAN_MAX ? rule(t, &in) : STORE_TIER_TOKENS;
 }
 
 static int count_rec(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)

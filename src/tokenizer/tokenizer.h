@@ -107,7 +107,7 @@ int skv_tokenizer_piece(const skv_tokenizer *t, int32_t id, char *buf, size_t ca
  * SKV_ERR_NOMEM / SKV_ERR_INVALID_ARG. */
 int skv_tokenizer_fingerprint(const skv_tokenizer *t, uint8_t out[16]);
 
-/* Text of n token ids (tools/ and skv_detokenize): the pieces concatenated, every BOS
+/* Text of n token ids (tools/ and skv_model_detokenize): the pieces concatenated, every BOS
  * dropped, and with SPM one leading space dropped from the first piece after a BOS (the
  * encoder's dummy prefix); after_bos: the ids continue right after a BOS. Writes the text
  * and a NUL when it fits in cap; *len = its length (without the NUL). SKV_OK,

@@ -47,7 +47,7 @@ static void print_piece(const skv_model *m, int32_t tok)
 {
     char buf[256];
     size_t len = 0;
-    if (skv_token_piece(m, tok, buf, sizeof buf, &len) == SKV_OK) fwrite(buf, 1, len, stdout);
+    if (skv_model_token_piece(m, tok, buf, sizeof buf, &len) == SKV_OK) fwrite(buf, 1, len, stdout);
 }
 
 /* ---- generate ------------------------------------------------------------------ */
@@ -170,7 +170,7 @@ static int sink_open(gen_sink *g, skv_model *m, const opts *o)
 static int sink_append(gen_sink *g, const int32_t *t, size_t n, float *logits)
 {
     if (g->enc) return skv_encoder_append(g->enc, t, n, logits);
-    return n == 1 ? skv_decode(g->ctx, t[0], logits) : skv_prefill(g->ctx, t, n, SKV_LOGITS_LAST, logits);
+    return n == 1 ? skv_ctx_decode(g->ctx, t[0], logits) : skv_ctx_prefill(g->ctx, t, n, SKV_LOGITS_LAST, logits);
 }
 
 static const skv_ctx *sink_ctx(const gen_sink *g) { return g->enc ? skv_encoder_ctx(g->enc) : g->ctx; }
@@ -560,7 +560,7 @@ static double dump_run(const opts *o, skv_ctx *c, const int32_t *tok, size_t n, 
     const char *kv_path = NULL;
     double t0 = cli_now(), secs = -1;
     if (o->logits && !logits) cli_error("out of memory");
-    else if (skv_prefill(c, tok, n, o->logits ? SKV_LOGITS_ALL : SKV_LOGITS_NONE, logits))
+    else if (skv_ctx_prefill(c, tok, n, o->logits ? SKV_LOGITS_ALL : SKV_LOGITS_NONE, logits))
         cli_error("forward pass failed: %s", skv_ctx_last_error(c));
     else if (secs = cli_now() - t0, o->logits && write_f32(lg, logits, n * (size_t)info.n_vocab)) secs = -1;
     else if (!(kv_path = cli_out_path(kv))) secs = -1;

@@ -1,4 +1,4 @@
-/* The paper's top-k KV predictor, as a kv-rd point (tools/bench_rd.c). Closed loop over
+/* The paper's top-k KV predictor, as a kv-rd point (tools/bench/bench_rd.c). Closed loop over
  * the prefix, on a context that holds the *reconstructed* cache [0, t):
  *   - candidates: the k most likely tokens under L (the logits the decoder has for t);
  *     each one runs one single-position pass at t (its KV row and logits), then the cache
@@ -36,7 +36,7 @@ typedef struct {
 static int pass(rd_window *w, topk_state *s, size_t t, int32_t tok, float *row, float *logits)
 {
     s->passes++;
-    if (skv_decode(w->cq, tok, logits) || skv_ctx_kv_read(w->cq, (int)t, 1, row)) return -1;
+    if (skv_ctx_decode(w->cq, tok, logits) || skv_ctx_kv_read(w->cq, (int)t, 1, row)) return -1;
     return skv_ctx_truncate(w->cq, (int)t) ? -1 : 0;
 }
 
@@ -142,7 +142,7 @@ int rd_topk_restore(rd_window *w, rd_point *pt, int k, double thr)
     double t0 = rd_cpu_now();
     skv_ctx_truncate(w->cq, 0);
     /* position 0 is BOS, known to the decoder: its pass gives row 0 exactly and L(1) */
-    if (!rc && (skv_decode(w->cq, w->win[0], s.L) || skv_ctx_kv_read(w->cq, 0, 1, s.row))) rc = -1;
+    if (!rc && (skv_ctx_decode(w->cq, w->win[0], s.L) || skv_ctx_kv_read(w->cq, 0, 1, s.row))) rc = -1;
     for (size_t b = 0; !rc && b < s.B; b++) memcpy(w->out + b * s.P * s.d, s.row + b * s.d, s.d * sizeof(float));
     s.passes = 1;
     for (size_t t = 1; !rc && t < w->P; t++) rc = topk_position(w, &s, t, k, thr);

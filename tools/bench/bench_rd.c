@@ -247,7 +247,7 @@ static int eval_point(rd_window *w, rd_point *pt)
     pt->positions += P;
     pt->windows++;
     if (skv_ctx_kv_write(w->cq, 0, (int)P, w->out) ||
-        skv_prefill(w->cq, w->win + P, w->k + 1 - P, SKV_LOGITS_ALL, w->lq))
+        skv_ctx_prefill(w->cq, w->win + P, w->k + 1 - P, SKV_LOGITS_ALL, w->lq))
         return -1;
     for (size_t j = P; j < w->k; j++) cli_score_row(w->lf + j * V, w->lq + (j - P) * V, (int)V, w->win[j + 1], &pt->s);
     return 0;

@@ -22,11 +22,13 @@ void bench_note(bench_opts *o, const char *fmt, ...)
 void bench_progress(const char *fmt, ...)
 {
     va_list ap;
+    cli_progress_clear(); /* the message goes above the progress line, if one is shown */
     fputs("bench: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+    cli_progress_redraw();
 }
 
 /* The repository root as seen from the binary (<root>/build/seqkv), or "." */

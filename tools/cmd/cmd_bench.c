@@ -6,7 +6,7 @@
  * Corollary 5 (per-position surprisal vs context length, averaged over windows of the text), a
  * multi-session store workload (computed, and in a real store) and a labelled projection to
  * large models. Output: report.md, CSV files and plot data in --out; PNGs by
- * scripts/plot_bench.gp (gnuplot). docs/bench.md defines every column; tools/bench_internal.h
+ * scripts/plot_bench.gp (gnuplot). docs/bench.md defines every column; tools/bench/bench_internal.h
  * lists the files of the command.
  *
  * This file: the options, the order of the steps and where the output goes.

@@ -40,7 +40,7 @@ int cli_bos_window(skv_ctx *c, int32_t bos, const int32_t *tok, size_t k, int32_
     win[0] = bos;
     memcpy(win + 1, tok, k * sizeof *win);
     skv_ctx_truncate(c, 0);
-    return skv_prefill(c, win, k + 1, SKV_LOGITS_ALL, logits);
+    return skv_ctx_prefill(c, win, k + 1, SKV_LOGITS_ALL, logits);
 }
 
 #define MAX_SCHEMES 16

@@ -57,7 +57,7 @@ static int wl_build(const bench_run *r, skv_ctx *c, const int32_t *all, wl_shape
         double *s = sur + i * len;
         wl_tokens(r, all, w, i, t);
         skv_ctx_truncate(c, 0);
-        if (skv_prefill(c, t, len, SKV_LOGITS_ALL, lg)) rc = -1;
+        if (skv_ctx_prefill(c, t, len, SKV_LOGITS_ALL, lg)) rc = -1;
         for (size_t p = 1; !rc && p < len; p++) s[p] = skv_token_surprisal(lg + (p - 1) * V, (int)V, t[p]);
         ss[i] = (wl_session){.t = t, .n = len, .s = s};
     }

@@ -1,4 +1,4 @@
-/* seqkv bench: what the files of the command share (tools/cmd_bench.c and tools/bench_*.c).
+/* seqkv bench: what the files of the command share (tools/cmd/cmd_bench.c and tools/bench_*.c).
  *
  *   cmd_bench.c          options, the order of the steps, where the output goes
  *   bench_case.c         one model x text: the exact run and everything measured against it

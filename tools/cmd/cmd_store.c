@@ -114,7 +114,7 @@ static int32_t *generate(skv_model *m, const char *prompt, long n, int threads, 
     int32_t *t = p && n > 0 ? realloc(p, (np + (size_t)n) * sizeof *t) : NULL;
     cp.n_threads = threads;
     if (!t || !lg || np + (size_t)n > (size_t)info.n_ctx_train || skv_ctx_create(m, &cp, &c) ||
-        skv_prefill(c, t, np, SKV_LOGITS_LAST, lg)) {
+        skv_ctx_prefill(c, t, np, SKV_LOGITS_LAST, lg)) {
         cli_error("cannot generate %ld tokens after a %zu-token prompt (context %d)", n, np, info.n_ctx_train);
         free(t ? t : p);
         t = NULL;
@@ -124,7 +124,7 @@ static int32_t *generate(skv_model *m, const char *prompt, long n, int threads, 
         for (int v = 1; v < info.n_vocab; v++) if (lg[v] > lg[best]) best = v;
         if (until_eos && best == info.eos_id) break;
         t[np + i] = best;
-        if (i + 1 < (size_t)n && skv_decode(c, best, lg)) { free(t); t = NULL; }
+        if (i + 1 < (size_t)n && skv_ctx_decode(c, best, lg)) { free(t); t = NULL; }
     }
     skv_ctx_free(c);
     free(lg);
@@ -152,7 +152,12 @@ static int do_put(const store_opts *o, skv_model *m, skv_store *st)
     }
     if (!tok) return CLI_FAIL;
     skv_store_put_report r;
+    cli_progress pr;
+    cli_progress_start(&pr, "store put");
+    skv_store_set_progress(st, cli_progress_cb, &pr);
     int rc = skv_store_put(st, name, tok, n, &r);
+    cli_progress_end(&pr);
+    skv_store_set_progress(st, NULL, NULL);
     free(tok);
     if (rc) return fail(st);
     if (r.existed) {
@@ -246,7 +251,13 @@ static int do_get(const store_opts *o, skv_model *m, skv_store *st)
         cli_error("out of memory");
         goto done;
     }
-    if (skv_store_get(st, o->name, c, o->verify ? SKV_STORE_VERIFY : 0, tok, (size_t)info.n_ctx_train, &n, &r)) {
+    cli_progress pr;
+    cli_progress_start(&pr, "store get");
+    skv_store_set_progress(st, cli_progress_cb, &pr);
+    int grc = skv_store_get(st, o->name, c, o->verify ? SKV_STORE_VERIFY : 0, tok, (size_t)info.n_ctx_train, &n, &r);
+    cli_progress_end(&pr);
+    skv_store_set_progress(st, NULL, NULL);
+    if (grc) {
         ret = fail(st);
         goto done;
     }

@@ -19,7 +19,7 @@ static int window_logits(const bench_run *r, skv_ctx *c, const int32_t *all, int
     win[0] = r->tok[0];
     memcpy(win + 1, all + (size_t)w * step, step * sizeof *win);
     skv_ctx_truncate(c, 0);
-    return skv_prefill(c, win, r->n, SKV_LOGITS_ALL, lg) ? -1 : 0;
+    return skv_ctx_prefill(c, win, r->n, SKV_LOGITS_ALL, lg) ? -1 : 0;
 }
 
 /* Mean surprisal of each position over `windows` windows of n tokens (BOS + text) of all[]. */

@@ -20,7 +20,7 @@ static int quality(const bench_run *r, const char *spec, double *ppl_delta, doub
     size_t V = (size_t)r->info.n_vocab;
     float *lq = malloc(r->n * V * sizeof *lq);
     skv_ctx *c = lq ? bench_new_ctx(r, spec) : NULL;
-    int rc = c && !skv_prefill(c, r->tok, r->n, SKV_LOGITS_ALL, lq) ? 0 : -1;
+    int rc = c && !skv_ctx_prefill(c, r->tok, r->n, SKV_LOGITS_ALL, lq) ? 0 : -1;
     cli_score ref = {0}, q = {0};
     for (size_t j = 0; !rc && j + 1 < r->n; j++) {
         cli_score_row(r->lf + j * V, r->lf + j * V, r->info.n_vocab, r->tok[j + 1], &ref);

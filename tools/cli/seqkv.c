@@ -182,7 +182,7 @@ int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_
     int32_t *ids = malloc(cap * sizeof *ids);
     int rc;
     if (!ids) return NULL;
-    rc = skv_tokenize(m, text, len, add_special, ids, cap, &need);
+    rc = skv_model_tokenize(m, text, len, add_special, ids, cap, &need);
     if (rc == SKV_ERR_RANGE) {
         int32_t *bigger = realloc(ids, (need + 1) * sizeof *ids);
         if (!bigger) {
@@ -190,7 +190,7 @@ int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_
             return NULL;
         }
         ids = bigger;
-        rc = skv_tokenize(m, text, len, add_special, ids, need + 1, &need);
+        rc = skv_model_tokenize(m, text, len, add_special, ids, need + 1, &need);
     }
     if (rc) {
         cli_error("tokenization failed: %s", skv_status_str(rc));
@@ -208,11 +208,23 @@ double cli_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static cli_progress *progress_shown; /* the line on the terminal now, if any */
+
 void cli_progress_start(cli_progress *p, const char *what)
 {
     p->what = what;
+    p->unit = "tokens";
     p->t0 = p->last = cli_now();
-    p->enabled = isatty(2);
+    p->enabled = isatty(2) && !cli_quiet;
+    p->shown = 0;
+}
+
+/* ", ETA 1m05s" for s seconds left ("" when unknown). */
+static void eta_text(char *buf, size_t cap, double s)
+{
+    if (!(s >= 0) || s > 1e7) snprintf(buf, cap, "%s", "");
+    else if (s < 60) snprintf(buf, cap, ", ETA %.0fs", s);
+    else snprintf(buf, cap, ", ETA %.0fm%02.0fs", floor(s / 60), fmod(s, 60));
 }
 
 void cli_progress_update(cli_progress *p, size_t done, size_t total)
@@ -220,22 +232,44 @@ void cli_progress_update(cli_progress *p, size_t done, size_t total)
     double t = cli_now();
     if (!p->enabled || (t - p->last < 0.2 && done < total)) return;
     p->last = t;
-    fprintf(stderr, "\r%s: %zu/%zu tokens (%.1f%%), %.0f tok/s   ", p->what, done, total,
-            total ? 100.0 * (double)done / (double)total : 100.0, (double)done / (t - p->t0 + 1e-9));
+    double rate = (double)done / (t - p->t0 + 1e-9);
+    char eta[32] = "";
+    if (done < total && done > 0) eta_text(eta, sizeof eta, (double)(total - done) / rate);
+    snprintf(p->line, sizeof p->line, "%s: %zu/%zu %s (%.1f%%), %.*f %s/s%s", p->what, done, total, p->unit,
+             total ? 100.0 * (double)done / (double)total : 100.0, rate < 10 ? 2 : 0, rate,
+             strcmp(p->unit, "tokens") ? p->unit : "tok", eta);
+    fprintf(stderr, "\r%s\033[K", p->line);
     fflush(stderr);
+    p->shown = 1;
+    progress_shown = p;
 }
 
 void cli_progress_end(cli_progress *p)
 {
-    if (p->enabled) fputs("\r\033[K", stderr);
+    if (p->enabled && p->shown) fputs("\r\033[K", stderr);
+    p->shown = 0;
+    if (progress_shown == p) progress_shown = NULL;
 }
+
+void cli_progress_clear(void)
+{
+    if (progress_shown) fputs("\r\033[K", stderr);
+}
+
+void cli_progress_redraw(void)
+{
+    if (progress_shown) fprintf(stderr, "%s", progress_shown->line);
+    fflush(stderr);
+}
+
+void cli_progress_cb(void *user, uint64_t done, uint64_t total) { cli_progress_update(user, (size_t)done, (size_t)total); }
 
 char *cli_detokenize(const skv_model *m, const int32_t *tok, size_t n, int after_bos, size_t *len)
 {
     int flags = after_bos ? SKV_DETOK_AFTER_BOS : 0;
-    int rc = skv_detokenize(m, tok, n, flags, NULL, 0, len);
+    int rc = skv_model_detokenize(m, tok, n, flags, NULL, 0, len);
     char *text = rc == SKV_ERR_RANGE ? malloc(*len + 1) : NULL;
-    if (text && (rc = skv_detokenize(m, tok, n, flags, text, *len + 1, len)) == SKV_OK) return text;
+    if (text && (rc = skv_model_detokenize(m, tok, n, flags, text, *len + 1, len)) == SKV_OK) return text;
     cli_error("cannot turn %zu tokens into text: %s", n, text ? skv_status_str(rc) : "out of memory");
     free(text);
     return NULL;

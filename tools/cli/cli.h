@@ -13,12 +13,12 @@
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* One value of option opt (tools/cli_opt.c; commands use the table-driven cli_parse). */
+/* One value of option opt (tools/cli/cli_opt.c; commands use the table-driven cli_parse). */
 int cli_parse_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_parse_float(const char *opt, const char *s, double lo, double hi, double *out);
 /* Reads a whole file ("-" = stdin); NUL-terminated; NULL + message on error. */
 char *cli_read_file(const char *path, size_t *len);
-/* An output file (tools/cli_out.c). Written to a temporary file in the destination's
+/* An output file (tools/cli/cli_out.c). Written to a temporary file in the destination's
  * directory, created by cli_out_open (so an unwritable path fails before any long work),
  * and renamed over the destination by cli_out_commit only when the command succeeds: a
  * failed command leaves an existing file as it was. The new file keeps the mode of the one
@@ -71,7 +71,7 @@ void cli_resident_note(FILE *rep, const skv_model *m);
 skv_model *cli_load_model_unrun(const char *path);
 /* Tokenizes text (add_special as the model says); malloc'ed ids. */
 int32_t *cli_tokenize(const skv_model *m, const char *text, size_t len, int add_special, size_t *n);
-/* The text of n tokens (skv_detokenize: BOS dropped, the SentencePiece space after BOS
+/* The text of n tokens (skv_model_detokenize: BOS dropped, the SentencePiece space after BOS
  * too, so tokenize -> detokenize gives the text back); malloc'ed, NUL-terminated, *len its
  * length; NULL after a message. after_bos: the tokens continue right after a BOS. */
 char *cli_detokenize(const skv_model *m, const int32_t *tok, size_t n, int after_bos, size_t *len);
@@ -88,18 +88,27 @@ int cli_check_roundtrip(const skv_model *m, const char *what, const char *text, 
  * is empty, or, unless lossy, when it does not round-trip (cli_check_roundtrip). */
 int32_t *cli_text_tokens(const skv_model *m, const char *what, const char *text, size_t len, int lossy, size_t *n);
 
-/* Progress line on stderr, shown only when stderr is a terminal. */
+/* Progress line on stderr (done/total, percent, rate, ETA), shown only when stderr is a
+ * terminal and -q was not given (cli_quiet); redrawn at most 5 times a second. unit: what
+ * is counted, "tokens" unless set after cli_progress_start. */
 typedef struct {
-    const char *what;
+    const char *what, *unit;
     double t0, last;
-    int enabled;
+    int enabled, shown;
+    char line[192]; /* the line last drawn */
 } cli_progress;
 void cli_progress_start(cli_progress *p, const char *what);
 void cli_progress_update(cli_progress *p, size_t done, size_t total);
 void cli_progress_end(cli_progress *p);
+/* skv_store_set_progress's callback over a cli_progress (user). */
+void cli_progress_cb(void *user, uint64_t done, uint64_t total);
+/* Around a message written to stderr while a progress line is shown: clear the line, then
+ * draw it again below the message (nothing when none is shown). */
+void cli_progress_clear(void);
+void cli_progress_redraw(void);
 double cli_now(void);
 
-/* Comparison of a run's next-token distributions with a reference run (tools/cmd_quality.c).
+/* Comparison of a run's next-token distributions with a reference run (tools/cmd/cmd_quality.c).
  * nll: sum of -ln p_q(target); kl: sum of KL(p_ref || p_q) in nats; top1: rows whose argmax
  * agree (ties: lowest id); n: rows. */
 typedef struct {
@@ -114,7 +123,7 @@ void cli_score_rows(const float *ref, const float *q, int n_vocab, const int32_t
  * logits (k + 1 rows). */
 int cli_bos_window(skv_ctx *c, int32_t bos, const int32_t *tok, size_t k, int32_t *win, float *logits);
 
-/* Codecs, from the library's table (tools/cli_codec.c). cli_codec_help: lead, then one
+/* Codecs, from the library's table (tools/cli/cli_codec.c). cli_codec_help: lead, then one
  * wrapped "name: help" paragraph per codec, into buf; cli_codec_names: the names of the
  * codecs having every flag of need and none of without, space-separated; both return buf.
  * cli_codec_has: codec has every flag of flags (SKV_CODEC_F_*). */
@@ -132,13 +141,13 @@ int cmd_restore(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_kvquality(int argc, char **argv);
-int cmd_kvrd(int argc, char **argv);     /* tools/bench_rd.c */
-int cmd_store(int argc, char **argv);   /* tools/cmd_store.c */
+int cmd_kvrd(int argc, char **argv);     /* tools/bench/bench_rd.c */
+int cmd_store(int argc, char **argv);   /* tools/cmd/cmd_store.c */
 /* $SEQKV_STORE_MAP_SIZE: the LMDB map size of the stores that store, bench and serve open,
  * in bytes (0 or unset: the library's 64 GiB default); a smaller one lets seqkv run under
  * Valgrind, which cannot map 64 GiB. */
 uint64_t cli_store_map_size(void);
-int cmd_bench(int argc, char **argv);   /* tools/cmd_bench.c */
-int cmd_serve(int argc, char **argv);   /* tools/cmd_serve.c (src/server/) */
+int cmd_bench(int argc, char **argv);   /* tools/cmd/cmd_bench.c */
+int cmd_serve(int argc, char **argv);   /* tools/cmd/cmd_serve.c (src/server/) */
 
 #endif

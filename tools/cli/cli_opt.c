@@ -1,4 +1,4 @@
-/* seqkv's table-driven option parser and --help generator (tools/cli_opt.h). */
+/* seqkv's table-driven option parser and --help generator (tools/cli/cli_opt.h). */
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -164,6 +164,8 @@ static int set_value(const cli_cmd *cmd, const cli_opt *o, const char *a, const 
     }
 }
 
+int cli_quiet;
+
 int cli_parse(const cli_cmd *cmd, int argc, char **argv, void *opts, const char **pos, int *n_pos)
 {
     int np = 0, only_pos = 0;
@@ -181,6 +183,10 @@ int cli_parse(const cli_cmd *cmd, int argc, char **argv, void *opts, const char 
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             cli_help(cmd, stdout);
             return CLI_OK;
+        }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            cli_quiet = 1;
+            continue;
         }
         const cli_opt *o = find_opt(cmd->opts, a, &v);
         if (!o) return unknown_option(cmd, a);
@@ -223,6 +229,7 @@ void cli_help(const cli_cmd *cmd, FILE *f)
     fprintf(f, "\n%s\noptions:\n", cmd->about);
     for (const cli_opt *o = cmd->opts; o->kind != CLI_END; o++)
         if (o->help) help_row(f, o);
+    fprintf(f, "  -q, --quiet             no progress line on stderr (shown only on a terminal)\n");
     fprintf(f, "  -h, --help              print this help and exit\n");
     if (cmd->notes) fprintf(f, "\n%s", cmd->notes);
 }

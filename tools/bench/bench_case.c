@@ -26,7 +26,7 @@ static int exact_run(bench_run *r)
     r->kv_len = 2 * (size_t)r->info.n_layer * (size_t)r->info.n_head_kv * r->n * (size_t)r->info.head_dim;
     r->lf = malloc(r->n * V * sizeof *r->lf);
     r->kv = malloc(r->kv_len * sizeof *r->kv);
-    int rc = c && r->lf && r->kv && !skv_prefill(c, r->tok, r->n, SKV_LOGITS_ALL, r->lf) &&
+    int rc = c && r->lf && r->kv && !skv_ctx_prefill(c, r->tok, r->n, SKV_LOGITS_ALL, r->lf) &&
              !skv_ctx_kv_read(c, 0, (int)r->n, r->kv) && !skv_ctx_kv_digest(c, (int)r->n, r->digest) ? 0 : -1;
     if (rc) cli_error("the exact run failed");
     skv_ctx_free(c);
@@ -147,18 +147,26 @@ static int run_case(skv_model *m, const char *mlabel, const bench_text *tx, cons
 
 int bench_run_all(bench_opts *o, const bench_text *tx, int n_tx, bench_case *cs, int *n_cases)
 {
+    cli_progress pr;
+    size_t total = (size_t)o->models.n * (size_t)n_tx;
     *n_cases = 0;
+    cli_progress_start(&pr, "bench");
+    pr.unit = "cases";
     for (int mi = 0; mi < o->models.n; mi++) {
         skv_model *m = cli_load_model(o->models.v[mi]);
         char label[64];
         if (!m) return -1;
         bench_base_label(o->models.v[mi], label, sizeof label);
-        for (int ti = 0; ti < n_tx; ti++)
-            if (run_case(m, label, &tx[ti], o, &cs[(*n_cases)++])) {
+        for (int ti = 0; ti < n_tx; ti++) {
+            int rc = run_case(m, label, &tx[ti], o, &cs[(*n_cases)++]);
+            cli_progress_update(&pr, (size_t)*n_cases, total);
+            if (rc) {
                 skv_model_free(m);
                 return -1;
             }
+        }
         skv_model_free(m);
     }
+    cli_progress_end(&pr);
     return 0;
 }

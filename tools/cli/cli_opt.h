@@ -1,4 +1,4 @@
-/* seqkv's command-line option parser (tools/cli_opt.c): one table row per option, the
+/* seqkv's command-line option parser (tools/cli/cli_opt.c): one table row per option, the
  * same spelling for the same thing in every command, --help generated from the table.
  *
  * A command declares its options as a table at file scope whose rows name a field of the
@@ -42,6 +42,9 @@ enum {
 };
 
 #define CLI_LIST_MAX 16
+
+/* Set by -q / --quiet, which every table-driven command accepts: no progress line. */
+extern int cli_quiet;
 
 typedef struct {
     int n;

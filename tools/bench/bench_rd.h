@@ -1,4 +1,4 @@
-/* seqkv kv-rd: rate-distortion of stored KV caches (tools/bench_rd.c, bench_rd_topk.c). */
+/* seqkv kv-rd: rate-distortion of stored KV caches (tools/bench/bench_rd.c, bench_rd_topk.c). */
 #ifndef SKV_BENCH_RD_H
 #define SKV_BENCH_RD_H
 

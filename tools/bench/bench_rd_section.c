@@ -1,4 +1,4 @@
-/* seqkv bench: the rate-distortion section. Per model, kv-rd's curves (tools/bench_rd.c) on
+/* seqkv bench: the rate-distortion section. Per model, kv-rd's curves (tools/bench/bench_rd.c) on
  * its held-out text: stories260K on the stories samples when loaded, every other model on the
  * first text (held-out KJV by default). Per-vector points (q8_0, q4_0, tq2..4, TQ-3.5, tq3p,
  * +window) and each predictive codec over a list of steps (and, without --quick, the paper's
