@@ -43,7 +43,7 @@ endif
 LIBS := -llmdb -lhiredis -lzstd -lxxhash -lpthread -lm
 
 # src/ is layered (README "Layout"); every src/<layer>/*.c is part of the library.
-LAYERS  := core tokenizer quant coder engine container store
+LAYERS  := core tokenizer quant coder grammar engine container store
 SRC     := $(sort $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c)))
 OBJ     := $(SRC:src/%.c=$(BUILD)/obj/%.o)
 DEP     := $(OBJ:.o=.d)
