@@ -8,6 +8,7 @@
 
 #include "test.h"
 #include "grammar/gbnf.h"
+#include "server/schema.h"
 
 static char g_err[256];
 
@@ -150,6 +151,136 @@ static void mask_matches_reference(void)
     skv_gbnf_free(g);
 }
 
+/* ---- JSON schemas ---- */
+static char *gbnf_of(const char *schema_json)
+{
+    json_error_t je;
+    json_t *j = json_loads(schema_json, JSON_DECODE_ANY, &je);
+    char *g = j ? srv_schema_to_gbnf(j, g_err, sizeof g_err) : NULL;
+    json_decref(j);
+    return g;
+}
+
+/* 1 accepted whole, 0 a prefix, -1 refused, -5 conversion failed (g_err), -6 GBNF refused. */
+static int schema_run(const char *schema_json, const char *input)
+{
+    char *text = gbnf_of(schema_json);
+    if (!text) return -5;
+    skv_gbnf *g = parse(text);
+    if (!g) fprintf(stderr, "  %s\n%s\n", g_err, text);
+    int rc = g ? run_text(g, input) : -6;
+    skv_gbnf_free(g);
+    free(text);
+    return rc;
+}
+
+static void schema_accepts(void)
+{
+    CHECK_EQ_INT(schema_run("{\"const\": \"42\"}", "\"42\""), 1);
+    CHECK_EQ_INT(schema_run("{\"const\": \"42\"}", "42"), -1);
+    CHECK_EQ_INT(schema_run("{\"items\": [{\"type\": \"integer\"}]}", "[ -3000 ]"), 1);
+    CHECK_EQ_INT(schema_run("{\"items\": [{\"type\": \"integer\"}]}", "[1,2]"), -1);
+    CHECK_EQ_INT(schema_run("{}", "{\"a\": [1, \"x\\n\", null, {\"b\": true}], \"c\": -1.5e3}"), 1);
+    CHECK_EQ_INT(schema_run("{}", "1"), -1);
+    const char *obj = "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, \"b\": {\"type\": \"integer\", "
+                      "\"minimum\": -5, \"maximum\": 120}}, \"required\": [\"a\"]}";
+    CHECK_EQ_INT(schema_run(obj, "{\"a\": \"x\"}"), 1);
+    CHECK_EQ_INT(schema_run(obj, "{ \"a\":\"x\", \"b\": 120 }"), 1);
+    CHECK_EQ_INT(schema_run(obj, "{\"b\": 1}"), -1);
+    CHECK_EQ_INT(schema_run(obj, "{\"a\": \"x\", \"b\": 121}"), -1);
+    CHECK_EQ_INT(schema_run(obj, "{\"a\": \"x\", \"b\": -6}"), -1);
+    const char *arr = "{\"type\": \"array\", \"items\": {\"type\": \"boolean\"}, \"minItems\": 1, \"maxItems\": 2}";
+    CHECK_EQ_INT(schema_run(arr, "[true, false]"), 1);
+    CHECK_EQ_INT(schema_run(arr, "[]"), -1);
+    CHECK_EQ_INT(schema_run(arr, "[true,false,true]"), -1);
+    CHECK_EQ_INT(schema_run("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}", "\"ab\""), 1);
+    CHECK_EQ_INT(schema_run("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}", "\"a\""), -1);
+    CHECK_EQ_INT(schema_run("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}", "\"abcd\""), -1);
+    const char *pat = "{\"type\": \"string\", \"pattern\": \"^[A-Z]{2}\\\\d+(-x|\\\\.y)?$\"}";
+    CHECK_EQ_INT(schema_run(pat, "\"AB12-x\""), 1);
+    CHECK_EQ_INT(schema_run(pat, "\"AB1.y\""), 1);
+    CHECK_EQ_INT(schema_run(pat, "\"A1\""), -1);
+    const char *ref = "{\"$defs\": {\"n\": {\"type\": \"integer\"}}, \"type\": \"object\", \"properties\": {\"v\": "
+                      "{\"$ref\": \"#/$defs/n\"}}, \"required\": [\"v\"]}";
+    CHECK_EQ_INT(schema_run(ref, "{\"v\": 3}"), 1);
+    const char *rec = "{\"$defs\": {\"t\": {\"type\": \"object\", \"properties\": {\"c\": {\"type\": \"array\", \"items\": "
+                      "{\"$ref\": \"#/$defs/t\"}}}}}, \"$ref\": \"#/$defs/t\"}";
+    CHECK_EQ_INT(schema_run(rec, "{\"c\": [{\"c\": []}, {}]}"), 1);
+    CHECK_EQ_INT(schema_run("{\"anyOf\": [{\"type\": \"null\"}, {\"type\": \"number\"}]}", "1.5e3"), 1);
+    CHECK_EQ_INT(schema_run("{\"type\": [\"null\", \"number\"]}", "null"), 1);
+    CHECK_EQ_INT(schema_run("{\"anyOf\": [{\"type\": \"null\"}, {\"type\": \"number\"}]}", "\"x\""), -1);
+    CHECK_EQ_INT(schema_run("{\"enum\": [\"a\", 1, null]}", "null"), 1);
+    CHECK_EQ_INT(schema_run("{\"enum\": [\"a\", 1, null]}", "2"), -1);
+    const char *add = "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"additionalProperties\": "
+                      "{\"type\": \"string\"}}";
+    CHECK_EQ_INT(schema_run(add, "{\"a\": 1, \"zz\": \"q\"}"), 1);
+    CHECK_EQ_INT(schema_run(add, "{\"zz\": 1}"), -1);
+    CHECK_EQ_INT(schema_run("{\"type\": \"string\", \"format\": \"date\"}", "\"2024-01-31\""), 1);
+    CHECK_EQ_INT(schema_run("{\"allOf\": [{\"properties\": {\"a\": {\"type\": \"null\"}}}, {\"properties\": {\"b\": "
+                            "{\"type\": \"null\"}}}]}", "{\"a\": null, \"b\": null}"), 1);
+}
+
+/* Integer bounds: every integer of -300..1300 accepted exactly when inside the range. */
+static void schema_integer_ranges(void)
+{
+    static const struct { const char *bounds; long lo, hi; } k[] = {
+        {"\"minimum\": -13, \"maximum\": 207", -13, 207}, {"\"minimum\": 5, \"maximum\": 5", 5, 5},
+        {"\"minimum\": 0, \"maximum\": 1000", 0, 1000},   {"\"minimum\": 97", 97, 1000000},
+        {"\"exclusiveMaximum\": 10", -1000000, 9},        {"\"minimum\": 100, \"maximum\": 1199", 100, 1199},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        char schema[200], num[32];
+        snprintf(schema, sizeof schema, "{\"type\": \"integer\", %s}", k[i].bounds);
+        char *text = gbnf_of(schema);
+        skv_gbnf *g = text ? parse(text) : NULL;
+        CHECK_MSG(g, "%s: %s", schema, g_err);
+        for (long v = -300; v <= 1300; v++) {
+            snprintf(num, sizeof num, "%ld", v);
+            int want = v >= k[i].lo && v <= k[i].hi;
+            CHECK_MSG((run_text(g, num) == 1) == want, "%s: %ld %s", schema, v, want ? "refused" : "accepted");
+        }
+        skv_gbnf_free(g);
+        free(text);
+    }
+}
+
+static int schema_err(const char *schema_json, const char *what)
+{
+    char *g = gbnf_of(schema_json);
+    free(g);
+    if (!g && !strstr(g_err, what)) fprintf(stderr, "  got: %s\n", g_err);
+    return !g && strstr(g_err, what);
+}
+
+static void schema_refusals(void)
+{
+    CHECK(schema_err("{\"type\": \"hiccup\"}", "unrecognized \"type\""));
+    CHECK(schema_err("{\"type\": 123}", "\"type\" must be"));
+    CHECK(schema_err("123", "must be an object"));
+    CHECK(schema_err("{\"not\": {}}", "\"not\" is not supported"));
+    CHECK(schema_err("{\"type\": \"array\", \"uniqueItems\": true}", "uniqueItems"));
+    CHECK(schema_err("{\"type\": \"number\", \"minimum\": 1}", "minimum/maximum"));
+    CHECK(schema_err("{\"type\": \"string\", \"format\": \"email\"}", "format \"email\""));
+    CHECK(schema_err("{\"$ref\": \"https://x/y.json\"}", "$ref"));
+    CHECK(schema_err("{\"type\": \"string\", \"pattern\": \"abc\"}", "anchored"));
+    CHECK(schema_err("{\"type\": \"string\", \"pattern\": \"^(?=x)a$\"}", "group syntax"));
+    CHECK(schema_err("{\"type\": \"string\", \"pattern\": \"^a*?$\"}", "lazy"));
+    CHECK(schema_err("{\"type\": \"array\", \"items\": {}, \"minItems\": 3, \"maxItems\": 2}", "minItems above"));
+}
+
+/* The text for a representative schema, rule by rule (llama.cpp's shapes and names). */
+static void schema_text(void)
+{
+    char *t = gbnf_of("{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}, \"s\": {\"const\": \"a\"}}, "
+                      "\"required\": [\"n\"]}");
+    CHECK(t);
+    CHECK_MSG(strstr(t, "root ::= \"{\" space n-kv ( \",\" space ( s-kv ) )? space \"}\"\n"), "%s", t);
+    CHECK_MSG(strstr(t, "n-kv ::= \"\\\"n\\\"\" space \":\" space integer\n"), "%s", t);
+    CHECK_MSG(strstr(t, "space ::= | \" \" | \"\\n\"{1,2} [ \\t]{0,20}\n"), "%s", t);
+    CHECK_MSG(strstr(t, "integral-part ::= [0] | [1-9] [0-9]{0,15}\n"), "%s", t);
+    free(t);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_grammar");
@@ -158,5 +289,9 @@ int main(void)
     RUN(parser_errors);
     RUN(bounds_hold);
     RUN(mask_matches_reference);
+    RUN(schema_accepts);
+    RUN(schema_integer_ranges);
+    RUN(schema_refusals);
+    RUN(schema_text);
     TEST_END();
 }

@@ -60,9 +60,10 @@ static int grow(void **v, size_t *cap, size_t need, size_t sz)
     return 0;
 }
 
-static int emit(P *p, gvec *g, uint32_t type, uint32_t a, uint32_t n)
+static int emit(P *p, int rule, uint32_t type, uint32_t a, uint32_t n)
 {
     if (p->failed) return -1;
+    gvec *g = &p->r[rule].el;
     if (++p->total > SKV_GBNF_MAX_ELEMENTS) return perr(p, p->s, "grammar too large (over %u elements)", SKV_GBNF_MAX_ELEMENTS), -1;
     if (grow((void **)&g->v, &g->cap, g->n + 1, sizeof *g->v)) return perr(p, p->s, "out of memory"), -1;
     g->v[g->n++] = (skv_gel){type, a, n};
@@ -196,7 +197,7 @@ static int add_range(P *p, uint32_t lo, uint32_t hi)
 /* ---- items ---- */
 static int parse_alts(P *p, int rule, int nested);
 
-static int parse_literal(P *p, gvec *g)
+static int parse_literal(P *p, int g)
 {
     p->s++; /* the opening quote */
     while (p->s < p->end && *p->s != '"') {
@@ -209,7 +210,7 @@ static int parse_literal(P *p, gvec *g)
     return 0;
 }
 
-static int parse_class(P *p, gvec *g)
+static int parse_class(P *p, int g)
 {
     const char *open = p->s++;
     uint32_t type = GE_CHAR, first = (uint32_t)p->nrng, lo, hi;
@@ -230,7 +231,7 @@ static int parse_class(P *p, gvec *g)
     return emit(p, g, type, first, (uint32_t)p->nrng - first);
 }
 
-static int parse_group(P *p, gvec *g, int rule)
+static int parse_group(P *p, int g, int rule)
 {
     const char *open = p->s++;
     if (++p->nest > SKV_GBNF_MAX_NEST) return perr(p, open, "groups nested deeper than %d", SKV_GBNF_MAX_NEST), -1;
@@ -242,7 +243,7 @@ static int parse_group(P *p, gvec *g, int rule)
     return emit(p, g, GE_REF, (uint32_t)sub, 0);
 }
 
-static int parse_ref(P *p, gvec *g)
+static int parse_ref(P *p, int g)
 {
     size_t n = word_len(p);
     int id = rule_of(p, p->s, n);
@@ -253,7 +254,7 @@ static int parse_ref(P *p, gvec *g)
 }
 
 /* One item, appended to g. 1 = no item here (end of sequence). */
-static int parse_primary(P *p, gvec *g, int rule)
+static int parse_primary(P *p, int g, int rule)
 {
     char c = p->s < p->end ? *p->s : 0;
     if (c == '"') return parse_literal(p, g);
@@ -265,8 +266,9 @@ static int parse_primary(P *p, gvec *g, int rule)
 }
 
 /* ---- repetitions: the item at g->v[from..] becomes one reference to generated rules ---- */
-static int wrap_item(P *p, gvec *g, size_t from, int rule, skv_gel *item)
+static int wrap_item(P *p, int gi, size_t from, int rule, skv_gel *item)
 {
+    gvec *g = &p->r[gi].el;
     if (g->n - from == 1) {
         *item = g->v[from];
         g->n = from;
@@ -274,11 +276,13 @@ static int wrap_item(P *p, gvec *g, size_t from, int rule, skv_gel *item)
     }
     int sub = gen_rule(p, rule);
     if (sub < 0) return -1;
-    for (size_t i = from; i < g->n; i++)
-        if (emit(p, &p->r[sub].el, g->v[i].type, g->v[i].a, g->v[i].n)) return -1;
-    g->n = from;
+    for (size_t i = from; i < p->r[gi].el.n; i++) {
+        skv_gel e = p->r[gi].el.v[i];
+        if (emit(p, sub, e.type, e.a, e.n)) return -1;
+    }
+    p->r[gi].el.n = from;
     *item = (skv_gel){GE_REF, (uint32_t)sub, 0};
-    return emit(p, &p->r[sub].el, GE_END, 0, 0);
+    return emit(p, sub, GE_END, 0, 0);
 }
 
 /* A rule `x r | ` (star: r itself; else the chain's next link, or nothing at the last). */
@@ -286,7 +290,7 @@ static int opt_rule(P *p, int rule, skv_gel x, int next, int star)
 {
     int sub = gen_rule(p, rule);
     if (sub < 0) return -1;
-    gvec *e = &p->r[sub].el;
+    int e = sub;
     if (emit(p, e, x.type, x.a, x.n)) return -1;
     if (star && emit(p, e, GE_REF, (uint32_t)sub, 0)) return -1;
     if (!star && next >= 0 && emit(p, e, GE_REF, (uint32_t)next, 0)) return -1;
@@ -294,7 +298,7 @@ static int opt_rule(P *p, int rule, skv_gel x, int next, int star)
     return sub;
 }
 
-static int repeat(P *p, gvec *g, int rule, skv_gel x, long m, long n)
+static int repeat(P *p, int g, int rule, skv_gel x, long m, long n)
 {
     for (long i = 0; i < m; i++)
         if (emit(p, g, x.type, x.a, x.n)) return -1;
@@ -341,7 +345,7 @@ static int parse_braces(P *p, long *m, long *n)
     return 0;
 }
 
-static int parse_repetition(P *p, gvec *g, size_t from, int rule)
+static int parse_repetition(P *p, int g, size_t from, int rule)
 {
     char c = p->s < p->end ? *p->s : 0;
     long m, n;
@@ -358,10 +362,10 @@ static int parse_repetition(P *p, gvec *g, size_t from, int rule)
     return repeat(p, g, rule, x, m, n);
 }
 
-static int parse_seq(P *p, gvec *g, int rule, int nested)
+static int parse_seq(P *p, int g, int rule, int nested)
 {
     for (;;) {
-        size_t from = g->n;
+        size_t from = p->r[g].el.n;
         int rc = parse_primary(p, g, rule);
         if (rc < 0) return -1;
         if (rc == 1) return 0;
@@ -373,14 +377,14 @@ static int parse_seq(P *p, gvec *g, int rule, int nested)
 static int parse_alts(P *p, int rule, int nested)
 {
     skip_space(p, nested);
-    if (parse_seq(p, &p->r[rule].el, rule, nested)) return -1;
+    if (parse_seq(p, rule, rule, nested)) return -1;
     while (p->s < p->end && *p->s == '|') {
-        if (emit(p, &p->r[rule].el, GE_ALT, 0, 0)) return -1;
+        if (emit(p, rule, GE_ALT, 0, 0)) return -1;
         p->s++;
         skip_space(p, 1);
-        if (parse_seq(p, &p->r[rule].el, rule, nested)) return -1;
+        if (parse_seq(p, rule, rule, nested)) return -1;
     }
-    return emit(p, &p->r[rule].el, GE_END, 0, 0);
+    return emit(p, rule, GE_END, 0, 0);
 }
 
 /* name ::= alternatives, then the end of the line. */
