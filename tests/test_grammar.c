@@ -66,6 +66,13 @@ static void partial_utf8(void)
     CHECK(skv_gmatch_accepts(m, "\xc3", 1));
     CHECK(!skv_gmatch_accepts(m, "\xc4", 1));
     CHECK(!skv_gmatch_accepts(m, "\xff", 1));
+    CHECK(!skv_gmatch_accepts(m, "\xf0", 1));     /* a 4-byte form cannot be U+00E9 */
+    skv_gbnf *brace = parse("root ::= \"{\"");
+    skv_gmatch *mb = brace ? skv_gmatch_new(brace) : NULL;
+    CHECK(mb && !skv_gmatch_accepts(mb, "\xf0", 1) && !skv_gmatch_accepts(mb, "\xc1\xbb", 2)); /* overlong '{' */
+    CHECK(!skv_gmatch_accepts(mb, "\xe0\x81\xbb", 3));
+    skv_gmatch_free(mb);
+    skv_gbnf_free(brace);
     CHECK_EQ_INT(skv_gmatch_feed(m, "\xc3", 1), 0);
     CHECK(!skv_gmatch_accepting(m));
     CHECK_EQ_INT(skv_gmatch_feed(m, "\xa9x", 2), 0);

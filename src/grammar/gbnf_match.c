@@ -26,6 +26,7 @@ typedef struct gset {
     size_t ns, caps;
     uint32_t pv; /* partial UTF-8 character: its bits so far */
     int pl;      /* and the bytes still to come (0: none) */
+    int pn;      /* and its whole length in bytes */
     int over;    /* a bound was hit while building the set */
 } gset;
 
@@ -49,7 +50,10 @@ static int grow(void **v, size_t *cap, size_t need, size_t sz)
     return 0;
 }
 
-static void set_clear(gset *o) { o->nd = o->ns = 0, o->pv = 0, o->pl = 0, o->over = 0; }
+static void set_clear(gset *o) { o->nd = o->ns = 0, o->pv = 0, o->pl = 0, o->pn = 0, o->over = 0; }
+
+/* The smallest code point a UTF-8 sequence of n bytes may encode (shorter forms are overlong). */
+static uint32_t utf8_min(int n) { return n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u; }
 static void set_free(gset *o) { free(o->d), free(o->s); }
 
 static int same_stack(const gset *o, size_t i, const uint32_t *stk, size_t len)
@@ -137,21 +141,26 @@ static int step(skv_gmatch *m, const gset *in, gset *out, uint32_t cp)
     return out->ns && !out->over;
 }
 
-static int partial_ok(const skv_gbnf *g, const gset *in, uint32_t pv, int pl)
+static int partial_ok(const skv_gbnf *g, const gset *in, uint32_t pv, int pl, int pn)
 {
     uint32_t lo = pv << (6 * pl), hi = lo | ((1u << (6 * pl)) - 1);
+    lo = lo > utf8_min(pn) ? lo : utf8_min(pn);
+    hi = hi < 0x10FFFFu ? hi : 0x10FFFFu;
+    if (lo > hi) return 0;
     for (size_t i = 0; i < in->ns; i++)
         if (in->s[i].len && range_match(g, &g->el[in->d[in->s[i].off + in->s[i].len - 1]], lo, hi)) return 1;
     return 0;
 }
 
-/* One byte of UTF-8: 1 with *cp when a character is complete, 0 when more is due, -1 invalid. */
-static int utf8_byte(uint8_t b, uint32_t *pv, int *pl, uint32_t *cp)
+/* One byte of UTF-8: 1 with *cp when a character is complete, 0 when more is due, -1 invalid
+ * (overlong forms, surrogates and values above U+10FFFF included). */
+static int utf8_byte(uint8_t b, uint32_t *pv, int *pl, int *pn, uint32_t *cp)
 {
     if (*pl) {
         if ((b & 0xC0) != 0x80) return -1;
         *pv = (*pv << 6) | (b & 0x3Fu);
         if (--*pl) return 0;
+        if (*pv < utf8_min(*pn) || *pv > 0x10FFFFu || (*pv >= 0xD800u && *pv < 0xE000u)) return -1;
         return *cp = *pv, 1;
     }
     if (b < 0x80) return *cp = b, 1;
@@ -159,48 +168,49 @@ static int utf8_byte(uint8_t b, uint32_t *pv, int *pl, uint32_t *cp)
     else if (b >= 0xE0 && b < 0xF0) *pv = b & 0x0Fu, *pl = 2;
     else if (b >= 0xF0 && b < 0xF5) *pv = b & 0x07u, *pl = 3;
     else return -1;
+    *pn = *pl + 1;
     return 0;
 }
 
 /* Runs s from the current set: the resulting set (cur itself when no character completed),
  * or NULL when the grammar refuses s. pv, pl: the partial character after s. */
-static const gset *run(skv_gmatch *m, const char *s, size_t n, uint32_t *pv, int *pl)
+static const gset *run(skv_gmatch *m, const char *s, size_t n, uint32_t *pv, int *pl, int *pn)
 {
     const gset *in = &m->cur;
     gset *bufs[2] = {&m->a, &m->b};
     int w = 0;
-    *pv = m->cur.pv, *pl = m->cur.pl;
+    *pv = m->cur.pv, *pl = m->cur.pl, *pn = m->cur.pn;
     for (size_t i = 0; i < n; i++) {
         uint32_t cp;
-        int r = utf8_byte((uint8_t)s[i], pv, pl, &cp);
+        int r = utf8_byte((uint8_t)s[i], pv, pl, pn, &cp);
         if (r < 0) return NULL;
         if (!r) continue;
         if (!step(m, in, bufs[w], cp)) return NULL;
         in = bufs[w];
         w ^= 1;
     }
-    return *pl && !partial_ok(m->g, in, *pv, *pl) ? NULL : in;
+    return *pl && !partial_ok(m->g, in, *pv, *pl, *pn) ? NULL : in;
 }
 
 int skv_gmatch_accepts(skv_gmatch *m, const char *s, size_t n)
 {
     uint32_t pv;
-    int pl;
-    return run(m, s, n, &pv, &pl) != NULL;
+    int pl, pn;
+    return run(m, s, n, &pv, &pl, &pn) != NULL;
 }
 
 int skv_gmatch_feed(skv_gmatch *m, const char *s, size_t n)
 {
     uint32_t pv;
-    int pl;
-    const gset *r = run(m, s, n, &pv, &pl);
+    int pl, pn;
+    const gset *r = run(m, s, n, &pv, &pl, &pn);
     if (!r) return -1;
     if (r != &m->cur) {
         gset t = m->cur;
         m->cur = *r;
         *(r == &m->a ? &m->a : &m->b) = t;
     }
-    m->cur.pv = pv, m->cur.pl = pl;
+    m->cur.pv = pv, m->cur.pl = pl, m->cur.pn = pn;
     return 0;
 }
 

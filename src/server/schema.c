@@ -91,13 +91,22 @@ char *sc_literal(sc *c, const char *s, size_t n)
     return o;
 }
 
+/* Frees what jansson allocated (json_dumps): with its allocator, which the server sets. */
+void sc_json_free(void *p)
+{
+    json_malloc_t m;
+    json_free_t f;
+    json_get_alloc_funcs(&m, &f);
+    if (p) f(p);
+}
+
 /* The literal of a JSON value as llama.cpp writes it (compact, keys sorted). */
 char *sc_const(sc *c, const json_t *v)
 {
     char *d = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
     char *lit = d ? sc_literal(c, d, strlen(d)) : NULL;
     if (!d) sc_fail(c, "out of memory");
-    free(d);
+    sc_json_free(d);
     return lit;
 }
 

@@ -35,6 +35,7 @@ void sc_fail(sc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 char *sc_strf(sc *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 char *sc_literal(sc *c, const char *s, size_t n);
 char *sc_const(sc *c, const json_t *v);
+void sc_json_free(void *p);
 char *sc_esc_name(sc *c, const char *name);
 int sc_rule_find(const sc *c, const char *name);
 const char *sc_add_rule(sc *c, const char *name, char *body);

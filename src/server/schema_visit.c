@@ -287,7 +287,7 @@ static const char *prop_kv(sc *c, const char *name, const char *k, const json_t 
     const char *vr = lit && kvn ? sc_visit(c, v, pn) : NULL;
     const char *r = vr ? sc_add_rule(c, kvn, sc_strf(c, "%s space \":\" space %s", lit, vr)) : NULL;
     if (!ks || !kd) sc_fail(c, "out of memory");
-    json_decref(ks), free(kd), free(lit), free(pn), free(kvn);
+    json_decref(ks), sc_json_free(kd), free(lit), free(pn), free(kvn);
     return r;
 }
 
