@@ -31,6 +31,9 @@ struct skv_gbnf {
 static inline int skv_gel_is_end(const skv_gel *e) { return e->type == GE_END || e->type == GE_ALT; }
 static inline int skv_gel_is_char(const skv_gel *e) { return e->type == GE_CHAR || e->type == GE_NCHAR; }
 
+/* Grows *v (of *cap items of sz bytes) to hold need items, doubling: 0, or -1 (unchanged). */
+int skv_gbnf_grow(void **v, size_t *cap, size_t need, size_t sz);
+
 /* gbnf_check.c: 1 with *rule set when some rule can reach itself without consuming a
  * character (left recursion, direct or through nullable rules), else 0 (-1: out of memory). */
 int skv_gbnf_left_recursive(const skv_gbnf *g, uint32_t *rule);

@@ -38,18 +38,6 @@ struct skv_gmatch {
     size_t work;
 };
 
-static int grow(void **v, size_t *cap, size_t need, size_t sz)
-{
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap * 2 : 64;
-    while (c < need) c *= 2;
-    void *t = realloc(*v, c * sz);
-    if (!t) return -1;
-    *v = t;
-    *cap = c;
-    return 0;
-}
-
 static void set_clear(gset *o) { o->nd = o->ns = 0, o->pv = 0, o->pl = 0, o->pn = 0, o->over = 0; }
 
 /* The smallest code point a UTF-8 sequence of n bytes may encode (shorter forms are overlong). */
@@ -65,8 +53,8 @@ static void add_stack(gset *o, const uint32_t *stk, size_t len)
 {
     for (size_t i = 0; i < o->ns; i++)
         if (same_stack(o, i, stk, len)) return;
-    if (o->ns >= SKV_GBNF_MAX_STACKS || grow((void **)&o->s, &o->caps, o->ns + 1, sizeof *o->s) ||
-        grow((void **)&o->d, &o->capd, o->nd + len, sizeof *o->d)) {
+    if (o->ns >= SKV_GBNF_MAX_STACKS || skv_gbnf_grow((void **)&o->s, &o->caps, o->ns + 1, sizeof *o->s) ||
+        skv_gbnf_grow((void **)&o->d, &o->capd, o->nd + len, sizeof *o->d)) {
         o->over = 1;
         return;
     }
@@ -91,7 +79,7 @@ static void expand(skv_gmatch *m, gset *o, size_t off, size_t len, int depth)
     }
     uint32_t rule = g->el[top].a, at = (uint32_t)(off + len);
     for (uint32_t a = g->alt_off[rule]; a < g->alt_off[rule + 1] && !o->over; a++) {
-        if (grow((void **)&m->tmp, &m->captmp, at + len + 1, sizeof *m->tmp)) {
+        if (skv_gbnf_grow((void **)&m->tmp, &m->captmp, at + len + 1, sizeof *m->tmp)) {
             o->over = 1;
             return;
         }
@@ -130,9 +118,10 @@ static int step(skv_gmatch *m, const gset *in, gset *out, uint32_t cp)
     m->work = 0;
     for (size_t i = 0; i < in->ns && !out->over; i++) {
         size_t len = in->s[i].len;
+        if (!len) continue; /* an empty stack: the sentence ended (in->d may be NULL) */
         const uint32_t *stk = in->d + in->s[i].off;
-        if (!len || !char_match(g, &g->el[stk[len - 1]], cp)) continue;
-        if (grow((void **)&m->tmp, &m->captmp, len + 1, sizeof *m->tmp)) return 0;
+        if (!char_match(g, &g->el[stk[len - 1]], cp)) continue;
+        if (skv_gbnf_grow((void **)&m->tmp, &m->captmp, len + 1, sizeof *m->tmp)) return 0;
         memcpy(m->tmp, stk, (len - 1) * sizeof *stk);
         size_t k = len - 1;
         if (!skv_gel_is_end(&g->el[stk[len - 1] + 1])) m->tmp[k++] = stk[len - 1] + 1;
@@ -244,7 +233,7 @@ skv_gmatch *skv_gmatch_new(const skv_gbnf *g)
     skv_gmatch *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->g = g;
-    if (grow((void **)&m->tmp, &m->captmp, 2, sizeof *m->tmp)) return skv_gmatch_free(m), NULL;
+    if (skv_gbnf_grow((void **)&m->tmp, &m->captmp, 2, sizeof *m->tmp)) return skv_gmatch_free(m), NULL;
     m->tmp[0] = g->rule_at[g->root];
     /* the root's start: a stack [first element of each alternative], expanded */
     for (uint32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++) {

@@ -48,7 +48,7 @@ static void perr(P *p, const char *at, const char *fmt, ...)
     if (p->errcap) snprintf(p->err, p->errcap, "grammar line %d col %d: %s", line, col, msg);
 }
 
-static int grow(void **v, size_t *cap, size_t need, size_t sz)
+int skv_gbnf_grow(void **v, size_t *cap, size_t need, size_t sz)
 {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap * 2 : 16;
@@ -65,7 +65,7 @@ static int emit(P *p, int rule, uint32_t type, uint32_t a, uint32_t n)
     if (p->failed) return -1;
     gvec *g = &p->r[rule].el;
     if (++p->total > SKV_GBNF_MAX_ELEMENTS) return perr(p, p->s, "grammar too large (over %u elements)", SKV_GBNF_MAX_ELEMENTS), -1;
-    if (grow((void **)&g->v, &g->cap, g->n + 1, sizeof *g->v)) return perr(p, p->s, "out of memory"), -1;
+    if (skv_gbnf_grow((void **)&g->v, &g->cap, g->n + 1, sizeof *g->v)) return perr(p, p->s, "out of memory"), -1;
     g->v[g->n++] = (skv_gel){type, a, n};
     return 0;
 }
@@ -75,7 +75,7 @@ static int new_rule(P *p, const char *name, size_t len)
 {
     if (p->nr >= SKV_GBNF_MAX_RULES) return perr(p, p->s, "too many rules (over %d)", SKV_GBNF_MAX_RULES), -1;
     size_t cap = p->rcap;
-    if (grow((void **)&p->r, &cap, p->nr + 1, sizeof *p->r)) return perr(p, p->s, "out of memory"), -1;
+    if (skv_gbnf_grow((void **)&p->r, &cap, p->nr + 1, sizeof *p->r)) return perr(p, p->s, "out of memory"), -1;
     p->rcap = (uint32_t)cap;
     char *n = malloc(len + 1);
     if (!n) return perr(p, p->s, "out of memory"), -1;
@@ -187,7 +187,7 @@ static int parse_char(P *p, uint32_t *cp)
 
 static int add_range(P *p, uint32_t lo, uint32_t hi)
 {
-    if (grow((void **)&p->rng, &p->rngcap, p->nrng + 1, sizeof *p->rng)) return perr(p, p->s, "out of memory"), -1;
+    if (skv_gbnf_grow((void **)&p->rng, &p->rngcap, p->nrng + 1, sizeof *p->rng)) return perr(p, p->s, "out of memory"), -1;
     if (++p->total > SKV_GBNF_MAX_ELEMENTS) return perr(p, p->s, "grammar too large (over %u elements)", SKV_GBNF_MAX_ELEMENTS), -1;
     p->rng[p->nrng][0] = lo;
     p->rng[p->nrng++][1] = hi;

@@ -140,15 +140,18 @@ static int apply_mask(const srv *s, srv_job *j, float *logits)
     return any ? 0 : -1;
 }
 
-int32_t srv_sample_constrained(const srv *s, srv_job *j, float *logits, const int32_t *hist, size_t n_hist, srv_rng *rng,
+int32_t srv_sample_constrained(const srv *s, srv_job *j, const float *logits, const int32_t *hist, size_t n_hist, srv_rng *rng,
                                void *scratch)
 {
     int32_t tok = srv_sample(logits, s->info.n_vocab, j, hist, n_hist, rng, scratch);
     if (!j->grammar) return tok;
     if (!j->gmatch && !(j->gmatch = skv_gmatch_new(j->grammar))) return s->info.eos_id;
-    if (!token_ok(s, j, tok)) {
-        if (apply_mask(s, j, logits)) return s->info.eos_id; /* nothing fits: end here */
-        tok = srv_sample(logits, s->info.n_vocab, j, hist, n_hist, rng, scratch);
+    if (!token_ok(s, j, tok)) { /* the mask goes on a copy: n_probs reports the model's logits */
+        float *masked = malloc((size_t)s->info.n_vocab * sizeof *masked);
+        if (masked) memcpy(masked, logits, (size_t)s->info.n_vocab * sizeof *masked);
+        if (!masked || apply_mask(s, j, masked)) return free(masked), s->info.eos_id; /* nothing fits: end */
+        tok = srv_sample(masked, s->info.n_vocab, j, hist, n_hist, rng, scratch);
+        free(masked);
     }
     char piece[256];
     size_t len = 0;

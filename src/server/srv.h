@@ -193,9 +193,8 @@ typedef struct srv_gvocab srv_gvocab;
 /* The request's grammar / json_schema / response_format into j->grammar: 0, or -1 with err. */
 int srv_grammar_parse(srv_job *j, const json_t *b, char *err, size_t errcap);
 void srv_grammar_free(srv_job *j);
-/* srv_sample kept to j's grammar (if any), llama.cpp's way (grammar.c); logits may be
- * changed (refused tokens to -infinity). */
-int32_t srv_sample_constrained(const srv *s, srv_job *j, float *logits, const int32_t *hist, size_t n_hist, srv_rng *rng,
+/* srv_sample kept to j's grammar (if any), llama.cpp's way (grammar.c). */
+int32_t srv_sample_constrained(const srv *s, srv_job *j, const float *logits, const int32_t *hist, size_t n_hist, srv_rng *rng,
                                void *scratch);
 /* Bytes of text[0..len) that form whole UTF-8 characters (a cut one at the end waits). */
 size_t srv_utf8_complete(const char *text, size_t len);
