@@ -3,7 +3,7 @@
  *
  * The input is a grammar, then optionally a byte 0x01 and a text to run through it. A
  * grammar that starts with '{' is a JSON schema, converted first (its GBNF must then
- * parse: the converter only writes grammars our parser takes). The text is fed a few bytes
+ * parse: the converter returns only grammars our parser takes). The text is fed a few bytes
  * at a time; each piece is checked against accepts() and the mask of a small vocabulary
  * against single tries. Any refusal is fine; a crash, a sanitizer report, a leak, an empty
  * error message, a converter grammar our parser refuses or a mask that disagrees is a bug. */
@@ -71,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *src = schema ? text : (const char *)data;
     size_t len = schema ? strlen(text) : gl;
     if (skv_gbnf_parse(src, len, "root", &g, err, sizeof err)) {
-        if (!err[0] || (schema && !strstr(err, "too large") && !strstr(err, "too many"))) abort();
+        if (!err[0] || schema) abort(); /* the converter checks its grammars */
     } else {
         run_text(g, sep ? sep + 1 : data, sep ? size - gl - 1 : 0);
         skv_gbnf_free(g);

@@ -122,6 +122,20 @@ static void bounds_hold(void)
     char big[600] = "root ::=";
     for (int i = 0; i < 30; i++) strcat(big, " [a]{10000}");
     CHECK(err_has(big, "too large"));
+    /* 40,000 rules in a chain (then too many): linear, no deep recursion */
+    size_t cap = 60001 * 24;
+    char *chain = malloc(cap), *at = chain;
+    CHECK(chain);
+    at += sprintf(at, "root ::= r0\n");
+    for (int i = 0; i < 40000; i++) at += sprintf(at, "r%d ::= \"x\" r%d\n", i, i + 1);
+    sprintf(at, "r40000 ::= \"y\"\n");
+    skv_gbnf *ch = parse(chain);
+    CHECK_MSG(ch, "%s", g_err);
+    skv_gbnf_free(ch);
+    at = chain + sprintf(chain, "root ::=");
+    for (int i = 0; i < 66000; i++) at += sprintf(at, " (\"x\")"); /* a group is a rule */
+    CHECK(err_has(chain, "too many rules"));
+    free(chain);
     /* exponentially ambiguous: bounded work, refused rather than run on */
     skv_gbnf *g = parse("root ::= a a a a a a a a a a a a a a a a a a a a a a a a \"x\"\na ::= \"\" | \"\" | b\nb ::= \"\"");
     CHECK(g);
@@ -272,6 +286,7 @@ static void schema_refusals(void)
     CHECK(schema_err("{\"type\": \"string\", \"pattern\": \"abc\"}", "anchored"));
     CHECK(schema_err("{\"type\": \"string\", \"pattern\": \"^(?=x)a$\"}", "group syntax"));
     CHECK(schema_err("{\"type\": \"string\", \"pattern\": \"^a*?$\"}", "lazy"));
+    CHECK(schema_err("{\"type\": \"string\", \"pattern\": \"^[z-a]$\"}", "upside down"));
     CHECK(schema_err("{\"type\": \"array\", \"items\": {}, \"minItems\": 3, \"maxItems\": 2}", "minItems above"));
 }
 

@@ -24,7 +24,7 @@
 #define SKV_GBNF_MAX_RULES 65536          /* rules, the generated ones included */
 #define SKV_GBNF_MAX_NEST 128             /* nested groups */
 #define SKV_GBNF_MAX_REPEAT 10000         /* m and n of {m,n} */
-#define SKV_GBNF_MAX_STACKS 4096          /* recognizer: parse stacks alive at once */
+#define SKV_GBNF_MAX_STACKS 1024          /* recognizer: parse stacks alive at once */
 #define SKV_GBNF_MAX_DEPTH 1024           /* recognizer: elements on one stack */
 
 typedef struct skv_gbnf skv_gbnf;     /* a parsed grammar (immutable, shareable) */

@@ -13,7 +13,7 @@
 #include "grammar/gbnf_int.h"
 
 #define EXPAND_DEPTH 512      /* nested expansions for one code point */
-#define EXPAND_WORK (1u << 16) /* expansions for one code point */
+#define EXPAND_WORK (1u << 14) /* expansions for one code point */
 
 typedef struct span {
     uint32_t off, len;

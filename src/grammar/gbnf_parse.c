@@ -29,6 +29,8 @@ typedef struct P {
     int failed, nest;
     prule *r;
     uint32_t nr, rcap;
+    uint32_t *ht; /* named rules by name hash: id + 1, 0 = empty (open addressing) */
+    size_t hcap, nnamed;
     uint32_t (*rng)[2];
     size_t nrng, rngcap, total;
 } P;
@@ -70,7 +72,47 @@ static int emit(P *p, int rule, uint32_t type, uint32_t a, uint32_t n)
     return 0;
 }
 
-/* ---- rules by name ---- */
+/* ---- rules by name (a hash index: a hostile grammar of 65,536 rules stays linear) ---- */
+static size_t name_hash(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+static int find_rule(const P *p, const char *name, size_t len)
+{
+    for (size_t i = name_hash(name, len) & (p->hcap - 1); p->hcap && p->ht[i]; i = (i + 1) & (p->hcap - 1)) {
+        const char *rn = p->r[p->ht[i] - 1].name;
+        if (strlen(rn) == len && !memcmp(rn, name, len)) return (int)p->ht[i] - 1;
+    }
+    return -1;
+}
+
+static void ht_put(uint32_t *ht, size_t cap, const char *name, uint32_t id)
+{
+    size_t i = name_hash(name, strlen(name)) & (cap - 1);
+    while (ht[i]) i = (i + 1) & (cap - 1);
+    ht[i] = id + 1;
+}
+
+/* Indexes rule id (a user's name; generated ones, with '#', are never looked up). */
+static int index_rule(P *p, uint32_t id)
+{
+    if ((p->nnamed + 1) * 2 > p->hcap) {
+        size_t cap = p->hcap ? p->hcap * 2 : 64;
+        uint32_t *t = calloc(cap, sizeof *t);
+        if (!t) return -1;
+        for (uint32_t i = 0; i < p->nr; i++)
+            if (i != id && !strchr(p->r[i].name, '#')) ht_put(t, cap, p->r[i].name, i);
+        free(p->ht);
+        p->ht = t, p->hcap = cap;
+    }
+    ht_put(p->ht, p->hcap, p->r[id].name, id);
+    p->nnamed++;
+    return 0;
+}
+
 static int new_rule(P *p, const char *name, size_t len)
 {
     if (p->nr >= SKV_GBNF_MAX_RULES) return perr(p, p->s, "too many rules (over %d)", SKV_GBNF_MAX_RULES), -1;
@@ -82,14 +124,8 @@ static int new_rule(P *p, const char *name, size_t len)
     memcpy(n, name, len);
     n[len] = 0;
     p->r[p->nr] = (prule){.name = n};
+    if (!memchr(name, '#', len) && index_rule(p, p->nr)) return free(n), perr(p, p->s, "out of memory"), -1;
     return (int)p->nr++;
-}
-
-static int find_rule(const P *p, const char *name, size_t len)
-{
-    for (uint32_t i = 0; i < p->nr; i++)
-        if (strlen(p->r[i].name) == len && !memcmp(p->r[i].name, name, len)) return (int)i;
-    return -1;
 }
 
 static int rule_of(P *p, const char *name, size_t len)
@@ -444,6 +480,7 @@ static void p_free(P *p)
 {
     for (uint32_t i = 0; i < p->nr; i++) free(p->r[i].name), free(p->r[i].el.v);
     free(p->r);
+    free(p->ht);
     free(p->rng);
 }
 

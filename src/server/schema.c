@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/gbnf.h"
 #include "server/schema.h"
 #include "server/schema_int.h"
 
@@ -205,6 +206,17 @@ static char *format_grammar(sc *c)
     return o;
 }
 
+/* The grammar made must parse (a pattern's class such as [z-a] is copied as written and
+ * only the GBNF parser sees that it is upside down): 0, or -1 with err. */
+static int check_grammar(const char *text, char *err, size_t errcap)
+{
+    char msg[200];
+    skv_gbnf *g = NULL;
+    if (!skv_gbnf_parse(text, strlen(text), "root", &g, msg, sizeof msg)) return skv_gbnf_free(g), 0;
+    if (errcap) snprintf(err, errcap, "json schema: its grammar is refused (a pattern?): %s", msg);
+    return -1;
+}
+
 char *srv_schema_to_gbnf(const json_t *schema, char *err, size_t errcap)
 {
     sc c = {.root = schema, .err = err, .errcap = errcap};
@@ -214,5 +226,5 @@ char *srv_schema_to_gbnf(const json_t *schema, char *err, size_t errcap)
     if (!c.failed) sc_visit(&c, schema, "");
     if (!c.failed) out = format_grammar(&c);
     sc_free(&c);
-    return out;
+    return out && check_grammar(out, err, errcap) ? (free(out), NULL) : out;
 }
