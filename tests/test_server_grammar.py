@@ -7,7 +7,8 @@
 - schema_output_is_valid_json: json_schema and both response_format spellings give JSON
   that the schema accepts (python3-jsonschema when installed, else by hand).
 - refusals_are_400s: a broken grammar, an unknown response_format type, an unsupported
-  schema keyword, both grammar and json_schema: 400 naming the problem.
+  schema keyword, both grammar and json_schema, grammars past the bounds (nesting, size):
+  400 naming the problem.
 """
 import json
 import os
@@ -111,7 +112,10 @@ def refusals_are_400s(tmp):
                ({"json_schema": {"type": "array", "uniqueItems": True}}, "uniqueItems"),
                ({"json_schema": {"type": "string", "format": "email"}}, "format"),
                ({"response_format": {"type": "json_object", "schema": 123}}, "must be an object"),
-               ({"grammar": 5}, "must be a string")]
+               ({"grammar": 5}, "must be a string"),
+               ({"grammar": "root ::= " + "(" * 300 + '"a"' + ")" * 300}, "nested deeper"),
+               ({"grammar": "root ::=" + ' [a]{10000}' * 40}, "too large"),
+               ({"json_schema": {"type": "string", "pattern": "^[z-a]$"}}, "upside down")]
         for extra, what in bad:
             code, r = s.json("/completion", dict({"prompt": "hi", "n_predict": 2}, **extra))
             msg = r.get("error", {}).get("message", "") if isinstance(r, dict) else ""
