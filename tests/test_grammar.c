@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "seqkv.h"
 #include "grammar/gbnf.h"
 #include "server/schema.h"
 
@@ -303,6 +304,55 @@ static void schema_text(void)
     free(t);
 }
 
+/* The mask over a real vocabulary (stories260K's 512 token texts, byte tokens included)
+ * equals the slow reference (a fresh recognizer per token), at prefixes of a JSON text. */
+static void mask_on_model_vocab(void)
+{
+    char path[1024], err[256];
+    skv_model *model = NULL;
+    skv_model_info info;
+    if (!test_stories_path(path, sizeof path, "stories260K.gguf")) SKIP("no ../shared/models/stories260K");
+    CHECK_MSG(skv_model_load(path, NULL, &model, err, sizeof err) == 0, "%s", err);
+    skv_model_get_info(model, &info);
+    int n = info.n_vocab;
+    char **texts = calloc((size_t)n, sizeof *texts);
+    uint32_t *lens = calloc((size_t)n, sizeof *lens);
+    uint8_t *allow = calloc((size_t)n, 1);
+    for (int i = 0; i < n; i++) {
+        char piece[256];
+        size_t len = 0;
+        if (skv_token_piece(model, i, piece, sizeof piece, &len)) len = 0;
+        texts[i] = malloc(len + 1);
+        memcpy(texts[i], piece, len);
+        lens[i] = (uint32_t)len;
+    }
+    char *gtext = gbnf_of("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"n\": {\"type\": "
+                          "\"integer\", \"minimum\": 0, \"maximum\": 99}}, \"required\": [\"name\", \"n\"]}");
+    skv_gbnf *g = gtext ? parse(gtext) : NULL;
+    CHECK(g);
+    const char *prefixes[] = {"", "{", "{ \"name\"", "{\"name\": \"J\xc3", "{\"name\": \"Jo\\", "{\"name\": \"x\", \"n\": 4"};
+    int mismatches = 0, allowed = 0;
+    for (size_t p = 0; p < sizeof prefixes / sizeof *prefixes; p++) {
+        skv_gmatch *m = skv_gmatch_new(g);
+        CHECK_MSG(m && !skv_gmatch_feed(m, prefixes[p], strlen(prefixes[p])), "prefix %zu", p);
+        skv_gmatch_mask(m, (const char *const *)texts, lens, (size_t)n, allow);
+        for (int i = 0; i < n; i++) {
+            skv_gmatch *r = skv_gmatch_new(g);
+            int ref = lens[i] && !skv_gmatch_feed(r, prefixes[p], strlen(prefixes[p])) && !skv_gmatch_feed(r, texts[i], lens[i]);
+            skv_gmatch_free(r);
+            mismatches += allow[i] != ref;
+            allowed += allow[i];
+        }
+        skv_gmatch_free(m);
+    }
+    CHECK_MSG(!mismatches, "%d tokens where the mask and the reference differ", mismatches);
+    CHECK_MSG(allowed > 6, "only %d tokens allowed in all", allowed);
+    for (int i = 0; i < n; i++) free(texts[i]);
+    free(texts), free(lens), free(allow), free(gtext);
+    skv_gbnf_free(g);
+    skv_model_free(model);
+}
+
 int main(void)
 {
     TEST_BEGIN("test_grammar");
@@ -311,6 +361,7 @@ int main(void)
     RUN(parser_errors);
     RUN(bounds_hold);
     RUN(mask_matches_reference);
+    RUN(mask_on_model_vocab);
     RUN(schema_accepts);
     RUN(schema_integer_ranges);
     RUN(schema_refusals);
