@@ -25,7 +25,10 @@ static void check_mask(skv_gmatch *m)
     uint32_t lens[N_VOCAB];
     uint8_t allow[N_VOCAB];
     for (size_t i = 0; i < N_VOCAB; i++) lens[i] = (uint32_t)strlen(k_vocab[i]);
-    skv_gmatch_mask(m, k_vocab, lens, N_VOCAB, allow);
+    skv_gvocab *v = skv_gvocab_new(k_vocab, lens, N_VOCAB);
+    if (!v) return;
+    skv_gmatch_mask(m, v, allow);
+    skv_gvocab_free(v);
     for (size_t i = 0; i < N_VOCAB; i++)
         if (allow[i] != skv_gmatch_accepts(m, k_vocab[i], lens[i])) abort();
 }

@@ -160,7 +160,10 @@ static void mask_matches_reference(void)
     for (size_t p = 0; p < sizeof prefixes / sizeof *prefixes; p++) {
         skv_gmatch *m = skv_gmatch_new(g);
         CHECK(m && !skv_gmatch_feed(m, prefixes[p], strlen(prefixes[p])));
-        skv_gmatch_mask(m, texts, lens, n, allow);
+        skv_gvocab *v = skv_gvocab_new(texts, lens, n);
+        CHECK(v);
+        skv_gmatch_mask(m, v, allow);
+        skv_gvocab_free(v);
         for (size_t i = 0; i < n; i++) {
             skv_gmatch *r = skv_gmatch_new(g);
             int ref = lens[i] && !skv_gmatch_feed(r, prefixes[p], strlen(prefixes[p])) &&
@@ -329,13 +332,14 @@ static void mask_on_model_vocab(void)
     char *gtext = gbnf_of("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"n\": {\"type\": "
                           "\"integer\", \"minimum\": 0, \"maximum\": 99}}, \"required\": [\"name\", \"n\"]}");
     skv_gbnf *g = gtext ? parse(gtext) : NULL;
-    CHECK(g);
+    skv_gvocab *vocab = skv_gvocab_new((const char *const *)texts, lens, (size_t)n);
+    CHECK(g && vocab);
     const char *prefixes[] = {"", "{", "{ \"name\"", "{\"name\": \"J\xc3", "{\"name\": \"Jo\\", "{\"name\": \"x\", \"n\": 4"};
     int mismatches = 0, allowed = 0;
     for (size_t p = 0; p < sizeof prefixes / sizeof *prefixes; p++) {
         skv_gmatch *m = skv_gmatch_new(g);
         CHECK_MSG(m && !skv_gmatch_feed(m, prefixes[p], strlen(prefixes[p])), "prefix %zu", p);
-        skv_gmatch_mask(m, (const char *const *)texts, lens, (size_t)n, allow);
+        skv_gmatch_mask(m, vocab, allow);
         for (int i = 0; i < n; i++) {
             skv_gmatch *r = skv_gmatch_new(g);
             int ref = lens[i] && !skv_gmatch_feed(r, prefixes[p], strlen(prefixes[p])) && !skv_gmatch_feed(r, texts[i], lens[i]);
@@ -350,6 +354,7 @@ static void mask_on_model_vocab(void)
     for (int i = 0; i < n; i++) free(texts[i]);
     free(texts), free(lens), free(allow), free(gtext);
     skv_gbnf_free(g);
+    skv_gvocab_free(vocab);
     skv_model_free(model);
 }
 

@@ -47,7 +47,14 @@ int skv_gmatch_feed(skv_gmatch *m, const char *s, size_t n);
 int skv_gmatch_accepting(const skv_gmatch *m);
 /* 1 when some continuation is still possible (the input is not finished by force). */
 int skv_gmatch_can_continue(const skv_gmatch *m);
-/* allow[i] = 1 when texts[i] (lens[i] bytes, not empty) could come next, else 0; n texts. */
-void skv_gmatch_mask(skv_gmatch *m, const char *const *texts, const uint32_t *lens, size_t n, uint8_t *allow);
+/* A token vocabulary for masks: n texts (lens[i] bytes each, copied), kept sorted so that
+ * texts sharing a prefix share its recognition. NULL when out of memory. */
+typedef struct skv_gvocab skv_gvocab;
+skv_gvocab *skv_gvocab_new(const char *const *texts, const uint32_t *lens, size_t n);
+void skv_gvocab_free(skv_gvocab *v);
+size_t skv_gvocab_size(const skv_gvocab *v);
+/* allow[i] = 1 when text i (not empty) could come next, else 0 (the same answers as
+ * skv_gmatch_accepts on each text); allow has skv_gvocab_size(v) entries. */
+void skv_gmatch_mask(skv_gmatch *m, const skv_gvocab *v, uint8_t *allow);
 
 #endif

@@ -31,6 +31,19 @@ struct skv_gbnf {
 static inline int skv_gel_is_end(const skv_gel *e) { return e->type == GE_END || e->type == GE_ALT; }
 static inline int skv_gel_is_char(const skv_gel *e) { return e->type == GE_CHAR || e->type == GE_NCHAR; }
 
+/* A vocabulary for masks (gbnf_vocab.c): texts sorted by bytes, each with its id. */
+typedef struct skv_gvtext {
+    const char *text;
+    uint32_t len, id;
+} skv_gvtext;
+
+struct skv_gvocab {
+    skv_gvtext *t; /* sorted */
+    char *bytes;   /* every text, one after another */
+    size_t n;
+    uint32_t max_len;
+};
+
 /* Grows *v (of *cap items of sz bytes) to hold need items, doubling: 0, or -1 (unchanged). */
 int skv_gbnf_grow(void **v, size_t *cap, size_t need, size_t sz);
 

@@ -33,6 +33,9 @@ typedef struct gset {
 struct skv_gmatch {
     const skv_gbnf *g;
     gset cur, a, b;
+    gset *deep;    /* masks: the state after each byte of the current text */
+    uint8_t *dead; /* and whether it is refused */
+    size_t n_deep;
     uint32_t *tmp; /* expansion scratch: stacks being built, nested */
     size_t captmp;
     size_t work;
@@ -217,15 +220,77 @@ int skv_gmatch_can_continue(const skv_gmatch *m)
     return 0;
 }
 
-void skv_gmatch_mask(skv_gmatch *m, const char *const *texts, const uint32_t *lens, size_t n, uint8_t *allow)
+/* ---- masks: the vocabulary walked as a trie (gbnf_vocab.c), one state per byte depth ---- */
+static int set_copy(gset *o, const gset *in)
 {
-    uint8_t first[256];
-    for (int b = 0; b < 256; b++) {
-        char c = (char)b;
-        first[b] = (uint8_t)skv_gmatch_accepts(m, &c, 1);
+    if (skv_gbnf_grow((void **)&o->d, &o->capd, in->nd, sizeof *o->d) ||
+        skv_gbnf_grow((void **)&o->s, &o->caps, in->ns, sizeof *o->s))
+        return -1;
+    if (in->nd) memcpy(o->d, in->d, in->nd * sizeof *o->d);
+    if (in->ns) memcpy(o->s, in->s, in->ns * sizeof *o->s);
+    o->nd = in->nd, o->ns = in->ns, o->pv = in->pv, o->pl = in->pl, o->pn = in->pn, o->over = in->over;
+    return 0;
+}
+
+/* out = in after the byte b: 1 alive, 0 refused. */
+static int extend(skv_gmatch *m, const gset *in, gset *out, uint8_t b)
+{
+    uint32_t pv = in->pv, cp;
+    int pl = in->pl, pn = in->pn, r = utf8_byte(b, &pv, &pl, &pn, &cp);
+    if (r < 0 || (r ? !step(m, in, out, cp) : set_copy(out, in) != 0)) return 0;
+    out->pv = r ? 0 : pv, out->pl = pl, out->pn = pn;
+    return 1;
+}
+
+static int ensure_deep(skv_gmatch *m, size_t n)
+{
+    if (n <= m->n_deep) return 0;
+    gset *d = realloc(m->deep, n * sizeof *d);
+    uint8_t *dead = d ? realloc(m->dead, n) : NULL;
+    if (d) m->deep = d;
+    if (!dead) return -1;
+    m->dead = dead;
+    memset(m->deep + m->n_deep, 0, (n - m->n_deep) * sizeof *d);
+    m->n_deep = n;
+    return 0;
+}
+
+static size_t common_prefix(const skv_gvtext *a, const skv_gvtext *b)
+{
+    size_t n = a->len < b->len ? a->len : b->len, i = 0;
+    while (i < n && a->text[i] == b->text[i]) i++;
+    return i;
+}
+
+/* Text t given the states deep[0..top] of the text before it: its verdict; *top updated. */
+static int mask_one(skv_gmatch *m, const skv_gvtext *t, size_t *top)
+{
+    size_t d = *top;
+    while (d < t->len && !m->dead[d]) {
+        m->dead[d + 1] = (uint8_t)!extend(m, &m->deep[d], &m->deep[d + 1], (uint8_t)t->text[d]);
+        d++;
     }
-    for (size_t i = 0; i < n; i++)
-        allow[i] = lens[i] && first[(uint8_t)texts[i][0]] && skv_gmatch_accepts(m, texts[i], lens[i]);
+    *top = d;
+    if (!t->len || d < t->len || m->dead[d]) return 0;
+    return !m->deep[d].pl || partial_ok(m->g, &m->deep[d], m->deep[d].pv, m->deep[d].pl, m->deep[d].pn);
+}
+
+void skv_gmatch_mask(skv_gmatch *m, const skv_gvocab *v, uint8_t *allow)
+{
+    size_t top = 0;
+    if (ensure_deep(m, (size_t)v->max_len + 1) || set_copy(&m->deep[0], &m->cur)) {
+        for (size_t k = 0; k < v->n; k++) /* out of memory: one text at a time */
+            allow[v->t[k].id] = v->t[k].len && skv_gmatch_accepts(m, v->t[k].text, v->t[k].len);
+        return;
+    }
+    m->dead[0] = 0;
+    for (size_t k = 0; k < v->n; k++) {
+        if (k) {
+            size_t c = common_prefix(&v->t[k - 1], &v->t[k]);
+            top = c < top ? c : top;
+        }
+        allow[v->t[k].id] = (uint8_t)mask_one(m, &v->t[k], &top);
+    }
 }
 
 skv_gmatch *skv_gmatch_new(const skv_gbnf *g)
@@ -248,6 +313,8 @@ void skv_gmatch_free(skv_gmatch *m)
 {
     if (!m) return;
     set_free(&m->cur), set_free(&m->a), set_free(&m->b);
+    for (size_t i = 0; i < m->n_deep; i++) set_free(&m->deep[i]);
+    free(m->deep), free(m->dead);
     free(m->tmp);
     free(m);
 }

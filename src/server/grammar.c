@@ -19,34 +19,21 @@
 #include "server/schema.h"
 #include "server/srv.h"
 
-/* The token texts of the model's vocabulary, for the mask (built on a job's first refusal). */
-struct srv_gvocab {
-    char **text;
-    uint32_t *len;
-    int n;
-};
-
-static void vocab_free(srv_gvocab *v)
+/* The model's token texts as a mask vocabulary (built on a job's first refusal). */
+static skv_gvocab *vocab_new(const srv *s)
 {
-    if (!v) return;
-    for (int i = 0; i < v->n; i++) free(v->text[i]);
-    free(v->text), free(v->len), free(v);
-}
-
-static srv_gvocab *vocab_new(const srv *s)
-{
-    srv_gvocab *v = calloc(1, sizeof *v);
     int n = s->info.n_vocab;
-    if (!v || !(v->text = calloc((size_t)n, sizeof *v->text)) || !(v->len = calloc((size_t)n, sizeof *v->len)))
-        return vocab_free(v), NULL;
-    for (v->n = 0; v->n < n; v->n++) {
-        char piece[256];
+    char *buf = malloc((size_t)n * 256), **texts = malloc((size_t)n * sizeof *texts);
+    uint32_t *lens = malloc((size_t)n * sizeof *lens);
+    skv_gvocab *v = NULL;
+    for (int i = 0; buf && texts && lens && i < n; i++) {
         size_t len = 0;
-        if (skv_token_piece(s->model, v->n, piece, sizeof piece, &len) || len >= sizeof piece) len = 0;
-        if (!(v->text[v->n] = malloc(len + 1))) return vocab_free(v), NULL;
-        memcpy(v->text[v->n], piece, len);
-        v->len[v->n] = (uint32_t)len;
+        texts[i] = buf + (size_t)i * 256;
+        if (skv_token_piece(s->model, i, texts[i], 256, &len) || len >= 256) len = 0;
+        lens[i] = (uint32_t)len;
     }
+    if (buf && texts && lens) v = skv_gvocab_new((const char *const *)texts, lens, (size_t)n);
+    free(buf), free(texts), free(lens);
     return v;
 }
 
@@ -54,7 +41,7 @@ void srv_grammar_free(srv_job *j)
 {
     skv_gmatch_free(j->gmatch);
     skv_gbnf_free(j->grammar);
-    vocab_free(j->gvocab);
+    skv_gvocab_free(j->gvocab);
     j->gmatch = NULL, j->grammar = NULL, j->gvocab = NULL;
 }
 
@@ -130,7 +117,7 @@ static int apply_mask(const srv *s, srv_job *j, float *logits)
     int n = s->info.n_vocab, any = 0;
     uint8_t *allow = malloc((size_t)n);
     if (!allow || (!j->gvocab && !(j->gvocab = vocab_new(s)))) return free(allow), -1;
-    skv_gmatch_mask(j->gmatch, (const char *const *)j->gvocab->text, j->gvocab->len, (size_t)n, allow);
+    skv_gmatch_mask(j->gmatch, j->gvocab, allow);
     if (s->info.eos_id >= 0 && s->info.eos_id < n) allow[s->info.eos_id] = (uint8_t)skv_gmatch_accepting(j->gmatch);
     for (int i = 0; i < n; i++) {
         if (!allow[i]) logits[i] = -INFINITY;

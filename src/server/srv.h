@@ -113,7 +113,7 @@ typedef struct srv_job {
      * vocabulary's texts, the running slot's */
     skv_gbnf *grammar;
     skv_gmatch *gmatch;
-    struct srv_gvocab *gvocab;
+    skv_gvocab *gvocab;
     atomic_int cancel;         /* the client went away */
     atomic_int refs;
 } srv_job;
@@ -189,7 +189,6 @@ int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, const int
 size_t srv_sample_scratch_bytes(int n_vocab);
 
 /* ---- constrained sampling (grammar.c) ---- */
-typedef struct srv_gvocab srv_gvocab;
 /* The request's grammar / json_schema / response_format into j->grammar: 0, or -1 with err. */
 int srv_grammar_parse(srv_job *j, const json_t *b, char *err, size_t errcap);
 void srv_grammar_free(srv_job *j);
