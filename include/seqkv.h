@@ -259,6 +259,10 @@ enum { SKV_LOGITS_NONE = 0, SKV_LOGITS_LAST = 1, SKV_LOGITS_ALL = 2 };
  * Results are bit-identical to running the same tokens one by one with skv_decode(),
  * in any chunking and at any thread count (docs/determinism.md). */
 SKV_API int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, float *logits);
+/* As skv_prefill, but writes each token's final hidden state (after the output norm: the
+ * input of the output matrix, what llama.cpp pools into embeddings) into embd, n * n_embd
+ * floats, row per token; no logits. Bit-identical in any chunking and thread count. */
+SKV_API int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *embd);
 /* Appends one token; logits: NULL or room for n_vocab floats. */
 SKV_API int skv_decode(skv_ctx *c, int32_t token, float *logits);
 /* -log2 of token's probability under softmax(logits) (n_vocab values), computed in double:
@@ -754,6 +758,18 @@ typedef struct skv_store_match_result {
     uint32_t n_load, n_compute; /* a restore of that prefix: positions loaded vs recomputed */
 } skv_store_match_result;
 SKV_API int skv_store_match(skv_store *st, const int32_t *tokens, size_t n, skv_store_match_result *r);
+
+/* Restores into ctx (cleared) the KV of the longest stored prefix of tokens[0..n), whatever
+ * session holds it: materialised KV loaded, the rest recomputed from tokens (bit-identical
+ * to a prefill of that prefix; at most ctx's capacity). A read transaction: a prompt cache
+ * shared by every process on the store (docs/store.md). n_matched 0: nothing stored. */
+typedef struct skv_store_prefix_report {
+    uint32_t n_matched, n_loaded, n_computed; /* positions ctx holds; of them loaded, recomputed */
+    double bits;                              /* d_T of the matched prefix */
+    double load_seconds, compute_seconds;
+} skv_store_prefix_report;
+SKV_API int skv_store_get_prefix(skv_store *st, const int32_t *tokens, size_t n, skv_ctx *ctx,
+                                 skv_store_prefix_report *rep);
 /* Store-prefix drafts, an skv_draft_fn (restore params draft SKV_DRAFT_EXTERN, draft_user =
  * the skv_store): when the store holds sessions beginning with hist[0..n), up to max of the
  * tokens that follow it there (down the path most stored sessions take); else 0. */

@@ -13,7 +13,7 @@
 2. Persistence: a second server on a fresh store, KILL_CLIENTS greedy conversations, and
    `kill -9` once half of their requests are answered (requests in flight then fail: that
    is the point). Then every session the store committed restores verified (`seqkv store
-   get`, KV digest checked), every record of the server's index names a committed session,
+   get`, KV digest checked),
    and after a restart every client's next turn is served from the store (cached_tokens >
    0) with exactly the text a server without any cache gives.
 3. Resume: a long prompt put, kill -9, restart, the same prompt: time to first token and
@@ -43,7 +43,7 @@ from clitest import SEQKV  # noqa: E402
 
 OPENERS = ["In the beginning", "And the LORD said unto Moses", "Blessed is the man", "The LORD is my shepherd",
            "Now the serpent was more subtil", "And it came to pass", "Hear, O Israel", "Vanity of vanities"]
-CONN_MEMORY, MAX_BODY, RECENT = 64 << 10, 4 << 20, 256  # src/server/limits.h
+CONN_MEMORY, MAX_BODY, PUT_QUEUE = 64 << 10, 4 << 20, 64  # src/server/limits.h
 
 
 def pct(xs, p):
@@ -184,9 +184,9 @@ def load_phase(args, tmp, out):
     rc = srv.stop()
     model_b, kv_pos_b = model_sizes()
     # what the configured limits allow above the startup RSS: the model file (mapped), each
-    # slot's f32 KV, each connection's buffer and largest body, the index ring, the budget
+    # slot's f32 KV, each connection's buffer and largest body, the store writer's queue, the budget
     parts = {"model_file": model_b, "slots_kv": args.parallel * args.ctx * kv_pos_b,
-             "connections": args.clients * (CONN_MEMORY + MAX_BODY), "index_ring": RECENT * args.ctx * 4,
+             "connections": args.clients * (CONN_MEMORY + MAX_BODY), "put_queue": PUT_QUEUE * args.ctx * 4,
              "cache_budget": 16 << 20}
     bound = rss0 + sum(parts.values()) // 1024
     out["load"] = {"requests": len(stats.lat) + len(stats.errors), "errors": len(stats.errors),
@@ -207,20 +207,6 @@ def store_sessions(store):
     if p.returncode:
         raise RuntimeError("store ls: " + p.stderr)
     return [line.split()[0] for line in p.stdout.splitlines() if line.startswith("srv-")]
-
-
-def index_names(store):
-    """The session names of the server's index records (docs/server.md "Index file")."""
-    import struct
-    data = open(os.path.join(store, "server-index.skvi"), "rb").read()
-    at, names = 12, []
-    while len(data) - at >= 12:
-        n, h = struct.unpack_from("<IQ", data, at)
-        if n == 0 or len(data) - at - 12 < 4 * n:
-            break
-        names.append("srv-%016x-%d" % (h, n))
-        at += 12 + 4 * n
-    return names
 
 
 def verify_store(store):
@@ -248,7 +234,6 @@ def kill_phase(args, tmp, out):
         t.join()
     answered = len(stats.lat)
     names, bad = verify_store(store)
-    missing = sorted(set(index_names(store)) - set(names))
     s2 = Server(*TEMPLATE, "--store", store, "--parallel", args.parallel, "-c", args.ctx * args.parallel, log=os.path.join(tmp, "kill2.log"))
     cold = Server(*TEMPLATE, "--parallel", 1, "-c", args.ctx, log=os.path.join(tmp, "cold.log"))
     resumed, wrong, uncached = 0, [], []
@@ -269,7 +254,7 @@ def kill_phase(args, tmp, out):
         cold.stop()
     out["kill"] = {"clients": args.kill_clients, "answered_before_kill": answered, "failed_in_flight": len(stats.errors),
                    "committed_sessions": len(names), "restore_failures": bad[:5], "n_restore_failures": len(bad),
-                   "index_records_missing_from_store": missing[:5], "resumed_clients": resumed,
+                   "resumed_clients": resumed,
                    "resumed_uncached": uncached, "resumed_text_differs": wrong}
 
 
@@ -324,9 +309,9 @@ def report(out):
                                                    ld["rss_bound_mib"], ld["health_ok"], ld["health_polls"]))
     if k:
         print("kill -9: after %d answered requests (%d in flight failed); %d committed sessions, %d restore failures"
-              " %s; index records missing from the store: %s; %d clients resumed, uncached %s, text differs %s" %
+              " %s; %d clients resumed, uncached %s, text differs %s" %
               (k["answered_before_kill"], k["failed_in_flight"], k["committed_sessions"], k["n_restore_failures"],
-               k["restore_failures"], k["index_records_missing_from_store"], k["resumed_clients"],
+               k["restore_failures"], k["resumed_clients"],
                k["resumed_uncached"], k["resumed_text_differs"]))
     if r:
         print("resume: %d-position prompt (%d from the store): TTFT %.1f ms after kill -9 + restart vs %.1f ms cold"

@@ -327,6 +327,48 @@ static void kv_read_write_continue_exactly(void)
     skv_model_free(m);
 }
 
+/* skv_ctx_prefill_embd (the server's embeddings): rows bit-identical in any chunking and
+ * thread count, the KV it leaves the same as skv_prefill's, bad arguments refused. */
+static void hidden_states_chunk_invariant(void)
+{
+    skv_model *m = NULL;
+    skv_model_info info;
+    skv_ctx *a, *b, *d;
+    char err[256];
+    int32_t tok[40];
+    uint8_t da[16], dd[16];
+    CHECK_MSG(skv_model_load("models/kjv-4m.gguf", NULL, &m, err, sizeof err) == SKV_OK, "%s", err);
+    skv_model_get_info(m, &info);
+    make_tokens(tok, 40, info.n_vocab, 5);
+    skv_ctx_params p = skv_ctx_default_params();
+    p.n_ctx = 64;
+    CHECK(skv_ctx_create(m, &p, &a) == SKV_OK && skv_ctx_create(m, &p, &d) == SKV_OK);
+    p.n_threads = 2;
+    CHECK(skv_ctx_create(m, &p, &b) == SKV_OK);
+    size_t D = (size_t)info.n_embd;
+    float *ea = calloc(40 * D, sizeof(float)), *eb = calloc(40 * D, sizeof(float));
+    CHECK(ea && eb);
+    CHECK(skv_ctx_prefill_embd(a, tok, 40, ea) == SKV_OK);
+    CHECK(skv_ctx_prefill_embd(b, tok, 13, eb) == SKV_OK);
+    CHECK(skv_ctx_prefill_embd(b, tok + 13, 1, eb + 13 * D) == SKV_OK);
+    CHECK(skv_ctx_prefill_embd(b, tok + 14, 26, eb + 14 * D) == SKV_OK);
+    CHECK_MSG(memcmp(ea, eb, 40 * D * sizeof(float)) == 0, "hidden states differ between chunkings/threads");
+    int nonzero = 0;
+    for (size_t i = 0; i < 40 * D; i++) nonzero += ea[i] != 0.0f;
+    CHECK(nonzero > (int)(20 * D));
+    CHECK(skv_prefill(d, tok, 40, SKV_LOGITS_NONE, NULL) == SKV_OK);
+    CHECK(skv_ctx_kv_digest(a, 40, da) == SKV_OK && skv_ctx_kv_digest(d, 40, dd) == SKV_OK);
+    CHECK_MSG(memcmp(da, dd, 16) == 0, "prefill_embd left another KV than prefill");
+    CHECK(skv_ctx_prefill_embd(a, tok, 2, NULL) == SKV_ERR_INVALID_ARG);
+    CHECK(skv_ctx_prefill_embd(NULL, tok, 2, ea) == SKV_ERR_INVALID_ARG);
+    free(ea);
+    free(eb);
+    skv_ctx_free(a);
+    skv_ctx_free(b);
+    skv_ctx_free(d);
+    skv_model_free(m);
+}
+
 /* The table: lookups by exact name, every row's required tensors, and tensor descriptions
  * that name distinct fields with sane shapes (a name may serve two kinds of different
  * shapes: phi3's fused ffn_up). */
@@ -402,6 +444,7 @@ int main(void)
     RUN(resident_weights_change_nothing);
     RUN(context_limits_and_bad_tokens);
     RUN(kv_read_write_continue_exactly);
+    RUN(hidden_states_chunk_invariant);
     RUN(architecture_table_rows);
     RUN(rope_styles);
     TEST_END();

@@ -201,8 +201,6 @@ def case_store_restart(srv, tmp):
         check("seqkv:store_sessions 2" in m, "conversations not stored: " + m)
     finally:
         s.kill()
-    with open(os.path.join(store, "server-index.skvi"), "ab") as f:
-        f.write(b"\x07\x00\x00\x00torn")  # a record cut short by the kill: ignored
     s = Server("--store", store, "-c", "512", log=os.path.join(tmp, "s2.log"))
     try:
         again = completion(s, n_predict=16)
@@ -262,6 +260,33 @@ def case_shared_store_keeps_slot(srv, tmp):
         b.stop()
         if a:
             a.stop()
+
+
+def case_conversation_moves_between_servers(srv, tmp):
+    """Two servers on one store (a fleet): a conversation started on A is a store hit on B at
+    its next turn, the history and reply included, with the text B would give cold."""
+    store = os.path.join(tmp, "fleet")
+    a = Server("--store", store, "-c", "512", log=os.path.join(tmp, "fa.log"))
+    b = Server("--store", store, "-c", "512", log=os.path.join(tmp, "fb.log"))
+    cold = Server("-c", "512", log=os.path.join(tmp, "fcold.log"))
+    try:
+        chat = {"messages": [{"role": "user", "content": "And the LORD spake unto Moses, saying"}], "max_tokens": 12,
+                "temperature": 0}
+        c1 = a.json("/v1/chat/completions", chat)[1]
+        check(wait_metric(a, "seqkv:store_puts_total", 1), "A did not store its conversation")
+        chat["messages"] += [{"role": "assistant", "content": c1["choices"][0]["message"]["content"]},
+                             {"role": "user", "content": "Speak unto the children of Israel"}]
+        c2 = b.json("/v1/chat/completions", chat)[1]
+        want = c1["usage"]["prompt_tokens"] + c1["usage"]["completion_tokens"]
+        cached = c2["usage"]["prompt_tokens_details"]["cached_tokens"]
+        check(cached >= want and metric(b, "seqkv:store_hits_total") >= 1,
+              "B cached %d of the %d+ history tokens A served" % (cached, want))
+        c3 = cold.json("/v1/chat/completions", chat)[1]
+        check(c2["choices"][0]["message"]["content"] == c3["choices"][0]["message"]["content"],
+              "B's reply from the store differs from a cold server's: %r vs %r" % (c2["choices"], c3["choices"]))
+    finally:
+        for s in (a, b, cold):
+            s.stop()
 
 
 def case_parallel_greedy(srv, tmp):
@@ -460,7 +485,8 @@ def case_store_map_size_env(srv, tmp):
 
 CASES = [case_endpoints, case_tokenize_roundtrip, case_greedy_deterministic, case_prompt_cache, case_llama_stream,
          case_oai_stream_shape, case_stop_strings, case_errors, case_parallel_greedy, case_api_key,
-         case_queue_full_503, case_store_restart, case_stream_put, case_shared_store_keeps_slot, case_openai_client,
+         case_queue_full_503, case_store_restart, case_stream_put, case_shared_store_keeps_slot,
+         case_conversation_moves_between_servers, case_openai_client,
          case_slot_save_restore, case_context_shift, case_health_loading, case_store_map_size_env]
 
 

@@ -14,6 +14,27 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
   a malformed one is a 400; a batch of prompts gives a list of results, n > 1 n choices;
   response_fields and verbose shape the reply as llama-server's.
 - cors_preflight: OPTIONS answers without a key, with llama-server's headers.
+- cors_origins: --cors-origins localhost reflects only localhost origins, a list only its
+  members; --no-cors-credentials says so in the preflight and answers "*".
+- assistant_prefill: a final assistant message is continued (its text after the generation
+  prompt), continue_final_message the same; two final assistant turns and
+  add_generation_prompt with continue_final_message are 400s.
+- prompt_progress_and_timings: return_progress streams prompt_progress events every -b
+  tokens (total, cache, processed rising to total), the reply the same as without;
+  timings_per_token puts timings in every chunk.
+- embeddings: --embedding with --pooling none, mean and last: rows per token, the pooled
+  vectors computed from those rows, unit norm, base64 the same floats, same input same
+  vector; 501 without --embedding, 400 for pooling none on /v1/embeddings, /rerank 501.
+- history_is_a_cache_hit: with every built-in chat template, a conversation's next turn
+  reuses its whole history, the reply included (the slot re-renders the reply as the
+  template does, also where it adds or trims a space), from the slot and, after a
+  restart, from the store.
+- infill_layout: on a model with FIM tokens (a small random one written here), /infill's
+  prompt is llama-server's: repository context (FIM_REP, FIM_SEP file chunks), BOS,
+  FIM_PRE prefix prompt, FIM_SUF suffix, FIM_MID; malformed input_extra chunks are 400s,
+  also on a model without FIM tokens.
+- web_ui_and_token_count: "/" serves a page (and the web app's files) without a key,
+  --no-ui makes it 404; /chat/completions/input_tokens counts a chat's prompt tokens.
 - context_errors: a prompt over the context is exceed_context_size_error with
   n_prompt_tokens and n_ctx; a generation stopped by a full context is "truncated".
 - abandoned_request_frees_slot: a client that hangs up on a long non-streamed request
@@ -164,6 +185,232 @@ def cors_preflight(tmp):
         s.stop()
 
 
+def cors_origins(tmp):
+    def origin(s, o):
+        p = subprocess.run(["curl", "-s", "-i", "-X", "OPTIONS", "-H", "Origin: " + o, s.url + "/completion"],
+                           capture_output=True, timeout=30)
+        head = p.stdout.decode()
+        check(head.startswith("HTTP/1.1 200"), "preflight: " + head[:200])
+        m = re.search(r"Access-Control-Allow-Origin: (\S+)", head)
+        return (m.group(1) if m else None), head
+    s = serve(tmp, "--cors-origins", "localhost")
+    try:
+        for o in ("http://localhost", "http://127.0.0.1:3000", "https://[::1]:8080"):
+            check(origin(s, o)[0] == o, "localhost origin %s not reflected" % o)
+        for o in ("http://localhost.evil.com", "http://evil.com", "http://notlocalhost", "localhost"):
+            check(origin(s, o)[0] is None, "origin %s reflected" % o)
+        code, text = s.curl("/health", headers=["Origin: http://evil.com"])
+        check(code == 200, "health with a foreign origin: %d" % code)
+    finally:
+        s.stop()
+    s = serve(tmp, "--cors-origins", "http://a.example, http://b.example", "--no-cors-credentials", name="s2.log")
+    try:
+        got, head = origin(s, "http://b.example")
+        check(got == "http://b.example" and "Access-Control-Allow-Credentials: false" in head, "list: " + head[:300])
+        check(origin(s, "http://c.example")[0] is None, "an origin off the list was reflected")
+    finally:
+        s.stop()
+    s = serve(tmp, "--no-cors-credentials", name="s3.log")
+    try:
+        check(origin(s, "http://x.example")[0] == "*", "without credentials * is not sent")
+    finally:
+        s.stop()
+
+
+def assistant_prefill(tmp):
+    s = serve(tmp)
+    try:
+        base = [{"role": "user", "content": "Tell me a story"}]
+        code, r = s.json("/apply-template", {"messages": base + [{"role": "assistant", "content": "Once upon"}]})
+        check(code == 200 and r["prompt"].endswith("<|im_start|>assistant\nOnce upon"), "prefill: %s" % r)
+        code, r2 = s.json("/apply-template", {"messages": base + [{"role": "assistant", "content": [
+            {"type": "text", "text": "Once"}, {"type": "text", "text": "upon"}]}], "add_generation_prompt": False,
+            "continue_final_message": True})
+        check(code == 200 and r2["prompt"].endswith("<|im_start|>assistant\nOnce\n\nupon"), "parts: %s" % r2)
+        code, r3 = s.json("/apply-template", {"messages": base, "add_generation_prompt": False})
+        check(code == 200 and r3["prompt"].endswith("Tell me a story<|im_end|>\n"), "no generation prompt: %s" % r3)
+        bad = [{"messages": base + [{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]},
+               {"messages": base, "add_generation_prompt": True, "continue_final_message": True},
+               {"messages": base, "continue_final_message": "reasoning_content", "add_generation_prompt": False},
+               {"messages": base, "add_generation_prompt": "yes"}]
+        for b in bad:
+            code, r = s.json("/v1/chat/completions", dict(b, max_tokens=2))
+            check(code == 400 and "error" in r, "%s: %d %s" % (b, code, r))
+        code, r = s.json("/v1/chat/completions", {"messages": base + [{"role": "assistant", "content": "Once upon"}],
+                                                  "max_tokens": 4, "temperature": 0, "verbose": True})
+        check(code == 200 and r["__verbose"]["prompt"].endswith("assistant\nOnce upon"), "chat prefill: %s" % r)
+    finally:
+        s.stop()
+
+
+def prompt_progress_and_timings(tmp):
+    from harness import sse as sse_all
+
+    def sse(text):
+        return [d for d in sse_all(text) if d != "[DONE]"]
+    s = serve(tmp, "-b", "8", "-c", "512")
+    try:
+        msgs = [{"role": "user", "content": "Once upon a time there was a little girl who liked to play. " * 2}]
+        body = {"messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True, "cache_prompt": False}
+        plain = [json.loads(d) for d in sse(s.curl("/v1/chat/completions", body)[1])]
+        evs = [json.loads(d) for d in sse(s.curl("/v1/chat/completions", dict(body, return_progress=True))[1])]
+        prog = [e["prompt_progress"] for e in evs if "prompt_progress" in e]
+        total = prog[0]["total"] if prog else 0
+        check(len(prog) == (total + 7) // 8 + 1 and prog[0]["processed"] == prog[0]["cache"] == 0 and
+              all(p["total"] == total for p in prog) and prog[-1]["processed"] == total and
+              all(a["processed"] < b["processed"] for a, b in zip(prog, prog[1:])), "progress: %s" % prog)
+        text = lambda ev: "".join((e["choices"][0]["delta"].get("content") or "") for e in ev if e.get("choices"))
+        check(text(evs) == text(plain) and text(plain), "progress changed the reply: %r vs %r" % (text(evs), text(plain)))
+        code, out = s.curl("/completion", {"prompt": "Once upon a time", "n_predict": 4, "stream": True,
+                                           "return_progress": True, "cache_prompt": False})
+        lp = [json.loads(d).get("prompt_progress") for d in sse(out)]
+        check(code == 200 and lp[0] and lp[0]["processed"] == 0, "/completion progress: %s" % lp)
+        evs = [json.loads(d) for d in sse(s.curl("/v1/chat/completions", dict(body, timings_per_token=True,
+                                                                              stream_options={"include_usage": True}))[1])]
+        content = [e for e in evs if e.get("choices") and e["choices"][0]["delta"].get("content")]
+        check(content and all("predicted_n" in e.get("timings", {}) for e in content) and "timings" in evs[-1],
+              "timings_per_token: %s" % evs[:3])
+        check("timings" not in evs[0], "the first (role) chunk carries timings")
+    finally:
+        s.stop()
+
+
+def embeddings(tmp):
+    import base64
+    import math
+    import struct
+    s = serve(tmp)
+    try:
+        code, r = s.json("/v1/embeddings", {"input": "hi"})
+        check(code == 501, "without --embedding: %d %s" % (code, r))
+    finally:
+        s.stop()
+    text = "Once upon a time there was a cat"
+    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+    s = serve(tmp, "--embedding", "--pooling", "none", name="none.log")
+    try:
+        ids = s.json("/tokenize", {"content": text, "add_special": True})[1]["tokens"]
+        code, r = s.json("/embedding", {"content": text})
+        rows = r[0]["embedding"] if code == 200 else []
+        check(len(rows) == len(ids) and all(len(x) == len(rows[0]) > 1 for x in rows), "pooling none: %d %s" % (code, r))
+        code, r = s.json("/v1/embeddings", {"input": text})
+        check(code == 400, "pooling none on /v1/embeddings: %d" % code)
+        check(s.json("/rerank", {"query": "a", "documents": ["b"]})[0] == 501, "/rerank answered")
+    finally:
+        s.stop()
+    D = len(rows[0])
+    mean = [f32(sum(x[d] for x in rows) / len(rows)) for d in range(D)]
+    for pooling, want in (("mean", mean), ("last", rows[-1])):
+        s = serve(tmp, "--embedding", "--pooling", pooling, "-np", "2", name=pooling + ".log")
+        try:
+            norm = math.sqrt(sum(x * x for x in want))
+            code, r = s.json("/v1/embeddings", {"input": [text, text, [ids[0], 12, 34]]})
+            check(code == 200 and len(r["data"]) == 3 and r["usage"]["prompt_tokens"] == 2 * len(ids) + 3,
+                  "%s: %d %s" % (pooling, code, str(r)[:300]))
+            v = r["data"][0]["embedding"]
+            check(v == r["data"][1]["embedding"] and abs(sum(x * x for x in v) - 1) < 1e-5, "%s: not unit or unequal" %
+                  pooling)
+            check(max(abs(a - b / norm) for a, b in zip(v, want)) < 1e-5, "%s: not the pooled rows" % pooling)
+            code, r2 = s.json("/v1/embeddings", {"input": text, "encoding_format": "base64"})
+            b = base64.b64decode(r2["data"][0]["embedding"])
+            check(list(struct.unpack("<%df" % D, b)) == [f32(x) for x in v], "base64 differs from the floats")
+            code, r3 = s.json("/embedding", {"content": text, "embd_normalize": -1})
+            check(code == 200 and max(abs(a - f32(b)) for a, b in zip(r3[0]["embedding"][0], want)) < 1e-6,
+                  "%s unnormalized: %s" % (pooling, str(r3)[:200]))
+            for bad in ({"input": text, "embd_normalize": 3}, {"input": text, "encoding_format": "hex"}, {},
+                        {"input": "word " * 5000}):
+                code, r = s.json("/v1/embeddings", bad)
+                check(code in (400, 413) and "error" in r, "%s: %d" % (str(bad)[:60], code))
+        finally:
+            s.stop()
+
+
+def history_is_a_cache_hit(tmp):
+    names = ["simple", "command-r", "chatml", "llama2", "llama3", "mistral-v7", "zephyr", "gemma", "phi3", "phi4",
+             "monarch", "vicuna", "bailing"]
+    store = os.path.join(tmp, "store")
+
+    def two_turns(s):
+        msgs = [{"role": "user", "content": "Tell me about the little cat"}]
+        a = s.json("/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0})[1]
+        msgs += [{"role": "assistant", "content": a["choices"][0]["message"]["content"]},
+                 {"role": "user", "content": "And then?"}]
+        b = s.json("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0})[1]
+        return a["usage"]["prompt_tokens"] + a["usage"]["completion_tokens"], b, msgs
+    for name in names:
+        s = serve(tmp, "--chat-template", name, *(("--store", store) if name == "vicuna" else ()), name=name + ".log")
+        try:
+            first, b, msgs = two_turns(s)
+            cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+            check(cached >= first, "%s: %d of the history's %d+ tokens cached" % (name, cached, first))
+            if name == "vicuna":
+                kept = first, b, msgs
+        finally:
+            s.stop()
+    first, b, msgs = kept
+    s = serve(tmp, "--chat-template", "vicuna", "--store", store, name="again.log")
+    try:
+        b2 = s.json("/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0})[1]
+        cached = b2["usage"]["prompt_tokens_details"]["cached_tokens"]
+        check(cached >= first and b2["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"],
+              "after a restart: %d cached (history %d+), %r vs %r" % (cached, first, b2["choices"], b["choices"]))
+    finally:
+        s.stop()
+
+
+def infill_layout(tmp):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
+    import make_gguf as mg
+    w = mg.llama_gguf(n_embd=64, n_layer=1, n_head=2, n_head_kv=1, head_dim=32, n_ff=64, n_ctx=256, n_vocab=310, seed=3)
+    names = ["pre", "suf", "mid", "rep", "sep"]
+    toks = w.kv[[k for k, _, _, _ in w.kv].index("tokenizer.ggml.tokens")][2]
+    for i, n in enumerate(names):  # filler pieces q0z..q4z, which no text forms
+        w.add("tokenizer.ggml.fim_%s_token_id" % n, mg.U32, toks.index("q%dz" % i))
+    path = os.path.join(tmp, "fim.gguf")
+    w.write(path)
+    s = Server("-m", path, "-c", "256", "-b", "64", log=os.path.join(tmp, "fim.log"))
+    try:
+        body = {"input_prefix": "int main", "prompt": "ret", "input_suffix": "end", "n_predict": 2,
+                "input_extra": [{"filename": "a.c", "text": "int x;"}, {"text": "int y;"}]}
+        code, r = s.json("/infill", body)
+        p = r.get("prompt", "") if code == 200 else ""
+        want = r"^q3z.*myproject.*q4z.*a\.c.*int.*x;.*q4z.*tmp.*int.*y;.*q4z.*filename\s*<s>\s*q0z.*int.*main.*ret.*q1z.*end.*q2z$"
+        check(re.match(want, p, re.S), "infill prompt: %d %r" % (code, p or r))
+    finally:
+        s.stop()
+    s = serve(tmp, name="nofim.log")
+    try:
+        for extra in ([{}], [{"filename": "ok"}], [{"filename": 1, "text": "a"}], {"text": "a"}):
+            code, r = s.json("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": extra})
+            check(code == 400 and "error" in r, "input_extra %s: %d %s" % (extra, code, r))
+        code, r = s.json("/infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": "c"}]})
+        check(code == 501, "a valid infill on a model without FIM tokens: %d" % code)
+    finally:
+        s.stop()
+
+
+def web_ui_and_token_count(tmp):
+    s = serve(tmp, "--api-key", "k")
+    try:
+        code, page = s.curl("/")
+        check(code == 200 and page.startswith("<!doctype html>") and "v1/chat/completions" in page, "/: %d" % code)
+        for path in ("/sw.js", "/manifest.webmanifest", "/_app/version.json", "/index.html"):
+            check(s.curl(path)[0] == 200, path)
+        check(s.curl("/nothing")[0] == 404, "/nothing answered")
+        msgs = {"messages": [{"role": "user", "content": "Tell me a story"}]}
+        code, r = s.json("/chat/completions/input_tokens", msgs, headers=["Authorization: Bearer k"])
+        code2, c = s.json("/v1/chat/completions", dict(msgs, max_tokens=1), headers=["Authorization: Bearer k"])
+        check(code == 200 and r["input_tokens"] == c["usage"]["prompt_tokens"], "input_tokens %s vs %s" % (r, c))
+        check(s.json("/chat/completions/input_tokens", msgs)[0] == 401, "input_tokens without the key")
+    finally:
+        s.stop()
+    s = serve(tmp, "--no-ui", name="noui.log")
+    try:
+        check(s.curl("/")[0] == 404, "--no-ui: / answered")
+    finally:
+        s.stop()
+
+
 def context_errors(tmp):
     s = serve(tmp, "-c", "64")
     try:
@@ -241,7 +488,9 @@ def seeded_sampling_is_llama_servers(tmp):
 def main():
     rep = Reporter("test_server_dropin")
     cases = [llama_server_command_line_starts, chat_template_sources, chatml_fallback, unsupported_fields_refused,
-             cors_preflight, context_errors, abandoned_request_frees_slot, token_probabilities,
+             cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, history_is_a_cache_hit, infill_layout,
+             web_ui_and_token_count,
+             context_errors, abandoned_request_frees_slot, token_probabilities,
              seeded_sampling_is_llama_servers]
     if not os.path.isfile(MODEL):
         for c in cases:

@@ -174,6 +174,60 @@ static void test_put_get(void)
     skv_store_close(st);
 }
 
+/* get_prefix of q[0..n) gives the KV of a fresh run of its first want tokens. */
+static int check_prefix(skv_store *st, skv_ctx *c, const int32_t *q, size_t n, uint32_t want, uint32_t *loaded)
+{
+    skv_store_prefix_report r;
+    uint8_t a[16], b[16];
+    int rc = skv_store_get_prefix(st, q, n, c, &r);
+    if (!rc && r.n_matched != want) return fprintf(stderr, "matched %u, want %u\n", r.n_matched, want), -1;
+    if (!rc && (uint32_t)skv_ctx_n_pos(c) != want) return fprintf(stderr, "ctx holds %d\n", skv_ctx_n_pos(c)), -1;
+    if (!rc && want && (skv_ctx_kv_digest(c, (int)want, a) || fresh_digest(q, want, b) || memcmp(a, b, 16))) rc = -2;
+    if (loaded) *loaded = r.n_loaded;
+    return rc;
+}
+
+/* The longest stored prefix of any token list, restored without a session name: inside an
+ * edge, past a branch, beyond every session (cut to the stored part), nothing stored;
+ * materialised KV loaded, the rest recomputed; a small context gets what fits. */
+static void test_get_prefix(void)
+{
+    char dir[300], err[512];
+    sess s[8];
+    skv_store *st;
+    int32_t q[256];
+    uint32_t loaded = 0;
+    store_dir(dir, sizeof dir, "prefix");
+    build_sessions(s, 8);
+    CHECK_MSG(skv_store_open(dir, g_m, SKV_STORE_CREATE, NULL, &st, err, sizeof err) == SKV_OK, "%s", err);
+    skv_ctx *c = new_ctx();
+    CHECK(c != NULL);
+    CHECK(check_prefix(st, c, s[0].tok, s[0].n, 0, NULL) == SKV_OK); /* an empty store */
+    for (int i = 0; i < 8; i++) CHECK(skv_store_put(st, s[i].name, s[i].tok, s[i].n, NULL) == SKV_OK);
+    CHECK(check_prefix(st, c, s[1].tok, 44, 44, NULL) == SKV_OK);       /* inside s1's edge */
+    memcpy(q, s[2].tok, s[2].n * sizeof *q);
+    q[s[2].n - 3] = q[s[2].n - 3] == 5 ? 6 : 5;                           /* differs 3 before the end */
+    CHECK(check_prefix(st, c, q, s[2].n, (uint32_t)s[2].n - 3, &loaded) == SKV_OK);
+    CHECK(loaded > 0);
+    memcpy(q, s[6].tok, s[6].n * sizeof *q);
+    memcpy(q + s[6].n, g_text + 2000, 20 * sizeof *q);                    /* beyond every session */
+    CHECK(check_prefix(st, c, q, s[6].n + 20, (uint32_t)s[6].n, NULL) == SKV_OK);
+    CHECK(skv_store_set_budget(st, 0) == SKV_OK);
+    skv_store_gc_report g;
+    CHECK(skv_store_gc(st, &g) == SKV_OK);
+    CHECK(check_prefix(st, c, s[4].tok, s[4].n, (uint32_t)s[4].n, &loaded) == SKV_OK && loaded == 0); /* recomputed */
+    skv_ctx_params p = skv_ctx_default_params();
+    skv_ctx *small = NULL;
+    p.n_ctx = 32;
+    CHECK(skv_ctx_create(g_m, &p, &small) == SKV_OK);
+    CHECK(check_prefix(st, small, s[0].tok, s[0].n, 32, NULL) == SKV_OK);  /* what fits */
+    CHECK(skv_store_get_prefix(st, NULL, 3, c, NULL) == SKV_ERR_INVALID_ARG);
+    CHECK(skv_store_last_error(st)[0] != 0);
+    skv_ctx_free(small);
+    skv_ctx_free(c);
+    skv_store_close(st);
+}
+
 static void test_remove_match(void)
 {
     char dir[300], err[512];
@@ -841,6 +895,7 @@ int main(void)
     rm_rf(g_root);
     mkdir(g_root, 0777);
     RUN(test_put_get);
+    RUN(test_get_prefix);
     RUN(test_remove_match);
     RUN(test_wrong_model);
     RUN(test_corrupt);

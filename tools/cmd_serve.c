@@ -15,9 +15,9 @@
 
 typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *chat_template, *chat_template_file;
-    const char *slot_save_path, *gpu_value;
-    long port, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client;
-    int ctx_shift, reuse, kv_unified, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
+    const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers;
+    long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client;
+    int ctx_shift, no_ui, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
     double recompute, quality, temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     long long budget, mem_budget;
 } serve_opts;
@@ -36,6 +36,8 @@ static const cli_opt serve_table[] = {
     {"np", 0, CLI_INT, "N", 1, SRV_MAX_PARALLEL, F(parallel), NULL}, /* llama-server's short form */
     CLI_OPT_CTX(F(ctx), 0, "context positions of all slots together, each slot getting\n"
                            "N / --parallel (default 0: the model's trained context)"),
+    {"batch-size", 'b', CLI_INT, "N", 1, 1 << 24, F(batch), "prompt tokens between two prompt_progress events of a\n"
+     "request with return_progress (default 2048; the KV is the same)"},
     {"kv-unified", 0, CLI_FLAG, NULL, 0, 0, F(kv_unified), "every slot gets the whole -c (llama-server's unified KV;\n"
                                                               "here each slot still has its own: --parallel x the memory)"},
     {"kvu", 0, CLI_FLAG, NULL, 0, 0, F(kv_unified), NULL},
@@ -68,11 +70,23 @@ static const cli_opt serve_table[] = {
     {"no-slots", 0, CLI_UNSET, NULL, 0, 0, F(slots), "GET /slots answers 501"},
     {"verbose", 'v', CLI_FLAG, NULL, 0, 0, F(verbose), "replies carry llama-server's \"__verbose\" result (the prompt as\n"
      "text with its special tokens, ...)"},
+    {"cors-origins", 0, CLI_STR, "ORIGINS", 0, 0, F(cors_origins), "origins browsers may call from: * (default, any), localhost\n"
+     "(only http(s)://localhost, 127.0.0.1, [::1]) or A,B,..."},
+    {"cors-methods", 0, CLI_STR, "METHODS", 0, 0, F(cors_methods), "a preflight's allowed methods (GET, POST, DELETE, OPTIONS)"},
+    {"cors-headers", 0, CLI_STR, "HEADERS", 0, 0, F(cors_headers), "a preflight's allowed headers (default *)"},
+    {"cors-credentials", 0, CLI_UNSET, NULL, 0, 0, F(cors_no_cred), "credentials allowed (the default)"},
+    {"no-cors-credentials", 0, CLI_FLAG, NULL, 0, 0, F(cors_no_cred), "credentials not allowed"},
+    {"no-ui", 0, CLI_FLAG, NULL, 0, 0, F(no_ui), "no web UI: / answers 404 (default: a small chat page)"},
+    {"no-webui", 0, CLI_FLAG, NULL, 0, 0, F(no_ui), NULL},
+    {"ui", 0, CLI_UNSET, NULL, 0, 0, F(no_ui), NULL},
+    {"webui", 0, CLI_UNSET, NULL, 0, 0, F(no_ui), NULL},
     {"metrics", 0, CLI_FLAG, NULL, 0, 0, F(metrics), "GET /metrics answers (default: 501, as llama-server)"},
-    {"embedding", 0, CLI_FLAG, NULL, 0, 0, F(embedding), "accepted; /embedding and /v1/embeddings answer 501 (not yet)"},
+    {"embedding", 0, CLI_FLAG, NULL, 0, 0, F(embedding), "/embedding and /v1/embeddings answer (the model's final\n"
+     "hidden state, pooled; a slot's cache is cleared by each)"},
     {"embeddings", 0, CLI_FLAG, NULL, 0, 0, F(embedding), NULL},
-    {"reranking", 0, CLI_FLAG, NULL, 0, 0, F(embedding), NULL},
-    {"pooling", 0, CLI_CHOICE, "none|mean|cls|last|rank", 0, 0, F(pooling), "accepted with --embedding (not yet)"},
+    {"reranking", 0, CLI_FLAG, NULL, 0, 0, F(reranking), NULL},
+    {"pooling", 0, CLI_CHOICE, "none|mean|cls|last|rank", 0, 0, F(pooling), "how --embedding pools the positions (default last;\n"
+     "none: one row per token, /embedding only)"},
     {"cache-reuse", 0, CLI_INT, "N", 0, 1 << 24, F(cache_reuse), "accepted; every stored prefix is reused here"},
     {"cache-budget", 0, CLI_BYTES, "BYTES", 0, 9e18, F(budget), "bytes of materialised KV the store may keep\n"
                                                                 "(default: the store's own; 64M for a new one)"},
@@ -92,10 +106,10 @@ static const cli_opt serve_table[] = {
     GPU_VALUE("n-gpu-layers", 0), GPU_VALUE("ngl", 0), GPU_VALUE("gpu-layers", 0), GPU_VALUE("flash-attn", 0),
     GPU_VALUE("fa", 0), GPU_VALUE("split-mode", 0), GPU_VALUE("sm", 0), GPU_VALUE("main-gpu", 0), GPU_VALUE("mg", 0),
     GPU_VALUE("tensor-split", 0), GPU_VALUE("ts", 0), GPU_VALUE("device", 0), GPU_VALUE("dev", 0),
-    GPU_VALUE("batch-size", 'b'), GPU_VALUE("ubatch-size", 0), GPU_VALUE("ub", 0), GPU_VALUE("cache-type-k", 0),
+    GPU_VALUE("ubatch-size", 0), GPU_VALUE("ub", 0), GPU_VALUE("cache-type-k", 0),
     GPU_VALUE("ctk", 0), GPU_VALUE("cache-type-v", 0), GPU_VALUE("ctv", 0), GPU_FLAG("cont-batching"),
     GPU_FLAG("cb"), GPU_FLAG("no-cont-batching"), GPU_FLAG("nocb"), GPU_FLAG("no-mmap"), GPU_FLAG("mlock"),
-    GPU_FLAG("no-warmup"), GPU_FLAG("no-webui"), GPU_FLAG("offline"),
+    GPU_FLAG("no-warmup"), GPU_FLAG("offline"),
     {0},
 };
 static const cli_cmd serve_cmd = {
@@ -107,7 +121,7 @@ static const cli_cmd serve_cmd = {
     "unmatched tail is computed; finished conversations are put back, so the cache\n"
     "survives restarts. SIGINT/SIGTERM stop it.\n",
     serve_table, 0,
-    "llama-server's GPU and batching flags (-ngl, -fa, -sm, -mg, -ts, -dev, -b, -ub, -ctk,\n"
+    "llama-server's GPU and batching flags (-ngl, -fa, -sm, -mg, -ts, -dev, -ub, -ctk,\n"
     "-ctv, -cb, --no-mmap, --mlock, ...) are accepted and do nothing here.\n"
     "See docs/server.md for the endpoints, limits and measured figures.\n"};
 
@@ -165,6 +179,9 @@ static int check_opts(const serve_opts *o)
     if (o->gpu_value || o->gpu_flag)
         fprintf(stderr, "seqkv serve: GPU and batching flags (-ngl, -fa, -b, -ctk, ...) do nothing here: seqkv runs on "
                         "the CPU and batches by itself\n");
+    if (o->reranking || o->pooling == 4)
+        fprintf(stderr, "seqkv serve: --reranking / --pooling rank need a reranker model, which seqkv does not run: "
+                        "/rerank answers 501\n");
     if (o->cache_reuse) fprintf(stderr, "seqkv serve: --cache-reuse does nothing here: every stored prefix is reused\n");
     return CLI_CONTINUE;
 }
@@ -173,20 +190,23 @@ int cmd_serve(int argc, char **argv)
 {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .threads = 0, .budget = -1, .recompute = -1,
                     .temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .repeat_penalty = 1.0, .repeat_last_n = 64,
-                    .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1};
+                    .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1, .pooling = -1};
     int rc = cli_parse(&serve_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE || (rc = check_opts(&o)) != CLI_CONTINUE) return rc;
     char *keys = NULL, *tmpl = NULL;
     long threads = o.threads ? o.threads : cores();
     skv_server_params p = {.model_path = o.model ? o.model : cli_default_model(), .store_dir = o.store,
                            .host = o.host, .alias = o.alias, .port = (int)o.port, .parallel = (int)o.parallel,
-                           .n_ctx = (int)o.ctx, .kv_unified = o.kv_unified,
+                           .n_ctx = (int)o.ctx, .n_batch = (int)o.batch, .kv_unified = o.kv_unified,
                            .n_threads = (int)(threads / o.parallel > 0 ? threads / o.parallel : 1),
                            .cache_budget = o.budget, .slot_save_path = o.slot_save_path, .ctx_shift = o.ctx_shift,
                            .reuse_near = o.reuse, .near_recompute = o.recompute, .near_quality = o.quality,
                            .store_map_size = cli_store_map_size(), .mem_budget = (unsigned long long)o.mem_budget,
                            .max_conns_per_client = (int)o.conns_per_client, .slots_endpoint = o.slots,
-                           .metrics_endpoint = o.metrics, .verbose = o.verbose,
+                           .metrics_endpoint = o.metrics, .verbose = o.verbose, .embedding = o.embedding, .no_ui = o.no_ui,
+                           .pooling = o.pooling < 0 || o.pooling == 4 ? 3 /* SRV_POOL_LAST */ : o.pooling,
+                           .cors_origins = o.cors_origins, .cors_methods = o.cors_methods,
+                           .cors_headers = o.cors_headers, .cors_no_credentials = o.cors_no_cred,
                            .defaults = {.temp = o.temp, .top_k = (int)o.top_k, .top_p = o.top_p, .min_p = o.min_p,
                                         .repeat_penalty = o.repeat_penalty, .repeat_last_n = (int)o.repeat_last_n,
                                         .presence_penalty = o.presence_penalty,

@@ -18,10 +18,11 @@ const struct skv_tokenizer *skv_model_tokenizer(const skv_model *m);
  * model has none (a llama2.c model, or a GGUF without the key) or memory ran out. */
 char *skv_model_chat_template(const skv_model *m);
 
-/* The model's fill-in-the-middle tokens (prefix, suffix, middle: the GGUF's
- * tokenizer.ggml.fim_*_token_id; -1 when absent or out of the vocabulary): a mask of the
- * missing ones (bit 0 prefix, 1 suffix, 2 middle), 0 when the model can infill. */
-int skv_model_fim_tokens(const skv_model *m, int32_t ids[3]);
+/* The model's fill-in-the-middle tokens (prefix, suffix, middle, repository, file
+ * separator: the GGUF's tokenizer.ggml.fim_*_token_id; -1 when absent or out of the
+ * vocabulary): a mask of the missing ones of the first three (bit 0 prefix, 1 suffix, 2
+ * middle), 0 when the model can infill (the last two are optional). */
+int skv_model_fim_tokens(const skv_model *m, int32_t ids[5]);
 
 /* 1 once the fingerprint is computed (skv_model_fingerprint returns at once), else 0. */
 int skv_model_fingerprint_ready(skv_model *m);

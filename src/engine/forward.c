@@ -754,6 +754,25 @@ int skv_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode, fl
     return SKV_OK;
 }
 
+int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *embd)
+{
+    int rc;
+    if (!c || (!tokens && n) || (!embd && n))
+        return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "prefill_embd: NULL tokens or embd") : SKV_ERR_INVALID_ARG;
+    c->err[0] = 0;
+    if ((rc = check_tokens(c, tokens, n))) return rc;
+    const skv_model_info *h = &c->m->info;
+    size_t D = (size_t)h->n_embd;
+    for (size_t done = 0; done < n;) {
+        size_t T = n - done < (size_t)c->max_batch ? n - done : (size_t)c->max_batch;
+        forward_batch(c, tokens + done, T, T, NULL); /* x: the rows' final residual stream */
+        for (size_t t = 0; t < T; t++)
+            c->k->rmsnorm(embd + (done + t) * D, c->x + t * D, c->m->output_norm, D, h->norm_eps);
+        done += T;
+    }
+    return SKV_OK;
+}
+
 int skv_decode(skv_ctx *c, int32_t token, float *logits)
 {
     return skv_prefill(c, &token, 1, logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE, logits);

@@ -17,16 +17,17 @@ int skv_token_text(const skv_model *m, int32_t token, const char **text, size_t 
     return *text ? SKV_OK : SKV_ERR_RANGE;
 }
 
-int skv_model_fim_tokens(const skv_model *m, int32_t ids[3])
+int skv_model_fim_tokens(const skv_model *m, int32_t ids[5])
 {
-    static const char *keys[3] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
-                                  "tokenizer.ggml.fim_mid_token_id"};
+    static const char *keys[5] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
+                                  "tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.fim_rep_token_id",
+                                  "tokenizer.ggml.fim_sep_token_id"};
     int missing = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         int64_t v = -1;
         if (!m->gguf || skv_gguf_get_int(m->gguf, keys[i], &v) || v < 0 || v >= m->info.n_vocab) v = -1;
         ids[i] = (int32_t)v;
-        missing |= (v < 0) << i;
+        missing |= (v < 0 && i < 3) << i;
     }
     return missing;
 }

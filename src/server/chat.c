@@ -35,4 +35,4 @@ int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int ad
 
 char *srv_model_chat_template(const skv_model *m) { return skv_model_chat_template(m); }
 
-int srv_model_fim(const skv_model *m, int32_t ids[3]) { return skv_model_fim_tokens(m, ids); }
+int srv_model_fim(const skv_model *m, int32_t ids[5]) { return skv_model_fim_tokens(m, ids); }

@@ -275,7 +275,7 @@ static const struct unsupported {
     {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
     {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
     {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
-    {"post_sampling_probs", is_off}, {"return_progress", is_off}, {"ignore_eos", is_off},
+    {"post_sampling_probs", is_off}, {"ignore_eos", is_off},
     {"samplers", is_empty},        {"multimodal_data", is_empty}, {"grammar_lazy", is_off},
 };
 
@@ -409,6 +409,8 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
     }
     j->bias = req.bias, j->n_bias = req.n_bias;
     j->verbose = r->s->p.verbose || json_is_true(json_object_get(r->body, "verbose"));
+    j->return_progress = json_is_true(json_object_get(r->body, "return_progress"));
+    j->timings_per_token = json_is_true(json_object_get(r->body, "timings_per_token"));
     j->n_predict = req.n_predict, j->top_k = req.top_k, j->temp = req.temp, j->top_p = req.top_p;
     j->min_p = req.min_p, j->repeat_penalty = req.repeat_penalty, j->presence_penalty = req.presence_penalty;
     j->frequency_penalty = req.frequency_penalty, j->repeat_last_n = req.repeat_last_n;
@@ -449,7 +451,7 @@ static int run(srv_req *r, srv_job *j)
 
 /* A list of prompts rather than one: its items are strings, token lists or llama-server's
  * {"prompt_string", "multimodal_data"} objects (a single string in a list is one prompt). */
-static int is_batch(const json_t *p)
+int srv_prompt_is_batch(const json_t *p)
 {
     const json_t *first = json_array_get(p, 0);
     if (!json_is_array(p) || !first || is_mixed(p)) return 0;
@@ -457,7 +459,7 @@ static int is_batch(const json_t *p)
 }
 
 /* One prompt of a batch as tokens (an object's prompt_string; its media refused). */
-static int32_t *batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap)
+int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap)
 {
     if (json_is_object(p)) {
         if (json_array_size(json_object_get(p, "multimodal_data")))
@@ -482,7 +484,7 @@ static int run_several(srv_req *r, int fmt, const char *n_key, const json_t *bat
     for (; made < n; made++) {
         srv_job *j = job_from(r, fmt, n_key, err, sizeof err);
         if (!(jobs[made] = j)) break;
-        j->prompt = batch ? batch_item(r->s, json_array_get(batch, made), &at, err, sizeof err) : malloc(n_tok * sizeof *tok);
+        j->prompt = batch ? srv_batch_item(r->s, json_array_get(batch, made), &at, err, sizeof err) : malloc(n_tok * sizeof *tok);
         if (!j->prompt) {
             made++;
             break;
@@ -503,7 +505,7 @@ static int completion(srv_req *r, int fmt, const char *n_key)
     if (!prompt) return srv_reply_error(r, 400, "\"prompt\" is required");
     if (json_unpack(r->body, "{s?I}", "n", &n) || n < 1 || n > SRV_MAX_CHOICES)
         return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
-    if (is_batch(prompt)) return run_several(r, fmt, n_key, prompt, NULL, 0, json_array_size(prompt));
+    if (srv_prompt_is_batch(prompt)) return run_several(r, fmt, n_key, prompt, NULL, 0, json_array_size(prompt));
     srv_job *j = job_from(r, fmt, n_key, err, sizeof err);
     if (!j) return srv_reply_error(r, 400, "%s", err);
     if (!(j->prompt = srv_prompt_tokens(r->s, prompt, &j->n_prompt, err, sizeof err))) {
@@ -524,53 +526,112 @@ int srv_rt_completion(srv_req *r) { return completion(r, SRV_FMT_LLAMA, "n_predi
 /* /infill's inputs as llama-server checks them; 0, or -1 with err. */
 static int infill_inputs(const json_t *b, char *err, size_t errcap)
 {
-    const json_t *p = json_object_get(b, "prompt"), *x = json_object_get(b, "input_extra");
+    const json_t *p = json_object_get(b, "prompt"), *x = json_object_get(b, "input_extra"), *c;
+    size_t i;
     if (p && !json_is_string(p)) return snprintf(err, errcap, "\"prompt\" must be a string"), -1;
     if (!json_is_string(json_object_get(b, "input_prefix"))) return snprintf(err, errcap, "\"input_prefix\" is required"), -1;
     if (!json_is_string(json_object_get(b, "input_suffix"))) return snprintf(err, errcap, "\"input_suffix\" is required"), -1;
     if (x && !json_is_array(x))
         return snprintf(err, errcap, "\"input_extra\" must be an array of {\"filename\": string, \"text\": string}"), -1;
-    if (json_array_size(x)) return snprintf(err, errcap, "\"input_extra\" is not supported by seqkv serve yet"), -1;
+    json_array_foreach(x, i, c) {
+        if (!json_is_string(json_object_get(c, "text")))
+            return snprintf(err, errcap, "extra_context chunk must contain a \"text\" field with a string value"), -1;
+        const json_t *f = json_object_get(c, "filename");
+        if (f && !json_is_string(f)) return snprintf(err, errcap, "extra_context chunk's \"filename\" field must be a string"), -1;
+    }
     return 0;
 }
 
-/* The prefix-suffix-middle prompt: BOS, FIM_PRE prefix, FIM_SUF suffix, FIM_MID prompt. */
-static int32_t *infill_prompt(const srv *s, const json_t *b, const int32_t fim[3], size_t *n)
+/* A growing token list. */
+typedef struct toks { int32_t *t; size_t n, cap; int bad; } toks;
+
+static void toks_add(toks *l, const int32_t *t, size_t n)
 {
-    const char *part[3] = {json_string_value(json_object_get(b, "input_prefix")),
-                           json_string_value(json_object_get(b, "input_suffix")), json_string_value(json_object_get(b, "prompt"))};
-    size_t cap = 4, at = 0;
-    int32_t *out = malloc(cap * sizeof *out);
-    if (out && s->info.bos_id >= 0) out[at++] = s->info.bos_id;
-    for (int i = 0; out && i < 3; i++) {
-        size_t k = 0;
-        int32_t *t = srv_tokenize(s, part[i] ? part[i] : "", part[i] ? strlen(part[i]) : 0, 0, &k);
-        int32_t *grown = t ? realloc(out, (at + k + 1) * sizeof *out) : NULL;
-        if (!grown) {
-            free(t);
-            free(out);
-            return NULL;
-        }
-        out = grown;
-        out[at++] = fim[i];
-        memcpy(out + at, t, k * sizeof *t);
-        at += k;
-        free(t);
+    if (l->bad || !n) return;
+    if (l->n + n > l->cap) {
+        size_t cap = (l->n + n) * 2;
+        int32_t *g = realloc(l->t, cap * sizeof *g);
+        if (!g) return (void)(l->bad = 1);
+        l->t = g, l->cap = cap;
     }
-    *n = at;
-    return out;
+    memcpy(l->t + l->n, t, n * sizeof *t);
+    l->n += n;
+}
+
+static void toks_text(const srv *s, toks *l, const char *text, size_t len)
+{
+    size_t k = 0;
+    int32_t *t = srv_tokenize(s, text, len, 0, &k);
+    if (!t && len) l->bad = 1;
+    toks_add(l, t, k);
+    free(t);
+}
+
+static void toks_id(toks *l, int32_t id) { toks_add(l, &id, 1); }
+
+/* The repository context of input_extra as llama-server lays it out: FIM_REP "myproject\n",
+ * then per chunk FIM_SEP filename "\n" (or, without FIM_SEP, a "--- snippet ---" line) and
+ * its text, then FIM_SEP "filename\n" for the file being completed. */
+static void infill_extra(const srv *s, const json_t *x, const int32_t fim[5], toks *e)
+{
+    static const char snippet[] = "\n\n--- snippet ---\n\n";
+    size_t i;
+    const json_t *c;
+    if (fim[3] >= 0) toks_id(e, fim[3]), toks_text(s, e, "myproject\n", 10);
+    json_array_foreach(x, i, c) {
+        const char *f = json_string_value(json_object_get(c, "filename")), *t = json_string_value(json_object_get(c, "text"));
+        char name[SRV_MAX_FILENAME + 2];
+        if (fim[4] >= 0) {
+            int k = snprintf(name, sizeof name, "%.*s\n", SRV_MAX_FILENAME, f ? f : "tmp");
+            toks_id(e, fim[4]), toks_text(s, e, name, (size_t)k);
+        } else {
+            toks_text(s, e, snippet, sizeof snippet - 1);
+        }
+        toks_text(s, e, t, strlen(t));
+    }
+    if (fim[4] >= 0) toks_id(e, fim[4]), toks_text(s, e, "filename\n", 9);
+}
+
+/* llama-server's infill prompt: the tail of the repository context that fits, BOS,
+ * FIM_PRE, the prefix's last 3/4 of a batch, the prompt, FIM_SUF, the suffix's first
+ * (batch/4 - 2 - prompt) tokens, FIM_MID. */
+static int32_t *infill_prompt(const srv *s, const json_t *b, const int32_t fim[5], size_t *n)
+{
+    const char *pre = json_string_value(json_object_get(b, "input_prefix")), *suf = json_string_value(json_object_get(b, "input_suffix"));
+    const char *prompt = json_string_value(json_object_get(b, "prompt"));
+    toks e = {0}, p = {0}, q = {0}, m = {0}, out = {0};
+    long batch = s->p.n_batch > 0 ? s->p.n_batch : SRV_DEFAULT_BATCH, np = s->p.defaults.n_predict;
+    infill_extra(s, json_object_get(b, "input_extra"), fim, &e);
+    toks_text(s, &p, pre, strlen(pre));
+    toks_text(s, &q, suf, strlen(suf));
+    toks_text(s, &m, prompt ? prompt : "", prompt ? strlen(prompt) : 0);
+    size_t take_p = p.n < (size_t)(3 * (batch / 4)) ? p.n : (size_t)(3 * (batch / 4));
+    long room_q = batch / 4 - 2 - (long)m.n;
+    size_t take_q = room_q <= 0 ? 0 : q.n < (size_t)room_q ? q.n : (size_t)room_q;
+    long room_e = (long)s->n_ctx - batch - 2 * np;
+    size_t take_e = room_e <= 0 ? 0 : e.n < (size_t)room_e ? e.n : (size_t)room_e;
+    toks_add(&out, e.t + e.n - take_e, take_e);
+    if (s->info.bos_id >= 0) toks_id(&out, s->info.bos_id);
+    toks_id(&out, fim[0]), toks_add(&out, p.t + p.n - take_p, take_p), toks_add(&out, m.t, m.n);
+    toks_id(&out, fim[1]), toks_add(&out, q.t, take_q), toks_id(&out, fim[2]);
+    int bad = e.bad || p.bad || q.bad || m.bad || out.bad;
+    free(e.t), free(p.t), free(q.t), free(m.t);
+    if (bad) return free(out.t), NULL;
+    *n = out.n;
+    return out.t;
 }
 
 int srv_rt_infill(srv_req *r)
 {
     char err[256];
-    int32_t fim[3];
+    int32_t fim[5];
+    if (infill_inputs(r->body, err, sizeof err)) return srv_reply_error(r, 400, "%s", err); /* before the model's
+                                                        * support (llama-server checks it first): a bad request is one anyway */
     int missing = srv_model_fim(r->s->model, fim);
     if (missing)
         return srv_reply_error(r, 501, "Infill is not supported by this model: %s%s%s", missing & 1 ? "prefix token is "
                                "missing. " : "", missing & 2 ? "suffix token is missing. " : "", missing & 4 ?
                                "middle token is missing. " : "");
-    if (infill_inputs(r->body, err, sizeof err)) return srv_reply_error(r, 400, "%s", err);
     srv_job *j = job_from(r, SRV_FMT_LLAMA, "n_predict", err, sizeof err);
     if (!j) return srv_reply_error(r, 400, "%s", err);
     j->prompt = infill_prompt(r->s, r->body, fim, &j->n_prompt);
@@ -585,12 +646,13 @@ int srv_rt_infill(srv_req *r)
 int srv_rt_oai_completion(srv_req *r) { return completion(r, SRV_FMT_OAI_TEXT, "max_tokens"); }
 
 /* A message's text: a string, or the text parts of an array of content parts joined with
- * "\n" as llama-server joins them (one pass to size it, one to copy: linear in the parts);
- * its bytes are charged to the request (*charged grows by them; given back after the
- * render). NULL for another type, or a part that is not text (*err says which). */
-static char *content_of(const json_t *c, size_t *charged, char *err, size_t errcap)
+ * delim ("\n" as llama-server joins them for the template, "\n\n" for a continued final
+ * message) (one pass to size it, one to copy: linear in the parts); its bytes are charged
+ * to the request (*charged grows by them; given back after the render). NULL for another
+ * type, or a part that is not text (*err says which). */
+static char *content_of(const json_t *c, const char *delim, size_t *charged, char *err, size_t errcap)
 {
-    size_t i, total = 0, at = 0;
+    size_t i, total = 0, at = 0, dn = strlen(delim);
     json_t *part;
     if (json_is_string(c)) total = json_string_length(c);
     else if (json_is_null(c)) total = 0; /* an assistant turn without text */
@@ -599,7 +661,7 @@ static char *content_of(const json_t *c, size_t *charged, char *err, size_t errc
         const char *type = json_string_value(json_object_get(part, "type"));
         if (type && strcmp(type, "text"))
             return snprintf(err, errcap, "content parts of type \"%.40s\" are not supported (text only)", type), NULL;
-        total += json_string_length(json_object_get(part, "text")) + 1;
+        total += json_string_length(json_object_get(part, "text")) + dn;
     }
     char *out = srv_mem_take(NULL, total + 1) ? NULL : malloc(total + 1);
     if (!out) return NULL;
@@ -608,7 +670,7 @@ static char *content_of(const json_t *c, size_t *charged, char *err, size_t errc
     json_array_foreach(c, i, part) {
         const json_t *t = json_object_get(part, "text");
         if (!json_is_string(t)) continue;
-        if (at) out[at++] = '\n';
+        if (at) memcpy(out + at, delim, dn), at += dn;
         memcpy(out + at, json_string_value(t), json_string_length(t));
         at += json_string_length(t);
     }
@@ -624,22 +686,64 @@ static size_t render_arena(size_t bytes)
     return bytes >= (lim - SRV_TMPL_MEM_MIN) / SRV_TMPL_MEM_PER_BYTE ? lim : SRV_TMPL_MEM_MIN + bytes * SRV_TMPL_MEM_PER_BYTE;
 }
 
-/* The messages rendered with the chat template; NULL with a message in err. */
-static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
+/* How the messages end, as llama-server reads a request: add_generation_prompt (default
+ * true), and continue_final_message (true or "content"), which a final assistant message
+ * implies (an assistant prefill: the reply continues its text). 0, or -1 with a message. */
+typedef struct render_mode { int gen_prompt, cont; } render_mode;
+
+static int render_mode_of(const json_t *body, const json_t *msgs, render_mode *md, char *err, size_t errcap)
+{
+    const json_t *g = json_object_get(body, "add_generation_prompt"), *c = json_object_get(body, "continue_final_message");
+    size_t n = json_array_size(msgs);
+    const char *last = n ? json_string_value(json_object_get(json_array_get(msgs, n - 1), "role")) : NULL;
+    const char *prev = n > 1 ? json_string_value(json_object_get(json_array_get(msgs, n - 2), "role")) : NULL;
+    if ((g && !json_is_boolean(g)) || (c && !json_is_boolean(c) && !json_is_string(c)))
+        return snprintf(err, errcap, "\"add_generation_prompt\": a boolean; \"continue_final_message\": a boolean or "
+                                     "\"content\""), -1;
+    if (json_is_string(c) && strcmp(json_string_value(c), "content"))
+        return snprintf(err, errcap, "\"continue_final_message\": \"%.40s\" is not supported (true or \"content\")",
+                        json_string_value(c)), -1;
+    md->gen_prompt = g ? json_is_true(g) : 1;
+    md->cont = json_is_true(c) || json_is_string(c);
+    if (!md->cont && last && !strcmp(last, "assistant")) { /* llama-server's assistant prefill */
+        if (prev && !strcmp(prev, "assistant"))
+            return snprintf(err, errcap, "Cannot have 2 or more assistant messages at the end of the list."), -1;
+        md->cont = 1, md->gen_prompt = 0;
+    }
+    if (md->cont && md->gen_prompt)
+        return snprintf(err, errcap, "Cannot set both add_generation_prompt and continue_final_message to true."), -1;
+    return 0;
+}
+
+/* The rendered prompt with the continued message's text appended: *out replaced. */
+static int append_continuation(char **out, const char *text, char *err, size_t errcap)
+{
+    size_t a = strlen(*out), b = strlen(text);
+    char *t = srv_mem_take(NULL, a + b + 1) ? NULL : malloc(a + b + 1);
+    if (!t) return snprintf(err, errcap, "out of memory"), -1;
+    memcpy(t, *out, a);
+    memcpy(t + a, text, b + 1);
+    free(*out);
+    *out = t;
+    srv_mem_give(NULL, a + b + 1);
+    return 0;
+}
+
+/* The messages rendered with the chat template as md says (a continued final message: the
+ * others with the generation prompt, then its text); NULL with a message in err. */
+static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, char *err, size_t errcap)
 {
     size_t n = json_array_size(msgs), i;
     json_t *m;
-    err[0] = 0;
-    if (!json_is_array(msgs) || !n || n > SRV_MAX_MESSAGES)
-        return snprintf(err, errcap, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
     skv_chat_msg *cm = calloc(n, sizeof *cm);
     char **texts = calloc(n, sizeof *texts), *out = NULL;
     int bad = !cm || !texts;
     size_t charged = 0;
     json_array_foreach(msgs, i, m) {
         if (bad) break;
+        const char *delim = md.cont && i == n - 1 ? "\n\n" : "\n";
         cm[i].role = json_string_value(json_object_get(m, "role"));
-        cm[i].content = texts[i] = content_of(json_object_get(m, "content"), &charged, err, errcap);
+        cm[i].content = texts[i] = content_of(json_object_get(m, "content"), delim, &charged, err, errcap);
         bad |= !cm[i].role || !cm[i].content;
     }
     size_t bytes = 0;
@@ -649,7 +753,9 @@ static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
         if (!err[0]) snprintf(err, errcap, "each message needs a \"role\" string and a \"content\" string or parts");
     } else if (srv_mem_take(NULL, arena)) snprintf(err, errcap, "out of memory");
     else {
-        if (skv_chat_render(s->chat_template, cm, n, 1, arena, &out, err, errcap)) out = NULL;
+        int gen = md.cont ? 1 : md.gen_prompt;
+        if (skv_chat_render(s->chat_template, cm, n - (size_t)md.cont, gen, arena, &out, err, errcap)) out = NULL;
+        if (out && md.cont && append_continuation(&out, cm[n - 1].content, err, errcap)) free(out), out = NULL;
         srv_mem_give(NULL, arena);
     }
     for (i = 0; texts && i < n; i++) free(texts[i]);
@@ -659,15 +765,54 @@ static char *render(const srv *s, const json_t *msgs, char *err, size_t errcap)
     return out;
 }
 
+static char *render(const srv *s, const json_t *body, char *err, size_t errcap)
+{
+    const json_t *msgs = json_object_get(body, "messages");
+    render_mode md;
+    err[0] = 0;
+    if (!json_is_array(msgs) || !json_array_size(msgs) || json_array_size(msgs) > SRV_MAX_MESSAGES)
+        return snprintf(err, errcap, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
+    if (render_mode_of(body, msgs, &md, err, errcap)) return NULL;
+    return render_msgs(s, msgs, md, err, errcap);
+}
+
+int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, size_t len, size_t *n)
+{
+    char err[256];
+    json_t *all = json_copy(msgs), *turn = json_pack("{s:s,s:s%}", "role", "assistant", "content", reply, len);
+    char *text = NULL;
+    int32_t *t = NULL;
+    *n = 0;
+    if (all && turn && !json_array_append(all, turn) && json_array_size(all) <= SRV_MAX_MESSAGES)
+        text = render_msgs(s, all, (render_mode){0, 0}, err, sizeof err);
+    if (text) t = srv_tokenize(s, text, strlen(text), 1, n);
+    free(text);
+    json_decref(turn);
+    json_decref(all);
+    return t;
+}
+
 /* POST /apply-template: the prompt the chat template makes of the messages, not run. */
 int srv_rt_apply_template(srv_req *r)
 {
     char err[256];
-    char *text = render(r->s, json_object_get(r->body, "messages"), err, sizeof err);
+    char *text = render(r->s, r->body, err, sizeof err);
     if (!text) return srv_reply_error(r, 400, "%s", err);
     json_t *o = json_pack("{s:s}", "prompt", text);
     free(text);
     return srv_reply_json(r, 200, o);
+}
+
+int srv_rt_chat_input_tokens(srv_req *r)
+{
+    char err[256];
+    size_t n = 0;
+    char *text = render(r->s, r->body, err, sizeof err);
+    int32_t *t = text ? srv_tokenize(r->s, text, strlen(text), 1, &n) : NULL;
+    free(text);
+    if (!t) return srv_reply_error(r, 400, "%s", err[0] ? err : "the prompt could not be tokenized");
+    free(t);
+    return srv_reply_json(r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }
 
 int srv_rt_oai_chat(srv_req *r)
@@ -679,11 +824,12 @@ int srv_rt_oai_chat(srv_req *r)
         return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
     srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, n_key, err, sizeof err);
     if (!j) return srv_reply_error(r, 400, "%s", err);
-    char *text = render(r->s, json_object_get(r->body, "messages"), err, sizeof err);
+    char *text = render(r->s, r->body, err, sizeof err);
     json_t *p = text ? json_string(text) : NULL;
     free(text);
     if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, err, sizeof err);
     json_decref(p);
+    if (j->prompt && n == 1) j->chat_msgs = json_deep_copy(json_object_get(r->body, "messages"));
     if (!j->prompt) {
         size_t np = j->n_prompt;
         srv_job_unref(j);

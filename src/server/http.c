@@ -34,13 +34,12 @@ typedef struct stream_st {
     size_t len, pos;
 } stream_st;
 
-static int mhd_queue(struct MHD_Connection *c, int code, struct MHD_Response *resp, const char *type)
+static int mhd_queue(const srv *s, struct MHD_Connection *c, int code, struct MHD_Response *resp, const char *type)
 {
     if (!resp) return -1;
-    /* CORS as llama-server (any origin, with credentials): the request's Origin echoed */
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *origin = srv_cors_origin(&s->p, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"));
     MHD_add_response_header(resp, "Content-Type", type);
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin ? origin : "*");
+    if (origin) MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)code, resp);
     MHD_destroy_response(resp);
     return ok == MHD_YES ? 0 : -1;
@@ -50,7 +49,7 @@ static int mhd_text(srv_req *r, int code, const char *type, char *text)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!resp) free(text);
-    return mhd_queue(r->conn, code, resp, type);
+    return mhd_queue(r->s, r->conn, code, resp, type);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max)
@@ -97,7 +96,7 @@ static int mhd_stream(srv_req *r, srv_job *j)
         return -1;
     }
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    return mhd_queue(r->conn, 200, resp, "text/event-stream");
+    return mhd_queue(r->s, r->conn, 200, resp, "text/event-stream");
 }
 
 /* 0 when the client has closed its end: its socket reads as at the end without blocking. */
@@ -142,21 +141,21 @@ static void body_add(conn_st *cs, const char *data, size_t n)
  * ask for /health, or a declared body over the limit or the memory left, is answered at
  * once (libmicrohttpd then closes the connection without reading the body). 1 = go on. */
 /* A CORS preflight (OPTIONS, any url, no key: browsers send none) as llama-server answers it. */
-static int preflight(struct MHD_Connection *c)
+static int preflight(const srv *s, struct MHD_Connection *c)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return -1;
-    MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "*");
-    return mhd_queue(c, 200, resp, "text/html");
+    MHD_add_response_header(resp, "Access-Control-Allow-Credentials", s->p.cors_no_credentials ? "false" : "true");
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", srv_cors_methods(&s->p));
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", srv_cors_headers(&s->p));
+    return mhd_queue(s, c, 200, resp, "text/html");
 }
 
 static int early_reply(srv *s, struct MHD_Connection *c, conn_st *cs, const char *url, const char *method)
 {
     srv_req r = {.s = s, .conn = c, .method = "GET", .url = url, .sink = &mhd_sink};
     srv_conn *sc = srv_conn_of(c);
-    if (!strcmp(method, "OPTIONS")) return preflight(c) ? -1 : 0;
+    if (!strcmp(method, "OPTIONS")) return preflight(s, c) ? -1 : 0;
     if (srv_conn_reserved(sc) && strcmp(url, "/health") && strcmp(url, "/v1/health")) {
         srv_conn_note_refused();
         return srv_reply_error(&r, 503, "server at its connection limit (%d open); retry", SRV_MAX_CONNECTIONS) ? -1 : 0;

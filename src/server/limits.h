@@ -9,6 +9,7 @@
 #define SRV_MAX_N_PREDICT 4096         /* tokens one request may ask to generate */
 #define SRV_MAX_FIELDS 64              /* response_fields entries */
 #define SRV_MAX_FIELD_PATH 255         /* bytes of one response_fields path */
+#define SRV_MAX_EMBED_INPUTS 256       /* inputs of one embeddings request */
 #define SRV_MAX_CHOICES 16             /* OpenAI's n, and prompts of one /completion batch */
 #define SRV_MAX_N_PROBS 100            /* n_probs / top_logprobs */
 #define SRV_MAX_LOGIT_BIAS 1024       /* logit_bias entries per request (a string's tokens count each) */
@@ -22,10 +23,12 @@
 #define SRV_MAX_PARALLEL 64            /* --parallel */
 #define SRV_MIN_SLOT_CTX 8             /* positions a slot needs at least (-c / --parallel) */
 #define SRV_ALIVE_CHECK_MS 200        /* a waiting non-streamed request checks its client this often */
+#define SRV_MAX_PROGRESS 64           /* prompt_progress events of one request (batches grow to fit) */
+#define SRV_DEFAULT_BATCH 2048         /* -b: prompt tokens between two prompt_progress events */
 #define SRV_KEEPALIVE_S 5              /* a streamed ": keep-alive" comment after this idle time */
 #define SRV_MAX_FILENAME 255          /* slot file names: [A-Za-z0-9._-], not starting with a dot */
 #define SRV_MAX_SLOT_FILE (256u << 20) /* bytes of a slot file read back (restore) */
-#define SRV_RECENT 256                 /* conversations remembered for mid-session cache hits */
+#define SRV_PUT_QUEUE 64               /* finished conversations waiting for the store writer */
 /* system_fingerprint: llama-server's "b<build>-<commit>" shape, which clients check. */
 #define SRV_FINGERPRINT "b1-seqkv-" SEQKV_VERSION_STRING
 #define SRV_NEAR_MIN 8                 /* --reuse near: uncovered positions worth a near restore */

@@ -34,20 +34,23 @@ static json_t *usage_marked(const srv_job *j)
     return u;
 }
 
-static json_t *timings(const srv_job *j)
+/* gen_ms: the generation time to report (j->t_gen_ms once it is done). */
+static json_t *timings_at(const srv_job *j, double gen_ms)
 {
     double pn = (double)(j->n_prompt - j->n_cached), gn = (double)j->n_gen;
     json_t *t = json_pack("{s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:f}", "cache_n", (json_int_t)j->n_cached, "prompt_n",
                      (json_int_t)(j->n_prompt - j->n_cached), "prompt_ms", j->t_prompt_ms, "prompt_per_second",
                      j->t_prompt_ms > 0 ? pn * 1e3 / j->t_prompt_ms : 0.0, "predicted_n", (json_int_t)j->n_gen,
-                     "predicted_ms", j->t_gen_ms, "predicted_per_second",
-                     j->t_gen_ms > 0 ? gn * 1e3 / j->t_gen_ms : 0.0, "cached_bits", j->cached_bits);
+                     "predicted_ms", gen_ms, "predicted_per_second",
+                     gen_ms > 0 ? gn * 1e3 / gen_ms : 0.0, "cached_bits", j->cached_bits);
     /* --reuse near (docs/near.md): reused KV computed in another context is APPROXIMATE */
     json_object_set_new(t, "cache_approximate", json_boolean(j->cache_approx));
     json_object_set_new(t, "cache_n_approx", json_integer((json_int_t)j->n_cache_approx));
     json_object_set_new(t, "cache_n_recomputed", json_integer((json_int_t)j->n_near_recomputed));
     return t;
 }
+
+static json_t *timings(const srv_job *j) { return timings_at(j, j->t_gen_ms); }
 
 /* text[from..to) of the job as a JSON string (valid UTF-8). Caller holds j->mu. */
 static json_t *text_slice(const srv_job *j, size_t from, size_t to)
@@ -216,6 +219,36 @@ static json_t *chunk(const srv *s, const srv_job *j, json_t *choice)
     return oai_object(s, j, choice ? json_pack("[o]", choice) : json_array(), object);
 }
 
+/* The timings of a job still running (timings_per_token): generation time so far. Caller
+ * holds j->mu (t_gen_start is set under it, before the first token). */
+static json_t *timings_now(const srv_job *j)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+    return timings_at(j, !j->done && j->t_gen_start > 0 ? now - j->t_gen_start : j->t_gen_ms);
+}
+
+/* The next prompt_progress event (return_progress), as llama-server sends it: an empty
+ * chunk (chat: the assistant's role) with {total, cache, processed, time_ms}. */
+static json_t *progress_event(const srv *s, srv_job *j)
+{
+    const struct srv_progress *p = &j->prog[j->n_prog_sent++];
+    json_t *o;
+    if (j->fmt == SRV_FMT_LLAMA)
+        o = json_pack("{s:s,s:[],s:b,s:i,s:i,s:i}", "content", "", "tokens", "stop", 0, "id_slot", j->slot,
+                      "tokens_predicted", 0, "index", 0);
+    else if (j->fmt == SRV_FMT_OAI_CHAT)
+        o = chunk(s, j, json_pack("{s:{s:s,s:n},s:i,s:n}", "delta", "role", "assistant", "content", "index", 0,
+                                  "finish_reason"));
+    else
+        o = chunk(s, j, oai_choice(j, json_string(""), 1));
+    json_object_set_new(o, "prompt_progress", json_pack("{s:I,s:I,s:I,s:I}", "total", (json_int_t)j->n_prompt, "cache",
+                                                        (json_int_t)j->prog_cache, "processed", (json_int_t)p->processed,
+                                                        "time_ms", (json_int_t)p->ms));
+    return o;
+}
+
 /* ids [n_streamed, to) as a JSON array. */
 static json_t *ids_json(const srv_job *j, size_t to)
 {
@@ -239,6 +272,7 @@ static json_t *delta(const srv *s, srv_job *j, json_t *text, size_t to)
             json_object_set_new(c, "logprobs", json_pack("{s:o}", "content", srv_probs_json(s, j, j->n_streamed, to)));
         o = chunk(s, j, c);
     }
+    if (o && j->timings_per_token) json_object_set_new(o, "timings", timings_now(j));
     j->n_streamed = to;
     return o;
 }
@@ -251,12 +285,14 @@ static void finish(const srv *s, const srv_job *j, char **acc, size_t *len)
         return;
     }
     if (j->fmt == SRV_FMT_LLAMA) return event(acc, len, llama_final(s, j, json_string("")));
+    int with_usage = j->usage_chunk;
     json_t *c = j->fmt == SRV_FMT_OAI_TEXT ? oai_choice(j, json_string(""), 0)
                                            : json_pack("{s:{},s:i,s:s}", "delta", "index", 0, "finish_reason", j->finish);
     event(acc, len, chunk(s, j, c));
-    if (j->usage_chunk) {
+    if (with_usage) {
         json_t *u = chunk(s, j, NULL);
         json_object_set_new(u, "usage", usage_marked(j));
+        json_object_set_new(u, "timings", timings(j));
         event(acc, len, u);
     }
     char *a = realloc(*acc, *len + 15);
@@ -268,6 +304,7 @@ static void finish(const srv *s, const srv_job *j, char **acc, size_t *len)
  * released; otherwise all released text and every token so far. Caller holds j->mu. */
 static int pending(const srv_job *j, size_t sent, size_t *to, size_t *tok)
 {
+    if (j->n_prog_sent < j->n_prog) return 1;
     if (!j->tok_end) {
         *to = j->safe, *tok = j->n_gen;
         return j->safe > sent;
@@ -296,7 +333,7 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
     char *acc = NULL;
     *len = 0;
     if (*state == ST_END) return NULL;
-    if (*state == ST_START && j->fmt == SRV_FMT_OAI_CHAT)
+    if (*state == ST_START && j->fmt == SRV_FMT_OAI_CHAT && !(j->return_progress && j->stream))
         event(&acc, len, chunk(s, j, json_pack("{s:{s:s,s:n},s:i,s:n}", "delta", "role", "assistant", "content",
                                                 "index", 0, "finish_reason")));
     *state = ST_BODY;
@@ -309,7 +346,9 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
         return k;
     }
     size_t to, tok;
-    if (pending(j, *sent, &to, &tok)) {
+    if (j->n_prog_sent < j->n_prog) {
+        event(&acc, len, progress_event(s, j));
+    } else if (pending(j, *sent, &to, &tok)) {
         event(&acc, len, delta(s, j, text_slice(j, *sent, to), tok));
         *sent = to;
     } else {

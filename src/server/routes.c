@@ -152,6 +152,11 @@ static int rt_metrics(srv_req *r)
     return srv_reply_text(r, 200, "text/plain; version=0.0.4", buf);
 }
 
+static int rt_rerank(srv_req *r)
+{
+    return srv_reply_error(r, 501, "reranking needs a reranker model, which seqkv serve does not run");
+}
+
 typedef struct route {
     const char *method, *path; /* a path ending in '/' matches every url under it */
     srv_handler fn;
@@ -161,6 +166,13 @@ typedef struct route {
 } route;
 
 static const route routes[] = {
+    {"GET", "/", srv_rt_webui, 1, 0, 0}, /* "/" matches only itself (path_matches) */
+    {"GET", "/index.html", srv_rt_webui, 1, 0, 0},
+    {"GET", "/sw.js", srv_rt_webui, 1, 0, 0},
+    {"GET", "/manifest.webmanifest", srv_rt_webui, 1, 0, 0},
+    {"GET", "/_app/version.json", srv_rt_webui, 1, 0, 0},
+    {"POST", "/chat/completions/input_tokens", srv_rt_chat_input_tokens, 0, 0, 0},
+    {"POST", "/v1/chat/completions/input_tokens", srv_rt_chat_input_tokens, 0, 0, 0},
     {"GET", "/health", rt_health, 1, 1, 0},
     {"GET", "/v1/health", rt_health, 1, 1, 0},
     {"GET", "/v1/models", rt_models, 1, 0, 0},
@@ -178,12 +190,18 @@ static const route routes[] = {
     {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0, 0},
     {"POST", "/apply-template", srv_rt_apply_template, 0, 0, 0},
     {"POST", "/infill", srv_rt_infill, 0, 0, 0},
+    {"POST", "/embedding", srv_rt_embedding, 0, 0, 0},
+    {"POST", "/embeddings", srv_rt_embedding, 0, 0, 0},
+    {"POST", "/v1/embeddings", srv_rt_oai_embeddings, 0, 0, 0},
+    {"POST", "/rerank", rt_rerank, 0, 0, 0},
+    {"POST", "/reranking", rt_rerank, 0, 0, 0},
+    {"POST", "/v1/rerank", rt_rerank, 0, 0, 0},
 };
 
 static int path_matches(const char *path, const char *url)
 {
     size_t n = strlen(path);
-    if (n && path[n - 1] == '/') return !strncmp(path, url, n);
+    if (n > 1 && path[n - 1] == '/') return !strncmp(path, url, n);
     return !strcmp(path, url);
 }
 

@@ -23,6 +23,7 @@ typedef struct skv_server_params {
     const char *chat_template_text; /* a Jinja template's text (wins over chat_template) */
     int port;               /* 0 = any free port (printed) */
     int parallel;           /* slots decoding at once */
+    int n_batch;            /* -b: prompt tokens between two prompt_progress events (0: 2048) */
     int n_ctx;              /* positions of all slots together (each gets n_ctx / parallel);
                              * 0 = the model's trained context */
     int kv_unified;         /* 1: every slot gets the whole n_ctx */
@@ -40,6 +41,13 @@ typedef struct skv_server_params {
     int slots_endpoint;            /* GET /slots answers (else 501) */
     int metrics_endpoint;          /* GET /metrics answers (else 501) */
     int verbose;                   /* --verbose: replies carry llama-server's "__verbose" result */
+    int no_ui;                     /* --no-ui: "/" and the web app files answer 404 */
+    int embedding;                 /* --embedding: the embedding routes answer (else 501) */
+    int pooling;                   /* --pooling: SRV_POOL_* (embed.c) */
+    const char *cors_origins;      /* "*" (NULL), "localhost" or a comma-separated list (cors.c) */
+    const char *cors_methods;      /* the preflight's Allow-Methods (NULL: llama-server's) */
+    const char *cors_headers;      /* the preflight's Allow-Headers (NULL: "*") */
+    int cors_no_credentials;       /* --no-cors-credentials */
     skv_sampling_defaults defaults; /* all zero: seqkv's own (skv_sampling_defaults_init) */
 } skv_server_params;
 

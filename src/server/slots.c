@@ -95,6 +95,8 @@ void srv_job_unref(srv_job *j)
     free(j->probs);
     free(j->tok_end);
     free(j->fields);
+    free(j->embd);
+    json_decref(j->chat_msgs);
     srv_grammar_free(j);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
@@ -200,6 +202,39 @@ static void job_done(slot *sl, srv_job *j, int status, const char *msg)
     job_end(j, status, msg);
 }
 
+/* A prompt_progress event: `processed` of the prompt's positions are in the cache. */
+static void progress_push(srv_job *j, size_t processed, double t0)
+{
+    pthread_mutex_lock(&j->mu);
+    if (j->n_prog < SRV_MAX_PROGRESS) j->prog[j->n_prog++] = (struct srv_progress){processed, now_ms() - t0};
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Prefills prompt[keep, n), logits of the last position. With return_progress, in batches
+ * of -b tokens (grown so that at most SRV_MAX_PROGRESS events go out), one event before the
+ * first and one after each: the cache is the same as one prefill's (docs/determinism.md). */
+static int prefill_prompt(slot *sl, srv_job *j, size_t keep, double t0)
+{
+    size_t n = j->n_prompt - keep;
+    if (!j->return_progress || !j->stream)
+        return skv_prefill(sl->ctx, j->prompt + keep, n, SKV_LOGITS_LAST, sl->logits);
+    size_t b = sl->pool->s->p.n_batch > 0 ? (size_t)sl->pool->s->p.n_batch : SRV_DEFAULT_BATCH;
+    if (n / b + 2 > SRV_MAX_PROGRESS) b = n / (SRV_MAX_PROGRESS - 2) + 1;
+    j->prog_cache = keep;
+    progress_push(j, keep, t0);
+    for (size_t at = 0; at < n;) {
+        size_t k = n - at < b ? n - at : b;
+        int last = at + k == n;
+        int rc = skv_prefill(sl->ctx, j->prompt + keep + at, k, last ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,
+                             last ? sl->logits : NULL);
+        if (rc) return rc;
+        at += k;
+        progress_push(j, keep + at, t0);
+    }
+    return 0;
+}
+
 /* Prompt: reuse what a cache holds, prefill the rest; logits of the last position. */
 static int run_prompt(slot *sl, srv_job *j)
 {
@@ -214,7 +249,7 @@ static int run_prompt(slot *sl, srv_job *j)
     memcpy(sl->tokens, j->prompt, j->n_prompt * sizeof *j->prompt);
     sl->n_tokens = keep;
     sl->approx_from = u.approx_from;
-    int rc = skv_prefill(sl->ctx, j->prompt + keep, j->n_prompt - keep, SKV_LOGITS_LAST, sl->logits);
+    int rc = prefill_prompt(sl, j, keep, t0);
     if (rc) {
         skv_ctx_truncate(sl->ctx, 0);
         sl->approx_from = SIZE_MAX;
@@ -349,6 +384,12 @@ static void run_job(slot *sl, srv_job *j)
         run_action_job(sl, j);
         return;
     }
+    if (j->embd) { /* an embedding: the slot's KV is cleared before and after */
+        int erc = atomic_load(&j->cancel) ? 0 : srv_embed_run(sl->ctx, j);
+        sl->n_tokens = 0, sl->approx_from = SIZE_MAX;
+        job_done(sl, j, erc ? 500 : 0, erc ? skv_ctx_last_error(sl->ctx) : NULL);
+        return;
+    }
     int rc = atomic_load(&j->cancel) ? 0 : run_prompt(sl, j);
     if (rc) {
         sl->n_tokens = 0;
@@ -358,9 +399,9 @@ static void run_job(slot *sl, srv_job *j)
     pthread_mutex_lock(&j->mu);
     j->slot = sl->id;
     j->started = 1;
+    double t0 = j->t_gen_start = now_ms();
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    double t0 = now_ms();
     while (!rc && j->n_gen < (size_t)j->n_predict && !atomic_load(&j->cancel)) rc = gen_step(sl, j, &rng);
     j->t_gen_ms = now_ms() - t0;
     atomic_fetch_add(&s->m.n_gen_tokens, j->n_gen);
@@ -372,13 +413,40 @@ static void run_job(slot *sl, srv_job *j)
     job_done(sl, j, rc < 0 ? 500 : 0, rc < 0 ? skv_ctx_last_error(sl->ctx) : NULL);
 }
 
+/* After a chat reply: the slot's KV becomes the conversation as the client will send it
+ * back (its messages, the reply as an assistant turn, rendered by the template and
+ * tokenized), so the next turn reuses the whole history even where the template renders
+ * the reply otherwise than the model generated it (a space added or trimmed, end-of-turn
+ * markers): the positions past the common prefix are prefilled now. */
+static void extend_history(slot *sl, srv_job *j)
+{
+    srv *s = sl->pool->s;
+    size_t tl = 0, n = 0, k = 0;
+    pthread_mutex_lock(&j->mu);
+    char *reply = srv_utf8_valid(j->text ? j->text : "", j->len, &tl);
+    pthread_mutex_unlock(&j->mu);
+    int32_t *t = reply ? srv_chat_history_tokens(s, j->chat_msgs, reply, tl, &n) : NULL;
+    free(reply);
+    if (t && n < (size_t)s->n_ctx) {
+        while (k < n && k < sl->n_tokens && t[k] == sl->tokens[k]) k++;
+        if (k < n && (skv_ctx_truncate(sl->ctx, (int)k) || skv_prefill(sl->ctx, t + k, n - k, SKV_LOGITS_NONE, NULL))) {
+            skv_ctx_truncate(sl->ctx, 0);
+            n = 0;
+        }
+        memcpy(sl->tokens, t, n * sizeof *t);
+        sl->n_tokens = n;
+    }
+    free(t);
+}
+
 static void *slot_main(void *arg)
 {
     slot *sl = arg;
     srv_job *j;
     while ((j = next_job(sl))) {
         run_job(sl, j);
-        int ok = j->status == 0 && !atomic_load(&j->cancel) && !j->action;
+        int ok = j->status == 0 && !atomic_load(&j->cancel) && !j->action && !j->embd;
+        if (ok && j->chat_msgs) extend_history(sl, j);
         srv_job_unref(j);
         if (ok) srv_cache_put(sl->pool->s, sl->pool->cache, sl->tokens, sl->n_tokens);
         pthread_mutex_lock(&sl->pool->mu);
@@ -420,12 +488,9 @@ int srv_pool_start(srv *s, srv_pool **out)
     pthread_cond_init(&p->bcv, NULL);
     p->step_logits = malloc((size_t)p->n * (size_t)s->info.n_vocab * sizeof *p->step_logits);
     p->slots = calloc((size_t)p->n, sizeof *p->slots);
-    p->cache = srv_cache_create();
+    p->cache = srv_cache_create(s);
     *out = p;
     if (!p->slots || !p->cache || !p->step_logits) return -1;
-    /* a shared store (a URL, docs/store.md "Redis layout") has no directory for the index */
-    if (s->store && !strstr(s->p.store_dir, "://") && srv_cache_open_index(p->cache, s->p.store_dir, (size_t)s->n_ctx))
-        return -1;
     for (int i = 0; i < p->n; i++)
         if (slot_init(p, &p->slots[i], i)) return -1;
     return 0;

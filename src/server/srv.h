@@ -90,6 +90,14 @@ typedef struct srv_job {
     size_t probs_cap;
     size_t *tok_end;           /* n_probs: text length after each generated token (one token a chunk) */
     int verbose;               /* --verbose or the request's "verbose": the reply carries "__verbose" */
+    int return_progress;       /* streamed: prompt_progress events while the prompt runs */
+    float *embd;               /* an embedding job: n_prompt x n_embd hidden states (owned; NULL: none) */
+    json_t *chat_msgs;         /* a chat's messages (a copy): the slot re-renders them with the reply */
+    int timings_per_token;     /* streamed: every chunk carries "timings" */
+    struct srv_progress { size_t processed; double ms; } prog[SRV_MAX_PROGRESS]; /* under mu */
+    int n_prog, n_prog_sent;   /* progress events recorded, sent (by the stream reader) */
+    size_t prog_cache;         /* prompt positions reused, as the progress events report them */
+    double t_gen_start;        /* when generation began (monotonic ms; timings_per_token) */
     char *fields;              /* response_fields, '\n'-separated paths, or NULL: the whole reply */
     int started, done, status; /* status: HTTP code of a failure, 0 = ok */
     char err[256];
@@ -143,6 +151,12 @@ void srv_mem_give(srv_mem_scope *sc, size_t n);
 int srv_mem_hold(srv_mem_scope *sc, size_t n);
 /* o as compact JSON in plain malloc'ed memory; hold: charged until the request ends. */
 char *srv_json_text(const json_t *o, size_t *len, int hold);
+
+/* ---- CORS (cors.c): --cors-origins and friends, as llama-server ---- */
+const char *srv_cors_origin(const skv_server_params *p, const char *origin); /* NULL: no header */
+const char *srv_cors_methods(const skv_server_params *p);
+const char *srv_cors_headers(const skv_server_params *p);
+int srv_origin_is_localhost(const char *origin);
 
 /* ---- connections (conns.c): deadlines, the reserve for /health ---- */
 typedef struct srv_conn srv_conn;
@@ -213,7 +227,7 @@ json_t *srv_probs_json(const srv *s, const srv_job *j, size_t from, size_t to);
 
 /* ---- prompt cache (cache.c) ---- */
 typedef struct srv_cache srv_cache;
-srv_cache *srv_cache_create(void);
+srv_cache *srv_cache_create(srv *s); /* with a store: starts the writer thread */
 void srv_cache_free(srv_cache *c);
 /* What a prompt reused. approx_from: in, the slot's first position whose KV is approximate
  * (SIZE_MAX: none); out, the same for ctx after srv_cache_prepare. */
@@ -230,9 +244,6 @@ typedef struct srv_reuse {
  * skv_store_get_near instead. Returns the positions ctx holds; *u what was reused. */
 size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have, size_t n_have,
                          const int32_t *prompt, size_t n, srv_reuse *u);
-/* Loads DIR/server-index.skvi (the conversations to look prefixes up in), compacts it
- * and keeps it open for appending. -1 after a message. */
-int srv_cache_open_index(srv_cache *c, const char *dir, size_t max_tokens);
 /* Puts a finished conversation into the store (if any); errors are logged, not fatal. */
 void srv_cache_put(srv *s, srv_cache *c, const int32_t *tokens, size_t n);
 
@@ -309,9 +320,25 @@ char *srv_detokenize(const srv *s, const int32_t *tok, size_t n, size_t *len);
 
 /* The model's fill-in-the-middle tokens (prefix, suffix, middle; -1 when absent): a mask of
  * the missing ones (bit 0 prefix, 1 suffix, 2 middle), 0 when the model can infill. */
-int srv_model_fim(const skv_model *m, int32_t ids[3]);
+int srv_model_fim(const skv_model *m, int32_t ids[5]); /* pre, suf, mid, rep, sep; missing mask */
 /* POST /infill (complete.c). */
 int srv_rt_infill(srv_req *r);
+/* A prompt field that is a list of prompts (not one prompt of ids and strings), and one of them. */
+int srv_prompt_is_batch(const json_t *p);
+/* The messages with an assistant turn of reply[0..len) appended, rendered without a
+ * generation prompt and tokenized as a chat prompt: the tokens a client's next turn starts
+ * with (malloc'ed; NULL if it cannot be rendered). */
+int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, size_t len, size_t *n);
+int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap);
+
+/* ---- embeddings (embed.c): /embedding, /embeddings, /v1/embeddings with --embedding ---- */
+enum { SRV_POOL_NONE = 0, SRV_POOL_MEAN = 1, SRV_POOL_CLS = 2, SRV_POOL_LAST = 3 };
+int srv_rt_webui(srv_req *r);          /* webui.c: "/" and the web app files (--no-ui: 404) */
+int srv_rt_chat_input_tokens(srv_req *r); /* the prompt tokens a chat request would make */
+int srv_rt_embedding(srv_req *r);     /* llama-server's: per input, rows (pooling none) or one row */
+int srv_rt_oai_embeddings(srv_req *r); /* OpenAI's: one pooled, normalized vector per input */
+/* Slot side: the job's prompt through a cleared context into j->embd (the slot's KV is lost). */
+int srv_embed_run(skv_ctx *ctx, srv_job *j);
 /* The model's tokenizer.chat_template (malloc'ed), or NULL (chat.c). */
 char *srv_model_chat_template(const skv_model *m);
 
