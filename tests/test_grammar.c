@@ -225,6 +225,7 @@ static void schema_accepts(void)
     CHECK_EQ_INT(schema_run(pat, "\"AB12-x\""), 1);
     CHECK_EQ_INT(schema_run(pat, "\"AB1.y\""), 1);
     CHECK_EQ_INT(schema_run(pat, "\"A1\""), -1);
+    CHECK_EQ_INT(schema_run("{\"type\": \"string\", \"pattern\": \"^caf\u00e9+[\u00e0-\u00ff]$\"}", "\"caf\xc3\xa9\xc3\xa9\xc3\xbf\""), 1);
     const char *ref = "{\"$defs\": {\"n\": {\"type\": \"integer\"}}, \"type\": \"object\", \"properties\": {\"v\": "
                       "{\"$ref\": \"#/$defs/n\"}}, \"required\": [\"v\"]}";
     CHECK_EQ_INT(schema_run(ref, "{\"v\": 3}"), 1);

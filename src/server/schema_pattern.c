@@ -124,6 +124,19 @@ static void class_item(rx *r)
 
 static void alternation(rx *r);
 
+/* A literal character: one byte, or a whole UTF-8 sequence (kept together in one literal). */
+static void literal_char(rx *r)
+{
+    unsigned char c = (unsigned char)*r->s;
+    size_t n = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    n = n < (size_t)(r->end - r->s) ? n : (size_t)(r->end - r->s);
+    puts_(r, "\"");
+    if (c < 0x80) put_lit_char(r, c);
+    else put(r, r->s, n);
+    puts_(r, "\"");
+    r->s += n;
+}
+
 static void group_item(rx *r)
 {
     r->s++;
@@ -183,7 +196,7 @@ static void atom(rx *r)
     else if (c == '\\') escape_item(r);
     else if (c == '^' || c == '$') rx_err(r, "anchor inside the pattern");
     else if (c && strchr("*+?{", c)) rx_err(r, "nothing to repeat");
-    else puts_(r, "\""), put_lit_char(r, (unsigned char)c), puts_(r, "\""), r->s++;
+    else literal_char(r);
 }
 
 static void sequence(rx *r)
