@@ -43,7 +43,7 @@ endif
 LIBS := -llmdb -lhiredis -lzstd -lxxhash -lpthread -lm
 
 # src/ is layered (README "Layout"); every src/<layer>/*.c is part of the library.
-LAYERS  := core tokenizer quant coder engine container store
+LAYERS  := core tokenizer quant coder grammar engine container store
 SRC     := $(sort $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c)))
 OBJ     := $(SRC:src/%.c=$(BUILD)/obj/%.o)
 DEP     := $(OBJ:.o=.d)
@@ -99,6 +99,15 @@ $(BUILD)/tests/%: tests/%.c tests/test.h $(wildcard src/*/*.h) include/seqkv.h $
 $(BUILD)/tests/test_fuzz_%: fuzz/fuzz_%.c tests/fuzz_replay.c $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -DFUZZ_NAME='"$*"' -o $@ $< tests/fuzz_replay.c $(FUZZ_EXTRA) $(BUILD)/libseqkv.a $(LIBS)
+
+# tests/test_grammar and fuzz/fuzz_grammar also check the JSON-schema converter
+# (src/server/schema*.c, jansson), which is linked into the seqkv binary only.
+SCHEMASRC := $(sort $(wildcard src/server/schema*.c))
+$(BUILD)/tests/test_grammar: tests/test_grammar.c tests/test.h $(SCHEMASRC) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(SCHEMASRC) $(BUILD)/libseqkv.a -ljansson $(LIBS)
+$(BUILD)/tests/test_fuzz_grammar: FUZZ_EXTRA = $(SCHEMASRC) -ljansson
+$(BUILD)/tests/test_fuzz_grammar: $(SCHEMASRC)
 
 # The HTTP fuzzers (fuzz/fuzz_http.c: the request path; fuzz_http_mhd.c: through
 # libmicrohttpd) link the server, like the seqkv binary.
@@ -175,7 +184,7 @@ fuzz:
 	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -fsanitize-coverage-ignorelist=fuzz/coverage_ignore.txt' lib
 	mkdir -p build-fuzz/fuzz
 	for f in $(FUZZSRC); do n=$$(basename $$f .c); \
-	    x=; case $$n in fuzz_http*) x="$(SERVERSRC) $(SERVERLIBS)";; esac; \
+	    x=; case $$n in fuzz_http*) x="$(SERVERSRC) $(SERVERLIBS)";; fuzz_grammar) x="$(SCHEMASRC) -ljansson";; esac; \
 	    clang $(BASE) -O1 -g -fsanitize=address,undefined,fuzzer -fno-sanitize-recover=all -o build-fuzz/fuzz/$$n $$f $$x build-fuzz/libseqkv.a $(LIBS) || exit 1; done
 	@echo "fuzzers in build-fuzz/fuzz/; run e.g. build-fuzz/fuzz/fuzz_gguf fuzz/corpus/gguf"
 

@@ -7,8 +7,8 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - chat_template_sources: --chat-template-file and a template's text given to
   --chat-template are used as templates; POST /apply-template shows the prompt.
 - chatml_fallback: a model without a template renders chatml, as llama-server.
-- unsupported_fields_refused: grammar, json_schema, response_format json, echo,
-  post-sampling probabilities and image parts are 400s naming the field, never a
+- unsupported_fields_refused: echo, post-sampling probabilities and image parts are
+  400s naming the field (grammars: tests/test_server_grammar.py), never a
   silent 200; their neutral values pass; /infill on a model without FIM tokens is
   llama-server's 501; logit_bias works in llama-server's three forms and
   a malformed one is a 400; a batch of prompts gives a list of results, n > 1 n choices;
@@ -124,8 +124,7 @@ def chatml_fallback(tmp):
 def unsupported_fields_refused(tmp):
     s = serve(tmp)
     try:
-        refused = [("grammar", "root ::= \"a\""), ("json_schema", {"type": "string"}),
-                   ("response_format", {"type": "json_object"}), ("echo", True), ("post_sampling_probs", True)]
+        refused = [("echo", True), ("post_sampling_probs", True)]
         for field, value in refused:
             code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, field: value})
             check(code == 400 and field in r["error"]["message"], "%s: %d %s" % (field, code, r))

@@ -268,19 +268,10 @@ static int is_empty(const json_t *v)
 {
     return is_off(v) || ((json_is_object(v) || json_is_array(v)) && json_object_size(v) + json_array_size(v) == 0);
 }
-static int is_text_format(const json_t *v)
-{
-    const char *t = json_string_value(json_object_get(v, "type"));
-    return !v || json_is_null(v) || (t && !strcmp(t, "text"));
-}
-static int is_blank(const json_t *v) { return is_off(v) || (json_is_string(v) && !json_string_length(v)); }
-
 static const struct unsupported {
     const char *field;
     int (*neutral)(const json_t *v);
 } k_unsupported[] = {
-    {"grammar", is_blank},         {"json_schema", is_empty},     {"response_format", is_text_format},
-
     {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
     {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
     {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
@@ -430,7 +421,7 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
     if (fmt != SRV_FMT_LLAMA && !is_empty(json_object_get(r->body, "response_fields")))
         snprintf(err, errcap, "\"response_fields\" is /completion's (llama-server's); leave it out here");
     if (parse_probs(j, r->body, fmt, err, errcap) || parse_fields(j, r->body, err, errcap) ||
-        (fmt != SRV_FMT_LLAMA && j->fields)) {
+        (fmt != SRV_FMT_LLAMA && j->fields) || srv_grammar_parse(j, r->body, err, errcap)) {
         srv_job_unref(j);
         return NULL;
     }

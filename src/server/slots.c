@@ -97,6 +97,7 @@ void srv_job_unref(srv_job *j)
     free(j->fields);
     free(j->embd);
     json_decref(j->chat_msgs);
+    srv_grammar_free(j);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -352,7 +353,7 @@ static int ctx_shift(slot *sl, srv_job *j)
 static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
 {
     const srv *s = sl->pool->s;
-    int32_t tok = srv_sample(sl->logits, s->info.n_vocab, j, sl->tokens, sl->n_tokens, rng, sl->scratch);
+    int32_t tok = srv_sample_constrained(s, j, sl->logits, sl->tokens, sl->n_tokens, rng, sl->scratch);
     if (tok == s->info.eos_id) return j->finish = "stop", 1;
     if (gen_push(j, tok, sl->logits, s->info.n_vocab)) return SKV_ERR_NOMEM;
     if (srv_job_append(j, s->model, tok)) return j->finish = "stop", 1;

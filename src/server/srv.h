@@ -14,6 +14,7 @@
  *   conns.c     connections: header/body deadlines, the reserve that keeps /health reachable
  *   probs.c     token probabilities (n_probs, logprobs)
  *   multi.c     several completions for one request (batches of prompts, OpenAI's n)
+ *   grammar.c   constrained sampling: grammar, json_schema, response_format (schema*.c)
  *   server.c    startup, model loading, shutdown
  *
  * A job is shared by the HTTP thread that made it and the slot that runs it: refs counts
@@ -28,6 +29,7 @@
 #include <stdint.h>
 
 #include "core/mt19937.h"
+#include "grammar/gbnf.h"
 #include "seqkv.h"
 #include "server/limits.h"
 #include "server/server.h"
@@ -115,6 +117,11 @@ typedef struct srv_job {
     char filename[SRV_MAX_FILENAME + 1];
     size_t act_tokens, act_bytes;
     double t_act_ms;
+    /* constrained sampling (grammar.c): the request's grammar; its recognizer and the
+     * vocabulary's texts, the running slot's */
+    skv_gbnf *grammar;
+    skv_gmatch *gmatch;
+    skv_gvocab *gvocab;
     atomic_int cancel;         /* the client went away */
     atomic_int refs;
 } srv_job;
@@ -194,6 +201,14 @@ void srv_rng_seed(srv_rng *r, uint64_t seed);
 int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, const int32_t *hist, size_t n_hist, srv_rng *rng,
                    void *scratch);
 size_t srv_sample_scratch_bytes(int n_vocab);
+
+/* ---- constrained sampling (grammar.c) ---- */
+/* The request's grammar / json_schema / response_format into j->grammar: 0, or -1 with err. */
+int srv_grammar_parse(srv_job *j, const json_t *b, char *err, size_t errcap);
+void srv_grammar_free(srv_job *j);
+/* srv_sample kept to j's grammar (if any), llama.cpp's way (grammar.c). */
+int32_t srv_sample_constrained(const srv *s, srv_job *j, const float *logits, const int32_t *hist, size_t n_hist, srv_rng *rng,
+                               void *scratch);
 /* Bytes of text[0..len) that form whole UTF-8 characters (a cut one at the end waits). */
 size_t srv_utf8_complete(const char *text, size_t len);
 /* A NUL-terminated copy of s[0..n) with every invalid UTF-8 byte replaced by U+FFFD. */
