@@ -33,7 +33,8 @@ ext = Extension(
     libraries=["lmdb", "hiredis", "zstd", "xxhash", "pthread", "m"],
     # the library's determinism contract (docs/determinism.md) holds in the binding too
     extra_compile_args=["-std=c11", "-D_DEFAULT_SOURCE", "-ffp-contract=off", "-fno-fast-math", "-Wall", "-Wextra",
-                        "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
+                        "-Wno-missing-field-initializers", "-Wno-cast-function-type"]
+    + os.environ.get("SEQKV_CFLAGS", "").split(),
 )
 
 setup(ext_modules=[ext])
