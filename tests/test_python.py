@@ -20,7 +20,8 @@ What is checked, on the bundled model (models/kjv-4m.gguf) unless said:
 - errors are exceptions of the status's class carrying the library's message (stories260K
   from the shared assets for the wrong-model case);
 - no leak over 10,000 calls (tracemalloc and RSS);
-- two threads restoring at once get the right results, and the GIL is released meanwhile.
+- two threads restoring at once get the right results, and the GIL is released meanwhile;
+- python/examples/ run.
 """
 import os
 import shutil
@@ -405,8 +406,20 @@ def test_threads(tmp_path):
         check(c.n_pos == len(long_ids), "the prefill did not complete")
 
 
+def test_examples(tmp_path):
+    """python/examples/*.py run against the build and end with their OK line."""
+    model()
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    for name in ("conversation.py", "foreign_kv.py", "kv_backend_sketch.py"):
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "python", "examples", name)], capture_output=True,
+                           text=True, env=env, cwd=str(tmp_path), timeout=300)
+        last = p.stdout.strip().splitlines()[-1:] or [""]
+        check(p.returncode == 0 and last[0].startswith(name[:-3] + ": OK"),
+              "%s: exit %d: %s" % (name, p.returncode, (p.stderr or p.stdout).strip()[-300:]))
+
+
 CASES = [test_cli_roundtrip, test_kv_equals_kvdump, test_context_ops, test_encode_kv, test_store, test_errors,
-         test_no_leak, test_threads]
+         test_no_leak, test_threads, test_examples]
 
 
 def main():
