@@ -2,7 +2,8 @@
  * file, done exactly as the Python binding's seqkv.restore() does it (session open,
  * context of the file's n_ctx, skv_session_restore_segment of the last segment with
  * verify, then both freed), REPEAT times; prints one line per restore:
- *     seconds <s>
+ *     seconds <wall s> cpu <process CPU s>
+ * (CPU time: on a shared machine it varies far less than the wall time.)
  * Usage: bench_restore_call MODEL FILE.skv [REPEAT=5] */
 #include <stdint.h>
 #include <stdio.h>
@@ -12,10 +13,10 @@
 #include "bench.h"
 #include "seqkv.h"
 
-static double now(void)
+static double now(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -69,9 +70,10 @@ int main(int argc, char **argv)
     uint8_t fp[16];
     skv_model_fingerprint(m, fp); /* as the binding's model, computed before the timing */
     for (int i = 0; i < repeat; i++) {
-        double t0 = now();
+        double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
         if (restore_once(m, data, size)) return 1;
-        printf("seconds %.6f\n", now() - t0);
+        double c1 = now(CLOCK_PROCESS_CPUTIME_ID);
+        printf("seconds %.6f cpu %.6f\n", now(CLOCK_MONOTONIC) - t0, c1 - c0);
     }
     skv_model_free(m);
     free(data);
