@@ -492,7 +492,7 @@ static PyObject *Context_kv(ContextObject *self, PyObject *args, PyObject *kw)
     npy_intp dims[5];
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|ii:kv", kws, &pos0, &n) || !ctx_acquire(self)) return NULL;
     if (n < 0) n = skv_ctx_n_pos(self->c) - pos0;
-    if (pos0 < 0 || n < 0 || pos0 + n > skv_ctx_n_pos(self->c)) {
+    if (pos0 < 0 || n < 0 || (long long)pos0 + n > skv_ctx_n_pos(self->c)) {
         self->busy = 0;
         return raise_status(SKV_ERR_RANGE, "kv: positions outside the cache");
     }
