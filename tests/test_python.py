@@ -16,7 +16,8 @@ What is checked, on the bundled model (models/kjv-4m.gguf) unless said:
   values bit for bit, and Context.kv_dump writes the same file; restore_kv of a lossy
   session equals `seqkv restore --kv`'s dump;
 - the engine-free encode_kv/decode_kv on float32/float16/bfloat16 arrays;
-- the store (put/get/match/near/list/stats/remove) against a fresh prefill;
+- the store (put/get/match/near/list/stats/remove) against a fresh prefill, on LMDB and on a
+  private redis-server (two threads sharing the Store);
 - errors are exceptions of the status's class carrying the library's message (stories260K
   from the shared assets for the wrong-model case);
 - no leak over 10,000 calls (tracemalloc and RSS);
@@ -284,6 +285,44 @@ def test_store(tmp_path):
             pass
 
 
+def test_store_redis(tmp_path):
+    """A Store on a private redis-server (unix socket URL), shared by two threads getting at once."""
+    m = model()
+    import redis_harness
+    if not redis_harness.available():
+        skip("redis-server is not installed (scripts/install-deps.sh installs it)")
+    r = redis_harness.Redis(os.path.join(str(tmp_path), "redis"))
+    try:
+        texts = [TEXT, TEXT.replace("light", "night")]
+        ids = [m.tokenize(t) for t in texts]
+        want = []
+        for t in ids:
+            with seqkv.Context(m) as c:
+                c.prefill(t, logits="none")
+                want.append(c.digest())
+        with seqkv.Store(r.url("py"), m) as st:
+            for i, t in enumerate(ids):
+                st.put("s%d" % i, t)
+            check(st.match(ids[1])["n_matched"] == len(ids[1]), "match on redis")
+            errors = []
+
+            def worker(i):
+                for _ in range(3):
+                    with st.get("s%d" % i) as c:
+                        if c.digest() != want[i] or not np.array_equal(c.tokens, ids[i]):
+                            errors.append("thread %d: wrong session" % i)
+
+            th = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+            for t in th:
+                t.start()
+            for t in th:
+                t.join()
+            check(not errors, "; ".join(errors))
+            check(st.stats()["n_sessions"] == 2, "stats on redis")
+    finally:
+        r.stop()
+
+
 def test_errors(tmp_path):
     """Library failures are exceptions of their status's class with the library's message."""
     m = model()
@@ -418,8 +457,8 @@ def test_examples(tmp_path):
               "%s: exit %d: %s" % (name, p.returncode, (p.stderr or p.stdout).strip()[-300:]))
 
 
-CASES = [test_cli_roundtrip, test_kv_equals_kvdump, test_context_ops, test_encode_kv, test_store, test_errors,
-         test_no_leak, test_threads, test_examples]
+CASES = [test_cli_roundtrip, test_kv_equals_kvdump, test_context_ops, test_encode_kv, test_store, test_store_redis,
+         test_errors, test_no_leak, test_threads, test_examples]
 
 
 def main():
