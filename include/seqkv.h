@@ -21,8 +21,9 @@
  *   NULL or out-of-range arguments and leave the message as it was).
  * - Calls with no handle to keep a message take (char *err, size_t errcap) and write it
  *   there when err is non-NULL: the creations (skv_model_load, skv_encoder_create,
- *   skv_session_open, skv_store_open), the file calls skv_kvdump_read / skv_kvdump_write
- *   and the spec check skv_kv_quant_check.
+ *   skv_session_open, skv_store_open), the file calls skv_kvdump_read / skv_kvdump_write,
+ *   the spec check skv_kv_quant_check and the engine-free KV blob calls skv_kv_encode /
+ *   skv_kv_blob_inspect / skv_kv_decode.
  * - skv_ctx_create makes its context from a model, so its message is kept on the model:
  *     skv_model_last_error(m)         skv_ctx_create (per model AND per thread, like a
  *                                     store's; cleared by the next successful create)
