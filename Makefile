@@ -55,6 +55,10 @@ REPLAYBIN := $(FUZZSRC:fuzz/fuzz_%.c=$(BUILD)/tests/test_fuzz_%)
 # bench/ (seqkv bench and its programs); a .c directly in tools/ is built too.
 TOOLSRC := $(sort $(wildcard tools/*.c tools/*/*.c))
 TOOLINC := -Itools -Itools/cli -Itools/bench
+# The Python package's extension (python/; its rule and why sanitizer builds skip it: below).
+PYTHON ?= /usr/bin/python3
+PYEXT := $(BUILD)/python/.built
+PYSRC := python/setup.py $(wildcard python/seqkv/*.c python/seqkv/*.py python/seqkv/*.pyi)
 # The HTTP server (src/server/): linked into the seqkv binary only, not into libseqkv.
 # The HTTP server is linked into the seqkv binary only; its chat templates (template*.c)
 # are in the library (see the end of this file).
@@ -68,7 +72,7 @@ $(BUILD)/obj/%_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/obj/%_avx512.o: ALL_CFLAGS += -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 
 .PHONY: all lib test san bench fuzz install uninstall clean demo check-layers funclen metrics
-all: lib $(BUILD)/seqkv $(TESTBIN) $(REPLAYBIN) $(BENCHBIN)
+all: lib $(BUILD)/seqkv $(TESTBIN) $(REPLAYBIN) $(BENCHBIN) $(PYEXT)
 lib: $(BUILD)/libseqkv.a $(BUILD)/libseqkv.so $(BUILD)/seqkv.pc
 
 # V=1 shows full command lines.
@@ -131,6 +135,26 @@ PC_STATIC_TEXT = $(PC_HEAD)Name: seqkv-static\nDescription: Sequential KV-cache 
 # PREFIX, nor with DESTDIR (a package build).
 LDCONFIG ?= ldconfig
 INSTALL_LDCONFIG = $(if $(DESTDIR),,$(filter $(SYSTEM_PREFIXES),$(PREFIX)))
+# The Python package (python/, README "Python"): the extension seqkv._seqkv linked with
+# this build's libseqkv.a, built by python/setup.py with Debian's python3 into
+# $(BUILD)/python (tests/test_python.py imports it from there). Sanitizer builds do not
+# build it: a sanitized extension loads into python only with the sanitizer runtime
+# preloaded, so they leave $(BUILD)/python/SKIP saying so and the test skips.
+$(PYEXT): $(PYSRC) include/seqkv.h $(BUILD)/libseqkv.a
+	@mkdir -p $(BUILD)/python && rm -f $(BUILD)/python/SKIP
+ifeq ($(SANFLAGS),)
+	@$(if $(Q),echo "  PYEXT   $(BUILD)/python/seqkv")
+	$(Q)cd python && SEQKV_LIB=$(abspath $(BUILD))/libseqkv.a SEQKV_CFLAGS='$(WERROR)' $(PYTHON) setup.py -q \
+	    build_py -d $(abspath $(BUILD))/python build_ext -b $(abspath $(BUILD))/python \
+	    -t $(abspath $(BUILD))/python/tmp >$(abspath $(BUILD))/python/build.log 2>&1 || \
+	    { cat $(abspath $(BUILD))/python/build.log; echo "python extension: build failed (scripts/install-deps.sh installs python3-dev, python3-setuptools, python3-numpy)"; exit 1; }
+	$(Q)grep -E '\.c:[0-9]+:[0-9]+: (warning|error)' $(BUILD)/python/build.log || true
+else
+	@echo "sanitizer build ($(SANFLAGS)): the Python extension is not built (a sanitized extension needs the sanitizer runtime preloaded into python); make test runs it" >$(BUILD)/python/SKIP
+endif
+	@touch $@
+
+PC_TEXT = prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: seqkv\nDescription: Sequential KV-cache compression\nVersion: $(VERSION)\nLibs: -L$${libdir} -lseqkv\nLibs.private: $(LIBS)\nCflags: -I$${includedir}\n
 
 $(BUILD)/seqkv.pc: Makefile | $(BUILD)
 	printf '$(PC_TEXT)' > $@

@@ -25,7 +25,9 @@
  *     skv_model_last_error(m)         skv_ctx_create (per model AND per thread)
  *     (char *err, size_t errcap)      the creations (skv_model_load, skv_encoder_create,
  *                                     skv_session_open, skv_store_open), skv_kvdump_read /
- *                                     skv_kvdump_write, skv_kv_quant_check: written there
+ *                                     skv_kvdump_write, skv_kv_quant_check, the engine-free KV blob
+ *                                     calls skv_kv_encode / skv_kv_blob_inspect /
+ *                                     skv_kv_decode: written there
  *                                     when err is non-NULL
  *   A failure sets the handle's message; a success leaves "" there (calls that only read
  *   a const context -- skv_ctx_kv_view/kv_digest/kv_read, the skv_*_get_stats getters --
@@ -675,6 +677,50 @@ SKV_API int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_se
  * loads the KV into the context with skv_ctx_kv_write, never running the model.) */
 SKV_API int skv_session_restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens,
                                    size_t tok_cap, int verify);
+
+/* ---- Engine-free KV blobs (docs/kvblob.md) --------------------------------
+ * Any engine's KV cache -- not only one seqkv's engine computed -- stored with a
+ * per-vector scheme (the quantizers of the kvq codec: f32 f16 q8_0 q4_0 tq1..tq4
+ * tq2p..tq4p) or the model-free predictive coder (codec pred's, without its
+ * token-dependent predictor), and decoded without any model. Added for issue 45.
+ * The KV is canonical f32 [n_layer][2 (K, V)][n_head_kv][n_pos][head_dim], as
+ * skv_ctx_kv_read gives it; K is stored as given (RoPE applied or not: the codec
+ * does not care). The blob is self-describing (geometry, schemes, checksum). */
+typedef struct skv_kv_geometry {
+    int n_layer;    /* 1..4096 */
+    int n_head_kv;  /* 1..4096 */
+    int head_dim;   /* 1..65536 (each scheme has its own limits: tq* and pred's lpc2 want it even) */
+} skv_kv_geometry;
+
+typedef struct skv_kv_blob_info {
+    skv_kv_geometry geometry;
+    uint32_t n_pos;
+    char scheme[2][8];   /* K and V: a per-vector scheme name ("tq3", "f16"), or "pred" */
+    char predictor[8];   /* pred: "none" "delta" "lpc" "lpc2"; else "" */
+    uint64_t seed;       /* tq quantizers' base seed (per-vector schemes) */
+    float rel_mse[2];    /* sum |x - x~|^2 / sum |x|^2 of K and V as the encoder measured */
+} skv_kv_blob_info;
+
+/* Encodes n_pos positions (1 .. 2^24) of kv (geometry g) into *out (malloc'ed: free() it,
+ * *size bytes). scheme: a kv_quant spec naming both kinds and an optional seed ("tq3",
+ * "k=tq4,v=tq3,seed=7", "f16", "q8_0"), or "pred" (= "pred:lpc2,step=0.05") or
+ * "pred:PREDICTOR[,ramp][,rot][,step=S][,kstep=S][,vstep=S][,rate=BITS]" with PREDICTOR
+ * none, delta, lpc or lpc2 (steps relative to the RMS of each (layer, kind): the
+ * grammar of codec pred, docs/format.md 2.5). Deterministic: the same input gives the same
+ * bytes on every machine. Errors (message in err): SKV_ERR_INVALID_ARG (scheme, geometry,
+ * non-finite values), SKV_ERR_RANGE (n_pos, an fp16 overflow, head_dim a scheme cannot
+ * take), SKV_ERR_NOMEM. */
+SKV_API int skv_kv_encode(const char *scheme, const skv_kv_geometry *g, const float *kv, size_t n_pos, uint8_t **out,
+                          size_t *size, char *err, size_t errcap);
+/* Validates a blob's frame and sub-header (checksum included) and describes it.
+ * SKV_ERR_FORMAT (malformed, truncated), SKV_ERR_MISMATCH (checksum), SKV_ERR_UNSUPPORTED
+ * (a later version). */
+SKV_API int skv_kv_blob_inspect(const void *data, size_t size, skv_kv_blob_info *info, char *err, size_t errcap);
+/* Decodes a blob into kv (kv_cap floats of room; it needs n_layer*2*n_head_kv*n_pos*head_dim):
+ * the encoder's reconstruction, bit for bit. Errors as skv_kv_blob_inspect, and
+ * SKV_ERR_RANGE (kv_cap too small, or a per-vector blob whose quantizer tables would be
+ * out of proportion to its size: kvcodec.h), SKV_ERR_NOMEM. */
+SKV_API int skv_kv_decode(const void *data, size_t size, float *kv, size_t kv_cap, char *err, size_t errcap);
 
 /* ---- Session store: the probabilistic-language-trie store (docs/store.md) ----
  * A directory (an LMDB environment) holding many named sessions' token sequences in a
