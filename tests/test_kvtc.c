@@ -128,17 +128,20 @@ static float *make_kv(size_t n, uint64_t seed)
     return kv;
 }
 
-static skv_kvtc_calib *make_calib(uint64_t seed)
+static skv_kvtc_calib *make_calib_rope(uint64_t seed, int style)
 {
     skv_kvtc_calib *c = NULL;
     float *kv = make_kv(500, seed);
-    if (skv_kvtc_calib_create(L, H, D, &c) || skv_kvtc_calib_add(c, kv, 500) || skv_kvtc_calib_finish(c)) {
+    if (skv_kvtc_calib_create(L, H, D, &c) || (style && skv_kvtc_calib_set_rope(c, style, D - 4, 100.0f)) ||
+        skv_kvtc_calib_add(c, kv, 500) || skv_kvtc_calib_finish(c)) {
         skv_kvtc_calib_free(c);
         c = NULL;
     }
     free(kv);
     return c;
 }
+
+static skv_kvtc_calib *make_calib(uint64_t seed) { return make_calib_rope(seed, SKV_KVTC_ROPE_NONE); }
 
 static void calib_roundtrip(void)
 {
@@ -175,9 +178,9 @@ static double rel_mse(const float *a, const float *b, size_t n)
     return e / s;
 }
 
-static void roundtrip_bit_exact(void)
+static void roundtrip_style(int style)
 {
-    skv_kvtc_calib *c = make_calib(7);
+    skv_kvtc_calib *c = make_calib_rope(7, style);
     size_t n = 64, nf = (size_t)S * n * D;
     float *kv = make_kv(n, 99), *deq = malloc(nf * sizeof *deq), *out = malloc(nf * sizeof *out);
     int32_t tok[64];
@@ -197,6 +200,24 @@ static void roundtrip_bit_exact(void)
             free(b), free(b2);
         }
     free(kv), free(deq), free(out);
+    skv_kvtc_calib_free(c);
+}
+
+/* Every predictor, with and without the ramp, K's RoPE undone (pairs, halves) or not. */
+static void roundtrip_bit_exact(void)
+{
+    for (int style = 0; style < 3; style++) roundtrip_style(style);
+}
+
+static void rope_refused(void)
+{
+    skv_kvtc_calib *c = NULL;
+    CHECK_EQ_INT(skv_kvtc_calib_create(L, H, D, &c), SKV_OK);
+    CHECK_EQ_INT(skv_kvtc_calib_set_rope(c, 3, 8, 100.0f), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_kvtc_calib_set_rope(c, 1, 7, 100.0f), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_kvtc_calib_set_rope(c, 1, D + 2, 100.0f), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_kvtc_calib_set_rope(c, 2, 8, 1.0f), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_kvtc_calib_set_rope(c, 2, 8, 1e4f), SKV_OK);
     skv_kvtc_calib_free(c);
 }
 
@@ -226,7 +247,7 @@ static void error_follows_step(void)
 /* Pins the stream bytes of a fixed input: a change of the format or its arithmetic shows. */
 static void golden_digest(void)
 {
-    skv_kvtc_calib *c = make_calib(7);
+    skv_kvtc_calib *c = make_calib_rope(7, SKV_KVTC_ROPE_PAIRS);
     size_t n = 32;
     float *kv = make_kv(n, 11);
     skv_kvtc_params p = {.predictor = SKV_KVTC_NONE, .step = {0.05f, 0.05f}, .ramp = 1};
@@ -236,8 +257,8 @@ static void golden_digest(void)
     CHECK_EQ_INT(skv_kvtc_calib_save(c, &cb, &clen), SKV_OK);
     uint64_t h = XXH3_64bits(b, len), hc = XXH3_64bits(cb, clen);
     printf("    golden: stream %zu bytes %016llx, calibration %016llx\n", len, (unsigned long long)h, (unsigned long long)hc);
-    CHECK_MSG(len == 1343 && h == 0xf9015805be47fcfcull, "stream digest %016llx", (unsigned long long)h);
-    CHECK_MSG(hc == 0x372b6bb3923775eeull, "calibration digest %016llx", (unsigned long long)hc);
+    CHECK_MSG(len == 2736 && h == 0xb74054240ebb06b8ull, "stream digest %016llx", (unsigned long long)h);
+    CHECK_MSG(hc == 0xb974ab7b7dd90614ull, "calibration digest %016llx", (unsigned long long)hc);
     free(b), free(cb), free(kv);
     skv_kvtc_calib_free(c);
 }
@@ -278,6 +299,7 @@ int main(void)
     RUN(jacobi_degenerate);
     RUN(calib_roundtrip);
     RUN(roundtrip_bit_exact);
+    RUN(rope_refused);
     RUN(error_follows_step);
     RUN(golden_digest);
     RUN(refusals);

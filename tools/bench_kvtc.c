@@ -63,7 +63,7 @@ skv_kvtc_calib *rd_kvtc_load(const char *path)
 /* ---- seqkv kvtc-calib -------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *file, *dir;
+    const char *model, *file, *dir, *rope;
     long ctx, max_tok, threads;
 } calib_opts;
 
@@ -74,6 +74,8 @@ static const cli_opt calib_table[] = {
     CLI_OPT_CTX(F(ctx), 8, "window length, BOS included (default min(512, the model's context))"),
     {"tokens", 'n', CLI_INT, "N", -1, 1 << 30, F(max_tok), "text tokens used (default 8192; -1 or 0 = all)"},
     {"dir", 0, CLI_STR, "DIR", 0, 0, F(dir), "where kvtc-<id>.cal is written (default .)"},
+    {"rope", 0, CLI_STR, "none|pairs|halves", 0, 0, F(rope), "undo K's RoPE before the transform: channel pairs (2i, 2i+1)\n"
+                                                            "(llama), halves (i, i + d/2: NeoX), or none (default pairs)"},
     CLI_OPT_THREADS(F(threads)),
     {0},
 };
@@ -134,6 +136,9 @@ static int calib_main(skv_model *m, calib_opts *o)
     skv_kvtc_calib *c = NULL;
     if (o->max_tok > 0 && n > (size_t)o->max_tok) n = (size_t)o->max_tok;
     int rc = tok && !skv_kvtc_calib_create((uint32_t)mi.n_layer, (uint32_t)mi.n_head_kv, (uint32_t)mi.head_dim, &c) ? 0 : -1;
+    int style = !o->rope || !strcmp(o->rope, "pairs") ? SKV_KVTC_ROPE_PAIRS : !strcmp(o->rope, "halves") ? SKV_KVTC_ROPE_HALVES : 0;
+    if (!rc && style && skv_kvtc_calib_set_rope(c, style, (uint32_t)mi.rope_dim, mi.rope_base))
+        rc = -1, cli_error("the model's RoPE (%d dims, base %g) is not one kvtc can undo", mi.rope_dim, (double)mi.rope_base);
     if (!rc && (n < (size_t)o->ctx - 1 || mi.bos_id < 0)) rc = -1, cli_error("no BOS, or fewer tokens (%zu) than one window", n);
     if (!rc) rc = calib_windows(m, o, tok, n, c);
     if (!rc && skv_kvtc_calib_finish(c)) rc = -1, cli_error("the eigen-decomposition did not converge");
@@ -149,6 +154,8 @@ int cmd_kvtc_calib(int argc, char **argv)
     int rc = cli_parse(&calib_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE) return rc;
     if (!o.file) return cli_usage(&calib_cmd, "needs a text file (-f FILE)");
+    if (o.rope && strcmp(o.rope, "none") && strcmp(o.rope, "pairs") && strcmp(o.rope, "halves"))
+        return cli_usage(&calib_cmd, "--rope is none, pairs or halves");
     skv_model *m = cli_load_model(o.model);
     rc = m && !calib_main(m, &o) ? CLI_OK : CLI_FAIL;
     skv_model_free(m);

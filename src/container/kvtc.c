@@ -28,11 +28,13 @@ typedef struct kvtc_geo {
     uint8_t *level;     /* ramp: [n] levels (else NULL) */
     int32_t *ref;       /* tok: [n] matched positions (else NULL) */
     float *y;           /* scratch: [n][d] coefficients */
+    double *rope;       /* K's RoPE table (kvtc_rope_table), NULL for none */
+    double *u;          /* scratch: [d] */
 } kvtc_geo;
 
 static void geo_free(kvtc_geo *g)
 {
-    free(g->step), free(g->k), free(g->b), free(g->level), free(g->ref), free(g->y);
+    free(g->step), free(g->k), free(g->b), free(g->level), free(g->ref), free(g->y), free(g->rope), free(g->u);
 }
 
 static int geo_alloc(kvtc_geo *g, const skv_kvtc_calib *c, size_t n, int pred, int ramp, const int32_t *tokens)
@@ -45,33 +47,48 @@ static int geo_alloc(kvtc_geo *g, const skv_kvtc_calib *c, size_t n, int pred, i
     g->b = pred == SKV_KVTC_TOK ? calloc(g->S * g->d, sizeof *g->b) : NULL;
     g->level = ramp ? malloc(n) : NULL;
     g->ref = pred == SKV_KVTC_TOK ? kvp_refs(tokens, n) : NULL;
+    g->rope = kvtc_rope_table(c, n);
+    g->u = malloc(g->d * sizeof *g->u);
+    if (!g->u || (c->rope_style && !g->rope)) return SKV_ERR_NOMEM;
     if (!g->step || !g->k || !g->y || (pred == SKV_KVTC_TOK && (!g->b || !g->ref)) || (ramp && !g->level)) return SKV_ERR_NOMEM;
     if (ramp) skv_kvp_ramp_levels(n, g->level);
     return SKV_OK;
 }
 
-/* y = B_k (x - mu): double sums in channel order, rounded once. */
-static void project(const skv_kvtc_calib *c, size_t s, const float *x, size_t k, float *y)
+/* The RoPE table for series s: K series only. */
+static const double *series_rope(const kvtc_geo *g, size_t s)
 {
-    size_t d = c->d;
-    const float *mu = c->mu + s * d, *B = c->basis + s * d * d;
+    return (s / g->c->n_head_kv) % 2 == 0 ? g->rope : NULL;
+}
+
+/* y = B_k (u - mu), u = x at position t with K's RoPE undone: double sums in channel order,
+ * rounded once. */
+static void project(const kvtc_geo *g, size_t s, size_t t, const float *x, size_t k, float *y)
+{
+    size_t d = g->d;
+    const float *mu = g->c->mu + s * d, *B = g->c->basis + s * d * d;
+    kvtc_unrope(g->c, series_rope(g, s), t, x, g->u);
     for (size_t j = 0; j < k; j++) {
         double acc = 0.0;
-        for (size_t i = 0; i < d; i++) acc += (double)B[j * d + i] * ((double)x[i] - (double)mu[i]);
+        for (size_t i = 0; i < d; i++) acc += (double)B[j * d + i] * (g->u[i] - (double)mu[i]);
         y[j] = (float)acc;
     }
 }
 
-/* x = mu + B_k^T y: double sums in component order, rounded once; 0 if not finite. */
-static int reconstruct(const skv_kvtc_calib *c, size_t s, const float *y, size_t k, float *x)
+/* x = RoPE_t(mu + B_k^T y): double sums in component order, rounded once; 0 if not finite. */
+static int reconstruct(const kvtc_geo *g, size_t s, size_t t, const float *y, size_t k, float *x)
 {
-    size_t d = c->d;
-    const float *mu = c->mu + s * d, *B = c->basis + s * d * d;
+    size_t d = g->d;
+    const float *mu = g->c->mu + s * d, *B = g->c->basis + s * d * d;
     int ok = 1;
     for (size_t i = 0; i < d; i++) {
         double acc = (double)mu[i];
         for (size_t j = 0; j < k; j++) acc += (double)B[j * d + i] * (double)y[j];
-        x[i] = (float)acc;
+        g->u[i] = acc;
+    }
+    kvtc_rope(g->c, series_rope(g, s), t, g->u);
+    for (size_t i = 0; i < d; i++) {
+        x[i] = (float)g->u[i];
         ok &= isfinite(x[i]) != 0;
     }
     return ok;
@@ -144,17 +161,17 @@ static void side_write(const kvtc_geo *g, uint8_t *p)
 static int encode_series(skv_rangecoder_enc *e, kvp_head *h, kvtc_geo *g, size_t s, const float *x, float *deq)
 {
     size_t n = g->n, d = g->d, k = g->k[s];
-    for (size_t t = 0; t < n; t++) project(g->c, s, x + t * d, k, g->y + t * k);
+    for (size_t t = 0; t < n; t++) project(g, s, t, x + t * d, k, g->y + t * k);
     if (g->pred == SKV_KVTC_TOK) fit_b(g->y, n, k, k, g->ref, g->b + s * d);
     head_setup(h, g, s);
     if (!k) {
-        for (size_t t = 0; deq && t < n; t++) reconstruct(g->c, s, g->y, 0, deq + t * d);
+        for (size_t t = 0; deq && t < n; t++) reconstruct(g, s, t, g->y, 0, deq + t * d);
         return SKV_OK;
     }
     float step = g->step[s / g->c->n_head_kv];
     int rc = kvp_encode_series(e, h, g->y, n, step, g->level, g->ref, g->y);
     for (size_t t = 0; !rc && t < n; t++)
-        if (!reconstruct(g->c, s, g->y + t * k, k, deq ? deq + t * d : h->row)) rc = SKV_ERR_RANGE;
+        if (!reconstruct(g, s, t, g->y + t * k, k, deq ? deq + t * d : h->row)) rc = SKV_ERR_RANGE;
     return rc;
 }
 
@@ -280,7 +297,7 @@ static int decode_series(skv_rangecoder_dec *dc, kvp_head *h, kvtc_geo *g, size_
     head_setup(h, g, s);
     int rc = k ? kvp_decode_series(dc, h, n, g->step[s / g->c->n_head_kv], g->level, g->ref, g->y) : SKV_OK;
     for (size_t t = 0; !rc && t < n; t++)
-        if (!reconstruct(g->c, s, g->y + t * k, k, out + t * d)) rc = SKV_ERR_FORMAT;
+        if (!reconstruct(g, s, t, g->y + t * k, k, out + t * d)) rc = SKV_ERR_FORMAT;
     return rc;
 }
 

@@ -26,18 +26,25 @@
 #include <stdint.h>
 
 #define SKV_KVTC_HDR 48           /* stream header bytes */
-#define SKV_KVTC_CAL_HDR 32       /* calibration file header bytes (then series, then XXH3-64) */
+#define SKV_KVTC_CAL_HDR 48       /* calibration file header bytes (then series, then XXH3-64) */
 #define SKV_KVTC_MAX_D 256u       /* head_dim a reader accepts */
 #define SKV_KVTC_MAX_SERIES 4096u /* n_layer * 2 * n_head_kv a reader accepts */
 #define SKV_KVTC_MAX_POS (1u << 24)
 
 enum { SKV_KVTC_NONE = 0, SKV_KVTC_TOK = 1, SKV_KVTC_N_PRED = 2 };
+/* K's RoPE undone before the transform (and redone after): pairs (2i, 2i+1) or halves
+ * (i, i + rope_dim/2), angle t * base^(-2i / rope_dim) at segment position t (from 0). */
+enum { SKV_KVTC_ROPE_NONE = 0, SKV_KVTC_ROPE_PAIRS = 1, SKV_KVTC_ROPE_HALVES = 2 };
 
 typedef struct skv_kvtc_calib skv_kvtc_calib;
 
 /* Accumulation: create, add blocks of canonical KV (n_pos positions each), finish (the
  * eigen-decompositions). SKV_ERR_INVALID_ARG (geometry over the limits), SKV_ERR_NOMEM. */
 int skv_kvtc_calib_create(uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim, skv_kvtc_calib **out);
+/* Before any add: K rows are un-rotated with this RoPE (style SKV_KVTC_ROPE_*; rope_dim even,
+ * <= head_dim; base > 1) before they are measured or coded. SKV_ERR_INVALID_ARG. */
+int skv_kvtc_calib_set_rope(skv_kvtc_calib *c, int style, uint32_t rope_dim, float base);
+/* kv: positions 0 .. n_pos - 1 of a segment (the RoPE angles count from 0). */
 int skv_kvtc_calib_add(skv_kvtc_calib *c, const float *kv, size_t n_pos);
 int skv_kvtc_calib_finish(skv_kvtc_calib *c);
 void skv_kvtc_calib_free(skv_kvtc_calib *c);

@@ -53,23 +53,39 @@ void skv_kvtc_calib_free(skv_kvtc_calib *c)
     free(c);
 }
 
+int skv_kvtc_calib_set_rope(skv_kvtc_calib *c, int style, uint32_t rope_dim, float base)
+{
+    if (!c || !c->sum || c->n_samples || !kvtc_rope_ok(style, rope_dim, base, c->d)) return SKV_ERR_INVALID_ARG;
+    c->rope_style = style, c->rope_dim = rope_dim, c->rope_base = base;
+    return SKV_OK;
+}
+
 /* Adds one vector x of series s to the running sums (fixed order: i, then j >= i). */
-static void accumulate(skv_kvtc_calib *c, size_t s, const float *x)
+static void accumulate(skv_kvtc_calib *c, size_t s, const double *x)
 {
     size_t d = c->d;
     double *sm = c->sum + s * d, *cr = c->cross + s * d * d;
     for (size_t i = 0; i < d; i++) {
-        sm[i] += (double)x[i];
-        for (size_t j = i; j < d; j++) cr[i * d + j] += (double)x[i] * (double)x[j];
+        sm[i] += x[i];
+        for (size_t j = i; j < d; j++) cr[i * d + j] += x[i] * x[j];
     }
 }
 
 int skv_kvtc_calib_add(skv_kvtc_calib *c, const float *kv, size_t n_pos)
 {
     if (!c || !c->sum || !kv) return SKV_ERR_INVALID_ARG;
+    double *tab = kvtc_rope_table(c, n_pos), *u = malloc(c->d * sizeof *u);
+    if (!u || (c->rope_style && !tab)) {
+        free(tab), free(u);
+        return SKV_ERR_NOMEM;
+    }
     for (size_t s = 0; s < c->n_series; s++)
-        for (size_t t = 0; t < n_pos; t++) accumulate(c, s, kv + (s * n_pos + t) * c->d);
+        for (size_t t = 0; t < n_pos; t++) {
+            kvtc_unrope(c, (s / c->n_head_kv) % 2 == 0 ? tab : NULL, t, kv + (s * n_pos + t) * c->d, u);
+            accumulate(c, s, u);
+        }
     c->n_samples += n_pos;
+    free(tab), free(u);
     return SKV_OK;
 }
 
@@ -124,6 +140,8 @@ static void image_write(const skv_kvtc_calib *c, uint8_t *buf)
     skv_wr32(buf + 8, SKV_KVTC_CAL_VERSION);
     skv_wr32(buf + 12, c->n_layer), skv_wr32(buf + 16, c->n_head_kv), skv_wr32(buf + 20, c->d);
     skv_wr64(buf + 24, c->n_samples);
+    skv_wr32(buf + 32, (uint32_t)c->rope_style), skv_wr32(buf + 36, c->rope_dim), skv_wrf32(buf + 40, c->rope_base);
+    skv_wr32(buf + 44, 0);
     uint8_t *p = buf + SKV_KVTC_CAL_HDR;
     for (size_t s = 0; s < c->n_series; s++) {
         p = put_f32s(p, c->mu + s * d, d);
@@ -179,6 +197,8 @@ static int image_check(const uint8_t *buf, size_t len, uint32_t dim[3], char *er
     if (skv_rd32(buf + 8) != SKV_KVTC_CAL_VERSION) return cal_fail(err, cap, "unknown version");
     for (int i = 0; i < 3; i++) dim[i] = skv_rd32(buf + 12 + 4 * i);
     if (!dims_ok(dim[0], dim[1], dim[2])) return cal_fail(err, cap, "geometry out of range");
+    if (!kvtc_rope_ok((int)skv_rd32(buf + 32), skv_rd32(buf + 36), skv_rdf32(buf + 40), dim[2]) || skv_rd32(buf + 44))
+        return cal_fail(err, cap, "bad RoPE fields");
     size_t want = SKV_KVTC_CAL_HDR + (size_t)dim[0] * 2 * dim[1] * (2 + dim[2]) * dim[2] * 4 + 8;
     if (len != want) return cal_fail(err, cap, "length does not match the geometry (truncated?)");
     if (XXH3_64bits(buf, len - 8) != skv_rd64(buf + len - 8)) return cal_fail(err, cap, "checksum mismatch (damaged)");
@@ -190,6 +210,7 @@ static int image_read(skv_kvtc_calib *c, const uint8_t *buf, char *err, size_t c
     const uint8_t *p = buf + SKV_KVTC_CAL_HDR;
     size_t d = c->d;
     c->n_samples = skv_rd64(buf + 24);
+    c->rope_style = (int)skv_rd32(buf + 32), c->rope_dim = skv_rd32(buf + 36), c->rope_base = skv_rdf32(buf + 40);
     for (size_t s = 0; s < c->n_series; s++) {
         for (size_t i = 0; i < d; i++, p += 4) c->mu[s * d + i] = skv_rdf32(p);
         for (size_t i = 0; i < d; i++, p += 4) c->eig[s * d + i] = skv_rdf32(p);

@@ -15,6 +15,9 @@ struct skv_kvtc_calib {
     size_t n_series;     /* n_layer * 2 * n_head_kv, canonical order */
     uint64_t n_samples;  /* positions accumulated */
     uint64_t id;         /* XXH3-64 of the file image (0 before finish) */
+    int rope_style;      /* SKV_KVTC_ROPE_* */
+    uint32_t rope_dim;
+    float rope_base;
     float *mu;           /* [n_series][d] */
     float *eig;          /* [n_series][d] descending */
     float *basis;        /* [n_series][d components][d channels] */
@@ -22,5 +25,13 @@ struct skv_kvtc_calib {
 };
 
 uint64_t kvtc_calib_image_id(const skv_kvtc_calib *c);
+int kvtc_rope_ok(int style, uint32_t rope_dim, float base, uint32_t d);
+
+/* kvtc_rope.c: cos/sin of every (position, pair) of a calibration's RoPE; NULL for none. */
+double *kvtc_rope_table(const skv_kvtc_calib *c, size_t n);
+/* x (d floats, position t) -> u (d doubles) with K's rotation undone (tab NULL: a copy). */
+void kvtc_unrope(const skv_kvtc_calib *c, const double *tab, size_t t, const float *x, double *u);
+/* u rotated by position t's angles in place (tab NULL: nothing). */
+void kvtc_rope(const skv_kvtc_calib *c, const double *tab, size_t t, double *u);
 
 #endif
