@@ -114,7 +114,8 @@ static uint16_t keep_count(const float *eig, size_t d, float step, float theta)
     return (uint16_t)k;
 }
 
-/* tok: b[j] = least squares of y[t][j] on y[ref[t]][j] over the matched positions, in [-1, 1]. */
+/* tok: b[j] = least squares of y[t][j] on y[ref[t]][j] over the matched positions, clamped to
+ * [-1, 1] and rounded to a multiple of 1/127 (the side stores 127 b as an int8). */
 static void fit_b(const float *y, size_t n, size_t k, size_t d, const int32_t *ref, float *b)
 {
     for (size_t j = 0; j < k; j++) {
@@ -125,7 +126,7 @@ static void fit_b(const float *y, size_t n, size_t k, size_t d, const int32_t *r
                 num += (double)y[t * d + j] * r, den += r * r;
             }
         double v = den > 0.0 ? num / den : 0.0;
-        b[j] = (float)(v > 1.0 ? 1.0 : v < -1.0 ? -1.0 : v);
+        b[j] = (float)floor((v > 1.0 ? 1.0 : v < -1.0 ? -1.0 : v) * 127.0 + 0.5) / 127.0f; /* what the side holds */
     }
 }
 
@@ -145,7 +146,7 @@ static void head_setup(kvp_head *h, const kvtc_geo *g, size_t s)
 static size_t side_len(const kvtc_geo *g)
 {
     size_t n = g->c->n_layer * 2 * 4 + g->S * 2;
-    for (size_t s = 0; g->pred == SKV_KVTC_TOK && s < g->S; s++) n += 4 * (size_t)g->k[s];
+    for (size_t s = 0; g->pred == SKV_KVTC_TOK && s < g->S; s++) n += (size_t)g->k[s];
     return n;
 }
 
@@ -154,7 +155,7 @@ static void side_write(const kvtc_geo *g, uint8_t *p)
     for (size_t i = 0; i < g->c->n_layer * 2; i++, p += 4) skv_wrf32(p, g->step[i]);
     for (size_t s = 0; s < g->S; s++, p += 2) skv_wr16(p, g->k[s]);
     for (size_t s = 0; g->pred == SKV_KVTC_TOK && s < g->S; s++)
-        for (size_t j = 0; j < g->k[s]; j++, p += 4) skv_wrf32(p, g->b[s * g->d + j]);
+        for (size_t j = 0; j < g->k[s]; j++) *p++ = (uint8_t)(int8_t)floor((double)g->b[s * g->d + j] * 127.0 + 0.5);
 }
 
 /* Series s of the block: coefficients, coded; deq (optional) gets the reconstruction. */
@@ -273,7 +274,7 @@ int skv_kvtc_peek(const uint8_t *buf, size_t len, size_t *n_pos, uint64_t *calib
     return SKV_OK;
 }
 
-/* Side values: steps finite and positive, k <= d, tok weights in [-1, 1]; all within body. */
+/* Side values: steps finite and positive, k <= d, tok weights int8 in [-127, 127]; all within body. */
 static int side_read(kvtc_geo *g, const uint8_t *p, size_t body, size_t *used)
 {
     size_t lk = g->c->n_layer * 2, need = lk * 4 + g->S * 2;
@@ -285,8 +286,10 @@ static int side_read(kvtc_geo *g, const uint8_t *p, size_t body, size_t *used)
     if (side_len(g) > body) return SKV_ERR_FORMAT;
     const uint8_t *q = p + need;
     for (size_t s = 0; g->pred == SKV_KVTC_TOK && s < g->S; s++)
-        for (size_t j = 0; j < g->k[s]; j++, q += 4)
-            if (!(fabsf(g->b[s * g->d + j] = skv_rdf32(q)) <= 1.0f)) return SKV_ERR_FORMAT;
+        for (size_t j = 0; j < g->k[s]; j++, q++) {
+            if (*q == 0x80) return SKV_ERR_FORMAT; /* -128: outside [-1, 1] */
+            g->b[s * g->d + j] = (float)(int8_t)*q / 127.0f;
+        }
     *used = side_len(g);
     return SKV_OK;
 }
