@@ -56,10 +56,10 @@ static void decode_stream(const skv_kvtc_calib *c, const uint8_t *data, size_t s
     for (size_t t = 0; t < MAX_POS; t++) tok[t] = (int32_t)(t < size ? data[t] & 7 : 0);
     size_t n = 0;
     uint64_t id = 0;
-    int rc = skv_kvtc_peek(p, size, &n, &id, NULL, 0);
-    if (!rc && n <= MAX_POS) rc = skv_kvtc_decode(p, size, c, tok, kv, 2 * MAX_POS * D, NULL, 0);
+    int rc = skv_kvtc_peek(p, size, &n, &id, NULL, 0), decoded = 0;
+    if (!rc && n <= MAX_POS) rc = skv_kvtc_decode(p, size, c, tok, kv, 2 * MAX_POS * D, NULL, 0), decoded = 1;
     if (rc != SKV_OK && rc != SKV_ERR_FORMAT && rc != SKV_ERR_MISMATCH && rc != SKV_ERR_RANGE) abort();
-    for (size_t i = 0; rc == SKV_OK && i < 2 * n * D; i++)
+    for (size_t i = 0; decoded && rc == SKV_OK && i < 2 * n * D; i++)
         if (!isfinite(kv[i])) abort();
     free(p), free(kv);
 }
