@@ -252,6 +252,9 @@ static int eval_point(rd_window *w, rd_point *pt)
         skv_prefill(w->cq, w->win + P, w->k + 1 - P, SKV_LOGITS_ALL, w->lq))
         return -1;
     for (size_t j = P; j < w->k; j++) cli_score_row(w->lf + j * V, w->lq + (j - P) * V, (int)V, w->win[j + 1], &pt->s);
+    int32_t g[RD_GREEDY];
+    if (rd_greedy(w, w->cq, g)) return -1;
+    pt->greedy += rd_greedy_match(w->greedy, g);
     return 0;
 }
 
@@ -329,6 +332,7 @@ static int run_windows(rd_window *w, const int32_t *tok, size_t n, size_t S, rd_
         if (cli_bos_window(w->c, w->mi.bos_id, tok + s0, S, w->win, w->lf) || skv_ctx_kv_read(w->c, 0, (int)w->P, w->kv))
             return -1;
         for (size_t j = w->P; j < w->k; j++) cli_score_row(w->lf + j * V, w->lf + j * V, (int)V, w->win[j + 1], full);
+        if (skv_ctx_kv_write(w->cq, 0, (int)w->P, w->kv) || rd_greedy(w, w->cq, w->greedy)) return -1;
         for (int i = 0; i < np; i++)
             if (eval_point(w, &pts[i])) {
                 cli_error("point %s failed", pts[i].name);
@@ -361,14 +365,15 @@ static void report(FILE *md, const rd_window *w, const rd_point *pts, int np, co
         if (!strncmp(pts[i].name, "TQ-3.5", 6)) ref = pts[i].bits / (double)pts[i].positions;
     fprintf(md, "model %s (%d layers x %d KV heads x %d), text %s: %zu scored rows, prefix %zu of %zu positions, ppl %.4f\n\n",
            w->mi.name, w->mi.n_layer, w->mi.n_head_kv, w->mi.head_dim, o->file, full->n, w->P, w->k + 1, ppl);
-    fprintf(md, "| codec | bits/position | bits/value | vs TQ-3.5 bits | KL nats/token | delta ppl | top-1 agree | restore CPU us/position | passes/position |\n");
-    fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    fprintf(md, "| codec | bits/position | bits/value | vs TQ-3.5 bits | KL nats/token | delta ppl | top-1 agree | greedy match (of %d) | restore CPU us/position | passes/position |\n", RD_GREEDY);
+    fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < np; i++) {
         const rd_point *p = &pts[i];
         double bp = p->bits / (double)p->positions, q = exp(p->s.nll / (double)p->s.n);
-        fprintf(md, "| %s | %.1f | %.3f | %.3f | %.5f | %+.4f | %.2f%% | %.2f | %.2f |\n", p->name, bp, bp / (double)vals,
+        fprintf(md, "| %s | %.1f | %.3f | %.3f | %.5f | %+.4f | %.2f%% | %.1f | %.2f | %.2f |\n", p->name, bp, bp / (double)vals,
                ref > 0 ? bp / ref : 0.0, p->s.kl / (double)p->s.n, q - ppl, 100.0 * (double)p->s.top1 / (double)p->s.n,
-               1e6 * p->dec_cpu / (double)p->positions, p->passes / (double)p->positions);
+               p->greedy / (double)(p->windows ? p->windows : 1), 1e6 * p->dec_cpu / (double)p->positions,
+               p->passes / (double)p->positions);
     }
     report_kl(md, pts, np);
 }
@@ -382,15 +387,15 @@ static int write_csv(const rd_window *w, const rd_point *pts, int np, const cli_
         cli_error("cannot open %s", o->csv);
         return -1;
     }
-    if (ftell(f) == 0) fprintf(f, "model,codec,family,bits_pos,bits_val,kl,dppl,top1,restore_us_pos,passes_pos\n");
+    if (ftell(f) == 0) fprintf(f, "model,codec,family,bits_pos,bits_val,kl,dppl,top1,restore_us_pos,passes_pos,greedy_match\n");
     for (int i = 0; i < np; i++) {
         const rd_point *p = &pts[i];
         double bp = p->bits / (double)p->positions;
-        fprintf(f, "%s,%s,%s,%.2f,%.4f,%.6f,%.5f,%.5f,%.3f,%.3f\n", o->label ? o->label : w->mi.name, p->name,
+        fprintf(f, "%s,%s,%s,%.2f,%.4f,%.6f,%.5f,%.5f,%.3f,%.3f,%.2f\n", o->label ? o->label : w->mi.name, p->name,
                 p->family == RD_PERVEC ? "pervector" : p->family == RD_PRED ? "predictive" : p->family == RD_KVTC ? "transform" : "topk", bp,
                 bp / (double)vals, p->s.kl / (double)p->s.n, exp(p->s.nll / (double)p->s.n) - ppl,
                 (double)p->s.top1 / (double)p->s.n, 1e6 * p->dec_cpu / (double)p->positions,
-                p->passes / (double)p->positions);
+                p->passes / (double)p->positions, p->greedy / (double)(p->windows ? p->windows : 1));
     }
     return fclose(f) ? -1 : 0;
 }

@@ -12,6 +12,7 @@ enum { RD_PERVEC = 0, RD_PRED = 1, RD_TOPK = 2, RD_KVTC = 3 };
 enum { RD_LV_NONE = 0, RD_LV_SURPRISAL = 1, RD_LV_SINK = 2, RD_LV_RECENT = 3, RD_LV_RAMP = 4 };
 
 #define RD_MAX_POINTS 256
+#define RD_GREEDY 32 /* tokens of the greedy continuations compared */
 
 /* The options of kv-rd (and of bench's rate-distortion section). */
 typedef struct {
@@ -41,6 +42,7 @@ typedef struct rd_point {
     double passes;    /* RD_TOPK: forward passes the restore needs */
     size_t positions; /* prefix positions stored, all windows */
     size_t windows;   /* windows evaluated */
+    double greedy;    /* greedy match lengths (tools/bench_rd_greedy.c), summed over windows */
     cli_score s;
 } rd_point;
 
@@ -55,6 +57,7 @@ typedef struct rd_window {
     size_t k, P, nf;  /* tokens after BOS, prefix positions, floats of the prefix */
     struct skv_kvtc_calib *tc;       /* RD_KVTC points: the calibration */
     float tc_theta;   /* RD_KVTC: water level (0: the codec's default) */
+    int32_t greedy[RD_GREEDY]; /* the exact cache's greedy continuation of this window */
 } rd_window;
 
 double rd_cpu_now(void);
@@ -72,6 +75,12 @@ int rd_topk_restore(rd_window *w, rd_point *pt, int k, double thr);
  * step of the list), their restore into w->out, and the calibration file of o->kvtc. */
 void rd_kvtc_points(rd_point *pts, int *n, const char *steps, double ratio);
 int rd_kvtc_restore(rd_window *w, rd_point *pt);
+
+/* tools/bench_rd_greedy.c: c holds the window's prefix (positions 0 .. P-1, maybe more after):
+ * truncated to P, it runs win[P] and then RD_GREEDY greedy tokens into out; 0 or -1. */
+int rd_greedy(rd_window *w, skv_ctx *c, int32_t *out);
+/* Leading tokens of got equal to ref (0 .. RD_GREEDY). */
+int rd_greedy_match(const int32_t *ref, const int32_t *got);
 struct skv_kvtc_calib *rd_kvtc_load(const char *path);
 
 #endif
