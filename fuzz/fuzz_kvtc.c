@@ -51,7 +51,7 @@ static void decode_stream(const skv_kvtc_calib *c, const uint8_t *data, size_t s
     if (size >= SKV_KVTC_HDR) {
         skv_wr64(p + 8, skv_kvtc_calib_id(c));
         skv_wr64(p + 32, size - SKV_KVTC_HDR);
-        skv_wr64(p + 40, XXH3_64bits_withSeed(p + SKV_KVTC_HDR, size - SKV_KVTC_HDR, XXH3_64bits(p, 40)));
+        skv_wr64(p + 48, XXH3_64bits_withSeed(p + SKV_KVTC_HDR, size - SKV_KVTC_HDR, XXH3_64bits(p, 48)));
     }
     for (size_t t = 0; t < MAX_POS; t++) tok[t] = (int32_t)(t < size ? data[t] & 7 : 0);
     size_t n = 0;
@@ -84,7 +84,8 @@ static void roundtrip(const skv_kvtc_calib *c, const uint8_t *data, size_t size)
     float kv[2 * MAX_POS * D], deq[2 * MAX_POS * D], out[2 * MAX_POS * D];
     int32_t tok[MAX_POS];
     skv_kvtc_params p = {.predictor = data[1] & 1, .ramp = (data[1] >> 1) & 1, .theta = (float)(data[1] >> 2) / 16.0f,
-                         .step = {0.01f + (float)data[2] / 32.0f, 0.01f + (float)data[3] / 32.0f}, .tokens = tok};
+                         .step = {0.01f + (float)data[2] / 32.0f, 0.01f + (float)data[3] / 32.0f}, .tokens = tok,
+                         .pos0 = (uint32_t)data[4] * 997u};
     for (size_t t = 0; t < n; t++) tok[t] = data[(4 + t) % size] & 7;
     for (size_t i = 0; i < nf; i++) kv[i] = (float)((int)data[(5 + i) % size] - 128) / 32.0f + (float)(i % D) * 0.25f;
     uint8_t *buf = NULL;

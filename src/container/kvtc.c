@@ -21,6 +21,7 @@ static const uint8_t tc_magic[4] = {'S', 'K', 'V', 'T'};
 typedef struct kvtc_geo {
     const skv_kvtc_calib *c;
     size_t n, S, d;     /* positions, series, head_dim */
+    size_t pos0;        /* the first position (RoPE angles) */
     int pred, ramp;
     float *step;        /* [n_layer * 2] absolute steps */
     uint16_t *k;        /* [S] components kept */
@@ -37,17 +38,18 @@ static void geo_free(kvtc_geo *g)
     free(g->step), free(g->k), free(g->b), free(g->level), free(g->ref), free(g->y), free(g->rope), free(g->u);
 }
 
-static int geo_alloc(kvtc_geo *g, const skv_kvtc_calib *c, size_t n, int pred, int ramp, const int32_t *tokens)
+static int geo_alloc(kvtc_geo *g, const skv_kvtc_calib *c, size_t pos0, size_t n, int pred, int ramp,
+                     const int32_t *tokens)
 {
     memset(g, 0, sizeof *g);
-    g->c = c, g->n = n, g->S = c->n_series, g->d = c->d, g->pred = pred, g->ramp = ramp;
+    g->c = c, g->pos0 = pos0, g->n = n, g->S = c->n_series, g->d = c->d, g->pred = pred, g->ramp = ramp;
     g->step = malloc(c->n_layer * 2 * sizeof *g->step);
     g->k = calloc(g->S, sizeof *g->k);
     g->y = malloc(n * g->d * sizeof *g->y);
     g->b = pred == SKV_KVTC_TOK ? calloc(g->S * g->d, sizeof *g->b) : NULL;
     g->level = ramp ? malloc(n) : NULL;
     g->ref = pred == SKV_KVTC_TOK ? kvp_refs(tokens, n) : NULL;
-    g->rope = kvtc_rope_table(c, n);
+    g->rope = kvtc_rope_table(c, pos0, n);
     g->u = malloc(g->d * sizeof *g->u);
     if (!g->u || (c->rope_style && !g->rope)) return SKV_ERR_NOMEM;
     if (!g->step || !g->k || !g->y || (pred == SKV_KVTC_TOK && (!g->b || !g->ref)) || (ramp && !g->level)) return SKV_ERR_NOMEM;
@@ -185,7 +187,8 @@ static void header_write(const kvtc_geo *g, uint8_t *out, size_t body_len)
     skv_wr32(out + 16, g->c->n_layer), skv_wr32(out + 20, g->c->n_head_kv), skv_wr32(out + 24, g->c->d);
     skv_wr32(out + 28, (uint32_t)g->n);
     skv_wr64(out + 32, body_len);
-    skv_wr64(out + 40, XXH3_64bits_withSeed(out + SKV_KVTC_HDR, body_len, XXH3_64bits(out, 40)));
+    skv_wr32(out + 40, (uint32_t)g->pos0);
+    skv_wr64(out + 48, XXH3_64bits_withSeed(out + SKV_KVTC_HDR, body_len, XXH3_64bits(out, 48)));
 }
 
 static int encode_try(kvtc_geo *g, const float *kv, uint8_t *buf, size_t cap, float *deq, size_t *len)
@@ -208,7 +211,7 @@ static int encode_try(kvtc_geo *g, const float *kv, uint8_t *buf, size_t cap, fl
 
 static int params_ok(const skv_kvtc_params *p, const skv_kvtc_calib *c, const float *kv, size_t n)
 {
-    if (!p || !c || c->sum || !kv || !n || n > SKV_KVTC_MAX_POS) return 0;
+    if (!p || !c || c->sum || !kv || !n || n > SKV_KVTC_MAX_POS || p->pos0 > SKV_KVTC_MAX_POS - n) return 0;
     if (p->predictor < 0 || p->predictor >= SKV_KVTC_N_PRED || (p->predictor == SKV_KVTC_TOK && !p->tokens)) return 0;
     for (int i = 0; i < 2; i++)
         if (!(p->step[i] > 0.0f) || !isfinite(p->step[i])) return 0;
@@ -237,7 +240,7 @@ int skv_kvtc_encode(const skv_kvtc_params *p, const skv_kvtc_calib *c, const flo
     if (!params_ok(p, c, kv, n_pos)) return SKV_ERR_INVALID_ARG;
     for (size_t i = 0; i < c->n_series * n_pos * c->d; i++)
         if (!isfinite(kv[i])) return SKV_ERR_INVALID_ARG;
-    int rc = geo_alloc(&g, c, n_pos, p->predictor, p->ramp, p->tokens);
+    int rc = geo_alloc(&g, c, p->pos0, n_pos, p->predictor, p->ramp, p->tokens);
     if (!rc) choose(&g, p);
     size_t cap = SKV_KVTC_HDR + side_len(&g) + c->n_series * n_pos * c->d + 4096;
     for (int tries = 0; !rc && tries < 8; tries++, cap *= 2) {
@@ -265,10 +268,11 @@ int skv_kvtc_peek(const uint8_t *buf, size_t len, size_t *n_pos, uint64_t *calib
     if (buf[4] != SKV_KVTC_VERSION) return tc_fail(err, errcap, SKV_ERR_FORMAT, "unknown version");
     if (buf[5] >= SKV_KVTC_N_PRED || buf[6] > 1 || buf[7]) return tc_fail(err, errcap, SKV_ERR_FORMAT, "bad predictor or flags");
     uint64_t body = skv_rd64(buf + 32);
-    uint32_t n = skv_rd32(buf + 28);
-    if (!n || n > SKV_KVTC_MAX_POS) return tc_fail(err, errcap, SKV_ERR_FORMAT, "position count out of range");
+    uint32_t n = skv_rd32(buf + 28), pos0 = skv_rd32(buf + 40);
+    if (!n || n > SKV_KVTC_MAX_POS || pos0 > SKV_KVTC_MAX_POS - n || skv_rd32(buf + 44))
+        return tc_fail(err, errcap, SKV_ERR_FORMAT, "positions out of range");
     if (body != len - SKV_KVTC_HDR) return tc_fail(err, errcap, SKV_ERR_FORMAT, "length does not match (truncated?)");
-    if (XXH3_64bits_withSeed(buf + SKV_KVTC_HDR, (size_t)body, XXH3_64bits(buf, 40)) != skv_rd64(buf + 40))
+    if (XXH3_64bits_withSeed(buf + SKV_KVTC_HDR, (size_t)body, XXH3_64bits(buf, 48)) != skv_rd64(buf + 48))
         return tc_fail(err, errcap, SKV_ERR_FORMAT, "checksum mismatch (damaged)");
     *n_pos = n, *calib_id = skv_rd64(buf + 8);
     return SKV_OK;
@@ -336,7 +340,7 @@ int skv_kvtc_decode(const uint8_t *buf, size_t len, const skv_kvtc_calib *c, con
         return tc_fail(err, errcap, SKV_ERR_MISMATCH, "the stream needs another calibration (kvtc-<id>.cal) or geometry");
     if (buf[5] == SKV_KVTC_TOK && !tokens) return tc_fail(err, errcap, SKV_ERR_INVALID_ARG, "predictor tok needs the tokens");
     if (!kv || kv_cap / c->n_series / c->d < n) return tc_fail(err, errcap, SKV_ERR_RANGE, "output buffer too small");
-    rc = geo_alloc(&g, c, n, buf[5], buf[6] & 1, tokens);
+    rc = geo_alloc(&g, c, skv_rd32(buf + 40), n, buf[5], buf[6] & 1, tokens);
     if (!rc) rc = decode_body(&g, buf + SKV_KVTC_HDR, len - SKV_KVTC_HDR, kv);
     geo_free(&g);
     if (rc == SKV_ERR_FORMAT) tc_fail(err, errcap, rc, "damaged stream (side values or coefficients)");

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SKV_KVTC_HDR 48           /* stream header bytes */
+#define SKV_KVTC_HDR 56           /* stream header bytes */
 #define SKV_KVTC_CAL_HDR 48       /* calibration file header bytes (then series, then XXH3-64) */
 #define SKV_KVTC_MAX_D 256u       /* head_dim a reader accepts */
 #define SKV_KVTC_MAX_SERIES 4096u /* n_layer * 2 * n_head_kv a reader accepts */
@@ -33,7 +33,8 @@
 
 enum { SKV_KVTC_NONE = 0, SKV_KVTC_TOK = 1, SKV_KVTC_N_PRED = 2 };
 /* K's RoPE undone before the transform (and redone after): pairs (2i, 2i+1) or halves
- * (i, i + rope_dim/2), angle t * base^(-2i / rope_dim) at segment position t (from 0). */
+ * (i, i + rope_dim/2), angle p * base^(-2i / rope_dim) at position p (a stream's pos0 + t;
+ * calibration windows start at 0). */
 enum { SKV_KVTC_ROPE_NONE = 0, SKV_KVTC_ROPE_PAIRS = 1, SKV_KVTC_ROPE_HALVES = 2 };
 
 typedef struct skv_kvtc_calib skv_kvtc_calib;
@@ -63,6 +64,7 @@ typedef struct skv_kvtc_params {
     float step[2];         /* K and V steps relative to the calibration RMS of each (layer, kind) */
     float theta;           /* water level: keep component j when eig[j] > theta * step^2 (0: 1/12) */
     int ramp;              /* 1: the recency ramp of kvpred (skv_kvp_ramp_levels), steps / 8 */
+    uint32_t pos0;         /* the segment's first position (K's RoPE angles); pos0 + n_pos <= 2^24 */
     const int32_t *tokens; /* predictor tok: the n_pos token ids */
 } skv_kvtc_params;
 

@@ -74,7 +74,7 @@ static void accumulate(skv_kvtc_calib *c, size_t s, const double *x)
 int skv_kvtc_calib_add(skv_kvtc_calib *c, const float *kv, size_t n_pos)
 {
     if (!c || !c->sum || !kv) return SKV_ERR_INVALID_ARG;
-    double *tab = kvtc_rope_table(c, n_pos), *u = malloc(c->d * sizeof *u);
+    double *tab = kvtc_rope_table(c, 0, n_pos), *u = malloc(c->d * sizeof *u);
     if (!u || (c->rope_style && !tab)) {
         free(tab), free(u);
         return SKV_ERR_NOMEM;

@@ -27,8 +27,9 @@ struct skv_kvtc_calib {
 uint64_t kvtc_calib_image_id(const skv_kvtc_calib *c);
 int kvtc_rope_ok(int style, uint32_t rope_dim, float base, uint32_t d);
 
-/* kvtc_rope.c: cos/sin of every (position, pair) of a calibration's RoPE; NULL for none. */
-double *kvtc_rope_table(const skv_kvtc_calib *c, size_t n);
+/* kvtc_rope.c: cos/sin of every (position pos0 + t, pair) of a calibration's RoPE, t < n;
+ * NULL for none. */
+double *kvtc_rope_table(const skv_kvtc_calib *c, size_t pos0, size_t n);
 /* x (d floats, position t) -> u (d doubles) with K's rotation undone (tab NULL: a copy). */
 void kvtc_unrope(const skv_kvtc_calib *c, const double *tab, size_t t, const float *x, double *u);
 /* u rotated by position t's angles in place (tab NULL: nothing). */

@@ -18,14 +18,14 @@ int kvtc_rope_ok(int style, uint32_t rope_dim, float base, uint32_t d)
            rope_dim <= d && base > 1.0f && base < 1e30f;
 }
 
-double *kvtc_rope_table(const skv_kvtc_calib *c, size_t n)
+double *kvtc_rope_table(const skv_kvtc_calib *c, size_t pos0, size_t n)
 {
     if (c->rope_style == SKV_KVTC_ROPE_NONE) return NULL;
     size_t np = c->rope_dim / 2;
     double *tab = malloc(n * np * 2 * sizeof *tab);
     for (size_t i = 0; tab && i < np; i++) {
         double f = skv_det_pow((double)c->rope_base, -2.0 * (double)i / (double)c->rope_dim);
-        for (size_t t = 0; t < n; t++) skv_det_sincos((double)t * f, &tab[(t * np + i) * 2 + 1], &tab[(t * np + i) * 2]);
+        for (size_t t = 0; t < n; t++) skv_det_sincos((double)(pos0 + t) * f, &tab[(t * np + i) * 2 + 1], &tab[(t * np + i) * 2]);
     }
     return tab;
 }
