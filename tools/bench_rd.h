@@ -58,6 +58,7 @@ typedef struct rd_window {
     struct skv_kvtc_calib *tc;       /* RD_KVTC points: the calibration */
     float tc_theta;   /* RD_KVTC: water level (0: the codec's default) */
     int32_t greedy[RD_GREEDY]; /* the exact cache's greedy continuation of this window */
+    int g_len;        /* greedy tokens compared: min(RD_GREEDY, positions of the window from P on) */
 } rd_window;
 
 double rd_cpu_now(void);
@@ -77,10 +78,11 @@ void rd_kvtc_points(rd_point *pts, int *n, const char *steps, double ratio);
 int rd_kvtc_restore(rd_window *w, rd_point *pt);
 
 /* tools/bench_rd_greedy.c: c holds the window's prefix (positions 0 .. P-1, maybe more after):
- * truncated to P, it runs win[P] and then RD_GREEDY greedy tokens into out; 0 or -1. */
+ * truncated to P, it runs win[P] and then w->g_len greedy tokens into out (the last at
+ * position P + g_len - 1, inside the window); 0 or -1. */
 int rd_greedy(rd_window *w, skv_ctx *c, int32_t *out);
-/* Leading tokens of got equal to ref (0 .. RD_GREEDY). */
-int rd_greedy_match(const int32_t *ref, const int32_t *got);
+/* Leading tokens of got equal to w->greedy (0 .. w->g_len). */
+int rd_greedy_match(const rd_window *w, const int32_t *got);
 struct skv_kvtc_calib *rd_kvtc_load(const char *path);
 
 #endif

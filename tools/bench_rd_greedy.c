@@ -1,6 +1,6 @@
 /* kv-rd's greedy match length: how many tokens a greedy continuation from the restored
  * cache agrees with the greedy continuation from the exact cache before the first
- * difference (at most RD_GREEDY). Both start by running the text's token at position P
+ * difference (at most w->g_len = min(RD_GREEDY, the window's positions from P on)). Both start by running the text's token at position P
  * over the stored prefix (positions 0 .. P-1), then feed their own argmax. */
 #include <stdlib.h>
 
@@ -18,17 +18,17 @@ int rd_greedy(rd_window *w, skv_ctx *c, int32_t *out)
     size_t V = (size_t)w->mi.n_vocab;
     float *lg = malloc(V * sizeof *lg);
     int rc = lg && !skv_ctx_truncate(c, (int)w->P) && !skv_decode(c, w->win[w->P], lg) ? 0 : -1;
-    for (int i = 0; !rc && i < RD_GREEDY; i++) {
+    for (int i = 0; !rc && i < w->g_len; i++) {
         out[i] = argmax(lg, V);
-        if (i + 1 < RD_GREEDY && skv_decode(c, out[i], lg)) rc = -1;
+        if (i + 1 < w->g_len && skv_decode(c, out[i], lg)) rc = -1;
     }
     free(lg);
     return rc;
 }
 
-int rd_greedy_match(const int32_t *ref, const int32_t *got)
+int rd_greedy_match(const rd_window *w, const int32_t *got)
 {
     int m = 0;
-    while (m < RD_GREEDY && ref[m] == got[m]) m++;
+    while (m < w->g_len && w->greedy[m] == got[m]) m++;
     return m;
 }
