@@ -156,10 +156,13 @@ if want near; then
     echo "(4 layers, GQA 4/2, head_dim 64); text: KJV books held out from its training. Every row is the"
     echo "mean of 3 instances; per instance in near.csv; the KL curves in near.svg. Times are CPU time"
     echo "(this process, one thread, best of 3) and wall time under the machine's load (shared cores)."
+    echo "TQ-4 is the fair storage baseline (issue 44): only the stored KV (query positions 0 .. nq-2) is"
+    echo "quantized; the last query token and the continuation run with full-precision KV of their own."
     echo
     "$build/bench/bench_near" models/kjv-4m.gguf tests/data/model_ref/heldout.txt "$out/near.csv" "$out/near.svg"
     echo
-    echo "Cross-check of TQ-4's KL with \`seqkv kv-quality --schemes tq4\` on the first 20,000 bytes of the same text:"
+    echo "For contrast, \`seqkv kv-quality --schemes tq4\` on the first 20,000 bytes of the same text, which holds"
+    echo "*every* position quantized as the text runs (the protocol the TQ-4 column used before issue 44):"
     echo
     head -c 20000 tests/data/model_ref/heldout.txt >"$kjv_text.near"
     "$build/seqkv" kv-quality -m models/kjv-4m.gguf -f "$kjv_text.near" --schemes tq4 | grep -E '^\|'
@@ -170,7 +173,7 @@ if want near; then
         echo "## stories260K (5 layers, head_dim 8, context 512: half-length workloads) on its own samples"
         echo
         echo "Per instance in near_stories.csv, curves in near_stories.svg. Its head_dim of 8 is far below what"
-        echo "TurboQuant is designed for, hence TQ-4's large KL here."
+        echo "TurboQuant is designed for, hence TQ-4's larger KL here."
         echo
         "$build/bench/bench_near" "$st_model" "$shared/corpus/stories260K_samples.txt" "$out/near_stories.csv" "$out/near_stories.svg"
     fi

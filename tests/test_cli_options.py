@@ -37,7 +37,7 @@ REPORTER = Reporter(NAME)
 KJV = os.path.join(ROOT, "models", "kjv-4m.gguf")
 HELD = os.path.join(ROOT, "tests", "data", "model_ref", "heldout.txt")
 
-COMMANDS = ["generate", "perplexity", "info", "tokenize", "kv-dump", "kv-quality", "kv-rd", "compress", "restore", "inspect",
+COMMANDS = ["generate", "perplexity", "info", "tokenize", "kv-dump", "kv-quality", "kv-rd", "kvtc-calib", "compress", "restore", "inspect",
             "store init", "store put", "store get", "store match", "store ls", "store stats", "store rm", "store gc"]
 
 

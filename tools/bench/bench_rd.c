@@ -16,6 +16,7 @@
 #include "container/kvcodec.h"
 #include "container/kvpred.h"
 #include "container/kvpred_quality.h"
+#include "container/kvtc.h"
 #include "engine/layer0.h"
 #include "quant/quant.h"
 
@@ -242,6 +243,7 @@ static int eval_point(rd_window *w, rd_point *pt)
     size_t V = (size_t)w->mi.n_vocab, P = w->P;
     int rc = pt->family == RD_PERVEC ? restore_pervec(w, pt)
              : pt->family == RD_PRED ? restore_pred(w, pt)
+             : pt->family == RD_KVTC ? rd_kvtc_restore(w, pt)
                                      : rd_topk_restore(w, pt, 4, 0.9);
     if (rc) return -1;
     pt->positions += P;
@@ -250,6 +252,9 @@ static int eval_point(rd_window *w, rd_point *pt)
         skv_ctx_prefill(w->cq, w->win + P, w->k + 1 - P, SKV_LOGITS_ALL, w->lq))
         return -1;
     for (size_t j = P; j < w->k; j++) cli_score_row(w->lf + j * V, w->lq + (j - P) * V, (int)V, w->win[j + 1], &pt->s);
+    int32_t g[RD_GREEDY];
+    if (rd_greedy(w, w->cq, g)) return -1;
+    pt->greedy += rd_greedy_match(w, g);
     return 0;
 }
 
@@ -269,6 +274,11 @@ static const cli_opt rd_table[] = {
                                                        "default all)"},
     {"kl-targets", 0, CLI_STR, "LIST", 0, 0, F(kl_targets), "target KLs of the writer's quality search (tok+ramp@kl=X and\n"
                                                             "tok+ramp+layer0@kl=X points; default none)"},
+    {"kvtc", 0, CLI_STR, "FILE", 0, 0, F(kvtc), "add the transform codec's points (kvtc, kvtc+ramp, kvtc+tok+ramp) with\n"
+                                                "this calibration (seqkv kvtc-calib; a text the evaluation does not use)"},
+    {"kvtc-steps", 0, CLI_STR, "LIST", 0, 0, F(kvtc_steps), "relative steps of the kvtc points (default 0.05,0.1,0.2,0.4,0.8)"},
+    {"kvtc-theta", 0, CLI_FLOAT, "T", 0, 100, F(kvtc_theta), "kvtc water level: keep components with variance > T step^2\n"
+                                                           "(default 1/12)"},
     {"kv-ratio", 0, CLI_FLOAT, "R", 0.01, 100, F(ratio), "predictive codecs: K step x R, V step / R (default 1)"},
     {"pervector", 0, CLI_STR, "yes|no", 0, 0, F(pervec), "include the per-vector points (default yes)"},
     {"csv", 0, CLI_STR, "FILE", 0, 0, F(csv), "append the points to FILE as CSV"},
@@ -322,6 +332,8 @@ static int run_windows(rd_window *w, const int32_t *tok, size_t n, size_t S, rd_
         if (cli_bos_window(w->c, w->mi.bos_id, tok + s0, S, w->win, w->lf) || skv_ctx_kv_read(w->c, 0, (int)w->P, w->kv))
             return -1;
         for (size_t j = w->P; j < w->k; j++) cli_score_row(w->lf + j * V, w->lf + j * V, (int)V, w->win[j + 1], full);
+        w->g_len = w->k + 1 - w->P < RD_GREEDY ? (int)(w->k + 1 - w->P) : RD_GREEDY;
+        if (skv_ctx_kv_write(w->cq, 0, (int)w->P, w->kv) || rd_greedy(w, w->cq, w->greedy)) return -1;
         for (int i = 0; i < np; i++)
             if (eval_point(w, &pts[i])) {
                 cli_error("point %s failed", pts[i].name);
@@ -354,14 +366,15 @@ static void report(FILE *md, const rd_window *w, const rd_point *pts, int np, co
         if (!strncmp(pts[i].name, "TQ-3.5", 6)) ref = pts[i].bits / (double)pts[i].positions;
     fprintf(md, "model %s (%d layers x %d KV heads x %d), text %s: %zu scored rows, prefix %zu of %zu positions, ppl %.4f\n\n",
            w->mi.name, w->mi.n_layer, w->mi.n_head_kv, w->mi.head_dim, o->file, full->n, w->P, w->k + 1, ppl);
-    fprintf(md, "| codec | bits/position | bits/value | vs TQ-3.5 bits | KL nats/token | delta ppl | top-1 agree | restore CPU us/position | passes/position |\n");
-    fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    fprintf(md, "| codec | bits/position | bits/value | vs TQ-3.5 bits | KL nats/token | delta ppl | top-1 agree | greedy match (of %d) | restore CPU us/position | passes/position |\n", w->g_len);
+    fprintf(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < np; i++) {
         const rd_point *p = &pts[i];
         double bp = p->bits / (double)p->positions, q = exp(p->s.nll / (double)p->s.n);
-        fprintf(md, "| %s | %.1f | %.3f | %.3f | %.5f | %+.4f | %.2f%% | %.2f | %.2f |\n", p->name, bp, bp / (double)vals,
+        fprintf(md, "| %s | %.1f | %.3f | %.3f | %.5f | %+.4f | %.2f%% | %.1f | %.2f | %.2f |\n", p->name, bp, bp / (double)vals,
                ref > 0 ? bp / ref : 0.0, p->s.kl / (double)p->s.n, q - ppl, 100.0 * (double)p->s.top1 / (double)p->s.n,
-               1e6 * p->dec_cpu / (double)p->positions, p->passes / (double)p->positions);
+               p->greedy / (double)(p->windows ? p->windows : 1), 1e6 * p->dec_cpu / (double)p->positions,
+               p->passes / (double)p->positions);
     }
     report_kl(md, pts, np);
 }
@@ -375,15 +388,15 @@ static int write_csv(const rd_window *w, const rd_point *pts, int np, const cli_
         cli_error("cannot open %s", o->csv);
         return -1;
     }
-    if (ftell(f) == 0) fprintf(f, "model,codec,family,bits_pos,bits_val,kl,dppl,top1,restore_us_pos,passes_pos\n");
+    if (ftell(f) == 0) fprintf(f, "model,codec,family,bits_pos,bits_val,kl,dppl,top1,restore_us_pos,passes_pos,greedy_match\n");
     for (int i = 0; i < np; i++) {
         const rd_point *p = &pts[i];
         double bp = p->bits / (double)p->positions;
-        fprintf(f, "%s,%s,%s,%.2f,%.4f,%.6f,%.5f,%.5f,%.3f,%.3f\n", o->label ? o->label : w->mi.name, p->name,
-                p->family == RD_PERVEC ? "pervector" : p->family == RD_PRED ? "predictive" : "topk", bp,
+        fprintf(f, "%s,%s,%s,%.2f,%.4f,%.6f,%.5f,%.5f,%.3f,%.3f,%.2f\n", o->label ? o->label : w->mi.name, p->name,
+                p->family == RD_PERVEC ? "pervector" : p->family == RD_PRED ? "predictive" : p->family == RD_KVTC ? "transform" : "topk", bp,
                 bp / (double)vals, p->s.kl / (double)p->s.n, exp(p->s.nll / (double)p->s.n) - ppl,
                 (double)p->s.top1 / (double)p->s.n, 1e6 * p->dec_cpu / (double)p->positions,
-                p->passes / (double)p->positions);
+                p->passes / (double)p->positions, p->greedy / (double)(p->windows ? p->windows : 1));
     }
     return fclose(f) ? -1 : 0;
 }
@@ -405,6 +418,9 @@ int rd_run(const rd_opts *o, skv_model *m, const int32_t *tok, size_t n, rd_poin
         pred_points(pts, &np, o->steps, o->preds, o->ratio > 0 ? o->ratio : 1.0);
         kl_points(pts, &np, o->kl_targets);
         topk_points(pts, &np, o->topk_steps);
+        if (o->kvtc) rd_kvtc_points(pts, &np, o->kvtc_steps ? o->kvtc_steps : "0.05,0.1,0.2,0.4,0.8", o->ratio > 0 ? o->ratio : 1.0);
+        if (o->kvtc && !(w.tc = rd_kvtc_load(o->kvtc))) np = RD_MAX_POINTS + 1;
+        w.tc_theta = (float)o->kvtc_theta;
         if (np > RD_MAX_POINTS) cli_error("%d points, at most %d: fewer --steps or --predictors", np, RD_MAX_POINTS);
         else if (!window_setup(&w, m, ctx, prefix, o->threads) && !run_windows(&w, tok, n, (size_t)ctx - 1, pts, np, &full)) {
             report(md, &w, pts, np, &full, o);
@@ -412,6 +428,7 @@ int rd_run(const rd_opts *o, skv_model *m, const int32_t *tok, size_t n, rd_poin
         }
     }
     window_free(&w);
+    skv_kvtc_calib_free(w.tc);
     *n_pts = np;
     return rc;
 }

@@ -8,16 +8,18 @@
 
 #include "cli.h"
 
-enum { RD_PERVEC = 0, RD_PRED = 1, RD_TOPK = 2 };
+enum { RD_PERVEC = 0, RD_PRED = 1, RD_TOPK = 2, RD_KVTC = 3 };
 enum { RD_LV_NONE = 0, RD_LV_SURPRISAL = 1, RD_LV_SINK = 2, RD_LV_RECENT = 3, RD_LV_RAMP = 4 };
 
 #define RD_MAX_POINTS 256
+#define RD_GREEDY 32 /* tokens of the greedy continuations compared */
 
 /* The options of kv-rd (and of bench's rate-distortion section). */
 typedef struct {
     const char *model, *file, *steps, *topk_steps, *csv, *label, *preds, *pervec, *kl_targets;
+    const char *kvtc, *kvtc_steps; /* kvtc: the calibration file (kvtc-<id>.cal) and its relative steps */
     long ctx, prefix, max_tok, threads;
-    double ratio;
+    double ratio, kvtc_theta;
 } rd_opts;
 
 /* One point of a curve: how the prefix's KV is stored, and what it cost. */
@@ -40,6 +42,7 @@ typedef struct rd_point {
     double passes;    /* RD_TOPK: forward passes the restore needs */
     size_t positions; /* prefix positions stored, all windows */
     size_t windows;   /* windows evaluated */
+    double greedy;    /* greedy match lengths (tools/bench_rd_greedy.c), summed over windows */
     cli_score s;
 } rd_point;
 
@@ -52,6 +55,10 @@ typedef struct rd_window {
     float *lf, *lq;   /* [k + 1][V] exact and restored logits */
     float *kv, *out;  /* [floats of P positions] exact and restored */
     size_t k, P, nf;  /* tokens after BOS, prefix positions, floats of the prefix */
+    struct skv_kvtc_calib *tc;       /* RD_KVTC points: the calibration */
+    float tc_theta;   /* RD_KVTC: water level (0: the codec's default) */
+    int32_t greedy[RD_GREEDY]; /* the exact cache's greedy continuation of this window */
+    int g_len;        /* greedy tokens compared: min(RD_GREEDY, positions of the window from P on) */
 } rd_window;
 
 double rd_cpu_now(void);
@@ -64,5 +71,18 @@ int rd_run(const rd_opts *o, skv_model *m, const int32_t *tok, size_t n, rd_poin
 double rd_surprisal(const rd_window *w, size_t t, double *p_top1, int *is_top1);
 /* The paper's top-k predictor for point pt on window w: restored KV into w->out. */
 int rd_topk_restore(rd_window *w, rd_point *pt, int k, double thr);
+
+/* tools/bench_kvtc.c: the transform codec's points (kvtc, kvtc+ramp, kvtc+tok+ramp at each
+ * step of the list), their restore into w->out, and the calibration file of o->kvtc. */
+void rd_kvtc_points(rd_point *pts, int *n, const char *steps, double ratio);
+int rd_kvtc_restore(rd_window *w, rd_point *pt);
+
+/* tools/bench_rd_greedy.c: c holds the window's prefix (positions 0 .. P-1, maybe more after):
+ * truncated to P, it runs win[P] and then w->g_len greedy tokens into out (the last at
+ * position P + g_len - 1, inside the window); 0 or -1. */
+int rd_greedy(rd_window *w, skv_ctx *c, int32_t *out);
+/* Leading tokens of got equal to w->greedy (0 .. w->g_len). */
+int rd_greedy_match(const rd_window *w, const int32_t *got);
+struct skv_kvtc_calib *rd_kvtc_load(const char *path);
 
 #endif

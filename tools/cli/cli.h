@@ -142,6 +142,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_kvquality(int argc, char **argv);
 int cmd_kvrd(int argc, char **argv);     /* tools/bench/bench_rd.c */
+int cmd_kvtc_calib(int argc, char **argv); /* tools/bench/bench_kvtc.c */
 int cmd_store(int argc, char **argv);   /* tools/cmd/cmd_store.c */
 /* $SEQKV_STORE_MAP_SIZE: the LMDB map size of the stores that store, bench and serve open,
  * in bytes (0 or unset: the library's 64 GiB default); a smaller one lets seqkv run under

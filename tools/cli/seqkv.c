@@ -23,6 +23,7 @@ static const struct {
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"kv-dump", cmd_kvdump, "run a text and write its KV cache as a raw dump"},
     {"kv-rd", cmd_kvrd, "rate-distortion of stored KV caches: per-vector vs predictive codecs"},
+    {"kvtc-calib", cmd_kvtc_calib, "calibration of the transform KV codec (kvtc-<id>.cal)"},
     {"kv-quality", cmd_kvquality, "error and perplexity/KL cost of per-vector KV quantization schemes"},
     {"compress", cmd_compress, "store a session's KV cache as a .skv file"},
     {"restore", cmd_restore, "regenerate tokens and KV cache from a .skv file (--verify)"},

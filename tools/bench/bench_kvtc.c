@@ -1,0 +1,163 @@
+/* The transform codec kvtc (src/container/kvtc.h) on kv-rd's curves, and `seqkv kvtc-calib`,
+ * which measures a calibration on a text and writes it as DIR/kvtc-<id>.cal. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_rd.h"
+#include "container/kvtc.h"
+
+/* ---- kv-rd points ------------------------------------------------------------------ */
+
+void rd_kvtc_points(rd_point *pts, int *n, const char *steps, double ratio)
+{
+    static const struct { int pred, ramp; const char *tag; } var[] = {
+        {SKV_KVTC_NONE, 0, "kvtc"}, {SKV_KVTC_NONE, 1, "kvtc+ramp"}, {SKV_KVTC_TOK, 1, "kvtc+tok+ramp"}};
+    for (size_t v = 0; v < sizeof var / sizeof *var; v++)
+        for (const char *s = steps; s && *s;) {
+            char *end;
+            double st = strtod(s, &end);
+            if (end == s) break;
+            rd_point p = {.family = RD_KVTC, .pred = var[v].pred, .levels = var[v].ramp ? RD_LV_RAMP : 0,
+                          .step = (float)st, .kv_ratio = (float)ratio};
+            snprintf(p.name, sizeof p.name, "%s@%g", var[v].tag, st);
+            if (*n < RD_MAX_POINTS) pts[*n] = p;
+            (*n)++;
+            s = *end == ',' ? end + 1 : end;
+        }
+}
+
+int rd_kvtc_restore(rd_window *w, rd_point *pt)
+{
+    skv_kvtc_params p = {.predictor = pt->pred, .step = {pt->step * pt->kv_ratio, pt->step / pt->kv_ratio},
+                         .theta = w->tc_theta, .ramp = pt->levels == RD_LV_RAMP, .tokens = w->win};
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char err[160] = "";
+    if (!w->tc) return -1;
+    double t0 = rd_cpu_now();
+    int rc = skv_kvtc_encode(&p, w->tc, w->kv, w->P, &buf, &len, NULL);
+    pt->enc_cpu += rd_cpu_now() - t0;
+    t0 = rd_cpu_now();
+    if (!rc) rc = skv_kvtc_decode(buf, len, w->tc, w->win, w->out, w->nf, err, sizeof err);
+    pt->dec_cpu += rd_cpu_now() - t0;
+    if (rc) cli_error("kvtc: %s (%d)", err, rc);
+    pt->bits += 8.0 * (double)len;
+    free(buf);
+    return rc ? -1 : 0;
+}
+
+skv_kvtc_calib *rd_kvtc_load(const char *path)
+{
+    size_t len = 0;
+    char err[160] = "";
+    skv_kvtc_calib *c = NULL;
+    uint8_t *buf = (uint8_t *)cli_read_file(path, &len);
+    if (buf && skv_kvtc_calib_load(buf, len, &c, err, sizeof err)) cli_error("%s: %s", path, err);
+    free(buf);
+    return c;
+}
+
+/* ---- seqkv kvtc-calib -------------------------------------------------------------- */
+
+typedef struct {
+    const char *model, *file, *dir, *rope;
+    long ctx, max_tok, threads;
+} calib_opts;
+
+#define F(x) offsetof(calib_opts, x)
+static const cli_opt calib_table[] = {
+    CLI_OPT_MODEL(F(model)),
+    CLI_OPT_FILE(F(file), "TEXT", "calibration text (never one the evaluation uses)"),
+    CLI_OPT_CTX(F(ctx), 8, "window length, BOS included (default min(512, the model's context))"),
+    {"tokens", 'n', CLI_INT, "N", -1, 1 << 30, F(max_tok), "text tokens used (default 8192; -1 or 0 = all)"},
+    {"dir", 0, CLI_STR, "DIR", 0, 0, F(dir), "where kvtc-<id>.cal is written (default .)"},
+    {"rope", 0, CLI_STR, "none|pairs|halves", 0, 0, F(rope), "undo K's RoPE before the transform: channel pairs (2i, 2i+1)\n"
+                                                            "(llama), halves (i, i + d/2: NeoX), or none (default pairs)"},
+    CLI_OPT_THREADS(F(threads)),
+    {0},
+};
+
+static const cli_cmd calib_cmd = {
+    "kvtc-calib", "[-m MODEL] -f TEXT [-c N] [-n N] [--dir DIR]\n",
+    "Measures the transform codec's calibration (per layer, kind and KV head: the mean and the\n"
+    "eigenvectors of the head vectors' covariance) over windows of TEXT and writes it to\n"
+    "DIR/kvtc-<XXH3-64>.cal; prints that path. kv-rd --kvtc FILE reads it.\n",
+    calib_table, 0, NULL};
+
+/* Every window's KV (all its positions) into the accumulation. */
+static int calib_windows(skv_model *m, const calib_opts *o, const int32_t *tok, size_t n, skv_kvtc_calib *c)
+{
+    skv_model_info mi;
+    skv_model_get_info(m, &mi);
+    skv_ctx_params cp = skv_ctx_default_params();
+    size_t S = (size_t)o->ctx - 1, nf = (size_t)mi.n_layer * 2 * mi.n_head_kv * mi.head_dim * (size_t)o->ctx;
+    cp.n_ctx = (int)o->ctx, cp.n_threads = (int)o->threads;
+    skv_ctx *x = NULL;
+    int32_t *win = malloc((size_t)o->ctx * sizeof *win);
+    float *lg = malloc((size_t)o->ctx * (size_t)mi.n_vocab * sizeof *lg), *kv = malloc(nf * sizeof *kv);
+    int rc = win && lg && kv && !skv_ctx_create(m, &cp, &x) ? 0 : -1;
+    for (size_t s0 = 0; !rc && s0 + S <= n; s0 += S)
+        rc = cli_bos_window(x, mi.bos_id, tok + s0, S, win, lg) || skv_ctx_kv_read(x, 0, (int)o->ctx, kv) ||
+                     skv_kvtc_calib_add(c, kv, (size_t)o->ctx)
+                 ? -1
+                 : 0;
+    skv_ctx_free(x);
+    free(win), free(lg), free(kv);
+    return rc;
+}
+
+static int calib_write(const skv_kvtc_calib *c, const char *dir)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    char path[4096];
+    if (skv_kvtc_calib_save(c, &buf, &len)) return -1;
+    snprintf(path, sizeof path, "%s/kvtc-%016" PRIx64 ".cal", dir ? dir : ".", skv_kvtc_calib_id(c));
+    FILE *f = fopen(path, "wb");
+    int rc = f && fwrite(buf, 1, len, f) == len ? 0 : -1;
+    if (f && fclose(f)) rc = -1;
+    free(buf);
+    if (rc) cli_error("cannot write %s: %s", path, strerror(errno));
+    else printf("%s\n", path);
+    return rc;
+}
+
+static int calib_main(skv_model *m, calib_opts *o)
+{
+    size_t n = 0, len = 0;
+    skv_model_info mi;
+    skv_model_get_info(m, &mi);
+    if (!o->ctx) o->ctx = mi.n_ctx_train < 512 ? mi.n_ctx_train : 512;
+    char *text = cli_read_file(o->file, &len);
+    int32_t *tok = text ? cli_tokenize(m, text, len, 0, &n) : NULL;
+    skv_kvtc_calib *c = NULL;
+    if (o->max_tok > 0 && n > (size_t)o->max_tok) n = (size_t)o->max_tok;
+    int rc = tok && !skv_kvtc_calib_create((uint32_t)mi.n_layer, (uint32_t)mi.n_head_kv, (uint32_t)mi.head_dim, &c) ? 0 : -1;
+    int style = !o->rope || !strcmp(o->rope, "pairs") ? SKV_KVTC_ROPE_PAIRS : !strcmp(o->rope, "halves") ? SKV_KVTC_ROPE_HALVES : 0;
+    if (!rc && style && skv_kvtc_calib_set_rope(c, style, (uint32_t)mi.rope_dim, mi.rope_base))
+        rc = -1, cli_error("the model's RoPE (%d dims, base %g) is not one kvtc can undo", mi.rope_dim, (double)mi.rope_base);
+    if (!rc && (n < (size_t)o->ctx - 1 || mi.bos_id < 0)) rc = -1, cli_error("no BOS, or fewer tokens (%zu) than one window", n);
+    if (!rc) rc = calib_windows(m, o, tok, n, c);
+    if (!rc && skv_kvtc_calib_finish(c)) rc = -1, cli_error("the eigen-decomposition did not converge");
+    if (!rc) rc = calib_write(c, o->dir);
+    skv_kvtc_calib_free(c);
+    free(text), free(tok);
+    return rc;
+}
+
+int cmd_kvtc_calib(int argc, char **argv)
+{
+    calib_opts o = {.max_tok = 8192, .threads = 1};
+    int rc = cli_parse(&calib_cmd, argc, argv, &o, NULL, NULL);
+    if (rc != CLI_CONTINUE) return rc;
+    if (!o.file) return cli_usage(&calib_cmd, "needs a text file (-f FILE)");
+    if (o.rope && strcmp(o.rope, "none") && strcmp(o.rope, "pairs") && strcmp(o.rope, "halves"))
+        return cli_usage(&calib_cmd, "--rope is none, pairs or halves");
+    skv_model *m = cli_load_model(o.model);
+    rc = m && !calib_main(m, &o) ? CLI_OK : CLI_FAIL;
+    skv_model_free(m);
+    return rc;
+}
