@@ -42,7 +42,7 @@ typedef struct rd_point {
     double passes;    /* RD_TOPK: forward passes the restore needs */
     size_t positions; /* prefix positions stored, all windows */
     size_t windows;   /* windows evaluated */
-    double greedy;    /* greedy match lengths (tools/bench_rd_greedy.c), summed over windows */
+    double greedy;    /* greedy match lengths (tools/bench/bench_rd_greedy.c), summed over windows */
     cli_score s;
 } rd_point;
 
@@ -72,12 +72,12 @@ double rd_surprisal(const rd_window *w, size_t t, double *p_top1, int *is_top1);
 /* The paper's top-k predictor for point pt on window w: restored KV into w->out. */
 int rd_topk_restore(rd_window *w, rd_point *pt, int k, double thr);
 
-/* tools/bench_kvtc.c: the transform codec's points (kvtc, kvtc+ramp, kvtc+tok+ramp at each
+/* tools/bench/bench_kvtc.c: the transform codec's points (kvtc, kvtc+ramp, kvtc+tok+ramp at each
  * step of the list), their restore into w->out, and the calibration file of o->kvtc. */
 void rd_kvtc_points(rd_point *pts, int *n, const char *steps, double ratio);
 int rd_kvtc_restore(rd_window *w, rd_point *pt);
 
-/* tools/bench_rd_greedy.c: c holds the window's prefix (positions 0 .. P-1, maybe more after):
+/* tools/bench/bench_rd_greedy.c: c holds the window's prefix (positions 0 .. P-1, maybe more after):
  * truncated to P, it runs win[P] and then w->g_len greedy tokens into out (the last at
  * position P + g_len - 1, inside the window); 0 or -1. */
 int rd_greedy(rd_window *w, skv_ctx *c, int32_t *out);
