@@ -40,6 +40,7 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - abandoned_request_frees_slot: a client that hangs up on a long non-streamed request
   frees its slot within a moment (the bundled model, slower than stories260K).
 - token_probabilities: n_probs (llama-server) and logprobs + top_logprobs (OpenAI chat),
+  and post_sampling_probs (the chain's survivors as probabilities summing to 1),
   streamed one token a chunk or not: log-probabilities <= 0 that sum (over the top ones)
   to at most 1, the chosen greedy token the most likely.
 - seeded_sampling_is_llama_servers: a fixed seed gives the same text twice, and the default
@@ -124,7 +125,7 @@ def chatml_fallback(tmp):
 def unsupported_fields_refused(tmp):
     s = serve(tmp)
     try:
-        refused = [("echo", True), ("post_sampling_probs", True)]
+        refused = [("echo", True), ("ignore_eos", True)]
         for field, value in refused:
             code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, field: value})
             check(code == 400 and field in r["error"]["message"], "%s: %d %s" % (field, code, r))
@@ -468,6 +469,19 @@ def token_probabilities(tmp):
         content = r["choices"][0].get("logprobs", {}).get("content", [])
         check(code == 200 and len(content) == 3 and all(len(c["top_logprobs"]) == 2 for c in content),
               "chat logprobs: %s" % r)
+        # post_sampling_probs: what the chain left, as probabilities ("prob", "top_probs")
+        code, r = s.json("/completion", {"prompt": "Once upon a time", "n_predict": 6, "temperature": 1.0, "top_k": 3,
+                                         "n_probs": 5, "post_sampling_probs": True, "seed": 7})
+        cp = r.get("completion_probabilities", []) if code == 200 else []
+        check(len(cp) == 6, "post_sampling_probs: %d %s" % (code, r))
+        for t in cp:
+            top = t["top_probs"]
+            check(0 < len(top) <= 3 and abs(sum(x["prob"] for x in top) - 1) < 1e-4 and
+                  t["id"] in [x["id"] for x in top] and 0 < t["prob"] <= 1 and
+                  all(top[i]["prob"] >= top[i + 1]["prob"] for i in range(len(top) - 1)), "post-sampling: %s" % t)
+        code, r = s.json("/completion", dict(body, post_sampling_probs=True))
+        check(code == 200 and all(t["prob"] == 1.0 and len(t["top_probs"]) == 1 for t in r["completion_probabilities"]),
+              "greedy post-sampling: %s" % r.get("completion_probabilities", r)[:2])
         code, r = s.json("/completion", dict(body, n_probs=1000))
         check(code == 400 and "n_probs" in r["error"]["message"], "n_probs 1000: %d %s" % (code, r))
     finally:

@@ -275,7 +275,7 @@ static const struct unsupported {
     {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
     {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
     {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
-    {"post_sampling_probs", is_off}, {"ignore_eos", is_off},
+    {"ignore_eos", is_off},
     {"samplers", is_empty},        {"multimodal_data", is_empty}, {"grammar_lazy", is_off},
 };
 
@@ -366,6 +366,7 @@ static int parse_probs(srv_job *j, json_t *b, int fmt, char *err, size_t errcap)
         return snprintf(err, errcap, "\"logprobs\" of /v1/completions is not supported by seqkv serve yet; leave it out"), -1;
     }
     j->n_probs = (int)n, j->want_probs = n > 0 || lp;
+    j->post_probs = json_is_true(json_object_get(b, "post_sampling_probs"));
     if (j->want_probs && !(j->tok_end = malloc(((size_t)j->n_predict + 1) * sizeof *j->tok_end)))
         return snprintf(err, errcap, "out of memory"), -1;
     for (int i = 0; j->tok_end && i <= j->n_predict; i++) j->tok_end[i] = SIZE_MAX; /* not appended yet */

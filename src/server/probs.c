@@ -50,8 +50,30 @@ int srv_probs_record(srv_job *j, const float *logits, int n_vocab, int32_t tok)
     return 0;
 }
 
-/* {"id", "token", "bytes", "logprob"} of one token. */
-static json_t *prob_obj(const srv *s, srv_prob p)
+/* Room for one more token's entries (the token and its top n). NULL when out of memory. */
+static srv_prob *probs_row(srv_job *j)
+{
+    size_t per = (size_t)j->n_probs + 1, need = (j->n_gen + 1) * per;
+    if (need > j->probs_cap) {
+        size_t cap = need * 2;
+        srv_prob *p = realloc(j->probs, cap * sizeof *p);
+        if (!p) return NULL;
+        j->probs = p, j->probs_cap = cap;
+    }
+    return j->probs + j->n_gen * per;
+}
+
+int srv_probs_record_post(srv_job *j, const void *scratch, int32_t tok)
+{
+    srv_prob *r = probs_row(j);
+    if (!r) return -1;
+    int k = srv_sample_post(scratch, j->n_probs, tok, r);
+    for (int i = k; i < j->n_probs; i++) r[1 + i] = (srv_prob){-1, 0.0f}; /* fewer candidates were left */
+    return 0;
+}
+
+/* {"id", "token", "bytes", "logprob"} of one token ("prob" after sampling). */
+static json_t *prob_obj(const srv *s, srv_prob p, int post)
 {
     char piece[256];
     size_t n = 0;
@@ -61,7 +83,7 @@ static json_t *prob_obj(const srv *s, srv_prob p)
     size_t tl = 0;
     char *text = srv_utf8_valid(piece, n, &tl);
     json_t *o = json_pack("{s:i,s:s%,s:o,s:f}", "id", p.id, "token", text ? text : "", text ? tl : (size_t)0, "bytes",
-                          bytes, "logprob", (double)p.logprob);
+                          bytes, post ? "prob" : "logprob", (double)p.logprob);
     free(text);
     return o;
 }
@@ -72,9 +94,10 @@ json_t *srv_probs_json(const srv *s, const srv_job *j, size_t from, size_t to)
     size_t per = (size_t)j->n_probs + 1;
     for (size_t k = from; a && j->probs && k < to; k++) {
         const srv_prob *r = j->probs + k * per;
-        json_t *o = prob_obj(s, r[0]), *top = json_array();
-        for (int i = 0; i < j->n_probs && top; i++) json_array_append_new(top, prob_obj(s, r[1 + i]));
-        json_object_set_new(o, "top_logprobs", top);
+        json_t *o = prob_obj(s, r[0], j->post_probs), *top = json_array();
+        for (int i = 0; i < j->n_probs && top; i++)
+            if (r[1 + i].id >= 0) json_array_append_new(top, prob_obj(s, r[1 + i], j->post_probs));
+        json_object_set_new(o, j->post_probs ? "top_probs" : "top_logprobs", top);
         json_array_append_new(a, o);
     }
     return a;

@@ -30,7 +30,12 @@ typedef struct cands {
     int sorted;
 } cands;
 
-size_t srv_sample_scratch_bytes(int n_vocab) { return (size_t)n_vocab * (sizeof(cand) + sizeof(int32_t)); }
+/* The scratch: the count of candidates the last srv_sample left (for post-sampling
+ * probabilities), then the candidates, then the penalties' counts. */
+#define SCRATCH_HEAD 16
+static cand *scratch_cands(void *scratch) { return (cand *)(void *)((char *)scratch + SCRATCH_HEAD); }
+
+size_t srv_sample_scratch_bytes(int n_vocab) { return SCRATCH_HEAD + (size_t)n_vocab * (sizeof(cand) + sizeof(int32_t)); }
 
 void srv_rng_seed(srv_rng *r, uint64_t seed) { skv_mt_seed(&r->mt, (uint32_t)(seed - 1)); }
 
@@ -137,8 +142,9 @@ static int32_t draw(cands *s, srv_rng *rng)
 int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, const int32_t *hist, size_t n_hist, srv_rng *rng,
                    void *scratch)
 {
-    cands s = {scratch, (size_t)n_vocab, 0};
+    cands s = {scratch_cands(scratch), (size_t)n_vocab, 0};
     int32_t *count = (int32_t *)(void *)(s.c + n_vocab);
+    size_t *left = scratch;
     for (int32_t i = 0; i < n_vocab; i++) s.c[i] = (cand){logits[i], 0.0f, i};
     for (size_t i = 0; i < j->n_bias; i++) s.c[j->bias[i].id].logit += j->bias[i].bias; /* llama.cpp: first */
     penalize(s.c, j, hist, n_hist, count);
@@ -149,10 +155,43 @@ int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, const int
         size_t best = 0;
         for (size_t i = 1; i < s.n; i++) best = s.c[i].logit > s.c[best].logit ? i : best;
         skv_mt_uniform(&rng->mt);
-        return s.c[best].id;
+        s.c[0] = (cand){s.c[best].logit, 1.0f, s.c[best].id}; /* after sampling: it alone, certain */
+        *left = 1;
+        return s.c[0].id;
     }
     for (size_t i = 0; i < s.n; i++) s.c[i].logit /= (float)j->temp;
-    return draw(&s, rng);
+    int32_t tok = draw(&s, rng);
+    *left = s.n;
+    return tok;
+}
+
+static int prob_above(struct srv_prob a, struct srv_prob b)
+{
+    return a.logprob > b.logprob || (a.logprob == b.logprob && a.id < b.id);
+}
+
+int srv_sample_post(const void *scratch, int n, int32_t tok, struct srv_prob *out)
+{
+    size_t left = *(const size_t *)scratch;
+    const cand *c = (const cand *)(const void *)((const char *)scratch + SCRATCH_HEAD);
+    double sum = 0.0;
+    for (size_t i = 0; i < left; i++) sum += (double)c[i].p;
+    out[0] = (struct srv_prob){tok, 0.0f};
+    int k = 0;
+    for (size_t i = 0; i < left; i++) { /* out[1..k]: the n most probable, highest first (ties: lower id) */
+        struct srv_prob e = {c[i].id, sum > 0 ? (float)((double)c[i].p / sum) : 0.0f};
+        if (e.id == tok) out[0].logprob = e.logprob;
+        int at;
+        if (k < n) at = ++k;
+        else if (n > 0 && prob_above(e, out[n])) at = n;
+        else continue;
+        out[at] = e;
+        for (; at > 1 && prob_above(out[at], out[at - 1]); at--) {
+            struct srv_prob t = out[at];
+            out[at] = out[at - 1], out[at - 1] = t;
+        }
+    }
+    return k;
 }
 
 /* Length of the UTF-8 character at p (n bytes left): 1..4 when valid, 0 when invalid,

@@ -269,7 +269,7 @@ static int run_prompt(slot *sl, srv_job *j)
 
 /* Appends tok to the generated ids (and its probabilities when asked), under the job's
  * lock: a streaming reader reads them. */
-static int gen_push(srv_job *j, int32_t tok, const float *logits, int n_vocab)
+static int gen_push(srv_job *j, int32_t tok, const float *logits, int n_vocab, const void *scratch)
 {
     int rc = 0;
     pthread_mutex_lock(&j->mu);
@@ -279,7 +279,8 @@ static int gen_push(srv_job *j, int32_t tok, const float *logits, int n_vocab)
         if (g) j->gen = g, j->gen_cap = cap;
         else rc = -1;
     }
-    if (!rc && j->want_probs) rc = srv_probs_record(j, logits, n_vocab, tok);
+    if (!rc && j->want_probs)
+        rc = j->post_probs ? srv_probs_record_post(j, scratch, tok) : srv_probs_record(j, logits, n_vocab, tok);
     if (!rc) j->gen[j->n_gen++] = tok;
     pthread_mutex_unlock(&j->mu);
     return rc;
@@ -355,7 +356,7 @@ static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
     const srv *s = sl->pool->s;
     int32_t tok = srv_sample_constrained(s, j, sl->logits, sl->tokens, sl->n_tokens, rng, sl->scratch);
     if (tok == s->info.eos_id) return j->finish = "stop", 1;
-    if (gen_push(j, tok, sl->logits, s->info.n_vocab)) return SKV_ERR_NOMEM;
+    if (gen_push(j, tok, sl->logits, s->info.n_vocab, sl->scratch)) return SKV_ERR_NOMEM;
     if (srv_job_append(j, s->model, tok)) return j->finish = "stop", 1;
     if (j->n_gen >= (size_t)j->n_predict) return j->finish = "length", 1;
     /* as llama-server: prompt + generated tokens never exceed n_ctx (the last one needs no KV) */

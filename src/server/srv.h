@@ -69,6 +69,7 @@ typedef struct srv_job {
     size_t n_prompt;
     int n_predict, top_k, cache_prompt, id_slot, fmt, stream, usage_chunk, n_probs;
     int want_probs;            /* n_probs > 0 or OpenAI's logprobs: record srv_prob per token */
+    int post_probs;            /* post_sampling_probs: probabilities after the sampler chain ("prob") */
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int repeat_last_n;
     struct srv_bias { int32_t id; float bias; } *bias; /* logit_bias: added to the logits first */
@@ -206,6 +207,9 @@ size_t srv_sample_scratch_bytes(int n_vocab);
 /* The request's grammar / json_schema / response_format into j->grammar: 0, or -1 with err. */
 int srv_grammar_parse(srv_job *j, const json_t *b, char *err, size_t errcap);
 void srv_grammar_free(srv_job *j);
+/* After srv_sample: out[0] = tok and its probability among the candidates the chain left
+ * (temperature applied, normalized), out[1..k] the n most probable of them; returns k. */
+int srv_sample_post(const void *scratch, int n, int32_t tok, struct srv_prob *out);
 /* srv_sample kept to j's grammar (if any), llama.cpp's way (grammar.c). */
 int32_t srv_sample_constrained(const srv *s, srv_job *j, const float *logits, const int32_t *hist, size_t n_hist, srv_rng *rng,
                                void *scratch);
@@ -221,6 +225,8 @@ typedef struct srv_prob srv_prob;
 /* Records, for generated token n_gen (not yet pushed), tok's log-probability and the
  * j->n_probs most likely tokens' under logits. 0, or -1 when out of memory. */
 int srv_probs_record(srv_job *j, const float *logits, int n_vocab, int32_t tok);
+/* post_sampling_probs: the same from what the sampler left (srv_sample's scratch). */
+int srv_probs_record_post(srv_job *j, const void *scratch, int32_t tok);
 /* llama-server's completion_probabilities of tokens [from, to) ({"id","token","bytes",
  * "logprob","top_logprobs"}; OpenAI's logprobs.content has the same items). */
 json_t *srv_probs_json(const srv *s, const srv_job *j, size_t from, size_t to);

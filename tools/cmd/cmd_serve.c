@@ -107,7 +107,7 @@ static const cli_opt serve_table[] = {
     GPU_VALUE("fa", 0), GPU_VALUE("split-mode", 0), GPU_VALUE("sm", 0), GPU_VALUE("main-gpu", 0), GPU_VALUE("mg", 0),
     GPU_VALUE("tensor-split", 0), GPU_VALUE("ts", 0), GPU_VALUE("device", 0), GPU_VALUE("dev", 0),
     GPU_VALUE("ubatch-size", 0), GPU_VALUE("ub", 0), GPU_VALUE("cache-type-k", 0),
-    GPU_VALUE("ctk", 0), GPU_VALUE("cache-type-v", 0), GPU_VALUE("ctv", 0), GPU_FLAG("cont-batching"),
+    GPU_VALUE("ctk", 0), GPU_VALUE("cache-type-v", 0), GPU_VALUE("ctv", 0), GPU_FLAG("cont-batching"), GPU_FLAG("backend_sampling"), GPU_FLAG("backend-sampling"),
     GPU_FLAG("cb"), GPU_FLAG("no-cont-batching"), GPU_FLAG("nocb"), GPU_FLAG("no-mmap"), GPU_FLAG("mlock"),
     GPU_FLAG("no-warmup"), GPU_FLAG("offline"),
     {0},
