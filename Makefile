@@ -154,8 +154,6 @@ else
 endif
 	@touch $@
 
-PC_TEXT = prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: seqkv\nDescription: Sequential KV-cache compression\nVersion: $(VERSION)\nLibs: -L$${libdir} -lseqkv\nLibs.private: $(LIBS)\nCflags: -I$${includedir}\n
-
 $(BUILD)/seqkv.pc: Makefile | $(BUILD)
 	printf '$(PC_TEXT)' > $@
 	printf '$(PC_STATIC_TEXT)' > $(BUILD)/seqkv-static.pc
