@@ -4,7 +4,7 @@ figures in bench/results/serve.md, "Side by side with llama-server").
 
     scripts/serve_peer.py [--model M] [--servers seqkv-store,seqkv,llama] [--parallel 4]
                           [--threads 2] [--requests 32] [--concurrency 4] [--prompt-chars 420]
-                          [--n-predict 32] [--restart-convs 4] [--json OUT]
+                          [--n-predict 32] [--restart-convs 4] [--restart-chars 1800] [--json OUT]
 
 Servers: `seqkv` (seqkv serve without a store), `seqkv-store` (with a fresh --store), `llama`
 (llama-server from scripts/peer/build_llama_server.sh, or $LLAMA_SERVER). Each gets
@@ -15,8 +15,8 @@ Servers: `seqkv` (seqkv serve without a store), `seqkv-store` (with a fresh --st
    offset: ~100 tokens on the bundled model), temperature 0, N_PREDICT tokens. Reports
    generated tokens/s over the wall time and time to first token p50/p99 (request sent to the
    first chunk with text).
-2. Returning conversations: RESTART_CONVS conversations get a long first turn (1,800
-   characters), the server is restarted (SIGTERM, start again: what a deploy or a crash
+2. Returning conversations: RESTART_CONVS conversations get a long first turn
+   (RESTART_CHARS characters, default 1,800), the server is restarted (SIGTERM, start again: what a deploy or a crash
    does), and each conversation's next turn (its history plus a new line) is sent one at
    a time: time to first token after the restart. seqkv with a store serves the history
    from it; llama-server (and seqkv without a store) prefill it again.
@@ -68,7 +68,7 @@ class Peer:
             seqkv = os.path.join(ROOT, os.environ.get("SEQKV_BUILD", "build"), "seqkv")
             self.cmd = [seqkv, "serve", "-m", args.model, "--chat-template", "simple"]
             if self.store:
-                self.cmd += ["--store", self.store]
+                self.cmd += ["--store", self.store, "--cache-budget", args.cache_budget]
         self.cmd += ["--host", "127.0.0.1", "--port", str(self.port), "-np", str(args.parallel), "-c",
                      str(args.parallel * args.ctx), "-t", str(args.threads)]
         self.start()
@@ -91,9 +91,9 @@ class Peer:
         raise RuntimeError("%s did not answer /health" % self.kind)
 
     def stop(self):
-        self.p.send_signal(signal.SIGTERM)
+        self.p.send_signal(signal.SIGTERM)  # seqkv drains its queue of puts first
         try:
-            self.p.wait(timeout=30)
+            self.p.wait(timeout=300)
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
@@ -166,7 +166,8 @@ def throughput(peer, args, text):
 
 
 def returning(peer, args, text):
-    convs = [text[i * 3001 % (len(text) - 1800):][:1800] for i in range(args.restart_convs)]
+    n = args.restart_chars
+    convs = [text[i * 3001 % (len(text) - n):][:n] for i in range(args.restart_convs)]
     hist = []
     for c in convs:
         _, _, _ = stream_completion(peer.port, c, 8)
@@ -194,6 +195,8 @@ def main():
     ap.add_argument("--prompt-chars", type=int, default=420)
     ap.add_argument("--n-predict", type=int, default=32)
     ap.add_argument("--restart-convs", type=int, default=4)
+    ap.add_argument("--restart-chars", type=int, default=1800)
+    ap.add_argument("--cache-budget", default="1G", help="seqkv-store's --cache-budget (materialised KV kept)")
     ap.add_argument("--json")
     args = ap.parse_args()
     text = open(TEXT).read()

@@ -1,6 +1,6 @@
 /* seqkv serve: the HTTP server (src/server/, docs/server.md), with llama-server's flags:
  * the same spellings, short forms and meanings (-c is the total context divided among the
- * slots, -t the threads of all slots together), the sampling defaults requests inherit, and
+ * slots, -t the threads a computation uses, as llama-server's), the sampling defaults requests inherit, and
  * the GPU-only flags accepted with one line saying they do nothing here. */
 #include <limits.h>
 #include <stdio.h>
@@ -41,7 +41,8 @@ static const cli_opt serve_table[] = {
     {"kv-unified", 0, CLI_FLAG, NULL, 0, 0, F(kv_unified), "every slot gets the whole -c (llama-server's unified KV;\n"
                                                               "here each slot still has its own: --parallel x the memory)"},
     {"kvu", 0, CLI_FLAG, NULL, 0, 0, F(kv_unified), NULL},
-    {"threads", 't', CLI_INT, "N", 1, 256, F(threads), "threads of all slots together (default: the cores present)"},
+    {"threads", 't', CLI_INT, "N", 1, 256, F(threads), "threads a slot computes with (default: the cores present);\n"
+     "the batched decode step of all slots runs on them, a lone\nprefill gets them all"},
     {"n-predict", 'n', CLI_INT, "N", -1, SRV_MAX_N_PREDICT, F(n_predict), "tokens to generate when a request does not say\n"
                                                                          "(default -1: until the context is full, at most 4096)"},
     {"predict", 0, CLI_INT, "N", -1, SRV_MAX_N_PREDICT, F(n_predict), NULL},
@@ -198,7 +199,7 @@ int cmd_serve(int argc, char **argv)
     skv_server_params p = {.model_path = o.model ? o.model : cli_default_model(), .store_dir = o.store,
                            .host = o.host, .alias = o.alias, .port = (int)o.port, .parallel = (int)o.parallel,
                            .n_ctx = (int)o.ctx, .n_batch = (int)o.batch, .kv_unified = o.kv_unified,
-                           .n_threads = (int)(threads / o.parallel > 0 ? threads / o.parallel : 1),
+                           .n_threads = (int)threads,
                            .cache_budget = o.budget, .slot_save_path = o.slot_save_path, .ctx_shift = o.ctx_shift,
                            .reuse_near = o.reuse, .near_recompute = o.recompute, .near_quality = o.quality,
                            .store_map_size = cli_store_map_size(), .mem_budget = (unsigned long long)o.mem_budget,
