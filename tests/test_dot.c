@@ -12,6 +12,7 @@
 #include "core/cpu.h"
 #include "core/f16.h"
 #include "quant/dot.h"
+#include "quant/repack.h"
 #include "quant/types.h"
 #include "test.h"
 
@@ -305,7 +306,8 @@ static void extreme_blocks_bit_identical(void)
 /* Every type the engine reads runs SIMD code on an AVX2 CPU: a type with an integer dot
  * has a twin at every level (the table's gemm column, not a fallback to the reference);
  * one without runs the f32 matmul on its SIMD conversion (to_float_simd, or f16's own
- * matvec / matmul); f32 needs no conversion (engine/forward.c matmul_task). */
+ * matvec / matmul); f32 needs no conversion (engine/forward.c matmul_task). Decode of an
+ * integer-dot type reads the packed layout (quant/repack.h): every such type has one. */
 static void engine_types_have_simd_kernels(void)
 {
 #if defined(__x86_64__)
@@ -322,6 +324,8 @@ static void engine_types_have_simd_kernels(void)
         for (int l = SKV_DOT_AVX2; l <= top; l++)
             CHECK_MSG(skv_dot_gemm(l, id) != t->gemm[SKV_DOT_REF], "%s: level %d runs the scalar reference",
                       t->name, l);
+        /* decode (one token) runs the packed layout's kernels; without one it would unpack */
+        CHECK_MSG(skv_pack_row_bytes(id, 2048) > 0, "%s: no packed decode layout", t->name);
     }
 #else
     SKIP("the SIMD twins are x86-64 only");

@@ -25,6 +25,9 @@ void oracle_quiet_log(void)
 
 int oracle_load_cpu_backend(void)
 {
+#ifdef SKV_ORACLE_STATIC
+    return 0; /* linked against a static ggml (its CPU backend is built in): nothing to load */
+#else
     const char *path = getenv("SKV_ORACLE_CPU_LIB");
     if (!path || !*path)
         path = SKV_ORACLE_CPU_LIB;
@@ -33,4 +36,5 @@ int oracle_load_cpu_backend(void)
         return -1;
     }
     return 0;
+#endif
 }

@@ -15,8 +15,11 @@ subset replaces only its rows) and bench/results/peer.md is rewritten from the C
 
 Environment (all optional):
   PEER_GEOMS    geometries to run, default "tinyllama-1.1b llama-3.2-1b"
-  PEER_TYPES    weight types, default "F16 Q8_0 Q4_0 Q4_K_M"
+  PEER_TYPES    weight types, default every type the engine loads, in llama-quantize's
+                presets (TYPES below; scripts/peer/models.sh makes the files)
   PEER_THREADS  thread counts, default "2 1"
+  PEER_DEPTHS   context depths (llama-bench's -d: both tests run after that many tokens
+                already in the cache), default "0"; e.g. "0 4096 16384"
   PEER_REPS     repetitions per test (mean and stddev over them), default 2
   PEER_ENGINES  "llama seqkv" (default) or one of them
   PEER_TIMEOUT  seconds per process before it is killed and recorded as a timeout (1800)
@@ -39,13 +42,35 @@ import time
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 CSV_PATH = os.path.join(ROOT, "bench", "results", "peer.csv")
 MD_PATH = os.path.join(ROOT, "bench", "results", "peer.md")
-FIELDS = ["engine", "program", "geometry", "type", "threads", "test", "avg_ts", "stddev_ts", "cpu_ts", "reps",
-          "peak_rss_mib", "cpu_pct", "load1", "when", "status"]
+FIELDS = ["cpu", "commit", "engine", "program", "geometry", "type", "threads", "depth", "test", "avg_ts", "stddev_ts", "cpu_ts",
+          "reps", "peak_rss_mib", "cpu_pct", "load1", "when", "status"]
+# Every weight type the engine loads, as the llama-quantize presets users download (the _M
+# mixes carry q6_k / q5_k / q4_k / q3_k tensors as llama-quantize chooses them).
+TYPES = ["F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q5_1", "Q4_K_M", "Q4_0", "Q4_1", "IQ4_NL",
+         "IQ4_XS", "Q3_K_M", "Q2_K"]
+# Rows measured before the cpu column existed were all on this machine.
+OLD_CPU, OLD_COMMIT = "Intel(R) Xeon(R) Processor (AVX-512)", "c2ad794"
 N_PROMPT, N_GEN = 512, 128
 
 
 def env_list(name, default):
     return os.environ.get(name, default).split()
+
+
+def cpu_label():
+    """lscpu's model name and the widest vector ISA: one report section per label."""
+    name, flags = "unknown CPU", ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        out = ""
+    for line in out.splitlines():
+        if line.startswith("Model name:"):
+            name = line.split(":", 1)[1].strip()
+        if line.startswith("Flags:"):
+            flags = " " + line.split(":", 1)[1] + " "
+    isa = "AVX-512" if " avx512f " in flags else "AVX2, no AVX-512" if " avx2 " in flags else "no AVX2"
+    return "%s (%s)" % (name, isa)
 
 
 def models_dir():
@@ -102,15 +127,18 @@ def last_line(text):
     return (lines[-1] if lines else "failed")[:120].replace(",", ";")
 
 
-def run_one(engine, exe, path, threads, reps, timeout):
-    """One process for one (engine, model file, threads) -> [row dicts] (failures included)."""
+def run_one(engine, exe, path, threads, depth, reps, timeout):
+    """One process for one (engine, model file, threads, depth) -> [row dicts] (failures included)."""
     if engine == "llama" and "llama-bench" in os.path.basename(exe):
         cmd = [exe, "-m", path, "-p", str(N_PROMPT), "-n", str(N_GEN), "-t", str(threads),
-               "-r", str(reps), "-o", "csv"]
+               "-d", str(depth), "-r", str(reps), "-o", "csv"]
+    elif engine == "llama":
+        cmd = [exe, path, str(threads), str(N_PROMPT), str(N_GEN), str(reps), str(depth)]
     else:
-        cmd = [exe, path, str(threads), str(N_PROMPT), str(N_GEN), str(reps), "0", os.environ.get("PEER_KV", "f32")]
-    base = {"engine": engine, "program": os.path.basename(exe), "threads": threads, "reps": reps, "load1": load1(),
-            "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+        cmd = [exe, path, str(threads), str(N_PROMPT), str(N_GEN), str(reps), str(depth),
+               os.environ.get("PEER_KV", "f32")]
+    base = {"cpu": CPU, "commit": COMMIT, "engine": engine, "program": os.path.basename(exe), "threads": threads, "depth": depth,
+            "reps": reps, "load1": load1(), "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
     rc, out, err, rss, pct = timed(cmd, timeout)
     rows = (llama_rows if engine == "llama" else seqkv_rows)(out) if rc == 0 else []
     status = "ok" if rc == 0 and rows else ("timeout" if rc is None else "failed: " + last_line(err))
@@ -126,11 +154,17 @@ def read_csv():
     if not os.path.exists(CSV_PATH):
         return []
     with open(CSV_PATH, newline="") as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    for r in rows:  # rows from before the cpu and depth columns
+        r["cpu"] = r.get("cpu") or OLD_CPU
+        r["depth"] = r.get("depth") or "0"
+        r["commit"] = r.get("commit") or OLD_COMMIT
+    return rows
 
 
 def write_csv(rows):
-    key = lambda r: (r["geometry"], ORDER_T.get(r["type"], 9), -int(r["threads"]), r["test"], r["engine"])
+    key = lambda r: (r["cpu"], r["geometry"], int(r["depth"]), ORDER_T.get(r["type"], 99), -int(r["threads"]),
+                     r["test"], r["engine"])
     rows.sort(key=key)
     with open(CSV_PATH + ".tmp", "w", newline="") as f:
         w = csv.DictWriter(f, FIELDS, lineterminator="\n")
@@ -139,11 +173,23 @@ def write_csv(rows):
     os.replace(CSV_PATH + ".tmp", CSV_PATH)
 
 
-ORDER_T = {"F16": 0, "Q8_0": 1, "Q4_0": 2, "Q4_K_M": 3}
+ORDER_T = {t: i for i, t in enumerate(TYPES)}
+CPU = cpu_label()
+
+
+def git_commit():
+    """The seqkv commit measured, "+" when the tracked files differ from it."""
+    def git(*a):
+        return subprocess.run(["git"] + list(a), cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    c = git("rev-parse", "--short", "HEAD") or "?"
+    return c + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+COMMIT = git_commit()
 
 
 def merge(old, new):
-    k = lambda r: (r["engine"], r["geometry"], r["type"], str(r["threads"]), r["test"])
+    k = lambda r: (r["cpu"], r["engine"], r["geometry"], r["type"], str(r["threads"]), str(r["depth"]), r["test"])
     seen = {k(r): r for r in old}
     for r in new:
         seen[k(r)] = {f: str(r[f]) for f in FIELDS}
@@ -151,25 +197,26 @@ def merge(old, new):
 
 
 def tasks(mdir, engines):
-    """[(geometry, type, threads, engine, path)] in run order; missing files are skipped."""
+    """[(geometry, type, threads, depth, engine, path)] in run order; missing files are skipped."""
     out = []
-    for geom in env_list("PEER_GEOMS", "tinyllama-1.1b llama-3.2-1b"):
-        for wtype in env_list("PEER_TYPES", "F16 Q8_0 Q4_0 Q4_K_M"):
-            path = os.path.join(mdir, "%s-%s.gguf" % (geom, wtype))
-            if not os.path.exists(path):
-                print("bench_peer: %s missing (scripts/peer/models.sh); skipped" % path, file=sys.stderr)
-                continue
-            for threads in [int(t) for t in env_list("PEER_THREADS", "2 1")]:
-                out += [(geom, wtype, threads, e, path) for e in engines]
+    for depth in [int(d) for d in env_list("PEER_DEPTHS", "0")]:
+        for geom in env_list("PEER_GEOMS", "tinyllama-1.1b llama-3.2-1b"):
+            for wtype in env_list("PEER_TYPES", " ".join(TYPES)):
+                path = os.path.join(mdir, "%s-%s.gguf" % (geom, wtype))
+                if not os.path.exists(path):
+                    print("bench_peer: %s missing (scripts/peer/models.sh); skipped" % path, file=sys.stderr)
+                    continue
+                for threads in [int(t) for t in env_list("PEER_THREADS", "2 1")]:
+                    out += [(geom, wtype, threads, depth, e, path) for e in engines]
     return out
 
 
 def run_task(task, exes, reps, timeout):
-    geom, wtype, threads, engine, path = task
-    new = run_one(engine, exes[engine], path, threads, reps, timeout)
+    geom, wtype, threads, depth, engine, path = task
+    new = run_one(engine, exes[engine], path, threads, depth, reps, timeout)
     for r in new:
         r.update(geometry=geom, type=wtype)
-        print("%(engine)s %(geometry)s %(type)s t=%(threads)s %(test)s: %(avg_ts)s t/s (%(cpu_ts)s per "
+        print("%(engine)s %(geometry)s %(type)s t=%(threads)s d=%(depth)s %(test)s: %(avg_ts)s t/s (%(cpu_ts)s per "
               "CPU-s), RSS %(peak_rss_mib)s MiB, CPU %(cpu_pct)s%%, load %(load1)s, %(status)s" % r, flush=True)
     with LOCK:  # read-merge-write, so that concurrent tasks (and runs) keep each other's rows
         write_csv(merge(read_csv(), new))

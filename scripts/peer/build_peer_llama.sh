@@ -9,6 +9,12 @@
 #
 #   scripts/peer/build_peer_llama.sh          -> $SEQKV_ORACLE_DIR/bin/skv-peer-llama
 #   scripts/peer/build_peer_llama.sh --path   prints that path, builds nothing
+#
+# PEER_LLAMA=native: peer_llama linked statically against llama.cpp built from the same
+# bundle with -march=native (the tree of scripts/peer/build_llama_server.sh, which also
+# builds llama-bench there; built first if missing) -> $SEQKV_ORACLE_DIR/bin/skv-peer-llama-native.
+# That is llama.cpp at its best on the CPU at hand, and unlike llama-bench it reports the
+# CPU seconds of each repetition (cpu_ts), the measure that survives a shared machine.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -z "${SEQKV_ORACLE_DIR:-}" ]; then
@@ -16,6 +22,20 @@ if [ -z "${SEQKV_ORACLE_DIR:-}" ]; then
     else SEQKV_ORACLE_DIR="$HOME/.cache/seqkv-oracle"; fi
 fi
 dir=$SEQKV_ORACLE_DIR
+if [ "${PEER_LLAMA:-}" = native ]; then
+    exe="$dir/bin/skv-peer-llama-native"
+    if [ "${1:-}" = --path ]; then echo "$exe"; exit 0; fi
+    SEQKV_ORACLE_DIR="$dir" "$here/build_llama_server.sh" >/dev/null
+    b=${SEQKV_PEER_SERVER_BUILD:-"$dir/build-server"}
+    mkdir -p "$dir/bin"
+    ${CC:-cc} -std=c11 -D_POSIX_C_SOURCE=200809L -O2 -Wall -Wextra -DSKV_ORACLE_STATIC \
+        -I "$dir/src/include" -I "$dir/src/ggml/include" \
+        "$here/peer_llama.c" "$here/../oracle/common.c" -o "$exe" \
+        "$b/src/libllama.a" "$b/ggml/src/libggml.a" "$b/ggml/src/libggml-cpu.a" "$b/ggml/src/libggml-base.a" \
+        -lstdc++ -lgomp -lm -lpthread
+    echo "peer_llama built: $exe (static, -march=native, from $b)"
+    exit 0
+fi
 exe="$dir/bin/skv-peer-llama"
 if [ "${1:-}" = --path ]; then echo "$exe"; exit 0; fi
 [ -d "$dir/src/include" ] || SEQKV_ORACLE_DIR="$dir" "$here/../oracle/setup.sh"

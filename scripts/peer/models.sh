@@ -8,7 +8,8 @@
 # llama-quantize presets; scripts/oracle/setup.sh builds it). Files that exist are kept.
 # Into $SEQKV_PEER_MODELS (default /work/llama/peer-models if /work/llama exists, else
 # ~/.cache/seqkv-oracle/peer-models): about 4.7 GB for TinyLlama, 5.4 GB for Llama-3.2-1B.
-# PEER_TYPES limits the quantized types made (default "Q8_0 Q4_0 Q4_K_M").
+# PEER_TYPES limits the types made from the F16 file (default: every type of bench_peer.py's
+# TYPES but F16; each ~0.5-1.2 GB for TinyLlama, a minute or two of quantizing).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -z "${SEQKV_ORACLE_DIR:-}" ]; then
@@ -26,7 +27,8 @@ for g in "$@"; do
         echo "models.sh: writing $f16"
         /usr/bin/python3 "$here/gen_model.py" "$g" "$f16"
     fi
-    for t in ${PEER_TYPES:-Q8_0 Q4_0 Q4_K_M}; do
+    for t in ${PEER_TYPES:-BF16 Q8_0 Q6_K Q5_K_M Q5_0 Q5_1 Q4_K_M Q4_0 Q4_1 IQ4_NL IQ4_XS Q3_K_M Q2_K}; do
+        [ "$t" = F16 ] && continue
         q="$out/$g-$t.gguf"
         [ -f "$q" ] && continue
         echo "models.sh: quantizing $q"

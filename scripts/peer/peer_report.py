@@ -10,17 +10,23 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_peer import TYPES, OLD_CPU, OLD_COMMIT, models_dir  # noqa: E402
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 GEOM_TEXT = {"tinyllama-1.1b": "TinyLlama-1.1B geometry (22 layers, 2048 wide, 32/4 heads, FFN 5632, "
                                "vocabulary 32000, untied output)",
              "llama-3.2-1b": "Llama-3.2-1B geometry (16 layers, 2048 wide, 32/8 heads, FFN 8192, "
                              "vocabulary 128256, tied output)"}
-TYPES = ["F16", "Q8_0", "Q4_0", "Q4_K_M"]
-# Read bandwidth of one thread in GB per CPU-second: scripts/peer/membw.c (eight interleaved
-# streams over 1 GiB, best of 5 passes, process CPU time), measured on the machine of the table.
-MEMBW = {"gb_per_cpu_s": 13.8, "when": "2026-12-01 ~16:30 UTC, load ~9, the best of the runs; re-measured "
-         "2026-12-02 00:34 UTC during a CI run at load 2.2: 11.3-12.1 GB per CPU-second with 4-16 streams, "
-         "so the percentages below, taken against 13.8, are the conservative ones"}
+# Read bandwidth of one thread in GB per CPU-second, per CPU label (bench_peer.cpu_label):
+# scripts/peer/membw.c (eight interleaved streams over 1 GiB, best of 5 passes, process CPU
+# time), measured on the machine of that section.
+MEMBW = {
+    "Intel(R) Xeon(R) Processor (AVX-512)": {
+        "gb_per_cpu_s": 13.8, "when": "2026-12-01 ~16:30 UTC, load ~9, the best of the runs; re-measured "
+        "2026-12-02 00:34 UTC during a CI run at load 2.2: 11.3-12.1 GB per CPU-second with 4-16 streams, "
+        "so the percentages below, taken against 13.8, are the conservative ones"},
+}
 
 
 def sh(cmd):
@@ -49,10 +55,11 @@ def num(r, field):
     return r[field] if r is not None and r["status"] == "ok" and r[field] else None
 
 
-def table_rows(rows, geom, field):
+def table_rows(rows, geom, field, depth="0"):
     """Markdown rows: per type and thread count, pp and tg in `field` (avg_ts or cpu_ts), RSS."""
-    idx = {(r["engine"], r["type"], r["threads"], r["test"]): r for r in rows if r["geometry"] == geom}
-    threads = sorted({r["threads"] for r in rows if r["geometry"] == geom}, key=lambda t: -int(t))
+    rows = [r for r in rows if r["geometry"] == geom and r["depth"] == depth]
+    idx = {(r["engine"], r["type"], r["threads"], r["test"]): r for r in rows}
+    threads = sorted({r["threads"] for r in rows}, key=lambda t: -int(t))
     out = []
     for t in TYPES:
         for th in threads:
@@ -88,6 +95,13 @@ def rat(a, b, field):
 def llama_text(programs, llama_bench):
     """Which llama.cpp program made the llama.cpp columns, in words."""
     said = []
+    if any(p.endswith("-native") for p in programs):
+        said.append("`peer_llama` (scripts/peer/peer_llama.c: llama-bench's pp and tg tests, and "
+                    "its `-d`, re-implemented on llama.cpp's C API) linked statically against "
+                    "llama.cpp v0.4.0 built from the npm bundle with `-march=native`, AMX off "
+                    "(`PEER_LLAMA=native`, scripts/peer/build_peer_llama.sh); it reports CPU "
+                    "seconds per repetition as peer_seqkv does")
+        programs = [p for p in programs if not p.endswith("-native")]
     if any("llama-bench" in p for p in programs):
         said.append("`llama-bench` built from the llama.cpp source of the npm package "
                     "node-llama-cpp@3.21.1 (scripts/peer/build_llama_bench.sh: AVX2+FMA+F16C+"
@@ -100,58 +114,64 @@ def llama_text(programs, llama_bench):
     return " and ".join(said) or (llama_bench or "llama-bench")
 
 
-def header(rows, llama_bench):
+TOP = [
+    "# Side by side with llama.cpp on 1B geometries",
+    "",
+    "One section per CPU measured (bench_peer.py's `cpu` column: lscpu's model name and the widest "
+    "vector ISA); never compare figures across sections. Reproduce: `make bench-peer` "
+    "(docs/bench.md), which adds or replaces the rows of the CPU it runs on.",
+    "",
+    "Models: random weights (scripts/peer/gen_model.py) written in F16 and converted by llama.cpp's "
+    "own quantizer (llama-quantize's presets: the `_M` mixes carry q6_k / q5_k / q4_k / q3_k tensors "
+    "as llama-quantize chooses them); both engines read the same files. pp512: one batch of 512 "
+    "tokens; tg128: 128 tokens one at a time; at depth d (llama-bench's `-d`) both run after d "
+    "tokens already in the cache, else into an empty cache. Tokens/s, mean of the repetitions "
+    "(column `reps` in peer.csv), after one warm-up. Peak RSS (MiB) of the whole process "
+    "(/usr/bin/time -v), mmap'd weights included. Ratios are seqkv / llama.cpp: above 1.00x seqkv "
+    "is faster (pp, tg) or uses more memory (RSS). \"fails\": the engine refused the file or "
+    "crashed (peer.csv has the message); \"-\": not measured.",
+    "",
+]
+
+
+def cpu_header(cpu, rows, llama_bench):
     loads = [float(r["load1"]) for r in rows if r["load1"]]
     whens = sorted(r["when"] for r in rows if r["when"])
-    commit = sh("git rev-parse --short HEAD") or "?"
-    dirty = " (with uncommitted changes)" if sh("git status --porcelain --untracked-files=no") else ""
+    commits = sorted({r["commit"] for r in rows if r["commit"]})
     programs = sorted({r.get("program", "") for r in rows if r["engine"] == "llama"})
-    lb = llama_text(programs, llama_bench)
     return [
-        "# Side by side with llama.cpp on 1B geometries",
+        "## " + cpu,
         "",
-        "Measured %s to %s UTC on %s cores, %s; seqkv commit %s%s." % (
-            whens[0] if whens else "?", whens[-1] if whens else "?", sh("nproc") or "?",
-            cpu_model(), commit, dirty),
-        "Load average (1 min) at the start of each process: %s to %s (the machine is shared; "
-        "treat the numbers as a snapshot). Reproduce: `make bench-peer` (docs/bench.md)." % (
+        "Measured %s to %s UTC; seqkv commit %s (\"+\": with uncommitted changes). Load average "
+        "(1 min) at the start of each process: %s to %s (the machine is shared: the per-CPU-second "
+        "tables are the steadier guide)." % (
+            whens[0] if whens else "?", whens[-1] if whens else "?", ", ".join(commits) or "?",
             "%.2f" % min(loads) if loads else "?", "%.2f" % max(loads) if loads else "?"),
         "",
         "llama.cpp: %s; llama-bench's default settings (n_batch 2048, n_ubatch 512, F16 KV cache, "
         "flash attention auto, mmap, weight repacking). seqkv: scripts/peer/peer_seqkv.c through "
-        "the public API (f32 KV cache, max_batch 512, kernels auto)." % lb,
-        "",
-        "Models: random weights (scripts/peer/gen_model.py) written in F16, quantized by llama.cpp's "
-        "own quantizer (Q8_0, Q4_0, Q4_K_M presets); both engines read the same files. "
-        "pp512: one batch of 512 tokens into an empty cache; tg128: 128 tokens one at a time "
-        "into an empty cache. Tokens/s, mean of the repetitions (column `reps` in peer.csv), "
-        "after one warm-up. Peak RSS (MiB) of the whole process (/usr/bin/time -v), mmap'd "
-        "weights included. Ratios are seqkv / llama.cpp: above 1.00x seqkv is faster (pp, tg) "
-        "or uses more memory (RSS). \"fails\": the engine refused the file or crashed (peer.csv "
-        "has the message); \"-\": not measured in this run.",
+        "the public API (f32 KV cache, max_batch 512, kernels auto)." % llama_text(programs, llama_bench),
         "",
     ]
 
 
 def model_bytes(geom, typ):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_peer import models_dir
     try:
         return os.path.getsize(os.path.join(models_dir(), "%s-%s.gguf" % (geom, typ)))
     except OSError:
         return None
 
 
-def bound_rows(rows, geom):
+def bound_rows(rows, geom, bw):
     """Per type: the decode bound (weight bytes per token over the bandwidth) and both engines' tg128."""
     idx = {(r["engine"], r["type"]): r for r in rows
-           if r["geometry"] == geom and r["threads"] == "1" and r["test"] == "tg128"}
+           if r["geometry"] == geom and r["threads"] == "1" and r["test"] == "tg128" and r["depth"] == "0"}
     out = []
     for t in TYPES:
         size = model_bytes(geom, t)
-        if not size:
+        if not size or not any(k[1] == t for k in idx):
             continue
-        bound = MEMBW["gb_per_cpu_s"] * 1e9 / size
+        bound = bw["gb_per_cpu_s"] * 1e9 / size
         cells = [t, "%.0f" % (size / 1e6), "%.1f" % bound]
         for e in ("seqkv", "llama"):
             v = num(idx.get((e, t)), "cpu_ts")
@@ -160,15 +180,18 @@ def bound_rows(rows, geom):
     return out
 
 
-def bandwidth_section(rows):
-    out = ["## Decode against the memory-bandwidth bound (issue 15's moonshot)", "",
+def bandwidth_section(cpu, rows):
+    bw = MEMBW.get(cpu)
+    if not bw:
+        return []
+    out = ["### Decode against the memory-bandwidth bound", "",
            "One thread of this machine reads %.1f GB per CPU-second (`scripts/peer/membw.c`: eight "
            "interleaved streams over 1 GiB, timed in process CPU time so that it compares with the "
            "per-CPU-second columns; measured %s). A decoded token reads every weight once (the "
            "file's size), so the bound is that bandwidth over the file's bytes (slightly low where the output is untied: the token embedding table is read one row per token, 6%% of the TinyLlama file). tg128 at 1 thread, "
-           "tokens per CPU-second:" % (MEMBW["gb_per_cpu_s"], MEMBW["when"]), ""]
+           "tokens per CPU-second:" % (bw["gb_per_cpu_s"], bw["when"]), ""]
     for geom in GEOM_TEXT:
-        body = bound_rows(rows, geom)
+        body = bound_rows(rows, geom, bw)
         if body:
             out += ["%s:" % geom, "", "| type | MB per token | bound | seqkv | of bound | llama.cpp | "
                     "of bound |", "|---|--:|--:|--:|--:|--:|--:|"] + body + [""]
@@ -191,19 +214,35 @@ def kept_sections(path):
     return text[at:].rstrip("\n").split("\n") + [""] if at >= 0 else []
 
 
-def write(rows, path, llama_bench=""):
-    out = header(rows, llama_bench)
+def cpu_sections(cpu, rows, llama_bench):
+    out = cpu_header(cpu, rows, llama_bench)
     for geom in GEOM_TEXT:
-        body = table_rows(rows, geom, "avg_ts")
-        if not body:
-            continue
-        out += ["## " + GEOM_TEXT[geom], "", "Tokens per second (wall clock, llama-bench's measure):",
-                ""] + TABLE_HEAD + body + ["", CPU_TEXT, ""] + TABLE_HEAD
-        out += table_rows(rows, geom, "cpu_ts") + [""]
-    out += bandwidth_section(rows)
+        for depth in sorted({r["depth"] for r in rows if r["geometry"] == geom}, key=int):
+            body = table_rows(rows, geom, "avg_ts", depth)
+            if not body:
+                continue
+            at = "" if depth == "0" else ", depth %s (both tests after %s tokens in the cache)" % (depth, depth)
+            out += ["### " + GEOM_TEXT[geom] + at, "", "Tokens per second (wall clock, llama-bench's measure):",
+                    ""] + TABLE_HEAD + body + ["", CPU_TEXT, ""] + TABLE_HEAD
+            out += table_rows(rows, geom, "cpu_ts", depth) + [""]
+    out += bandwidth_section(cpu, rows)
     fails = sorted({(r["engine"], r["geometry"], r["type"], r["status"]) for r in rows if r["status"] != "ok"})
     if fails:
         out += ["Failures:", ""] + ["- %s on %s %s: %s" % f for f in fails] + [""]
+    return out
+
+
+def write(rows, path, llama_bench=""):
+    for r in rows:  # rows from before the cpu, commit and depth columns
+        r["cpu"] = r.get("cpu") or OLD_CPU
+        r["commit"] = r.get("commit") or OLD_COMMIT
+        r["depth"] = r.get("depth") or "0"
+    latest = {}
+    for r in rows:
+        latest[r["cpu"]] = max(latest.get(r["cpu"], ""), r["when"])
+    out = list(TOP)
+    for cpu in sorted(latest, key=lambda c: latest[c], reverse=True):
+        out += cpu_sections(cpu, [r for r in rows if r["cpu"] == cpu], llama_bench)
     out += kept_sections(path)
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(out).rstrip("\n") + "\n")

@@ -3,8 +3,9 @@
  *
  *   peer_seqkv MODEL THREADS [N_PROMPT=512] [N_GEN=128] [REPS=2] [DEPTH=0] [KV=f32|f16]
  *
- * DEPTH > 0: the tg test decodes after an untimed prefill of DEPTH tokens (decode deep in a
- * long context; the context then holds DEPTH more positions). KV: the context's
+ * DEPTH > 0 (llama-bench's -d): both tests run after DEPTH tokens already in the cache, one
+ * untimed prefill; each repetition truncates back to DEPTH (the context holds DEPTH more
+ * positions). KV: the context's
  * kv_cache_type (f16: K and V stored as binary16, llama.cpp's default cache type).
  * pp: one skv_ctx_prefill of N_PROMPT tokens into an empty cache (logits of the last only).
  * tg: N_GEN skv_ctx_decode calls, one token each, into an empty cache (logits every step).
@@ -52,7 +53,7 @@ static void fill_tokens(int32_t *tok, int n, int n_vocab)
 /* One repetition of a test into an empty cache -> 0, or -1 on error. */
 static int run_pp(struct run *r)
 {
-    skv_ctx_truncate(r->c, 0);
+    skv_ctx_truncate(r->c, r->depth); /* keeps the untimed prefix of bench() */
     return skv_ctx_prefill(r->c, r->tok, (size_t)r->n_prompt, SKV_LOGITS_LAST, r->logits) ? -1 : 0;
 }
 
@@ -98,11 +99,11 @@ static int bench(const skv_model *m, int threads, struct run *r)
         return 1;
     }
     int rc = skv_ctx_decode(r->c, r->tok[0], r->logits) != SKV_OK; /* warm-up */
-    if (!rc && r->n_prompt > 0) rc = report(r, "pp", r->n_prompt, threads, run_pp);
-    if (!rc && r->n_gen > 0 && r->depth > 0) { /* untimed: the tokens after the tg ones */
+    if (!rc && r->depth > 0) { /* untimed: the tokens after the pp and tg ones */
         skv_ctx_truncate(r->c, 0);
         rc = skv_ctx_prefill(r->c, r->tok + r->n_prompt + r->n_gen, (size_t)r->depth, SKV_LOGITS_NONE, NULL) != SKV_OK;
     }
+    if (!rc && r->n_prompt > 0) rc = report(r, "pp", r->n_prompt, threads, run_pp);
     if (!rc && r->n_gen > 0) rc = report(r, "tg", r->n_gen, threads, run_tg);
     skv_ctx_free(r->c);
     return rc;

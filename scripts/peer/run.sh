@@ -6,12 +6,13 @@
 # builds llama.cpp's llama-bench once (scripts/peer/build_llama_bench.sh, cached outside the
 # repository), makes the models (scripts/peer/models.sh, cached), then runs both engines on
 # them (scripts/peer/bench_peer.py). PEER_LLAMA=prebuilt uses peer_llama on the prebuilt
-# libllama instead of llama-bench (no hour-long build); PEER_GEOMS, PEER_TYPES, PEER_THREADS,
+# libllama instead of llama-bench (no hour-long build), PEER_LLAMA=native peer_llama on a
+# -march=native static build (build_peer_llama.sh); PEER_GEOMS, PEER_TYPES, PEER_THREADS,
 # PEER_REPS narrow the run (bench_peer.py).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 seqkv=$1
-if [ "${PEER_LLAMA:-bench}" = prebuilt ]; then
+if [ "${PEER_LLAMA:-bench}" = prebuilt ] || [ "${PEER_LLAMA:-bench}" = native ]; then
     "$here/build_peer_llama.sh"
     llama=$("$here/build_peer_llama.sh" --path)
 else
