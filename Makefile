@@ -110,6 +110,10 @@ SCHEMASRC := $(sort $(wildcard src/server/schema*.c))
 $(BUILD)/tests/test_grammar: tests/test_grammar.c tests/test.h $(SCHEMASRC) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(SCHEMASRC) $(BUILD)/libseqkv.a -ljansson $(LIBS)
+# tests/test_sample checks the server's sampling chain (src/server/sample.c, seqkv binary only)
+$(BUILD)/tests/test_sample: tests/test_sample.c tests/test.h src/server/sample.c $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< src/server/sample.c $(BUILD)/libseqkv.a $(LIBS)
 $(BUILD)/tests/test_fuzz_grammar: FUZZ_EXTRA = $(SCHEMASRC) -ljansson
 $(BUILD)/tests/test_fuzz_grammar: $(SCHEMASRC)
 

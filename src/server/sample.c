@@ -77,11 +77,43 @@ static void penalize(cand *c, const srv_job *j, const int32_t *hist, size_t n_hi
     }
 }
 
+/* Heap of the k best candidates seen, the worst (the last in by_logit's order) at the root:
+ * moves h[i] down to its place. */
+static void sift_down(cand *h, size_t k, size_t i)
+{
+    for (;;) {
+        size_t w = i, l = 2 * i + 1, r = l + 1;
+        if (l < k && by_logit(&h[l], &h[w]) > 0) w = l;
+        if (r < k && by_logit(&h[r], &h[w]) > 0) w = r;
+        if (w == i) return;
+        cand t = h[i];
+        h[i] = h[w], h[w] = t;
+        i = w;
+    }
+}
+
+/* The k first candidates of by_logit's order, sorted, in front: exactly what sorting all n
+ * and keeping k gives (the order is total: ties go by id), in O(n log k) instead of
+ * O(n log n). A vocabulary of 32,000 with llama-server's default k = 40 was sorted whole
+ * for every generated token, a third of a small model's serving time. */
 static void top_k(cands *s, int k)
 {
+    size_t kk = (size_t)k;
     if (k <= 0) return;
-    sort_all(s);
-    if ((size_t)k < s->n) s->n = (size_t)k;
+    if (s->sorted || kk * 8 >= s->n) { /* little to skip: sort everything */
+        sort_all(s);
+        if (kk < s->n) s->n = kk;
+        return;
+    }
+    for (size_t i = kk / 2; i-- > 0;) sift_down(s->c, kk, i);
+    for (size_t i = kk; i < s->n; i++)
+        if (by_logit(&s->c[i], &s->c[0]) < 0) {
+            s->c[0] = s->c[i];
+            sift_down(s->c, kk, 0);
+        }
+    s->n = kk;
+    qsort(s->c, s->n, sizeof *s->c, by_logit);
+    s->sorted = 1;
 }
 
 /* p of every candidate: a float softmax, in llama.cpp's order of operations. */
