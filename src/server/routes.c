@@ -21,8 +21,9 @@ static int rt_models(srv_req *r)
     json_t *meta = json_pack("{s:i,s:i,s:i,s:I,s:I}", "n_vocab", s->info.n_vocab, "n_ctx_train", s->info.n_ctx_train,
                              "n_embd", s->info.n_embd, "n_params", (json_int_t)s->info.n_params, "size",
                              (json_int_t)s->info.file_bytes);
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", s->model_id, "object", "model", "created",
-                          (json_int_t)s->t_start, "owned_by", "seqkv", "meta", meta);
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:O,s:O,s:o}", "id", s->model_id, "object", "model", "created",
+                          (json_int_t)s->t_start, "owned_by", "seqkv", "aliases", s->aliases, "tags", s->tags,
+                          "meta", meta);
     return srv_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
 

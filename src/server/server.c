@@ -63,6 +63,38 @@ static int slot_dir(const srv *s)
 
 /* The longest token's bytes: a text of L bytes has at least L / max_piece tokens, so a
  * prompt too long for the context is refused before it is tokenized. */
+/* The non-empty names of a comma-separated list, as a JSON array; NULL list: []. */
+static json_t *name_list(const char *list)
+{
+    json_t *a = json_array();
+    for (const char *p = list; a && p && *p;) {
+        size_t n = strcspn(p, ",");
+        if (n && json_array_append_new(a, json_stringn(p, n))) {
+            json_decref(a);
+            return NULL;
+        }
+        p += n + (p[n] == ',');
+    }
+    return a;
+}
+
+/* The model's id and the lists /v1/models shows: the id is the first alias in byte order
+ * (llama-server keeps its aliases in a std::set), else the file name. */
+static int model_names(srv *s, const char *file_name)
+{
+    const char *id = file_name;
+    size_t i;
+    json_t *v;
+    s->aliases = name_list(s->p.alias), s->tags = name_list(s->p.tags);
+    if (!s->aliases || !s->tags) return -1;
+    json_array_foreach(s->aliases, i, v) {
+        const char *a = json_string_value(v);
+        if (id == file_name || strcmp(a, id) < 0) id = a;
+    }
+    snprintf(s->model_id, sizeof s->model_id, "%s", id);
+    return 0;
+}
+
 static size_t max_piece_bytes(const skv_model *m, int n_vocab)
 {
     size_t best = 1;
@@ -92,7 +124,7 @@ int srv_load(srv *s)
     }
     s->max_piece = max_piece_bytes(s->model, s->info.n_vocab);
     const char *base = strrchr(s->p.model_path, '/');
-    snprintf(s->model_id, sizeof s->model_id, "%s", s->p.alias ? s->p.alias : base ? base + 1 : s->p.model_path);
+    if (model_names(s, base ? base + 1 : s->p.model_path)) return -1;
     if (s->p.chat_template_text) {
         if (!(s->chat_template = strdup(s->p.chat_template_text))) return -1;
     } else if (s->p.chat_template) {
@@ -118,6 +150,8 @@ void srv_unload(srv *s)
     srv_pool_stop(s->pool);
     skv_store_close(s->store);
     skv_model_free(s->model);
+    json_decref(s->aliases);
+    json_decref(s->tags);
     free(s->chat_template);
     s->pool = NULL, s->store = NULL, s->model = NULL, s->chat_template = NULL;
 }

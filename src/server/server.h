@@ -18,7 +18,9 @@ typedef struct skv_server_params {
     const char *host;       /* IPv4 address to bind, "127.0.0.1" by default */
     const char *api_key;    /* required as "Authorization: Bearer KEY" when non-NULL; several
                              * keys separated by '\n' (any one is accepted) */
-    const char *alias;      /* model id reported by /v1/models (NULL: the file name) */
+    const char *alias;      /* the model's names in /v1/models, comma-separated (llama-server's
+                             * --alias): the id is the first in byte order; NULL: the file name */
+    const char *tags;       /* comma-separated labels /v1/models lists (--tags), or NULL */
     const char *chat_template; /* a built-in template's name (docs/templates.md), NULL: the model's own */
     const char *chat_template_text; /* a Jinja template's text (wins over chat_template) */
     int port;               /* 0 = any free port (printed) */

@@ -48,7 +48,8 @@ typedef struct srv {
     skv_server_params p;
     skv_model *model;
     skv_model_info info;
-    char model_id[256];
+    char model_id[256];  /* the first alias in byte order, or the file name */
+    json_t *aliases, *tags; /* /v1/models' lists (--alias, --tags): arrays of strings */
     char *chat_template; /* the model's tokenizer.chat_template, or NULL */
     skv_store *store;    /* NULL without --store */
     int n_ctx;

@@ -14,7 +14,7 @@
 #include "server/template.h"
 
 typedef struct {
-    const char *model, *store, *host, *api_key, *api_key_file, *alias, *chat_template, *chat_template_file;
+    const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers;
     long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client;
     int ctx_shift, no_ui, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
@@ -59,7 +59,9 @@ static const cli_opt serve_table[] = {
     {"api-key", 0, CLI_STR, "KEY", 0, 0, F(api_key), "require \"Authorization: Bearer KEY\" (or X-Api-Key) on every\n"
                                                      "route but /health and /v1/models; KEY,KEY2 for several"},
     {"api-key-file", 0, CLI_PATH, "FILE", 0, 0, F(api_key_file), "API keys, one per line (with or besides --api-key)"},
-    {"alias", 'a', CLI_STR, "NAME", 0, 0, F(alias), "model id reported by /v1/models (default: the file name)"},
+    {"alias", 'a', CLI_STR, "NAME[,NAME]", 0, 0, F(alias), "the model's names in /v1/models; the id is the first in\n"
+                                                        "byte order (default: the file name)"},
+    {"tags", 0, CLI_STR, "TAG[,TAG]", 0, 0, F(tags), "labels /v1/models lists for the model"},
     {"chat-template", 0, CLI_STR, "NAME|TEMPLATE", 0, 0, F(chat_template),
      "a built-in chat template (chatml, llama2, llama3, mistral-v7,\ngemma, phi3, phi4, zephyr, vicuna, monarch, bailing, "
      "command-r,\nsimple) or a Jinja template's text, instead of the model's own"},
@@ -197,7 +199,7 @@ int cmd_serve(int argc, char **argv)
     char *keys = NULL, *tmpl = NULL;
     long threads = o.threads ? o.threads : cores();
     skv_server_params p = {.model_path = o.model ? o.model : cli_default_model(), .store_dir = o.store,
-                           .host = o.host, .alias = o.alias, .port = (int)o.port, .parallel = (int)o.parallel,
+                           .host = o.host, .alias = o.alias, .tags = o.tags, .port = (int)o.port, .parallel = (int)o.parallel,
                            .n_ctx = (int)o.ctx, .n_batch = (int)o.batch, .kv_unified = o.kv_unified,
                            .n_threads = (int)threads,
                            .cache_budget = o.budget, .slot_save_path = o.slot_save_path, .ctx_shift = o.ctx_shift,
