@@ -31,6 +31,7 @@ PK2_INLINE __m256i pk2_group_sum(const uint8_t *g, const __m256i hm[8], const in
 {
     const size_t qo = q3 ? 800 : 320;
     __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 4
     for (int k = 4 * kk; k < 4 * kk + 4; k++) {
         __m256i v = ld32(g + qo + 64 * (8 * (j / 4) + k) + 32 * h);
         __m256i u = _mm256_and_si256(_mm256_srli_epi16(v, 2 * (j % 4)), _mm256_set1_epi8(3));
@@ -50,6 +51,7 @@ PK2_INLINE void pk2_group(float *y, const uint8_t *g, const skv_act256 *a, size_
             __m256i is = _mm256_setzero_si256(), mi = _mm256_setzero_si256(), hm[8];
             if (q3) /* the hmask chunks, loaded once per block half */
                 for (int k = 0; k < 8; k++) hm[k] = ld32(g + 288 + 64 * k + 32 * h);
+#pragma GCC unroll 16 /* constant shifts and offsets: a rolled loop computes them at run time */
             for (int gi = 0; gi < 16; gi++) {
                 __m256i p = pk2_group_sum(g, hm, a[b].qs, h, gi / 2, gi % 2, q3);
                 if (q3) {
@@ -83,6 +85,7 @@ PK2_INLINE __m512i pkz2_group_sum(const uint8_t *g, const __m512i hm[8], const i
 {
     const size_t qo = q3 ? 800 : 320;
     __m512i s = _mm512_setzero_si512();
+#pragma GCC unroll 4
     for (int k = 4 * kk; k < 4 * kk + 4; k++) {
         __m512i u = _mm512_and_si512(_mm512_srli_epi16(ld64(g + qo + 64 * (8 * (j / 4) + k)), 2 * (j % 4)),
                                      _mm512_set1_epi8(3));
@@ -101,6 +104,7 @@ PK2_INLINE void pkz2_group(float *y, const uint8_t *g, const skv_act256 *a, size
         pk_prefetch(g + PK_PF, gb);
         if (q3)
             for (int k = 0; k < 8; k++) hm[k] = ld64(g + 288 + 64 * k);
+#pragma GCC unroll 16
         for (int gi = 0; gi < 16; gi++) {
             __m512i p = pkz2_group_sum(g, hm, a[b].qs, gi / 2, gi % 2, q3);
             if (q3) {

@@ -61,10 +61,13 @@ static inline __attribute__((always_inline)) void pk32_group(float *y, const uin
     for (size_t b = 0; b < nb; b++, g += gb) {
         int32_t asum = a[b].bsum[0] + a[b].bsum[1];
         pk_prefetch(g + PK_PF, gb);
+#pragma GCC unroll 16
         for (int h = 0; h < 2; h++) {
             __m256i p = _mm256_setzero_si256();
             __m256i qh = k_pk32[kind].ho >= 0 ? ld32(g + k_pk32[kind].ho + 32 * h) : p;
+#pragma GCC unroll 16
             for (int j = 0; j < 4; j++)
+#pragma GCC unroll 16
                 for (int hi = 0; hi < 2; hi++) {
                     __m256i v = pk32_values(g, qh, h, j, hi, kind), x = bcast4(a[b].qs + 16 * hi + 4 * j);
                     p = kind == PK32_IQ4_NL ? dp_u8s8(p, _mm256_abs_epi8(v), _mm256_sign_epi8(x, v)) : dp_u8s8(p, v, x);
@@ -85,8 +88,10 @@ static inline void pk_group_q8_0(float *y, const uint8_t *g, const skv_act32 *a,
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (size_t b = 0; b < nb; b++, g += 544) {
         pk_prefetch(g + PK_PF, 544);
+#pragma GCC unroll 16
         for (int h = 0; h < 2; h++) {
             __m256i p = _mm256_setzero_si256();
+#pragma GCC unroll 16
             for (int j = 0; j < 8; j++) {
                 __m256i q = ld32(g + 32 + 64 * j + 32 * h);
                 p = dp_u8s8(p, _mm256_abs_epi8(q), _mm256_sign_epi8(bcast4(a[b].qs + 4 * j), q));
@@ -133,7 +138,9 @@ static inline __attribute__((always_inline)) void pkz32_group(float *y, const ui
         int32_t asum = a[b].bsum[0] + a[b].bsum[1];
         __m512i p = _mm512_setzero_si512(), qh = k_pk32[kind].ho >= 0 ? ld64(g + k_pk32[kind].ho) : p;
         pk_prefetch(g + PK_PF, gb);
+#pragma GCC unroll 16
         for (int j = 0; j < 4; j++)
+#pragma GCC unroll 16
             for (int hi = 0; hi < 2; hi++) p = DPZ(p, pkz32_values(g, qh, j, hi, kind), bc4(a[b].qs + 16 * hi + 4 * j));
         if (bias) p = _mm512_sub_epi32(p, _mm512_set1_epi32(bias * asum));
         __m512 dx = _mm512_set1_ps(a[b].d);
@@ -151,6 +158,7 @@ static void pkz_group_q8_0(float *y, const uint8_t *g, const skv_act32 *a, size_
     for (size_t b = 0; b < nb; b++, g += 544) {
         __m512i p = _mm512_setzero_si512();
         pk_prefetch(g + PK_PF, 544);
+#pragma GCC unroll 16
         for (int j = 0; j < 8; j++)
             p = DPZ(p, _mm512_xor_si512(ld64(g + 32 + 64 * j), _mm512_set1_epi8((char)0x80)), bc4(a[b].qs + 4 * j));
         p = _mm512_sub_epi32(p, _mm512_set1_epi32(128 * (a[b].bsum[0] + a[b].bsum[1])));
