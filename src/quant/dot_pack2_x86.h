@@ -46,7 +46,6 @@ PK2_INLINE void pk2_group(float *y, const uint8_t *g, const skv_act256 *a, size_
     const size_t gb = q3 ? 1824 : 1344;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (size_t b = 0; b < nb; b++, g += gb) {
-        pk_prefetch(g + PK_PF, gb);
         for (int h = 0; h < 2; h++) {
             __m256i is = _mm256_setzero_si256(), mi = _mm256_setzero_si256(), hm[8];
             if (q3) /* the hmask chunks, loaded once per block half */
@@ -54,6 +53,7 @@ PK2_INLINE void pk2_group(float *y, const uint8_t *g, const skv_act256 *a, size_
 #pragma GCC unroll 16 /* constant shifts and offsets: a rolled loop computes them at run time */
             for (int gi = 0; gi < 16; gi++) {
                 __m256i p = pk2_group_sum(g, hm, a[b].qs, h, gi / 2, gi % 2, q3);
+                if (gi % 4 == 0) pk_prefetch_part(g, gb, 4 * h + gi / 4, 8);
                 if (q3) {
                     p = _mm256_sub_epi32(p, _mm256_set1_epi32(4 * a[b].bsum[gi]));
                     is = _mm256_add_epi32(is, _mm256_mullo_epi32(p, s8x8(g + 32 + 16 * gi + 8 * h)));
@@ -101,12 +101,12 @@ PK2_INLINE void pkz2_group(float *y, const uint8_t *g, const skv_act256 *a, size
     __m512 acc = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; b++, g += gb) {
         __m512i is = _mm512_setzero_si512(), mi = _mm512_setzero_si512(), hm[8];
-        pk_prefetch(g + PK_PF, gb);
         if (q3)
             for (int k = 0; k < 8; k++) hm[k] = ld64(g + 288 + 64 * k);
 #pragma GCC unroll 16
         for (int gi = 0; gi < 16; gi++) {
             __m512i p = pkz2_group_sum(g, hm, a[b].qs, gi / 2, gi % 2, q3);
+            if (gi % 4 == 0) pk_prefetch_part(g, gb, gi / 4, 4);
             if (q3) {
                 p = _mm512_sub_epi32(p, _mm512_set1_epi32(4 * a[b].bsum[gi]));
                 is = _mm512_add_epi32(is, _mm512_mullo_epi32(p, s8x16(g + 32 + 16 * gi)));
