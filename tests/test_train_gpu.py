@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""The GPU training recipe of issue 47 (tools/train/build_corpus.py, train.py pack mode,
+export_gguf.py, pieces.py, scripts/train_gpu.sh), run end to end on the CPU with a tiny
+model: a pack built from two of the repository's own documents, the prepared device
+script with a 20,000-token budget, its GGUF pieces joined and loaded by build/seqkv.
+
+The pieces, the packed streams, the dedup and Q8_0 cases need numpy only; the end-to-end
+case needs torch and sentencepiece (scripts/install-deps.sh --train) and skips without.
+"""
+import json
+import lzma
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+from clitest import ROOT, Fail, Reporter, Skip, check, run
+import testenv
+
+sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
+import build_corpus as B  # noqa: E402
+import gguf_io as G  # noqa: E402
+import pieces as P  # noqa: E402
+
+PY = sys.executable
+
+
+def case_pieces(tmp):
+    src = os.path.join(tmp, "blob.bin")
+    data = np.random.default_rng(7).integers(0, 256, 1000, dtype=np.uint8).tobytes()
+    with open(src, "wb") as f:
+        f.write(data)
+    d = os.path.join(tmp, "p")
+    parts = P.split(src, d, 300)
+    check([os.path.getsize(p) for p in parts] == [300, 300, 300, 100], "split sizes %r" % parts)
+    out = os.path.join(tmp, "joined")
+    P.join(os.path.join(d, "blob.bin.sha256"), out)
+    check(open(out, "rb").read() == data, "joined file differs")
+    # An exact multiple gives no empty trailing piece.
+    d2 = os.path.join(tmp, "p2")
+    check(len(P.split(src, d2, 500)) == 2, "1000 bytes at 500 should be 2 pieces")
+    # A corrupted piece or a missing one is refused.
+    with open(parts[1], "r+b") as f:
+        f.write(b"X")
+    try:
+        P.join(os.path.join(d, "blob.bin.sha256"), out)
+        raise Fail("a corrupted piece was joined")
+    except ValueError as e:
+        check("sha256" in str(e), str(e))
+    check(not os.path.exists(out), "a failed join left its output")
+    os.remove(os.path.join(d2, "blob.bin.part00"))
+    try:
+        P.join(os.path.join(d2, "blob.bin.sha256"), out)
+        raise Fail("a missing piece was not noticed")
+    except ValueError as e:
+        check("missing" in str(e), str(e))
+
+
+def case_u16_stream(tmp):
+    ids = np.array([0, 1, 2, 255, 256, 65535, 4097] * 100, dtype=np.uint16)
+    path = os.path.join(tmp, "s.u16.xz")
+    B.write_u16_xz(path, ids)
+    check(np.array_equal(B.read_u16_xz(path), ids), "u16 stream round trip differs")
+    with lzma.open(path, "rb") as f:
+        raw = f.read()
+    with lzma.open(path, "wb") as f:   # one byte short: refused, not misread
+        f.write(raw[:-1])
+    try:
+        B.read_u16_xz(path)
+        raise Fail("a truncated stream was accepted")
+    except ValueError:
+        pass
+
+
+def case_dedup(tmp):
+    d = B.Dedup()
+    a = "The first paragraph, long enough to count.\n\nExample::\n\nA second paragraph of some length here."
+    check(d(a) == a, "first document changed")
+    check(d(a) is None, "an exact duplicate document was kept")
+    # Near-exact: case, punctuation and spacing differ; the short "Example::" is kept.
+    b = "the FIRST paragraph -- long enough to count\n\nExample::\n\nA brand new paragraph, not seen before."
+    got = d(b)
+    check(got == "Example::\n\nA brand new paragraph, not seen before.", "near dedup gave %r" % got)
+    check(d("x" * 10) is None, "a document under MIN_DOC characters was kept")
+    check(B.clean(b"\xff\xfe not utf-8 at all, but long enough") is None, "non-UTF-8 was kept")
+    check(B.clean("a\tb" + " " * 5 + "\n\n\n\n" + "c" * 40) == "a       b\n\n" + "c" * 40,
+          "clean: tabs, trailing blanks, blank runs")
+
+
+def case_q8_0(tmp):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 64)).astype(np.float32)
+    a[1, :32] = 0.0                                   # an all-zero block
+    raw = G.quantize_q8_0(a)
+    check(raw.size == 8 * 34, "Q8_0 size %d" % raw.size)
+    back = G.dequantize_q8_0(raw, a.size).reshape(a.shape)
+    blocks = a.reshape(-1, 32)
+    d = (np.abs(blocks).max(axis=1) / 127).astype(np.float16).astype(np.float32)
+    err = np.abs(back.reshape(-1, 32) - blocks)
+    # error <= d/2 from rounding, plus the F16 rounding of d times |q| <= 127
+    check(np.all(err <= d[:, None] * 0.5 + np.abs(blocks) * 2e-3 + 1e-7), "Q8_0 error too large")
+    check(np.all(back[1, :32] == 0), "zero block not zero")
+    w = G.Writer()
+    w.add("general.alignment", G.UINT32, 32)
+    w.add_tensor("t", a, G.GGML_Q8_0)
+    path = os.path.join(tmp, "q.gguf")
+    w.write(path)
+    r = G.Reader(path)
+    check(r.tensor_types["t"] == G.GGML_Q8_0 and np.array_equal(r.tensors["t"], back), "Q8_0 GGUF round trip")
+    try:
+        G.Writer().add_tensor("bad", np.zeros((2, 48), np.float32), G.GGML_Q8_0)
+        raise Fail("a row of 48 was accepted for Q8_0")
+    except ValueError:
+        pass
+
+
+def perplexity(model, text):
+    rc, out, err = run("perplexity", "-m", model, "-f", text, "-q", timeout=300)
+    check(rc == 0, "seqkv perplexity exit %d: %s" % (rc, err.strip()))
+    m = re.search(r"\((\d+) bytes, (\d+) tokens\)", out)
+    b = re.search(r"\(b\) sequential cross-entropy: [0-9.]+ bits/token \(perplexity ([0-9.]+)\)", out)
+    check(m and b, "unexpected perplexity output: %r" % out)
+    return int(m.group(2)), float(b.group(1))
+
+
+def case_end_to_end(tmp):
+    for mod in ("torch", "sentencepiece"):
+        try:
+            __import__(mod)
+        except ImportError:
+            raise Skip("%s is not installed (scripts/install-deps.sh --train)" % mod)
+    pack, out, work = (os.path.join(tmp, n) for n in ("pack", "out", "work"))
+    p = subprocess.run([PY, "tools/train/build_corpus.py", "--cache", os.path.join(tmp, "cache"),
+                        "--pack", pack, "--vocab", "1024", "--heldout-permille", "150",
+                        "--text", "arch=docs/architecture.md", "--text", "readme=README.md"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "build_corpus: %s" % p.stderr[-2000:])
+    man = json.load(open(os.path.join(pack, "manifest.json")))
+    check(sorted(man["sources"]) == ["arch", "readme"], "sources %r" % sorted(man["sources"]))
+    env = dict(os.environ, TRAIN_PRESET="tiny", TRAIN_TOKENS="20000", TRAIN_BATCH="4",
+               TRAIN_SEQ="128", TRAIN_WARMUP="5", PIECE_BYTES="300000", PACK=pack, OUT=out,
+               TRAIN_WORK=work, PYTHON=PY, MODEL_NAME="tiny-test")
+    p = subprocess.run(["scripts/train_gpu.sh"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    check(p.returncode == 0, "train_gpu.sh exit %d: %s" % (p.returncode, (p.stdout + p.stderr)[-3000:]))
+    parts = sorted(f for f in os.listdir(out) if ".gguf.part" in f)
+    check(len(parts) >= 2, "expected several pieces at 300000 bytes, got %r" % parts)
+    check(all(os.path.getsize(os.path.join(out, f)) <= 300000 for f in parts), "a piece over the limit")
+    for f in ("train.log", "train_gpu.log", "results.json", "corpus-manifest.json"):
+        check(os.path.isfile(os.path.join(out, f)), "no %s under OUT" % f)
+    check("verified" in open(os.path.join(out, "train_gpu.log")).read(), "the pack was not verified")
+    model = os.path.join(tmp, "tiny.gguf")
+    P.join(os.path.join(out, "tiny-test.gguf.sha256"), model)
+    rc, info, err = run("info", "-m", model)
+    check(rc == 0, "seqkv info: %s" % err)
+    for want in ("layers:       2", "vocabulary:   1024", "head_dim 64", "2 query, 1 key/value"):
+        check(want in info, "seqkv info lacks %r" % want)
+    res = json.load(open(os.path.join(out, "results.json")))
+    text = os.path.join(tmp, "heldout-readme.txt")
+    with lzma.open(os.path.join(pack, "heldout-readme.txt.xz")) as f, open(text, "wb") as g:
+        g.write(f.read())
+    n, ppl = perplexity(model, text)
+    # seqkv's tokenizer gives the pack's ids count; its sequential perplexity (windows of
+    # 127 text tokens after BOS) is close to train.py's (windows of 128, F32 weights):
+    # a wrong tensor layout or an untrained file would be far off.
+    check(n == man["sources"]["readme"]["heldout_tokens"], "seqkv: %d tokens, pack %d" % (
+        n, man["sources"]["readme"]["heldout_tokens"]))
+    want = res["heldout"]["readme"]["ppl"]
+    check(abs(ppl / want - 1) < 0.03, "seqkv perplexity %.3f vs train.py %.3f" % (ppl, want))
+    check(ppl < 0.5 * man["vocab_size"], "perplexity %.1f: the model did not learn" % ppl)
+    # The same checkpoint as Q8_0 (what a model over 48 MiB of F16 becomes).
+    q8 = os.path.join(tmp, "tiny-q8.gguf")
+    p = subprocess.run([PY, "tools/train/export_gguf.py", "--ckpt", os.path.join(work, "ckpt.pt"),
+                        "--vocab-json", os.path.join(pack, "vocab.json.xz"), "--out", q8,
+                        "--ftype", "q8_0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "export q8_0: %s" % p.stderr[-2000:])
+    rc, info, err = run("info", "-m", q8)
+    check(rc == 0 and "q8_0 weights" in info, "seqkv info on Q8_0: %s%s" % (err, info[:200]))
+    _, ppl8 = perplexity(q8, text)
+    check(abs(ppl8 / ppl - 1) < 0.01, "Q8_0 perplexity %.3f vs F16 %.3f" % (ppl8, ppl))
+
+
+def main():
+    rep = Reporter("test_train_gpu")
+    return testenv.run_cases(rep, [case_pieces, case_u16_stream, case_dedup, case_q8_0,
+                                   case_end_to_end], "seqkv-train-")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
