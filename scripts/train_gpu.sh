@@ -21,6 +21,7 @@
 #   TRAIN_TIME_MIN  5.5 (wall-clock guard: if the GPU is slower than planned, the cosine
 #                   schedule ends early so that training + export still fit in 8 minutes)
 #   TRAIN_DEVICE    auto (cuda when available)
+#   TRAIN_EVAL_MAX  0 (held-out tokens scored per source; 0 = all. For CPU checks only)
 #   PIECE_BYTES     16777216 (16 MiB)
 #   MODEL_NAME      seqkv-deb-31m
 #   TRAIN_WORK      scratch folder (checkpoint, unsplit GGUF); default a temporary one, removed
@@ -59,7 +60,7 @@ say "start $(date -u +%FT%TZ) preset $PRESET tokens $TOKENS batch $BATCH seq $SE
 "$PY" $T/train.py --pack "$PACK" --out-dir "$WORK" --preset "$PRESET" --tokens "$TOKENS" \
     --batch "$BATCH" --seq-len "$SEQ" --lr "$LR" --lr-min 1e-4 --warmup "$WARMUP" --wd 0.1 \
     --time-budget-min "$TIME_MIN" --eval-every 500 --seed 1337 --threads "$(nproc)" \
-    --device "$DEVICE" 2>&1 | tee -a "$LOG"
+    --device "$DEVICE" --eval-max-tokens "${TRAIN_EVAL_MAX:-0}" 2>&1 | tee -a "$LOG"
 say "trained"
 cp "$WORK/train.log" "$OUT/train.log"
 cp "$WORK/results.json" "$OUT/results.json"

@@ -157,29 +157,64 @@ def case_end_to_end(tmp):
     check(rc == 0, "seqkv info: %s" % err)
     for want in ("layers:       2", "vocabulary:   1024", "head_dim 64", "2 query, 1 key/value"):
         check(want in info, "seqkv info lacks %r" % want)
-    res = json.load(open(os.path.join(out, "results.json")))
     text = os.path.join(tmp, "heldout-readme.txt")
-    with lzma.open(os.path.join(pack, "heldout-readme.txt.xz")) as f, open(text, "wb") as g:
-        g.write(f.read())
+    # seqkv's tokenizer, driven by the GGUF vocabulary, gives the pack's ids exactly.
+    for src in ("arch", "readme"):
+        t = os.path.join(tmp, "heldout-%s.txt" % src)
+        with lzma.open(os.path.join(pack, "heldout-%s.txt.xz" % src)) as f, open(t, "wb") as g:
+            g.write(f.read())
+        rc, ids, err = run("tokenize", "-m", model, "-f", t, "--no-bos", "-q")
+        check(rc == 0, "seqkv tokenize: %s" % err)
+        want = B.read_u16_xz(os.path.join(pack, "heldout-%s.u16.xz" % src)).tolist()
+        check([int(v) for v in ids.split()] == want, "seqkv's ids of %s differ from the pack's" % src)
     n, ppl = perplexity(model, text)
-    # seqkv's tokenizer gives the pack's ids count; its sequential perplexity (windows of
-    # 127 text tokens after BOS) is close to train.py's (windows of 128, F32 weights):
-    # a wrong tensor layout or an untrained file would be far off.
     check(n == man["sources"]["readme"]["heldout_tokens"], "seqkv: %d tokens, pack %d" % (
         n, man["sources"]["readme"]["heldout_tokens"]))
-    want = res["heldout"]["readme"]["ppl"]
-    check(abs(ppl / want - 1) < 0.03, "seqkv perplexity %.3f vs train.py %.3f" % (ppl, want))
+    ids = B.read_u16_xz(os.path.join(pack, "heldout-readme.u16.xz")).tolist()
+    ckpt = os.path.join(work, "ckpt.pt")
+    # seqkv's sequential perplexity equals a float64 PyTorch computation from the
+    # checkpoint (not from the file: that catches a wrong tensor mapping in the export)
+    # with the weights rounded as exported; seqkv prints 4 decimals.
+    want = ref_perplexity(ckpt, ids, lambda a: a.astype(np.float16).astype(np.float64))
+    check(abs(ppl / want - 1) < 1e-4, "seqkv perplexity %.4f vs reference %.4f" % (ppl, want))
+    res = json.load(open(os.path.join(out, "results.json")))
+    got = res["heldout"]["readme"]["ppl"]   # train.py's protocol: windows of 128, F32
+    check(abs(got / ppl - 1) < 0.05, "train.py held-out perplexity %.3f vs seqkv %.3f" % (got, ppl))
     check(ppl < 0.5 * man["vocab_size"], "perplexity %.1f: the model did not learn" % ppl)
     # The same checkpoint as Q8_0 (what a model over 48 MiB of F16 becomes).
     q8 = os.path.join(tmp, "tiny-q8.gguf")
-    p = subprocess.run([PY, "tools/train/export_gguf.py", "--ckpt", os.path.join(work, "ckpt.pt"),
+    p = subprocess.run([PY, "tools/train/export_gguf.py", "--ckpt", ckpt,
                         "--vocab-json", os.path.join(pack, "vocab.json.xz"), "--out", q8,
                         "--ftype", "q8_0"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, "export q8_0: %s" % p.stderr[-2000:])
     rc, info, err = run("info", "-m", q8)
     check(rc == 0 and "q8_0 weights" in info, "seqkv info on Q8_0: %s%s" % (err, info[:200]))
     _, ppl8 = perplexity(q8, text)
-    check(abs(ppl8 / ppl - 1) < 0.01, "Q8_0 perplexity %.3f vs F16 %.3f" % (ppl8, ppl))
+    want8 = ref_perplexity(ckpt, ids, lambda a: G.dequantize_q8_0(G.quantize_q8_0(a), a.size)
+                           .reshape(a.shape).astype(np.float64))
+    check(abs(ppl8 / want8 - 1) < 1e-4, "Q8_0: seqkv %.4f vs reference %.4f" % (ppl8, want8))
+
+
+def ref_perplexity(ckpt, ids, rnd):
+    """seqkv perplexity's (b) protocol in float64: segments of context-1 tokens, each
+    after BOS, every token scored; matrices passed through rnd (the export's rounding)."""
+    import math
+    import torch
+    from model import Config, Llama, rope_tables
+    ck = torch.load(ckpt, map_location="cpu")
+    cfg = Config(**ck["config"])
+    m = Llama(cfg).double().eval()
+    m.rope_cos, m.rope_sin = rope_tables(cfg, cfg.max_seq_len, dtype=torch.float64)
+    sd = {k: torch.from_numpy(rnd(v.double().numpy()) if v.dim() == 2 else v.double().numpy())
+          for k, v in ck["model"].items()}
+    m.load_state_dict(sd)
+    seg_len, tot = cfg.max_seq_len - 1, 0.0
+    with torch.no_grad():
+        for s in range(0, len(ids), seg_len):
+            seg = ids[s:s + seg_len]
+            logits = m(torch.tensor([[1] + seg[:-1]]))[0]
+            tot += torch.nn.functional.cross_entropy(logits, torch.tensor(seg), reduction="sum").item()
+    return math.exp(tot / len(ids))
 
 
 def main():

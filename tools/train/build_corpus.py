@@ -377,6 +377,10 @@ def main():
             srcs.append((name, lambda _x, p=path: docs_textfile(p), "test text " + path))
     else:
         manifest["packages"] = fetch_debs(cache, [p for s in SOURCES for p in PACKAGES.get(s, [])])
+        # The KJV comes from the installed bible-kjv (its text package holds the data).
+        ver = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "bible-kjv-text"],
+                             stdout=subprocess.PIPE, check=True).stdout.decode().strip()
+        manifest["packages"]["bible-kjv-text"] = {"version": ver, "deb": "(installed)"}
         srcs = [(s, READERS[s], LICENCES[s]) for s in SOURCES]
     heldout_books = set(P.read_heldout_list(os.path.join(HERE, "heldout_books.txt")))
     xdir = os.path.join(cache, "x")

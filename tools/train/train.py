@@ -189,6 +189,8 @@ def main():
     ap.add_argument("--time-budget-min", type=float, default=0.0,
                     help="end the schedule early if the loop runs longer than this")
     ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-max-tokens", type=int, default=0,
+                    help="score at most this many held-out tokens per source (0: all)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dim", type=int, default=None)
@@ -276,6 +278,8 @@ def main():
         res = {}
         t_eval = time.time()
         for src, data in held_by_src.items():
+            if args.eval_max_tokens:
+                data = data[:args.eval_max_tokens + 1]
             hl = heldout_loss(model, data, args.seq_len, 4, dev, autocast)
             res[src] = {"loss_nats": hl, "ppl": math.exp(hl), "tokens": int(len(data))}
         n = sum(r["tokens"] for r in res.values())
@@ -306,9 +310,23 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = get_batch(train, rng, args.batch, args.seq_len)
-        loss = loss_of(x, y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if step == 0 and fwd is not model:
+            # torch.compile fails, if at all, on the first call (no compiler or
+            # Triton in the image...): then the run goes on uncompiled.
+            try:
+                loss = loss_of(x, y)
+                loss.backward()
+            except Exception as e:  # noqa: BLE001 - any compile failure
+                say("compile failed (%s: %s); training uncompiled" % (type(e).__name__, str(e)[:300]))
+                compiled = "failed, eager"
+                fwd = model
+                opt.zero_grad(set_to_none=True)
+                loss = loss_of(x, y)
+                loss.backward()
+        else:
+            loss = loss_of(x, y)
+            loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         tokens_seen += tok_per_step
