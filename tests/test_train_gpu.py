@@ -116,6 +116,45 @@ def case_q8_0(tmp):
         pass
 
 
+def case_fused_attention(tmp):
+    """model.py's fused-attention branch (used on CUDA, where PyTorch >= 2.0 has
+    scaled_dot_product_attention) computes what its blocked loop computes: GQA head
+    grouping, RoPE and scaling. Without a native one, a plain causal softmax stands in."""
+    try:
+        import torch
+    except ImportError:
+        raise Skip("torch is not installed (scripts/install-deps.sh --train)")
+    import model as M
+    F = torch.nn.functional
+    saved = getattr(F, "scaled_dot_product_attention", None)
+
+    def plain(q, k, v, is_causal=False):
+        t = q.shape[-2]
+        att = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf"))
+        return F.softmax(att, dim=-1) @ v
+
+    torch.manual_seed(5)
+    cfg = M.Config(vocab_size=300, dim=256, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=320,
+                   max_seq_len=300)
+    net = M.Llama(cfg).double().eval()
+    x = torch.randint(0, 300, (2, 300))
+    try:
+        if saved is None:
+            F.scaled_dot_product_attention = plain
+        with torch.no_grad():
+            M.SDPA = False
+            a = net(x)
+            M.SDPA = True
+            b = net(x)
+    finally:
+        M.SDPA = "auto"
+        if saved is None:
+            del F.scaled_dot_product_attention
+    err = (a - b).abs().max().item()
+    check(err < 1e-9, "fused attention differs from the loop by %g" % err)
+
+
 def perplexity(model, text):
     rc, out, err = run("perplexity", "-m", model, "-f", text, "-q", timeout=300)
     check(rc == 0, "seqkv perplexity exit %d: %s" % (rc, err.strip()))
@@ -220,7 +259,7 @@ def ref_perplexity(ckpt, ids, rnd):
 def main():
     rep = Reporter("test_train_gpu")
     return testenv.run_cases(rep, [case_pieces, case_u16_stream, case_dedup, case_q8_0,
-                                   case_end_to_end], "seqkv-train-")
+                                   case_fused_attention, case_end_to_end], "seqkv-train-")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ ATTN_BLOCK = 256  # query block size of the causal attention loop
 # PyTorch >= 2.0 has a fused (flash) causal attention; on CUDA the model uses it
 # (same mathematics; used for training speed only, never for the references).
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+SDPA = "auto"   # "auto": on CUDA when PyTorch has it; True / False force it (tests)
 
 
 @dataclass
@@ -109,7 +110,7 @@ class Attention(nn.Module):
         q = self.wq(x).view(B, T, cfg.n_heads, hd).transpose(1, 2)
         k = self.wk(x).view(B, T, kvh, hd).transpose(1, 2)
         v = self.wv(x).view(B, T, kvh, hd).transpose(1, 2)
-        if HAS_SDPA and x.is_cuda:
+        if (HAS_SDPA and x.is_cuda) if SDPA == "auto" else SDPA:
             # Query head h uses KV head h // rep: repeat each KV head rep times.
             # RoPE with float32 tables promotes to float32: back to v's dtype
             # (bf16 under autocast) so that the flash kernel applies.
