@@ -155,6 +155,22 @@ def case_fused_attention(tmp):
     check(err < 1e-9, "fused attention differs from the loop by %g" % err)
 
 
+def case_batch_on_tensor(tmp):
+    """train.py gathers the CUDA batches from the stream held as a tensor on the device:
+    the same windows (BOS first, targets shifted by one) as from the numpy stream."""
+    try:
+        import torch
+    except ImportError:
+        raise Skip("torch is not installed (scripts/install-deps.sh --train)")
+    import train as T
+    data = np.arange(7, 507, dtype=np.int64)
+    x1, y1 = T.get_batch(data, np.random.default_rng(9), 5, 16)
+    x2, y2 = T.get_batch(torch.from_numpy(data), np.random.default_rng(9), 5, 16)
+    check(torch.equal(x1, x2) and torch.equal(y1, y2), "tensor batches differ from numpy ones")
+    check(bool((x2[:, 0] == T.BOS).all()) and torch.equal(x2[:, 1:], y2[:, :-1]), "window layout")
+    check(bool((y2 - x2 == 1)[:, 1:].all()), "targets are not the next tokens")
+
+
 def perplexity(model, text):
     rc, out, err = run("perplexity", "-m", model, "-f", text, "-q", timeout=300)
     check(rc == 0, "seqkv perplexity exit %d: %s" % (rc, err.strip()))
@@ -259,7 +275,7 @@ def ref_perplexity(ckpt, ids, rnd):
 def main():
     rep = Reporter("test_train_gpu")
     return testenv.run_cases(rep, [case_pieces, case_u16_stream, case_dedup, case_q8_0,
-                                   case_fused_attention, case_end_to_end], "seqkv-train-")
+                                   case_fused_attention, case_batch_on_tensor, case_end_to_end], "seqkv-train-")
 
 
 if __name__ == "__main__":
