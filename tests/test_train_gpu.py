@@ -175,9 +175,10 @@ def perplexity(model, text):
     rc, out, err = run("perplexity", "-m", model, "-f", text, "-q", timeout=300)
     check(rc == 0, "seqkv perplexity exit %d: %s" % (rc, err.strip()))
     m = re.search(r"\((\d+) bytes, (\d+) tokens\)", out)
+    a = re.search(r"\(a\) llama.cpp protocol: perplexity ([0-9.]+) ", out)
     b = re.search(r"\(b\) sequential cross-entropy: [0-9.]+ bits/token \(perplexity ([0-9.]+)\)", out)
-    check(m and b, "unexpected perplexity output: %r" % out)
-    return int(m.group(2)), float(b.group(1))
+    check(m and a and b, "unexpected perplexity output: %r" % out)
+    return int(m.group(2)), float(b.group(1)), float(a.group(1))
 
 
 def case_end_to_end(tmp):
@@ -222,7 +223,7 @@ def case_end_to_end(tmp):
         check(rc == 0, "seqkv tokenize: %s" % err)
         want = B.read_u16_xz(os.path.join(pack, "heldout-%s.u16.xz" % src)).tolist()
         check([int(v) for v in ids.split()] == want, "seqkv's ids of %s differ from the pack's" % src)
-    n, ppl = perplexity(model, text)
+    n, ppl, ppl_a = perplexity(model, text)
     check(n == man["sources"]["readme"]["heldout_tokens"], "seqkv: %d tokens, pack %d" % (
         n, man["sources"]["readme"]["heldout_tokens"]))
     ids = B.read_u16_xz(os.path.join(pack, "heldout-readme.u16.xz")).tolist()
@@ -244,10 +245,23 @@ def case_end_to_end(tmp):
     check(p.returncode == 0, "export q8_0: %s" % p.stderr[-2000:])
     rc, info, err = run("info", "-m", q8)
     check(rc == 0 and "q8_0 weights" in info, "seqkv info on Q8_0: %s%s" % (err, info[:200]))
-    _, ppl8 = perplexity(q8, text)
+    _, ppl8, ppl8_a = perplexity(q8, text)
     want8 = ref_perplexity(ckpt, ids, lambda a: G.dequantize_q8_0(G.quantize_q8_0(a), a.size)
                            .reshape(a.shape).astype(np.float64))
     check(abs(ppl8 / want8 - 1) < 1e-4, "Q8_0: seqkv %.4f vs reference %.4f" % (ppl8, want8))
+    # llama.cpp (the oracle, docs/oracle.md) loads both files; its perplexity equals seqkv's.
+    oracle = os.path.join(os.environ.get("SEQKV_ORACLE_DIR", os.path.expanduser("~/.cache/seqkv-oracle")),
+                          "bin", "skv-oracle-eval")
+    if not os.access(oracle, os.X_OK):
+        print("# %s not built (scripts/oracle/setup.sh): llama.cpp not compared" % oracle)
+        return
+    for path, mine in ((model, ppl_a), (q8, ppl8_a)):
+        p = subprocess.run([oracle, "ppl", "-m", path, "-f", text, "-c", "128", "-t", "1"],
+                           capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0, "oracle on %s: %s" % (path, p.stderr[-1000:]))
+        theirs = json.loads(p.stdout.strip().splitlines()[-1])["ppl"]
+        check(abs(theirs / mine - 1) < 1e-4, "%s: llama.cpp %.4f, seqkv %.4f" % (path, theirs, mine))
+        print("# %s: perplexity seqkv %.4f, llama.cpp %.4f" % (os.path.basename(path), mine, theirs))
 
 
 def ref_perplexity(ckpt, ids, rnd):
