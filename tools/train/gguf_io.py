@@ -25,8 +25,36 @@ UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64,
 _SCALAR = {UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "<I", INT32: "<i",
            FLOAT32: "<f", BOOL: "<?", UINT64: "<Q", INT64: "<q", FLOAT64: "<d"}
 # ggml tensor types used here
-GGML_F32, GGML_F16 = 0, 1
+GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
 _GGML_NP = {GGML_F32: np.dtype("<f4"), GGML_F16: np.dtype("<f2")}
+# Q8_0: blocks of 32 consecutive values of a row, each stored as an F16 scale d
+# then 32 int8 q; the value is d * q.
+Q8_0_BLOCK, Q8_0_BYTES = 32, 34
+
+
+def quantize_q8_0(a):
+    """float array (..., n), n a multiple of 32 -> uint8 array of the Q8_0
+    blocks, row-major.  As ggml's reference quantizer: d = max|x| / 127,
+    q = round-half-away-from-zero(x / d) (x * (1/d)), d stored as F16."""
+    x = np.asarray(a, dtype=np.float32).reshape(-1, Q8_0_BLOCK)
+    amax = np.abs(x).max(axis=1)
+    d = amax / np.float32(127.0)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1.0) / np.where(d > 0, d, 1), np.float32(0.0)).astype(np.float32)
+    v = x * inv[:, None]
+    q = (np.sign(v) * np.floor(np.abs(v) + np.float32(0.5))).astype(np.int8)
+    out = np.empty((x.shape[0], Q8_0_BYTES), dtype=np.uint8)
+    out[:, :2] = d.astype("<f2").reshape(-1, 1).view(np.uint8)
+    out[:, 2:] = q.view(np.uint8)
+    return out.reshape(-1)
+
+
+def dequantize_q8_0(raw, count):
+    """uint8 Q8_0 bytes of `count` values -> float32 array of `count`."""
+    b = np.asarray(raw, dtype=np.uint8).reshape(-1, Q8_0_BYTES)
+    d = b[:, :2].copy().view("<f2").astype(np.float32)
+    q = b[:, 2:].view(np.int8).astype(np.float32)
+    return (d * q).reshape(-1)[:count]
 
 
 def _pad(n, align=ALIGNMENT):
@@ -49,8 +77,14 @@ class Writer:
     def add_tensor(self, name, array, ggml_type):
         """array: numpy array in PyTorch (row-major) order; its shape is
         reversed into GGUF ne (fastest-varying dimension first)."""
-        arr = np.ascontiguousarray(array, dtype=_GGML_NP[ggml_type])
-        self.tensors.append((name, arr, ggml_type))
+        ne = list(reversed(np.shape(array)))
+        if ggml_type == GGML_Q8_0:
+            if ne[0] % Q8_0_BLOCK:
+                raise ValueError("Q8_0 tensor %s: row length %d is not a multiple of 32" % (name, ne[0]))
+            arr = quantize_q8_0(array)
+        else:
+            arr = np.ascontiguousarray(array, dtype=_GGML_NP[ggml_type])
+        self.tensors.append((name, arr, ggml_type, ne))
 
     @staticmethod
     def _str(s):
@@ -77,14 +111,13 @@ class Writer:
             else:
                 out += self._value(vtype, value)
         offset = 0
-        for name, arr, gt in self.tensors:
-            ne = list(reversed(arr.shape))
+        for name, arr, gt, ne in self.tensors:
             out += self._str(name) + struct.pack("<I", len(ne))
             out += struct.pack("<%dQ" % len(ne), *ne)
             out += struct.pack("<IQ", gt, offset)
             offset += arr.nbytes + _pad(arr.nbytes)
         out += b"\0" * _pad(len(out))
-        for name, arr, gt in self.tensors:
+        for name, arr, gt, _ in self.tensors:
             out += arr.tobytes()
             out += b"\0" * _pad(arr.nbytes)
         with open(path, "wb") as f:
@@ -125,15 +158,23 @@ class Reader:
         self.tensor_types = {}
         self.tensor_order = []
         for name, ne, gt, off in infos:
-            if gt not in _GGML_NP or off % align:
+            if (gt not in _GGML_NP and gt != GGML_Q8_0) or off % align:
                 raise ValueError("tensor %s: type %d offset %d" % (name, gt, off))
-            dt = _GGML_NP[gt]
             count = int(np.prod(ne))
             start = self.data_start + off
-            end = start + count * dt.itemsize
-            if end > len(self.buf):
+            if gt == GGML_Q8_0:   # dequantized to float32 on reading
+                if ne[0] % Q8_0_BLOCK:
+                    raise ValueError("tensor %s: Q8_0 row length %d" % (name, ne[0]))
+                nbytes = count // Q8_0_BLOCK * Q8_0_BYTES
+            else:
+                nbytes = count * _GGML_NP[gt].itemsize
+            if start + nbytes > len(self.buf):
                 raise ValueError("tensor %s runs past the end of the file" % name)
-            arr = np.frombuffer(self.buf, dtype=dt, count=count, offset=start)
+            if gt == GGML_Q8_0:
+                raw = np.frombuffer(self.buf, dtype=np.uint8, count=nbytes, offset=start)
+                arr = dequantize_q8_0(raw, count)
+            else:
+                arr = np.frombuffer(self.buf, dtype=_GGML_NP[gt], count=count, offset=start)
             self.tensors[name] = arr.reshape(list(reversed(ne)))
             self.tensor_types[name] = gt
             self.tensor_order.append(name)

@@ -31,6 +31,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ATTN_BLOCK = 256  # query block size of the causal attention loop
+# PyTorch >= 2.0 has a fused (flash) causal attention; on CUDA the model uses it
+# (same mathematics; used for training speed only, never for the references).
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+SDPA = "auto"   # "auto": on CUDA when PyTorch has it; True / False force it (tests)
 
 
 @dataclass
@@ -106,6 +110,14 @@ class Attention(nn.Module):
         q = self.wq(x).view(B, T, cfg.n_heads, hd).transpose(1, 2)
         k = self.wk(x).view(B, T, kvh, hd).transpose(1, 2)
         v = self.wv(x).view(B, T, kvh, hd).transpose(1, 2)
+        if (HAS_SDPA and x.is_cuda) if SDPA == "auto" else SDPA:
+            # Query head h uses KV head h // rep: repeat each KV head rep times.
+            # RoPE with float32 tables promotes to float32: back to v's dtype
+            # (bf16 under autocast) so that the flash kernel applies.
+            k = apply_rope(k, cos, sin).to(v.dtype).repeat_interleave(rep, dim=1)
+            q = apply_rope(q, cos, sin).to(v.dtype)
+            y = F.scaled_dot_product_attention(q, k, v.repeat_interleave(rep, dim=1), is_causal=True)
+            return self.wo(y.transpose(1, 2).reshape(B, T, cfg.n_heads * hd))
         q = apply_rope(q, cos, sin) * (1.0 / math.sqrt(hd))
         k = apply_rope(k, cos, sin)
         # GQA without copying K/V: query heads h = g*rep .. g*rep+rep-1 share

@@ -28,18 +28,16 @@ import sentencepiece as spm
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--work", default=os.path.join(HERE, "work"))
-    ap.add_argument("--vocab", type=int, default=4096)
-    args = ap.parse_args()
+def train_spm(work, vocab, input_path=None):
+    """Trains WORK/tokenizer.model (and .vocab) on input_path (default
+    WORK/spm_train.txt, one sentence per line) with the settings above."""
     spm.set_random_generator_seed(1234)
-    prefix = os.path.join(args.work, "tokenizer")
+    prefix = os.path.join(work, "tokenizer")
     spm.SentencePieceTrainer.train(
-        input=os.path.join(args.work, "spm_train.txt"),
+        input=input_path or os.path.join(work, "spm_train.txt"),
         model_prefix=prefix,
         model_type="bpe",
-        vocab_size=args.vocab,
+        vocab_size=vocab,
         character_coverage=1.0,
         byte_fallback=True,
         normalization_rule_name="identity",
@@ -57,8 +55,18 @@ def main():
         minloglevel=2,
     )
     sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
-    assert sp.get_piece_size() == args.vocab
+    assert sp.get_piece_size() == vocab
     assert (sp.unk_id(), sp.bos_id(), sp.eos_id()) == (0, 1, 2)
+    return sp
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", default=os.path.join(HERE, "work"))
+    ap.add_argument("--vocab", type=int, default=4096)
+    args = ap.parse_args()
+    prefix = os.path.join(args.work, "tokenizer")
+    sp = train_spm(args.work, args.vocab)
     print("train_tokenizer: %s.model, vocab %d" % (prefix, sp.get_piece_size()))
 
 
