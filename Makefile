@@ -97,11 +97,21 @@ CUSRC   := $(sort $(wildcard src/cuda/*.cu))
 OBJ     += $(CUSRC:src/%.cu=$(BUILD)/obj/%.o)
 LIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 endif
-$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.h) src/core/fpguard.h Makefile
+NV_ALL   = -std=c++17 -O2 -arch=$(CUDA_ARCH) $(if $(WERROR),-Werror all-warnings) $(NVCCFLAGS) $(NV_PIN) \
+        -Xcompiler $(NV_HOST) -Iinclude -Isrc
+NV_DEPS := $(wildcard src/cuda/*.h) src/core/fpguard.h src/core/f16.h src/core/detf32.h Makefile
+$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(NV_DEPS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")
-	$(Q)$(NVCC) -std=c++17 -O2 -arch=$(CUDA_ARCH) $(if $(WERROR),-Werror all-warnings) $(NVCCFLAGS) $(NV_PIN) \
-	    -Xcompiler $(NV_HOST) -Iinclude -Isrc -c $< -o $@
+	$(Q)$(NVCC) $(NV_ALL) -c $< -o $@
+# The kernels' PTX, read by scripts/cuda_ptx_check.sh (every f32 multiply and add rounded
+# on its own, no approximations, no flush to zero): `make CUDA=1 cuda-ptx-check`.
+$(BUILD)/cuda/%.ptx: src/cuda/%.cu $(NV_DEPS)
+	@mkdir -p $(dir $@)
+	$(Q)$(NVCC) $(NV_ALL) -ptx $< -o $@
+.PHONY: cuda-ptx-check
+cuda-ptx-check: $(patsubst src/cuda/%.cu,$(BUILD)/cuda/%.ptx,$(wildcard src/cuda/*.cu))
+	scripts/cuda_ptx_check.sh $^
 
 # Kernels compiled for AVX2+FMA+F16C; chosen at run time by CPU detection.
 $(BUILD)/obj/%_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mf16c

@@ -200,7 +200,7 @@ static void cu_attn_one(size_t hd, int f16)
     float *Kf = malloc(kvn * 4), *Vf = malloc(kvn * 4), *q = malloc(NQ * hd * 4), *ref = malloc(NQ * hd * 4),
           *got = malloc(NQ * hd * 4), *sc = malloc(NCTX * 4), *kv = malloc(2 * NCTX * hd * 4);
     uint16_t *Kh = malloc(kvn * 2), *Vh = malloc(kvn * 2);
-    uint32_t n[NQ] = {1, 2, 9, 64, 257, 300, 33, 100}, kvh[NQ];
+    uint32_t n[NQ] = {1, 2, 15, 64, 263, 300, 39, 103}, kvh[NQ];
     CHECK(Kf && Vf && q && ref && got && sc && kv && Kh && Vh);
     cu_fill(Kf, kvn, 1.0f);
     cu_fill(Vf, kvn, 1.0f);
