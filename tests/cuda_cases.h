@@ -238,6 +238,36 @@ static void cu_case_attn(void)
         }
 }
 
+/* The 1.1B geometry's largest matrix (ffn 5632 x dim 2048) at 2 tokens, f16 and q4_0:
+ * grids of the real size (k_matvec_f16: 176 x 2 blocks; k_qdot: 704 x 2). */
+static void cu_case_big(void)
+{
+    enum { R = 5632, K = 2048, T = 2 };
+    const skv_kernels *k = skv_kernels_scalar();
+    uint16_t *W = malloc((size_t)R * K * 2);
+    uint8_t *Q = malloc((size_t)R * (K / 32) * 18), *qa = malloc(T * skv_qmatmul_act_bytes(SKV_GGML_Q4_0, K));
+    float *Wf = malloc((size_t)R * K * 4), *x = malloc(T * K * 4), *ref = malloc(T * R * 4), *got = malloc(T * R * 4);
+    int rc = SKV_CUDA_FAILED;
+    size_t d1 = 0, d2 = 0;
+    if (W && Q && qa && Wf && x && ref && got) {
+        for (size_t i = 0; i < (size_t)R * K; i++) W[i] = skv_f32_to_f16(cu_uni(0.03f));
+        cu_qweights(Q, 18, (size_t)R * (K / 32));
+        cu_fill(x, T * K, 1.0f);
+        k->dequant(SKV_GGML_F16, W, K * 2, K, R, Wf);
+        k->matmul(ref, R, Wf, K, x, K, T, R);
+        rc = cu_under_test->matvec_f16(got, W, K, x, T, R);
+        d1 = rc == SKV_CUDA_OK ? cu_first_diff(ref, got, T * R) : 0;
+        skv_qmatmul_quantize(k, SKV_GGML_Q4_0, x, K, T, K, qa);
+        skv_qmatmul(k, ref, R, SKV_GGML_Q4_0, Q, (K / 32) * 18, K, qa, T, R);
+        if (rc == SKV_CUDA_OK) rc = cu_under_test->qmatmul(SKV_CU_Q4_0, got, Q, K, x, T, R);
+        d2 = rc == SKV_CUDA_OK ? cu_first_diff(ref, got, T * R) : 0;
+    }
+    free(W), free(Q), free(qa), free(Wf), free(x), free(ref), free(got);
+    CHECK_MSG(rc == SKV_CUDA_OK, "%s", skv_cuda_error());
+    CHECK_MSG(d1 == T * R, "f16 5632 x 2048: output %zu differs", d1);
+    CHECK_MSG(d2 == T * R, "q4_0 5632 x 2048: output %zu differs", d2);
+}
+
 /* Every case: X(test case name, function). */
 #define CU_CASES(X)                  \
     X(matvec_f16, cu_case_matvec_f16) \
@@ -246,6 +276,7 @@ static void cu_case_attn(void)
     X(rmsnorm, cu_case_rmsnorm)       \
     X(rope, cu_case_rope)             \
     X(silu_mul, cu_case_silu)         \
-    X(attention_gqa, cu_case_attn)
+    X(attention_gqa, cu_case_attn)    \
+    X(shapes_of_1_1b, cu_case_big)
 
 #endif
