@@ -6,11 +6,17 @@
 #   make bench            benchmarks; results in bench/results/
 #   make fuzz             libFuzzer targets (clang) in build-fuzz/
 #   make install PREFIX=/usr/local
+#   make CUDA=1           the same with the CUDA backend (src/cuda/*.cu, docs/cuda.md) in build-cuda/
 # Every module in src/ is compiled into the library; every tests/test_*.c is a
 # test binary; every fuzz/fuzz_*.c is a fuzz target whose corpus in
 # fuzz/corpus/<name>/ is replayed by the test suite.
 
 CC      ?= cc
+# CUDA=1: src/cuda/*.cu compiled by nvcc into the library (docs/cuda.md), in its own build folder.
+CUDA    ?= 0
+ifeq ($(CUDA),1)
+BUILD   ?= build-cuda
+endif
 BUILD   ?= build
 PREFIX  ?= /usr/local
 VERSION := 0.1.0
@@ -43,8 +49,11 @@ endif
 LIBS := -llmdb -lhiredis -lzstd -lxxhash -lpthread -lm
 
 # src/ is layered (README "Layout"); every src/<layer>/*.c is part of the library.
-LAYERS  := core tokenizer quant coder grammar engine container store
+LAYERS  := core tokenizer quant coder grammar cuda engine container store
 SRC     := $(sort $(foreach l,$(LAYERS),$(wildcard src/$(l)/*.c)))
+ifeq ($(CUDA),1)
+SRC     := $(filter-out src/cuda/cu_stub.c,$(SRC))
+endif
 OBJ     := $(SRC:src/%.c=$(BUILD)/obj/%.o)
 DEP     := $(OBJ:.o=.d)
 TESTSRC := $(sort $(wildcard tests/test_*.c))
@@ -66,6 +75,43 @@ SERVERSRC := $(filter-out src/server/template%.c,$(sort $(wildcard src/server/*.
 SERVERLIBS := -lmicrohttpd -ljansson
 BENCHSRC := $(sort $(wildcard bench/*.c))
 BENCHBIN := $(BENCHSRC:bench/%.c=$(BUILD)/bench/%)
+
+# The CUDA backend (CUDA=1; docs/cuda.md): nvcc for one architecture (CUDA_ARCH: sm_90a is
+# H100 / H200), no fused multiply-add it was not told to make (-fmad=false), IEEE division and
+# square root, no flush to zero, never fast math; the runtime linked statically (a machine
+# needs only the driver). Without CUDA=1, src/cuda/cu_stub.c answers "built without CUDA".
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH ?= sm_90a
+NVCCFLAGS ?=
+UNSAFE_NV := -use_fast_math --use_fast_math -fmad=true --fmad=true -ftz=true --ftz=true \
+        -prec-div=false --prec-div=false -prec-sqrt=false --prec-sqrt=false
+ifneq ($(filter $(UNSAFE_NV),$(NVCCFLAGS)),)
+$(error $(filter $(UNSAFE_NV),$(NVCCFLAGS)) breaks the determinism contract (docs/determinism.md): build without it)
+endif
+comma   := ,
+NV_PIN  := -fmad=false -prec-div=true -prec-sqrt=true -ftz=false
+NV_HOST := -fPIC,-Wall,-Wextra,-Wshadow,-ffp-contract=off,-fno-fast-math,-fvisibility=hidden$(if $(WERROR),$(comma)-Werror)
+ifeq ($(CUDA),1)
+CUSRC   := $(sort $(wildcard src/cuda/*.cu))
+OBJ     += $(CUSRC:src/%.cu=$(BUILD)/obj/%.o)
+LIBS    += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+endif
+NV_ALL   = -std=c++17 -O2 -arch=$(CUDA_ARCH) $(if $(WERROR),-Werror all-warnings) $(NVCCFLAGS) $(NV_PIN) \
+        -Xcompiler $(NV_HOST) -Iinclude -Isrc
+NV_DEPS := $(wildcard src/cuda/*.h) src/core/fpguard.h src/core/f16.h src/core/detf32.h Makefile
+$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(NV_DEPS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NV_ALL) -c $< -o $@
+# The kernels' PTX, read by scripts/cuda_ptx_check.sh (every f32 multiply and add rounded
+# on its own, no approximations, no flush to zero): `make CUDA=1 cuda-ptx-check`.
+$(BUILD)/cuda/%.ptx: src/cuda/%.cu $(NV_DEPS)
+	@mkdir -p $(dir $@)
+	$(Q)$(NVCC) $(NV_ALL) -ptx $< -o $@
+.PHONY: cuda-ptx-check
+cuda-ptx-check: $(patsubst src/cuda/%.cu,$(BUILD)/cuda/%.ptx,$(wildcard src/cuda/*.cu))
+	scripts/cuda_ptx_check.sh $^
 
 # Kernels compiled for AVX2+FMA+F16C; chosen at run time by CPU detection.
 $(BUILD)/obj/%_avx2.o: ALL_CFLAGS += -mavx2 -mfma -mf16c
@@ -96,7 +142,7 @@ $(BUILD)/seqkv: $(TOOLSRC) $(SERVERSRC) $(wildcard tools/*.h tools/*/*.h) $(wild
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -fvisibility=default $(TOOLINC) -DSEQKV_DEFAULT_MODEL='"$(DEFAULT_MODEL)"' -o $@ $(TOOLSRC) $(SERVERSRC) $(BUILD)/libseqkv.a $(SERVERLIBS) $(LIBS)
 
-$(BUILD)/tests/%: tests/%.c tests/test.h $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
+$(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
 
@@ -146,15 +192,17 @@ INSTALL_LDCONFIG = $(if $(DESTDIR),,$(filter $(SYSTEM_PREFIXES),$(PREFIX)))
 # preloaded, so they leave $(BUILD)/python/SKIP saying so and the test skips.
 $(PYEXT): $(PYSRC) include/seqkv.h $(BUILD)/libseqkv.a
 	@mkdir -p $(BUILD)/python && rm -f $(BUILD)/python/SKIP
-ifeq ($(SANFLAGS),)
+ifeq ($(SANFLAGS)$(filter 1,$(CUDA)),)
 	@$(if $(Q),echo "  PYEXT   $(BUILD)/python/seqkv")
 	$(Q)cd python && SEQKV_LIB=$(abspath $(BUILD))/libseqkv.a SEQKV_CFLAGS='$(WERROR)' $(PYTHON) setup.py -q \
 	    build_py -d $(abspath $(BUILD))/python build_ext -b $(abspath $(BUILD))/python \
 	    -t $(abspath $(BUILD))/python/tmp >$(abspath $(BUILD))/python/build.log 2>&1 || \
 	    { cat $(abspath $(BUILD))/python/build.log; echo "python extension: build failed (scripts/install-deps.sh installs python3-dev, python3-setuptools, python3-numpy)"; exit 1; }
 	$(Q)grep -E '\.c:[0-9]+:[0-9]+: (warning|error)' $(BUILD)/python/build.log || true
-else
+else ifneq ($(SANFLAGS),)
 	@echo "sanitizer build ($(SANFLAGS)): the Python extension is not built (a sanitized extension needs the sanitizer runtime preloaded into python); make test runs it" >$(BUILD)/python/SKIP
+else
+	@echo "CUDA build: the Python extension is not built (python/setup.py does not link the CUDA runtime); make test runs it" >$(BUILD)/python/SKIP
 endif
 	@touch $@
 
@@ -236,7 +284,7 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/share/man/man1/seqkv.1
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-cuda
 
 # Fault injection (tests/test_store_faults.c): the library's allocations in this one test
 # binary go through the test's wrappers, which can fail them on purpose.

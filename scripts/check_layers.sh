@@ -6,7 +6,7 @@
 # Layers, lowest first (README "Layout"); a file may include headers of its own
 # folder and of strictly lower ranks; tokenizer, quant and coder share a rank and
 # do not include one another:
-#   0 core   1 tokenizer quant coder grammar   2 engine   3 container   4 store   5 server   6 tools
+#   0 core   1 tokenizer quant coder grammar cuda   2 engine   3 container   4 store   5 server   6 tools
 # Only quoted includes of the form "layer/name.h" are layered; "seqkv.h" (the public
 # header) may be included anywhere. Prints each violation as FILE:LINE: message.
 #
@@ -22,7 +22,7 @@ case "$build" in /*|'') ;; *) build=$(pwd)/$build ;; esac
 cd "$root" || exit 2
 rank() {
     case "$1" in
-        core) echo 0 ;; tokenizer|quant|coder|grammar) echo 1 ;; engine) echo 2 ;;
+        core) echo 0 ;; tokenizer|quant|coder|grammar|cuda) echo 1 ;; engine) echo 2 ;;
         container) echo 3 ;; store) echo 4 ;; server) echo 5 ;; tools) echo 6 ;; *) echo -1 ;;
     esac
 }
@@ -80,7 +80,7 @@ if [ -n "$build" ]; then
         function layer(path) { sub(base, "", path); sub("/.*", "", path); return path }
         function rank(l) {
             if (l == "core") return 0
-            if (l == "tokenizer" || l == "quant" || l == "coder" || l == "grammar") return 1
+            if (l == "tokenizer" || l == "quant" || l == "coder" || l == "grammar" || l == "cuda") return 1
             if (l == "engine") return 2
             if (l == "container") return 3
             if (l == "store") return 4

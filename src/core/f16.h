@@ -1,14 +1,22 @@
 /* IEEE 754 binary16 <-> binary32 conversion, scalar and exact.
  * f32 -> f16 rounds to nearest, ties to even (the same rounding as the F16C
  * instruction VCVTPS2PH with imm 0), so scalar and SIMD paths agree bit for bit.
- * NaN stays NaN (quiet), infinities and signed zeros are preserved. */
+ * NaN stays NaN (quiet), infinities and signed zeros are preserved.
+ * Under nvcc these are __host__ __device__: the CUDA kernels (cuda/cu_kern.h) convert with
+ * this very code. */
 #ifndef SKV_F16_H
 #define SKV_F16_H
 
 #include <stdint.h>
 #include <string.h>
 
-static inline float skv_f16_to_f32(uint16_t h)
+#if defined(__CUDACC__)
+#define SKV_F16_FN __host__ __device__ static inline
+#else
+#define SKV_F16_FN static inline
+#endif
+
+SKV_F16_FN float skv_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
@@ -30,7 +38,7 @@ static inline float skv_f16_to_f32(uint16_t h)
     return f;
 }
 
-static inline uint16_t skv_f32_to_f16(float f)
+SKV_F16_FN uint16_t skv_f32_to_f16(float f)
 {
     uint32_t x, sign, exp, man;
     memcpy(&x, &f, sizeof x);

@@ -6,44 +6,14 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/detf32.h"
 #include "quant/dot.h"
 #include "quant/repack.h"
 #include "quant/types.h"
 
-/* ---- exp ------------------------------------------------------------------
- * exp(x) = 2^k * exp(r), k = round(x / ln2), r = x - k*ln2 in [-ln2/2, ln2/2].
- * k is rounded with the 1.5*2^23 trick (exact under round-to-nearest-even);
- * ln2 is split hi/lo so that k*ln2_hi is exact; exp(r) is a degree-6 Taylor
- * polynomial evaluated by Horner with fma (truncation error < 2e-8 relative). */
-#define EXP_LOG2E 1.44269504088896341f
-#define EXP_LN2_HI 0.693359375f
-#define EXP_LN2_LO -2.12194440e-4f
-#define EXP_ROUND 12582912.0f /* 1.5 * 2^23 */
+/* ---- exp: core/detf32.h (one source with the CUDA kernels) ---------------------- */
 
-float skv_exp_ref(float x)
-{
-    if (x < -87.0f) return 0.0f;
-    if (x > 88.0f) return INFINITY;
-    if (x != x) return x;
-    float k = (x * EXP_LOG2E + EXP_ROUND) - EXP_ROUND;
-    float r = fmaf(-k, EXP_LN2_HI, x);
-    r = fmaf(-k, EXP_LN2_LO, r);
-    float p = 1.3888889e-3f; /* 1/720 */
-    p = fmaf(p, r, 8.3333333e-3f);
-    p = fmaf(p, r, 4.1666667e-2f);
-    p = fmaf(p, r, 1.6666667e-1f);
-    p = fmaf(p, r, 0.5f);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    /* 2^k as a float; k in [-126, 127] here. Multiply in two steps to stay normal. */
-    int32_t ki = (int32_t)k;
-    int32_t k1 = ki / 2, k2 = ki - k1;
-    uint32_t b1 = (uint32_t)(k1 + 127) << 23, b2 = (uint32_t)(k2 + 127) << 23;
-    float s1, s2;
-    memcpy(&s1, &b1, 4);
-    memcpy(&s2, &b2, 4);
-    return (p * s1) * s2;
-}
+float skv_exp_ref(float x) { return skv_detf32_exp(x); }
 
 /* ---- scalar kernels -------------------------------------------------------- */
 
