@@ -206,9 +206,9 @@ int main(int argc, char **argv)
     }
     const char *vname = name_of(argv[a]);
     skv_tokenizer *tk = NULL;
-    char err[256];
-    if (skv_vocab_load(argv[a], &tk, err, sizeof err)) {
-        fprintf(stderr, "bench_cm: %s: %s\n", argv[a], err);
+    skv_err err = {0};
+    if (skv_vocab_load(argv[a], &tk, &err)) {
+        fprintf(stderr, "bench_cm: %s: %s\n", argv[a], err.msg);
         return 1;
     }
     skv_cm_vocab *vb = side_info(tk);

@@ -189,13 +189,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint8_t *copy = malloc(size ? size : 1);
     skv_gguf *g = (skv_gguf *)&size;
-    char err[256] = "";
+    skv_err err = {0};
     int rc;
     if (!copy) return 0;
     if (size) memcpy(copy, data, size);
-    rc = skv_gguf_open_mem(copy, size, &g, err, sizeof err);
+    rc = skv_gguf_open_mem(copy, size, &g, &err);
     if (rc != SKV_OK) {
-        CHECK(g == NULL && rc < 0 && rc >= SKV_ERR_INTERNAL && err[0] && memchr(err, 0, sizeof err));
+        CHECK(g == NULL && rc < 0 && rc >= SKV_ERR_INTERNAL && err.msg[0] && memchr(err.msg, 0, sizeof err.msg));
         free(copy);
         return 0;
     }

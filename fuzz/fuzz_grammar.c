@@ -55,10 +55,10 @@ static void run_text(const skv_gbnf *g, const uint8_t *t, size_t n)
 static char *schema_grammar(const uint8_t *data, size_t n)
 {
     json_error_t je;
-    char err[256];
+    skv_err err = {0};
     json_t *j = json_loadb((const char *)data, n, JSON_DECODE_ANY, &je);
-    char *g = j ? srv_schema_to_gbnf(j, err, sizeof err) : NULL;
-    if (j && !g && !err[0]) abort();
+    char *g = j ? srv_schema_to_gbnf(j, &err) : NULL;
+    if (j && !g && !err.msg[0]) abort();
     json_decref(j);
     return g;
 }
@@ -67,14 +67,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const uint8_t *sep = memchr(data, 1, size);
     size_t gl = sep ? (size_t)(sep - data) : size;
-    char err[256], *text = NULL;
+    char *text = NULL;
+    skv_err err = {0};
     skv_gbnf *g = NULL;
     int schema = gl && data[0] == '{';
     if (schema && !(text = schema_grammar(data, gl))) return 0;
     const char *src = schema ? text : (const char *)data;
     size_t len = schema ? strlen(text) : gl;
-    if (skv_gbnf_parse(src, len, "root", &g, err, sizeof err)) {
-        if (!err[0] || schema) abort(); /* the converter checks its grammars */
+    if (skv_gbnf_parse(src, len, "root", &g, &err)) {
+        if (!err.msg[0] || schema) abort(); /* the converter checks its grammars */
     } else {
         run_text(g, sep ? sep + 1 : data, sep ? size - gl - 1 : 0);
         skv_gbnf_free(g);

@@ -22,7 +22,7 @@
 static void decode_payload(const uint8_t *p, size_t size, size_t n_pos)
 {
     skv_kvp_header h;
-    if (skv_kvp_header_parse(p, size, &h, NULL, 0)) return;
+    if (skv_kvp_header_parse(p, size, &h, NULL)) return;
     size_t nf = (size_t)h.n_layer * 2 * h.n_head_kv * h.head_dim * n_pos;
     if (nf > MAX_FLOATS) return;
     int32_t tok[64] = {0};

@@ -56,8 +56,8 @@ static void decode_stream(const skv_kvtc_calib *c, const uint8_t *data, size_t s
     for (size_t t = 0; t < MAX_POS; t++) tok[t] = (int32_t)(t < size ? data[t] & 7 : 0);
     size_t n = 0;
     uint64_t id = 0;
-    int rc = skv_kvtc_peek(p, size, &n, &id, NULL, 0), decoded = 0;
-    if (!rc && n <= MAX_POS) rc = skv_kvtc_decode(p, size, c, tok, kv, 2 * MAX_POS * D, NULL, 0), decoded = 1;
+    int rc = skv_kvtc_peek(p, size, &n, &id, NULL), decoded = 0;
+    if (!rc && n <= MAX_POS) rc = skv_kvtc_decode(p, size, c, tok, kv, 2 * MAX_POS * D, NULL), decoded = 1;
     if (rc != SKV_OK && rc != SKV_ERR_FORMAT && rc != SKV_ERR_MISMATCH && rc != SKV_ERR_RANGE) abort();
     for (size_t i = 0; decoded && rc == SKV_OK && i < 2 * n * D; i++)
         if (!isfinite(kv[i])) abort();
@@ -71,7 +71,7 @@ static void load_calib(const uint8_t *data, size_t size)
     if (!p) abort();
     memcpy(p, data, size);
     if (size >= SKV_KVTC_CAL_HDR + 8) skv_wr64(p + size - 8, XXH3_64bits(p, size - 8));
-    int rc = skv_kvtc_calib_load(p, size, &c, NULL, 0);
+    int rc = skv_kvtc_calib_load(p, size, &c, NULL);
     if (rc != SKV_OK && rc != SKV_ERR_FORMAT) abort();
     skv_kvtc_calib_free(c);
     free(p);
@@ -91,7 +91,7 @@ static void roundtrip(const skv_kvtc_calib *c, const uint8_t *data, size_t size)
     uint8_t *buf = NULL;
     size_t len = 0;
     if (skv_kvtc_encode(&p, c, kv, n, &buf, &len, deq) == SKV_OK) {
-        if (skv_kvtc_decode(buf, len, c, tok, out, nf, NULL, 0) != SKV_OK || memcmp(out, deq, nf * sizeof *out)) abort();
+        if (skv_kvtc_decode(buf, len, c, tok, out, nf, NULL) != SKV_OK || memcmp(out, deq, nf * sizeof *out)) abort();
     }
     free(buf);
 }

@@ -40,7 +40,7 @@ static void add(skv_strref *toks, float *scores, int32_t *types, size_t *n, cons
 static skv_tokenizer *create(const skv_tokenizer_desc *d)
 {
     skv_tokenizer *t = NULL;
-    CHECK(skv_tokenizer_create(d, &t, NULL, 0) == SKV_OK);
+    CHECK(skv_tokenizer_create(d, &t, NULL) == SKV_OK);
     return t;
 }
 
@@ -200,9 +200,9 @@ static void fuzz_bpe(const skv_tokenizer *t, const uint8_t *s, size_t n)
 static void fuzz_llama2c(const uint8_t *s, size_t n, size_t vocab)
 {
     skv_tokenizer *t = NULL;
-    char err[128];
-    if (skv_tokenizer_load_llama2c(s, n, vocab, &t, err, sizeof err) != SKV_OK) {
-        CHECK(t == NULL && err[0]);
+    skv_err err = {0};
+    if (skv_tokenizer_load_llama2c(s, n, vocab, &t, &err) != SKV_OK) {
+        CHECK(t == NULL && err.msg[0]);
         return;
     }
     CHECK(skv_tokenizer_n_vocab(t) == vocab);
@@ -218,7 +218,7 @@ static void fuzz_create(const uint8_t *s, size_t n)
     skv_tokenizer_desc d;
     skv_tokenizer *t = NULL;
     int32_t special;
-    char err[128];
+    skv_err err = {0};
     for (; i <= n && nm < 64 && nt < 64; i++) {
         if (i < n && s[i] != '\n' && s[i] != 0) continue;
         if (in_merges) merges[nm++] = (skv_strref){(const char *)s + start, i - start};
@@ -232,7 +232,7 @@ static void fuzz_create(const uint8_t *s, size_t n)
                              .n_vocab = nt, .tokens = toks, .n_merges = nm, .merges = merges,
                              .bos_id = special, .eos_id = special, .unk_id = special, .pad_id = special,
                              .add_bos = -1, .add_eos = -1, .add_space_prefix = -1};
-    if (skv_tokenizer_create(&d, &t, err, sizeof err) != SKV_OK) {
+    if (skv_tokenizer_create(&d, &t, &err) != SKV_OK) {
         CHECK(t == NULL);
         return;
     }

@@ -54,7 +54,7 @@ static void fuzz_record(const uint8_t *data, size_t size)
 {
     skv_trie_node n;
     memset(&n, 0, sizeof n);
-    if (skv_trie_node_decode(data, size, &n, NULL, 0) == SKV_OK) {
+    if (skv_trie_node_decode(data, size, &n, NULL) == SKV_OK) {
         size_t sz = skv_trie_node_size(n.len);
         uint8_t *again = malloc(sz);
         if (!again) abort();
@@ -146,7 +146,7 @@ static void fuzz_program(const uint8_t *p, const uint8_t *end)
     float surprisal[MAXL];
     skv_trie_mem *mem;
     skv_trie_io io;
-    char err[256];
+    skv_err err = {0};
     for (int i = 0; i < MAXL; i++) surprisal[i] = 1.0f;
     if (skv_trie_mem_create(&mem)) abort();
     skv_trie_mem_io(mem, &io);
@@ -185,9 +185,9 @@ static void fuzz_program(const uint8_t *p, const uint8_t *end)
             if (path.matched != best_lcp(s, count, tok, n)) abort();
             skv_trie_path_free(&path);
         }
-        if (wrote && ++writes % CHECK_EVERY == 0 && skv_trie_check(&io, err, sizeof err)) abort();
+        if (wrote && ++writes % CHECK_EVERY == 0 && skv_trie_check(&io, &err)) abort();
     }
-    if (writes % CHECK_EVERY && skv_trie_check(&io, err, sizeof err)) abort();
+    if (writes % CHECK_EVERY && skv_trie_check(&io, &err)) abort();
     for (size_t k = 0; k < count; k++) {
         skv_trie_path path;
         memset(&path, 0, sizeof path);

@@ -68,6 +68,21 @@ for f in $files; do
     done < "${TMPDIR:-/tmp}/skv_layers.$$"
     rm -f "${TMPDIR:-/tmp}/skv_layers.$$"
 done
+# ---- one error channel (docs/architecture.md, "Errors: one channel") ----
+# Below the public API an error travels in one skv_err (core/util.h); a (char *err, size_t
+# errcap) pair is the public compatibility boundary only: a function that takes one must
+# hand its work over at once, returning skv_err_out(...) within its first lines.
+errpairs=$(find src -name '*.[ch]' | sort | xargs awk '
+    /char \*[a-z_]*(err|msg|why)[a-z_]*,[[:space:]]*size_t [a-z_]+[,)]/ || /size_t [a-z_]*errcap/ { at[++m] = FILENAME SUBSEP FNR }
+    /return skv_err_out\(/ { for (k = FNR - 4; k < FNR; k++) ok[FILENAME, k] = 1 }
+    END {
+        for (i = 1; i <= m; i++) if (!(at[i] in ok)) {
+            split(at[i], p, SUBSEP)
+            printf "%s:%d: an error buffer and its capacity below the public API: take one skv_err *err (core/util.h)\n", p[1], p[2]
+        }
+    }
+')
+if [ -n "$errpairs" ]; then echo "$errpairs"; bad=1; fi
 # ---- the symbol pass ----
 nobj=0
 if [ -n "$build" ]; then

@@ -25,6 +25,10 @@
                                object of store defines fails it, naming both (nm)
   check_layers_catches_cycle   the chain pass: two store objects calling each other fail
                                it, naming both; the store's own files form a one-way chain
+  check_layers_catches_errcap  the error pass: an internal function taking an error buffer
+                               and its capacity (char *err, size_t errcap; char *msg, size_t
+                               cap) fails it; a public wrapper handing over to skv_err_out
+                               at once passes (docs/architecture.md "Errors: one channel")
 
 Prints PASS/FAIL/SKIP lines for tests/run.sh.
 """
@@ -163,6 +167,26 @@ def check_layers_catches(tmp):
         check(path in out and msg in out, "check_layers.sh on %s in %s said: %s" % (inc, path, out[-300:]))
 
 
+def check_layers_catches_errcap(tmp):
+    script = os.path.join(ROOT, "scripts", "check_layers.sh")
+    bad = ["static int planted(const char *s, char *err, size_t errcap)\n{\n    return s && err && errcap;\n}\n",
+           "int planted_msg(char *msg, size_t cap);\n"]
+    for i, text in enumerate(bad):
+        root = layered_copy(tmp, "errtree%d" % i)
+        with open(os.path.join(root, "src/quant/kvquant.c"), "a") as f:
+            f.write(text)
+        rc, out = sh([script, root])
+        check(rc != 0, "check_layers.sh accepted an error buffer pair: %s" % text)
+        check("src/quant/kvquant.c" in out and "error buffer and its capacity" in out,
+              "check_layers.sh on %r said: %s" % (text, out[-300:]))
+    root = layered_copy(tmp, "errtree_ok")
+    with open(os.path.join(root, "src/quant/kvquant.c"), "a") as f:
+        f.write("int planted_api(char *err, size_t errcap)\n{\n    skv_err e = {0};\n"
+                "    return skv_err_out(&e, SKV_OK, err, errcap);\n}\n")
+    rc, out = sh([script, root])
+    check(rc == 0, "check_layers.sh refused a public wrapper over skv_err_out: %s" % out[-300:])
+
+
 def check_layers_catches_calls(tmp):
     if not shutil.which("nm") or not compilers():
         raise Skip("no nm or no C compiler")
@@ -226,6 +250,7 @@ def funclen_counts_the_function(tmp):
 
 CASES = [guard_in_every_tu, guard_refuses_fast_math, guard_accepts_the_build_flags, make_refuses_unsafe_flags,
          fp_contract_pinned_last, clang_pragma_stops_fusion, check_layers_passes, check_layers_catches,
+         check_layers_catches_errcap,
          check_layers_catches_calls, check_layers_catches_cycle, funclen_counts_the_function]
 
 

@@ -202,14 +202,14 @@ static uint8_t *gb_finish(const gguf_b *g, size_t *len, size_t *data_start)
  * containing `phrase`, else 0 with the reason in why. */
 static int refused(const uint8_t *bytes, size_t len, int status, const char *phrase, char *why, size_t whycap)
 {
-    char err[512] = "";
+    skv_err err = {0};
     skv_gguf *g = NULL;
     uint8_t *copy = dup_exact(bytes, len);
-    int rc = skv_gguf_open_mem(copy, len, &g, err, sizeof err);
-    int ok = rc == status && g == NULL && strstr(err, phrase) != NULL;
+    int rc = skv_gguf_open_mem(copy, len, &g, &err);
+    int ok = rc == status && g == NULL && strstr(err.msg, phrase) != NULL;
     if (!ok)
         snprintf(why, whycap, "expected status %d with '%s'; got %d, handle %s, error '%s'", status, phrase, rc,
-                 g ? "set" : "NULL", err);
+                 g ? "set" : "NULL", err.msg);
     skv_gguf_close(g);
     free(copy);
     return ok;
@@ -290,15 +290,15 @@ static void metadata_of_every_type_is_read(void)
     size_t len;
     uint8_t *f;
     skv_gguf *g = NULL;
-    char err[256] = "";
+    skv_err err = {0};
     int rc;
     gb_init(&b, 3);
     build_all_scalars(&b);
     f = gb_finish(&b, &len, NULL);
     gb_free(&b);
-    rc = skv_gguf_open_mem(f, len, &g, err, sizeof err);
+    rc = skv_gguf_open_mem(f, len, &g, &err);
     if (rc != SKV_OK) free(f);
-    CHECK_MSG(rc == SKV_OK, "open: %d %s", rc, err);
+    CHECK_MSG(rc == SKV_OK, "open: %d %s", rc, err.msg);
     {
         static const struct { const char *key; int64_t v; } ints[] = {
             {"t.u8", 200}, {"t.i8", -7}, {"t.u16", 60000}, {"t.i16", -30000}, {"t.u32", 4000000000ll},
@@ -483,16 +483,17 @@ static void tensors_v2_v3_and_alignment(void)
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t len, ds;
         uint64_t offs[N_TSPEC];
-        char err[256] = "", why[256] = "";
+        char why[256] = "";
+        skv_err err = {0};
         skv_gguf *g = NULL;
         uint8_t *f = build_tensor_file(cases[c].version, cases[c].align, cases[c].key_type, &len, &ds, offs);
-        int rc = skv_gguf_open_mem(f, len, &g, err, sizeof err), ok = 0;
+        int rc = skv_gguf_open_mem(f, len, &g, &err), ok = 0;
         if (rc == SKV_OK)
             ok = skv_gguf_version(g) == cases[c].version && ds % cases[c].align == 0 &&
                  tensors_match(g, f, ds, offs, cases[c].align, why, sizeof why);
         skv_gguf_close(g);
         free(f);
-        CHECK_MSG(rc == SKV_OK, "case %zu: open failed: %s", c, err);
+        CHECK_MSG(rc == SKV_OK, "case %zu: open failed: %s", c, err.msg);
         CHECK_MSG(ok, "case %zu (v%u, align %zu): %s", c, cases[c].version, cases[c].align, why);
     }
 }
@@ -503,15 +504,16 @@ static void tiny_files_and_paths(void)
     size_t len;
     uint8_t *f;
     skv_gguf *g = NULL;
-    char err[256] = "", path[600];
+    char path[600];
+    skv_err err = {0};
     FILE *fp;
     int rc;
     /* header only: no metadata, no tensors */
     gb_init(&b, 3);
     f = gb_finish(&b, &len, NULL);
     gb_free(&b);
-    rc = skv_gguf_open_mem(f, len, &g, err, sizeof err);
-    CHECK_MSG(rc == SKV_OK && len == 24 && skv_gguf_n_tensors(g) == 0, "rc %d %s", rc, err);
+    rc = skv_gguf_open_mem(f, len, &g, &err);
+    CHECK_MSG(rc == SKV_OK && len == 24 && skv_gguf_n_tensors(g) == 0, "rc %d %s", rc, err.msg);
     skv_gguf_close(g);
     /* the same through a file */
     snprintf(path, sizeof path, "%s/tiny.gguf", tmpdir);
@@ -519,19 +521,19 @@ static void tiny_files_and_paths(void)
     CHECK(fwrite(f, 1, len, fp) == len);
     fclose(fp);
     free(f);
-    rc = skv_gguf_open(path, &g, err, sizeof err);
-    CHECK_MSG(rc == SKV_OK && skv_gguf_file_size(g) == 24, "rc %d %s", rc, err);
+    rc = skv_gguf_open(path, &g, &err);
+    CHECK_MSG(rc == SKV_OK && skv_gguf_file_size(g) == 24, "rc %d %s", rc, err.msg);
     skv_gguf_close(g);
     unlink(path);
     g = (skv_gguf *)&b; /* must be reset to NULL on failure */
-    rc = skv_gguf_open(path, &g, err, sizeof err);
-    CHECK(rc == SKV_ERR_IO && g == NULL && strstr(err, "cannot open"));
+    rc = skv_gguf_open(path, &g, &err);
+    CHECK(rc == SKV_ERR_IO && g == NULL && strstr(err.msg, "cannot open"));
     /* empty input and NULL buffer */
     CHECK_REFUSED((const uint8_t *)"", 0, SKV_ERR_FORMAT, "bad magic");
-    CHECK(skv_gguf_open_mem(NULL, 0, &g, err, sizeof err) == SKV_ERR_FORMAT && g == NULL);
-    CHECK(skv_gguf_open_mem(NULL, 5, &g, err, sizeof err) == SKV_ERR_INVALID_ARG && g == NULL);
+    CHECK(skv_gguf_open_mem(NULL, 0, &g, &err) == SKV_ERR_FORMAT && g == NULL);
+    CHECK(skv_gguf_open_mem(NULL, 5, &g, &err) == SKV_ERR_INVALID_ARG && g == NULL);
     /* a NULL error buffer is allowed */
-    CHECK(skv_gguf_open_mem("GGUX", 4, &g, NULL, 0) == SKV_ERR_FORMAT && g == NULL);
+    CHECK(skv_gguf_open_mem("GGUX", 4, &g, NULL) == SKV_ERR_FORMAT && g == NULL);
     skv_gguf_close(NULL);
 }
 
@@ -585,25 +587,25 @@ static void refuses_every_truncation(void)
     size_t len;
     uint8_t *f = build_small_valid(&len);
     skv_gguf *g = NULL;
-    char err[256];
-    int rc = skv_gguf_open_mem(f, len, &g, err, sizeof err);
+    skv_err err = {0};
+    int rc = skv_gguf_open_mem(f, len, &g, &err);
     skv_gguf_close(g);
     if (rc != SKV_OK) free(f);
-    CHECK_MSG(rc == SKV_OK, "the untruncated file must load: %s", err);
+    CHECK_MSG(rc == SKV_OK, "the untruncated file must load: %s", err.msg);
     for (size_t k = 0; k < len; k++) {
         static const char *const phrases[] = {"truncated", "bad magic", "past the end", "exceeds", "cannot fit",
                                               "impossible for a"};
         uint8_t *copy = dup_exact(f, k);
         int known = 0;
-        err[0] = 0;
+        err.msg[0] = 0;
         g = (skv_gguf *)&k;
-        rc = skv_gguf_open_mem(copy, k, &g, err, sizeof err);
-        for (size_t i = 0; i < sizeof phrases / sizeof phrases[0]; i++) known |= strstr(err, phrases[i]) != NULL;
+        rc = skv_gguf_open_mem(copy, k, &g, &err);
+        for (size_t i = 0; i < sizeof phrases / sizeof phrases[0]; i++) known |= strstr(err.msg, phrases[i]) != NULL;
         if (rc == SKV_OK) skv_gguf_close(g);
         free(copy);
         if (rc != SKV_ERR_FORMAT || g != NULL || !known) free(f);
-        CHECK_MSG(rc == SKV_ERR_FORMAT && g == NULL, "prefix of %zu/%zu bytes: rc %d (%s)", k, len, rc, err);
-        CHECK_MSG(known, "prefix of %zu bytes: unexpected message '%s'", k, err);
+        CHECK_MSG(rc == SKV_ERR_FORMAT && g == NULL, "prefix of %zu/%zu bytes: rc %d (%s)", k, len, rc, err.msg);
+        CHECK_MSG(known, "prefix of %zu bytes: unexpected message '%s'", k, err.msg);
     }
     free(f);
 }
@@ -739,7 +741,7 @@ static void refuses_duplicates(void)
         size_t len;
         uint8_t *f = gb_finish(&b, &len, NULL);
         skv_gguf *g = NULL;
-        int rc = skv_gguf_open_mem(f, len, &g, NULL, 0);
+        int rc = skv_gguf_open_mem(f, len, &g, NULL);
         skv_gguf_close(g);
         free(f);
         gb_free(&b);
@@ -843,7 +845,7 @@ static void refuses_bad_offsets(void)
         b_zeros(&b.data, 48);
         f = gb_finish(&b, &len, NULL);
         gb_free(&b);
-        rc = skv_gguf_open_mem(f, len, &g, NULL, 0);
+        rc = skv_gguf_open_mem(f, len, &g, NULL);
         skv_gguf_close(g);
         free(f);
         CHECK(rc == SKV_OK);
@@ -884,7 +886,7 @@ static void lookups_are_logarithmic(void)
     b_zeros(&b.data, (size_t)N * 32);
     uint8_t *f = gb_finish(&b, &len, NULL);
     gb_free(&b);
-    int rc = skv_gguf_open_mem(f, len, &g, NULL, 0), found = 0;
+    int rc = skv_gguf_open_mem(f, len, &g, NULL), found = 0;
     /* CPU seconds, not wall time, and a bound far from both sides: the linear scan this
      * replaced took ~60 s for these lookups, the binary search takes ~0.05 s. */
     clock_t t0 = clock();

@@ -11,12 +11,12 @@
 #include "grammar/gbnf.h"
 #include "server/schema.h"
 
-static char g_err[256];
+static skv_err g_err;
 
 static skv_gbnf *parse(const char *text)
 {
     skv_gbnf *g = NULL;
-    if (skv_gbnf_parse(text, strlen(text), "root", &g, g_err, sizeof g_err)) return NULL;
+    if (skv_gbnf_parse(text, strlen(text), "root", &g, &g_err)) return NULL;
     return g;
 }
 
@@ -88,8 +88,8 @@ static int err_has(const char *grammar, const char *what)
     skv_gbnf *g = parse(grammar);
     skv_gbnf_free(g);
     if (g) return 0;
-    if (!strstr(g_err, what)) fprintf(stderr, "  got: %s\n", g_err);
-    return strstr(g_err, what) != NULL;
+    if (!strstr(g_err.msg, what)) fprintf(stderr, "  got: %s\n", g_err.msg);
+    return strstr(g_err.msg, what) != NULL;
 }
 
 static void parser_errors(void)
@@ -131,7 +131,7 @@ static void bounds_hold(void)
     for (int i = 0; i < 40000; i++) at += sprintf(at, "r%d ::= \"x\" r%d\n", i, i + 1);
     sprintf(at, "r40000 ::= \"y\"\n");
     skv_gbnf *ch = parse(chain);
-    CHECK_MSG(ch, "%s", g_err);
+    CHECK_MSG(ch, "%s", g_err.msg);
     skv_gbnf_free(ch);
     at = chain + sprintf(chain, "root ::=");
     for (int i = 0; i < 66000; i++) at += sprintf(at, " (\"x\")"); /* a group is a rule */
@@ -181,18 +181,18 @@ static char *gbnf_of(const char *schema_json)
 {
     json_error_t je;
     json_t *j = json_loads(schema_json, JSON_DECODE_ANY, &je);
-    char *g = j ? srv_schema_to_gbnf(j, g_err, sizeof g_err) : NULL;
+    char *g = j ? srv_schema_to_gbnf(j, &g_err) : NULL;
     json_decref(j);
     return g;
 }
 
-/* 1 accepted whole, 0 a prefix, -1 refused, -5 conversion failed (g_err), -6 GBNF refused. */
+/* 1 accepted whole, 0 a prefix, -1 refused, -5 conversion failed (g_err.msg), -6 GBNF refused. */
 static int schema_run(const char *schema_json, const char *input)
 {
     char *text = gbnf_of(schema_json);
     if (!text) return -5;
     skv_gbnf *g = parse(text);
-    if (!g) fprintf(stderr, "  %s\n%s\n", g_err, text);
+    if (!g) fprintf(stderr, "  %s\n%s\n", g_err.msg, text);
     int rc = g ? run_text(g, input) : -6;
     skv_gbnf_free(g);
     free(text);
@@ -259,7 +259,7 @@ static void schema_integer_ranges(void)
         snprintf(schema, sizeof schema, "{\"type\": \"integer\", %s}", k[i].bounds);
         char *text = gbnf_of(schema);
         skv_gbnf *g = text ? parse(text) : NULL;
-        CHECK_MSG(g, "%s: %s", schema, g_err);
+        CHECK_MSG(g, "%s: %s", schema, g_err.msg);
         for (long v = -300; v <= 1300; v++) {
             snprintf(num, sizeof num, "%ld", v);
             int want = v >= k[i].lo && v <= k[i].hi;
@@ -274,8 +274,8 @@ static int schema_err(const char *schema_json, const char *what)
 {
     char *g = gbnf_of(schema_json);
     free(g);
-    if (!g && !strstr(g_err, what)) fprintf(stderr, "  got: %s\n", g_err);
-    return !g && strstr(g_err, what);
+    if (!g && !strstr(g_err.msg, what)) fprintf(stderr, "  got: %s\n", g_err.msg);
+    return !g && strstr(g_err.msg, what);
 }
 
 static void schema_refusals(void)

@@ -55,7 +55,7 @@ static void roundtrip_check(const skv_kvp_params *p, const float *kv, size_t L, 
     uint8_t *pay = malloc(SKV_KVP_HDR + len);
     memcpy(pay, hb, SKV_KVP_HDR);
     memcpy(pay + SKV_KVP_HDR, body, len);
-    CHECK_EQ_INT(skv_kvp_header_parse(pay, SKV_KVP_HDR + len, &h2, NULL, 0), SKV_OK);
+    CHECK_EQ_INT(skv_kvp_header_parse(pay, SKV_KVP_HDR + len, &h2, NULL), SKV_OK);
     CHECK_EQ_INT(skv_kvp_decode(&h2, pay + SKV_KVP_HDR, len, n, p->tokens, out, tot), SKV_OK);
     CHECK(memcmp(out, deq, tot * sizeof *out) == 0);
     *err = 0;
@@ -203,12 +203,12 @@ static void damaged_payloads(void)
     memcpy(pay + SKV_KVP_HDR, body, len);
     for (size_t cut = 0; cut < SKV_KVP_HDR + len; cut++) {
         skv_kvp_header g;
-        CHECK(skv_kvp_header_parse(pay, cut, &g, NULL, 0) == SKV_ERR_FORMAT);
+        CHECK(skv_kvp_header_parse(pay, cut, &g, NULL) == SKV_ERR_FORMAT);
     }
     for (size_t i = 0; i < (SKV_KVP_HDR + len) * 8; i += 3) {
         skv_kvp_header g;
         pay[i / 8] ^= (uint8_t)(1u << (i % 8));
-        if (!skv_kvp_header_parse(pay, SKV_KVP_HDR + len, &g, NULL, 0)) {
+        if (!skv_kvp_header_parse(pay, SKV_KVP_HDR + len, &g, NULL)) {
             int rc = skv_kvp_decode(&g, pay + SKV_KVP_HDR, len, n, NULL, out, tot);
             CHECK(rc == SKV_OK || rc == SKV_ERR_FORMAT || rc == SKV_ERR_RANGE);
             for (size_t j = 0; rc == SKV_OK && j < tot; j++) CHECK(isfinite(out[j]));

@@ -170,7 +170,7 @@ static void layer0_not_stored(void)
     skv_kvp_header_write(&h, pay);
     uint8_t *full = malloc(SKV_KVP_HDR + len);
     memcpy(full, pay, SKV_KVP_HDR), memcpy(full + SKV_KVP_HDR, body, len);
-    CHECK_EQ_INT(skv_kvp_header_parse(full, SKV_KVP_HDR + len, &h2, NULL, 0), SKV_OK);
+    CHECK_EQ_INT(skv_kvp_header_parse(full, SKV_KVP_HDR + len, &h2, NULL), SKV_OK);
     for (size_t i = 0; i < tot; i++) out[i] = 1.0f;
     CHECK_EQ_INT(skv_kvp_decode(&h2, full + SKV_KVP_HDR, len, n, NULL, out, tot), SKV_OK);
     CHECK(memcmp(out + l0, deq + l0, (tot - l0) * sizeof *out) == 0);
@@ -181,7 +181,7 @@ static void layer0_not_stored(void)
     CHECK(len < len2);
     full[7] = 2; /* a one-layer header with bit 1 is refused */
     skv_wr32(full + 8, 1);
-    CHECK_EQ_INT(skv_kvp_header_parse(full, SKV_KVP_HDR + len, &h2, NULL, 0), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(skv_kvp_header_parse(full, SKV_KVP_HDR + len, &h2, NULL), SKV_ERR_FORMAT);
     p.layer0 = 1;
     free(body), free(body2);
     body = NULL;

@@ -53,7 +53,7 @@ static void rot_roundtrip(const skv_kvp_params *p, const float *kv, size_t L, si
     CHECK_EQ_INT(skv_kvp_encode(p, (uint32_t)L, (uint32_t)H, (uint32_t)d, kv, n, &body, &len, &h, deq), SKV_OK);
     CHECK(((h.flags >> 2) & 1) == (p->rot != 0));
     uint8_t *pay = payload(&h, body, len, &size);
-    CHECK_EQ_INT(skv_kvp_header_parse(pay, size, &h2, NULL, 0), SKV_OK);
+    CHECK_EQ_INT(skv_kvp_header_parse(pay, size, &h2, NULL), SKV_OK);
     CHECK_EQ_INT(skv_kvp_decode(&h2, pay + SKV_KVP_HDR, len, n, p->tokens, out, tot), SKV_OK);
     CHECK(memcmp(out + l0, deq + l0, (tot - l0) * sizeof *out) == 0);
     free(pay), free(body), free(out);
@@ -116,13 +116,13 @@ static void rot_refused(void)
     uint8_t *pay = malloc(SKV_KVP_HDR + h.side_bytes);
     memset(pay, 0, SKV_KVP_HDR + h.side_bytes);
     skv_kvp_header_write(&h, pay);
-    char err[200] = "";
-    CHECK_EQ_INT(skv_kvp_header_parse(pay, SKV_KVP_HDR + h.side_bytes, &h, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK_MSG(strstr(err, "4096") != NULL, "%s", err);
+    skv_err err = {0};
+    CHECK_EQ_INT(skv_kvp_header_parse(pay, SKV_KVP_HDR + h.side_bytes, &h, &err), SKV_ERR_FORMAT);
+    CHECK_MSG(strstr(err.msg, "4096") != NULL, "%s", err.msg);
     h.head_dim = 8, h.flags = 8, h.side_bytes = skv_kvp_side_bytes(SKV_KVP_NONE, 1, 1, 8);
     skv_kvp_header_write(&h, hb);
     memcpy(pay, hb, SKV_KVP_HDR);
-    CHECK_EQ_INT(skv_kvp_header_parse(pay, SKV_KVP_HDR + h.side_bytes, &h, NULL, 0), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(skv_kvp_header_parse(pay, SKV_KVP_HDR + h.side_bytes, &h, NULL), SKV_ERR_FORMAT);
     free(pay);
 }
 
@@ -138,12 +138,12 @@ static void damaged_rot_payloads(void)
     uint8_t *pay = payload(&h, body, len, &size);
     for (size_t cut = 0; cut < size; cut++) {
         skv_kvp_header g;
-        CHECK(skv_kvp_header_parse(pay, cut, &g, NULL, 0) == SKV_ERR_FORMAT);
+        CHECK(skv_kvp_header_parse(pay, cut, &g, NULL) == SKV_ERR_FORMAT);
     }
     for (size_t i = 0; i < size * 8; i += 3) {
         skv_kvp_header g;
         pay[i / 8] ^= (uint8_t)(1u << (i % 8));
-        if (!skv_kvp_header_parse(pay, size, &g, NULL, 0)) {
+        if (!skv_kvp_header_parse(pay, size, &g, NULL)) {
             int rc = skv_kvp_decode(&g, pay + SKV_KVP_HDR, len, n, NULL, out, tot);
             CHECK(rc == SKV_OK || rc == SKV_ERR_FORMAT || rc == SKV_ERR_RANGE);
             for (size_t j = 0; rc == SKV_OK && j < tot; j++) CHECK(isfinite(out[j]));

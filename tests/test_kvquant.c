@@ -98,8 +98,9 @@ static double mean_kl(const float *a, const float *b, size_t n, size_t V)
 static void spec_parsing(void)
 {
     skv_kvq_spec s;
-    char err[256], buf[128];
-    CHECK(skv_kvquant_parse("k=tq4,v=tq3,keep-first=1,keep-last=2,window=64,seed=7", &s, err, sizeof err) == SKV_OK);
+    char buf[128];
+    skv_err err = {0};
+    CHECK(skv_kvquant_parse("k=tq4,v=tq3,keep-first=1,keep-last=2,window=64,seed=7", &s, &err) == SKV_OK);
     CHECK_EQ_INT(s.scheme[0], SKV_QUANT_TQ4);
     CHECK_EQ_INT(s.scheme[1], SKV_QUANT_TQ3);
     CHECK_EQ_INT(s.keep_first, 1);
@@ -108,27 +109,27 @@ static void spec_parsing(void)
     CHECK(s.seed == 7);
     CHECK(skv_kvquant_format(&s, buf, sizeof buf) == SKV_OK);
     CHECK_MSG(!strcmp(buf, "k=tq4,v=tq3,keep-first=1,keep-last=2,window=64,seed=7"), "%s", buf);
-    CHECK(skv_kvquant_parse("tq3p", &s, err, sizeof err) == SKV_OK);
+    CHECK(skv_kvquant_parse("tq3p", &s, &err) == SKV_OK);
     CHECK(s.scheme[0] == SKV_QUANT_TQ3P && s.scheme[1] == SKV_QUANT_TQ3P && s.window == 0 && s.keep_first == 0);
-    CHECK(skv_kvquant_parse("v=q4_0", &s, err, sizeof err) == SKV_OK);
+    CHECK(skv_kvquant_parse("v=q4_0", &s, &err) == SKV_OK);
     CHECK(s.scheme[0] == -1 && s.scheme[1] == SKV_QUANT_Q4_0);
     CHECK(skv_kvquant_format(&s, buf, sizeof buf) == SKV_OK);
     CHECK_MSG(!strcmp(buf, "v=q4_0,keep-first=0,keep-last=0,window=0,seed=0"), "%s", buf);
-    CHECK(skv_kvquant_parse("kv=f16,seed=18446744073709551615", &s, err, sizeof err) == SKV_OK);
+    CHECK(skv_kvquant_parse("kv=f16,seed=18446744073709551615", &s, &err) == SKV_OK);
     CHECK(s.seed == UINT64_MAX);
     static const char *const bad[] = {"", ",", "k=tq3,", ",k=tq3", "k=tq9", "k=", "k=tq3,k=tq4", "kv=tq3,v=tq2",
                                       "window=4", "k=tq3,window=-1", "k=tq3,window=1x", "k=tq3,window=",
                                       "k=tq3,keep-first=99999999", "k=tq3, v=tq3", "K=tq3", "q=tq3", "k=tq3,seed=18446744073709551616",
                                       "k=tq3,window=3,window=4", "tq3.5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        err[0] = 0;
-        CHECK_MSG(skv_kvquant_parse(bad[i], &s, err, sizeof err) == SKV_ERR_INVALID_ARG, "accepted '%s'", bad[i]);
-        CHECK_MSG(err[0] != 0, "no message for '%s'", bad[i]);
+        err.msg[0] = 0;
+        CHECK_MSG(skv_kvquant_parse(bad[i], &s, &err) == SKV_ERR_INVALID_ARG, "accepted '%s'", bad[i]);
+        CHECK_MSG(err.msg[0] != 0, "no message for '%s'", bad[i]);
     }
-    CHECK(skv_kvquant_parse(NULL, &s, NULL, 0) == SKV_ERR_INVALID_ARG);
-    CHECK(skv_kv_quant_check("k=tq4,v=tq3", NULL, err, sizeof err) == SKV_OK);
-    CHECK(skv_kv_quant_check("k=tq4,v=zz", NULL, err, sizeof err) == SKV_ERR_INVALID_ARG);
-    CHECK(strstr(err, "zz") != NULL);
+    CHECK(skv_kvquant_parse(NULL, &s, NULL) == SKV_ERR_INVALID_ARG);
+    CHECK(skv_kv_quant_check("k=tq4,v=tq3", NULL, err.msg, sizeof err.msg) == SKV_OK);
+    CHECK(skv_kv_quant_check("k=tq4,v=zz", NULL, err.msg, sizeof err.msg) == SKV_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "zz") != NULL);
 
     skv_model *m = load_bundled();
     CHECK(m != NULL);
@@ -140,16 +141,16 @@ static void spec_parsing(void)
     p.kv_quant = "";
     CHECK(skv_ctx_create(m, &p, &c) == SKV_OK);
     skv_ctx_free(c);
-    CHECK(skv_kv_quant_check("k=tq4p,v=q8_0", m, err, sizeof err) == SKV_OK);
+    CHECK(skv_kv_quant_check("k=tq4p,v=q8_0", m, err.msg, sizeof err.msg) == SKV_OK);
     skv_model_free(m);
     /* the quantizer module's limits are enforced when building the state */
     skv_kvquant *q = NULL;
-    CHECK(skv_kvquant_parse("kv=tq3p", &s, NULL, 0) == SKV_OK);
+    CHECK(skv_kvquant_parse("kv=tq3p", &s, NULL) == SKV_OK);
     CHECK(skv_kvquant_create(&q, &s, 4, 4096) == SKV_ERR_RANGE && q == NULL);
     CHECK(skv_kvquant_create(&q, &s, 4, 64) == SKV_OK);
     CHECK(skv_kvquant_active(q, 0, 0) && skv_kvquant_active(q, 3, 1) && !skv_kvquant_active(q, 4, 0));
     skv_kvquant_free(q);
-    CHECK(skv_kvquant_parse("v=tq2,keep-first=1,keep-last=1", &s, NULL, 0) == SKV_OK);
+    CHECK(skv_kvquant_parse("v=tq2,keep-first=1,keep-last=1", &s, NULL) == SKV_OK);
     CHECK(skv_kvquant_create(&q, &s, 4, 64) == SKV_OK);
     CHECK(!skv_kvquant_layer_active(q, 0) && !skv_kvquant_layer_active(q, 3));
     CHECK(!skv_kvquant_active(q, 1, 0) && skv_kvquant_active(q, 1, 1) && skv_kvquant_active(q, 2, 1));

@@ -148,10 +148,10 @@ static void calib_roundtrip(void)
     skv_kvtc_calib *c = make_calib(7), *c2 = NULL;
     uint8_t *buf = NULL, *buf2 = NULL;
     size_t len = 0, len2 = 0;
-    char err[160];
+    skv_err err = {0};
     CHECK(c != NULL);
     CHECK_EQ_INT(skv_kvtc_calib_save(c, &buf, &len), SKV_OK);
-    CHECK_EQ_INT(skv_kvtc_calib_load(buf, len, &c2, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(skv_kvtc_calib_load(buf, len, &c2, &err), SKV_OK);
     CHECK(skv_kvtc_calib_id(c) == skv_kvtc_calib_id(c2) && skv_kvtc_calib_id(c) != 0);
     CHECK_EQ_INT(skv_kvtc_calib_save(c2, &buf2, &len2), SKV_OK);
     CHECK(len == len2 && !memcmp(buf, buf2, len));
@@ -160,11 +160,11 @@ static void calib_roundtrip(void)
     skv_kvtc_calib_free(c2);
     for (size_t i = 0; i < len; i += 97) { /* every damaged byte refused */
         buf[i] ^= 0x10;
-        CHECK_EQ_INT(skv_kvtc_calib_load(buf, len, &c2, err, sizeof err), SKV_ERR_FORMAT);
+        CHECK_EQ_INT(skv_kvtc_calib_load(buf, len, &c2, &err), SKV_ERR_FORMAT);
         buf[i] ^= 0x10;
     }
-    CHECK_EQ_INT(skv_kvtc_calib_load(buf, len - 1, &c2, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK(strstr(err, "length") != NULL);
+    CHECK_EQ_INT(skv_kvtc_calib_load(buf, len - 1, &c2, &err), SKV_ERR_FORMAT);
+    CHECK(strstr(err.msg, "length") != NULL);
     free(buf), free(buf2);
     skv_kvtc_calib_free(c);
 }
@@ -190,11 +190,11 @@ static void roundtrip_style(int style)
             skv_kvtc_params p = {.predictor = pred, .step = {0.02f, 0.03f}, .ramp = ramp, .tokens = tok};
             uint8_t *b = NULL, *b2 = NULL;
             size_t len = 0, len2 = 0;
-            char err[160];
+            skv_err err = {0};
             CHECK_EQ_INT(skv_kvtc_encode(&p, c, kv, n, &b, &len, deq), SKV_OK);
             CHECK_EQ_INT(skv_kvtc_encode(&p, c, kv, n, &b2, &len2, NULL), SKV_OK);
             CHECK(len == len2 && !memcmp(b, b2, len)); /* deterministic, deq or not */
-            CHECK_EQ_INT(skv_kvtc_decode(b, len, c, tok, out, nf, err, sizeof err), SKV_OK);
+            CHECK_EQ_INT(skv_kvtc_decode(b, len, c, tok, out, nf, &err), SKV_OK);
             CHECK(!memcmp(out, deq, nf * sizeof *out));
             CHECK_MSG(rel_mse(kv, out, nf) < 1e-3, "pred %d ramp %d rel mse %g", pred, ramp, rel_mse(kv, out, nf));
             free(b), free(b2);
@@ -222,7 +222,7 @@ static size_t coded_len(const skv_kvtc_calib *c, const float *x, size_t n, uint3
     size_t nf = (size_t)S * n * D, len = 0;
     uint8_t *b = NULL;
     float *out = malloc(nf * sizeof *out), *deq = malloc(nf * sizeof *deq);
-    int ok = !skv_kvtc_encode(&p, c, x, n, &b, &len, deq) && !skv_kvtc_decode(b, len, c, NULL, out, nf, NULL, 0) &&
+    int ok = !skv_kvtc_encode(&p, c, x, n, &b, &len, deq) && !skv_kvtc_decode(b, len, c, NULL, out, nf, NULL) &&
              !memcmp(out, deq, nf * sizeof *out);
     free(b), free(out), free(deq);
     return ok ? len : 0; /* 0: not bit-exact (the caller's checks fail) */
@@ -316,18 +316,18 @@ static void refusals(void)
     skv_kvtc_params p = {.predictor = SKV_KVTC_NONE, .step = {0.05f, 0.05f}};
     uint8_t *b = NULL;
     size_t len = 0;
-    char err[160] = "";
+    skv_err err = {0};
     CHECK_EQ_INT(skv_kvtc_encode(&p, c, kv, n, &b, &len, NULL), SKV_OK);
-    CHECK_EQ_INT(skv_kvtc_decode(b, len, other, NULL, out, nf, err, sizeof err), SKV_ERR_MISMATCH);
-    CHECK(strstr(err, "calibration") != NULL);
-    CHECK_EQ_INT(skv_kvtc_decode(b, len, c, NULL, out, nf - 1, err, sizeof err), SKV_ERR_RANGE);
+    CHECK_EQ_INT(skv_kvtc_decode(b, len, other, NULL, out, nf, &err), SKV_ERR_MISMATCH);
+    CHECK(strstr(err.msg, "calibration") != NULL);
+    CHECK_EQ_INT(skv_kvtc_decode(b, len, c, NULL, out, nf - 1, &err), SKV_ERR_RANGE);
     for (size_t i = 0; i < len; i++) { /* every single damaged byte: refused, never a crash */
         b[i] ^= 0x41;
-        int rc = skv_kvtc_decode(b, len, c, NULL, out, nf, err, sizeof err);
+        int rc = skv_kvtc_decode(b, len, c, NULL, out, nf, &err);
         CHECK_MSG(rc == SKV_ERR_FORMAT || rc == SKV_ERR_MISMATCH, "byte %zu: rc %d", i, rc);
         b[i] ^= 0x41;
     }
-    CHECK_EQ_INT(skv_kvtc_decode(b, len - 1, c, NULL, out, nf, err, sizeof err), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(skv_kvtc_decode(b, len - 1, c, NULL, out, nf, &err), SKV_ERR_FORMAT);
     free(b);
     p.step[0] = 0.0f;
     CHECK_EQ_INT(skv_kvtc_encode(&p, c, kv, n, &b, &len, NULL), SKV_ERR_INVALID_ARG);

@@ -422,19 +422,19 @@ static void test_trie_check_bounded(void)
     skv_trie_mem *mem;
     skv_trie_io io;
     uint64_t end;
-    char err[256];
+    skv_err err = {0};
     for (int i = 0; i < 3000; i++) tok[i] = i % 7, sur[i] = 1.0f;
     CHECK(skv_trie_mem_create(&mem) == SKV_OK);
     skv_trie_mem_io(mem, &io);
     CHECK(skv_trie_insert(&io, tok, 12, sur, 1, &end) == SKV_OK);
     CHECK(skv_trie_insert(&io, tok, 5, sur, 2, &end) == SKV_OK);
     arm(-1, -1, 0);
-    int rc = skv_trie_check(&io, err, sizeof err);
+    int rc = skv_trie_check(&io, &err);
     size_t biggest = atomic_load(&g_alloc_max);
     disarm();
     CHECK_MSG(rc == SKV_OK && biggest <= 65536, "check %d, largest allocation %zu bytes", rc, biggest);
     CHECK(skv_trie_insert(&io, tok, 3000, sur, 3, &end) == SKV_OK);
-    CHECK_MSG(skv_trie_check(&io, err, sizeof err) == SKV_OK, "deep path: %s", err);
+    CHECK_MSG(skv_trie_check(&io, &err) == SKV_OK, "deep path: %s", err.msg);
     skv_trie_mem_free(mem);
 }
 

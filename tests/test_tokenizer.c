@@ -242,11 +242,11 @@ static skv_tokenizer *load_tokdesc(const char *path, const char *pre)
 {
     tokdesc v;
     skv_tokenizer *t = NULL;
-    char err[256];
+    skv_err err = {0};
     if (tokdesc_read(&v, path) == 0) {
         if (pre) v.d.pre = pre;
-        if (skv_tokenizer_create(&v.d, &t, err, sizeof err) != SKV_OK) {
-            fprintf(stderr, "load_tokdesc(%s): %s\n", path, err);
+        if (skv_tokenizer_create(&v.d, &t, &err) != SKV_OK) {
+            fprintf(stderr, "load_tokdesc(%s): %s\n", path, err.msg);
             t = NULL;
         }
     }
@@ -256,13 +256,14 @@ static skv_tokenizer *load_tokdesc(const char *path, const char *pre)
 
 static skv_tokenizer *load_tok512(void)
 {
-    char path[1024], err[256];
+    char path[1024];
+    skv_err err = {0};
     size_t n;
     char *buf;
     skv_tokenizer *t = NULL;
     if (!test_stories_path(path, sizeof path, "tok512.bin") || !(buf = slurp(path, &n))) return NULL;
-    if (skv_tokenizer_load_llama2c(buf, n, 512, &t, err, sizeof err) != SKV_OK) {
-        fprintf(stderr, "tok512: %s\n", err);
+    if (skv_tokenizer_load_llama2c(buf, n, 512, &t, &err) != SKV_OK) {
+        fprintf(stderr, "tok512: %s\n", err.msg);
         t = NULL;
     }
     free(buf);
@@ -325,7 +326,7 @@ static skv_tokenizer *builtin_spm(int with_bytes, int unk)
     vocab_w w = {toks, scores, types, 0};
     skv_tokenizer_desc d;
     skv_tokenizer *t = NULL;
-    char err[256];
+    skv_err err = {0};
     vw_add(&w, "<unk>", 5, 0, SKV_TOKEN_TYPE_UNKNOWN);
     vw_add(&w, "<s>", 3, 0, SKV_TOKEN_TYPE_CONTROL);
     vw_add(&w, "</s>", 4, 0, SKV_TOKEN_TYPE_CONTROL);
@@ -336,8 +337,8 @@ static skv_tokenizer *builtin_spm(int with_bytes, int unk)
     for (size_t i = 0; i < NP; i++)
         vw_add(&w, pieces[i].text, strlen(pieces[i].text), pieces[i].score, SKV_TOKEN_TYPE_NORMAL);
     d = vocab_desc(SKV_TOKENIZER_SPM, w.n, toks, scores, types, 1, 2, unk ? 0 : -1);
-    if (skv_tokenizer_create(&d, &t, err, sizeof err) != SKV_OK) {
-        fprintf(stderr, "builtin_spm: %s\n", err);
+    if (skv_tokenizer_create(&d, &t, &err) != SKV_OK) {
+        fprintf(stderr, "builtin_spm: %s\n", err.msg);
         return NULL;
     }
     return t;
@@ -759,10 +760,10 @@ static void test_pretokenizer_splits(void)
 /* ------------------------------------------------------------------------ */
 /* hostile input                                                            */
 
-static int try_create(skv_tokenizer_desc *d, char *err, size_t cap)
+static int try_create(skv_tokenizer_desc *d, skv_err *err)
 {
     skv_tokenizer *t = (skv_tokenizer *)(uintptr_t)1;
-    int rc = skv_tokenizer_create(d, &t, err, cap);
+    int rc = skv_tokenizer_create(d, &t, err);
     if (rc == SKV_OK) skv_tokenizer_free(t);
     else if (t != NULL) return 1; /* *out must be NULL on failure */
     return rc;
@@ -775,66 +776,66 @@ static void test_create_rejects(void)
     skv_strref dup[2] = {{"a", 1}, {"a", 1}};
     skv_strref bad_merge[1] = {{"ab", 2}};
     skv_tokenizer_desc d = merges_desc(4, toks, 1, merges);
-    char err[256];
+    skv_err err = {0};
     d.bos_id = d.eos_id = 3;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(try_create(&d, &err), SKV_OK);
 
     d.n_vocab = 0;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_INVALID_ARG);
-    CHECK(strstr(err, "n_vocab"));
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "n_vocab"));
     d.n_vocab = 4;
     d.tokens = NULL;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_INVALID_ARG);
-    CHECK(strstr(err, "tokens"));
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "tokens"));
     d.tokens = toks;
     d.bos_id = 4;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_INVALID_ARG);
-    CHECK(strstr(err, "bos_id"));
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "bos_id"));
     d.bos_id = -7;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_INVALID_ARG);
     d.bos_id = 3;
     d.n_merges = 2;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK(strstr(err, "merge 1") && strstr(err, "not in the vocabulary"));
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_FORMAT);
+    CHECK(strstr(err.msg, "merge 1") && strstr(err.msg, "not in the vocabulary"));
     d.merges = bad_merge;
     d.n_merges = 1;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK(strstr(err, "\"a b\""));
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_FORMAT);
+    CHECK(strstr(err.msg, "\"a b\""));
     d.merges = NULL;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_INVALID_ARG);
     d.merges = merges;
     d.pre = "no-such-pre";
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_UNSUPPORTED);
-    CHECK(strstr(err, "no-such-pre"));
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "no-such-pre"));
     d.pre = "llama-bpe"; /* adds BOS by default: needs one */
     d.bos_id = -1;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK(strstr(err, "add_bos"));
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_FORMAT);
+    CHECK(strstr(err.msg, "add_bos"));
     d.add_bos = 0;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(try_create(&d, &err), SKV_OK);
     d.add_bos = 2;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_INVALID_ARG);
     d.add_bos = -1;
     d.pre = NULL;
     d.kind = 7;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_UNSUPPORTED);
     d.kind = SKV_TOKENIZER_SPM; /* SPM default: BOS 1 ("b"), EOS 2, UNK 0 */
     d.bos_id = d.eos_id = d.unk_id = SKV_TOKEN_DEFAULT;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(try_create(&d, &err), SKV_OK);
     d.tokens = dup;
     d.n_vocab = 2;
     d.bos_id = d.eos_id = d.unk_id = -1;
     d.add_bos = 0;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK(strstr(err, "duplicate"));
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_FORMAT);
+    CHECK(strstr(err.msg, "duplicate"));
     toks[1].ptr = NULL;
     d.tokens = toks;
     d.n_vocab = 4;
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_ERR_INVALID_ARG);
-    CHECK(strstr(err, "token 1"));
+    CHECK_EQ_INT(try_create(&d, &err), SKV_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "token 1"));
     toks[1].len = 0; /* empty text: llama.cpp's "[EMPTY_1]" */
-    CHECK_EQ_INT(try_create(&d, err, sizeof err), SKV_OK);
-    CHECK_EQ_INT(skv_tokenizer_create(NULL, NULL, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(try_create(&d, &err), SKV_OK);
+    CHECK_EQ_INT(skv_tokenizer_create(NULL, NULL, &err), SKV_ERR_INVALID_ARG);
 }
 
 static void put_u32(unsigned char *p, uint32_t v)
@@ -849,7 +850,8 @@ static void test_llama2c_rejects(void)
 {
     unsigned char f[64];
     skv_tokenizer *t = NULL;
-    char err[256], path[1024], *buf;
+    char path[1024], *buf;
+    skv_err err = {0};
     size_t n;
     /* three tokens: "<unk>", "<s>", "</s>" style */
     put_u32(f, 5);
@@ -859,32 +861,32 @@ static void test_llama2c_rejects(void)
         memcpy(f + 12 + 12 * i, "abcd", 4);
         f[12 + 12 * i] = (unsigned char)('a' + i);
     }
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 3, &t, err, sizeof err), SKV_OK);
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 3, &t, &err), SKV_OK);
     skv_tokenizer_free(t);
     for (size_t cut = 0; cut < 40; cut++) {
-        CHECK_MSG(skv_tokenizer_load_llama2c(f, cut, 3, &t, err, sizeof err) != SKV_OK && t == NULL,
+        CHECK_MSG(skv_tokenizer_load_llama2c(f, cut, 3, &t, &err) != SKV_OK && t == NULL,
                   "truncated to %zu accepted", cut);
     }
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 4, &t, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, (size_t)1 << 60, &t, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 0, &t, err, sizeof err), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 4, &t, &err), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, (size_t)1 << 60, &t, &err), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 0, &t, &err), SKV_ERR_FORMAT);
     put_u32(f + 8, 0x80000000u); /* negative length */
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 3, &t, err, sizeof err), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 3, &t, &err), SKV_ERR_FORMAT);
     put_u32(f + 8, 4);
     put_u32(f, 3); /* token longer than max_token_length */
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 3, &t, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK(strstr(err, "max_token_length"));
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 3, &t, &err), SKV_ERR_FORMAT);
+    CHECK(strstr(err.msg, "max_token_length"));
     put_u32(f, 0xFFFFFFFFu);
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 3, &t, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(NULL, 10, 3, &t, err, sizeof err), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(f, 40, 3, &t, &err), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(NULL, 10, 3, &t, &err), SKV_ERR_INVALID_ARG);
     /* the real file: every truncation short of the 512 tokens is rejected */
     if (!test_stories_path(path, sizeof path, "tok512.bin") || !(buf = slurp(path, &n)))
         SKIP("no ../shared/models/stories260K/tok512.bin (synthetic files passed)");
     for (size_t cut = 0; cut < n; cut += 1 + cut / 16)
-        CHECK_MSG(skv_tokenizer_load_llama2c(buf, cut, 512, &t, err, sizeof err) == SKV_ERR_FORMAT,
+        CHECK_MSG(skv_tokenizer_load_llama2c(buf, cut, 512, &t, &err) == SKV_ERR_FORMAT,
                   "tok512.bin truncated to %zu accepted", cut);
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(buf, n, 513, &t, err, sizeof err), SKV_ERR_FORMAT);
-    CHECK_EQ_INT(skv_tokenizer_load_llama2c(buf, n, 100, &t, err, sizeof err), SKV_OK); /* a prefix vocabulary */
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(buf, n, 513, &t, &err), SKV_ERR_FORMAT);
+    CHECK_EQ_INT(skv_tokenizer_load_llama2c(buf, n, 100, &t, &err), SKV_OK); /* a prefix vocabulary */
     skv_tokenizer_free(t);
     free(buf);
 }
@@ -965,8 +967,8 @@ static void test_ties_go_left(void)
         skv_strref toks[2] = {{"a", 1}, {"aa", 2}};
         skv_strref merges[1] = {{"a a", 3}};
         skv_tokenizer_desc d = merges_desc(2, toks, 1, merges);
-        char err[256];
-        CHECK_EQ_INT(skv_tokenizer_create(&d, &t, err, sizeof err), SKV_OK);
+        skv_err err = {0};
+        CHECK_EQ_INT(skv_tokenizer_create(&d, &t, &err), SKV_OK);
         CHECK_EQ_INT(skv_tokenizer_encode(t, "aaa", 3, 0, out, 16, &n), SKV_OK);
         CHECK(n == 2 && out[0] == 1 && out[1] == 0);
         skv_tokenizer_free(t);
@@ -1023,8 +1025,8 @@ static void test_user_defined_and_fixups(void)
     skv_tokenizer *t;
     int32_t out[32];
     size_t n;
-    char err[256];
-    CHECK_EQ_INT(skv_tokenizer_create(&d, &t, err, sizeof err), SKV_OK);
+    skv_err err = {0};
+    CHECK_EQ_INT(skv_tokenizer_create(&d, &t, &err), SKV_OK);
     CHECK_EQ_INT(skv_tokenizer_token_type(t, 3), SKV_TOKEN_TYPE_USER_DEFINED);
     CHECK_EQ_INT(skv_tokenizer_token_type(t, 4), SKV_TOKEN_TYPE_CONTROL); /* llama.cpp's EOG list */
     /* "x<tool>x": [x] <tool> [x], each text fragment after a token gets the
@@ -1058,9 +1060,9 @@ static void test_fallbacks(void)
         skv_strref toks[3] = {{"a", 1}, {"b", 1}, {"c", 1}};
         skv_strref merges[1] = {{"a b", 3}};
         skv_tokenizer_desc d = merges_desc(3, toks, 1, merges);
-        char err[256];
+        skv_err err = {0};
         d.pre = "gpt2";
-        CHECK_EQ_INT(skv_tokenizer_create(&d, &t, err, sizeof err), SKV_OK);
+        CHECK_EQ_INT(skv_tokenizer_create(&d, &t, &err), SKV_OK);
         CHECK_EQ_INT(skv_tokenizer_encode(t, "abc", 3, 1, out, 32, &n), SKV_OK);
         CHECK(n == 3 && out[0] == 0 && out[1] == 1 && out[2] == 2);
         CHECK_EQ_INT(skv_tokenizer_encode(t, "a\xc3\xa9", 3, 0, out, 32, &n), SKV_OK);
@@ -1074,9 +1076,9 @@ static void test_fallbacks(void)
 static skv_tokenizer *fp_of(const skv_tokenizer_desc *d, uint8_t fp[16])
 {
     skv_tokenizer *t = NULL;
-    char err[256];
+    skv_err err = {0};
     memset(fp, 0, 16);
-    if (skv_tokenizer_create(d, &t, err, sizeof err) != SKV_OK) return NULL;
+    if (skv_tokenizer_create(d, &t, &err) != SKV_OK) return NULL;
     if (skv_tokenizer_fingerprint(t, fp) != SKV_OK) {
         skv_tokenizer_free(t);
         return NULL;
@@ -1163,10 +1165,10 @@ static int dump(const char *desc, const char *inputs, int add)
  * "PRE <pre-tokenizer>" or "REFUSED <message>" (then nothing else). */
 static int vocab_dump(const char *path, const char *inputs, int add)
 {
-    char err[256];
+    skv_err err = {0};
     skv_tokenizer *t = NULL;
-    if (skv_vocab_load(path, &t, err, sizeof err) != SKV_OK) {
-        printf("REFUSED %s\n", err);
+    if (skv_vocab_load(path, &t, &err) != SKV_OK) {
+        printf("REFUSED %s\n", err.msg);
         return 0;
     }
     printf("PRE %s\n", skv_tokenizer_kind(t) == SKV_TOKENIZER_SPM ? "spm" : skv_tokenizer_pre_name(t));

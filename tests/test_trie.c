@@ -108,7 +108,7 @@ static void test_random_ops(void)
     seq *stored = calloc(4096, sizeof *stored);
     size_t n_stored = 0;
     uint64_t clock = 0;
-    char err[256];
+    skv_err err = {0};
     CHECK(stored);
     CHECK(skv_trie_mem_create(&mem) == SKV_OK);
     skv_trie_mem_io(mem, &io);
@@ -158,7 +158,7 @@ static void test_random_ops(void)
         }
         if (op % 200 == 0) {
             walk_count w = {0};
-            CHECK_MSG(skv_trie_check(&io, err, sizeof err) == SKV_OK, "op %d: %s", op, err);
+            CHECK_MSG(skv_trie_check(&io, &err) == SKV_OK, "op %d: %s", op, err.msg);
             CHECK(skv_trie_walk(&io, count_visit, &w) == SKV_OK);
             CHECK_EQ_INT(w.n_end_total, n_stored);
             CHECK_EQ_INT(w.n_nodes, skv_trie_mem_n_nodes(mem));
@@ -215,7 +215,7 @@ static void test_split_merge(void)
     CHECK(skv_trie_match(&io, a, 6, &p) == SKV_OK);
     CHECK(p.n == 1 && p.nodes[0].len == 6 && p.nodes[0].id == ea && p.nodes[0].parent == SKV_TRIE_ROOT);
     skv_trie_path_free(&p);
-    CHECK(skv_trie_check(&io, NULL, 0) == SKV_OK);
+    CHECK(skv_trie_check(&io, NULL) == SKV_OK);
     CHECK(skv_trie_remove(&io, ea) == SKV_OK);
     CHECK_EQ_INT(skv_trie_mem_n_nodes(mem), 0);
     CHECK(skv_trie_remove(&io, ea) != SKV_OK); /* gone */
@@ -225,7 +225,7 @@ static void test_split_merge(void)
 static void test_codec(void)
 {
     skv_trie_node n, d;
-    char err[128];
+    skv_err err = {0};
     CHECK(skv_trie_node_alloc(&n, 5) == SKV_OK);
     n.id = 77;
     n.parent = 3;
@@ -245,7 +245,7 @@ static void test_codec(void)
     uint8_t *buf = malloc(sz);
     CHECK(buf);
     skv_trie_node_encode(&n, buf);
-    CHECK(skv_trie_node_decode(buf, sz, &d, err, sizeof err) == SKV_OK);
+    CHECK(skv_trie_node_decode(buf, sz, &d, &err) == SKV_OK);
     CHECK(d.id == n.id && d.parent == n.parent && d.depth == n.depth && d.len == 5 && d.refcount == 4 &&
           d.n_end == 1 && d.hits == n.hits && d.last_access == 99 && d.d_end == n.d_end && d.flags == n.flags &&
           d.kv_bytes == 4096);
@@ -253,12 +253,12 @@ static void test_codec(void)
     skv_trie_node_clear(&d);
     for (size_t i = 0; i < sz; i++) { /* every corrupted byte is rejected */
         buf[i] ^= 0x20;
-        int rc = skv_trie_node_decode(buf, sz, &d, err, sizeof err);
+        int rc = skv_trie_node_decode(buf, sz, &d, &err);
         buf[i] ^= 0x20;
         CHECK_MSG(rc == SKV_ERR_FORMAT || rc == SKV_ERR_UNSUPPORTED, "byte %zu flipped: %d", i, rc);
     }
-    CHECK(skv_trie_node_decode(buf, sz - 1, &d, err, sizeof err) == SKV_ERR_FORMAT);
-    CHECK(skv_trie_node_decode(buf, 10, &d, err, sizeof err) == SKV_ERR_FORMAT);
+    CHECK(skv_trie_node_decode(buf, sz - 1, &d, &err) == SKV_ERR_FORMAT);
+    CHECK(skv_trie_node_decode(buf, 10, &d, &err) == SKV_ERR_FORMAT);
     free(buf);
     skv_trie_node_clear(&n);
 }
@@ -271,7 +271,7 @@ typedef struct {
     skv_trie_io io;
     int check_rc, walk_rc;
     size_t visited;
-    char err[256];
+    skv_err err;
 } chain_arg;
 
 static int chain_visit(void *user, const skv_trie_node *n, const int32_t *prefix)
@@ -284,7 +284,7 @@ static int chain_visit(void *user, const skv_trie_node *n, const int32_t *prefix
 static void *chain_main(void *p)
 {
     chain_arg *a = p;
-    a->check_rc = skv_trie_check(&a->io, a->err, sizeof a->err);
+    a->check_rc = skv_trie_check(&a->io, &a->err);
     a->walk_rc = skv_trie_walk(&a->io, chain_visit, a);
     return NULL;
 }
@@ -334,14 +334,14 @@ static void test_deep_chain(void)
     skv_trie_mem_io(mem, &a.io);
     CHECK(build_chain(&a.io) == SKV_OK);
     CHECK(run_small_stack(&a) == 0);
-    CHECK_MSG(a.check_rc == SKV_OK, "%d %s", a.check_rc, a.err);
+    CHECK_MSG(a.check_rc == SKV_OK, "%d %s", a.check_rc, a.err.msg);
     CHECK(a.walk_rc == SKV_OK);
     CHECK_EQ_INT(a.visited, CHAIN);
     /* a damaged link from the deepest node back to the first: an error, never a loop */
     CHECK(a.io.put_child(a.io.user, CHAIN, 3, 1) == SKV_OK);
-    a.err[0] = 0;
+    a.err.msg[0] = 0;
     CHECK(run_small_stack(&a) == 0);
-    CHECK_MSG(a.check_rc == SKV_ERR_INTERNAL && strstr(a.err, "inconsistent"), "%d %s", a.check_rc, a.err);
+    CHECK_MSG(a.check_rc == SKV_ERR_INTERNAL && strstr(a.err.msg, "inconsistent"), "%d %s", a.check_rc, a.err.msg);
     CHECK(a.walk_rc != SKV_OK);
     skv_trie_mem_free(mem);
 }

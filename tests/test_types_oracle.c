@@ -194,10 +194,10 @@ static void mini_build(mini *m, uint32_t t, uint32_t nd, const uint64_t *ne, siz
 }
 
 /* Opens m; the status, the error text in err[], the tensor's byte count in *nbytes. */
-static int mini_open(const mini *m, char *err, size_t cap, size_t *nbytes)
+static int mini_open(const mini *m, skv_err *err, size_t *nbytes)
 {
     skv_gguf *g = NULL;
-    int rc = skv_gguf_open_mem(m->p, m->n, &g, err, cap);
+    int rc = skv_gguf_open_mem(m->p, m->n, &g, err);
     *nbytes = rc == SKV_OK ? skv_gguf_tensor_at(g, 0)->nbytes : 0;
     skv_gguf_close(g);
     return rc;
@@ -212,21 +212,22 @@ static void gguf_sizes_and_refuses_every_type(void)
         uint64_t B = skv_ggml_blck_size(t), S = skv_ggml_type_size(t);
         uint64_t ok[2] = {B * (B == 1 ? 32 : 1), 2}, odd[2] = {B + 1, 2}, big[2] = {B * 1024, 1024};
         uint64_t wrap[4] = {B << 20, (uint64_t)1 << 20, (uint64_t)1 << 20, (uint64_t)1 << 20};
-        char err[256], phrase[96];
+        char phrase[96];
+        skv_err err = {0};
         size_t nb;
         mini m;
         mini_build(&m, t, 2, ok, (size_t)(ok[0] / B * S * 2));
-        CHECK_MSG(mini_open(&m, err, sizeof err, &nb) == SKV_OK && nb == skv_type_row_bytes(t, ok[0]) * 2, "%s: %s",
-                  skv_ggml_type_name(t), err);
+        CHECK_MSG(mini_open(&m, &err, &nb) == SKV_OK && nb == skv_type_row_bytes(t, ok[0]) * 2, "%s: %s",
+                  skv_ggml_type_name(t), err.msg);
         if (B > 1) {
             mini_build(&m, t, 2, odd, 64);
             snprintf(phrase, sizeof phrase, "not a multiple of the %s block size", skv_ggml_type_name(t));
-            CHECK_MSG(mini_open(&m, err, sizeof err, &nb) == SKV_ERR_FORMAT && strstr(err, phrase), "%s", err);
+            CHECK_MSG(mini_open(&m, &err, &nb) == SKV_ERR_FORMAT && strstr(err.msg, phrase), "%s", err.msg);
         }
         mini_build(&m, t, 2, big, 64);
-        CHECK_MSG(mini_open(&m, err, sizeof err, &nb) == SKV_ERR_FORMAT && strstr(err, "past the end"), "%s", err);
+        CHECK_MSG(mini_open(&m, &err, &nb) == SKV_ERR_FORMAT && strstr(err.msg, "past the end"), "%s", err.msg);
         mini_build(&m, t, 4, wrap, 64);
-        CHECK_MSG(mini_open(&m, err, sizeof err, &nb) == SKV_ERR_FORMAT && strstr(err, "absurd dimension"), "%s", err);
+        CHECK_MSG(mini_open(&m, &err, &nb) == SKV_ERR_FORMAT && strstr(err.msg, "absurd dimension"), "%s", err.msg);
     }
 }
 

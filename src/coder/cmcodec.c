@@ -23,10 +23,10 @@ int skv_cm_payload(const int32_t *tok, size_t n, uint32_t V, uint8_t **buf, size
     return rc == SKV_ERR_RANGE ? SKV_ERR_INTERNAL : rc;
 }
 
-int skv_cm_payload_decode(const uint8_t *p, size_t len, size_t n, uint32_t V, int32_t *tok, char *err, size_t cap)
+int skv_cm_payload_decode(const uint8_t *p, size_t len, size_t n, uint32_t V, int32_t *tok, skv_err *err)
 {
     int rc = skv_cm_decode_tokens(p, len, n, V, tok);
-    if (rc == SKV_ERR_NOMEM) return skv_errf(err, cap, rc, "out of memory for the context-mixing model");
-    if (rc) return skv_errf(err, cap, SKV_ERR_FORMAT, "corrupt context-mixing (cm) token stream");
+    if (rc == SKV_ERR_NOMEM) return skv_fail(err, rc, "out of memory for the context-mixing model");
+    if (rc) return skv_fail(err, SKV_ERR_FORMAT, "corrupt context-mixing (cm) token stream");
     return SKV_OK;
 }

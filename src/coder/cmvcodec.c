@@ -305,17 +305,17 @@ int skv_cmv_payload(const skv_cmv_src *v, const int32_t *dict, size_t n_dict, co
 /* The payload's header against this vocabulary and dictionary (id, n_dict); *rev: the model
  * revision it names. */
 static int check_header(const uint8_t *p, size_t len, const skv_cm_vocab *vb, uint64_t id, size_t n_dict,
-                        unsigned *rev, char *err, size_t cap)
+                        unsigned *rev, skv_err *err)
 {
     size_t hb = header_bytes(n_dict);
-    if (len < hb) return skv_errf(err, cap, SKV_ERR_FORMAT, "cmv payload shorter than its header");
+    if (len < hb) return skv_fail(err, SKV_ERR_FORMAT, "cmv payload shorter than its header");
     uint64_t check = skv_rd64(p);
     for (*rev = SKV_CMV_REV; *rev >= 1 && check != skv_cm_model_check(vb, *rev); --*rev) {}
     if (*rev < 1)
-        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+        return skv_fail(err, SKV_ERR_MISMATCH,
                         "cmv segment coded with another vocabulary side information or a newer model revision");
     if (n_dict && (skv_rd64(p + 8) != id || skv_rd32(p + 16) != n_dict))
-        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+        return skv_fail(err, SKV_ERR_MISMATCH,
                         "cmv segment primed by dictionary %016llx (%u ids), not the one given",
                         (unsigned long long)skv_rd64(p + 8), skv_rd32(p + 16));
     return SKV_OK;
@@ -324,7 +324,7 @@ static int check_header(const uint8_t *p, size_t len, const skv_cm_vocab *vb, ui
 /* The n ids of the range-coded stream src[0..len) into h[n_dict ..] under cm; with nf,
  * each id is also stored at out[i] as it comes and nf told after the first nf->at. */
 static int decode_ids(skv_cm *cm, const uint8_t *src, size_t len, int32_t *h, size_t n_dict, size_t n,
-                      int32_t *out, const skv_id_notify *nf, char *err, size_t cap)
+                      int32_t *out, const skv_id_notify *nf, skv_err *err)
 {
     skv_rangecoder_dec d;
     int rc = skv_rangecoder_dec_init(&d, src, len);
@@ -335,46 +335,45 @@ static int decode_ids(skv_cm *cm, const uint8_t *src, size_t len, int32_t *h, si
         if (i + 1 == nf->at) nf->ready(nf->user);
     }
     if (rc == SKV_OK && skv_rangecoder_dec_finish(&d)) rc = SKV_ERR_FORMAT;
-    return rc ? skv_errf(err, cap, SKV_ERR_FORMAT, "corrupt cmv token stream") : SKV_OK;
+    return rc ? skv_fail(err, SKV_ERR_FORMAT, "corrupt cmv token stream") : SKV_OK;
 }
 
 int skv_cmv_payload_decode(const skv_cmv_src *v, const uint8_t *p, size_t len, size_t n, int with_dict,
-                           const int32_t *dict, size_t n_dict, int32_t *tok, const skv_id_notify *nf, char *err,
-                           size_t cap)
+                           const int32_t *dict, size_t n_dict, int32_t *tok, const skv_id_notify *nf, skv_err *err)
 {
     if (!with_dict) dict = NULL, n_dict = 0;
     else if (!dict || !n_dict)
-        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+        return skv_fail(err, SKV_ERR_MISMATCH,
                         "codec cmvd: the dictionary the payload was coded with is needed");
-    if (n_dict > SKV_CMV_DICT_MAX) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "cm_dict longer than 2^24 ids");
+    if (n_dict > SKV_CMV_DICT_MAX) return skv_fail(err, SKV_ERR_INVALID_ARG, "cm_dict longer than 2^24 ids");
     const skv_cm_vocab *vb = NULL;
     size_t hb = header_bytes(n_dict);
     uint64_t id = n_dict ? skv_cmv_dict_id(dict, n_dict) : 0;
     cmv_coder k = {NULL, NULL, 0, NULL};
     unsigned rev = 0;
     int rc = vocab_of(v, &vb);
-    if (rc) return skv_errf(err, cap, rc, "cannot build the cmv side information (out of memory)");
-    if ((rc = check_header(p, len, vb, id, n_dict, &rev, err, cap))) return rc;
+    if (rc) return skv_fail(err, rc, "cannot build the cmv side information (out of memory)");
+    if ((rc = check_header(p, len, vb, id, n_dict, &rev, err))) return rc;
     rc = coder_open(v, rev, dict, n_dict, id, NULL, n, &vb, &k);
-    if (rc == SKV_ERR_INVALID_ARG) rc = skv_errf(err, cap, SKV_ERR_FORMAT, "cmv dictionary holds an id outside the vocabulary");
-    else if (rc) rc = skv_errf(err, cap, rc, "cannot build the cmv model (out of memory)");
+    if (rc == SKV_ERR_INVALID_ARG) rc = skv_fail(err, SKV_ERR_FORMAT, "cmv dictionary holds an id outside the vocabulary");
+    else if (rc) rc = skv_fail(err, rc, "cannot build the cmv model (out of memory)");
     if (rc == SKV_OK)
-        rc = decode_ids(k.cm, p + hb, len - hb, k.h, n_dict, n, tok, nf, err, cap);
+        rc = decode_ids(k.cm, p + hb, len - hb, k.h, n_dict, n, tok, nf, err);
     if (rc == SKV_OK && !nf) memcpy(tok, k.h + n_dict, n * sizeof *tok);
     coder_close(&k);
     return rc;
 }
 
-int skv_cmv_dict_copy(uint32_t V, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap)
+int skv_cmv_dict_copy(uint32_t V, const int32_t *dict, size_t n, int32_t **copy, skv_err *err)
 {
     *copy = NULL;
     if (!dict || n < 1 || n > SKV_CMV_DICT_MAX)
-        return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "codec cmvd needs a dictionary of 1..%u ids (cm_dict)",
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "codec cmvd needs a dictionary of 1..%u ids (cm_dict)",
                         (unsigned)SKV_CMV_DICT_MAX);
     for (size_t i = 0; i < n; i++)
         if (dict[i] < 0 || (uint32_t)dict[i] >= V)
-            return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "cm_dict[%zu] = %d is outside the vocabulary", i, dict[i]);
-    if (!(*copy = malloc(n * sizeof **copy))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "cm_dict[%zu] = %d is outside the vocabulary", i, dict[i]);
+    if (!(*copy = malloc(n * sizeof **copy))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     memcpy(*copy, dict, n * sizeof **copy);
     return SKV_OK;
 }
@@ -383,18 +382,18 @@ int skv_cmv_dict_copy(uint32_t V, const int32_t *dict, size_t n, int32_t **copy,
 
 /* The vocabulary, the tokenizer's fingerprint and the snapshot identity of (v, dict). */
 static int snap_who(const skv_cmv_src *v, const int32_t *dict, size_t n, const skv_cm_vocab **vb, uint8_t fp[16],
-                    skv_cm_snap_id *id, char *err, size_t cap)
+                    skv_cm_snap_id *id, skv_err *err)
 {
     if (!v || !dict || n < 1 || n > SKV_CMV_DICT_MAX)
-        return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "a cmvd dictionary of 1..%u ids is needed",
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "a cmvd dictionary of 1..%u ids is needed",
                         (unsigned)SKV_CMV_DICT_MAX);
     for (size_t i = 0; i < n; i++)
         if (dict[i] < 0 || (uint32_t)dict[i] >= v->n_vocab)
-            return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "dictionary id %zu (%d) is outside the vocabulary", i,
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "dictionary id %zu (%d) is outside the vocabulary", i,
                             dict[i]);
     int rc = vocab_of(v, vb);
     memcpy(fp, v->fp, 16);
-    if (rc) return skv_errf(err, cap, rc, "cannot build the cmv side information (out of memory)");
+    if (rc) return skv_fail(err, rc, "cannot build the cmv side information (out of memory)");
     *id = (skv_cm_snap_id){skv_cm_model_check(*vb, SKV_CMV_REV), skv_cmv_dict_id(dict, n), (uint32_t)n};
     return SKV_OK;
 }
@@ -419,13 +418,13 @@ int skv_cmv_dict_have(const skv_cmv_src *v, uint64_t id, size_t n)
 /* After the model cm (new, for the snapshot id) read a snapshot (status rc) from the file
  * or store record `what`: it joins the cache of primed models, or is freed on error. */
 static int snap_done(skv_cm *cm, int rc, const uint8_t fp[16], const skv_cm_snap_id *id, const int32_t *dict, size_t n,
-                     const char *what, char *err, size_t cap)
+                     const char *what, skv_err *err)
 {
     if (rc == SKV_ERR_MISMATCH || rc == SKV_ERR_UNSUPPORTED)
-        rc = skv_errf(err, cap, SKV_ERR_MISMATCH, "cmvd snapshot %s is for another model, dictionary or version", what);
+        rc = skv_fail(err, SKV_ERR_MISMATCH, "cmvd snapshot %s is for another model, dictionary or version", what);
     else if (rc == SKV_ERR_FORMAT)
-        rc = skv_errf(err, cap, rc, "cmvd snapshot %s is damaged (delete it: it is rebuilt from the dictionary)", what);
-    else if (rc) rc = skv_errf(err, cap, rc, "cannot load the cmvd snapshot %s", what);
+        rc = skv_fail(err, rc, "cmvd snapshot %s is damaged (delete it: it is rebuilt from the dictionary)", what);
+    else if (rc) rc = skv_fail(err, rc, "cannot load the cmvd snapshot %s", what);
     if (rc) {
         skv_cm_free(cm);
         return rc;
@@ -433,36 +432,36 @@ static int snap_done(skv_cm *cm, int rc, const uint8_t fp[16], const skv_cm_snap
     pthread_mutex_lock(&g_lock);
     rc = cache_add(fp, id->dict_id, dict, n, cm, NULL);
     pthread_mutex_unlock(&g_lock);
-    return rc ? skv_errf(err, cap, rc, "more than %d cmv models in this process", CACHE_N) : SKV_OK;
+    return rc ? skv_fail(err, rc, "more than %d cmv models in this process", CACHE_N) : SKV_OK;
 }
 
 /* The snapshot identity of (v, dict) and a new model to read it into; with skip_held, *cm
  * stays NULL when the process holds that primed model already (nothing to load). */
 static int snap_target(const skv_cmv_src *v, const int32_t *dict, size_t n, int skip_held, int mapped, uint8_t fp[16],
-                       skv_cm_snap_id *id, skv_cm **cm, char *err, size_t cap)
+                       skv_cm_snap_id *id, skv_cm **cm, skv_err *err)
 {
     const skv_cm_vocab *vb = NULL;
-    int rc = snap_who(v, dict, n, &vb, fp, id, err, cap);
+    int rc = snap_who(v, dict, n, &vb, fp, id, err);
     *cm = NULL;
     if (rc || (skip_held && skv_cmv_dict_have(v, id->dict_id, n))) return rc;
     /* blank: the snapshot reader writes every element once (it resets the model if it fails) */
     rc = mapped ? skv_cm_create_blank_mapped(vb, SKV_CMV_REV, SKV_CMV_DICT_SLOT_BITS, cm)
                    : skv_cm_create_blank(vb, SKV_CMV_REV, SKV_CMV_DICT_SLOT_BITS, cm);
-    if (rc) return skv_errf(err, cap, rc, "out of memory");
+    if (rc) return skv_fail(err, rc, "out of memory");
     return SKV_OK;
 }
 
 int skv_cmv_dict_load_mem(const skv_cmv_src *v, const int32_t *dict, size_t n, const uint8_t *buf, size_t len,
-                                 char *err, size_t cap)
+                                 skv_err *err)
 {
     uint8_t fp[16];
     skv_cm_snap_id id;
     skv_cm *cm = NULL;
-    if (!buf && len) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot bytes");
-    int rc = snap_target(v, dict, n, 1, 0, fp, &id, &cm, err, cap);
+    if (!buf && len) return skv_fail(err, SKV_ERR_INVALID_ARG, "no snapshot bytes");
+    int rc = snap_target(v, dict, n, 1, 0, fp, &id, &cm, err);
     if (rc || !cm) return rc;
     rc = len > skv_cm_snap_bound(cm) ? SKV_ERR_FORMAT : skv_cm_snap_read(cm, &id, buf, len);
-    return snap_done(cm, rc, fp, &id, dict, n, "(store record)", err, cap);
+    return snap_done(cm, rc, fp, &id, dict, n, "(store record)", err);
 }
 
 /* A version 2 file is mapped (skv_cm_snap_map_fd): its slot tables stay the page cache's
@@ -470,19 +469,18 @@ int skv_cmv_dict_load_mem(const skv_cmv_src *v, const int32_t *dict, size_t n, c
  * copy of them (~36 MiB of fresh memory, cleared by the kernel, then filled) was most of a
  * short restore's time on the project's VMs. Anything else (version 1, no mmap) is read
  * through a small window (skv_cm_snap_read_fd), as before (docs/coder.md 4.8). */
-int skv_cmv_dict_load_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, char *err,
-                           size_t cap)
+int skv_cmv_dict_load_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, skv_err *err)
 {
     uint8_t fp[16];
     skv_cm_snap_id id;
     skv_cm *cm = NULL;
     struct stat st;
-    int rc = path ? snap_target(v, dict, n, 0, 1, fp, &id, &cm, err, cap)
-                  : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
+    int rc = path ? snap_target(v, dict, n, 0, 1, fp, &id, &cm, err)
+                  : skv_fail(err, SKV_ERR_INVALID_ARG, "no snapshot path");
     if (rc || !cm) return rc;
     int fd = open(path, O_RDONLY | O_CLOEXEC), bad = fd < 0 || fstat(fd, &st) != 0;
     if (bad || !S_ISREG(st.st_mode)) {
-        rc = skv_errf(err, cap, SKV_ERR_IO, "cannot read the cmvd snapshot %s: %s", path,
+        rc = skv_fail(err, SKV_ERR_IO, "cannot read the cmvd snapshot %s: %s", path,
                       bad ? strerror(errno) : "not a regular file");
         if (fd >= 0) close(fd);
         skv_cm_free(cm);
@@ -493,26 +491,26 @@ int skv_cmv_dict_load_file(const skv_cmv_src *v, const int32_t *dict, size_t n, 
     if (rc == SKV_ERR_UNSUPPORTED) { /* read instead, into a model with tables of its own */
         skv_cm_free(cm);
         cm = NULL;
-        if ((rc = snap_target(v, dict, n, 0, 0, fp, &id, &cm, err, cap))) {
+        if ((rc = snap_target(v, dict, n, 0, 0, fp, &id, &cm, err))) {
             close(fd);
             return rc;
         }
         rc = skv_cm_snap_read_fd(cm, &id, fd, (uint64_t)st.st_size);
     }
     close(fd);
-    return snap_done(cm, rc, fp, &id, dict, n, path, err, cap);
+    return snap_done(cm, rc, fp, &id, dict, n, path, err);
 }
 
 /* buf[0..len) into path through a temporary file of this call's own and a rename: never
  * half a file, and two processes or threads writing the same path never share a temporary
  * ("path.tmp.PID.N", created exclusively, mode 0666 less the umask). */
-static int write_whole(const char *path, const uint8_t *buf, size_t len, char *err, size_t cap)
+static int write_whole(const char *path, const uint8_t *buf, size_t len, skv_err *err)
 {
     static atomic_uint seq;
     size_t pn = strlen(path), tn = pn + 40;
     char *tmp = malloc(tn);
     int fd = -1;
-    if (!tmp) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    if (!tmp) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     for (int tries = 0; fd < 0 && tries < 64; tries++) {
         snprintf(tmp, tn, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&seq, 1u));
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
@@ -525,40 +523,39 @@ static int write_whole(const char *path, const uint8_t *buf, size_t len, char *e
     if (ok && rename(tmp, path)) ok = 0;
     if (!ok && fd >= 0) remove(tmp);
     free(tmp);
-    return ok ? SKV_OK : skv_errf(err, cap, SKV_ERR_IO, "cannot write the cmvd snapshot %s", path);
+    return ok ? SKV_OK : skv_fail(err, SKV_ERR_IO, "cannot write the cmvd snapshot %s", path);
 }
 
 int skv_cmv_dict_snapshot(const skv_cmv_src *v, const int32_t *dict, size_t n, uint32_t version, uint8_t **buf,
-                          size_t *len, char *err, size_t cap)
+                          size_t *len, skv_err *err)
 {
     const skv_cm_vocab *vb = NULL;
     uint8_t fp[16];
     skv_cm_snap_id id;
     cache_entry *c = NULL;
     size_t bound = 0;
-    int rc = snap_who(v, dict, n, &vb, fp, &id, err, cap);
+    int rc = snap_who(v, dict, n, &vb, fp, &id, err);
     *buf = NULL;
     if (!rc && (rc = primed_of(v, vb, SKV_CMV_REV, dict, n, id.dict_id, &c)))
-        rc = skv_errf(err, cap, rc, "cannot prime the cmvd model");
+        rc = skv_fail(err, rc, "cannot prime the cmvd model");
     if (rc) return rc;
     primed_take(c);
-    if (!(*buf = malloc(bound = skv_cm_snap_bound(c->primed)))) rc = skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
-    else if ((rc = skv_cm_snap_write_version(c->primed, &id, version, *buf, bound, len))) rc = skv_errf(err, cap, rc, "cannot snapshot the cmvd model");
+    if (!(*buf = malloc(bound = skv_cm_snap_bound(c->primed)))) rc = skv_fail(err, SKV_ERR_NOMEM, "out of memory");
+    else if ((rc = skv_cm_snap_write_version(c->primed, &id, version, *buf, bound, len))) rc = skv_fail(err, rc, "cannot snapshot the cmvd model");
     primed_give(c);
     if (rc) free(*buf), *buf = NULL;
     return rc;
 }
 
-int skv_cmv_dict_save_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, char *err,
-                           size_t cap)
+int skv_cmv_dict_save_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, skv_err *err)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
     /* version 2 (whole tables, read by two threads): the file is a cache a process reads
      * before every restore; a store's record stays version 1 (smaller, read once) */
-    int rc = path ? skv_cmv_dict_snapshot(v, dict, n, SKV_CM_SNAP_RAW, &buf, &len, err, cap)
-                  : skv_errf(err, cap, SKV_ERR_INVALID_ARG, "no snapshot path");
-    if (!rc) rc = write_whole(path, buf, len, err, cap);
+    int rc = path ? skv_cmv_dict_snapshot(v, dict, n, SKV_CM_SNAP_RAW, &buf, &len, err)
+                  : skv_fail(err, SKV_ERR_INVALID_ARG, "no snapshot path");
+    if (!rc) rc = write_whole(path, buf, len, err);
     free(buf);
     return rc;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "coder/cm_vocab.h"
+#include "core/util.h"
 
 #define SKV_CMV_DICT_MAX ((size_t)1 << 24) /* ids of a dictionary (format: u32 length) */
 
@@ -40,13 +41,13 @@ typedef struct skv_id_notify {
 int skv_cm_payload(const int32_t *tok, size_t n, uint32_t V, uint8_t **buf, size_t *cap, size_t *len);
 /* The n ids of payload p[0..len) into tok (each < V by construction); SKV_ERR_FORMAT
  * (corrupt) or SKV_ERR_NOMEM with a message. */
-int skv_cm_payload_decode(const uint8_t *p, size_t len, size_t n, uint32_t V, int32_t *tok, char *err, size_t cap);
+int skv_cm_payload_decode(const uint8_t *p, size_t len, size_t n, uint32_t V, int32_t *tok, skv_err *err);
 
 /* ---- cmvcodec.c: codecs cmv and cmvd ---- */
 /* XXH3-64 of n ids as little-endian u32: how a cmvd payload names its dictionary. */
 uint64_t skv_cmv_dict_id(const int32_t *dict, size_t n);
 /* A dictionary of 1..2^24 ids < V, copied to *copy (SKV_ERR_INVALID_ARG with a message). */
-int skv_cmv_dict_copy(uint32_t V, const int32_t *dict, size_t n, int32_t **copy, char *err, size_t cap);
+int skv_cmv_dict_copy(uint32_t V, const int32_t *dict, size_t n, int32_t **copy, skv_err *err);
 /* Builds (once per process) the vocabulary's side information. SKV_ERR_NOMEM. */
 int skv_cmv_prepare(const skv_cmv_src *v);
 /* The payload of the n ids tok[] under v, primed by dict[0..n_dict) when n_dict > 0
@@ -57,8 +58,7 @@ int skv_cmv_payload(const skv_cmv_src *v, const int32_t *dict, size_t n_dict, co
  * when it needs another vocabulary or dictionary than (v, dict), SKV_ERR_FORMAT when it is
  * corrupt. nf: NULL, or called when tok[0..nf->at) hold their final ids. */
 int skv_cmv_payload_decode(const skv_cmv_src *v, const uint8_t *p, size_t len, size_t n, int with_dict,
-                           const int32_t *dict, size_t n_dict, int32_t *tok, const skv_id_notify *nf, char *err,
-                           size_t cap);
+                           const int32_t *dict, size_t n_dict, int32_t *tok, const skv_id_notify *nf, skv_err *err);
 
 /* The dictionary a cmvd payload p[0..len) names: its id and length (SKV_ERR_FORMAT when
  * the payload is shorter than its header). */
@@ -70,13 +70,11 @@ int skv_cmv_payload_dict(const uint8_t *p, size_t len, uint64_t *id, uint32_t *n
  * `version` (primed first if need be; *buf to free), or written to a file (atomically). */
 int skv_cmv_dict_have(const skv_cmv_src *v, uint64_t id, size_t n);
 int skv_cmv_dict_load_mem(const skv_cmv_src *v, const int32_t *dict, size_t n, const uint8_t *buf, size_t len,
-                          char *err, size_t cap);
-int skv_cmv_dict_load_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, char *err,
-                           size_t cap);
+                          skv_err *err);
+int skv_cmv_dict_load_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, skv_err *err);
 int skv_cmv_dict_snapshot(const skv_cmv_src *v, const int32_t *dict, size_t n, uint32_t version, uint8_t **buf,
-                          size_t *len, char *err, size_t cap);
-int skv_cmv_dict_save_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, char *err,
-                           size_t cap);
+                          size_t *len, skv_err *err);
+int skv_cmv_dict_save_file(const skv_cmv_src *v, const int32_t *dict, size_t n, const char *path, skv_err *err);
 /* 1 when the file at path is a snapshot in the format skv_cmv_dict_save_file writes (an
  * older one is read, then better rewritten), else 0 (unreadable, or older). */
 int skv_cmv_snap_file_current(const char *path);

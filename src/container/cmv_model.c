@@ -64,20 +64,32 @@ int skv_cm_dict_prepare(skv_model *m)
     return rc ? rc : skv_cmv_prepare(&v);
 }
 
-int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+static int skv_cm_dict_load_e(skv_model *m, const int32_t *dict, size_t n, const char *path, skv_err *err)
 {
     skv_cmv_src v;
     int rc = skv_cmv_src_of(m, &v);
-    if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model's tokenizer");
-    return skv_cmv_dict_load_file(&v, dict, n, path, err, cap);
+    if (rc) return skv_fail(err, rc, "cannot fingerprint the model's tokenizer");
+    return skv_cmv_dict_load_file(&v, dict, n, path, err);
+}
+
+int skv_cm_dict_load(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
+{
+    skv_err e = {0};
+    return skv_err_out(&e, skv_cm_dict_load_e(m, dict, n, path, &e), err, cap);
+}
+
+static int skv_cm_dict_save_e(skv_model *m, const int32_t *dict, size_t n, const char *path, skv_err *err)
+{
+    skv_cmv_src v;
+    int rc = skv_cmv_src_of(m, &v);
+    if (rc) return skv_fail(err, rc, "cannot fingerprint the model's tokenizer");
+    return skv_cmv_dict_save_file(&v, dict, n, path, err);
 }
 
 int skv_cm_dict_save(skv_model *m, const int32_t *dict, size_t n, const char *path, char *err, size_t cap)
 {
-    skv_cmv_src v;
-    int rc = skv_cmv_src_of(m, &v);
-    if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model's tokenizer");
-    return skv_cmv_dict_save_file(&v, dict, n, path, err, cap);
+    skv_err e = {0};
+    return skv_err_out(&e, skv_cm_dict_save_e(m, dict, n, path, &e), err, cap);
 }
 
 int skv_cm_dict_file_current(const char *path) { return skv_cmv_snap_file_current(path); }

@@ -20,19 +20,17 @@ int skv_codec_tokens_encode(skv_codec_seg *x)
 }
 
 int skv_codec_tokens_decode(const skv_session *s, const seg_view *g, skv_model *m, const skv_restore_params *p,
-                            int32_t *tok, const skv_id_notify *nf, char *err, size_t cap)
+                            int32_t *tok, const skv_id_notify *nf, skv_err *err)
 {
     (void)m, (void)p, (void)nf;
-    return skv_session_decode_tokens(g, s->info.n_vocab, tok, err, cap);
+    return skv_session_decode_tokens(g, s->info.n_vocab, tok, err);
 }
 
 /* A coder's SKV_ERR_FORMAT is a damaged file: said the way the reader says it. */
-static int ids_failed(int rc, char *err, size_t cap)
+static int ids_failed(int rc, skv_err *err)
 {
     if (rc == SKV_ERR_FORMAT) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", err);
-        return skv_session_bad(err, cap, msg);
+        return skv_session_bad(err, skv_err_msg(err));
     }
     return rc;
 }
@@ -41,25 +39,24 @@ int skv_codec_cm_encode(skv_codec_seg *x)
 {
     int rc = skv_codec_ctx_digest(x);
     if (!rc && (rc = skv_cm_payload(x->tok, x->n, x->V, x->buf, x->cap, &x->len)))
-        return skv_errf(x->err, x->errcap, rc, "%s",
+        return skv_fail(x->err, rc, "%s",
                         rc == SKV_ERR_NOMEM ? "out of memory" : "cm coder bound violated (internal)");
     x->payload = *x->buf;
     return rc;
 }
 
 int skv_codec_cm_decode(const skv_session *s, const seg_view *g, skv_model *m, const skv_restore_params *p,
-                        int32_t *tok, const skv_id_notify *nf, char *err, size_t cap)
+                        int32_t *tok, const skv_id_notify *nf, skv_err *err)
 {
     (void)m, (void)p, (void)nf;
-    int rc = skv_cm_payload_decode(g->payload, (size_t)g->payload_bytes, g->n_tokens, s->info.n_vocab, tok, err, cap);
-    return ids_failed(rc, err, cap);
+    int rc = skv_cm_payload_decode(g->payload, (size_t)g->payload_bytes, g->n_tokens, s->info.n_vocab, tok, err);
+    return ids_failed(rc, err);
 }
 
 /* Codec cmvd: a dictionary of 1..2^24 ids < V, copied into the state. */
-int skv_codec_cmv_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, char *err,
-                        size_t cap)
+int skv_codec_cmv_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, skv_err *err)
 {
-    int rc = skv_cmv_dict_copy((uint32_t)mi->n_vocab, p->cm_dict, p->n_cm_dict, &st->dict, err, cap);
+    int rc = skv_cmv_dict_copy((uint32_t)mi->n_vocab, p->cm_dict, p->n_cm_dict, &st->dict, err);
     st->n_dict = st->dict ? p->n_cm_dict : 0;
     return rc;
 }
@@ -72,22 +69,22 @@ int skv_codec_cmv_encode(skv_codec_seg *x)
     if (!rc && !(rc = skv_cmv_src_of(x->m, &v)))
         rc = skv_cmv_payload(&v, st->dict, st->n_dict, x->tok, x->n, x->buf, x->cap, &x->len);
     if (rc)
-        return skv_errf(x->err, x->errcap, rc, "%s", rc == SKV_ERR_NOMEM ? "out of memory" : "cmv coder failed (internal)");
+        return skv_fail(x->err, rc, "%s", rc == SKV_ERR_NOMEM ? "out of memory" : "cmv coder failed (internal)");
     x->payload = *x->buf;
     return rc;
 }
 
 int skv_codec_cmv_decode(const skv_session *s, const seg_view *g, skv_model *m, const skv_restore_params *p,
-                         int32_t *tok, const skv_id_notify *nf, char *err, size_t cap)
+                         int32_t *tok, const skv_id_notify *nf, skv_err *err)
 {
     int with_dict = (skv_codec_flags(s->info.codec) & SKV_CODEC_F_DICT) != 0;
     skv_cmv_src v;
     int rc = skv_cmv_src_of(m, &v);
-    if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model's tokenizer");
+    if (rc) return skv_fail(err, rc, "cannot fingerprint the model's tokenizer");
     if (with_dict && !(p && p->cm_dict && p->n_cm_dict))
-        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+        return skv_fail(err, SKV_ERR_MISMATCH,
                         "codec cmvd: give the dictionary the file was written with (skv_restore_params.cm_dict)");
     rc = skv_cmv_payload_decode(&v, g->payload, (size_t)g->payload_bytes, g->n_tokens, with_dict, p ? p->cm_dict : NULL,
-                                p ? p->n_cm_dict : 0, tok, nf, err, cap);
-    return ids_failed(rc, err, cap);
+                                p ? p->n_cm_dict : 0, tok, nf, err);
+    return ids_failed(rc, err);
 }

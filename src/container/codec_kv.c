@@ -22,11 +22,10 @@ int skv_codec_scheme(int codec)
 static int kv_schemes(const skv_encoder_params *p, skv_codec_state *st)
 {
     skv_kvq_spec sp;
-    char err[160];
     st->kv_scheme[0] = st->kv_scheme[1] = skv_codec_scheme(p->codec);
     st->kv_seed = 0;
     if (p->codec != SKV_CODEC_KVQ) return p->kv_quant ? SKV_ERR_INVALID_ARG : SKV_OK;
-    if (!p->kv_quant || skv_kvquant_parse(p->kv_quant, &sp, err, sizeof err)) return SKV_ERR_INVALID_ARG;
+    if (!p->kv_quant || skv_kvquant_parse(p->kv_quant, &sp, NULL)) return SKV_ERR_INVALID_ARG;
     if (sp.scheme[0] < 0 || sp.scheme[1] < 0 || sp.keep_first || sp.keep_last || sp.window) return SKV_ERR_INVALID_ARG;
     st->kv_scheme[0] = sp.scheme[0];
     st->kv_scheme[1] = sp.scheme[1];
@@ -34,17 +33,16 @@ static int kv_schemes(const skv_encoder_params *p, skv_codec_state *st)
     return SKV_OK;
 }
 
-int skv_codec_kv_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, char *err,
-                       size_t cap)
+int skv_codec_kv_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, skv_err *err)
 {
     int rc = kv_schemes(p, st);
     if (rc)
-        return skv_errf(err, cap, rc, "codec %s: kv_quant must be %s", skv_codec_name(p->codec),
+        return skv_fail(err, rc, "codec %s: kv_quant must be %s", skv_codec_name(p->codec),
                         p->codec == SKV_CODEC_KVQ ? "k=SCHEME,v=SCHEME[,seed=S] (no keep-first/keep-last/window)"
                                                   : "NULL (the codec names its scheme)");
     if ((rc = skv_kvcodec_create(&st->kvc, st->kv_scheme, st->kv_seed, (uint32_t)mi->n_layer, (uint32_t)mi->n_head_kv,
                                  (uint32_t)mi->head_dim)))
-        return skv_errf(err, cap, rc, "the KV schemes do not support this model's head size %d: %s", mi->head_dim,
+        return skv_fail(err, rc, "the KV schemes do not support this model's head size %d: %s", mi->head_dim,
                         skv_status_str(rc));
     return SKV_OK;
 }
@@ -78,9 +76,9 @@ done:
     free(kv);
     free(deq);
     free(buf);
-    if (rc == SKV_ERR_NOMEM) return skv_errf(x->err, x->errcap, rc, "out of memory");
+    if (rc == SKV_ERR_NOMEM) return skv_fail(x->err, rc, "out of memory");
     if (rc)
-        skv_errf(x->err, x->errcap, rc,
+        skv_fail(x->err, rc,
                  "the KV cannot be stored as k=%s,v=%s (non-finite values or an fp16 overflow): %s",
                  skv_quant_name(st->kv_scheme[0]), skv_quant_name(st->kv_scheme[1]), skv_status_str(rc));
     return rc;
@@ -95,42 +93,42 @@ int skv_codec_kv_encode(skv_codec_seg *x)
 
 /* Segment i's KV sub-header: valid (kvcodec.c), the schemes the codec names, and the same
  * schemes, seed and geometry as segment 0 (one session, one cache layout). */
-int skv_codec_kv_check(skv_session *s, uint32_t i, char *err, size_t cap)
+int skv_codec_kv_check(skv_session *s, uint32_t i, skv_err *err)
 {
     seg_view *g = &s->segs[i];
     const skv_kvc_header *a = &s->segs[0].kvh, *h = &g->kvh;
-    char msg[200];
+    skv_err sub = {0};
     int fixed = skv_codec_scheme(s->info.codec);
-    if (skv_kvc_header_parse(g->payload, g->payload_bytes, g->n_tokens, &g->kvh, msg, sizeof msg)) {
+    if (skv_kvc_header_parse(g->payload, g->payload_bytes, g->n_tokens, &g->kvh, &sub)) {
         char full[240];
-        snprintf(full, sizeof full, "segment %u: %s", i, msg);
-        return skv_session_bad(err, cap, full);
+        snprintf(full, sizeof full, "segment %u: %.199s", i, sub.msg);
+        return skv_session_bad(err, full);
     }
     if (fixed >= 0 && (h->scheme[0] != fixed || h->scheme[1] != fixed))
-        return skv_session_bad(err, cap, "KV sub-header schemes differ from the codec's");
+        return skv_session_bad(err, "KV sub-header schemes differ from the codec's");
     if (i && (h->scheme[0] != a->scheme[0] || h->scheme[1] != a->scheme[1] || h->seed != a->seed ||
               h->n_layer != a->n_layer || h->n_head_kv != a->n_head_kv || h->head_dim != a->head_dim))
-        return skv_session_bad(err, cap, "segments disagree on the KV schemes, seed or geometry");
+        return skv_session_bad(err, "segments disagree on the KV schemes, seed or geometry");
     return SKV_OK;
 }
 
 /* Tokens and dequantized KV (skv_session_kv_floats(g) floats) of a quantized-KV segment. */
 int skv_codec_kv_decode(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
-                        int32_t *tok, char *err, size_t cap)
+                        int32_t *tok, skv_err *err)
 {
     const skv_kvc_header *h = &g->kvh;
     seg_view t = *g;
     skv_kvcodec *c = NULL;
     int rc;
-    if (model_free && (rc = skv_kvc_check_budget(h, err, cap))) return rc;
+    if (model_free && (rc = skv_kvc_check_budget(h, err))) return rc;
     t.payload = g->payload + SKV_KVC_HDR;
     t.payload_bytes = h->tokens_bytes;
-    if ((rc = skv_session_decode_tokens(&t, s->info.n_vocab, tok, err, cap))) return rc;
+    if ((rc = skv_session_decode_tokens(&t, s->info.n_vocab, tok, err))) return rc;
     if ((rc = skv_kvcodec_create(&c, h->scheme, h->seed, h->n_layer, h->n_head_kv, h->head_dim)))
-        return skv_errf(err, cap, rc, "cannot set up the KV quantizers: %s", skv_status_str(rc));
+        return skv_fail(err, rc, "cannot set up the KV quantizers: %s", skv_status_str(rc));
     rc = skv_kvcodec_decode(c, t.payload + h->tokens_bytes, (size_t)h->kv_bytes, g->n_tokens, kv, kv_cap);
     skv_kvcodec_free(c);
-    if (rc == SKV_ERR_FORMAT) return skv_session_bad(err, cap, "the quantized KV payload holds invalid values");
-    if (rc) return skv_errf(err, cap, rc, "KV decoding failed: %s", skv_status_str(rc));
+    if (rc == SKV_ERR_FORMAT) return skv_session_bad(err, "the quantized KV payload holds invalid values");
+    if (rc) return skv_fail(err, rc, "KV decoding failed: %s", skv_status_str(rc));
     return SKV_OK;
 }

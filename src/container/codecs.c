@@ -118,7 +118,7 @@ void skv_codec_state_free(skv_codec_state *st)
     memset(st, 0, sizeof *st);
 }
 
-static int seg_fail(skv_codec_seg *x, int rc, const char *msg) { return skv_errf(x->err, x->errcap, rc, "%s", msg); }
+static int seg_fail(skv_codec_seg *x, int rc, const char *msg) { return skv_fail(x->err, rc, "%s", msg); }
 
 static int put_varints(uint8_t *dst, const int32_t *t, size_t n, size_t *len)
 {

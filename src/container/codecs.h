@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "container/session_int.h"
+#include "core/util.h"
 
 /* A codec's state in an encoder, made by its setup operation from skv_encoder_params and
  * freed by skv_codec_state_free. Zeroed: no state (the codecs without a setup). */
@@ -54,8 +55,7 @@ typedef struct skv_codec_seg {
     uint8_t *owned;
     size_t len;
     uint8_t digest[16];      /* XXH3-128 of the KV a restore reproduces */
-    char *err;
-    size_t errcap;
+    skv_err *err;
 } skv_codec_seg;
 
 /* One segment to restore into a cleared context. fj: the model's fingerprint thread a
@@ -70,19 +70,18 @@ typedef struct skv_codec_restore {
     int32_t *tok;            /* out: the segment's ids */
     skv_restore_stats *st;
     struct skv_fp_job *fj;
-    char *err;
-    size_t errcap;
+    skv_err *err;
 } skv_codec_restore;
 
 /* The operations. NULL where the codec has none (its flags say which it needs). */
 typedef int (*skv_codec_setup_fn)(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st,
-                                  char *err, size_t cap);
+                                  skv_err *err);
 typedef int (*skv_codec_encode_fn)(skv_codec_seg *x);
-typedef int (*skv_codec_check_fn)(skv_session *s, uint32_t i, char *err, size_t cap);
+typedef int (*skv_codec_check_fn)(skv_session *s, uint32_t i, skv_err *err);
 typedef int (*skv_codec_ids_fn)(const skv_session *s, const seg_view *g, skv_model *m, const skv_restore_params *p,
-                                int32_t *tok, const skv_id_notify *nf, char *err, size_t cap);
+                                int32_t *tok, const skv_id_notify *nf, skv_err *err);
 typedef int (*skv_codec_kv_fn)(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
-                               int32_t *tok, char *err, size_t cap);
+                               int32_t *tok, skv_err *err);
 typedef int (*skv_codec_restore_fn)(const skv_codec_restore *r);
 typedef void (*skv_codec_kv_info_fn)(const seg_view *g, skv_session_kv_info *out);
 
@@ -114,31 +113,28 @@ int skv_codec_tokens_frame(skv_codec_seg *x, size_t *len);
 int skv_codec_ctx_digest(skv_codec_seg *x);
 
 /* codec_kv.c: the quantized-KV codecs (f16 .. kvq). */
-int skv_codec_kv_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, char *err,
-                       size_t cap);
+int skv_codec_kv_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, skv_err *err);
 int skv_codec_kv_encode(skv_codec_seg *x);
-int skv_codec_kv_check(skv_session *s, uint32_t i, char *err, size_t cap);
+int skv_codec_kv_check(skv_session *s, uint32_t i, skv_err *err);
 int skv_codec_kv_decode(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
-                        int32_t *tok, char *err, size_t cap);
+                        int32_t *tok, skv_err *err);
 
 /* kvpred_session.c: codec pred. */
-int skv_codec_pred_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, char *err,
-                         size_t cap);
+int skv_codec_pred_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, skv_err *err);
 int skv_codec_pred_encode(skv_codec_seg *x);
 void skv_codec_pred_kv_info(const seg_view *g, skv_session_kv_info *out);
 
 /* codec_ids.c: the codecs storing the ids alone (tokens, cm, cmv, cmvd). */
 int skv_codec_tokens_encode(skv_codec_seg *x);
 int skv_codec_tokens_decode(const skv_session *s, const seg_view *g, skv_model *m, const skv_restore_params *p,
-                            int32_t *tok, const skv_id_notify *nf, char *err, size_t cap);
+                            int32_t *tok, const skv_id_notify *nf, skv_err *err);
 int skv_codec_cm_encode(skv_codec_seg *x);
 int skv_codec_cm_decode(const skv_session *s, const seg_view *g, skv_model *m, const skv_restore_params *p,
-                        int32_t *tok, const skv_id_notify *nf, char *err, size_t cap);
-int skv_codec_cmv_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, char *err,
-                        size_t cap);
+                        int32_t *tok, const skv_id_notify *nf, skv_err *err);
+int skv_codec_cmv_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, skv_err *err);
 int skv_codec_cmv_encode(skv_codec_seg *x);
 int skv_codec_cmv_decode(const skv_session *s, const seg_view *g, skv_model *m, const skv_restore_params *p,
-                         int32_t *tok, const skv_id_notify *nf, char *err, size_t cap);
+                         int32_t *tok, const skv_id_notify *nf, skv_err *err);
 
 /* restore.c: the three ways a segment is regenerated. */
 int skv_codec_restore_prefill(const skv_codec_restore *r);

@@ -52,7 +52,7 @@ struct skv_encoder {
     int finished;
     pthread_t fp_th;        /* the model's first fingerprint, computed beside the prefills */
     int fp_on;              /* fp_th runs (joined at finish or free) */
-    char err[512];
+    skv_err err;
 };
 
 skv_encoder_params skv_encoder_default_params(void)
@@ -61,7 +61,7 @@ skv_encoder_params skv_encoder_default_params(void)
     return p;
 }
 
-const char *skv_encoder_last_error(const skv_encoder *e) { return e ? e->err : "NULL encoder"; }
+const char *skv_encoder_last_error(const skv_encoder *e) { return e ? e->err.msg : "NULL encoder"; }
 const skv_ctx *skv_encoder_ctx(const skv_encoder *e) { return e ? e->ctx : NULL; }
 
 int skv_encoder_get_stats(const skv_encoder *e, skv_encoder_stats *st)
@@ -73,7 +73,7 @@ int skv_encoder_get_stats(const skv_encoder *e, skv_encoder_stats *st)
 
 static int enc_fail(skv_encoder *e, int rc, const char *msg)
 {
-    skv_errf(e->err, sizeof e->err, 0, "%s", msg);
+    skv_fail(&e->err, 0, "%s", msg);
     return rc;
 }
 
@@ -129,20 +129,20 @@ void skv_encoder_free(skv_encoder *e)
 static int model_coded(const skv_encoder *e) { return (e->row->d.flags & SKV_CODEC_F_MODEL) != 0; }
 
 /* Codec and frequency total of p, checked; the codec's state (its setup operation). */
-static int setup_codec(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
+static int setup_codec(skv_encoder *e, const skv_encoder_params *p, skv_err *err)
 {
     const skv_model_info *mi = skv_model_info_of(e->m);
     int rc;
     e->row = skv_codec_row_of(p->codec);
     if (!e->row || (p->total_bits && (p->total_bits < 16 || p->total_bits > 28)))
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "unknown codec %d or total_bits %u outside 16..28", p->codec,
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "unknown codec %d or total_bits %u outside 16..28", p->codec,
                         p->total_bits);
     e->p = *p;
     e->p.kv_quant = NULL; /* parsed now: the string need not outlive this call */
     e->V = (uint32_t)mi->n_vocab;
     if (!(e->row->d.flags & SKV_CODEC_F_DICT) && (p->cm_dict || p->n_cm_dict))
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "cm_dict is for codec cmvd only");
-    if (e->row->setup && (rc = e->row->setup(p, mi, &e->cs, err, errcap))) return rc;
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "cm_dict is for codec cmvd only");
+    if (e->row->setup && (rc = e->row->setup(p, mi, &e->cs, err))) return rc;
     e->p.cm_dict = e->cs.dict;
     if (!e->p.total_bits) e->p.total_bits = auto_total_bits(e->V);
     if (!model_coded(e)) e->p.total_bits = 0;
@@ -159,7 +159,7 @@ static int needs_all_logits(const skv_encoder *e)
 }
 
 /* The encoder's context (its live KV cache) and its buffers for segments of n_ctx tokens. */
-static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err, size_t errcap)
+static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, skv_err *err)
 {
     skv_ctx_params cp = skv_ctx_default_params();
     int rc;
@@ -167,7 +167,7 @@ static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err,
     cp.n_threads = p->n_threads;
     cp.kv_cache_type = p->kv_cache_type;
     if ((rc = skv_ctx_create(e->m, &cp, &e->ctx)))
-        return skv_errf(err, errcap, rc, "cannot create the context (n_ctx %d, n_threads %d): %s", p->n_ctx,
+        return skv_fail(err, rc, "cannot create the context (n_ctx %d, n_threads %d): %s", p->n_ctx,
                         p->n_threads, skv_status_str(rc));
     e->p.n_ctx = skv_ctx_n_ctx(e->ctx);
     size_t V = e->V, S = (size_t)e->p.n_ctx;
@@ -181,29 +181,35 @@ static int setup_buffers(skv_encoder *e, const skv_encoder_params *p, char *err,
     e->rc_buf = malloc(e->rc_cap);
     e->seg_sur = e->cs.want_sur ? calloc(S, sizeof(float)) : NULL;
     if ((e->cs.want_sur && !e->seg_sur) || (needs_all_logits(e) && !e->logits) || !e->prev || !e->freq || !e->cum || !e->seg_tok || !e->rc_buf || out_reserve(e, HDR_SIZE))
-        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory for the encoder's buffers");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory for the encoder's buffers");
     e->out_len = HDR_SIZE;
     skv_rangecoder_enc_init(&e->rc, e->rc_buf, e->rc_cap);
     return SKV_OK;
 }
 
-int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out, char *err, size_t errcap)
+static int skv_encoder_create_e(skv_model *m, const skv_encoder_params *p, skv_encoder **out, skv_err *err)
 {
     skv_encoder_params d = skv_encoder_default_params();
     skv_encoder *e;
     int rc;
-    if (!m || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "skv_encoder_create: NULL model or out");
+    if (!m || !out) return skv_fail(err, SKV_ERR_INVALID_ARG, "skv_encoder_create: NULL model or out");
     *out = NULL;
     if (!p) p = &d;
-    if (!(e = calloc(1, sizeof *e))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!(e = calloc(1, sizeof *e))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     e->m = m;
-    if ((rc = setup_codec(e, p, err, errcap)) || (rc = setup_buffers(e, p, err, errcap))) {
+    if ((rc = setup_codec(e, p, err)) || (rc = setup_buffers(e, p, err))) {
         skv_encoder_free(e);
         return rc;
     }
     e->fp_on = !skv_model_fingerprint_ready(m) && pthread_create(&e->fp_th, NULL, fp_main, m) == 0;
     *out = e;
     return SKV_OK;
+}
+
+int skv_encoder_create(skv_model *m, const skv_encoder_params *p, skv_encoder **out, char *err, size_t errcap)
+{
+    skv_err e = {0};
+    return skv_err_out(&e, skv_encoder_create_e(m, p, out, &e), err, errcap);
 }
 
 /* Codes token t (segment position pos) under the distribution `logits` (the model's prediction for it). */
@@ -226,7 +232,7 @@ int skv_codec_model_encode(skv_codec_seg *x)
 {
     int rc = skv_codec_ctx_digest(x);
     if (!rc && (rc = skv_rangecoder_enc_finish(x->rc, &x->len)))
-        return skv_errf(x->err, x->errcap, rc, "range coder finish failed");
+        return skv_fail(x->err, rc, "range coder finish failed");
     x->payload = *x->buf;
     return rc;
 }
@@ -253,7 +259,7 @@ static int flush_segment(skv_encoder *e)
 {
     skv_codec_seg x = {.st = &e->cs, .m = e->m, .mi = skv_model_info_of(e->m), .ctx = e->ctx, .tok = e->seg_tok,
                        .sur = e->seg_sur, .n = e->seg_n, .V = e->V, .rc = &e->rc, .buf = &e->rc_buf,
-                       .cap = &e->rc_cap, .err = e->err, .errcap = sizeof e->err};
+                       .cap = &e->rc_cap, .err = &e->err};
     if (!e->seg_n) return SKV_OK;
     int rc = e->row->encode(&x);
     if (!rc) rc = put_segment(e, &x);
@@ -309,7 +315,7 @@ int skv_encoder_append(skv_encoder *e, const int32_t *tokens, size_t n, float *n
 {
     int rc;
     if (!e) return SKV_ERR_INVALID_ARG;
-    e->err[0] = 0;
+    skv_err_clear(&e->err);
     if (!tokens && n) return enc_fail(e, SKV_ERR_INVALID_ARG, "NULL tokens");
     if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
     for (size_t i = 0; i < n; i++)
@@ -317,10 +323,9 @@ int skv_encoder_append(skv_encoder *e, const int32_t *tokens, size_t n, float *n
     for (size_t done = 0; done < n;) {
         if (e->seg_n == (size_t)e->p.n_ctx) {
             if (!e->p.segment) {
-                snprintf(e->err, sizeof e->err,
-                         "the session exceeds the context of %d tokens (enable segmenting to store consecutive independent segments)",
-                         e->p.n_ctx);
-                return SKV_ERR_RANGE;
+                return skv_fail(&e->err, SKV_ERR_RANGE,
+                                "the session exceeds the context of %d tokens (enable segmenting to store consecutive independent segments)",
+                                e->p.n_ctx);
             }
             if ((rc = flush_segment(e))) return rc;
         }
@@ -341,7 +346,7 @@ int skv_encoder_append_kvdump(skv_encoder *e, const skv_kvdump *d)
 {
     if (!e) return SKV_ERR_INVALID_ARG;
     if (!d) return enc_fail(e, SKV_ERR_INVALID_ARG, "NULL KV dump");
-    int rc = skv_kvdump_check_model(d, e->m, e->err, sizeof e->err);
+    int rc = skv_kvdump_check_model_e(d, e->m, &e->err);
     return rc ? rc : skv_encoder_append(e, d->tokens, d->n_pos, NULL);
 }
 
@@ -363,7 +368,7 @@ int skv_encoder_finish(skv_encoder *e, uint8_t **data, size_t *size)
     uint8_t fp[16];
     int rc;
     if (!e) return SKV_ERR_INVALID_ARG;
-    e->err[0] = 0;
+    skv_err_clear(&e->err);
     if (!data || !size) return enc_fail(e, SKV_ERR_INVALID_ARG, "NULL data or size");
     if (e->finished) return enc_fail(e, SKV_ERR_INVALID_ARG, "encoder already finished");
     if ((rc = flush_segment(e))) return rc;

@@ -59,28 +59,28 @@ size_t skv_kvc_position_bytes(const int scheme[2], uint32_t n_layer, uint32_t n_
     return r;
 }
 
-static int hdr_bad(char *err, size_t cap, const char *what)
+static int hdr_bad(skv_err *err, const char *what)
 {
-    return skv_errf(err, cap, SKV_ERR_FORMAT, "KV sub-header: %s", what);
+    return skv_fail(err, SKV_ERR_FORMAT, "KV sub-header: %s", what);
 }
 
 /* Geometry and schemes of a parsed header (no sizes). */
-static int check_shape(const skv_kvc_header *h, char *err, size_t cap)
+static int check_shape(const skv_kvc_header *h, skv_err *err)
 {
     if (h->n_layer < 1 || h->n_layer > SKV_KVC_MAX_LAYERS || h->n_head_kv < 1 || h->n_head_kv > SKV_KVC_MAX_HEADS ||
         h->head_dim < 1 || h->head_dim > SKV_QUANT_MAX_D)
-        return hdr_bad(err, cap, "geometry (layers, KV heads, head_dim) out of range");
+        return hdr_bad(err, "geometry (layers, KV heads, head_dim) out of range");
     for (int k = 0; k < 2; k++)
         if (!skv_quant_name(h->scheme[k]) || skv_quant_check(h->scheme[k], h->head_dim) != SKV_OK)
-            return hdr_bad(err, cap, "unknown scheme, or one that does not support head_dim");
+            return hdr_bad(err, "unknown scheme, or one that does not support head_dim");
     return SKV_OK;
 }
 
-int skv_kvc_header_parse(const uint8_t *p, size_t size, uint32_t n_pos, skv_kvc_header *h, char *err, size_t errcap)
+int skv_kvc_header_parse(const uint8_t *p, size_t size, uint32_t n_pos, skv_kvc_header *h, skv_err *err)
 {
     size_t pos_bytes, kv;
-    if (size < SKV_KVC_HDR || memcmp(p, KVC_MAGIC, 4)) return hdr_bad(err, errcap, "missing or truncated");
-    if (skv_rd16(p + 4) != SKV_KVC_HDR || skv_rd32(p + 20)) return hdr_bad(err, errcap, "unexpected size or reserved bytes");
+    if (size < SKV_KVC_HDR || memcmp(p, KVC_MAGIC, 4)) return hdr_bad(err, "missing or truncated");
+    if (skv_rd16(p + 4) != SKV_KVC_HDR || skv_rd32(p + 20)) return hdr_bad(err, "unexpected size or reserved bytes");
     h->scheme[0] = p[6];
     h->scheme[1] = p[7];
     h->n_layer = skv_rd32(p + 8);
@@ -91,15 +91,15 @@ int skv_kvc_header_parse(const uint8_t *p, size_t size, uint32_t n_pos, skv_kvc_
     h->kv_bytes = skv_rd64(p + 40);
     h->rel_mse[0] = skv_rdf32(p + 48);
     h->rel_mse[1] = skv_rdf32(p + 52);
-    int rc = check_shape(h, err, errcap);
+    int rc = check_shape(h, err);
     if (rc) return rc;
     for (int k = 0; k < 2; k++)
-        if (!(h->rel_mse[k] >= 0.0f) || isinf(h->rel_mse[k])) return hdr_bad(err, errcap, "quality field is not a finite number >= 0");
+        if (!(h->rel_mse[k] >= 0.0f) || isinf(h->rel_mse[k])) return hdr_bad(err, "quality field is not a finite number >= 0");
     pos_bytes = skv_kvc_position_bytes(h->scheme, h->n_layer, h->n_head_kv, h->head_dim);
     if (!pos_bytes || !skv_mul_ok(pos_bytes, n_pos, &kv) || h->kv_bytes != kv)
-        return hdr_bad(err, errcap, "KV size does not match positions x bytes per position");
+        return hdr_bad(err, "KV size does not match positions x bytes per position");
     if (h->tokens_bytes > size - SKV_KVC_HDR || h->kv_bytes != size - SKV_KVC_HDR - h->tokens_bytes)
-        return hdr_bad(err, errcap, "token and KV sizes do not add up to the payload");
+        return hdr_bad(err, "token and KV sizes do not add up to the payload");
     return SKV_OK;
 }
 
@@ -121,7 +121,7 @@ int skv_kvcodec_create(skv_kvcodec **out, const int scheme[2], uint64_t seed, ui
     int rc;
     if (!out) return SKV_ERR_INVALID_ARG;
     *out = NULL;
-    if (!scheme || check_shape(&h, NULL, 0)) {
+    if (!scheme || check_shape(&h, NULL)) {
         for (int k = 0; scheme && k < 2; k++)
             if (skv_quant_name(scheme[k]) && (rc = skv_quant_check(scheme[k], head_dim)) == SKV_ERR_RANGE) return rc;
         return SKV_ERR_INVALID_ARG;
@@ -155,13 +155,13 @@ uint64_t skv_kvc_setup_entries(const int scheme[2], uint32_t n_layer, uint32_t h
     return (uint64_t)n_layer * (setup_entries(scheme[0], head_dim) + setup_entries(scheme[1], head_dim));
 }
 
-int skv_kvc_check_budget(const skv_kvc_header *h, char *err, size_t errcap)
+int skv_kvc_check_budget(const skv_kvc_header *h, skv_err *err)
 {
     uint64_t need = skv_kvc_setup_entries(h->scheme, h->n_layer, h->head_dim);
     uint64_t per = h->kv_bytes > UINT64_MAX / SKV_KVC_SETUP_PER_BYTE ? UINT64_MAX : h->kv_bytes * SKV_KVC_SETUP_PER_BYTE;
     uint64_t limit = per > SKV_KVC_SETUP_FLOOR ? per : SKV_KVC_SETUP_FLOOR;
     if (need <= limit) return SKV_OK;
-    return skv_errf(err, errcap, SKV_ERR_RANGE,
+    return skv_fail(err, SKV_ERR_RANGE,
                     "decoding this KV without the model would build %llu quantizer table entries (%u layers of %s/%s at head_dim %u) for %llu payload bytes, above the limit of %llu: restore it with its model (skv_session_restore_segment)",
                     (unsigned long long)need, h->n_layer, skv_quant_name(h->scheme[0]), skv_quant_name(h->scheme[1]),
                     h->head_dim, (unsigned long long)h->kv_bytes, (unsigned long long)limit);

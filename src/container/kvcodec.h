@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/util.h"
 
 #define SKV_KVC_HDR 56          /* bytes of the KV sub-header */
 #define SKV_KVC_MAX_LAYERS 4096 /* geometry limits a reader accepts */
@@ -43,7 +44,7 @@ void skv_kvc_header_write(const skv_kvc_header *h, uint8_t *out);
 /* Reads and validates a sub-header from p[0..size): magic, size, schemes, geometry, the
  * sizes (tokens_bytes + kv_bytes == size - SKV_KVC_HDR, kv_bytes == n_pos * bytes per
  * position). SKV_OK or SKV_ERR_FORMAT with a message (no "not a valid" prefix). */
-int skv_kvc_header_parse(const uint8_t *p, size_t size, uint32_t n_pos, skv_kvc_header *h, char *err, size_t errcap);
+int skv_kvc_header_parse(const uint8_t *p, size_t size, uint32_t n_pos, skv_kvc_header *h, skv_err *err);
 
 /* Encoded bytes of one position (all layers, K and V, all KV heads); 0 if the schemes do
  * not support head_dim or the size overflows. */
@@ -60,7 +61,7 @@ size_t skv_kvc_position_bytes(const int scheme[2], uint32_t n_layer, uint32_t n_
 /* Table entries building the quantizers of every (layer, kind) of a geometry takes. */
 uint64_t skv_kvc_setup_entries(const int scheme[2], uint32_t n_layer, uint32_t head_dim);
 /* SKV_OK, or SKV_ERR_RANGE with a message when h's setup exceeds the limit above. */
-int skv_kvc_check_budget(const skv_kvc_header *h, char *err, size_t errcap);
+int skv_kvc_check_budget(const skv_kvc_header *h, skv_err *err);
 
 /* Quantizers for one (schemes, seed, geometry), built on first use: encode keeps the
  * ones it builds (for the next segments), decode builds one per (layer, kind) block and

@@ -59,38 +59,38 @@ void skv_kvp_header_write(const skv_kvp_header *h, uint8_t out[SKV_KVP_HDR])
     skv_wrf32(out + 52, h->rel_mse[1]);
 }
 
-static int kvp_bad(char *err, size_t cap, const char *what)
+static int kvp_bad(skv_err *err, const char *what)
 {
-    return skv_errf(err, cap, SKV_ERR_FORMAT, "predictive KV sub-header: %s", what);
+    return skv_fail(err, SKV_ERR_FORMAT, "predictive KV sub-header: %s", what);
 }
 
-static int check_header(const skv_kvp_header *h, size_t size, char *err, size_t cap)
+static int check_header(const skv_kvp_header *h, size_t size, skv_err *err)
 {
     uint64_t ch = (uint64_t)h->n_head_kv * h->head_dim;
     uint32_t coded = h->n_layer - (uint32_t)((h->flags >> 1) & 1); /* layers in side and stream */
     if (h->predictor >= SKV_KVP_N_PRED || (h->flags & ~7))
-        return kvp_bad(err, cap, "unknown predictor or flags");
-    if ((h->flags & 2) && h->n_layer < 2) return kvp_bad(err, cap, "layer 0 regenerated but no other layer stored");
+        return kvp_bad(err, "unknown predictor or flags");
+    if ((h->flags & 2) && h->n_layer < 2) return kvp_bad(err, "layer 0 regenerated but no other layer stored");
     if (h->n_layer < 1 || h->n_layer > KVP_MAX_LAYERS || h->n_head_kv < 1 || h->head_dim < 1 || ch > SKV_KVP_MAX_ROW)
-        return kvp_bad(err, cap, "geometry (layers, KV heads, head_dim) out of range");
-    if (h->predictor == SKV_KVP_LPC2 && (h->head_dim & 1)) return kvp_bad(err, cap, "lpc2 needs an even head_dim");
-    if ((h->flags & 4) && h->head_dim > SKV_KVP_ROT_MAX_D) return kvp_bad(err, cap, "rotated residuals need head_dim <= 4096");
+        return kvp_bad(err, "geometry (layers, KV heads, head_dim) out of range");
+    if (h->predictor == SKV_KVP_LPC2 && (h->head_dim & 1)) return kvp_bad(err, "lpc2 needs an even head_dim");
+    if ((h->flags & 4) && h->head_dim > SKV_KVP_ROT_MAX_D) return kvp_bad(err, "rotated residuals need head_dim <= 4096");
     if (h->side_bytes != skv_kvp_side_bytes(h->predictor, coded, h->n_head_kv, h->head_dim))
-        return kvp_bad(err, cap, "side information size does not match the geometry");
+        return kvp_bad(err, "side information size does not match the geometry");
     for (int k = 0; k < 2; k++)
-        if (!(h->rel_mse[k] >= 0.0f) || isinf(h->rel_mse[k])) return kvp_bad(err, cap, "quality field is not finite");
+        if (!(h->rel_mse[k] >= 0.0f) || isinf(h->rel_mse[k])) return kvp_bad(err, "quality field is not finite");
     uint64_t rest = size - SKV_KVP_HDR;
     if (h->tokens_bytes > rest || h->side_bytes > rest - h->tokens_bytes ||
         h->stream_bytes != rest - h->tokens_bytes - h->side_bytes)
-        return kvp_bad(err, cap, "token, side and stream sizes do not add up to the payload");
+        return kvp_bad(err, "token, side and stream sizes do not add up to the payload");
     return SKV_OK;
 }
 
-int skv_kvp_header_parse(const uint8_t *p, size_t size, skv_kvp_header *h, char *err, size_t errcap)
+int skv_kvp_header_parse(const uint8_t *p, size_t size, skv_kvp_header *h, skv_err *err)
 {
-    if (size < SKV_KVP_HDR || memcmp(p, KVP_MAGIC, 4)) return kvp_bad(err, errcap, "missing or truncated");
+    if (size < SKV_KVP_HDR || memcmp(p, KVP_MAGIC, 4)) return kvp_bad(err, "missing or truncated");
     if (skv_rd16(p + 4) != SKV_KVP_HDR || skv_rd32(p + 20) || skv_rd64(p + 56))
-        return kvp_bad(err, errcap, "unexpected size or reserved bytes");
+        return kvp_bad(err, "unexpected size or reserved bytes");
     h->predictor = p[6];
     h->flags = p[7];
     h->n_layer = skv_rd32(p + 8);
@@ -101,7 +101,7 @@ int skv_kvp_header_parse(const uint8_t *p, size_t size, skv_kvp_header *h, char 
     h->stream_bytes = skv_rd64(p + 40);
     h->rel_mse[0] = skv_rdf32(p + 48);
     h->rel_mse[1] = skv_rdf32(p + 52);
-    return check_header(h, size, err, errcap);
+    return check_header(h, size, err);
 }
 
 /* ---- fitting (encoder) ---------------------------------------------------------- */

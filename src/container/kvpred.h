@@ -32,6 +32,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/util.h"
 
 #define SKV_KVP_HDR 64
 #define SKV_KVP_SKIP 8          /* level: no residual */
@@ -90,7 +91,7 @@ void skv_kvp_header_write(const skv_kvp_header *h, uint8_t out[SKV_KVP_HDR]);
 /* Validates p[0..size) (size = the whole payload: header, tokens, body): magic, sizes,
  * geometry, predictor, side_bytes as the geometry says, and that the parts add up.
  * SKV_OK or SKV_ERR_FORMAT with a message. */
-int skv_kvp_header_parse(const uint8_t *p, size_t size, skv_kvp_header *h, char *err, size_t errcap);
+int skv_kvp_header_parse(const uint8_t *p, size_t size, skv_kvp_header *h, skv_err *err);
 /* Side-information bytes of a geometry and predictor; 0 on overflow. */
 uint64_t skv_kvp_side_bytes(int predictor, uint32_t n_layer, uint32_t n_head_kv, uint32_t head_dim);
 

@@ -94,19 +94,19 @@ int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const 
 }
 
 /* Segment i's sub-header: valid, the same predictor and geometry as segment 0. */
-int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap)
+int skv_session_check_pred(skv_session *s, uint32_t i, skv_err *err)
 {
     seg_view *g = &s->segs[i];
     const skv_kvp_header *a = &s->segs[0].kph, *h = &g->kph;
-    char msg[200];
-    if (skv_kvp_header_parse(g->payload, g->payload_bytes, &g->kph, msg, sizeof msg)) {
+    skv_err sub = {0};
+    if (skv_kvp_header_parse(g->payload, g->payload_bytes, &g->kph, &sub)) {
         char full[240];
-        snprintf(full, sizeof full, "segment %u: %s", i, msg);
-        return skv_session_bad(err, cap, full);
+        snprintf(full, sizeof full, "segment %u: %.199s", i, sub.msg);
+        return skv_session_bad(err, full);
     }
     if (i && (h->predictor != a->predictor || h->n_layer != a->n_layer || h->n_head_kv != a->n_head_kv ||
               h->head_dim != a->head_dim))
-        return skv_session_bad(err, cap, "segments disagree on the KV predictor or geometry");
+        return skv_session_bad(err, "segments disagree on the KV predictor or geometry");
     memset(&g->kvh, 0, sizeof g->kvh); /* the geometry the shared KV paths read */
     g->kvh.n_layer = h->n_layer, g->kvh.n_head_kv = h->n_head_kv, g->kvh.head_dim = h->head_dim;
     g->kvh.tokens_bytes = h->tokens_bytes;
@@ -115,33 +115,32 @@ int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap)
 }
 
 int skv_session_decode_pred(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
-                            int32_t *tok, char *err, size_t cap)
+                            int32_t *tok, skv_err *err)
 {
     const skv_kvp_header *h = &g->kph;
     seg_view t = *g;
     int rc;
     if (model_free && (h->flags & 2))
-        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED,
+        return skv_fail(err, SKV_ERR_UNSUPPORTED,
                         "this pred segment regenerates layer 0 from the model: restore it with the model "
                         "(skv_session_restore_segment)");
     t.payload = g->payload + SKV_KVP_HDR;
     t.payload_bytes = h->tokens_bytes;
-    if ((rc = skv_session_decode_tokens(&t, s->info.n_vocab, tok, err, cap))) return rc;
+    if ((rc = skv_session_decode_tokens(&t, s->info.n_vocab, tok, err))) return rc;
     rc = skv_kvp_decode(h, t.payload + h->tokens_bytes, (size_t)(h->side_bytes + h->stream_bytes), g->n_tokens, tok, kv,
                         kv_cap);
-    if (rc == SKV_ERR_FORMAT) return skv_session_bad(err, cap, "the predictive KV payload does not decode");
-    if (rc) return skv_errf(err, cap, rc, "KV decoding failed: %s", skv_status_str(rc));
+    if (rc == SKV_ERR_FORMAT) return skv_session_bad(err, "the predictive KV payload does not decode");
+    if (rc) return skv_fail(err, rc, "KV decoding failed: %s", skv_status_str(rc));
     return SKV_OK;
 }
 
 /* ---- the codec table's operations (codecs.c) ---- */
 
-int skv_codec_pred_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, char *err,
-                         size_t cap)
+int skv_codec_pred_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, skv_err *err)
 {
     (void)mi;
     if (!skv_session_pred_spec(p->kv_quant, &st->kvp, &st->want_sur)) return SKV_OK;
-    return skv_errf(err, cap, SKV_ERR_INVALID_ARG,
+    return skv_fail(err, SKV_ERR_INVALID_ARG,
                     "codec pred: kv_quant must be PREDICTOR[,ramp][,surprisal][,layer0][,rot][,step=S][,kstep=S][,vstep=S]"
                     "[,rate=BITS][,kl=X] (none delta lpc lpc2 tok), not '%s'",
                     p->kv_quant);
@@ -156,7 +155,7 @@ int skv_codec_pred_encode(skv_codec_seg *x)
                                   x->digest);
     x->payload = x->owned;
     if (rc)
-        return skv_errf(x->err, x->errcap, rc, "%s",
+        return skv_fail(x->err, rc, "%s",
                         rc == SKV_ERR_NOMEM ? "out of memory"
                                             : "the KV cannot be coded predictively (non-finite values, or a step too "
                                               "small for them)");

@@ -256,24 +256,23 @@ int skv_kvtc_encode(const skv_kvtc_params *p, const skv_kvtc_calib *c, const flo
 
 /* ---- the decoder ------------------------------------------------------------------- */
 
-static int tc_fail(char *err, size_t cap, int rc, const char *msg)
+static int tc_fail(skv_err *err, int rc, const char *msg)
 {
-    if (err && cap) snprintf(err, cap, "kvtc: %s", msg);
-    return rc;
+    return skv_fail(err, rc, "kvtc: %s", msg);
 }
 
-int skv_kvtc_peek(const uint8_t *buf, size_t len, size_t *n_pos, uint64_t *calib_id, char *err, size_t errcap)
+int skv_kvtc_peek(const uint8_t *buf, size_t len, size_t *n_pos, uint64_t *calib_id, skv_err *err)
 {
-    if (!buf || len < SKV_KVTC_HDR || memcmp(buf, tc_magic, 4)) return tc_fail(err, errcap, SKV_ERR_FORMAT, "not a kvtc stream (magic)");
-    if (buf[4] != SKV_KVTC_VERSION) return tc_fail(err, errcap, SKV_ERR_FORMAT, "unknown version");
-    if (buf[5] >= SKV_KVTC_N_PRED || buf[6] > 1 || buf[7]) return tc_fail(err, errcap, SKV_ERR_FORMAT, "bad predictor or flags");
+    if (!buf || len < SKV_KVTC_HDR || memcmp(buf, tc_magic, 4)) return tc_fail(err, SKV_ERR_FORMAT, "not a kvtc stream (magic)");
+    if (buf[4] != SKV_KVTC_VERSION) return tc_fail(err, SKV_ERR_FORMAT, "unknown version");
+    if (buf[5] >= SKV_KVTC_N_PRED || buf[6] > 1 || buf[7]) return tc_fail(err, SKV_ERR_FORMAT, "bad predictor or flags");
     uint64_t body = skv_rd64(buf + 32);
     uint32_t n = skv_rd32(buf + 28), pos0 = skv_rd32(buf + 40);
     if (!n || n > SKV_KVTC_MAX_POS || pos0 > SKV_KVTC_MAX_POS - n || skv_rd32(buf + 44))
-        return tc_fail(err, errcap, SKV_ERR_FORMAT, "positions out of range");
-    if (body != len - SKV_KVTC_HDR) return tc_fail(err, errcap, SKV_ERR_FORMAT, "length does not match (truncated?)");
+        return tc_fail(err, SKV_ERR_FORMAT, "positions out of range");
+    if (body != len - SKV_KVTC_HDR) return tc_fail(err, SKV_ERR_FORMAT, "length does not match (truncated?)");
     if (XXH3_64bits_withSeed(buf + SKV_KVTC_HDR, (size_t)body, XXH3_64bits(buf, 48)) != skv_rd64(buf + 48))
-        return tc_fail(err, errcap, SKV_ERR_FORMAT, "checksum mismatch (damaged)");
+        return tc_fail(err, SKV_ERR_FORMAT, "checksum mismatch (damaged)");
     *n_pos = n, *calib_id = skv_rd64(buf + 8);
     return SKV_OK;
 }
@@ -329,20 +328,20 @@ static int geometry_matches(const uint8_t *buf, const skv_kvtc_calib *c)
 }
 
 int skv_kvtc_decode(const uint8_t *buf, size_t len, const skv_kvtc_calib *c, const int32_t *tokens, float *kv,
-                    size_t kv_cap, char *err, size_t errcap)
+                    size_t kv_cap, skv_err *err)
 {
     size_t n = 0;
     uint64_t id = 0;
     kvtc_geo g;
-    int rc = skv_kvtc_peek(buf, len, &n, &id, err, errcap);
+    int rc = skv_kvtc_peek(buf, len, &n, &id, err);
     if (rc) return rc;
     if (!c || c->sum || id != c->id || !geometry_matches(buf, c))
-        return tc_fail(err, errcap, SKV_ERR_MISMATCH, "the stream needs another calibration (kvtc-<id>.cal) or geometry");
-    if (buf[5] == SKV_KVTC_TOK && !tokens) return tc_fail(err, errcap, SKV_ERR_INVALID_ARG, "predictor tok needs the tokens");
-    if (!kv || kv_cap / c->n_series / c->d < n) return tc_fail(err, errcap, SKV_ERR_RANGE, "output buffer too small");
+        return tc_fail(err, SKV_ERR_MISMATCH, "the stream needs another calibration (kvtc-<id>.cal) or geometry");
+    if (buf[5] == SKV_KVTC_TOK && !tokens) return tc_fail(err, SKV_ERR_INVALID_ARG, "predictor tok needs the tokens");
+    if (!kv || kv_cap / c->n_series / c->d < n) return tc_fail(err, SKV_ERR_RANGE, "output buffer too small");
     rc = geo_alloc(&g, c, skv_rd32(buf + 40), n, buf[5], buf[6] & 1, tokens);
     if (!rc) rc = decode_body(&g, buf + SKV_KVTC_HDR, len - SKV_KVTC_HDR, kv);
     geo_free(&g);
-    if (rc == SKV_ERR_FORMAT) tc_fail(err, errcap, rc, "damaged stream (side values or coefficients)");
+    if (rc == SKV_ERR_FORMAT) tc_fail(err, rc, "damaged stream (side values or coefficients)");
     return rc;
 }

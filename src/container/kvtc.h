@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/util.h"
 
 #define SKV_KVTC_HDR 56           /* stream header bytes */
 #define SKV_KVTC_CAL_HDR 48       /* calibration file header bytes (then series, then XXH3-64) */
@@ -54,7 +55,7 @@ void skv_kvtc_calib_free(skv_kvtc_calib *c);
 int skv_kvtc_calib_save(const skv_kvtc_calib *c, uint8_t **buf, size_t *len);
 uint64_t skv_kvtc_calib_id(const skv_kvtc_calib *c);
 /* Parses a file image: SKV_ERR_FORMAT with a message for anything malformed. */
-int skv_kvtc_calib_load(const uint8_t *buf, size_t len, skv_kvtc_calib **out, char *err, size_t errcap);
+int skv_kvtc_calib_load(const uint8_t *buf, size_t len, skv_kvtc_calib **out, skv_err *err);
 /* Geometry, and series s's eigenvalues (descending; d floats). */
 void skv_kvtc_calib_dims(const skv_kvtc_calib *c, uint32_t *n_layer, uint32_t *n_head_kv, uint32_t *head_dim);
 const float *skv_kvtc_calib_eig(const skv_kvtc_calib *c, size_t series);
@@ -74,12 +75,12 @@ typedef struct skv_kvtc_params {
 int skv_kvtc_encode(const skv_kvtc_params *p, const skv_kvtc_calib *c, const float *kv, size_t n_pos, uint8_t **out,
                     size_t *out_len, float *deq);
 /* The stream's n_pos and calibration id, after checking its header: SKV_ERR_FORMAT. */
-int skv_kvtc_peek(const uint8_t *buf, size_t len, size_t *n_pos, uint64_t *calib_id, char *err, size_t errcap);
+int skv_kvtc_peek(const uint8_t *buf, size_t len, size_t *n_pos, uint64_t *calib_id, skv_err *err);
 /* buf -> kv (kv_cap floats). tokens: n_pos ids for predictor tok. SKV_ERR_MISMATCH (another
  * calibration or geometry), SKV_ERR_FORMAT (damaged: header, checksum, side values, stream),
  * SKV_ERR_RANGE (kv_cap too small), SKV_ERR_NOMEM; a message in err. */
 int skv_kvtc_decode(const uint8_t *buf, size_t len, const skv_kvtc_calib *c, const int32_t *tokens, float *kv,
-                    size_t kv_cap, char *err, size_t errcap);
+                    size_t kv_cap, skv_err *err);
 
 /* kvtc_jacobi.c: eigen-decomposition of the symmetric d x d matrix a (row-major, destroyed)
  * by cyclic Jacobi rotations: eig[d] descending, vec[j * d + i] = component i of

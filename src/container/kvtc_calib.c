@@ -184,28 +184,27 @@ const float *skv_kvtc_calib_eig(const skv_kvtc_calib *c, size_t series)
     return series < c->n_series ? c->eig + series * c->d : NULL;
 }
 
-static int cal_fail(char *err, size_t cap, const char *msg)
+static int cal_fail(skv_err *err, const char *msg)
 {
-    if (err && cap) snprintf(err, cap, "kvtc calibration: %s", msg);
-    return SKV_ERR_FORMAT;
+    return skv_fail(err, SKV_ERR_FORMAT, "kvtc calibration: %s", msg);
 }
 
 /* Header fields of buf[0..len): geometry checked before any size is computed from it. */
-static int image_check(const uint8_t *buf, size_t len, uint32_t dim[3], char *err, size_t cap)
+static int image_check(const uint8_t *buf, size_t len, uint32_t dim[3], skv_err *err)
 {
-    if (len < SKV_KVTC_CAL_HDR + 8 || memcmp(buf, cal_magic, 8)) return cal_fail(err, cap, "not a calibration (magic)");
-    if (skv_rd32(buf + 8) != SKV_KVTC_CAL_VERSION) return cal_fail(err, cap, "unknown version");
+    if (len < SKV_KVTC_CAL_HDR + 8 || memcmp(buf, cal_magic, 8)) return cal_fail(err, "not a calibration (magic)");
+    if (skv_rd32(buf + 8) != SKV_KVTC_CAL_VERSION) return cal_fail(err, "unknown version");
     for (int i = 0; i < 3; i++) dim[i] = skv_rd32(buf + 12 + 4 * i);
-    if (!dims_ok(dim[0], dim[1], dim[2])) return cal_fail(err, cap, "geometry out of range");
+    if (!dims_ok(dim[0], dim[1], dim[2])) return cal_fail(err, "geometry out of range");
     if (!kvtc_rope_ok((int)skv_rd32(buf + 32), skv_rd32(buf + 36), skv_rdf32(buf + 40), dim[2]) || skv_rd32(buf + 44))
-        return cal_fail(err, cap, "bad RoPE fields");
+        return cal_fail(err, "bad RoPE fields");
     size_t want = SKV_KVTC_CAL_HDR + (size_t)dim[0] * 2 * dim[1] * (2 + dim[2]) * dim[2] * 4 + 8;
-    if (len != want) return cal_fail(err, cap, "length does not match the geometry (truncated?)");
-    if (XXH3_64bits(buf, len - 8) != skv_rd64(buf + len - 8)) return cal_fail(err, cap, "checksum mismatch (damaged)");
+    if (len != want) return cal_fail(err, "length does not match the geometry (truncated?)");
+    if (XXH3_64bits(buf, len - 8) != skv_rd64(buf + len - 8)) return cal_fail(err, "checksum mismatch (damaged)");
     return SKV_OK;
 }
 
-static int image_read(skv_kvtc_calib *c, const uint8_t *buf, char *err, size_t cap)
+static int image_read(skv_kvtc_calib *c, const uint8_t *buf, skv_err *err)
 {
     const uint8_t *p = buf + SKV_KVTC_CAL_HDR;
     size_t d = c->d;
@@ -218,21 +217,21 @@ static int image_read(skv_kvtc_calib *c, const uint8_t *buf, char *err, size_t c
     }
     c->id = skv_rd64(p);
     for (size_t i = 0; i < c->n_series * d; i++)
-        if (!isfinite(c->mu[i]) || !(c->eig[i] >= 0.0f)) return cal_fail(err, cap, "a mean or eigenvalue is not finite");
+        if (!isfinite(c->mu[i]) || !(c->eig[i] >= 0.0f)) return cal_fail(err, "a mean or eigenvalue is not finite");
     for (size_t i = 0; i < c->n_series * d * d; i++)
-        if (!(fabsf(c->basis[i]) <= 1.0f)) return cal_fail(err, cap, "a basis entry is outside [-1, 1]");
+        if (!(fabsf(c->basis[i]) <= 1.0f)) return cal_fail(err, "a basis entry is outside [-1, 1]");
     return SKV_OK;
 }
 
-int skv_kvtc_calib_load(const uint8_t *buf, size_t len, skv_kvtc_calib **out, char *err, size_t errcap)
+int skv_kvtc_calib_load(const uint8_t *buf, size_t len, skv_kvtc_calib **out, skv_err *err)
 {
     uint32_t dim[3];
     *out = NULL;
-    int rc = buf ? image_check(buf, len, dim, err, errcap) : SKV_ERR_INVALID_ARG;
+    int rc = buf ? image_check(buf, len, dim, err) : SKV_ERR_INVALID_ARG;
     if (rc) return rc;
     skv_kvtc_calib *c = calloc(1, sizeof *c);
     rc = c ? calib_alloc(c, dim[0], dim[1], dim[2]) : SKV_ERR_NOMEM;
-    if (!rc) rc = image_read(c, buf, err, errcap);
+    if (!rc) rc = image_read(c, buf, err);
     if (rc) skv_kvtc_calib_free(c);
     else *out = c;
     return rc;

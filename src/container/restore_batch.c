@@ -61,14 +61,14 @@ static int job_validate(batch *b, skv_restore_job *j)
 {
     skv_session_info si;
     uint32_t n = 0;
-    char e[512];
+    skv_err e = {0};
     if (!j->session || !j->ctx || !j->tokens || skv_ctx_model(j->ctx) != b->m)
         return job_fail(j, SKV_ERR_INVALID_ARG, "invalid job (session, context of this model and token buffer required)");
     skv_session_get_info(j->session, &si);
     if (j->segment >= si.n_segments) return job_fail(j, SKV_ERR_INVALID_ARG, "segment index out of range");
-    if (job_check(j, skv_session_check_ctx(j->ctx, e, sizeof e), e) ||
-        job_check(j, skv_session_check_kv_type(j->session, j->ctx, e, sizeof e), e) ||
-        job_check(j, skv_session_check_model(j->session, b->m, e, sizeof e), e))
+    if (job_check(j, skv_session_check_ctx(j->ctx, &e), e.msg) ||
+        job_check(j, skv_session_check_kv_type(j->session, j->ctx, &e), e.msg) ||
+        job_check(j, skv_session_check_model(j->session, b->m, &e), e.msg))
         return j->status;
     skv_session_segment_info(j->session, j->segment, &n, NULL, NULL);
     if (j->cap < n || (uint32_t)skv_ctx_n_ctx(j->ctx) < n)
@@ -78,22 +78,22 @@ static int job_validate(batch *b, skv_restore_job *j)
 
 static int job_start(active_job *a, skv_restore_job *j)
 {
-    char e[256];
+    skv_err e = {0};
     a->job = j;
     skv_session_segment_info(j->session, j->segment, &a->n, NULL, NULL);
     skv_ctx_truncate(j->ctx, 0);
     a->i = 1;
-    return job_check(j, skv_session_stream_open(j->session, j->segment, &a->dec, j->tokens, e, sizeof e), e);
+    return job_check(j, skv_session_stream_open(j->session, j->segment, &a->dec, j->tokens, &e), e.msg);
 }
 
 /* The segment is decoded and its cache complete: check the stream's end and the digest. */
 static int job_finish(batch *b, active_job *a)
 {
     skv_restore_job *j = a->job;
-    char e[256];
+    skv_err e = {0};
     if (skv_rangecoder_dec_finish(&a->dec))
         return job_fail(j, SKV_ERR_FORMAT, "not a valid .skv file: model-coded stream has trailing or missing bytes");
-    if (b->p && b->p->verify && job_check(j, skv_session_verify_segment(j->session, j->segment, j->ctx, e, sizeof e), e))
+    if (b->p && b->p->verify && job_check(j, skv_session_verify_segment(j->session, j->segment, j->ctx, &e), e.msg))
         return j->status;
     b->st.n_tokens += a->n;
     return SKV_OK;
@@ -110,6 +110,7 @@ static void step(batch *b, active_job *act, size_t *n_act)
         toks[r] = act[r].job->tokens[act[r].i - 1];
     }
     char e[256];
+    skv_err se = {0};
     int rc = skv_ctx_decode_multi(ctxs, toks, n, b->logits);
     b->st.n_passes++;
     if (rc) snprintf(e, sizeof e, "forward pass failed: %.200s", skv_ctx_last_error(ctxs[0]));
@@ -126,8 +127,8 @@ static void step(batch *b, active_job *act, size_t *n_act)
         }
         if (job_check(a->job,
                       skv_session_stream_next(a->job->session, &a->dec, b->logits + r * (size_t)b->V, b->freq, b->cum,
-                                              &a->job->tokens[a->i], e, sizeof e),
-                      e))
+                                              &a->job->tokens[a->i], &se),
+                      se.msg))
             continue;
         a->i++;
         act[k++] = *a;
@@ -203,7 +204,7 @@ static int batch_status(const skv_restore_job *jobs, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (jobs[i].status != SKV_OK)
-            return skv_errf(NULL, 0, jobs[i].status, "restore job %zu: %s", i,
+            return skv_fail(NULL, jobs[i].status, "restore job %zu: %s", i,
                             jobs[i].ctx ? skv_ctx_last_error(jobs[i].ctx) : skv_status_str(jobs[i].status));
     return SKV_OK;
 }
@@ -214,7 +215,7 @@ int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, con
     skv_restore_job **queue;
     skv_model_info mi;
     size_t nq = 0;
-    if (!m || (!jobs && n)) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "restore_batch: NULL model or jobs");
+    if (!m || (!jobs && n)) return skv_fail(NULL, SKV_ERR_INVALID_ARG, "restore_batch: NULL model or jobs");
     for (size_t i = 0; i < n; i++) jobs[i].status = SKV_OK;
     if (distinct_contexts(jobs, n)) return SKV_ERR_INVALID_ARG;
     skv_model_get_info(m, &mi);
@@ -223,7 +224,7 @@ int skv_session_restore_batch(skv_model *m, skv_restore_job *jobs, size_t n, con
     if (!(queue = malloc((n ? n : 1) * sizeof *queue)) || alloc_batch(&b)) {
         free(queue);
         free_batch(&b);
-        return skv_errf(NULL, 0, SKV_ERR_NOMEM, "restore_batch: out of memory");
+        return skv_fail(NULL, SKV_ERR_NOMEM, "restore_batch: out of memory");
     }
     dispatch(&b, jobs, n, queue, &nq);
     run_model_jobs(&b, queue, nq);

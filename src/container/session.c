@@ -52,23 +52,23 @@ int skv_digest_f32(const float *x, size_t n, uint8_t out[16])
 
 /* ---- reader ------------------------------------------------------------------------ */
 
-int skv_session_bad(char *err, size_t cap, const char *what)
+int skv_session_bad(skv_err *err, const char *what)
 {
-    return skv_errf(err, cap, SKV_ERR_FORMAT, "not a valid .skv file: %s", what);
+    return skv_fail(err, SKV_ERR_FORMAT, "not a valid .skv file: %s", what);
 }
 
 /* The header's fields into s->info (magic, version, size and checksum verified first). */
-static int read_header(skv_session *s, uint32_t *flags, char *err, size_t cap)
+static int read_header(skv_session *s, uint32_t *flags, skv_err *err)
 {
     const uint8_t *h = s->data;
     skv_session_info *in = &s->info;
-    if (s->size < 8 || memcmp(h, SKV_MAGIC, 8)) return skv_session_bad(err, cap, "bad magic (not a seqkv session)");
-    if (s->size < HDR_SIZE) return skv_session_bad(err, cap, "truncated header");
+    if (s->size < 8 || memcmp(h, SKV_MAGIC, 8)) return skv_session_bad(err, "bad magic (not a seqkv session)");
+    if (s->size < HDR_SIZE) return skv_session_bad(err, "truncated header");
     if (skv_rd16(h + 8) != SKV_VERSION)
-        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, ".skv version %u is not supported (this build reads version %d)",
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, ".skv version %u is not supported (this build reads version %d)",
                         skv_rd16(h + 8), SKV_VERSION);
-    if (skv_rd16(h + 10) != HDR_SIZE) return skv_session_bad(err, cap, "unexpected header size");
-    if (skv_rd64(h + 120) != XXH3_64bits(h, 120)) return skv_session_bad(err, cap, "header checksum mismatch (corrupt)");
+    if (skv_rd16(h + 10) != HDR_SIZE) return skv_session_bad(err, "unexpected header size");
+    if (skv_rd64(h + 120) != XXH3_64bits(h, 120)) return skv_session_bad(err, "header checksum mismatch (corrupt)");
     in->version = SKV_VERSION;
     in->codec = (int)skv_rd32(h + 12);
     *flags = skv_rd32(h + 16);
@@ -91,92 +91,98 @@ static int read_header(skv_session *s, uint32_t *flags, char *err, size_t cap)
 
 /* The name is printed by tools: printable bytes, NUL-padded; bytes 112..120 zero unless
  * they hold the tokenizer's fingerprint (flag SKV_HDR_TOKENIZER). */
-static int check_name_field(const uint8_t *h, uint32_t flags, char *err, size_t cap)
+static int check_name_field(const uint8_t *h, uint32_t flags, skv_err *err)
 {
     for (size_t i = 0, end = 0; i < 48; i++) {
         uint8_t ch = h[64 + i];
         if (!ch) end = 1;
-        else if (end || ch < 0x20 || ch == 0x7f) return skv_session_bad(err, cap, "model name field is not printable text");
+        else if (end || ch < 0x20 || ch == 0x7f) return skv_session_bad(err, "model name field is not printable text");
     }
     for (size_t i = 112; i < 120 && !(flags & SKV_HDR_TOKENIZER); i++)
-        if (h[i]) return skv_session_bad(err, cap, "reserved header bytes are not zero");
+        if (h[i]) return skv_session_bad(err, "reserved header bytes are not zero");
     return SKV_OK;
 }
 
-static int parse_header(skv_session *s, char *err, size_t cap)
+static int parse_header(skv_session *s, skv_err *err)
 {
     skv_session_info *in = &s->info;
     uint32_t flags = 0;
     int rc;
-    if ((rc = read_header(s, &flags, err, cap)) || (rc = check_name_field(s->data, flags, err, cap))) return rc;
+    if ((rc = read_header(s, &flags, err)) || (rc = check_name_field(s->data, flags, err))) return rc;
     if (!skv_codec_name(in->codec))
-        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "unknown codec id %d", in->codec);
-    if (flags & ~(3u | SKV_HDR_TOKENIZER)) return skv_session_bad(err, cap, "unknown flags");
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, "unknown codec id %d", in->codec);
+    if (flags & ~(3u | SKV_HDR_TOKENIZER)) return skv_session_bad(err, "unknown flags");
     if (in->n_vocab < 1 || in->n_vocab > (1u << 24) || in->n_ctx < 1 || in->n_ctx > (1u << 24))
-        return skv_session_bad(err, cap, "vocabulary or context size out of range");
+        return skv_session_bad(err, "vocabulary or context size out of range");
     if (skv_codec_flags(in->codec) & SKV_CODEC_F_MODEL
             ? (in->total_bits < 16 || in->total_bits > 28 || ((uint64_t)1 << in->total_bits) < in->n_vocab)
             : in->total_bits != 0)
-        return skv_session_bad(err, cap, "invalid frequency total");
-    if (!in->segmented && in->n_segments > 1) return skv_session_bad(err, cap, "several segments in an unsegmented session");
-    if (in->n_segments > (s->size - HDR_SIZE) / (SEG_HDR + 8)) return skv_session_bad(err, cap, "segment count exceeds the file");
+        return skv_session_bad(err, "invalid frequency total");
+    if (!in->segmented && in->n_segments > 1) return skv_session_bad(err, "several segments in an unsegmented session");
+    if (in->n_segments > (s->size - HDR_SIZE) / (SEG_HDR + 8)) return skv_session_bad(err, "segment count exceeds the file");
     if (skv_codec_is_kv(in->codec) && in->n_segments > (s->size - HDR_SIZE) / (SEG_HDR + 8 + SKV_KVC_HDR))
-        return skv_session_bad(err, cap, "segment count exceeds the file");
-    if (in->n_tokens > (uint64_t)in->n_segments * in->n_ctx) return skv_session_bad(err, cap, "token count exceeds the segments");
+        return skv_session_bad(err, "segment count exceeds the file");
+    if (in->n_tokens > (uint64_t)in->n_segments * in->n_ctx) return skv_session_bad(err, "token count exceeds the segments");
     return SKV_OK;
 }
 
-static int parse_segments(skv_session *s, char *err, size_t cap)
+static int parse_segments(skv_session *s, skv_err *err)
 {
     skv_codec_check_fn check = skv_codec_row_of(s->info.codec)->check; /* the codec's sub-header */
     size_t pos = HDR_SIZE;
     uint64_t total = 0;
     int rc;
     if (!(s->segs = calloc(s->info.n_segments ? s->info.n_segments : 1, sizeof *s->segs)))
-        return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     for (uint32_t i = 0; i < s->info.n_segments; i++) {
         const uint8_t *p = s->data + pos;
         seg_view *g = &s->segs[i];
-        if (s->size - pos < SEG_HDR + 8 || memcmp(p, SEG_MAGIC, 4)) return skv_session_bad(err, cap, "truncated or missing segment");
+        if (s->size - pos < SEG_HDR + 8 || memcmp(p, SEG_MAGIC, 4)) return skv_session_bad(err, "truncated or missing segment");
         g->n_tokens = skv_rd32(p + 4);
         g->payload_bytes = skv_rd64(p + 8);
-        if (g->n_tokens < 1 || g->n_tokens > s->info.n_ctx) return skv_session_bad(err, cap, "segment token count out of range");
-        if (g->payload_bytes > s->size - pos - SEG_HDR - 8) return skv_session_bad(err, cap, "segment payload runs past the end");
+        if (g->n_tokens < 1 || g->n_tokens > s->info.n_ctx) return skv_session_bad(err, "segment token count out of range");
+        if (g->payload_bytes > s->size - pos - SEG_HDR - 8) return skv_session_bad(err, "segment payload runs past the end");
         size_t len = SEG_HDR + (size_t)g->payload_bytes;
         if (skv_rd64(p + len) != XXH3_64bits(p, len)) {
             char msg[96];
             snprintf(msg, sizeof msg, "segment %u checksum mismatch (corrupt)", i);
-            return skv_session_bad(err, cap, msg);
+            return skv_session_bad(err, msg);
         }
         memcpy(g->digest, p + 16, 16);
         g->payload = p + SEG_HDR;
-        if (check && (rc = check(s, i, err, cap))) return rc;
+        if (check && (rc = check(s, i, err))) return rc;
         total += g->n_tokens;
         pos += len + 8;
     }
-    if (pos != s->size) return skv_session_bad(err, cap, "unexpected bytes after the last segment");
-    if (total != s->info.n_tokens) return skv_session_bad(err, cap, "segment token counts do not add up");
+    if (pos != s->size) return skv_session_bad(err, "unexpected bytes after the last segment");
+    if (total != s->info.n_tokens) return skv_session_bad(err, "segment token counts do not add up");
     return SKV_OK;
 }
 
-int skv_session_open(const void *data, size_t size, skv_session **out, char *err, size_t errcap)
+static int skv_session_open_e(const void *data, size_t size, skv_session **out, skv_err *err)
 {
     skv_session *s;
     int rc;
-    if (!out || (!data && size)) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    if (!out || (!data && size)) return skv_fail(err, SKV_ERR_INVALID_ARG, "invalid argument");
     *out = NULL;
     if (!(s = calloc(1, sizeof *s)) || !(s->data = malloc(size ? size : 1)) || !(s->err = skv_errbox_create())) {
         skv_session_free(s);
-        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     }
     if (size) memcpy(s->data, data, size);
     s->size = size;
-    if ((rc = parse_header(s, err, errcap)) || (rc = parse_segments(s, err, errcap))) {
+    if ((rc = parse_header(s, err)) || (rc = parse_segments(s, err))) {
         skv_session_free(s);
         return rc;
     }
     *out = s;
     return SKV_OK;
+}
+
+int skv_session_open(const void *data, size_t size, skv_session **out, char *err, size_t errcap)
+{
+    skv_err e = {0};
+    return skv_err_out(&e, skv_session_open_e(data, size, out, &e), err, errcap);
 }
 
 void skv_session_free(skv_session *s)
@@ -233,45 +239,45 @@ static void hex16(const uint8_t *d, char *out)
     for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-int skv_session_digest_mismatch(const uint8_t *stored, const uint8_t *got, uint32_t i, const char *what, char *err, size_t cap)
+int skv_session_digest_mismatch(const uint8_t *stored, const uint8_t *got, uint32_t i, const char *what, skv_err *err)
 {
     char a[33], b[33];
     hex16(stored, a);
     hex16(got, b);
-    return skv_errf(err, cap, SKV_ERR_MISMATCH, "KV verification failed for segment %u: stored digest %s, %s %s", i, a,
+    return skv_fail(err, SKV_ERR_MISMATCH, "KV verification failed for segment %u: stored digest %s, %s %s", i, a,
                     what, b);
 }
 
-int skv_session_check_tokenizer(const skv_session *s, skv_model *m, char *err, size_t cap)
+int skv_session_check_tokenizer(const skv_session *s, skv_model *m, skv_err *err)
 {
     uint8_t tf[16];
     char a[33], b[33];
     if (!s->info.has_tokenizer) return SKV_OK; /* an older file: the model's fingerprint only */
     int rc = skv_model_tokenizer_fingerprint(m, tf);
-    if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model's tokenizer");
+    if (rc) return skv_fail(err, rc, "cannot fingerprint the model's tokenizer");
     if (!memcmp(tf, s->info.tokenizer, 8)) return SKV_OK;
     for (int i = 0; i < 8; i++) {
         snprintf(a + 2 * i, 3, "%02x", s->info.tokenizer[i]);
         snprintf(b + 2 * i, 3, "%02x", tf[i]);
     }
-    return skv_errf(err, cap, SKV_ERR_MISMATCH,
+    return skv_fail(err, SKV_ERR_MISMATCH,
                     "wrong tokenizer: this session was written with model '%s' whose tokenizer (fingerprint %s) is not "
                     "the one of model '%s' (%s): its ids would render to other text; use the model it was written with",
                     s->info.model_name, a, skv_model_info_of(m)->name, b);
 }
 
-int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_t cap)
+int skv_session_check_model(const skv_session *s, skv_model *m, skv_err *err)
 {
     uint8_t fp[16];
     char a[33], b[33];
-    int rc = skv_session_check_tokenizer(s, m, err, cap);
+    int rc = skv_session_check_tokenizer(s, m, err);
     if (rc) return rc;
     rc = skv_model_fingerprint(m, fp);
-    if (rc) return skv_errf(err, cap, rc, "cannot fingerprint the model");
+    if (rc) return skv_fail(err, rc, "cannot fingerprint the model");
     if (memcmp(fp, s->info.fingerprint, 16) || (uint32_t)skv_model_info_of(m)->n_vocab != s->info.n_vocab) {
         hex16(s->info.fingerprint, a);
         hex16(fp, b);
-        return skv_errf(err, cap, SKV_ERR_MISMATCH,
+        return skv_fail(err, SKV_ERR_MISMATCH,
                         "wrong model: this session was written with model '%s' (fingerprint %s), but the model given is '%s' (fingerprint %s)",
                         s->info.model_name, a, skv_model_info_of(m)->name, b);
     }
@@ -296,21 +302,20 @@ static const char *read_varint(const uint8_t *raw, size_t raw_len, size_t *k, ui
 }
 
 /* The n ids of raw[0..raw_len), each < V, and nothing after them. */
-static int parse_varints(const uint8_t *raw, size_t raw_len, uint32_t n, uint32_t V, int32_t *tok, char *err,
-                         size_t cap)
+static int parse_varints(const uint8_t *raw, size_t raw_len, uint32_t n, uint32_t V, int32_t *tok, skv_err *err)
 {
     size_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t v = 0;
         const char *why = read_varint(raw, raw_len, &k, &v);
-        if (why) return skv_session_bad(err, cap, why);
-        if (v >= V) return skv_session_bad(err, cap, "token id outside the vocabulary");
+        if (why) return skv_session_bad(err, why);
+        if (v >= V) return skv_session_bad(err, "token id outside the vocabulary");
         tok[i] = (int32_t)v;
     }
-    return k != raw_len ? skv_session_bad(err, cap, "trailing bytes in the token payload") : SKV_OK;
+    return k != raw_len ? skv_session_bad(err, "trailing bytes in the token payload") : SKV_OK;
 }
 
-int skv_session_decode_tokens(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap)
+int skv_session_decode_tokens(const seg_view *g, uint32_t V, int32_t *tok, skv_err *err)
 {
     size_t maxraw = (size_t)g->n_tokens * 5, raw_len;
     unsigned long long content = ZSTD_getFrameContentSize(g->payload, g->payload_bytes);
@@ -318,11 +323,11 @@ int skv_session_decode_tokens(const seg_view *g, uint32_t V, int32_t *tok, char 
     int rc;
     if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content > maxraw ||
         ZSTD_findFrameCompressedSize(g->payload, g->payload_bytes) != g->payload_bytes)
-        return skv_session_bad(err, cap, "token payload is not exactly one zstd frame of the expected size");
-    if (!(raw = malloc(maxraw))) return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+        return skv_session_bad(err, "token payload is not exactly one zstd frame of the expected size");
+    if (!(raw = malloc(maxraw))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     raw_len = ZSTD_decompress(raw, maxraw, g->payload, g->payload_bytes);
-    if (ZSTD_isError(raw_len) || raw_len != content) rc = skv_session_bad(err, cap, "token payload does not decompress");
-    else rc = parse_varints(raw, raw_len, g->n_tokens, V, tok, err, cap);
+    if (ZSTD_isError(raw_len) || raw_len != content) rc = skv_session_bad(err, "token payload does not decompress");
+    else rc = parse_varints(raw, raw_len, g->n_tokens, V, tok, err);
     free(raw);
     return rc;
 }
@@ -338,9 +343,9 @@ size_t skv_session_kv_floats(const seg_view *g)
 
 /* Tokens and decoded KV (skv_session_kv_floats(g) floats) of a segment of a codec storing KV. */
 int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
-                          int32_t *tok, char *err, size_t cap)
+                          int32_t *tok, skv_err *err)
 {
-    return skv_codec_row_of(s->info.codec)->decode_kv(s, g, model_free, kv, kv_cap, tok, err, cap);
+    return skv_codec_row_of(s->info.codec)->decode_kv(s, g, model_free, kv, kv_cap, tok, err);
 }
 
 int skv_session_segment_dict(const skv_session *s, uint32_t i, uint64_t *id, uint32_t *n_ids)
@@ -382,31 +387,31 @@ int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv
 }
 
 static int restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens, size_t tok_cap,
-                      int verify, char *err, size_t errcap)
+                      int verify, skv_err *err)
 {
     const seg_view *g;
     uint8_t d[16];
     int rc;
     if (!kv || !tokens || i >= s->info.n_segments)
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument (NULL buffer or segment out of range)");
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "invalid argument (NULL buffer or segment out of range)");
     if (!skv_codec_is_kv(s->info.codec))
-        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "codec %s stores no KV: restore it with the model",
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, "codec %s stores no KV: restore it with the model",
                         skv_codec_name(s->info.codec));
     g = &s->segs[i];
-    if (tok_cap < g->n_tokens) return skv_errf(err, errcap, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
+    if (tok_cap < g->n_tokens) return skv_fail(err, SKV_ERR_RANGE, "token buffer too small (%u needed)", g->n_tokens);
     if (kv_cap < skv_session_kv_floats(g))
-        return skv_errf(err, errcap, SKV_ERR_RANGE, "KV buffer too small (%zu floats needed)", skv_session_kv_floats(g));
-    if ((rc = skv_session_decode_kv(s, g, 1, kv, kv_cap, tokens, err, errcap))) return rc;
+        return skv_fail(err, SKV_ERR_RANGE, "KV buffer too small (%zu floats needed)", skv_session_kv_floats(g));
+    if ((rc = skv_session_decode_kv(s, g, 1, kv, kv_cap, tokens, err))) return rc;
     if (!verify) return SKV_OK;
-    if ((rc = skv_digest_f32(kv, skv_session_kv_floats(g), d))) return skv_errf(err, errcap, rc, "digest failed");
-    return memcmp(d, g->digest, 16) ? skv_session_digest_mismatch(g->digest, d, i, "decoded", err, errcap) : SKV_OK;
+    if ((rc = skv_digest_f32(kv, skv_session_kv_floats(g), d))) return skv_fail(err, rc, "digest failed");
+    return memcmp(d, g->digest, 16) ? skv_session_digest_mismatch(g->digest, d, i, "decoded", err) : SKV_OK;
 }
 
 int skv_session_restore_kv(const skv_session *s, uint32_t i, float *kv, size_t kv_cap, int32_t *tokens,
                            size_t tok_cap, int verify)
 {
-    char err[512];
+    skv_err err = {0};
     if (!s) return SKV_ERR_INVALID_ARG;
-    return ses_status(s, restore_kv(s, i, kv, kv_cap, tokens, tok_cap, verify, err, sizeof err), "%s", err);
+    return ses_status(s, restore_kv(s, i, kv, kv_cap, tokens, tok_cap, verify, &err), "%s", err.msg);
 }
 

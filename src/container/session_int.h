@@ -62,17 +62,16 @@ int skv_codec_is_kv(int codec);     /* codecs.c: the codec stores the KV (SKV_CO
 int skv_codec_scheme(int codec);    /* codec_kv.c: the one scheme of a fixed KV codec; -1 for KVQ and the others */
 /* XXH3-128 (canonical bytes) of n floats as little-endian binary32. */
 int skv_digest_f32(const float *x, size_t n, uint8_t out[16]);
-int skv_session_bad(char *err, size_t cap, const char *what); /* SKV_ERR_FORMAT "not a valid .skv file: ..." */
-int skv_session_digest_mismatch(const uint8_t *stored, const uint8_t *got, uint32_t i, const char *what, char *err,
-                                size_t cap);
+int skv_session_bad(skv_err *err, const char *what); /* SKV_ERR_FORMAT "not a valid .skv file: ..." */
+int skv_session_digest_mismatch(const uint8_t *stored, const uint8_t *got, uint32_t i, const char *what, skv_err *err);
 /* A tokens payload (zstd of LEB128 ids) of g's n_tokens ids < V into tok. */
-int skv_session_decode_tokens(const seg_view *g, uint32_t V, int32_t *tok, char *err, size_t cap);
+int skv_session_decode_tokens(const seg_view *g, uint32_t V, int32_t *tok, skv_err *err);
 size_t skv_session_kv_floats(const seg_view *g); /* floats of a KV segment, canonical order */
 /* Tokens and dequantized KV (skv_session_kv_floats(g) floats) of a quantized-KV segment.
  * model_free: refuse (SKV_ERR_RANGE) a header whose quantizer setup exceeds the limit of
  * kvcodec.h (with a model, its geometry was checked against the model's first). */
 int skv_session_decode_kv(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
-                          int32_t *tok, char *err, size_t cap);
+                          int32_t *tok, skv_err *err);
 
 /* ---- kvpred_session.c: codec pred ---- */
 /* "PREDICTOR[,ramp][,surprisal][,step=S][,kstep=S][,vstep=S][,rate=BITS]" (NULL or "":
@@ -84,32 +83,31 @@ int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur);
 int skv_session_pred_payload(const skv_kvp_params *p, const skv_ctx *ctx, const int32_t *tok, const float *sur, size_t n,
                              const uint8_t *tframe, size_t tlen, uint8_t **out, size_t *plen, uint8_t digest[16]);
 /* Segment i's SKVP sub-header into segs[i].kph (and its geometry into segs[i].kvh). */
-int skv_session_check_pred(skv_session *s, uint32_t i, char *err, size_t cap);
+int skv_session_check_pred(skv_session *s, uint32_t i, skv_err *err);
 /* Tokens and decoded KV (skv_session_kv_floats(g) floats) of a codec pred segment; with
  * flag bit 1 layer 0 is left zero (model_free: SKV_ERR_UNSUPPORTED): the caller regenerates it. */
 int skv_session_decode_pred(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
-                            int32_t *tok, char *err, size_t cap);
+                            int32_t *tok, skv_err *err);
 
 /* ---- restore.c: the steps restore_batch.c shares ---- */
 /* SKV_OK if m is the model s was written with (fingerprint and vocabulary), else
  * SKV_ERR_MISMATCH naming both. */
-int skv_session_check_model(const skv_session *s, skv_model *m, char *err, size_t cap);
+int skv_session_check_model(const skv_session *s, skv_model *m, skv_err *err);
 /* The tokenizer's fingerprint against the header's (files that record it; SKV_ERR_MISMATCH
  * "wrong tokenizer ..."); skv_session_check_model includes it. */
-int skv_session_check_tokenizer(const skv_session *s, skv_model *m, char *err, size_t cap);
+int skv_session_check_tokenizer(const skv_session *s, skv_model *m, skv_err *err);
 /* SKV_OK if ctx holds exact KV, else SKV_ERR_UNSUPPORTED (a context with kv_quant): every
  * restore refuses such a context before changing it. */
-int skv_session_check_ctx(skv_ctx *ctx, char *err, size_t cap);
+int skv_session_check_ctx(skv_ctx *ctx, skv_err *err);
 /* SKV_OK when ctx's kv_cache_type is the session's, else SKV_ERR_MISMATCH with a message. */
-int skv_session_check_kv_type(const skv_session *s, const skv_ctx *ctx, char *err, size_t errcap);
+int skv_session_check_kv_type(const skv_session *s, const skv_ctx *ctx, skv_err *err);
 /* Opens segment i's model-coded stream (i < n_segments) and reads its first token. */
-int skv_session_stream_open(const skv_session *s, uint32_t i, skv_rangecoder_dec *d, int32_t *tok0, char *err,
-                            size_t cap);
+int skv_session_stream_open(const skv_session *s, uint32_t i, skv_rangecoder_dec *d, int32_t *tok0, skv_err *err);
 /* Decodes the next token from the logits that predict it (freq, cum: n_vocab and
  * n_vocab + 1 scratch entries). */
 int skv_session_stream_next(const skv_session *s, skv_rangecoder_dec *d, const float *logits, uint32_t *freq,
-                            uint32_t *cum, int32_t *tok, char *err, size_t cap);
+                            uint32_t *cum, int32_t *tok, skv_err *err);
 /* Compares ctx's first n_tokens positions of segment i with the stored digest. */
-int skv_session_verify_segment(const skv_session *s, uint32_t i, const skv_ctx *ctx, char *err, size_t cap);
+int skv_session_verify_segment(const skv_session *s, uint32_t i, const skv_ctx *ctx, skv_err *err);
 
 #endif

@@ -48,9 +48,9 @@ const char *skv_status_name(int status)
 /* ---- per-thread error boxes ------------------------------------------------ */
 
 /* ---- the calling thread's last error (skv_last_error) ----------------------
- * Every message the library sets passes through here: skv_errf (the err/errcap buffers),
+ * Every message the library sets passes through here: skv_fail (the per-operation skv_err),
  * skv_errbox_vset (sessions, stores, a model's skv_ctx_create message) and the contexts' and
- * encoders' own messages (written with skv_errf). So the thread's last message is always
+ * encoders' own messages (written with skv_fail). So the thread's last message is always
  * the one the failing call set, whichever handle (or buffer) also keeps it. */
 static _Thread_local char tl_last_error[1024];
 
@@ -142,31 +142,46 @@ const char *skv_errbox_get(skv_errbox *b)
     return s ? s->msg : "";
 }
 
-int skv_errf(char *err, size_t errcap, int status, const char *fmt, ...)
+int skv_vfail(skv_err *err, int status, const char *fmt, va_list ap)
+{
+    char tmp[SKV_ERR_MSG]; /* formatted apart first: the arguments may point into err->msg */
+    if (!err) {
+        vsnprintf(tl_last_error, sizeof tl_last_error, fmt, ap);
+        return status;
+    }
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    memcpy(err->msg, tmp, sizeof tmp);
+    err->status = status;
+    skv_err_note(err->msg);
+    return status;
+}
+
+int skv_fail(skv_err *err, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    if (err && errcap) {
-        vsnprintf(err, errcap, fmt, ap);
-        skv_err_note(err);
-    } else {
-        vsnprintf(tl_last_error, sizeof tl_last_error, fmt, ap);
-    }
+    skv_vfail(err, status, fmt, ap);
     va_end(ap);
     return status;
 }
 
-int skv_mmap_open(const char *path, skv_mmap *m, char *err, size_t errcap)
+int skv_err_out(const skv_err *err, int rc, char *buf, size_t cap)
+{
+    if (buf && cap) snprintf(buf, cap, "%s", skv_err_msg(err));
+    return rc;
+}
+
+int skv_mmap_open(const char *path, skv_mmap *m, skv_err *err)
 {
     struct stat st;
     int fd;
     void *p;
     memset(m, 0, sizeof *m);
     fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return skv_errf(err, errcap, SKV_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0) return skv_fail(err, SKV_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return skv_errf(err, errcap, SKV_ERR_IO, "'%s' is not a regular file", path);
+        return skv_fail(err, SKV_ERR_IO, "'%s' is not a regular file", path);
     }
     if (st.st_size == 0) {
         close(fd);
@@ -175,11 +190,11 @@ int skv_mmap_open(const char *path, skv_mmap *m, char *err, size_t errcap)
     }
     if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
         close(fd);
-        return skv_errf(err, errcap, SKV_ERR_RANGE, "'%s' is too large to map", path);
+        return skv_fail(err, SKV_ERR_RANGE, "'%s' is too large to map", path);
     }
     p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (p == MAP_FAILED) return skv_errf(err, errcap, SKV_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    if (p == MAP_FAILED) return skv_fail(err, SKV_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
     m->data = p;
     m->size = (size_t)st.st_size;
     m->mapped = 1;

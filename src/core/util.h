@@ -10,11 +10,37 @@
 
 #include "seqkv.h"
 
-/* Formats a message into err (if non-NULL) and returns status, so callers write
- *   return skv_errf(err, cap, SKV_ERR_FORMAT, "tensor %s: offset past end", name); */
-int skv_errf(char *err, size_t errcap, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-/* Makes msg the calling thread's last error (skv_last_error, seqkv.h). skv_errf and
+/* The error of one operation: its status and its message, owned inside (no separate
+ * buffer and capacity to thread through). An internal function that can fail takes one
+ * `skv_err *err` (NULL allowed: the message then reaches skv_last_error alone) and fails with
+ *   return skv_fail(err, SKV_ERR_FORMAT, "tensor %s: offset past end", name);
+ * A caller that wraps an inner message passes err itself: skv_fail formats before it
+ * writes, so skv_fail(err, rc, "loading %s: %s", path, err->msg) is allowed.
+ * The public functions that take an err buffer and its capacity hold one on the stack and
+ * copy it out with skv_err_out; nothing below them takes a capacity (check_layers.sh). */
+#define SKV_ERR_MSG 512
+typedef struct skv_err {
+    int status;             /* the status of the last skv_fail; SKV_OK if none */
+    char msg[SKV_ERR_MSG];  /* its message, NUL-terminated; "" if none */
+} skv_err;
+
+/* Formats the message into err (and the thread's last error), sets err->status and returns
+ * status. err may be NULL. */
+int skv_fail(skv_err *err, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int skv_vfail(skv_err *err, int status, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
+/* Empties err (NULL allowed): status SKV_OK, message "". */
+static inline void skv_err_clear(skv_err *err)
+{
+    if (err) err->status = SKV_OK, err->msg[0] = 0;
+}
+/* The message of err ("" for NULL). */
+static inline const char *skv_err_msg(const skv_err *err) { return err ? err->msg : ""; }
+/* The public boundary: copies err's message into the caller's buffer (if buf and cap; ""
+ * when none was set) and returns rc, so a public function reads
+ *   skv_err e = {0};
+ *   return skv_err_out(&e, model_load(path, tp, out, &e), err, errcap); */
+int skv_err_out(const skv_err *err, int rc, char *buf, size_t cap);
+/* Makes msg the calling thread's last error (skv_last_error, seqkv.h). skv_fail and
  * skv_errbox_vset call it; a message written any other way must be passed here. */
 void skv_err_note(const char *msg);
 
@@ -87,7 +113,7 @@ typedef struct skv_mmap {
     size_t size;
     int mapped; /* 1: munmap on close; 0: free */
 } skv_mmap;
-int skv_mmap_open(const char *path, skv_mmap *m, char *err, size_t errcap);
+int skv_mmap_open(const char *path, skv_mmap *m, skv_err *err);
 void skv_mmap_close(skv_mmap *m);
 
 /* Monotonic clock in seconds. */

@@ -42,7 +42,7 @@ struct skv_ctx {
     struct kv16_conv { uint64_t epoch; int layer, head; size_t rows; } *kv16_conv;
     uint64_t kv16_epoch;
     uint8_t *qact;         /* [max_batch][SKV_QMATMUL_ACT_BOUND(kmax)]: a matmul's quantized inputs */
-    char err[512];         /* last error: set on failure, "" after a success */
+    skv_err err;           /* last error: set on failure, "" after a success */
 };
 
 static inline size_t kv_block(const skv_ctx *c) { return (size_t)c->n_ctx * (size_t)c->m->info.head_dim; }

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "core/util.h"
 #include "seqkv.h"
 
 struct skv_tokenizer;
@@ -29,5 +30,7 @@ int skv_model_fingerprint_ready(skv_model *m);
 /* Sets c's last error (skv_ctx_last_error) to msg and returns status: for library calls
  * that report on a context they fill (restores). */
 int skv_ctx_set_error(skv_ctx *c, int status, const char *msg);
+/* skv_kvdump_check_model with the message in err (an encoder's own). */
+int skv_kvdump_check_model_e(const skv_kvdump *d, skv_model *m, skv_err *err);
 
 #endif

@@ -164,7 +164,7 @@ static int ctx_kv_quant(skv_ctx *c, const char *spec_text)
     skv_kvq_spec spec;
     int rc;
     if (!spec_text || !spec_text[0]) return SKV_OK;
-    if ((rc = skv_kvquant_parse(spec_text, &spec, NULL, 0))) return rc;
+    if ((rc = skv_kvquant_parse(spec_text, &spec, NULL))) return rc;
     return skv_kvquant_create(&c->kvq, &spec, c->m->info.n_layer, (size_t)c->m->info.head_dim);
 }
 
@@ -246,11 +246,11 @@ void skv_ctx_free(skv_ctx *c)
     free(c);
 }
 
-const char *skv_ctx_last_error(const skv_ctx *c) { return c ? c->err : "NULL context"; }
+const char *skv_ctx_last_error(const skv_ctx *c) { return c ? c->err.msg : "NULL context"; }
 
 int skv_ctx_set_error(skv_ctx *c, int status, const char *msg)
 {
-    skv_errf(c->err, sizeof c->err, 0, "%s", msg);
+    skv_fail(&c->err, 0, "%s", msg);
     return status;
 }
 const skv_model *skv_ctx_model(const skv_ctx *c) { return c ? c->m : NULL; }
@@ -260,7 +260,7 @@ int skv_ctx_n_ctx(const skv_ctx *c) { return c ? c->n_ctx : 0; }
 int skv_ctx_truncate(skv_ctx *c, int n_pos)
 {
     if (!c || n_pos < 0) return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "truncate: negative position") : SKV_ERR_INVALID_ARG;
-    c->err[0] = 0;
+    skv_err_clear(&c->err);
     if (n_pos < c->n_pos) c->n_pos = n_pos;
     if (c->kvq) kvq_truncate(c);
     return SKV_OK;
@@ -720,13 +720,13 @@ int skv_ctx_layer0_kv(skv_ctx *c, const int32_t *tokens, size_t n, int p0, float
 static int check_tokens(skv_ctx *c, const int32_t *tokens, size_t n)
 {
     if ((size_t)c->n_pos + n > (size_t)c->n_ctx) {
-        skv_errf(c->err, sizeof c->err, 0, "context full: %d positions + %zu tokens exceed the capacity of %d", c->n_pos,
+        skv_fail(&c->err, 0, "context full: %d positions + %zu tokens exceed the capacity of %d", c->n_pos,
                  n, c->n_ctx);
         return SKV_ERR_RANGE;
     }
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->m->info.n_vocab) {
-            skv_errf(c->err, sizeof c->err, 0, "token id %d at index %zu is outside the vocabulary [0, %d)", tokens[i], i,
+            skv_fail(&c->err, 0, "token id %d at index %zu is outside the vocabulary [0, %d)", tokens[i], i,
                      c->m->info.n_vocab);
             return SKV_ERR_INVALID_ARG;
         }
@@ -740,7 +740,7 @@ int skv_ctx_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode
         (logits_mode != SKV_LOGITS_NONE && !logits))
         return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "prefill: NULL tokens or logits, or a bad logits mode")
                  : SKV_ERR_INVALID_ARG;
-    c->err[0] = 0;
+    skv_err_clear(&c->err);
     if ((rc = check_tokens(c, tokens, n))) return rc;
     size_t V = (size_t)c->m->info.n_vocab;
     for (size_t done = 0; done < n;) {
@@ -759,7 +759,7 @@ int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *emb
     int rc;
     if (!c || (!tokens && n) || (!embd && n))
         return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "prefill_embd: NULL tokens or embd") : SKV_ERR_INVALID_ARG;
-    c->err[0] = 0;
+    skv_err_clear(&c->err);
     if ((rc = check_tokens(c, tokens, n))) return rc;
     const skv_model_info *h = &c->m->info;
     size_t D = (size_t)h->n_embd;
@@ -790,22 +790,20 @@ static int multi_check(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, sk
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < i; k++)
             if (ctxs[k] == ctxs[i]) {
-                skv_errf(e->err, sizeof e->err, 0, "decode_multi: context %zu appears twice (entries %zu and %zu)", i, k, i);
+                skv_fail(&e->err, 0, "decode_multi: context %zu appears twice (entries %zu and %zu)", i, k, i);
                 return SKV_ERR_INVALID_ARG;
             }
         if (ctxs[i]->kvq) {
-            skv_errf(e->err, sizeof e->err, 0, "decode_multi: context %zu has a quantized KV cache (not supported)", i);
+            skv_fail(&e->err, 0, "decode_multi: context %zu has a quantized KV cache (not supported)", i);
             return SKV_ERR_UNSUPPORTED;
         }
         if (ctxs[i]->kv_f16 != ctxs[0]->kv_f16) { /* the lead's scratch is sized for its own type */
-            skv_errf(e->err, sizeof e->err, 0, "decode_multi: context %zu's KV cache type differs from context 0's", i);
+            skv_fail(&e->err, 0, "decode_multi: context %zu's KV cache type differs from context 0's", i);
             return SKV_ERR_UNSUPPORTED;
         }
         int rc = check_tokens(ctxs[i], tokens + i, 1);
         if (rc) {
-            char why[sizeof e->err];
-            memcpy(why, ctxs[i]->err, sizeof why); /* e may be ctxs[i] */
-            skv_errf(e->err, sizeof e->err, 0, "decode_multi: context %zu: %.160s", i, why);
+            skv_fail(&e->err, 0, "decode_multi: context %zu: %.160s", i, ctxs[i]->err.msg); /* e may be ctxs[i] */
             return rc;
         }
     }
@@ -828,7 +826,7 @@ int skv_ctx_decode_multi(skv_ctx *const *ctxs, const int32_t *tokens, size_t n, 
     skv_ctx *c;
     int rc;
     if (!ctxs || !tokens || n == 0) return n == 0 && ctxs && tokens ? SKV_OK : SKV_ERR_INVALID_ARG;
-    if (ctxs[0]) ctxs[0]->err[0] = 0;
+    if (ctxs[0]) skv_err_clear(&ctxs[0]->err);
     if ((rc = multi_check(ctxs, tokens, n, &c))) return rc;
     size_t B = (size_t)c->max_batch, V = (size_t)c->m->info.n_vocab;
     for (size_t r = 0; r < n; r += B) /* rows are independent: chunking changes nothing */

@@ -47,14 +47,13 @@ static size_t scalar_size(uint32_t t)
 
 typedef struct {
     const uint8_t *p, *end;
-    char *err;
-    size_t errcap;
+    skv_err *err;
 } cursor;
 
 static int need(cursor *c, size_t n, const char *what)
 {
     if ((size_t)(c->end - c->p) < n)
-        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF truncated while reading %s", what);
+        return skv_fail(c->err, SKV_ERR_FORMAT, "GGUF truncated while reading %s", what);
     return SKV_OK;
 }
 
@@ -82,7 +81,7 @@ static int rd_str(cursor *c, skv_gguf_str *s, const char *what)
     int rc = rd_u64(c, &len, what);
     if (rc) return rc;
     if (len > (uint64_t)(c->end - c->p))
-        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+        return skv_fail(c->err, SKV_ERR_FORMAT,
                         "GGUF %s: string length %llu exceeds the %zu bytes left", what,
                         (unsigned long long)len, (size_t)(c->end - c->p));
     s->ptr = (const char *)c->p;
@@ -117,7 +116,7 @@ static int parse_value(cursor *c, gguf_kv *kv, const char *what)
         if (at == SKV_GGUF_STRING) {
             /* each string needs at least its 8-byte length: bound n before looping */
             if (n > (uint64_t)(c->end - c->p) / 8)
-                return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+                return skv_fail(c->err, SKV_ERR_FORMAT,
                                 "GGUF %s: array of %llu strings cannot fit in the file", what,
                                 (unsigned long long)n);
             for (uint64_t i = 0; i < n; i++) {
@@ -128,25 +127,25 @@ static int parse_value(cursor *c, gguf_kv *kv, const char *what)
         }
         sz = scalar_size(at);
         if (!sz)
-            return skv_errf(c->err, c->errcap, SKV_ERR_UNSUPPORTED,
+            return skv_fail(c->err, SKV_ERR_UNSUPPORTED,
                             "GGUF %s: arrays of type %u are not supported", what, at);
         if (n > (uint64_t)(c->end - c->p) / sz)
-            return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+            return skv_fail(c->err, SKV_ERR_FORMAT,
                             "GGUF %s: array of %llu elements exceeds the file", what,
                             (unsigned long long)n);
         if (at == SKV_GGUF_BOOL)
             for (uint64_t i = 0; i < n; i++)
                 if (c->p[i] > 1)
-                    return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: bool array element %u", what,
+                    return skv_fail(c->err, SKV_ERR_FORMAT, "GGUF %s: bool array element %u", what,
                                     c->p[i]);
         c->p += (size_t)n * sz;
         return SKV_OK;
     }
     if (!sz)
-        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: unknown value type %u", what,
+        return skv_fail(c->err, SKV_ERR_FORMAT, "GGUF %s: unknown value type %u", what,
                         kv->type);
     if (kv->type == SKV_GGUF_BOOL && need(c, 1, what) == SKV_OK && c->p[0] > 1)
-        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: bool value %u", what, c->p[0]);
+        return skv_fail(c->err, SKV_ERR_FORMAT, "GGUF %s: bool value %u", what, c->p[0]);
     int rc = need(c, sz, what);
     if (rc) return rc;
     c->p += sz;
@@ -178,13 +177,13 @@ static int parse_tensor_info(skv_gguf *g, cursor *c, skv_gguf_tensor *t, size_t 
     if ((rc = rd_str(c, &t->name, what)) || (rc = rd_u32(c, &t->n_dims, what))) return rc;
     snprintf(what, sizeof what, "tensor '%.*s'", (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr);
     if (t->n_dims < 1 || t->n_dims > 4)
-        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: %u dimensions (1..4 allowed)", what,
+        return skv_fail(c->err, SKV_ERR_FORMAT, "GGUF %s: %u dimensions (1..4 allowed)", what,
                         t->n_dims);
     for (uint32_t d = 0; d < 4; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         if ((rc = rd_u64(c, &t->ne[d], what))) return rc;
         if (t->ne[d] == 0 || t->ne[d] > ((uint64_t)1 << 40) || nel > ((uint64_t)1 << 50) / t->ne[d])
-            return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF %s: absurd dimension %llu", what,
+            return skv_fail(c->err, SKV_ERR_FORMAT, "GGUF %s: absurd dimension %llu", what,
                             (unsigned long long)t->ne[d]);
         nel *= t->ne[d];
     }
@@ -192,10 +191,10 @@ static int parse_tensor_info(skv_gguf *g, cursor *c, skv_gguf_tensor *t, size_t 
     if ((rc = rd_u32(c, &t->type, what)) || (rc = rd_u64(c, &off, what))) return rc;
     size_t bs = skv_ggml_blck_size(t->type), ts = skv_ggml_type_size(t->type);
     if (!bs)
-        return skv_errf(c->err, c->errcap, SKV_ERR_UNSUPPORTED, "GGUF %s: unknown tensor type %u", what,
+        return skv_fail(c->err, SKV_ERR_UNSUPPORTED, "GGUF %s: unknown tensor type %u", what,
                         t->type);
     if (t->ne[0] % bs)
-        return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+        return skv_fail(c->err, SKV_ERR_FORMAT,
                         "GGUF %s: row length %llu is not a multiple of the %s block size %zu", what,
                         (unsigned long long)t->ne[0], skv_ggml_type_name(t->type), bs);
     t->nbytes = (size_t)(nel / bs) * ts; /* nel < 2^50, ts < 2^9: no overflow */
@@ -211,11 +210,11 @@ static int resolve_tensors(skv_gguf *g, cursor *c, size_t data_start, size_t ali
         skv_gguf_tensor *t = &g->tensors[i];
         uint64_t off = (uint64_t)(uintptr_t)t->data;
         if (off % alignment)
-            return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT, "GGUF tensor '%.*s': offset %llu not aligned to %zu",
+            return skv_fail(c->err, SKV_ERR_FORMAT, "GGUF tensor '%.*s': offset %llu not aligned to %zu",
                             (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr, (unsigned long long)off,
                             alignment);
         if (off > data_size || t->nbytes > data_size - off)
-            return skv_errf(c->err, c->errcap, SKV_ERR_FORMAT,
+            return skv_fail(c->err, SKV_ERR_FORMAT,
                             "GGUF tensor '%.*s': data [%llu, +%zu) lies past the end of the file (data section %zu bytes)",
                             (int)(t->name.len > 64 ? 64 : t->name.len), t->name.ptr, (unsigned long long)off,
                             t->nbytes, data_size);
@@ -248,17 +247,17 @@ static int sort_names(const void *base, size_t n, size_t stride, const skv_gguf_
     return SKV_OK;
 }
 
-static int check_duplicates(skv_gguf *g, char *err, size_t errcap)
+static int check_duplicates(skv_gguf *g, skv_err *err)
 {
     const skv_gguf_str *d = NULL, *dt = NULL;
     if (sort_names(&g->kv[0].key, g->n_kv, sizeof g->kv[0], &g->kv_idx, &d) ||
         sort_names(&g->tensors[0].name, g->n_tensors, sizeof g->tensors[0], &g->t_idx, &dt))
-        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading GGUF");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory reading GGUF");
     if (d)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF: duplicate key '%.*s'", (int)(d->len > 64 ? 64 : d->len),
+        return skv_fail(err, SKV_ERR_FORMAT, "GGUF: duplicate key '%.*s'", (int)(d->len > 64 ? 64 : d->len),
                         d->ptr);
     if (dt)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF: duplicate tensor name '%.*s'",
+        return skv_fail(err, SKV_ERR_FORMAT, "GGUF: duplicate tensor name '%.*s'",
                         (int)(dt->len > 64 ? 64 : dt->len), dt->ptr);
     return SKV_OK;
 }
@@ -281,72 +280,72 @@ static int by_data(const void *a, const void *b)
 /* Tensor data may not overlap: otherwise a small file declares any number of layers over
  * the same bytes, and a model's size (its load, fingerprint and every forward pass) is no
  * longer bounded by the file's. */
-static int check_overlap(const skv_gguf *g, char *err, size_t errcap)
+static int check_overlap(const skv_gguf *g, skv_err *err)
 {
     const skv_gguf_tensor **v = malloc((g->n_tensors ? g->n_tensors : 1) * sizeof *v), *a = NULL, *b = NULL;
-    if (!v) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading GGUF");
+    if (!v) return skv_fail(err, SKV_ERR_NOMEM, "out of memory reading GGUF");
     for (size_t i = 0; i < g->n_tensors; i++) v[i] = &g->tensors[i];
     qsort(v, g->n_tensors, sizeof *v, by_data);
     for (size_t i = 1; i < g->n_tensors && !a; i++)
         if ((size_t)(v[i]->data - v[i - 1]->data) < v[i - 1]->nbytes) a = v[i - 1], b = v[i];
     free(v);
     if (!a) return SKV_OK;
-    return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF tensors '%.*s' and '%.*s' share data bytes (overlapping offsets)",
+    return skv_fail(err, SKV_ERR_FORMAT, "GGUF tensors '%.*s' and '%.*s' share data bytes (overlapping offsets)",
                     (int)(a->name.len > 64 ? 64 : a->name.len), a->name.ptr, (int)(b->name.len > 64 ? 64 : b->name.len),
                     b->name.ptr);
 }
 
-static int parse(skv_gguf *g, char *err, size_t errcap)
+static int parse(skv_gguf *g, skv_err *err)
 {
-    if (!g->base) return skv_errf(err, errcap, SKV_ERR_FORMAT, "not a GGUF file (bad magic)"); /* NULL, 0 bytes */
-    cursor c = {g->base, g->base + g->size, err, errcap};
+    if (!g->base) return skv_fail(err, SKV_ERR_FORMAT, "not a GGUF file (bad magic)"); /* NULL, 0 bytes */
+    cursor c = {g->base, g->base + g->size, err};
     uint32_t magic;
     uint64_t n_t, n_kv;
     int64_t align = GGUF_DEFAULT_ALIGNMENT;
     int rc;
     if (g->size < 4 || (magic = skv_rd32(g->base)) != GGUF_MAGIC)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "not a GGUF file (bad magic)");
+        return skv_fail(err, SKV_ERR_FORMAT, "not a GGUF file (bad magic)");
     c.p += 4;
     if ((rc = rd_u32(&c, &g->version, "header"))) return rc;
     if (g->version != 2 && g->version != 3)
-        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "GGUF version %u is not supported (2 and 3 are)",
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, "GGUF version %u is not supported (2 and 3 are)",
                         g->version);
     if ((rc = rd_u64(&c, &n_t, "header")) || (rc = rd_u64(&c, &n_kv, "header"))) return rc;
     /* each kv needs >= 12 bytes, each tensor info >= 28: bound counts by the file size */
     if (n_kv > GGUF_MAX_KV || n_kv > g->size / 12 || n_t > GGUF_MAX_TENSORS || n_t > g->size / 28)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF header claims %llu tensors and %llu metadata entries: impossible for a %zu-byte file",
+        return skv_fail(err, SKV_ERR_FORMAT, "GGUF header claims %llu tensors and %llu metadata entries: impossible for a %zu-byte file",
                         (unsigned long long)n_t, (unsigned long long)n_kv, g->size);
     g->n_kv = (size_t)n_kv;
     g->n_tensors = (size_t)n_t;
     g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
-    if (!g->kv || !g->tensors) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading GGUF");
+    if (!g->kv || !g->tensors) return skv_fail(err, SKV_ERR_NOMEM, "out of memory reading GGUF");
     if ((rc = parse_kvs(g, &c))) return rc;
     rc = skv_gguf_get_int(g, "general.alignment", &align);
     if (rc == SKV_ERR_FORMAT || align < 1 || align > 65536 || (align & (align - 1)))
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF general.alignment must be a power of two <= 65536");
+        return skv_fail(err, SKV_ERR_FORMAT, "GGUF general.alignment must be a power of two <= 65536");
     for (size_t i = 0; i < g->n_tensors; i++)
         if ((rc = parse_tensor_info(g, &c, &g->tensors[i], i))) return rc;
     size_t pos = (size_t)(c.p - g->base);
     size_t data_start = (pos + (size_t)align - 1) / (size_t)align * (size_t)align;
     if (data_start > g->size) {
-        if (g->n_tensors) return skv_errf(err, errcap, SKV_ERR_FORMAT, "GGUF truncated before the tensor data");
+        if (g->n_tensors) return skv_fail(err, SKV_ERR_FORMAT, "GGUF truncated before the tensor data");
         data_start = g->size;
     }
-    if ((rc = resolve_tensors(g, &c, data_start, (size_t)align)) || (rc = check_overlap(g, err, errcap))) return rc;
-    return check_duplicates(g, err, errcap);
+    if ((rc = resolve_tensors(g, &c, data_start, (size_t)align)) || (rc = check_overlap(g, err))) return rc;
+    return check_duplicates(g, err);
 }
 
-int skv_gguf_open_mem(const void *data, size_t size, skv_gguf **out, char *err, size_t errcap)
+int skv_gguf_open_mem(const void *data, size_t size, skv_gguf **out, skv_err *err)
 {
     skv_gguf *g;
     int rc;
     *out = NULL;
-    if (!data && size) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "NULL buffer");
-    if (!(g = calloc(1, sizeof *g))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!data && size) return skv_fail(err, SKV_ERR_INVALID_ARG, "NULL buffer");
+    if (!(g = calloc(1, sizeof *g))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     g->base = data;
     g->size = size;
-    if ((rc = parse(g, err, errcap)) != SKV_OK) {
+    if ((rc = parse(g, err)) != SKV_OK) {
         skv_gguf_close(g);
         return rc;
     }
@@ -354,13 +353,13 @@ int skv_gguf_open_mem(const void *data, size_t size, skv_gguf **out, char *err, 
     return SKV_OK;
 }
 
-int skv_gguf_open(const char *path, skv_gguf **out, char *err, size_t errcap)
+int skv_gguf_open(const char *path, skv_gguf **out, skv_err *err)
 {
     skv_mmap m;
-    int rc = skv_mmap_open(path, &m, err, errcap);
+    int rc = skv_mmap_open(path, &m, err);
     *out = NULL;
     if (rc) return rc;
-    if ((rc = skv_gguf_open_mem(m.data, m.size, out, err, errcap)) != SKV_OK) {
+    if ((rc = skv_gguf_open_mem(m.data, m.size, out, err)) != SKV_OK) {
         skv_mmap_close(&m);
         return rc;
     }

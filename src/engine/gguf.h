@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "quant/types.h"
+#include "core/util.h"
 
 enum skv_gguf_type {
     SKV_GGUF_U8 = 0, SKV_GGUF_I8 = 1, SKV_GGUF_U16 = 2, SKV_GGUF_I16 = 3,
@@ -43,9 +44,9 @@ typedef struct skv_gguf_tensor {
 
 typedef struct skv_gguf skv_gguf;
 
-int skv_gguf_open(const char *path, skv_gguf **out, char *err, size_t errcap);
+int skv_gguf_open(const char *path, skv_gguf **out, skv_err *err);
 /* Parses a buffer the caller keeps alive (used by the fuzzer and tests). */
-int skv_gguf_open_mem(const void *data, size_t size, skv_gguf **out, char *err, size_t errcap);
+int skv_gguf_open_mem(const void *data, size_t size, skv_gguf **out, skv_err *err);
 void skv_gguf_close(skv_gguf *g);
 
 uint32_t skv_gguf_version(const skv_gguf *g);

@@ -118,9 +118,9 @@ int skv_ctx_kv_write(skv_ctx *c, int pos0, int n, const float *kv)
     if (!kv_range_ok(c, pos0, n, c ? c->n_pos : 0) || (!kv && n > 0))
         return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "kv_write: positions out of range or NULL data")
                  : SKV_ERR_INVALID_ARG;
-    c->err[0] = 0;
+    skv_err_clear(&c->err);
     if (c->kvq) {
-        skv_errf(c->err, sizeof c->err, 0, "KV cannot be loaded into a context with a quantized cache");
+        skv_fail(&c->err, 0, "KV cannot be loaded into a context with a quantized cache");
         return SKV_ERR_UNSUPPORTED;
     }
     size_t hd = (size_t)c->m->info.head_dim, row = (size_t)n * hd;

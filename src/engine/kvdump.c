@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "core/f16.h"
+#include "engine/engine.h"
 #include "engine/model.h"
 
 #define KVD_MAGIC "SKVDUMP\0"
@@ -95,8 +96,7 @@ static int write_body(hashed_writer *w, const skv_ctx *c, const uint8_t *hdr, co
     return fwrite(b, 1, 8, w->f) == 8 ? SKV_OK : SKV_ERR_IO;
 }
 
-int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtype, const char *path, char *err,
-                     size_t errcap)
+static int skv_kvdump_write_e(const skv_ctx *c, const int32_t *tokens, size_t n, int dtype, const char *path, skv_err *err)
 {
     const skv_model *m;
     uint8_t hdr[KVD_HEADER], fp[16];
@@ -104,54 +104,60 @@ int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtyp
     hashed_writer w = {0};
     int rc;
     if (!c || (!tokens && n) || !path || (dtype != SKV_KVDUMP_F32 && dtype != SKV_KVDUMP_F16))
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "invalid argument");
     if (skv_ctx_kv_cache_type(c) != SKV_KV_CACHE_F32) /* dumps read the f32 views (kv_view) */
-        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "KV dumps need an f32 KV cache (the context has kv_cache_type f16)");
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, "KV dumps need an f32 KV cache (the context has kv_cache_type f16)");
     if (n > (size_t)skv_ctx_n_pos(c))
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "asked to dump %zu positions but the cache holds %d", n,
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "asked to dump %zu positions but the cache holds %d", n,
                         skv_ctx_n_pos(c));
     m = skv_ctx_model(c);
-    if ((rc = skv_model_fingerprint((skv_model *)(uintptr_t)m, fp))) return skv_errf(err, errcap, rc, "fingerprint failed");
+    if ((rc = skv_model_fingerprint((skv_model *)(uintptr_t)m, fp))) return skv_fail(err, rc, "fingerprint failed");
     header_fill(hdr, m, n, dtype, fp);
     int tlen = snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (tlen < 0 || (size_t)tlen >= sizeof tmp) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "output path too long");
-    if (!(w.f = fopen(tmp, "wb"))) return skv_errf(err, errcap, SKV_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+    if (tlen < 0 || (size_t)tlen >= sizeof tmp) return skv_fail(err, SKV_ERR_INVALID_ARG, "output path too long");
+    if (!(w.f = fopen(tmp, "wb"))) return skv_fail(err, SKV_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
     if (!(w.st = XXH3_createState())) {
         fclose(w.f);
         remove(tmp);
-        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     }
     rc = write_body(&w, c, hdr, tokens, n, dtype);
     XXH3_freeState(w.st);
     if (fclose(w.f) != 0) rc = SKV_ERR_IO;
     if (rc || rename(tmp, path) != 0) {
         remove(tmp);
-        return skv_errf(err, errcap, SKV_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        return skv_fail(err, SKV_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     }
     return SKV_OK;
 }
 
+int skv_kvdump_write(const skv_ctx *c, const int32_t *tokens, size_t n, int dtype, const char *path,
+                     char *err, size_t errcap)
+{
+    skv_err e = {0};
+    return skv_err_out(&e, skv_kvdump_write_e(c, tokens, n, dtype, path, &e), err, errcap);
+}
+
 /* Magic, version, header size and header checksum. */
-static int check_header(const skv_mmap *map, const char *path, char *err, size_t errcap)
+static int check_header(const skv_mmap *map, const char *path, skv_err *err)
 {
     const uint8_t *p = map->data;
     if (map->size < KVD_HEADER + 8 || memcmp(p, KVD_MAGIC, 8))
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is not a seqkv KV dump (bad magic)", path);
+        return skv_fail(err, SKV_ERR_FORMAT, "'%s' is not a seqkv KV dump (bad magic)", path);
     if (skv_rd32(p + 8) != KVD_VERSION)
-        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "'%s': KV dump version %u is not supported (1 is)", path,
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, "'%s': KV dump version %u is not supported (1 is)", path,
                         skv_rd32(p + 8));
     if (skv_rd32(p + 12) != KVD_HEADER)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s': header size %u is not %d (corrupt file)", path,
+        return skv_fail(err, SKV_ERR_FORMAT, "'%s': header size %u is not %d (corrupt file)", path,
                         skv_rd32(p + 12), KVD_HEADER);
     if (skv_rd64(p + 56) != XXH3_64bits(p, 56))
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s': header checksum mismatch (corrupt file)", path);
+        return skv_fail(err, SKV_ERR_FORMAT, "'%s': header checksum mismatch (corrupt file)", path);
     return SKV_OK;
 }
 
 /* The header's geometry into d (no arrays yet); the file must be exactly that long and
  * its data checksum must hold. *nval receives the number of values. */
-static int check_geometry(const skv_mmap *map, const char *path, skv_kvdump *d, size_t *nval, char *err,
-                          size_t errcap)
+static int check_geometry(const skv_mmap *map, const char *path, skv_kvdump *d, size_t *nval, skv_err *err)
 {
     const uint8_t *p = map->data;
     uint32_t dtype = skv_rd32(p + 16), L = skv_rd32(p + 20), H = skv_rd32(p + 24), hd = skv_rd32(p + 28);
@@ -160,10 +166,10 @@ static int check_geometry(const skv_mmap *map, const char *path, skv_kvdump *d, 
     if (dtype > 1 || !L || !H || !hd || L > 4096 || H > 4096 || hd > 4096 || n > KVD_MAX_DIM * 16u ||
         !skv_mul_ok((size_t)L * 2 * H * hd, n, nval) || !skv_mul_ok(*nval, vsz, &need) ||
         !skv_add_ok(need, KVD_HEADER + 8 + (size_t)n * 4, &need) || need != map->size)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT,
+        return skv_fail(err, SKV_ERR_FORMAT,
                         "'%s': header sizes do not match the file (%zu bytes): truncated or corrupt", path, map->size);
     if (skv_rd64(p + map->size - 8) != XXH3_64bits(p + KVD_HEADER, map->size - KVD_HEADER - 8))
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s': data checksum mismatch (corrupt file)", path);
+        return skv_fail(err, SKV_ERR_FORMAT, "'%s': data checksum mismatch (corrupt file)", path);
     d->dtype = (int)dtype;
     d->n_layer = (int)L;
     d->n_head_kv = (int)H;
@@ -195,26 +201,32 @@ static skv_kvdump *dump_alloc(const skv_kvdump *geom, size_t nval)
     return NULL;
 }
 
-int skv_kvdump_read(const char *path, skv_kvdump **out, char *err, size_t errcap)
+static int skv_kvdump_read_e(const char *path, skv_kvdump **out, skv_err *err)
 {
     skv_mmap map;
     skv_kvdump geom = {0}, *d;
     size_t nval = 0;
     int rc;
-    if (!path || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "invalid argument");
+    if (!path || !out) return skv_fail(err, SKV_ERR_INVALID_ARG, "invalid argument");
     *out = NULL;
-    if ((rc = skv_mmap_open(path, &map, err, errcap))) return rc;
-    if ((rc = check_header(&map, path, err, errcap)) == SKV_OK &&
-        (rc = check_geometry(&map, path, &geom, &nval, err, errcap)) == SKV_OK) {
+    if ((rc = skv_mmap_open(path, &map, err))) return rc;
+    if ((rc = check_header(&map, path, err)) == SKV_OK &&
+        (rc = check_geometry(&map, path, &geom, &nval, err)) == SKV_OK) {
         if ((d = dump_alloc(&geom, nval))) {
             read_arrays(map.data, d, nval);
             *out = d;
         } else {
-            rc = skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory reading '%s'", path);
+            rc = skv_fail(err, SKV_ERR_NOMEM, "out of memory reading '%s'", path);
         }
     }
     skv_mmap_close(&map);
     return rc;
+}
+
+int skv_kvdump_read(const char *path, skv_kvdump **out, char *err, size_t errcap)
+{
+    skv_err e = {0};
+    return skv_err_out(&e, skv_kvdump_read_e(path, out, &e), err, errcap);
 }
 
 static void hex16(const uint8_t *d, char *out)
@@ -230,29 +242,35 @@ static long long bad_token(const skv_kvdump *d, int n_vocab)
     return -1;
 }
 
-int skv_kvdump_check_model(const skv_kvdump *d, skv_model *m, char *err, size_t errcap)
+int skv_kvdump_check_model_e(const skv_kvdump *d, skv_model *m, skv_err *err)
 {
     uint8_t fp[16];
     char a[33], b[33];
     long long bad;
     int rc;
-    if (!d || !m) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "kvdump_check_model: NULL dump or model");
-    if ((rc = skv_model_fingerprint(m, fp))) return skv_errf(err, errcap, rc, "cannot fingerprint the model");
+    if (!d || !m) return skv_fail(err, SKV_ERR_INVALID_ARG, "kvdump_check_model: NULL dump or model");
+    if ((rc = skv_model_fingerprint(m, fp))) return skv_fail(err, rc, "cannot fingerprint the model");
     hex16(d->fingerprint, a);
     hex16(fp, b);
     if (d->n_layer != m->info.n_layer || d->n_head_kv != m->info.n_head_kv || d->head_dim != m->info.head_dim)
-        return skv_errf(err, errcap, SKV_ERR_MISMATCH,
+        return skv_fail(err, SKV_ERR_MISMATCH,
                         "wrong model: the KV dump holds %d layers x %d KV heads x %d (model fingerprint %s), the model '%s' has %d x %d x %d (fingerprint %s)",
                         d->n_layer, d->n_head_kv, d->head_dim, a, m->info.name, m->info.n_layer, m->info.n_head_kv,
                         m->info.head_dim, b);
     if (memcmp(fp, d->fingerprint, 16))
-        return skv_errf(err, errcap, SKV_ERR_MISMATCH,
+        return skv_fail(err, SKV_ERR_MISMATCH,
                         "wrong model: the KV dump was written with model fingerprint %s, but the model given is '%s' (fingerprint %s)",
                         a, m->info.name, b);
     if ((bad = bad_token(d, m->info.n_vocab)) >= 0)
-        return skv_errf(err, errcap, SKV_ERR_MISMATCH, "KV dump token %lld (id %d) is outside the model's vocabulary of %d",
+        return skv_fail(err, SKV_ERR_MISMATCH, "KV dump token %lld (id %d) is outside the model's vocabulary of %d",
                         bad, (int)d->tokens[bad], m->info.n_vocab);
     return SKV_OK;
+}
+
+int skv_kvdump_check_model(const skv_kvdump *d, skv_model *m, char *err, size_t errcap)
+{
+    skv_err e = {0};
+    return skv_err_out(&e, skv_kvdump_check_model_e(d, m, &e), err, errcap);
 }
 
 void skv_kvdump_free(skv_kvdump *d)

@@ -26,7 +26,13 @@ int skv_kv_position_bytes(const skv_model *m, const char *scheme, double *bytes)
 }
 
 /* The model's part of the check (its head size); the spec's grammar is the quantizer's. */
+static int skv_kv_quant_check_e(const char *spec, const skv_model *m, skv_err *err)
+{
+    return skv_kvquant_check(spec, m ? m->info.head_dim : -1, err);
+}
+
 int skv_kv_quant_check(const char *spec, const skv_model *m, char *err, size_t errcap)
 {
-    return skv_kvquant_check(spec, m ? m->info.head_dim : -1, err, errcap);
+    skv_err e = {0};
+    return skv_err_out(&e, skv_kv_quant_check_e(spec, m, &e), err, errcap);
 }

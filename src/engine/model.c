@@ -21,21 +21,21 @@ void skv_weight_row(const skv_weight *w, size_t row, float *dst)
 
 /* ---- common validation --------------------------------------------------- */
 
-int skv_model_check_hparams(const skv_model_info *h, char *err, size_t cap)
+int skv_model_check_hparams(const skv_model_info *h, skv_err *err)
 {
     if (h->n_layer < 1 || h->n_layer > 4096 || h->n_embd < 1 || h->n_embd > MAX_DIM || h->n_head < 1 ||
         h->n_head > 4096 || h->n_head_kv < 1 || h->n_head_kv > h->n_head || h->n_head % h->n_head_kv ||
         h->head_dim < 2 || h->head_dim > 4096 || h->n_ff < 1 || h->n_ff > MAX_DIM || h->n_vocab < 1 ||
         h->n_vocab > (1 << 24) || h->n_ctx_train < 1 || h->n_ctx_train > (1 << 24))
-        return skv_errf(err, cap, SKV_ERR_FORMAT,
+        return skv_fail(err, SKV_ERR_FORMAT,
                         "implausible hyper-parameters: layers %d, width %d, heads %d/%d, head_dim %d, ffn %d, vocab %d, ctx %d",
                         h->n_layer, h->n_embd, h->n_head, h->n_head_kv, h->head_dim, h->n_ff, h->n_vocab,
                         h->n_ctx_train);
     if (h->rope_dim < 2 || h->rope_dim > h->head_dim || (h->rope_dim & 1))
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "rope dimension %d invalid for head_dim %d", h->rope_dim,
+        return skv_fail(err, SKV_ERR_FORMAT, "rope dimension %d invalid for head_dim %d", h->rope_dim,
                         h->head_dim);
     if (!(h->rope_base > 0.0f) || !isfinite(h->rope_base) || !(h->norm_eps > 0.0f) || !(h->norm_eps < 1.0f))
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "invalid rope base %g or norm epsilon %g", (double)h->rope_base,
+        return skv_fail(err, SKV_ERR_FORMAT, "invalid rope base %g or norm epsilon %g", (double)h->rope_base,
                         (double)h->norm_eps);
     return SKV_OK;
 }
@@ -54,19 +54,19 @@ double *skv_model_rope_freqs(const skv_model *m, float base, const float *freq_f
     return f;
 }
 
-int skv_model_init_rope(skv_model *m, const float *freq_factors, char *err, size_t cap)
+int skv_model_init_rope(skv_model *m, const float *freq_factors, skv_err *err)
 {
     if (!(m->rope_freq = skv_model_rope_freqs(m, m->info.rope_base, freq_factors)))
-        return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     return SKV_OK;
 }
 
 /* An f32 copy of a vector tensor (norm weights): the forward pass reads them often. */
-float *skv_weight_vector_copy(const skv_weight *w, char *err, size_t cap, int *rc)
+float *skv_weight_vector_copy(const skv_weight *w, skv_err *err, int *rc)
 {
     float *v = malloc(w->K * sizeof *v);
     if (!v) {
-        *rc = skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+        *rc = skv_fail(err, SKV_ERR_NOMEM, "out of memory");
         return NULL;
     }
     skv_weight_row(w, 0, v);
@@ -104,12 +104,12 @@ int skv_tensor_is_vector(const skv_tensor_desc *d) { return d->n == SKV_DIM_1; }
 
 /* Stores w (a view of tensor t of layer L) in its field: matrices as the view, vectors
  * as an f32 copy of their k values. */
-int skv_layer_store(skv_layer *L, skv_layer_tensor t, const skv_weight *w, char *err, size_t cap)
+int skv_layer_store(skv_layer *L, skv_layer_tensor t, const skv_weight *w, skv_err *err)
 {
     const skv_tensor_desc *d = &skv_layer_tensors[t];
     int rc = SKV_OK;
     if (!skv_tensor_is_vector(d)) *skv_layer_matrix(L, d) = *w;
-    else if (!(*skv_layer_vector(L, d) = skv_weight_vector_copy(w, err, cap, &rc))) return rc;
+    else if (!(*skv_layer_vector(L, d) = skv_weight_vector_copy(w, err, &rc))) return rc;
     return SKV_OK;
 }
 
@@ -152,28 +152,28 @@ static int64_t count_params(const skv_model *m)
     return n;
 }
 
-int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out, char *err, size_t errcap)
+static int skv_model_load_e(const char *path, const char *tokenizer_path, skv_model **out, skv_err *err)
 {
     skv_model *m;
     int rc;
     unsigned char magic[4] = {0};
     FILE *f;
-    if (!out || !path) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "NULL argument");
+    if (!out || !path) return skv_fail(err, SKV_ERR_INVALID_ARG, "NULL argument");
     *out = NULL;
-    if (!(f = fopen(path, "rb"))) return skv_errf(err, errcap, SKV_ERR_IO, "cannot open model '%s'", path);
+    if (!(f = fopen(path, "rb"))) return skv_fail(err, SKV_ERR_IO, "cannot open model '%s'", path);
     size_t got = fread(magic, 1, 4, f);
     fclose(f);
-    if (!(m = calloc(1, sizeof *m))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!(m = calloc(1, sizeof *m))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&m->fp_mu, NULL);
     pthread_mutex_init(&m->vfp_mu, NULL);
     if (!(m->err = skv_errbox_create())) {
         skv_model_free(m);
-        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     }
-    if (got == 4 && !memcmp(magic, "GGUF", 4)) rc = skv_model_load_gguf(m, path, err, errcap);
-    else rc = skv_model_load_l2c(m, path, tokenizer_path, err, errcap);
+    if (got == 4 && !memcmp(magic, "GGUF", 4)) rc = skv_model_load_gguf(m, path, err);
+    else rc = skv_model_load_l2c(m, path, tokenizer_path, err);
     if (rc == SKV_OK && skv_tokenizer_n_vocab(m->tok) != (size_t)m->info.n_vocab)
-        rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "tokenizer has %zu tokens but the model has %d",
+        rc = skv_fail(err, SKV_ERR_FORMAT, "tokenizer has %zu tokens but the model has %d",
                       skv_tokenizer_n_vocab(m->tok), m->info.n_vocab);
     if (rc) {
         skv_model_free(m);
@@ -194,6 +194,12 @@ int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out
     }
     *out = m;
     return SKV_OK;
+}
+
+int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out, char *err, size_t errcap)
+{
+    skv_err e = {0};
+    return skv_err_out(&e, skv_model_load_e(path, tokenizer_path, out, &e), err, errcap);
 }
 
 void skv_model_free(skv_model *m)
@@ -243,7 +249,7 @@ char *skv_model_chat_template(const skv_model *m)
 /* A tokenizer call's failure with a message (skv_last_error): a model keeps none of its own. */
 static int tok_err(int rc, const char *call)
 {
-    return skv_errf(NULL, 0, rc, "%s: %s%s", call, skv_status_str(rc),
+    return skv_fail(NULL, rc, "%s: %s%s", call, skv_status_str(rc),
                     rc == SKV_ERR_RANGE ? " (the output buffer is too small, or a token id is outside the vocabulary)"
                                         : "");
 }
@@ -251,17 +257,17 @@ static int tok_err(int rc, const char *call)
 int skv_model_tokenize(const skv_model *m, const char *text, size_t len, int add_special, int32_t *out, size_t cap,
                  size_t *n_out)
 {
-    if (!m || (!text && len) || !n_out) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "tokenize: NULL model, text or n_out");
+    if (!m || (!text && len) || !n_out) return skv_fail(NULL, SKV_ERR_INVALID_ARG, "tokenize: NULL model, text or n_out");
     int rc = skv_tokenizer_encode(m->tok, text ? text : "", len, add_special, out, cap, n_out);
-    if (rc == SKV_ERR_RANGE) return skv_errf(NULL, 0, rc, "tokenize: %zu tokens do not fit in room for %zu", *n_out, cap);
+    if (rc == SKV_ERR_RANGE) return skv_fail(NULL, rc, "tokenize: %zu tokens do not fit in room for %zu", *n_out, cap);
     return rc < 0 ? tok_err(rc, "tokenize") : rc;
 }
 
 int skv_model_token_piece(const skv_model *m, int32_t token, char *buf, size_t cap, size_t *len)
 {
-    if (!m || !len) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "token_piece: NULL model or len");
+    if (!m || !len) return skv_fail(NULL, SKV_ERR_INVALID_ARG, "token_piece: NULL model or len");
     if (token < 0 || token >= m->info.n_vocab)
-        return skv_errf(NULL, 0, SKV_ERR_RANGE, "token_piece: token id %d is outside the vocabulary [0, %d)", token,
+        return skv_fail(NULL, SKV_ERR_RANGE, "token_piece: token id %d is outside the vocabulary [0, %d)", token,
                         m->info.n_vocab);
     int rc = skv_tokenizer_piece(m->tok, token, buf, cap, len);
     return rc < 0 ? tok_err(rc, "token_piece") : SKV_OK;
@@ -274,7 +280,7 @@ const char *skv_model_last_error(const skv_model *m)
 
 int skv_model_detokenize(const skv_model *m, const int32_t *tokens, size_t n, int flags, char *text, size_t cap, size_t *len)
 {
-    if (!m) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "detokenize: NULL model");
+    if (!m) return skv_fail(NULL, SKV_ERR_INVALID_ARG, "detokenize: NULL model");
     int rc = skv_tokenizer_detokenize(m->tok, tokens, n, flags & SKV_DETOK_AFTER_BOS, text, cap, len);
     return rc < 0 ? tok_err(rc, "detokenize") : rc;
 }

@@ -61,11 +61,11 @@ typedef struct {
     const float *emb, *layer[SKV_LT_COUNT], *rms_final, *wcls;
 } l2c_layout;
 
-static int l2c_header(skv_model *m, const char *path, char *err, size_t cap)
+static int l2c_header(skv_model *m, const char *path, skv_err *err)
 {
     skv_model_info *h = &m->info;
     int32_t hdr[7];
-    if (m->map.size < 28) return skv_errf(err, cap, SKV_ERR_FORMAT, "'%s' is neither GGUF nor a llama2.c checkpoint (too short)", path);
+    if (m->map.size < 28) return skv_fail(err, SKV_ERR_FORMAT, "'%s' is neither GGUF nor a llama2.c checkpoint (too short)", path);
     for (int i = 0; i < 7; i++) hdr[i] = (int32_t)skv_rd32(m->map.data + 4 * i);
     m->arch = skv_arch_llama2c();
     snprintf(h->format, sizeof h->format, "llama2c");
@@ -84,12 +84,12 @@ static int l2c_header(skv_model *m, const char *path, char *err, size_t cap)
     h->tied_output = hdr[5] > 0;
     m->rope_scale = 1.0;
     if (h->n_head < 1 || h->n_embd % h->n_head)
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "'%s': not a GGUF file, and as a llama2.c checkpoint its header is invalid", path);
-    return skv_model_check_hparams(h, err, cap);
+        return skv_fail(err, SKV_ERR_FORMAT, "'%s': not a GGUF file, and as a llama2.c checkpoint its header is invalid", path);
+    return skv_model_check_hparams(h, err);
 }
 
 /* Walks the arrays after the header; the file must end exactly after the last one. */
-static int l2c_walk(const skv_model *m, const char *path, l2c_layout *lo, char *err, size_t cap)
+static int l2c_walk(const skv_model *m, const char *path, l2c_layout *lo, skv_err *err)
 {
     const skv_model_info *h = &m->info;
     const uint8_t *p = m->map.data + 28, *end = m->map.data + m->map.size;
@@ -103,16 +103,16 @@ static int l2c_walk(const skv_model *m, const char *path, l2c_layout *lo, char *
     }
     /* freq_cis_real, freq_cis_imag [S][hd/2]: unused, RoPE is recomputed */
     if (!ok || !l2c_take(&p, end, D, &lo->rms_final) || !l2c_take(&p, end, 2 * S * hd2, &freq_cis))
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "llama2.c checkpoint '%s' is truncated for its header's sizes", path);
+        return skv_fail(err, SKV_ERR_FORMAT, "llama2.c checkpoint '%s' is truncated for its header's sizes", path);
     lo->wcls = lo->emb;
     if (!h->tied_output && !l2c_take(&p, end, (size_t)h->n_vocab * D, &lo->wcls))
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "llama2.c checkpoint '%s' is truncated (classifier)", path);
-    if (p != end) return skv_errf(err, cap, SKV_ERR_FORMAT, "llama2.c checkpoint '%s' has %zu unexpected trailing bytes", path, (size_t)(end - p));
+        return skv_fail(err, SKV_ERR_FORMAT, "llama2.c checkpoint '%s' is truncated (classifier)", path);
+    if (p != end) return skv_fail(err, SKV_ERR_FORMAT, "llama2.c checkpoint '%s' has %zu unexpected trailing bytes", path, (size_t)(end - p));
     return SKV_OK;
 }
 
 /* Points the model's weights at the arrays (vectors are copied, as for GGUF). */
-static int l2c_bind(skv_model *m, const l2c_layout *lo, char *err, size_t cap)
+static int l2c_bind(skv_model *m, const l2c_layout *lo, skv_err *err)
 {
     const skv_model_info *h = &m->info;
     size_t D = (size_t)h->n_embd, V = (size_t)h->n_vocab;
@@ -121,46 +121,46 @@ static int l2c_bind(skv_model *m, const l2c_layout *lo, char *err, size_t cap)
     l2c_weight(&m->tok_embd, lo->emb, D, V);
     l2c_weight(&m->output, lo->wcls, D, V);
     l2c_weight(&w, lo->rms_final, D, 1);
-    if (!(m->layers = calloc((size_t)h->n_layer, sizeof *m->layers)) || !(m->output_norm = skv_weight_vector_copy(&w, err, cap, &rc)))
-        return skv_errf(err, cap, SKV_ERR_NOMEM, "out of memory");
+    if (!(m->layers = calloc((size_t)h->n_layer, sizeof *m->layers)) || !(m->output_norm = skv_weight_vector_copy(&w, err, &rc)))
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < sizeof l2c_order / sizeof l2c_order[0]; i++) {
         const skv_tensor_desc *d = &skv_layer_tensors[l2c_order[i]];
         size_t K = skv_dim_size(h, d->k), N = skv_dim_size(h, d->n);
         for (int l = 0; l < h->n_layer; l++) {
             l2c_weight(&w, lo->layer[l2c_order[i]] + (size_t)l * N * K, K, N);
-            if ((rc = skv_layer_store(&m->layers[l], l2c_order[i], &w, err, cap))) return rc;
+            if ((rc = skv_layer_store(&m->layers[l], l2c_order[i], &w, err))) return rc;
         }
     }
     return SKV_OK;
 }
 
-static int l2c_tokenizer(skv_model *m, const char *path, const char *tok_path, char *err, size_t cap)
+static int l2c_tokenizer(skv_model *m, const char *path, const char *tok_path, skv_err *err)
 {
     char tp[4096];
     skv_mmap tm;
     int rc;
     if (!find_l2c_tokenizer(path, m->info.n_vocab, tok_path, tp, sizeof tp))
-        return skv_errf(err, cap, SKV_ERR_IO, "llama2.c checkpoint '%s': no tokenizer found (looked for tok%d.bin and tokenizer.bin beside it; pass one explicitly)",
+        return skv_fail(err, SKV_ERR_IO, "llama2.c checkpoint '%s': no tokenizer found (looked for tok%d.bin and tokenizer.bin beside it; pass one explicitly)",
                         path, m->info.n_vocab);
-    if ((rc = skv_mmap_open(tp, &tm, err, cap))) return rc;
-    rc = skv_tokenizer_load_llama2c(tm.data, tm.size, (size_t)m->info.n_vocab, &m->tok, err, cap);
+    if ((rc = skv_mmap_open(tp, &tm, err))) return rc;
+    rc = skv_tokenizer_load_llama2c(tm.data, tm.size, (size_t)m->info.n_vocab, &m->tok, err);
     skv_mmap_close(&tm);
     return rc;
 }
 
-int skv_model_load_l2c(skv_model *m, const char *path, const char *tok_path, char *err, size_t cap)
+int skv_model_load_l2c(skv_model *m, const char *path, const char *tok_path, skv_err *err)
 {
     skv_model_info *h = &m->info;
     const char *base = strrchr(path, '/');
     l2c_layout lo = {0};
     int rc;
-    if ((rc = skv_mmap_open(path, &m->map, err, cap)) || (rc = l2c_header(m, path, err, cap))) return rc;
+    if ((rc = skv_mmap_open(path, &m->map, err)) || (rc = l2c_header(m, path, err))) return rc;
     skv_model_arch_defaults(m); /* after the header's checks: head_dim >= 2 */
-    if ((rc = l2c_walk(m, path, &lo, err, cap)) || (rc = l2c_bind(m, &lo, err, cap)) ||
-        (rc = skv_model_init_rope(m, NULL, err, cap)))
+    if ((rc = l2c_walk(m, path, &lo, err)) || (rc = l2c_bind(m, &lo, err)) ||
+        (rc = skv_model_init_rope(m, NULL, err)))
         return rc;
     h->weight_type = SKV_DTYPE_F32;
     h->file_bytes = m->map.size;
     snprintf(h->name, sizeof h->name, "%s", base ? base + 1 : path);
-    return l2c_tokenizer(m, path, tok_path, err, cap);
+    return l2c_tokenizer(m, path, tok_path, err);
 }

@@ -29,15 +29,15 @@ typedef struct {
     char pre[64];
 } tok_arrays;
 
-static int tokenizer_kind(const skv_gguf *g, skv_tokenizer_desc *d, tok_arrays *a, char *err, size_t cap)
+static int tokenizer_kind(const skv_gguf *g, skv_tokenizer_desc *d, tok_arrays *a, skv_err *err)
 {
     skv_gguf_str s;
     if (skv_gguf_get_str(g, "tokenizer.ggml.model", &s) != SKV_OK)
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: missing tokenizer.ggml.model");
+        return skv_fail(err, SKV_ERR_FORMAT, "GGUF: missing tokenizer.ggml.model");
     if (s.len == 5 && !memcmp(s.ptr, "llama", 5)) d->kind = SKV_TOKENIZER_SPM;
     else if (s.len == 4 && !memcmp(s.ptr, "gpt2", 4)) d->kind = SKV_TOKENIZER_GPT2;
     else
-        return skv_errf(err, cap, SKV_ERR_UNSUPPORTED, "tokenizer '%.*s' is not supported (llama, gpt2 are)",
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, "tokenizer '%.*s' is not supported (llama, gpt2 are)",
                         (int)(s.len > 20 ? 20 : s.len), s.ptr);
     snprintf(a->pre, sizeof a->pre, "default");
     if (skv_gguf_get_str(g, "tokenizer.ggml.pre", &s) == SKV_OK)
@@ -47,28 +47,28 @@ static int tokenizer_kind(const skv_gguf *g, skv_tokenizer_desc *d, tok_arrays *
 }
 
 /* tokens (required), scores and token types (optional), merges (optional). */
-static int tokenizer_arrays(const skv_gguf *g, size_t n, tok_arrays *a, char *err, size_t cap)
+static int tokenizer_arrays(const skv_gguf *g, size_t n, tok_arrays *a, skv_err *err)
 {
     uint32_t et;
     _Static_assert(sizeof(skv_gguf_str) == sizeof(skv_strref), "string ref layouts must match"); /* {ptr, len} */
     if (!(a->toks = malloc(n * sizeof *a->toks))) return SKV_ERR_NOMEM;
     if (skv_gguf_arr_strings(g, "tokenizer.ggml.tokens", (skv_gguf_str *)a->toks, n) != SKV_OK)
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.tokens");
+        return skv_fail(err, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.tokens");
     if (skv_gguf_has(g, "tokenizer.ggml.scores")) {
         if (!(a->scores = malloc(n * sizeof *a->scores))) return SKV_ERR_NOMEM;
         if (skv_gguf_arr_f32(g, "tokenizer.ggml.scores", a->scores, n) != SKV_OK)
-            return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: tokenizer.ggml.scores must be %zu f32 values", n);
+            return skv_fail(err, SKV_ERR_FORMAT, "GGUF: tokenizer.ggml.scores must be %zu f32 values", n);
     }
     if (skv_gguf_has(g, "tokenizer.ggml.token_type")) {
         if (!(a->types = malloc(n * sizeof *a->types))) return SKV_ERR_NOMEM;
         if (skv_gguf_arr_i32(g, "tokenizer.ggml.token_type", a->types, n) != SKV_OK)
-            return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: tokenizer.ggml.token_type must be %zu integers", n);
+            return skv_fail(err, SKV_ERR_FORMAT, "GGUF: tokenizer.ggml.token_type must be %zu integers", n);
     }
     if (skv_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &a->n_merges) != SKV_OK) return SKV_OK;
-    if (et != SKV_GGUF_STRING || a->n_merges > (1u << 24)) return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.merges");
+    if (et != SKV_GGUF_STRING || a->n_merges > (1u << 24)) return skv_fail(err, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.merges");
     if (!(a->merges = malloc((a->n_merges ? a->n_merges : 1) * sizeof *a->merges))) return SKV_ERR_NOMEM;
     if (skv_gguf_arr_strings(g, "tokenizer.ggml.merges", (skv_gguf_str *)a->merges, a->n_merges) != SKV_OK)
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.merges");
+        return skv_fail(err, SKV_ERR_FORMAT, "GGUF: bad tokenizer.ggml.merges");
     return SKV_OK;
 }
 
@@ -85,16 +85,16 @@ static void tokenizer_specials(const skv_gguf *g, skv_tokenizer_desc *d)
 }
 
 /* Number of tokens: the length of tokenizer.ggml.tokens (1 .. 2^24). */
-static int tokenizer_size(const skv_gguf *g, size_t *n, char *err, size_t cap)
+static int tokenizer_size(const skv_gguf *g, size_t *n, skv_err *err)
 {
     uint32_t et;
     if (skv_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, n) != SKV_OK || et != SKV_GGUF_STRING || *n == 0 ||
         *n > (1u << 24))
-        return skv_errf(err, cap, SKV_ERR_FORMAT, "GGUF: missing or invalid tokenizer.ggml.tokens");
+        return skv_fail(err, SKV_ERR_FORMAT, "GGUF: missing or invalid tokenizer.ggml.tokens");
     return SKV_OK;
 }
 
-int skv_vocab_from_gguf(const skv_gguf *g, skv_tokenizer **out, char *err, size_t cap)
+int skv_vocab_from_gguf(const skv_gguf *g, skv_tokenizer **out, skv_err *err)
 {
     skv_tokenizer_desc d;
     tok_arrays a;
@@ -103,8 +103,8 @@ int skv_vocab_from_gguf(const skv_gguf *g, skv_tokenizer **out, char *err, size_
     memset(&d, 0, sizeof d);
     memset(&a, 0, sizeof a);
     *out = NULL;
-    if ((rc = tokenizer_size(g, &n, err, cap)) || (rc = tokenizer_kind(g, &d, &a, err, cap))) return rc;
-    if ((rc = tokenizer_arrays(g, n, &a, err, cap)) == SKV_OK) {
+    if ((rc = tokenizer_size(g, &n, err)) || (rc = tokenizer_kind(g, &d, &a, err))) return rc;
+    if ((rc = tokenizer_arrays(g, n, &a, err)) == SKV_OK) {
         d.n_vocab = n;
         d.tokens = a.toks;
         d.scores = a.scores;
@@ -112,9 +112,9 @@ int skv_vocab_from_gguf(const skv_gguf *g, skv_tokenizer **out, char *err, size_
         d.n_merges = a.n_merges;
         d.merges = a.merges;
         tokenizer_specials(g, &d);
-        rc = skv_tokenizer_create(&d, out, err, cap);
+        rc = skv_tokenizer_create(&d, out, err);
     }
-    if (rc == SKV_ERR_NOMEM) skv_errf(err, cap, rc, "out of memory loading the tokenizer");
+    if (rc == SKV_ERR_NOMEM) skv_fail(err, rc, "out of memory loading the tokenizer");
     free(a.toks);
     free(a.merges);
     free(a.scores);
@@ -123,14 +123,14 @@ int skv_vocab_from_gguf(const skv_gguf *g, skv_tokenizer **out, char *err, size_
 }
 
 
-int skv_vocab_load(const char *path, skv_tokenizer **out, char *err, size_t cap)
+int skv_vocab_load(const char *path, skv_tokenizer **out, skv_err *err)
 {
     skv_gguf *g = NULL;
     int rc;
-    if (!out || !path) return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "skv_vocab_load: NULL argument");
+    if (!out || !path) return skv_fail(err, SKV_ERR_INVALID_ARG, "skv_vocab_load: NULL argument");
     *out = NULL;
-    if ((rc = skv_gguf_open(path, &g, err, cap))) return rc;
-    rc = skv_vocab_from_gguf(g, out, err, cap);
+    if ((rc = skv_gguf_open(path, &g, err))) return rc;
+    rc = skv_vocab_from_gguf(g, out, err);
     skv_gguf_close(g);
     return rc;
 }

@@ -11,14 +11,15 @@
 
 #include "engine/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "core/util.h"
 
 /* Builds the tokenizer that g's tokenizer.ggml.* keys describe; tensors and
  * architecture keys are not looked at. *out is NULL on failure; the message
- * (NUL-terminated when errcap > 0) says what is missing or refused. */
-int skv_vocab_from_gguf(const skv_gguf *g, skv_tokenizer **out, char *err, size_t errcap);
+ * (when err is not NULL) says what is missing or refused. */
+int skv_vocab_from_gguf(const skv_gguf *g, skv_tokenizer **out, skv_err *err);
 
 /* Opens the GGUF file at path and builds its tokenizer as above; the file is
  * closed again before returning (the tokenizer keeps copies). */
-int skv_vocab_load(const char *path, skv_tokenizer **out, char *err, size_t errcap);
+int skv_vocab_load(const char *path, skv_tokenizer **out, skv_err *err);
 
 #endif

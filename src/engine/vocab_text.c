@@ -12,9 +12,9 @@
 
 int skv_model_token_text(const skv_model *m, int32_t token, const char **text, size_t *len)
 {
-    if (!m || !text || !len) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "token_text: NULL model, text or len");
+    if (!m || !text || !len) return skv_fail(NULL, SKV_ERR_INVALID_ARG, "token_text: NULL model, text or len");
     if (token < 0 || token >= m->info.n_vocab || !(*text = skv_tokenizer_token_text(m->tok, token, len)))
-        return skv_errf(NULL, 0, SKV_ERR_RANGE, "token_text: token id %d is outside the vocabulary [0, %d)", token,
+        return skv_fail(NULL, SKV_ERR_RANGE, "token_text: token id %d is outside the vocabulary [0, %d)", token,
                         m->info.n_vocab);
     return SKV_OK;
 }

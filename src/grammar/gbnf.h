@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/util.h"
 
 #define SKV_GBNF_MAX_TEXT (1u << 20)      /* bytes of grammar text */
 #define SKV_GBNF_MAX_ELEMENTS (1u << 18)  /* elements after expanding repetitions */
@@ -31,7 +32,7 @@ typedef struct skv_gbnf skv_gbnf;     /* a parsed grammar (immutable, shareable)
 typedef struct skv_gmatch skv_gmatch; /* a recognizer over one grammar (one thread) */
 
 /* Parses text (len bytes) with start rule `root`. 0, or -1 with err set ("line L col C: ..."). */
-int skv_gbnf_parse(const char *text, size_t len, const char *root, skv_gbnf **out, char *err, size_t errcap);
+int skv_gbnf_parse(const char *text, size_t len, const char *root, skv_gbnf **out, skv_err *err);
 void skv_gbnf_free(skv_gbnf *g);
 size_t skv_gbnf_n_rules(const skv_gbnf *g);
 

@@ -24,8 +24,7 @@ typedef struct prule {
 
 typedef struct P {
     const char *start, *s, *end;
-    char *err;
-    size_t errcap;
+    skv_err *err;
     int failed, nest;
     prule *r;
     uint32_t nr, rcap;
@@ -47,7 +46,7 @@ static void perr(P *p, const char *at, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (p->errcap) snprintf(p->err, p->errcap, "grammar line %d col %d: %s", line, col, msg);
+    skv_fail(p->err, SKV_ERR_FORMAT, "grammar line %d col %d: %s", line, col, msg);
 }
 
 int skv_gbnf_grow(void **v, size_t *cap, size_t need, size_t sz)
@@ -514,12 +513,12 @@ static int finish(P *p, skv_gbnf *g, const char *root)
     return 0;
 }
 
-int skv_gbnf_parse(const char *text, size_t len, const char *root, skv_gbnf **out, char *err, size_t errcap)
+int skv_gbnf_parse(const char *text, size_t len, const char *root, skv_gbnf **out, skv_err *err)
 {
-    P p = {.start = text, .s = text, .end = text + len, .err = err, .errcap = errcap};
+    P p = {.start = text, .s = text, .end = text + len, .err = err};
     skv_gbnf *g = calloc(1, sizeof *g);
     *out = NULL;
-    if (errcap) err[0] = 0;
+    skv_err_clear(err);
     const char *nul = len ? memchr(text, 0, len) : NULL;
     if (len > SKV_GBNF_MAX_TEXT) perr(&p, text, "grammar longer than %u bytes", SKV_GBNF_MAX_TEXT);
     else if (!g) perr(&p, text, "out of memory");

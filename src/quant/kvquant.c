@@ -22,14 +22,13 @@ struct skv_kvquant {
     uint64_t fallbacks;
 };
 
-__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t cap, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static int fail(skv_err *err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = skv_vfail(err, SKV_ERR_INVALID_ARG, fmt, ap);
     va_end(ap);
-    return skv_errf(err, cap, SKV_ERR_INVALID_ARG, "%s", msg);
+    return rc;
 }
 
 /* Strict decimal in [0, hi]; len chars of s. */
@@ -61,7 +60,7 @@ static int parse_scheme(const char *s, size_t len)
 enum { KEY_K, KEY_V, KEY_KF, KEY_KL, KEY_W, KEY_SEED, KEY_N };
 
 /* One item "key=value" or a bare scheme name; seen[] rejects duplicates. */
-static int parse_item(const char *it, size_t len, skv_kvq_spec *sp, int seen[KEY_N], char *err, size_t cap)
+static int parse_item(const char *it, size_t len, skv_kvq_spec *sp, int seen[KEY_N], skv_err *err)
 {
     static const char *const keys[] = {"k", "v", "keep-first", "keep-last", "window", "seed", "kv"};
     char item[64];
@@ -73,21 +72,21 @@ static int parse_item(const char *it, size_t len, skv_kvq_spec *sp, int seen[KEY
     if (!eq) key = 6;
     for (int i = 0; eq && i < 7; i++)
         if (strlen(keys[i]) == kl && !memcmp(keys[i], it, kl)) key = i;
-    if (key < 0) return fail(err, cap, "kv-quant: unknown item '%s' (keys: k v kv keep-first keep-last window seed)", item);
+    if (key < 0) return fail(err, "kv-quant: unknown item '%s' (keys: k v kv keep-first keep-last window seed)", item);
     if (key <= KEY_V || key == 6) {
         int id = parse_scheme(val, vl);
-        if (id < 0) return fail(err, cap, "kv-quant: unknown scheme in '%s' (f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p)", item);
+        if (id < 0) return fail(err, "kv-quant: unknown scheme in '%s' (f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p)", item);
         for (int kind = 0; kind < 2; kind++) {
             if (key != 6 && key != kind) continue;
-            if (seen[kind]) return fail(err, cap, "kv-quant: '%s' sets a kind twice", item);
+            if (seen[kind]) return fail(err, "kv-quant: '%s' sets a kind twice", item);
             seen[kind] = 1;
             sp->scheme[kind] = id;
         }
         return SKV_OK;
     }
     uint64_t v, hi = key == KEY_SEED ? UINT64_MAX : key == KEY_W ? SKV_KVQ_MAX_WINDOW : SKV_KVQ_MAX_LAYERS;
-    if (seen[key]) return fail(err, cap, "kv-quant: '%s' repeats an option", item);
-    if (parse_uint(val, vl, hi, &v)) return fail(err, cap, "kv-quant: bad number in '%s'", item);
+    if (seen[key]) return fail(err, "kv-quant: '%s' repeats an option", item);
+    if (parse_uint(val, vl, hi, &v)) return fail(err, "kv-quant: bad number in '%s'", item);
     seen[key] = 1;
     if (key == KEY_KF) sp->keep_first = (int)v;
     else if (key == KEY_KL) sp->keep_last = (int)v;
@@ -96,23 +95,23 @@ static int parse_item(const char *it, size_t len, skv_kvq_spec *sp, int seen[KEY
     return SKV_OK;
 }
 
-int skv_kvquant_parse(const char *s, skv_kvq_spec *out, char *err, size_t errcap)
+int skv_kvquant_parse(const char *s, skv_kvq_spec *out, skv_err *err)
 {
     skv_kvq_spec sp = {{-1, -1}, 0, 0, 0, 0};
     int seen[KEY_N] = {0};
-    if (err && errcap) err[0] = 0;
-    if (!s || !out) return fail(err, errcap, "kv-quant: %s", "NULL argument");
-    if (strlen(s) > 1024) return fail(err, errcap, "kv-quant: %s", "spec too long");
+    skv_err_clear(err);
+    if (!s || !out) return fail(err, "kv-quant: %s", "NULL argument");
+    if (strlen(s) > 1024) return fail(err, "kv-quant: %s", "spec too long");
     for (const char *p = s;;) {
         const char *e = strchr(p, ',');
         size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == 0) return fail(err, errcap, "kv-quant: empty item in '%s'", s);
-        int rc = parse_item(p, len, &sp, seen, err, errcap);
+        if (len == 0) return fail(err, "kv-quant: empty item in '%s'", s);
+        int rc = parse_item(p, len, &sp, seen, err);
         if (rc) return rc;
         if (!e) break;
         p = e + 1;
     }
-    if (sp.scheme[0] < 0 && sp.scheme[1] < 0) return fail(err, errcap, "kv-quant: '%s' quantizes neither K nor V", s);
+    if (sp.scheme[0] < 0 && sp.scheme[1] < 0) return fail(err, "kv-quant: '%s' quantizes neither K nor V", s);
     *out = sp;
     return SKV_OK;
 }
@@ -217,14 +216,14 @@ uint64_t skv_kvquant_fallbacks(const skv_kvquant *q) { return q ? q->fallbacks :
 
 /* ---- public helpers (seqkv.h) ------------------------------------------- */
 
-int skv_kvquant_check(const char *spec, int head_dim, char *err, size_t errcap)
+int skv_kvquant_check(const char *spec, int head_dim, skv_err *err)
 {
     skv_kvq_spec sp;
-    int rc = skv_kvquant_parse(spec, &sp, err, errcap);
+    int rc = skv_kvquant_parse(spec, &sp, err);
     if (rc || head_dim < 0) return rc;
     for (int k = 0; k < 2; k++)
         if (sp.scheme[k] >= 0 && (rc = skv_quant_check(sp.scheme[k], (size_t)head_dim)) != SKV_OK) {
-            skv_errf(err, errcap, 0, "kv-quant: scheme %s does not support head_dim %d", skv_quant_name(sp.scheme[k]),
+            skv_fail(err, 0, "kv-quant: scheme %s does not support head_dim %d", skv_quant_name(sp.scheme[k]),
                      head_dim);
             return rc;
         }

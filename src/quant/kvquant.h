@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/util.h"
 
 enum { SKV_KVQ_K = 0, SKV_KVQ_V = 1 };
 
@@ -40,10 +41,10 @@ typedef struct skv_kvq_spec {
  * SCHEME is a skv_quant name (f32 f16 q8_0 q4_0 tq1..tq4 tq2p..tq4p).  A key
  * may appear once.  At least one kind must be given.  Returns SKV_OK or
  * SKV_ERR_INVALID_ARG with a message in err (may be NULL). */
-int skv_kvquant_parse(const char *s, skv_kvq_spec *out, char *err, size_t errcap);
+int skv_kvquant_parse(const char *s, skv_kvq_spec *out, skv_err *err);
 /* The spec parses and, head_dim >= 0, each of its schemes takes vectors of head_dim
  * (skv_kv_quant_check's work; the engine supplies the model's head size). */
-int skv_kvquant_check(const char *spec, int head_dim, char *err, size_t errcap);
+int skv_kvquant_check(const char *spec, int head_dim, skv_err *err);
 
 /* Canonical text of a spec ("k=tq4,v=tq3,keep-first=1,keep-last=0,window=64,seed=0"). */
 int skv_kvquant_format(const skv_kvq_spec *spec, char *buf, size_t cap);

@@ -10,7 +10,7 @@
 #include "server/template.h"
 
 int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int add_generation_prompt, size_t memory,
-                    char **out, char *err, size_t errcap)
+                    char **out, skv_err *err)
 {
     const char *src = tmpl ? tmpl : skv_tmpl_builtin("chatml"); /* llama-server's fallback */
     skv_tmpl *t = NULL;
@@ -27,7 +27,7 @@ int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int ad
                          .bos_token = "", .eos_token = ""};
     if (rc == SKV_OK) rc = skv_tmpl_render_chat(t, &in, out, NULL, &e);
     if (rc != SKV_OK)
-        snprintf(err, errcap, "chat template: %s (line %d, column %d)", m ? e.msg : "out of memory", e.line, e.col);
+        skv_fail(err, SKV_ERR_INVALID_ARG, "chat template: %s (line %d, column %d)", m ? e.msg : "out of memory", e.line, e.col);
     skv_tmpl_free(t);
     free(m);
     return rc == SKV_OK ? 0 : -1;

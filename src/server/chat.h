@@ -8,6 +8,7 @@
 #define SKV_SERVER_CHAT_H
 
 #include <stddef.h>
+#include "core/util.h"
 
 typedef struct skv_chat_msg {
     const char *role;    /* "system" | "user" | "assistant" | ... */
@@ -18,6 +19,6 @@ typedef struct skv_chat_msg {
  * (its arena and its output, half each; 0: the template engine's defaults). 0, or -1 with a
  * message in err. */
 int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int add_generation_prompt, size_t memory,
-                    char **out, char *err, size_t errcap);
+                    char **out, skv_err *err);
 
 #endif

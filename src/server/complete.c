@@ -60,19 +60,19 @@ char *srv_detokenize(const srv *s, const int32_t *tok, size_t n, size_t *len)
     return out;
 }
 
-static int32_t *ids_of(const srv *s, const json_t *a, size_t *n, char *err, size_t errcap)
+static int32_t *ids_of(const srv *s, const json_t *a, size_t *n, skv_err *err)
 {
     size_t i, cnt = json_array_size(a);
     json_t *v;
     if (cnt >= (size_t)s->n_ctx) /* checked before the copy is made */
-        return *n = cnt, snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context "
+        return *n = cnt, skv_fail(err, SKV_ERR_INVALID_ARG, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context "
                         "size (%d tokens a slot)", cnt, s->n_ctx - 1, s->n_ctx), NULL;
     int32_t *t = malloc((cnt ? cnt : 1) * sizeof *t);
-    if (!t) return snprintf(err, errcap, "out of memory"), NULL;
+    if (!t) return skv_fail(err, SKV_ERR_NOMEM, "out of memory"), NULL;
     json_array_foreach(a, i, v) {
         json_int_t id = json_integer_value(v);
         if (!json_is_integer(v) || id < 0 || id >= s->info.n_vocab) {
-            snprintf(err, errcap, "prompt token %zu is not a token id in [0, %d)", i, s->info.n_vocab);
+            skv_fail(err, SKV_ERR_INVALID_ARG, "prompt token %zu is not a token id in [0, %d)", i, s->info.n_vocab);
             free(t);
             return NULL;
         }
@@ -105,7 +105,7 @@ static int is_mixed(const json_t *a)
 }
 
 /* A mixed prompt: the ids as they are, each text tokenized (with BOS when it comes first). */
-static int32_t *mixed_tokens(const srv *s, const json_t *a, size_t *n, char *err, size_t errcap)
+static int32_t *mixed_tokens(const srv *s, const json_t *a, size_t *n, skv_err *err)
 {
     size_t i, at = 0, cap = 16;
     const json_t *v;
@@ -115,7 +115,7 @@ static int32_t *mixed_tokens(const srv *s, const json_t *a, size_t *n, char *err
         int32_t one = (int32_t)json_integer_value(v), *t = &one;
         if (json_is_integer(v) && (json_integer_value(v) < 0 || json_integer_value(v) >= s->info.n_vocab)) {
             free(out);
-            return snprintf(err, errcap, "prompt token %zu is not a token id in [0, %d)", i, s->info.n_vocab), NULL;
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "prompt token %zu is not a token id in [0, %d)", i, s->info.n_vocab), NULL;
         }
         if (json_is_string(v)) t = srv_tokenize(s, json_string_value(v), json_string_length(v), i == 0, &k);
         int32_t *grown = out && t && at + k > cap ? realloc(out, (cap = (at + k) * 2) * sizeof *out) : out;
@@ -123,7 +123,7 @@ static int32_t *mixed_tokens(const srv *s, const json_t *a, size_t *n, char *err
             *n = at + k;
             if (t != &one) free(t);
             free(grown ? grown : out);
-            return snprintf(err, errcap, "the prompt could not be tokenized, or exceeds the context (%d tokens a slot)",
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "the prompt could not be tokenized, or exceeds the context (%d tokens a slot)",
                             s->n_ctx), NULL;
         }
         out = grown;
@@ -135,7 +135,7 @@ static int32_t *mixed_tokens(const srv *s, const json_t *a, size_t *n, char *err
     return out;
 }
 
-int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *err, size_t errcap)
+int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, skv_err *err)
 {
     int32_t *t = NULL;
     *n = 0;
@@ -143,29 +143,29 @@ int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *
         prompt = json_array_get(prompt, 0);
     if (json_is_object(prompt)) { /* llama-server's {"prompt_string", "multimodal_data"} */
         if (json_object_get(prompt, "multimodal_data"))
-            return snprintf(err, errcap, "multimodal_data is not supported by seqkv serve"), NULL;
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "multimodal_data is not supported by seqkv serve"), NULL;
         prompt = json_object_get(prompt, "prompt_string");
-        if (!json_is_string(prompt)) return snprintf(err, errcap, "a prompt object needs a \"prompt_string\""), NULL;
+        if (!json_is_string(prompt)) return skv_fail(err, SKV_ERR_INVALID_ARG, "a prompt object needs a \"prompt_string\""), NULL;
     }
     size_t len = json_string_length(prompt), least = len / (2 * s->max_piece);
     if (json_is_string(prompt) && least >= (size_t)s->n_ctx) { /* cheap: no tokenizer run */
         *n = least;
-        snprintf(err, errcap, "the prompt has at least %zu tokens (%zu bytes): 1 .. %d fit; more exceeds the available "
+        skv_fail(err, SKV_ERR_INVALID_ARG, "the prompt has at least %zu tokens (%zu bytes): 1 .. %d fit; more exceeds the available "
                  "context size (%d tokens a slot)", least, len, s->n_ctx - 1, s->n_ctx);
     } else if (json_is_string(prompt)) {
         t = srv_tokenize(s, json_string_value(prompt), len, 1, n);
-        if (!t) snprintf(err, errcap, "the prompt could not be tokenized");
+        if (!t) skv_fail(err, SKV_ERR_INVALID_ARG, "the prompt could not be tokenized");
     } else if (json_is_array(prompt) && is_mixed(prompt) && !json_is_integer(json_array_get(prompt, 0))) {
-        t = mixed_tokens(s, prompt, n, err, errcap);
+        t = mixed_tokens(s, prompt, n, err);
     } else if (json_is_array(prompt) && is_mixed(prompt)) {
-        t = all_ints(prompt) ? ids_of(s, prompt, n, err, errcap) : mixed_tokens(s, prompt, n, err, errcap);
+        t = all_ints(prompt) ? ids_of(s, prompt, n, err) : mixed_tokens(s, prompt, n, err);
     } else if (json_is_array(prompt) && !json_array_size(prompt)) {
-        t = ids_of(s, prompt, n, err, errcap);
+        t = ids_of(s, prompt, n, err);
     } else {
-        snprintf(err, errcap, "\"prompt\" must be a string, an array of token ids, or ids and strings mixed");
+        skv_fail(err, SKV_ERR_INVALID_ARG, "\"prompt\" must be a string, an array of token ids, or ids and strings mixed");
     }
     if (t && (*n == 0 || *n >= (size_t)s->n_ctx)) {
-        snprintf(err, errcap, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context size (%d tokens a slot)",
+        skv_fail(err, SKV_ERR_INVALID_ARG, "the prompt has %zu tokens: 1 .. %d fit; more exceeds the available context size (%d tokens a slot)",
                  *n, s->n_ctx - 1, s->n_ctx);
         free(t);
         t = NULL;
@@ -173,7 +173,7 @@ int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *
     return t;
 }
 
-static int parse_stop(srv_job *j, json_t *stop, char *err, size_t errcap)
+static int parse_stop(srv_job *j, json_t *stop, skv_err *err)
 {
     size_t i;
     json_t *v;
@@ -187,18 +187,18 @@ static int parse_stop(srv_job *j, json_t *stop, char *err, size_t errcap)
         else if ((j->stop[j->n_stop] = strdup(json_string_value(v)))) j->n_stop++;
     }
     json_decref(stop);
-    if (bad) snprintf(err, errcap, "\"stop\": a string or up to %d strings of 1..%d bytes", SRV_MAX_STOP, SRV_MAX_STOP_LEN);
+    if (bad) skv_fail(err, SKV_ERR_INVALID_ARG, "\"stop\": a string or up to %d strings of 1..%d bytes", SRV_MAX_STOP, SRV_MAX_STOP_LEN);
     return bad ? -1 : 0;
 }
 
 /* n_keep (-1 = the whole prompt) and n_discard (0 = half) of a context shift. */
-static int parse_keep(srv_job *j, json_t *b, char *err, size_t errcap)
+static int parse_keep(srv_job *j, json_t *b, skv_err *err)
 {
     json_int_t keep = 0, discard = 0;
     int tokens = 0;
     if (json_unpack(b, "{s?I,s?I,s?b}", "n_keep", &keep, "n_discard", &discard, "return_tokens", &tokens) ||
         keep < -1 || keep > INT32_MAX || discard < 0 || discard > INT32_MAX)
-        return snprintf(err, errcap, "n_keep: an integer >= -1; n_discard: an integer >= 0; return_tokens: a boolean"),
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "n_keep: an integer >= -1; n_discard: an integer >= 0; return_tokens: a boolean"),
                -1;
     j->n_keep = (int)keep, j->n_discard = (int)discard, j->return_tokens = tokens;
     return 0;
@@ -214,7 +214,7 @@ static uint64_t seed_of(const srv *s, const json_t *v)
 }
 
 /* The repetition penalties and min-p (defaults: the server's flags). */
-static int parse_penalties(const srv *s, srv_job *j, json_t *b, char *err, size_t errcap)
+static int parse_penalties(const srv *s, srv_job *j, json_t *b, skv_err *err)
 {
     const skv_sampling_defaults *d = &s->p.defaults;
     json_int_t last_n = d->repeat_last_n;
@@ -226,14 +226,14 @@ static int parse_penalties(const srv *s, srv_job *j, json_t *b, char *err, size_
         !(j->min_p >= 0 && j->min_p <= 1) || !(j->repeat_penalty > 0 && j->repeat_penalty <= 100) ||
         !(j->presence_penalty >= -100 && j->presence_penalty <= 100) ||
         !(j->frequency_penalty >= -100 && j->frequency_penalty <= 100) || last_n < -1 || last_n > INT32_MAX)
-        return snprintf(err, errcap, "out of range or not a number: min_p 0..1, repeat_penalty (0, 100], "
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "out of range or not a number: min_p 0..1, repeat_penalty (0, 100], "
                         "presence_penalty and frequency_penalty -100..100, repeat_last_n >= -1"), -1;
     j->repeat_last_n = (int)last_n;
     return 0;
 }
 
 /* Sampling and limits shared by every completion route (defaults: the server's flags). */
-static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, char *err, size_t errcap)
+static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, skv_err *err)
 {
     const skv_sampling_defaults *d = &s->p.defaults;
     json_int_t n_predict = d->n_predict, top_k = d->top_k, id_slot = -1;
@@ -242,21 +242,21 @@ static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, 
     json_t *opts = json_object_get(b, "stream_options");
     if (json_unpack(b, "{s?I,s?F,s?I,s?F,s?b,s?I,s?b}", n_key, &n_predict, "temperature", &temp, "top_k",
                     &top_k, "top_p", &top_p, "cache_prompt", &cache, "id_slot", &id_slot, "stream", &stream))
-        return snprintf(err, errcap, "a field has the wrong type (%s, temperature, top_k, top_p: numbers; "
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "a field has the wrong type (%s, temperature, top_k, top_p: numbers; "
                         "cache_prompt, stream: booleans)", n_key), -1;
     if (n_predict < 0) n_predict = d->n_predict; /* as llama-server: the request's, else the server's -n */
     if (n_predict < 0) n_predict = s->n_ctx < SRV_MAX_N_PREDICT ? s->n_ctx : SRV_MAX_N_PREDICT;
     if (n_predict > SRV_MAX_N_PREDICT)
-        return snprintf(err, errcap, "%s %lld exceeds the limit %d", n_key, (long long)n_predict, SRV_MAX_N_PREDICT), -1;
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "%s %lld exceeds the limit %d", n_key, (long long)n_predict, SRV_MAX_N_PREDICT), -1;
     if (temp < 0 || temp > 100 || top_p < 0 || top_p > 1 || top_k < 0 || top_k > INT32_MAX || id_slot < -1 ||
         id_slot >= s->p.parallel)
-        return snprintf(err, errcap, "out of range: temperature 0..100, top_p 0..1, top_k 0..%d, id_slot -1..%d",
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "out of range: temperature 0..100, top_p 0..1, top_k 0..%d, id_slot -1..%d",
                         INT32_MAX, s->p.parallel - 1), -1;
     *j = (srv_job){.n_predict = (int)n_predict, .top_k = (int)top_k, .temp = temp, .top_p = top_p, .cache_prompt = cache,
                    .id_slot = (int)id_slot, .stream = stream, .seed = seed_of(s, json_object_get(b, "seed")),
                    .usage_chunk = json_is_true(json_object_get(opts, "include_usage")), .created = srv_unix_now()};
-    if (parse_penalties(s, j, b, err, errcap) || parse_keep(j, b, err, errcap)) return -1;
-    return parse_stop(j, json_object_get(b, "stop"), err, errcap);
+    if (parse_penalties(s, j, b, err) || parse_keep(j, b, err)) return -1;
+    return parse_stop(j, json_object_get(b, "stop"), err);
 }
 
 /* ---- fields llama-server documents that seqkv does not implement yet: refused, never
@@ -280,12 +280,12 @@ static const struct unsupported {
 };
 
 /* 0, or -1 with err naming the first field of b that is set and not implemented. */
-static int refuse_unsupported(const json_t *b, char *err, size_t errcap)
+static int refuse_unsupported(const json_t *b, skv_err *err)
 {
     for (size_t i = 0; i < sizeof k_unsupported / sizeof *k_unsupported; i++) {
         const json_t *v = json_object_get(b, k_unsupported[i].field);
         if (v && !k_unsupported[i].neutral(v))
-            return snprintf(err, errcap, "\"%s\" is not supported by seqkv serve yet (docs/server.md, \"Not done "
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "\"%s\" is not supported by seqkv serve yet (docs/server.md, \"Not done "
                             "yet\"); leave it out", k_unsupported[i].field), -1;
     }
     return 0;
@@ -323,7 +323,7 @@ static int bias_key(const srv *s, srv_job *j, const char *k, const json_t *v)
     return *k && !k[d] && d < 10 ? bias_entry(s, j, strtol(k, NULL, 10), NULL, v) : bias_entry(s, j, 0, k, v);
 }
 
-static int parse_bias(const srv *s, srv_job *j, const json_t *b, char *err, size_t errcap)
+static int parse_bias(const srv *s, srv_job *j, const json_t *b, skv_err *err)
 {
     json_t *lb = json_object_get(b, "logit_bias"), *v;
     const char *k;
@@ -331,7 +331,7 @@ static int parse_bias(const srv *s, srv_job *j, const json_t *b, char *err, size
     int bad = 0;
     if (!lb || json_is_null(lb) || (json_is_array(lb) && !json_array_size(lb)) || (json_is_object(lb) && !json_object_size(lb)))
         return 0;
-    if (!(j->bias = calloc(SRV_MAX_LOGIT_BIAS, sizeof *j->bias))) return snprintf(err, errcap, "out of memory"), -1;
+    if (!(j->bias = calloc(SRV_MAX_LOGIT_BIAS, sizeof *j->bias))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory"), -1;
     if (json_is_object(lb)) {
         json_object_foreach(lb, k, v) bad |= bias_key(s, j, k, v);
     } else if (json_is_array(lb)) {
@@ -343,38 +343,38 @@ static int parse_bias(const srv *s, srv_job *j, const json_t *b, char *err, size
     } else {
         bad = 1;
     }
-    if (bad) snprintf(err, errcap, "\"logit_bias\": [[token id or text, number or false], ...] or {\"id or text\": "
+    if (bad) skv_fail(err, SKV_ERR_INVALID_ARG, "\"logit_bias\": [[token id or text, number or false], ...] or {\"id or text\": "
                       "number or false}, at most %d tokens in the vocabulary", SRV_MAX_LOGIT_BIAS);
     return bad ? -1 : 0;
 }
 
 /* n_probs (llama-server) or logprobs + top_logprobs (OpenAI chat): what to record. */
-static int parse_probs(srv_job *j, json_t *b, int fmt, char *err, size_t errcap)
+static int parse_probs(srv_job *j, json_t *b, int fmt, skv_err *err)
 {
     json_int_t n = 0, top = 0;
     int lp = 0;
     if (fmt == SRV_FMT_LLAMA) {
         if (json_unpack(b, "{s?I}", "n_probs", &n) || n < 0 || n > SRV_MAX_N_PROBS)
-            return snprintf(err, errcap, "\"n_probs\": an integer 0..%d", SRV_MAX_N_PROBS), -1;
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "\"n_probs\": an integer 0..%d", SRV_MAX_N_PROBS), -1;
     } else if (fmt == SRV_FMT_OAI_CHAT) {
         if (json_unpack(b, "{s?b,s?I}", "logprobs", &lp, "top_logprobs", &top) || top < 0 ||
             top > SRV_MAX_N_PROBS || (top && !lp))
-            return snprintf(err, errcap, "\"logprobs\": a boolean; \"top_logprobs\": 0..%d with logprobs true",
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "\"logprobs\": a boolean; \"top_logprobs\": 0..%d with logprobs true",
                             SRV_MAX_N_PROBS), -1;
         n = top;
     } else if (!is_off(json_object_get(b, "logprobs"))) {
-        return snprintf(err, errcap, "\"logprobs\" of /v1/completions is not supported by seqkv serve yet; leave it out"), -1;
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"logprobs\" of /v1/completions is not supported by seqkv serve yet; leave it out"), -1;
     }
     j->n_probs = (int)n, j->want_probs = n > 0 || lp;
     j->post_probs = json_is_true(json_object_get(b, "post_sampling_probs"));
     if (j->want_probs && !(j->tok_end = malloc(((size_t)j->n_predict + 1) * sizeof *j->tok_end)))
-        return snprintf(err, errcap, "out of memory"), -1;
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory"), -1;
     for (int i = 0; j->tok_end && i <= j->n_predict; i++) j->tok_end[i] = SIZE_MAX; /* not appended yet */
     return 0;
 }
 
 /* response_fields: a list of paths, kept '\n'-joined (llama-server's /completion). */
-static int parse_fields(srv_job *j, const json_t *b, char *err, size_t errcap)
+static int parse_fields(srv_job *j, const json_t *b, skv_err *err)
 {
     const json_t *f = json_object_get(b, "response_fields"), *v;
     size_t i, len = 0;
@@ -382,10 +382,10 @@ static int parse_fields(srv_job *j, const json_t *b, char *err, size_t errcap)
     int bad = !json_is_array(f) || json_array_size(f) > SRV_MAX_FIELDS;
     json_array_foreach(f, i, v) bad |= !json_is_string(v) || !json_string_length(v) ||
                                        json_string_length(v) > SRV_MAX_FIELD_PATH || strchr(json_string_value(v), '\n');
-    if (bad) return snprintf(err, errcap, "\"response_fields\": up to %d paths of 1..%d bytes", SRV_MAX_FIELDS,
+    if (bad) return skv_fail(err, SKV_ERR_INVALID_ARG, "\"response_fields\": up to %d paths of 1..%d bytes", SRV_MAX_FIELDS,
                              SRV_MAX_FIELD_PATH), -1;
     json_array_foreach(f, i, v) len += json_string_length(v) + 1;
-    if (!(j->fields = malloc(len))) return snprintf(err, errcap, "out of memory"), -1;
+    if (!(j->fields = malloc(len))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory"), -1;
     len = 0;
     json_array_foreach(f, i, v) {
         memcpy(j->fields + len, json_string_value(v), json_string_length(v));
@@ -397,12 +397,12 @@ static int parse_fields(srv_job *j, const json_t *b, char *err, size_t errcap)
 }
 
 /* A new job from body b (n_key: the field that caps the generated tokens). */
-static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size_t errcap)
+static srv_job *job_from(srv_req *r, int fmt, const char *n_key, skv_err *err)
 {
     srv_job *j = srv_job_new(), req = {0};
-    if (!j) return snprintf(err, errcap, "out of memory"), NULL;
-    if (refuse_unsupported(r->body, err, errcap) || parse_params(r->s, &req, r->body, n_key, err, errcap) ||
-        parse_bias(r->s, &req, r->body, err, errcap)) {
+    if (!j) return skv_fail(err, SKV_ERR_NOMEM, "out of memory"), NULL;
+    if (refuse_unsupported(r->body, err) || parse_params(r->s, &req, r->body, n_key, err) ||
+        parse_bias(r->s, &req, r->body, err)) {
         for (int i = 0; i < req.n_stop; i++) free(req.stop[i]);
         free(req.bias);
         srv_job_unref(j);
@@ -420,9 +420,9 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, char *err, size
     j->n_keep = req.n_keep, j->n_discard = req.n_discard, j->return_tokens = req.return_tokens;
     memcpy(j->stop, req.stop, sizeof j->stop);
     if (fmt != SRV_FMT_LLAMA && !is_empty(json_object_get(r->body, "response_fields")))
-        snprintf(err, errcap, "\"response_fields\" is /completion's (llama-server's); leave it out here");
-    if (parse_probs(j, r->body, fmt, err, errcap) || parse_fields(j, r->body, err, errcap) ||
-        (fmt != SRV_FMT_LLAMA && j->fields) || srv_grammar_parse(j, r->body, err, errcap)) {
+        skv_fail(err, SKV_ERR_INVALID_ARG, "\"response_fields\" is /completion's (llama-server's); leave it out here");
+    if (parse_probs(j, r->body, fmt, err) || parse_fields(j, r->body, err) ||
+        (fmt != SRV_FMT_LLAMA && j->fields) || srv_grammar_parse(j, r->body, err)) {
         srv_job_unref(j);
         return NULL;
     }
@@ -460,15 +460,15 @@ int srv_prompt_is_batch(const json_t *p)
 }
 
 /* One prompt of a batch as tokens (an object's prompt_string; its media refused). */
-int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap)
+int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, skv_err *err)
 {
     if (json_is_object(p)) {
         if (json_array_size(json_object_get(p, "multimodal_data")))
-            return snprintf(err, errcap, "multimodal_data is not supported by seqkv serve"), NULL;
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "multimodal_data is not supported by seqkv serve"), NULL;
         p = json_object_get(p, "prompt_string");
-        if (!json_is_string(p)) return snprintf(err, errcap, "a prompt object needs a \"prompt_string\""), NULL;
+        if (!json_is_string(p)) return skv_fail(err, SKV_ERR_INVALID_ARG, "a prompt object needs a \"prompt_string\""), NULL;
     }
-    return srv_prompt_tokens(s, p, n, err, errcap);
+    return srv_prompt_tokens(s, p, n, err);
 }
 
 /* The jobs of a request that asks for several completions: a batch of prompts, or OpenAI's
@@ -476,16 +476,16 @@ int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, char *err, siz
 static int run_several(srv_req *r, int fmt, const char *n_key, const json_t *batch, const int32_t *tok, size_t n_tok,
                        size_t n)
 {
-    char err[256];
+    skv_err err = {0};
     srv_job *jobs[SRV_MAX_CHOICES] = {0};
     size_t made = 0, at = 0;
     if (n > SRV_MAX_CHOICES) return srv_reply_error(r, 400, "at most %d prompts or choices (n)", SRV_MAX_CHOICES);
     if (json_is_true(json_object_get(r->body, "stream")))
         return srv_reply_error(r, 400, "several prompts or n > 1 cannot be streamed by seqkv serve yet");
     for (; made < n; made++) {
-        srv_job *j = job_from(r, fmt, n_key, err, sizeof err);
+        srv_job *j = job_from(r, fmt, n_key, &err);
         if (!(jobs[made] = j)) break;
-        j->prompt = batch ? srv_batch_item(r->s, json_array_get(batch, made), &at, err, sizeof err) : malloc(n_tok * sizeof *tok);
+        j->prompt = batch ? srv_batch_item(r->s, json_array_get(batch, made), &at, &err) : malloc(n_tok * sizeof *tok);
         if (!j->prompt) {
             made++;
             break;
@@ -495,24 +495,24 @@ static int run_several(srv_req *r, int fmt, const char *n_key, const json_t *bat
     }
     if (made == n && jobs[n - 1] && jobs[n - 1]->prompt) return srv_run_many(r, jobs, n);
     for (size_t i = 0; i < made; i++) srv_job_unref(jobs[i]);
-    return srv_reply_error(r, 400, "%s", err);
+    return srv_reply_error(r, 400, "%.255s", err.msg);
 }
 
 static int completion(srv_req *r, int fmt, const char *n_key)
 {
-    char err[256];
+    skv_err err = {0};
     json_t *prompt = json_object_get(r->body, "prompt");
     json_int_t n = 1;
     if (!prompt) return srv_reply_error(r, 400, "\"prompt\" is required");
     if (json_unpack(r->body, "{s?I}", "n", &n) || n < 1 || n > SRV_MAX_CHOICES)
         return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
     if (srv_prompt_is_batch(prompt)) return run_several(r, fmt, n_key, prompt, NULL, 0, json_array_size(prompt));
-    srv_job *j = job_from(r, fmt, n_key, err, sizeof err);
-    if (!j) return srv_reply_error(r, 400, "%s", err);
-    if (!(j->prompt = srv_prompt_tokens(r->s, prompt, &j->n_prompt, err, sizeof err))) {
+    srv_job *j = job_from(r, fmt, n_key, &err);
+    if (!j) return srv_reply_error(r, 400, "%.255s", err.msg);
+    if (!(j->prompt = srv_prompt_tokens(r->s, prompt, &j->n_prompt, &err))) {
         size_t np = j->n_prompt;
         srv_job_unref(j);
-        return np >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, np, err) : srv_reply_error(r, 400, "%s", err);
+        return np >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, np, err.msg) : srv_reply_error(r, 400, "%.255s", err.msg);
     }
     if (n > 1) {
         int rc = run_several(r, fmt, n_key, NULL, j->prompt, j->n_prompt, (size_t)n);
@@ -525,20 +525,20 @@ static int completion(srv_req *r, int fmt, const char *n_key)
 int srv_rt_completion(srv_req *r) { return completion(r, SRV_FMT_LLAMA, "n_predict"); }
 
 /* /infill's inputs as llama-server checks them; 0, or -1 with err. */
-static int infill_inputs(const json_t *b, char *err, size_t errcap)
+static int infill_inputs(const json_t *b, skv_err *err)
 {
     const json_t *p = json_object_get(b, "prompt"), *x = json_object_get(b, "input_extra"), *c;
     size_t i;
-    if (p && !json_is_string(p)) return snprintf(err, errcap, "\"prompt\" must be a string"), -1;
-    if (!json_is_string(json_object_get(b, "input_prefix"))) return snprintf(err, errcap, "\"input_prefix\" is required"), -1;
-    if (!json_is_string(json_object_get(b, "input_suffix"))) return snprintf(err, errcap, "\"input_suffix\" is required"), -1;
+    if (p && !json_is_string(p)) return skv_fail(err, SKV_ERR_INVALID_ARG, "\"prompt\" must be a string"), -1;
+    if (!json_is_string(json_object_get(b, "input_prefix"))) return skv_fail(err, SKV_ERR_INVALID_ARG, "\"input_prefix\" is required"), -1;
+    if (!json_is_string(json_object_get(b, "input_suffix"))) return skv_fail(err, SKV_ERR_INVALID_ARG, "\"input_suffix\" is required"), -1;
     if (x && !json_is_array(x))
-        return snprintf(err, errcap, "\"input_extra\" must be an array of {\"filename\": string, \"text\": string}"), -1;
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"input_extra\" must be an array of {\"filename\": string, \"text\": string}"), -1;
     json_array_foreach(x, i, c) {
         if (!json_is_string(json_object_get(c, "text")))
-            return snprintf(err, errcap, "extra_context chunk must contain a \"text\" field with a string value"), -1;
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "extra_context chunk must contain a \"text\" field with a string value"), -1;
         const json_t *f = json_object_get(c, "filename");
-        if (f && !json_is_string(f)) return snprintf(err, errcap, "extra_context chunk's \"filename\" field must be a string"), -1;
+        if (f && !json_is_string(f)) return skv_fail(err, SKV_ERR_INVALID_ARG, "extra_context chunk's \"filename\" field must be a string"), -1;
     }
     return 0;
 }
@@ -624,17 +624,17 @@ static int32_t *infill_prompt(const srv *s, const json_t *b, const int32_t fim[5
 
 int srv_rt_infill(srv_req *r)
 {
-    char err[256];
+    skv_err err = {0};
     int32_t fim[5];
-    if (infill_inputs(r->body, err, sizeof err)) return srv_reply_error(r, 400, "%s", err); /* before the model's
+    if (infill_inputs(r->body, &err)) return srv_reply_error(r, 400, "%.255s", err.msg); /* before the model's
                                                         * support (llama-server checks it first): a bad request is one anyway */
     int missing = srv_model_fim(r->s->model, fim);
     if (missing)
         return srv_reply_error(r, 501, "Infill is not supported by this model: %s%s%s", missing & 1 ? "prefix token is "
                                "missing. " : "", missing & 2 ? "suffix token is missing. " : "", missing & 4 ?
                                "middle token is missing. " : "");
-    srv_job *j = job_from(r, SRV_FMT_LLAMA, "n_predict", err, sizeof err);
-    if (!j) return srv_reply_error(r, 400, "%s", err);
+    srv_job *j = job_from(r, SRV_FMT_LLAMA, "n_predict", &err);
+    if (!j) return srv_reply_error(r, 400, "%.255s", err.msg);
     j->prompt = infill_prompt(r->s, r->body, fim, &j->n_prompt);
     if (!j->prompt || j->n_prompt >= (size_t)r->s->n_ctx) {
         size_t n = j->prompt ? j->n_prompt : 0;
@@ -651,7 +651,7 @@ int srv_rt_oai_completion(srv_req *r) { return completion(r, SRV_FMT_OAI_TEXT, "
  * message) (one pass to size it, one to copy: linear in the parts); its bytes are charged
  * to the request (*charged grows by them; given back after the render). NULL for another
  * type, or a part that is not text (*err says which). */
-static char *content_of(const json_t *c, const char *delim, size_t *charged, char *err, size_t errcap)
+static char *content_of(const json_t *c, const char *delim, size_t *charged, skv_err *err)
 {
     size_t i, total = 0, at = 0, dn = strlen(delim);
     json_t *part;
@@ -661,7 +661,7 @@ static char *content_of(const json_t *c, const char *delim, size_t *charged, cha
     json_array_foreach(c, i, part) {
         const char *type = json_string_value(json_object_get(part, "type"));
         if (type && strcmp(type, "text"))
-            return snprintf(err, errcap, "content parts of type \"%.40s\" are not supported (text only)", type), NULL;
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "content parts of type \"%.40s\" are not supported (text only)", type), NULL;
         total += json_string_length(json_object_get(part, "text")) + dn;
     }
     char *out = srv_mem_take(NULL, total + 1) ? NULL : malloc(total + 1);
@@ -692,36 +692,36 @@ static size_t render_arena(size_t bytes)
  * implies (an assistant prefill: the reply continues its text). 0, or -1 with a message. */
 typedef struct render_mode { int gen_prompt, cont; } render_mode;
 
-static int render_mode_of(const json_t *body, const json_t *msgs, render_mode *md, char *err, size_t errcap)
+static int render_mode_of(const json_t *body, const json_t *msgs, render_mode *md, skv_err *err)
 {
     const json_t *g = json_object_get(body, "add_generation_prompt"), *c = json_object_get(body, "continue_final_message");
     size_t n = json_array_size(msgs);
     const char *last = n ? json_string_value(json_object_get(json_array_get(msgs, n - 1), "role")) : NULL;
     const char *prev = n > 1 ? json_string_value(json_object_get(json_array_get(msgs, n - 2), "role")) : NULL;
     if ((g && !json_is_boolean(g)) || (c && !json_is_boolean(c) && !json_is_string(c)))
-        return snprintf(err, errcap, "\"add_generation_prompt\": a boolean; \"continue_final_message\": a boolean or "
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"add_generation_prompt\": a boolean; \"continue_final_message\": a boolean or "
                                      "\"content\""), -1;
     if (json_is_string(c) && strcmp(json_string_value(c), "content"))
-        return snprintf(err, errcap, "\"continue_final_message\": \"%.40s\" is not supported (true or \"content\")",
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"continue_final_message\": \"%.40s\" is not supported (true or \"content\")",
                         json_string_value(c)), -1;
     md->gen_prompt = g ? json_is_true(g) : 1;
     md->cont = json_is_true(c) || json_is_string(c);
     if (!md->cont && last && !strcmp(last, "assistant")) { /* llama-server's assistant prefill */
         if (prev && !strcmp(prev, "assistant"))
-            return snprintf(err, errcap, "Cannot have 2 or more assistant messages at the end of the list."), -1;
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "Cannot have 2 or more assistant messages at the end of the list."), -1;
         md->cont = 1, md->gen_prompt = 0;
     }
     if (md->cont && md->gen_prompt)
-        return snprintf(err, errcap, "Cannot set both add_generation_prompt and continue_final_message to true."), -1;
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "Cannot set both add_generation_prompt and continue_final_message to true."), -1;
     return 0;
 }
 
 /* The rendered prompt with the continued message's text appended: *out replaced. */
-static int append_continuation(char **out, const char *text, char *err, size_t errcap)
+static int append_continuation(char **out, const char *text, skv_err *err)
 {
     size_t a = strlen(*out), b = strlen(text);
     char *t = srv_mem_take(NULL, a + b + 1) ? NULL : malloc(a + b + 1);
-    if (!t) return snprintf(err, errcap, "out of memory"), -1;
+    if (!t) return skv_fail(err, SKV_ERR_NOMEM, "out of memory"), -1;
     memcpy(t, *out, a);
     memcpy(t + a, text, b + 1);
     free(*out);
@@ -732,7 +732,7 @@ static int append_continuation(char **out, const char *text, char *err, size_t e
 
 /* The messages rendered with the chat template as md says (a continued final message: the
  * others with the generation prompt, then its text); NULL with a message in err. */
-static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, char *err, size_t errcap)
+static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, skv_err *err)
 {
     size_t n = json_array_size(msgs), i;
     json_t *m;
@@ -744,19 +744,19 @@ static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, char 
         if (bad) break;
         const char *delim = md.cont && i == n - 1 ? "\n\n" : "\n";
         cm[i].role = json_string_value(json_object_get(m, "role"));
-        cm[i].content = texts[i] = content_of(json_object_get(m, "content"), delim, &charged, err, errcap);
+        cm[i].content = texts[i] = content_of(json_object_get(m, "content"), delim, &charged, err);
         bad |= !cm[i].role || !cm[i].content;
     }
     size_t bytes = 0;
     for (i = 0; !bad && i < n; i++) bytes += strlen(cm[i].content) + strlen(cm[i].role);
     size_t arena = render_arena(bytes);
     if (bad) {
-        if (!err[0]) snprintf(err, errcap, "each message needs a \"role\" string and a \"content\" string or parts");
-    } else if (srv_mem_take(NULL, arena)) snprintf(err, errcap, "out of memory");
+        if (!err->msg[0]) skv_fail(err, SKV_ERR_INVALID_ARG, "each message needs a \"role\" string and a \"content\" string or parts");
+    } else if (srv_mem_take(NULL, arena)) skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     else {
         int gen = md.cont ? 1 : md.gen_prompt;
-        if (skv_chat_render(s->chat_template, cm, n - (size_t)md.cont, gen, arena, &out, err, errcap)) out = NULL;
-        if (out && md.cont && append_continuation(&out, cm[n - 1].content, err, errcap)) free(out), out = NULL;
+        if (skv_chat_render(s->chat_template, cm, n - (size_t)md.cont, gen, arena, &out, err)) out = NULL;
+        if (out && md.cont && append_continuation(&out, cm[n - 1].content, err)) free(out), out = NULL;
         srv_mem_give(NULL, arena);
     }
     for (i = 0; texts && i < n; i++) free(texts[i]);
@@ -766,26 +766,26 @@ static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, char 
     return out;
 }
 
-static char *render(const srv *s, const json_t *body, char *err, size_t errcap)
+static char *render(const srv *s, const json_t *body, skv_err *err)
 {
     const json_t *msgs = json_object_get(body, "messages");
     render_mode md;
-    err[0] = 0;
+    skv_err_clear(err);
     if (!json_is_array(msgs) || !json_array_size(msgs) || json_array_size(msgs) > SRV_MAX_MESSAGES)
-        return snprintf(err, errcap, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
-    if (render_mode_of(body, msgs, &md, err, errcap)) return NULL;
-    return render_msgs(s, msgs, md, err, errcap);
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
+    if (render_mode_of(body, msgs, &md, err)) return NULL;
+    return render_msgs(s, msgs, md, err);
 }
 
 int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, size_t len, size_t *n)
 {
-    char err[256];
+    skv_err err = {0};
     json_t *all = json_copy(msgs), *turn = json_pack("{s:s,s:s%}", "role", "assistant", "content", reply, len);
     char *text = NULL;
     int32_t *t = NULL;
     *n = 0;
     if (all && turn && !json_array_append(all, turn) && json_array_size(all) <= SRV_MAX_MESSAGES)
-        text = render_msgs(s, all, (render_mode){0, 0}, err, sizeof err);
+        text = render_msgs(s, all, (render_mode){0, 0}, &err);
     if (text) t = srv_tokenize(s, text, strlen(text), 1, n);
     free(text);
     json_decref(turn);
@@ -796,9 +796,9 @@ int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, 
 /* POST /apply-template: the prompt the chat template makes of the messages, not run. */
 int srv_rt_apply_template(srv_req *r)
 {
-    char err[256];
-    char *text = render(r->s, r->body, err, sizeof err);
-    if (!text) return srv_reply_error(r, 400, "%s", err);
+    skv_err err = {0};
+    char *text = render(r->s, r->body, &err);
+    if (!text) return srv_reply_error(r, 400, "%.255s", err.msg);
     json_t *o = json_pack("{s:s}", "prompt", text);
     free(text);
     return srv_reply_json(r, 200, o);
@@ -806,35 +806,35 @@ int srv_rt_apply_template(srv_req *r)
 
 int srv_rt_chat_input_tokens(srv_req *r)
 {
-    char err[256];
+    skv_err err = {0};
     size_t n = 0;
-    char *text = render(r->s, r->body, err, sizeof err);
+    char *text = render(r->s, r->body, &err);
     int32_t *t = text ? srv_tokenize(r->s, text, strlen(text), 1, &n) : NULL;
     free(text);
-    if (!t) return srv_reply_error(r, 400, "%s", err[0] ? err : "the prompt could not be tokenized");
+    if (!t) return srv_reply_error(r, 400, "%s", err.msg[0] ? err.msg : "the prompt could not be tokenized");
     free(t);
     return srv_reply_json(r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }
 
 int srv_rt_oai_chat(srv_req *r)
 {
-    char err[256];
+    skv_err err = {0};
     const char *n_key = json_object_get(r->body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     json_int_t n = 1;
     if (json_unpack(r->body, "{s?I}", "n", &n) || n < 1 || n > SRV_MAX_CHOICES)
         return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
-    srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, n_key, err, sizeof err);
-    if (!j) return srv_reply_error(r, 400, "%s", err);
-    char *text = render(r->s, r->body, err, sizeof err);
+    srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, n_key, &err);
+    if (!j) return srv_reply_error(r, 400, "%.255s", err.msg);
+    char *text = render(r->s, r->body, &err);
     json_t *p = text ? json_string(text) : NULL;
     free(text);
-    if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, err, sizeof err);
+    if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, &err);
     json_decref(p);
     if (j->prompt && n == 1) j->chat_msgs = json_deep_copy(json_object_get(r->body, "messages"));
     if (!j->prompt) {
         size_t np = j->n_prompt;
         srv_job_unref(j);
-        return np >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, np, err) : srv_reply_error(r, 400, "%s", err);
+        return np >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, np, err.msg) : srv_reply_error(r, 400, "%.255s", err.msg);
     }
     if (n > 1) {
         int rc = run_several(r, SRV_FMT_OAI_CHAT, n_key, NULL, j->prompt, j->n_prompt, (size_t)n);

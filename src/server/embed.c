@@ -23,34 +23,34 @@ int srv_embed_run(skv_ctx *ctx, srv_job *j)
 }
 
 /* The request's inputs as jobs (jobs[0..*n)); 0, or an HTTP code with err. */
-static int embed_jobs(srv_req *r, const json_t *in, srv_job **jobs, size_t *n, char *err, size_t errcap)
+static int embed_jobs(srv_req *r, const json_t *in, srv_job **jobs, size_t *n, skv_err *err)
 {
     const srv *s = r->s;
     int batch = srv_prompt_is_batch(in);
     size_t want = batch ? json_array_size(in) : 1, D = (size_t)s->info.n_embd;
-    if (want > SRV_MAX_EMBED_INPUTS) return snprintf(err, errcap, "at most %d inputs", SRV_MAX_EMBED_INPUTS), 400;
+    if (want > SRV_MAX_EMBED_INPUTS) return skv_fail(err, SKV_ERR_INVALID_ARG, "at most %d inputs", SRV_MAX_EMBED_INPUTS), 400;
     for (*n = 0; *n < want; (*n)++) {
         size_t nt = 0;
         const json_t *p = batch ? json_array_get(in, *n) : in;
-        int32_t *t = batch ? srv_batch_item(s, p, &nt, err, errcap) : srv_prompt_tokens(s, p, &nt, err, errcap);
+        int32_t *t = batch ? srv_batch_item(s, p, &nt, err) : srv_prompt_tokens(s, p, &nt, err);
         if (!t) {
             if (nt >= (size_t)s->n_ctx)
-                snprintf(err, errcap, "input %zu is too large to process: %zu tokens, a slot holds %d", *n, nt, s->n_ctx - 1);
+                skv_fail(err, SKV_ERR_INVALID_ARG, "input %zu is too large to process: %zu tokens, a slot holds %d", *n, nt, s->n_ctx - 1);
             return 400;
         }
         srv_job *j = srv_job_new();
         if (j) jobs[*n] = j, j->prompt = t, j->n_prompt = nt, j->id_slot = -1;
-        if (!j) return free(t), snprintf(err, errcap, "out of memory"), 500;
+        if (!j) return free(t), skv_fail(err, SKV_ERR_NOMEM, "out of memory"), 500;
         if (nt > SIZE_MAX / sizeof(float) / D || srv_mem_hold(NULL, nt * D * sizeof(float)) ||
             !(j->embd = malloc(nt * D * sizeof(float))))
-            return snprintf(err, errcap, "input %zu (%zu tokens): its hidden states do not fit the request's memory "
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "input %zu (%zu tokens): its hidden states do not fit the request's memory "
                             "(--mem-budget)", *n, nt), 413;
     }
     return 0;
 }
 
 /* Runs the jobs on the slots, at most `parallel` at a time; 0 or an HTTP code with err. */
-static int embed_run_all(srv_req *r, srv_job **jobs, size_t n, char *err, size_t errcap)
+static int embed_run_all(srv_req *r, srv_job **jobs, size_t n, skv_err *err)
 {
     size_t wave = (size_t)r->s->p.parallel;
     for (size_t at = 0; at < n; at += wave) {
@@ -58,10 +58,10 @@ static int embed_run_all(srv_req *r, srv_job **jobs, size_t n, char *err, size_t
         int code = 0;
         while (sub < k && !(code = srv_pool_submit(r->s->pool, jobs[at + sub]))) sub++;
         for (size_t i = 0; i < sub; i++) srv_job_wait(jobs[at + i], r->sink->alive, r);
-        if (code) return snprintf(err, errcap, "all slots busy and the queue full: retry later"), 503;
+        if (code) return skv_fail(err, SKV_ERR_INVALID_ARG, "all slots busy and the queue full: retry later"), 503;
         for (size_t i = 0; i < k; i++)
             if (jobs[at + i]->status)
-                return snprintf(err, errcap, "embedding failed: %.200s", jobs[at + i]->err), jobs[at + i]->status;
+                return skv_fail(err, SKV_ERR_INVALID_ARG, "embedding failed: %.200s", jobs[at + i]->err), jobs[at + i]->status;
     }
     return 0;
 }
@@ -151,17 +151,17 @@ static json_t *embedding_of(const srv *s, srv_job *j, int oai, int norm, int b64
 }
 
 /* The request's options: embd_normalize, encoding_format. 0 or 400 with err. */
-static int embed_opts(json_t *b, int oai, int *norm, int *b64, char *err, size_t errcap)
+static int embed_opts(json_t *b, int oai, int *norm, int *b64, skv_err *err)
 {
     json_int_t n = 2;
     const char *fmt = "float";
     if (json_unpack(b, "{s?I,s?s}", "embd_normalize", &n, "encoding_format", &fmt) || n < -1 || n > 2)
-        return snprintf(err, errcap, "\"embd_normalize\": -1, 0, 1 or 2; \"encoding_format\": \"float\" or \"base64\""),
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"embd_normalize\": -1, 0, 1 or 2; \"encoding_format\": \"float\" or \"base64\""),
                400;
     *norm = (int)n, *b64 = !strcmp(fmt, "base64");
     if (!*b64 && strcmp(fmt, "float"))
-        return snprintf(err, errcap, "\"encoding_format\": \"float\" or \"base64\", not \"%.40s\"", fmt), 400;
-    return oai || !*b64 ? 0 : (snprintf(err, errcap, "\"encoding_format\" is /v1/embeddings' (OpenAI's)"), 400);
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"encoding_format\": \"float\" or \"base64\", not \"%.40s\"", fmt), 400;
+    return oai || !*b64 ? 0 : (skv_fail(err, SKV_ERR_INVALID_ARG, "\"encoding_format\" is /v1/embeddings' (OpenAI's)"), 400);
 }
 
 static json_t *embed_reply(const srv *s, srv_job **jobs, size_t n, int oai, int norm, int b64)
@@ -182,7 +182,7 @@ static json_t *embed_reply(const srv *s, srv_job **jobs, size_t n, int oai, int 
 
 static int embeddings(srv_req *r, int oai)
 {
-    char err[256] = "";
+    skv_err err = {0};
     const srv *s = r->s;
     int norm = 2, b64 = 0, code;
     if (!s->p.embedding)
@@ -192,14 +192,14 @@ static int embeddings(srv_req *r, int oai)
     const json_t *in = json_object_get(r->body, "input");
     if (!in) in = json_object_get(r->body, "content");
     if (!in) return srv_reply_error(r, 400, "\"input\" (or \"content\") is required");
-    if ((code = embed_opts(r->body, oai, &norm, &b64, err, sizeof err))) return srv_reply_error(r, code, "%s", err);
+    if ((code = embed_opts(r->body, oai, &norm, &b64, &err))) return srv_reply_error(r, code, "%.255s", err.msg);
     size_t cap = srv_prompt_is_batch(in) ? json_array_size(in) : 1, n = 0;
     srv_job **jobs = calloc(cap ? cap : 1, sizeof *jobs);
     if (!jobs) return srv_reply_error(r, 500, "out of memory");
-    code = embed_jobs(r, in, jobs, &n, err, sizeof err);
+    code = embed_jobs(r, in, jobs, &n, &err);
     if (code) n += n < cap && jobs[n]; /* the job made before the failure is freed too */
-    if (!code) code = embed_run_all(r, jobs, n, err, sizeof err);
-    int rc = code ? srv_reply_error(r, code, "%s", err) : srv_reply_json(r, 200, embed_reply(s, jobs, n, oai, norm, b64));
+    if (!code) code = embed_run_all(r, jobs, n, &err);
+    int rc = code ? srv_reply_error(r, code, "%.255s", err.msg) : srv_reply_json(r, 200, embed_reply(s, jobs, n, oai, norm, b64));
     for (size_t i = 0; i < n; i++) srv_job_unref(jobs[i]);
     free(jobs);
     return rc;

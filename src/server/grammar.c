@@ -50,7 +50,7 @@ static int is_null(const json_t *v) { return !v || json_is_null(v); }
 
 /* The schema a response_format asks for (else `schema`); *bad on an unknown type. A bare
  * json_object gets a new empty schema (any object, as llama-server), left in *owned. */
-static const json_t *format_schema(const json_t *rf, const json_t *schema, json_t **owned, char *err, size_t errcap, int *bad)
+static const json_t *format_schema(const json_t *rf, const json_t *schema, json_t **owned, skv_err *err, int *bad)
 {
     const char *t = json_string_value(json_object_get(rf, "type"));
     *bad = 0;
@@ -64,41 +64,42 @@ static const json_t *format_schema(const json_t *rf, const json_t *schema, json_
         const json_t *w = json_object_get(rf, "json_schema"), *sc = json_object_get(w, "schema");
         sc = sc ? sc : json_object_get(rf, "schema"); /* {type: json_schema, schema: ...} */
         if (sc) return sc;
-        return snprintf(err, errcap, "response_format json_schema: give {\"json_schema\": {\"schema\": {...}}}"), *bad = 1, NULL;
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "response_format json_schema: give {\"json_schema\": {\"schema\": {...}}}"), *bad = 1, NULL;
     }
     *bad = 1;
-    snprintf(err, errcap, "response_format type must be one of \"text\", \"json_object\" or \"json_schema\", but got: %.40s", t);
+    skv_fail(err, SKV_ERR_INVALID_ARG, "response_format type must be one of \"text\", \"json_object\" or \"json_schema\", but got: %.40s", t);
     return NULL;
 }
 
-static int parse_text(srv_job *j, const char *text, size_t len, char *err, size_t errcap)
+static int parse_text(srv_job *j, const char *text, size_t len, skv_err *err)
 {
-    char msg[240];
-    if (skv_gbnf_parse(text, len, "root", &j->grammar, msg, sizeof msg)) {
-        snprintf(err, errcap, "invalid grammar: %s", msg);
+    skv_err sub = {0};
+    if (skv_gbnf_parse(text, len, "root", &j->grammar, &sub)) {
+        skv_fail(err, SKV_ERR_INVALID_ARG, "invalid grammar: %.239s", sub.msg);
         return -1;
     }
     return 0;
 }
 
-int srv_grammar_parse(srv_job *j, const json_t *b, char *err, size_t errcap)
+int srv_grammar_parse(srv_job *j, const json_t *b, skv_err *err)
 {
     const json_t *g = json_object_get(b, "grammar"), *schema = json_object_get(b, "json_schema");
     json_t *owned = NULL;
     int bad;
-    if (!is_null(g) && !json_is_string(g)) return snprintf(err, errcap, "\"grammar\" must be a string (GBNF)"), -1;
-    if (json_string_length(g) && !is_null(schema)) return snprintf(err, errcap, "Cannot use both json_schema and grammar"), -1;
-    schema = format_schema(json_object_get(b, "response_format"), schema, &owned, err, errcap, &bad);
+    if (!is_null(g) && !json_is_string(g)) return skv_fail(err, SKV_ERR_INVALID_ARG, "\"grammar\" must be a string (GBNF)"), -1;
+    if (json_string_length(g) && !is_null(schema)) return skv_fail(err, SKV_ERR_INVALID_ARG, "Cannot use both json_schema and grammar"), -1;
+    schema = format_schema(json_object_get(b, "response_format"), schema, &owned, err, &bad);
     if (bad) return -1;
     if (!is_null(schema)) {
-        char msg[240], *text = srv_schema_to_gbnf(schema, msg, sizeof msg);
+        skv_err sub = {0};
+        char *text = srv_schema_to_gbnf(schema, &sub);
         json_decref(owned);
-        if (!text) return snprintf(err, errcap, "%s", msg), -1;
-        int rc = parse_text(j, text, strlen(text), err, errcap);
+        if (!text) return skv_fail(err, SKV_ERR_INVALID_ARG, "%.239s", sub.msg), -1;
+        int rc = parse_text(j, text, strlen(text), err);
         free(text);
         return rc;
     }
-    return json_string_length(g) ? parse_text(j, json_string_value(g), json_string_length(g), err, errcap) : 0;
+    return json_string_length(g) ? parse_text(j, json_string_value(g), json_string_length(g), err) : 0;
 }
 
 /* ---- sampling ---- */

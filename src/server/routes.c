@@ -75,11 +75,11 @@ static int rt_tokenize(srv_req *r)
 static int rt_detokenize(srv_req *r)
 {
     json_t *a = json_object_get(r->body, "tokens");
-    char err[256];
+    skv_err err = {0};
     size_t n = 0, len = 0;
     if (!json_is_array(a)) return srv_reply_error(r, 400, "\"tokens\" (an array of token ids) is required");
-    int32_t *tok = json_array_size(a) ? srv_prompt_tokens(r->s, a, &n, err, sizeof err) : calloc(1, 4);
-    if (!tok) return srv_reply_error(r, 400, "%s", err);
+    int32_t *tok = json_array_size(a) ? srv_prompt_tokens(r->s, a, &n, &err) : calloc(1, 4);
+    if (!tok) return srv_reply_error(r, 400, "%.255s", err.msg);
     char *text = srv_detokenize(r->s, tok, n, &len);
     free(tok);
     if (!text) return srv_reply_error(r, 500, "out of memory");

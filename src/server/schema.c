@@ -54,7 +54,7 @@ void sc_fail(sc *c, const char *fmt, ...)
     if (c->failed) return;
     c->failed = 1;
     va_start(ap, fmt);
-    if (c->errcap) vsnprintf(c->err, c->errcap, fmt, ap);
+    skv_vfail(c->err, SKV_ERR_INVALID_ARG, fmt, ap);
     va_end(ap);
 }
 
@@ -208,23 +208,23 @@ static char *format_grammar(sc *c)
 
 /* The grammar made must parse (a pattern's class such as [z-a] is copied as written and
  * only the GBNF parser sees that it is upside down): 0, or -1 with err. */
-static int check_grammar(const char *text, char *err, size_t errcap)
+static int check_grammar(const char *text, skv_err *err)
 {
-    char msg[200];
+    skv_err sub = {0};
     skv_gbnf *g = NULL;
-    if (!skv_gbnf_parse(text, strlen(text), "root", &g, msg, sizeof msg)) return skv_gbnf_free(g), 0;
-    if (errcap) snprintf(err, errcap, "json schema: its grammar is refused (a pattern?): %s", msg);
+    if (!skv_gbnf_parse(text, strlen(text), "root", &g, &sub)) return skv_gbnf_free(g), 0;
+    skv_fail(err, SKV_ERR_INVALID_ARG, "json schema: its grammar is refused (a pattern?): %.199s", sub.msg);
     return -1;
 }
 
-char *srv_schema_to_gbnf(const json_t *schema, char *err, size_t errcap)
+char *srv_schema_to_gbnf(const json_t *schema, skv_err *err)
 {
-    sc c = {.root = schema, .err = err, .errcap = errcap};
+    sc c = {.root = schema, .err = err};
     char *out = NULL;
-    if (errcap) err[0] = 0;
+    skv_err_clear(err);
     sc_add_rule(&c, "space", sc_strf(&c, "%s", SC_SPACE_RULE));
     if (!c.failed) sc_visit(&c, schema, "");
     if (!c.failed) out = format_grammar(&c);
     sc_free(&c);
-    return out && check_grammar(out, err, errcap) ? (free(out), NULL) : out;
+    return out && check_grammar(out, err) ? (free(out), NULL) : out;
 }

@@ -9,12 +9,13 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include "core/util.h"
 
 /* The grammar text (malloc'd, start rule "root"), or NULL with err naming the problem. */
-char *srv_schema_to_gbnf(const json_t *schema, char *err, size_t errcap);
+char *srv_schema_to_gbnf(const json_t *schema, skv_err *err);
 
 /* The GBNF expression for a regular expression body (no ^ $): 0, or -1 with err.
  * out: malloc'd. dot: the rule name a '.' stands for. */
-int srv_regex_to_gbnf(const char *re, size_t n, const char *dot, char **out, char *err, size_t errcap);
+int srv_regex_to_gbnf(const char *re, size_t n, const char *dot, char **out, skv_err *err);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include "core/util.h"
 
 #define SC_MAX_RULES 4096
 #define SC_MAX_DEPTH 64
@@ -26,8 +27,7 @@ typedef struct sc {
     const char **resolving; /* $refs being expanded (recursion ends at their names) */
     size_t n_resolving;
     int depth, failed;
-    char *err;
-    size_t errcap;
+    skv_err *err;
 } sc;
 
 const sc_prim *sc_prim_find(const char *name);

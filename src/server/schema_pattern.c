@@ -14,15 +14,14 @@ typedef struct rx {
     char *o;
     size_t n, cap;
     int depth, failed;
-    char *err;
-    size_t errcap;
+    skv_err *err;
 } rx;
 
 #define RX_MAX_DEPTH 64
 
 static void rx_err(rx *r, const char *what)
 {
-    if (!r->failed && r->errcap) snprintf(r->err, r->errcap, "pattern: %s", what);
+    if (!r->failed) skv_fail(r->err, SKV_ERR_INVALID_ARG, "pattern: %s", what);
     r->failed = 1;
 }
 
@@ -221,9 +220,9 @@ static void alternation(rx *r)
     }
 }
 
-int srv_regex_to_gbnf(const char *re, size_t n, const char *dot, char **out, char *err, size_t errcap)
+int srv_regex_to_gbnf(const char *re, size_t n, const char *dot, char **out, skv_err *err)
 {
-    rx r = {.s = re, .end = re + n, .dot = dot, .err = err, .errcap = errcap};
+    rx r = {.s = re, .end = re + n, .dot = dot, .err = err};
     puts_(&r, "");
     alternation(&r);
     if (!r.failed && r.s < r.end) rx_err(&r, "unbalanced parentheses");

@@ -381,7 +381,7 @@ static const char *visit_pattern(sc *c, const json_t *pat, const char *rule_name
     if (!p || n < 2 || p[0] != '^' || p[n - 1] != '$')
         return sc_fail(c, "json schema: \"pattern\" must be a string anchored with ^ and $"), NULL;
     const char *dot = sc_add_rule(c, "dot", sc_strf(c, "%s", "[^\\x0A\\x0D]"));
-    if (!dot || srv_regex_to_gbnf(p + 1, n - 2, dot, &expr, c->err, c->errcap)) return c->failed = 1, NULL;
+    if (!dot || srv_regex_to_gbnf(p + 1, n - 2, dot, &expr, c->err)) return c->failed = 1, NULL;
     char *body = sc_strf(c, "\"\\\"\" (%s) \"\\\"\"", expr);
     free(expr);
     return sc_add_rule(c, rule_name, body);

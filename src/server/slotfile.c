@@ -160,21 +160,21 @@ static int slot_save(srv *s, srv_job *j, const int32_t *tokens, size_t n)
 }
 
 /* The file's bytes, at most SRV_MAX_SLOT_FILE; NULL with a message. */
-static uint8_t *read_slot_file(const char *path, size_t *size, char *err, size_t cap)
+static uint8_t *read_slot_file(const char *path, size_t *size, skv_err *err)
 {
     struct stat sb;
     int fd = open(path, O_RDONLY);
     uint8_t *buf = NULL;
     size_t got = 0;
-    if (fd < 0) return snprintf(err, cap, "%s", strerror(errno)), NULL;
+    if (fd < 0) return skv_fail(err, SKV_ERR_INVALID_ARG, "%s", strerror(errno)), NULL;
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) || sb.st_size <= 0 || (uint64_t)sb.st_size > SRV_MAX_SLOT_FILE)
-        snprintf(err, cap, "not a regular file of 1..%u bytes", SRV_MAX_SLOT_FILE);
+        skv_fail(err, SKV_ERR_INVALID_ARG, "not a regular file of 1..%u bytes", SRV_MAX_SLOT_FILE);
     else if (!(buf = malloc((size_t)sb.st_size)))
-        snprintf(err, cap, "out of memory");
+        skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     for (ssize_t r = 1; buf && got < (size_t)sb.st_size && r > 0; got += r > 0 ? (size_t)r : 0)
         r = read(fd, buf + got, (size_t)sb.st_size - got);
     close(fd);
-    if (buf && got != (size_t)sb.st_size) free(buf), buf = NULL, snprintf(err, cap, "short read");
+    if (buf && got != (size_t)sb.st_size) free(buf), buf = NULL, skv_fail(err, SKV_ERR_INVALID_ARG, "short read");
     *size = got;
     return buf;
 }
@@ -186,8 +186,9 @@ static int slot_restore(srv *s, srv_job *j, skv_ctx *ctx, int32_t *tokens, size_
     skv_session *ss = NULL;
     skv_session_info info;
     if (path_of(s, j, path, sizeof path)) return fail(j, 400, "restore", "path too long");
-    uint8_t *data = read_slot_file(path, &size, err, sizeof err);
-    if (!data) return fail(j, 400, "restore", err);
+    skv_err rerr = {0};
+    uint8_t *data = read_slot_file(path, &size, &rerr);
+    if (!data) return fail(j, 400, "restore", rerr.msg);
     int rc = skv_session_open(data, size, &ss, err, sizeof err);
     free(data);
     if (!rc && (skv_session_get_info(ss, &info) || info.n_segments != 1 || info.n_tokens > (uint64_t)s->n_ctx))

@@ -33,6 +33,7 @@
 #include "seqkv.h"
 #include "server/limits.h"
 #include "server/server.h"
+#include "core/util.h"
 
 struct MHD_Connection;
 typedef struct srv_pool srv_pool;
@@ -206,7 +207,7 @@ size_t srv_sample_scratch_bytes(int n_vocab);
 
 /* ---- constrained sampling (grammar.c) ---- */
 /* The request's grammar / json_schema / response_format into j->grammar: 0, or -1 with err. */
-int srv_grammar_parse(srv_job *j, const json_t *b, char *err, size_t errcap);
+int srv_grammar_parse(srv_job *j, const json_t *b, skv_err *err);
 void srv_grammar_free(srv_job *j);
 /* After srv_sample: out[0] = tok and its probability among the candidates the chain left
  * (temperature applied, normalized), out[1..k] the n most probable of them; returns k. */
@@ -321,7 +322,7 @@ int32_t *srv_tokenize(const srv *s, const char *text, size_t len, int add_specia
 /* Token ids of a prompt: a string or an array of ids (checked against the vocabulary and
  * the context). NULL with a message in err (a 400); *n is then the prompt's token count
  * (or a lower bound) when the context is what it exceeds, else 0. */
-int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, char *err, size_t errcap);
+int32_t *srv_prompt_tokens(const srv *s, const json_t *prompt, size_t *n, skv_err *err);
 /* The bytes of tokens as text (malloc'ed, NUL-terminated, UTF-8 made valid). */
 char *srv_detokenize(const srv *s, const int32_t *tok, size_t n, size_t *len);
 
@@ -336,7 +337,7 @@ int srv_prompt_is_batch(const json_t *p);
  * generation prompt and tokenized as a chat prompt: the tokens a client's next turn starts
  * with (malloc'ed; NULL if it cannot be rendered). */
 int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, size_t len, size_t *n);
-int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, char *err, size_t errcap);
+int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, skv_err *err);
 
 /* ---- embeddings (embed.c): /embedding, /embeddings, /v1/embeddings with --embedding ---- */
 enum { SRV_POOL_NONE = 0, SRV_POOL_MEAN = 1, SRV_POOL_CLS = 2, SRV_POOL_LAST = 3 };

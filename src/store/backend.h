@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "seqkv.h"
+#include "core/util.h"
 
 enum { TB_META, TB_NODES, TB_CHILDREN, TB_SESSIONS, TB_KV, TB_MAT, TB_MATORD, TB_N };
 
@@ -93,8 +94,8 @@ int store_backend_lmdb_open(skv_store *st, const char *dir, int flags, const skv
 int store_backend_redis_open(skv_store *st, const char *url, int flags, store_backend **out, int *fresh);
 int store_is_redis_url(const char *where);
 /* The namespace a URL names, and reading one record of it without a model (store_model.c). */
-int store_redis_peek(const char *url, const char *name, uint8_t **v, size_t *vn, char *err, size_t errcap);
+int store_redis_peek(const char *url, const char *name, uint8_t **v, size_t *vn, skv_err *err);
 /* The same for an LMDB directory (its "meta" table): 1 = absent, *v malloc'ed. */
-int store_lmdb_peek(const char *dir, const char *name, uint8_t **v, size_t *vn, char *err, size_t errcap);
+int store_lmdb_peek(const char *dir, const char *name, uint8_t **v, size_t *vn, skv_err *err);
 
 #endif

@@ -298,35 +298,35 @@ int store_backend_lmdb_open(skv_store *st, const char *dir, int flags, const skv
 
 /* The meta record `name` of the transaction (1 = absent, no "meta" table counts as absent),
  * copied into *v. */
-static int peek_txn(MDB_env *env, const char *dir, const char *name, uint8_t **v, size_t *vn, char *err, size_t errcap)
+static int peek_txn(MDB_env *env, const char *dir, const char *name, uint8_t **v, size_t *vn, skv_err *err)
 {
     MDB_txn *txn;
     MDB_dbi meta;
     MDB_val k = {strlen(name), (void *)(uintptr_t)name}, val;
     int rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), g;
-    if (rc) return skv_errf(err, errcap, SKV_ERR_FORMAT, "store '%s' is damaged: %s", dir, mdb_strerror(rc));
+    if (rc) return skv_fail(err, SKV_ERR_FORMAT, "store '%s' is damaged: %s", dir, mdb_strerror(rc));
     if ((g = mdb_dbi_open(txn, "meta", 0, &meta)) || (g = mdb_get(txn, meta, &k, &val)) == MDB_NOTFOUND) rc = 1;
-    else if (g) rc = skv_errf(err, errcap, SKV_ERR_IO, "store '%s': %s", dir, mdb_strerror(g));
-    else if (!(*v = malloc(val.mv_size ? val.mv_size : 1))) rc = skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    else if (g) rc = skv_fail(err, SKV_ERR_IO, "store '%s': %s", dir, mdb_strerror(g));
+    else if (!(*v = malloc(val.mv_size ? val.mv_size : 1))) rc = skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     else memcpy(*v, val.mv_data, val.mv_size), *vn = val.mv_size;
     mdb_txn_abort(txn);
     return rc;
 }
 
-int store_lmdb_peek(const char *dir, const char *name, uint8_t **v, size_t *vn, char *err, size_t errcap)
+int store_lmdb_peek(const char *dir, const char *name, uint8_t **v, size_t *vn, skv_err *err)
 {
     char path[4096];
     MDB_env *env = NULL;
     *v = NULL;
     snprintf(path, sizeof path, "%s/data.mdb", dir);
     FILE *f = fopen(path, "rb");
-    if (!f) return skv_errf(err, errcap, SKV_ERR_IO, "no seqkv store in '%s'", dir);
+    if (!f) return skv_fail(err, SKV_ERR_IO, "no seqkv store in '%s'", dir);
     fclose(f);
     int rc = mdb_env_create(&env);
     if (!rc) rc = mdb_env_set_maxdbs(env, 8);
     if (!rc) rc = mdb_env_open(env, dir, MDB_RDONLY | MDB_NOTLS, 0664);
-    if (rc) rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is not a seqkv store: %s", dir, mdb_strerror(rc));
-    else rc = peek_txn(env, dir, name, v, vn, err, errcap);
+    if (rc) rc = skv_fail(err, SKV_ERR_FORMAT, "'%s' is not a seqkv store: %s", dir, mdb_strerror(rc));
+    else rc = peek_txn(env, dir, name, v, vn, err);
     if (env) mdb_env_close(env);
     return rc;
 }

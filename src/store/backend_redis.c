@@ -188,16 +188,16 @@ static int durability_check(redis_backend *b, redisContext *c, int fresh)
 
 int store_backend_redis_open(skv_store *st, const char *url, int flags, store_backend **out, int *fresh)
 {
-    char e[256];
+    skv_err e = {0};
     redis_backend *b = calloc(1, sizeof *b);
     if (!b) return store_err(st, SKV_ERR_NOMEM, "out of memory");
     b->base = (store_backend){.ops = &redis_ops, .st = st, .readonly = !!(flags & SKV_STORE_READONLY), .evicts = 1};
     pthread_mutex_init(&b->mu, NULL);
     snprintf(b->url, sizeof b->url, "%s", url);
-    int rc = rb_parse_url(url, &b->addr, e, sizeof e);
+    int rc = rb_parse_url(url, &b->addr, &e);
     if (rc) {
         r_close(&b->base);
-        return store_err(st, rc, "%s", e);
+        return store_err(st, rc, "%.255s", e.msg);
     }
     set_ns(b, st->fp);
     redisContext *c = rb_conn_get(b);
@@ -217,23 +217,23 @@ int store_backend_redis_open(skv_store *st, const char *url, int flags, store_ba
     return SKV_OK;
 }
 
-int store_redis_peek(const char *url, const char *name, uint8_t **v, size_t *vn, char *err, size_t errcap)
+int store_redis_peek(const char *url, const char *name, uint8_t **v, size_t *vn, skv_err *err)
 {
     redis_addr a;
     char key[400];
     *v = NULL;
-    int rc = rb_parse_url(url, &a, err, errcap);
+    int rc = rb_parse_url(url, &a, err);
     if (rc) return rc;
-    redisContext *c = rb_addr_connect(&a, err, errcap);
+    redisContext *c = rb_addr_connect(&a, err);
     if (!c) return SKV_ERR_IO;
     snprintf(key, sizeof key, "%s:skv%d:%s", a.prefix, STORE_KEY_VERSION, strcmp(name, "header") ? "M" : "H");
     const char *argv[2] = {"GET", key};
     size_t len[2] = {3, strlen(key)};
     redisReply *r = conn_cmd(c, 2, argv, len);
-    if (!r) rc = skv_errf(err, errcap, SKV_ERR_IO, "Redis at %s: %s", url, c->errstr);
+    if (!r) rc = skv_fail(err, SKV_ERR_IO, "Redis at %s: %s", url, c->errstr);
     else if (r->type == REDIS_REPLY_NIL) rc = 1;
-    else if (r->type != REDIS_REPLY_STRING) rc = skv_errf(err, errcap, SKV_ERR_IO, "Redis at %s: unexpected reply", url);
-    else if (!(*v = malloc(r->len + 1))) rc = skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    else if (r->type != REDIS_REPLY_STRING) rc = skv_fail(err, SKV_ERR_IO, "Redis at %s: unexpected reply", url);
+    else if (!(*v = malloc(r->len + 1))) rc = skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     else {
         memcpy(*v, r->str, r->len);
         *vn = r->len;

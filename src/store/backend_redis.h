@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "store/store_int.h"
+#include "core/util.h"
 
 #define RB_POOL 16        /* idle connections kept */
 #define RB_IDLE_CHECK 0.2 /* seconds idle after which a pooled connection is PINGed first */
@@ -42,8 +43,8 @@ typedef struct rb_keys {
 } rb_keys;
 
 /* redis://HOST[:PORT][/PREFIX]  or  unix:///path/sock[?prefix=PREFIX]; message in err. */
-int rb_parse_url(const char *url, redis_addr *a, char *err, size_t errcap);
-redisContext *rb_addr_connect(const redis_addr *a, char *err, size_t errcap); /* NULL: message in err */
+int rb_parse_url(const char *url, redis_addr *a, skv_err *err);
+redisContext *rb_addr_connect(const redis_addr *a, skv_err *err); /* NULL: message in err */
 int rb_buf_cat(rb_buf *b, const void *a, size_t an, const void *c, size_t cn);
 /* The Redis key of record k of table tb (children: the parent's hash; matord: the set). */
 int rb_key(const redis_backend *b, int tb, const uint8_t *k, size_t kn, rb_buf *out);

@@ -17,7 +17,7 @@ int store_is_redis_url(const char *where)
 }
 
 /* redis://HOST[:PORT][/PREFIX]  or  unix:///path/sock[?prefix=PREFIX] */
-int rb_parse_url(const char *url, redis_addr *a, char *err, size_t errcap)
+int rb_parse_url(const char *url, redis_addr *a, skv_err *err)
 {
     memset(a, 0, sizeof *a);
     snprintf(a->prefix, sizeof a->prefix, "seqkv");
@@ -25,10 +25,10 @@ int rb_parse_url(const char *url, redis_addr *a, char *err, size_t errcap)
     if (!strncmp(url, "unix://", 7)) {
         const char *q = strchr(url + 7, '?');
         size_t n = q ? (size_t)(q - url - 7) : strlen(url + 7);
-        if (n == 0 || n >= sizeof a->path) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "bad Redis URL '%s'", url);
+        if (n == 0 || n >= sizeof a->path) return skv_fail(err, SKV_ERR_INVALID_ARG, "bad Redis URL '%s'", url);
         memcpy(a->path, url + 7, n);
         if (q && strncmp(q, "?prefix=", 8))
-            return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "Redis URL '%s': only ?prefix=P is understood", url);
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': only ?prefix=P is understood", url);
         if (q) snprintf(a->prefix, sizeof a->prefix, "%s", q + 8);
     } else {
         const char *h = url + 8, *sl = strchr(h, '/'), *co = strchr(h, ':');
@@ -37,20 +37,20 @@ int rb_parse_url(const char *url, redis_addr *a, char *err, size_t errcap)
             char *end;
             long port = strtol(co + 1, &end, 10);
             if (port < 1 || port > 65535 || (end != sl && *end))
-                return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "Redis URL '%s': bad port", url);
+                return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': bad port", url);
             a->port = (int)port;
             hn = (size_t)(co - h);
         }
-        if (hn == 0 || hn >= sizeof a->host) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "bad Redis URL '%s'", url);
+        if (hn == 0 || hn >= sizeof a->host) return skv_fail(err, SKV_ERR_INVALID_ARG, "bad Redis URL '%s'", url);
         memcpy(a->host, h, hn);
         if (sl && sl[1]) snprintf(a->prefix, sizeof a->prefix, "%s", sl + 1);
     }
     if (!a->prefix[0] || strlen(a->prefix) > 200)
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "Redis URL '%s': the prefix must be 1..200 bytes", url);
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': the prefix must be 1..200 bytes", url);
     return SKV_OK;
 }
 
-redisContext *rb_addr_connect(const redis_addr *a, char *err, size_t errcap)
+redisContext *rb_addr_connect(const redis_addr *a, skv_err *err)
 {
     struct timeval tv = {5, 0};
     redisContext *c = a->path[0] ? redisConnectUnixWithTimeout(a->path, tv) : redisConnectWithTimeout(a->host, a->port, tv);
@@ -58,7 +58,7 @@ redisContext *rb_addr_connect(const redis_addr *a, char *err, size_t errcap)
         char where[300];
         if (a->path[0]) snprintf(where, sizeof where, "%s", a->path);
         else snprintf(where, sizeof where, "%s:%d", a->host, a->port);
-        skv_errf(err, errcap, SKV_ERR_IO, "cannot connect to Redis at %s: %s (is redis-server running?)", where,
+        skv_fail(err, SKV_ERR_IO, "cannot connect to Redis at %s: %s (is redis-server running?)", where,
                  c ? c->errstr : "out of memory");
         redisFree(c);
         return NULL;
@@ -83,7 +83,7 @@ redisContext *rb_conn_get(redis_backend *b)
 {
     redisContext *c = NULL;
     double idle = 0;
-    char e[256];
+    skv_err e = {0};
     pthread_mutex_lock(&b->mu);
     if (b->n_free) {
         c = b->free_c[--b->n_free];
@@ -95,7 +95,7 @@ redisContext *rb_conn_get(redis_backend *b)
         c = NULL;
     }
     if (c) return c;
-    if (!(c = rb_addr_connect(&b->addr, e, sizeof e))) store_err(b->base.st, SKV_ERR_IO, "%s", e);
+    if (!(c = rb_addr_connect(&b->addr, &e))) store_err(b->base.st, SKV_ERR_IO, "%.255s", e.msg);
     return c;
 }
 

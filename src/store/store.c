@@ -173,8 +173,8 @@ static char *abs_path(const char *path)
     return strcpy(r, path);
 }
 
-int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
-                   char *err, size_t errcap)
+static int skv_store_open_e(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
+                   skv_err *err)
 {
     skv_store_params dp = skv_store_default_params();
     skv_store *st;
@@ -182,12 +182,12 @@ int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_par
     *out = NULL;
     if (!dir || !m || !out || (flags & ~(SKV_STORE_CREATE | SKV_STORE_READONLY)) ||
         ((flags & SKV_STORE_CREATE) && (flags & SKV_STORE_READONLY)))
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "skv_store_open: invalid arguments");
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "skv_store_open: invalid arguments");
     if (!p) p = &dp;
-    if (!(st = calloc(1, sizeof *st))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!(st = calloc(1, sizeof *st))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     if (!(st->err = skv_errbox_create()) || (p->model_path && !(st->model_path = abs_path(p->model_path)))) {
         skv_store_close(st);
-        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     }
     st->model = m;
     st->io_init = store_io_init;
@@ -202,12 +202,19 @@ int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_par
         rc = open_store(st, dir, flags, p);
     }
     if (rc) {
-        skv_errf(err, errcap, rc, "%s", skv_errbox_get(st->err));
+        skv_fail(err, rc, "%s", skv_errbox_get(st->err));
         skv_store_close(st);
         return rc;
     }
     *out = st;
     return SKV_OK;
+}
+
+int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
+                   char *err, size_t errcap)
+{
+    skv_err e = {0};
+    return skv_err_out(&e, skv_store_open_e(dir, m, flags, p, out, &e), err, errcap);
 }
 
 void skv_store_close(skv_store *st)

@@ -156,13 +156,13 @@ int skv_store_get_stats(skv_store *st, skv_store_stats *s)
  * storage's, or a generic one). */
 static int gc_check_trie(tx *t)
 {
-    char e[256] = "";
-    int rc = skv_trie_check(&t->io, e, sizeof e);
+    skv_err e = {0};
+    int rc = skv_trie_check(&t->io, &e);
     if (!rc) return SKV_OK;
-    if (!e[0]) snprintf(e, sizeof e, "%s", skv_errbox_get(t->st->err)[0] ? skv_errbox_get(t->st->err)
-                                                                        : "the trie could not be read");
+    if (!e.msg[0]) skv_fail(&e, rc, "%.255s", skv_errbox_get(t->st->err)[0] ? skv_errbox_get(t->st->err)
+                                                                           : "the trie could not be read");
     return store_err(t->st, rc == SKV_ERR_INTERNAL ? SKV_ERR_FORMAT : rc,
-                     "store check failed: %s (the store is damaged)", e);
+                     "store check failed: %.255s (the store is damaged)", e.msg);
 }
 
 /* Node id's KV decodes (length, zstd frame, checksum) and the node is marked materialised. */

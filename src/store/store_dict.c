@@ -36,15 +36,16 @@ static void snap_key(char key[24], uint64_t id) { snprintf(key, 24, "dictcm.%016
 /* Writes dictionary (id, ids[n])'s "dictcm" record (the model primed now if need be). */
 int store_dict_snap_put(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
 {
-    char key[24], err[256];
+    char key[24];
+    skv_err err = {0};
     uint8_t *b = NULL;
     size_t len = 0;
     skv_cmv_src src;
     int rc = skv_cmv_src_of(t->st->model, &src);
-    if (!rc) rc = skv_cmv_dict_snapshot(&src, ids, n, SKV_CM_SNAP_VERSION, &b, &len, err, sizeof err);
-    else snprintf(err, sizeof err, "cannot fingerprint the model's tokenizer");
+    if (!rc) rc = skv_cmv_dict_snapshot(&src, ids, n, SKV_CM_SNAP_VERSION, &b, &len, &err);
+    else skv_fail(&err, rc, "cannot fingerprint the model's tokenizer");
     snap_key(key, id);
-    if (rc) return store_err(t->st, rc, "cannot snapshot the dictionary's cm model: %s", err);
+    if (rc) return store_err(t->st, rc, "cannot snapshot the dictionary's cm model: %.255s", err.msg);
     rc = store_put(t, TB_META, key, 23, b, len);
     free(b);
     return rc;
@@ -64,7 +65,7 @@ static int dict_bad(tx *t, uint64_t id, const char *what)
  * loads it). */
 static int snap_load(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
 {
-    char key[24], err[256];
+    char key[24];
     const uint8_t *v;
     size_t vn;
     skv_cmv_src src;
@@ -72,7 +73,7 @@ static int snap_load(tx *t, uint64_t id, const int32_t *ids, uint32_t n)
     if (skv_cmv_dict_have(&src, id, n)) return SKV_OK;
     snap_key(key, id);
     if (t->st->be->ops->get(t->bt, TB_META, key, 23, STORE_NOWATCH, &v, &vn) == SKV_OK &&
-        skv_cmv_dict_load_mem(&src, ids, n, v, vn, err, sizeof err) == SKV_OK)
+        skv_cmv_dict_load_mem(&src, ids, n, v, vn, NULL) == SKV_OK)
         return SKV_OK;
     return t->write ? store_dict_snap_put(t, id, ids, n) : SKV_OK;
 }

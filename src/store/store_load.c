@@ -85,7 +85,7 @@ int store_prefill(skv_store *st, skv_ctx *ctx, const int32_t *tokens, size_t fro
 
 int skv_store_set_progress(skv_store *st, void (*fn)(void *user, uint64_t done, uint64_t total), void *user)
 {
-    if (!st) return skv_errf(NULL, 0, SKV_ERR_INVALID_ARG, "skv_store_set_progress: NULL store");
+    if (!st) return skv_fail(NULL, SKV_ERR_INVALID_ARG, "skv_store_set_progress: NULL store");
     st->progress = fn;
     st->progress_user = user;
     return SKV_OK;

@@ -70,40 +70,46 @@ static int header_read(const uint8_t *p, size_t n, skv_store_model *out)
 }
 
 /* One meta record of the store at `where`, read without opening it for use: 1 = absent. */
-static int peek(const char *where, const char *name, uint8_t **v, size_t *vn, char *err, size_t errcap)
+static int peek(const char *where, const char *name, uint8_t **v, size_t *vn, skv_err *err)
 {
-    return store_is_redis_url(where) ? store_redis_peek(where, name, v, vn, err, errcap)
-                                     : store_lmdb_peek(where, name, v, vn, err, errcap);
+    return store_is_redis_url(where) ? store_redis_peek(where, name, v, vn, err)
+                                     : store_lmdb_peek(where, name, v, vn, err);
 }
 
 /* The header's and the model record's fields of the store at `where` (either backend). */
-static int read_info(const char *where, skv_store_model *out, char *err, size_t errcap)
+static int read_info(const char *where, skv_store_model *out, skv_err *err)
 {
     uint8_t *v = NULL;
     size_t n = 0;
-    int rc = peek(where, "header", &v, &n, err, errcap);
+    int rc = peek(where, "header", &v, &n, err);
     if (rc == 1)
         rc = store_is_redis_url(where)
-                 ? skv_errf(err, errcap, SKV_ERR_IO, "no seqkv store at '%s' (create one with 'seqkv store init')", where)
-                 : skv_errf(err, errcap, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store", where);
+                 ? skv_fail(err, SKV_ERR_IO, "no seqkv store at '%s' (create one with 'seqkv store init')", where)
+                 : skv_fail(err, SKV_ERR_FORMAT, "'%s' is an LMDB environment but not a seqkv store", where);
     else if (!rc && (rc = header_read(v, n, out)))
-        rc = skv_errf(err, errcap, rc, "store '%s': header damaged or of another version", where);
+        rc = skv_fail(err, rc, "store '%s': header damaged or of another version", where);
     free(v);
     v = NULL;
-    if (!rc && (rc = peek(where, "model", &v, &n, err, errcap)) == 1) rc = SKV_OK;
+    if (!rc && (rc = peek(where, "model", &v, &n, err)) == 1) rc = SKV_OK;
     else if (!rc && model_rec_parse(v, n, out->path, sizeof out->path))
-        rc = skv_errf(err, errcap, SKV_ERR_FORMAT, "store '%s': model record damaged", where);
+        rc = skv_fail(err, SKV_ERR_FORMAT, "store '%s': model record damaged", where);
     free(v);
+    return rc;
+}
+
+static int skv_store_model_info_e(const char *dir, skv_store_model *out, skv_err *err)
+{
+    if (!dir || !out) return skv_fail(err, SKV_ERR_INVALID_ARG, "skv_store_model_info: invalid arguments");
+    memset(out, 0, sizeof *out);
+    int rc = read_info(dir, out, err);
+    if (rc == SKV_OK && !out->path[0])
+        skv_log(SKV_LOG_INFO, "store '%s' has no model-path record (made without skv_store_params.model_path): "
+                "its model is known by name and fingerprint only", dir);
     return rc;
 }
 
 int skv_store_model_info(const char *dir, skv_store_model *out, char *err, size_t errcap)
 {
-    if (!dir || !out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "skv_store_model_info: invalid arguments");
-    memset(out, 0, sizeof *out);
-    int rc = read_info(dir, out, err, errcap);
-    if (rc == SKV_OK && !out->path[0])
-        skv_log(SKV_LOG_INFO, "store '%s' has no model-path record (made without skv_store_params.model_path): "
-                "its model is known by name and fingerprint only", dir);
-    return rc;
+    skv_err e = {0};
+    return skv_err_out(&e, skv_store_model_info_e(dir, out, &e), err, errcap);
 }

@@ -361,19 +361,18 @@ static uint8_t *as_raw(const uint8_t *v, uint32_t len, const int32_t *tok, size_
 }
 
 /* The span's ids of a checked coded record: from the memo, else decoded (and memoised). */
-static int coded_ids(tx *t, const uint8_t *v, size_t n, uint32_t len, uint32_t P, int32_t *tok, char *e, size_t ecap)
+static int coded_ids(tx *t, const uint8_t *v, size_t n, uint32_t len, uint32_t P, int32_t *tok, skv_err *e)
 {
     int32_t *dict = NULL;
     int codec = v[5], rc;
     if (memo_tokens(t->st, v, n, len, tok)) return SKV_OK;
     if (codec == SKV_CODEC_CMVD && (rc = store_dict_get(t, skv_rd64(v + 64), skv_rd32(v + 72), &dict))) {
-        snprintf(e, ecap, "%s", skv_errbox_get(t->st->err));
-        return rc;
+        return skv_fail(e, rc, "%s", skv_errbox_get(t->st->err));
     }
     skv_cmv_src src;
-    if ((rc = skv_cmv_src_of(t->st->model, &src))) snprintf(e, ecap, "cannot fingerprint the model's tokenizer");
+    if ((rc = skv_cmv_src_of(t->st->model, &src))) skv_fail(e, rc, "cannot fingerprint the model's tokenizer");
     else rc = skv_cmv_payload_decode(&src, v + CODED_HDR + 2u * len, P, len, codec == SKV_CODEC_CMVD, dict,
-                                     dict ? skv_rd32(v + 72) : 0, tok, NULL, e, ecap);
+                                     dict ? skv_rd32(v + 72) : 0, tok, NULL, e);
     free(dict);
     if (!rc) memo_add(t->st, v, n, len, P, tok);
     return rc;
@@ -385,27 +384,27 @@ static int coded_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out)
     int32_t *tok = NULL;
     uint8_t *raw = NULL;
     size_t rn = 0;
-    char e[420];
+    skv_err e = {0};
     int rc = coded_check(t, v, n, &len, &P);
     if (rc) return t->damaged = 1, rc;
-    if (!(tok = malloc((size_t)len * sizeof *tok))) rc = SKV_ERR_NOMEM, snprintf(e, sizeof e, "out of memory");
-    if (!rc) rc = coded_ids(t, v, n, len, P, tok, e, sizeof e);
-    if (!rc && !(raw = as_raw(v, len, tok, &rn))) rc = SKV_ERR_NOMEM, snprintf(e, sizeof e, "out of memory");
-    if (!rc) rc = skv_trie_node_decode(raw, rn, out, e, sizeof e);
+    if (!(tok = malloc((size_t)len * sizeof *tok))) rc = skv_fail(&e, SKV_ERR_NOMEM, "out of memory");
+    if (!rc) rc = coded_ids(t, v, n, len, P, tok, &e);
+    if (!rc && !(raw = as_raw(v, len, tok, &rn))) rc = skv_fail(&e, SKV_ERR_NOMEM, "out of memory");
+    if (!rc) rc = skv_trie_node_decode(raw, rn, out, &e);
     free(tok);
     free(raw);
     if (rc && rc != SKV_ERR_NOMEM) t->damaged = 1;
-    if (rc) return store_err(t->st, rc == SKV_ERR_NOMEM ? rc : SKV_ERR_FORMAT, "%s%s",
-                             strncmp(e, "store dictionary", 16) ? "coded node record: " : "", e);
+    if (rc) return store_err(t->st, rc == SKV_ERR_NOMEM ? rc : SKV_ERR_FORMAT, "%s%.419s",
+                             strncmp(e.msg, "store dictionary", 16) ? "coded node record: " : "", e.msg);
     return SKV_OK;
 }
 
 int store_node_decode(tx *t, const uint8_t *v, size_t n, skv_trie_node *out)
 {
-    char e[160];
+    skv_err e = {0};
     int rc;
     if (n >= 4 && skv_rd32(v) == CODED_MAGIC) return coded_decode(t, v, n, out);
-    if ((rc = skv_trie_node_decode(v, n, out, e, sizeof e))) return store_err(t->st, rc, "%s", e);
+    if ((rc = skv_trie_node_decode(v, n, out, &e))) return store_err(t->st, rc, "%.159s", e.msg);
     return SKV_OK;
 }
 

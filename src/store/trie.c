@@ -104,30 +104,30 @@ void skv_trie_node_encode(const skv_trie_node *n, uint8_t *p)
     skv_wr64(p + sz - 8, XXH3_64bits(p, sz - 8));
 }
 
-static int decode_header(const uint8_t *p, size_t size, uint32_t *len, char *err, size_t errcap)
+static int decode_header(const uint8_t *p, size_t size, uint32_t *len, skv_err *err)
 {
     if (size < skv_trie_node_size(1))
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "trie node record truncated (%zu bytes)", size);
-    if (skv_rd32(p) != NODE_MAGIC) return skv_errf(err, errcap, SKV_ERR_FORMAT, "trie node record: bad magic");
+        return skv_fail(err, SKV_ERR_FORMAT, "trie node record truncated (%zu bytes)", size);
+    if (skv_rd32(p) != NODE_MAGIC) return skv_fail(err, SKV_ERR_FORMAT, "trie node record: bad magic");
     if (p[4] != NODE_VERSION)
-        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "trie node record version %u (this build reads %d)",
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, "trie node record version %u (this build reads %d)",
                         p[4], NODE_VERSION);
     *len = skv_rd32(p + 28);
     if (*len < 1 || *len > NODE_MAX_LEN || size != skv_trie_node_size(*len))
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "trie node record: span length %u does not fit %zu bytes",
+        return skv_fail(err, SKV_ERR_FORMAT, "trie node record: span length %u does not fit %zu bytes",
                         *len, size);
     if (XXH3_64bits(p, size - 8) != skv_rd64(p + size - 8))
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "trie node record: checksum mismatch");
+        return skv_fail(err, SKV_ERR_FORMAT, "trie node record: checksum mismatch");
     return SKV_OK;
 }
 
-int skv_trie_node_decode(const uint8_t *p, size_t size, skv_trie_node *out, char *err, size_t errcap)
+int skv_trie_node_decode(const uint8_t *p, size_t size, skv_trie_node *out, skv_err *err)
 {
     uint32_t len = 0;
     uint64_t dbits;
-    int rc = decode_header(p, size, &len, err, errcap);
+    int rc = decode_header(p, size, &len, err);
     if (rc) return rc;
-    if ((rc = skv_trie_node_alloc(out, len))) return skv_errf(err, errcap, rc, "out of memory");
+    if ((rc = skv_trie_node_alloc(out, len))) return skv_fail(err, rc, "out of memory");
     out->flags = p[5];
     out->id = skv_rd64(p + 8);
     out->parent = skv_rd64(p + 16);
@@ -150,7 +150,7 @@ int skv_trie_node_decode(const uint8_t *p, size_t size, skv_trie_node *out, char
     }
     if (bad) {
         skv_trie_node_clear(out);
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "trie node record: field out of range");
+        return skv_fail(err, SKV_ERR_FORMAT, "trie node record: field out of range");
     }
     return SKV_OK;
 }
@@ -514,8 +514,7 @@ typedef struct {
     void *user;
     int32_t *seq;     /* the token prefix of the current path (grown to at most WALK_MAX_DEPTH) */
     size_t seq_cap;
-    char *err;        /* NULL: a plain walk, no invariant checks */
-    size_t errcap;
+    skv_err *err;     /* NULL: a plain walk, no invariant checks */
     walk_frame *st;
     size_t n, cap;
 } walker;
@@ -552,10 +551,10 @@ static int child_ok(walker *w, const walk_frame *pf, const skv_trie_node *nd, in
     for (uint32_t j = 0; j < nd->len; j++) want += nd->surprisal[j];
     if (nd->parent != pf->nd.id || nd->tokens[0] != key || nd->depth != pf->nd.depth + nd->len ||
         fabs(nd->d_end - want) > 1e-6 * (1.0 + want))
-        return skv_errf(w->err, w->errcap, SKV_ERR_INTERNAL, "node %llu: parent/key/depth/d_end inconsistent",
+        return skv_fail(w->err, SKV_ERR_INTERNAL, "node %llu: parent/key/depth/d_end inconsistent",
                         (unsigned long long)nd->id);
     if (nd->depth > WALK_MAX_DEPTH)
-        return skv_errf(w->err, w->errcap, SKV_ERR_FORMAT, "node %llu: path deeper than %u tokens",
+        return skv_fail(w->err, SKV_ERR_FORMAT, "node %llu: path deeper than %u tokens",
                         (unsigned long long)nd->id, WALK_MAX_DEPTH);
     return SKV_OK;
 }
@@ -565,10 +564,10 @@ static int node_done_ok(walker *w, const walk_frame *f)
 {
     const skv_trie_node *nd = &f->nd;
     if (nd->refcount != nd->n_end + f->below || nd->refcount == 0)
-        return skv_errf(w->err, w->errcap, SKV_ERR_INTERNAL, "node %llu: refcount %u != %u ending + %llu below",
+        return skv_fail(w->err, SKV_ERR_INTERNAL, "node %llu: refcount %u != %u ending + %llu below",
                         (unsigned long long)nd->id, nd->refcount, nd->n_end, (unsigned long long)f->below);
     if (nd->n_end == 0 && f->kids.n < 2)
-        return skv_errf(w->err, w->errcap, SKV_ERR_INTERNAL, "node %llu: no session ends there and %zu child(ren)",
+        return skv_fail(w->err, SKV_ERR_INTERNAL, "node %llu: no session ends there and %zu child(ren)",
                         (unsigned long long)nd->id, f->kids.n);
     return SKV_OK;
 }
@@ -603,7 +602,7 @@ static int walk_step(walker *w, int *stop)
     size_t i = f->next++;
     int rc = w->io->get_node(w->io->user, f->kids.id[i], &nd);
     if (rc == 1)
-        return skv_errf(w->err, w->errcap, SKV_ERR_FORMAT, "node %llu: a child of node %llu, but missing",
+        return skv_fail(w->err, SKV_ERR_FORMAT, "node %llu: a child of node %llu, but missing",
                         (unsigned long long)f->kids.id[i], (unsigned long long)f->nd.id);
     if (!rc && ((rc = child_ok(w, f, &nd, f->kids.tok[i])) || (rc = seq_reserve(w, nd.depth))))
         skv_trie_node_clear(&nd);
@@ -634,10 +633,10 @@ int skv_trie_walk(const skv_trie_io *io, skv_trie_visit_fn cb, void *user)
     return walk_run(&w);
 }
 
-int skv_trie_check(const skv_trie_io *io, char *err, size_t errcap)
+int skv_trie_check(const skv_trie_io *io, skv_err *err)
 {
-    char dummy[8];
-    walker w = {.io = io, .err = err ? err : dummy, .errcap = err ? errcap : sizeof dummy};
+    skv_err dummy = {0};
+    walker w = {.io = io, .err = err ? err : &dummy};
     return walk_run(&w);
 }
 

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "seqkv.h"
+#include "core/util.h"
 
 #define SKV_TRIE_ROOT 0u
 enum { SKV_TRIE_MAT = 1 };
@@ -60,7 +61,7 @@ int skv_trie_node_copy(skv_trie_node *dst, const skv_trie_node *src);
 size_t skv_trie_node_size(uint32_t len);
 void skv_trie_node_encode(const skv_trie_node *n, uint8_t *out); /* skv_trie_node_size bytes */
 /* Decodes and validates a record; out is allocated (clear it). SKV_ERR_FORMAT on damage. */
-int skv_trie_node_decode(const uint8_t *p, size_t size, skv_trie_node *out, char *err, size_t errcap);
+int skv_trie_node_decode(const uint8_t *p, size_t size, skv_trie_node *out, skv_err *err);
 
 /* Node storage. get_node / get_child return SKV_OK, 1 (absent) or a negative status.
  * get_node fills an allocated copy (the caller clears it). children() calls cb for each
@@ -118,7 +119,7 @@ int skv_trie_touch(const skv_trie_io *io, uint64_t end_id, uint64_t clock);
 typedef int (*skv_trie_visit_fn)(void *user, const skv_trie_node *n, const int32_t *seq);
 int skv_trie_walk(const skv_trie_io *io, skv_trie_visit_fn cb, void *user);
 /* Verifies the invariants above over the whole trie (SKV_ERR_INTERNAL + message). */
-int skv_trie_check(const skv_trie_io *io, char *err, size_t errcap);
+int skv_trie_check(const skv_trie_io *io, skv_err *err);
 
 /* In-memory node storage (tests, benchmarks). */
 typedef struct skv_trie_mem skv_trie_mem;

@@ -28,19 +28,19 @@ static void gpt2_byte_tables(skv_tokenizer *t)
 /* Parses merge i ("a b") into the merge table; buf (bufcap bytes) holds the
  * joined text while it is looked up. */
 static int add_merge(skv_tokenizer *t, const skv_strref *mg, size_t i, uint8_t *buf, size_t bufcap,
-                     char *err, size_t errcap)
+                     skv_err *err)
 {
     const uint8_t *m = (const uint8_t *)mg->ptr;
     size_t len = mg->len, sp = 1;
     int32_t l, r;
-    if (len && !m) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "merge %zu: NULL text", i);
+    if (len && !m) return skv_fail(err, SKV_ERR_INVALID_ARG, "merge %zu: NULL text", i);
     while (sp < len && m[sp] != ' ') sp++; /* first space after the first byte */
     if (len < 3 || sp >= len - 1)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "merge %zu is not of the form \"a b\"", i);
+        return skv_fail(err, SKV_ERR_FORMAT, "merge %zu is not of the form \"a b\"", i);
     l = tok_find(t, m, sp);
     r = tok_find(t, m + sp + 1, len - sp - 1);
     if (l < 0 || r < 0)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "merge %zu (\"%.*s\") names a token not in the vocabulary",
+        return skv_fail(err, SKV_ERR_FORMAT, "merge %zu (\"%.*s\") names a token not in the vocabulary",
                         i, (int)(len > 64 ? 64 : len), (const char *)m);
     if (len - 1 > bufcap) {
         t->merge_res[i] = -1; /* longer than any token */
@@ -54,7 +54,7 @@ static int add_merge(skv_tokenizer *t, const skv_strref *mg, size_t i, uint8_t *
 }
 
 /* GPT2: byte tables and the merge table. */
-int tok_setup_gpt2(skv_tokenizer *t, const skv_tokenizer_desc *d, char *err, size_t errcap)
+int tok_setup_gpt2(skv_tokenizer *t, const skv_tokenizer_desc *d, skv_err *err)
 {
     size_t bufcap = 2 * t->max_token_len + 8;
     uint8_t *buf;
@@ -62,17 +62,17 @@ int tok_setup_gpt2(skv_tokenizer *t, const skv_tokenizer_desc *d, char *err, siz
     gpt2_byte_tables(t);
     if (d->n_merges == 0) return SKV_OK;
     if (!d->merges)
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "n_merges is %zu but merges is NULL", d->n_merges);
-    if (d->n_merges > INT32_MAX) return skv_errf(err, errcap, SKV_ERR_FORMAT, "%zu merges is absurd", d->n_merges);
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "n_merges is %zu but merges is NULL", d->n_merges);
+    if (d->n_merges > INT32_MAX) return skv_fail(err, SKV_ERR_FORMAT, "%zu merges is absurd", d->n_merges);
     t->n_merges = d->n_merges;
     t->merge_res = malloc(d->n_merges * sizeof *t->merge_res);
     buf = malloc(bufcap);
     if (!t->merge_res || !buf || tok_map_init(&t->merges, d->n_merges) != SKV_OK) {
         free(buf);
-        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     }
     for (size_t i = 0; i < d->n_merges && rc == SKV_OK; i++)
-        rc = add_merge(t, &d->merges[i], i, buf, bufcap, err, errcap);
+        rc = add_merge(t, &d->merges[i], i, buf, bufcap, err);
     free(buf);
     return rc;
 }

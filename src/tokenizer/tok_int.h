@@ -131,10 +131,10 @@ typedef struct {
 
 void tok_fixup_attrs(skv_tokenizer *t);
 int tok_setup_specials(skv_tokenizer *t, const skv_tokenizer_desc *d, const pre_entry *pre,
-                       char *err, size_t errcap);
-int tok_setup_user_defined(skv_tokenizer *t, char *err, size_t errcap);
-int tok_setup_spm(skv_tokenizer *t, char *err, size_t errcap);
-int tok_setup_gpt2(skv_tokenizer *t, const skv_tokenizer_desc *d, char *err, size_t errcap);
+                       skv_err *err);
+int tok_setup_user_defined(skv_tokenizer *t, skv_err *err);
+int tok_setup_spm(skv_tokenizer *t, skv_err *err);
+int tok_setup_gpt2(skv_tokenizer *t, const skv_tokenizer_desc *d, skv_err *err);
 
 /* ------------------------------------------------------------------------ */
 /* encoding (tok_encode.c)                                                  */

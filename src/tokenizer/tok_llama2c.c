@@ -36,27 +36,27 @@ static void l2c_free(l2c_vocab *v)
 }
 
 /* Pass 1: checks every token's bounds; *total = room for the converted texts. */
-static int l2c_measure(const uint8_t *p, size_t size, size_t vocab_size, size_t *total, char *err, size_t errcap)
+static int l2c_measure(const uint8_t *p, size_t size, size_t vocab_size, size_t *total, skv_err *err)
 {
     uint32_t max_len = rd_u32(p);
     size_t pos = 4;
     if (max_len == 0 || max_len > (1u << 20))
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "llama2.c tokenizer: max_token_length %u is absurd", max_len);
+        return skv_fail(err, SKV_ERR_FORMAT, "llama2.c tokenizer: max_token_length %u is absurd", max_len);
     if (vocab_size == 0 || vocab_size > (size - 4) / 8)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT,
+        return skv_fail(err, SKV_ERR_FORMAT,
                         "llama2.c tokenizer: %zu bytes cannot hold %zu tokens", size, vocab_size);
     *total = 0;
     for (size_t i = 0; i < vocab_size; i++) {
         uint32_t len;
         if (size - pos < 8)
-            return skv_errf(err, errcap, SKV_ERR_FORMAT, "llama2.c tokenizer: truncated at token %zu", i);
+            return skv_fail(err, SKV_ERR_FORMAT, "llama2.c tokenizer: truncated at token %zu", i);
         len = rd_u32(p + pos + 4);
         if (len > max_len)
-            return skv_errf(err, errcap, SKV_ERR_FORMAT,
+            return skv_fail(err, SKV_ERR_FORMAT,
                             "llama2.c tokenizer: token %zu has length %u > max_token_length %u", i, len, max_len);
         pos += 8;
         if (size - pos < len)
-            return skv_errf(err, errcap, SKV_ERR_FORMAT, "llama2.c tokenizer: truncated in token %zu", i);
+            return skv_fail(err, SKV_ERR_FORMAT, "llama2.c tokenizer: truncated in token %zu", i);
         pos += len;
         *total += 3 * (size_t)len + 8; /* ' ' -> U+2581 triples at most; "</s>" */
     }
@@ -126,23 +126,23 @@ static skv_tokenizer_desc l2c_desc(const l2c_vocab *v, size_t vocab_size)
 }
 
 int skv_tokenizer_load_llama2c(const void *data, size_t size, size_t vocab_size,
-                               skv_tokenizer **out, char *err, size_t errcap)
+                               skv_tokenizer **out, skv_err *err)
 {
     l2c_vocab v = {NULL, NULL, NULL, NULL};
     skv_tokenizer_desc d;
     size_t total = 0;
     int rc;
-    if (err && errcap) err[0] = 0;
-    if (!out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "out is NULL");
+    skv_err_clear(err);
+    if (!out) return skv_fail(err, SKV_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
-    if (!data && size) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "data is NULL");
-    if (size < 4) return skv_errf(err, errcap, SKV_ERR_FORMAT, "llama2.c tokenizer: %zu bytes is too short", size);
-    if ((rc = l2c_measure(data, size, vocab_size, &total, err, errcap))) return rc;
+    if (!data && size) return skv_fail(err, SKV_ERR_INVALID_ARG, "data is NULL");
+    if (size < 4) return skv_fail(err, SKV_ERR_FORMAT, "llama2.c tokenizer: %zu bytes is too short", size);
+    if ((rc = l2c_measure(data, size, vocab_size, &total, err))) return rc;
     if (l2c_read(data, vocab_size, total, &v) != SKV_OK) {
-        rc = skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+        rc = skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     } else {
         d = l2c_desc(&v, vocab_size);
-        rc = skv_tokenizer_create(&d, out, err, errcap);
+        rc = skv_tokenizer_create(&d, out, err);
     }
     l2c_free(&v);
     return rc;

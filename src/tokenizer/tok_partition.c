@@ -61,7 +61,7 @@ static void trie_insert(skv_tokenizer *t, size_t k, size_t *nodes)
     t->trie_ud[node] = (int32_t)k;
 }
 
-int tok_setup_user_defined(skv_tokenizer *t, char *err, size_t errcap)
+int tok_setup_user_defined(skv_tokenizer *t, skv_err *err)
 {
     size_t n = 0, nodes = 1, total = 0;
     for (size_t id = 0; id < t->n_vocab; id++)
@@ -73,7 +73,7 @@ int tok_setup_user_defined(skv_tokenizer *t, char *err, size_t errcap)
     t->ud = malloc(n * sizeof *t->ud);
     t->trie_ud = malloc((total + 1) * sizeof *t->trie_ud);
     if (!t->ud || !t->trie_ud || tok_map_init(&t->trie, total) != SKV_OK || sort_ud(t, n) != SKV_OK)
-        return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     t->trie_ud[0] = -1;
     for (int b = 0; b < 256; b++) t->trie_root[b] = -1;
     for (size_t k = 0; k < t->n_ud; k++) trie_insert(t, k, &nodes);

@@ -53,40 +53,40 @@ void tok_fixup_attrs(skv_tokenizer *t)
 }
 
 static int resolve_special(int32_t *dst, int32_t v, int32_t dflt, size_t n_vocab, const char *what,
-                           char *err, size_t errcap)
+                           skv_err *err)
 {
     if (v == SKV_TOKEN_DEFAULT) v = (dflt >= 0 && (size_t)dflt < n_vocab) ? dflt : -1;
     if (v < -1 || (v >= 0 && (size_t)v >= n_vocab))
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "%s %d out of range (vocabulary of %zu tokens)",
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "%s %d out of range (vocabulary of %zu tokens)",
                         what, (int)v, n_vocab);
     *dst = v;
     return SKV_OK;
 }
 
-static int resolve_flag(int *dst, int v, int dflt, const char *what, char *err, size_t errcap)
+static int resolve_flag(int *dst, int v, int dflt, const char *what, skv_err *err)
 {
     if (v < -1 || v > 1)
-        return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "%s must be -1, 0 or 1, not %d", what, v);
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "%s must be -1, 0 or 1, not %d", what, v);
     *dst = v < 0 ? dflt : v;
     return SKV_OK;
 }
 
 int tok_setup_specials(skv_tokenizer *t, const skv_tokenizer_desc *d, const pre_entry *pre,
-                       char *err, size_t errcap)
+                       skv_err *err)
 {
     int spm = t->kind == SKV_TOKENIZER_SPM;
     int rc;
-    if ((rc = resolve_special(&t->bos, d->bos_id, spm ? 1 : 11, t->n_vocab, "bos_id", err, errcap)) ||
-        (rc = resolve_special(&t->eos, d->eos_id, spm ? 2 : 11, t->n_vocab, "eos_id", err, errcap)) ||
-        (rc = resolve_special(&t->unk, d->unk_id, spm ? 0 : -1, t->n_vocab, "unk_id", err, errcap)) ||
-        (rc = resolve_special(&t->pad, d->pad_id, -1, t->n_vocab, "pad_id", err, errcap)) ||
-        (rc = resolve_flag(&t->add_bos, d->add_bos, spm ? 1 : pre->add_bos, "add_bos", err, errcap)) ||
-        (rc = resolve_flag(&t->add_eos, d->add_eos, 0, "add_eos", err, errcap)) ||
-        (rc = resolve_flag(&t->add_space_prefix, d->add_space_prefix, spm, "add_space_prefix", err, errcap)))
+    if ((rc = resolve_special(&t->bos, d->bos_id, spm ? 1 : 11, t->n_vocab, "bos_id", err)) ||
+        (rc = resolve_special(&t->eos, d->eos_id, spm ? 2 : 11, t->n_vocab, "eos_id", err)) ||
+        (rc = resolve_special(&t->unk, d->unk_id, spm ? 0 : -1, t->n_vocab, "unk_id", err)) ||
+        (rc = resolve_special(&t->pad, d->pad_id, -1, t->n_vocab, "pad_id", err)) ||
+        (rc = resolve_flag(&t->add_bos, d->add_bos, spm ? 1 : pre->add_bos, "add_bos", err)) ||
+        (rc = resolve_flag(&t->add_eos, d->add_eos, 0, "add_eos", err)) ||
+        (rc = resolve_flag(&t->add_space_prefix, d->add_space_prefix, spm, "add_space_prefix", err)))
         return rc;
     if (t->add_bos && t->bos < 0)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "add_bos is true, but there is no bos token");
+        return skv_fail(err, SKV_ERR_FORMAT, "add_bos is true, but there is no bos token");
     if (t->add_eos && t->eos < 0)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "add_eos is true, but there is no eos token");
+        return skv_fail(err, SKV_ERR_FORMAT, "add_eos is true, but there is no eos token");
     return SKV_OK;
 }

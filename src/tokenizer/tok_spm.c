@@ -72,13 +72,13 @@ static void spm_byte_tables(skv_tokenizer *t)
     }
 }
 
-int tok_setup_spm(skv_tokenizer *t, char *err, size_t errcap)
+int tok_setup_spm(skv_tokenizer *t, skv_err *err)
 {
     size_t n = 0;
     uint32_t *set;
     spm_byte_tables(t);
     for (size_t id = 0; id < t->n_vocab; id++) n += nocut_chars(t, id, NULL);
-    if (!(set = malloc((n ? n : 1) * sizeof *set))) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!(set = malloc((n ? n : 1) * sizeof *set))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     n = 0;
     for (size_t id = 0; id < t->n_vocab; id++) n += nocut_chars(t, id, set + n);
     qsort(set, n, sizeof *set, cmp_u32);

@@ -28,31 +28,31 @@ void skv_tokenizer_free(skv_tokenizer *t)
 /* Checks the token texts and returns their total size in *total (an empty
  * text counts `empty` bytes for its placeholder). */
 static int measure_texts(const skv_strref *tok, size_t n, size_t empty, size_t *total,
-                         char *err, size_t errcap)
+                         skv_err *err)
 {
     *total = 0;
     for (size_t i = 0; i < n; i++) {
         size_t len = tok[i].len;
         if (len && !tok[i].ptr)
-            return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "token %zu: NULL text with length %zu", i, len);
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "token %zu: NULL text with length %zu", i, len);
         if (len > ((size_t)1 << 30))
-            return skv_errf(err, errcap, SKV_ERR_FORMAT, "token %zu: text of %zu bytes is absurd", i, len);
+            return skv_fail(err, SKV_ERR_FORMAT, "token %zu: text of %zu bytes is absurd", i, len);
         *total += len ? len : empty;
-        if (*total > ((size_t)1 << 40)) return skv_errf(err, errcap, SKV_ERR_FORMAT, "token texts too large");
+        if (*total > ((size_t)1 << 40)) return skv_fail(err, SKV_ERR_FORMAT, "token texts too large");
     }
     return SKV_OK;
 }
 
 /* Copies the token texts (an empty text becomes "[EMPTY_<id>]" as in llama.cpp). */
-static int copy_texts(skv_tokenizer *t, const skv_strref *tok, char *err, size_t errcap)
+static int copy_texts(skv_tokenizer *t, const skv_strref *tok, skv_err *err)
 {
     size_t total, n = t->n_vocab, pos = 0;
     char tmp[48];
-    int rc = measure_texts(tok, n, sizeof tmp, &total, err, errcap);
+    int rc = measure_texts(tok, n, sizeof tmp, &total, err);
     if (rc) return rc;
     t->off = malloc((n + 1) * sizeof *t->off);
     t->blob = malloc(total ? total : 1);
-    if (!t->off || !t->blob) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!t->off || !t->blob) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const char *s = tok[i].ptr;
         size_t len = tok[i].len;
@@ -83,11 +83,11 @@ static uint8_t attr_of_type(int32_t type)
 }
 
 /* Scores (NaN would break the heap order, so it becomes -inf) and attributes. */
-static int copy_scores(skv_tokenizer *t, const skv_tokenizer_desc *d, char *err, size_t errcap)
+static int copy_scores(skv_tokenizer *t, const skv_tokenizer_desc *d, skv_err *err)
 {
     t->score = malloc(d->n_vocab * sizeof *t->score);
     t->attr = malloc(d->n_vocab);
-    if (!t->score || !t->attr) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!t->score || !t->attr) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < d->n_vocab; i++) {
         float s = d->scores ? d->scores[i] : 0.0f;
         t->score[i] = isnan(s) ? -INFINITY : s;
@@ -97,12 +97,12 @@ static int copy_scores(skv_tokenizer *t, const skv_tokenizer_desc *d, char *err,
 }
 
 /* The text -> id hash; two tokens with one text are an error. */
-static int build_hash(skv_tokenizer *t, char *err, size_t errcap)
+static int build_hash(skv_tokenizer *t, skv_err *err)
 {
     size_t cap = tok_table_cap(t->n_vocab);
-    if (!cap) return skv_errf(err, errcap, SKV_ERR_NOMEM, "vocabulary too large");
+    if (!cap) return skv_fail(err, SKV_ERR_NOMEM, "vocabulary too large");
     t->slots = calloc(cap, sizeof *t->slots);
-    if (!t->slots) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!t->slots) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     t->slot_mask = cap - 1;
     for (size_t id = 0; id < t->n_vocab; id++) {
         size_t len, i;
@@ -112,7 +112,7 @@ static int build_hash(skv_tokenizer *t, char *err, size_t errcap)
             uint32_t other = t->slots[i] - 1;
             const uint8_t *o = tok_text(t, (int32_t)other, &olen);
             if (olen == len && memcmp(o, s, len) == 0)
-                return skv_errf(err, errcap, SKV_ERR_FORMAT,
+                return skv_fail(err, SKV_ERR_FORMAT,
                                 "duplicate token in vocabulary: ids %u and %zu have the same text",
                                 other, id);
         }
@@ -168,50 +168,50 @@ static const pre_entry *find_pre(const char *name)
 /* create                                                                   */
 
 /* Validates what create needs before allocating; *pre = the pre-tokenizer. */
-static int check_desc(const skv_tokenizer_desc *d, const pre_entry **pre, char *err, size_t errcap)
+static int check_desc(const skv_tokenizer_desc *d, const pre_entry **pre, skv_err *err)
 {
     *pre = &pre_table[0];
     if (d->kind != SKV_TOKENIZER_SPM && d->kind != SKV_TOKENIZER_GPT2)
-        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "unsupported tokenizer kind %d", d->kind);
-    if (d->n_vocab == 0) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "empty vocabulary (n_vocab = 0)");
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, "unsupported tokenizer kind %d", d->kind);
+    if (d->n_vocab == 0) return skv_fail(err, SKV_ERR_INVALID_ARG, "empty vocabulary (n_vocab = 0)");
     if (d->n_vocab >= INT32_MAX)
-        return skv_errf(err, errcap, SKV_ERR_FORMAT, "vocabulary of %zu tokens is absurd", d->n_vocab);
-    if (!d->tokens) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "tokens is NULL");
+        return skv_fail(err, SKV_ERR_FORMAT, "vocabulary of %zu tokens is absurd", d->n_vocab);
+    if (!d->tokens) return skv_fail(err, SKV_ERR_INVALID_ARG, "tokens is NULL");
     if (d->kind == SKV_TOKENIZER_GPT2 && !(*pre = find_pre(d->pre)))
-        return skv_errf(err, errcap, SKV_ERR_UNSUPPORTED, "unknown pre-tokenizer '%.64s'", d->pre);
+        return skv_fail(err, SKV_ERR_UNSUPPORTED, "unknown pre-tokenizer '%.64s'", d->pre);
     return SKV_OK;
 }
 
 /* The build steps, in order: later ones look tokens up by text. */
-static int build(skv_tokenizer *t, const skv_tokenizer_desc *d, const pre_entry *pre, char *err, size_t errcap)
+static int build(skv_tokenizer *t, const skv_tokenizer_desc *d, const pre_entry *pre, skv_err *err)
 {
     int rc;
-    if ((rc = copy_scores(t, d, err, errcap)) || (rc = copy_texts(t, d->tokens, err, errcap)) ||
-        (rc = build_hash(t, err, errcap)))
+    if ((rc = copy_scores(t, d, err)) || (rc = copy_texts(t, d->tokens, err)) ||
+        (rc = build_hash(t, err)))
         return rc;
     tok_fixup_attrs(t);
-    if ((rc = tok_setup_specials(t, d, pre, err, errcap))) return rc;
-    rc = t->kind == SKV_TOKENIZER_SPM ? tok_setup_spm(t, err, errcap) : tok_setup_gpt2(t, d, err, errcap);
-    return rc ? rc : tok_setup_user_defined(t, err, errcap);
+    if ((rc = tok_setup_specials(t, d, pre, err))) return rc;
+    rc = t->kind == SKV_TOKENIZER_SPM ? tok_setup_spm(t, err) : tok_setup_gpt2(t, d, err);
+    return rc ? rc : tok_setup_user_defined(t, err);
 }
 
-int skv_tokenizer_create(const skv_tokenizer_desc *d, skv_tokenizer **out, char *err, size_t errcap)
+int skv_tokenizer_create(const skv_tokenizer_desc *d, skv_tokenizer **out, skv_err *err)
 {
     skv_tokenizer *t;
     const pre_entry *pre;
     int rc;
-    if (err && errcap) err[0] = 0;
-    if (!out) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "out is NULL");
+    skv_err_clear(err);
+    if (!out) return skv_fail(err, SKV_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
-    if (!d) return skv_errf(err, errcap, SKV_ERR_INVALID_ARG, "desc is NULL");
-    if ((rc = check_desc(d, &pre, err, errcap))) return rc;
+    if (!d) return skv_fail(err, SKV_ERR_INVALID_ARG, "desc is NULL");
+    if ((rc = check_desc(d, &pre, err))) return rc;
     t = calloc(1, sizeof *t);
-    if (!t) return skv_errf(err, errcap, SKV_ERR_NOMEM, "out of memory");
+    if (!t) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     t->kind = d->kind;
     t->n_vocab = d->n_vocab;
     t->pretok = pre->kind;
     t->ignore_merges = pre->ignore_merges;
-    if ((rc = build(t, d, pre, err, errcap))) {
+    if ((rc = build(t, d, pre, err))) {
         skv_tokenizer_free(t);
         return rc;
     }

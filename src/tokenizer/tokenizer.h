@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/util.h"
 
 typedef struct skv_tokenizer skv_tokenizer;
 
@@ -62,8 +63,8 @@ typedef struct {
 
 /* Builds a tokenizer; everything in d is copied. Rejects inconsistent
  * descriptions (SKV_ERR_INVALID_ARG / SKV_ERR_FORMAT / SKV_ERR_UNSUPPORTED)
- * with a message in err (NUL-terminated when errcap > 0). */
-int skv_tokenizer_create(const skv_tokenizer_desc *d, skv_tokenizer **out, char *err, size_t errcap);
+ * with a message in err (when err is not NULL). */
+int skv_tokenizer_create(const skv_tokenizer_desc *d, skv_tokenizer **out, skv_err *err);
 
 /* llama2.c tokenizer file (tok512.bin style): int32 max_token_length, then per
  * token: f32 score, int32 len, bytes. vocab_size comes from the model
@@ -72,7 +73,7 @@ int skv_tokenizer_create(const skv_tokenizer_desc *d, skv_tokenizer **out, char 
  * byte tokens, ' ' -> U+2581. Trailing bytes after vocab_size tokens are
  * ignored. */
 int skv_tokenizer_load_llama2c(const void *data, size_t size, size_t vocab_size,
-                               skv_tokenizer **out, char *err, size_t errcap);
+                               skv_tokenizer **out, skv_err *err);
 
 void skv_tokenizer_free(skv_tokenizer *t); /* accepts NULL */
 

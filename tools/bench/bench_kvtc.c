@@ -35,15 +35,15 @@ int rd_kvtc_restore(rd_window *w, rd_point *pt)
                          .theta = w->tc_theta, .ramp = pt->levels == RD_LV_RAMP, .tokens = w->win};
     uint8_t *buf = NULL;
     size_t len = 0;
-    char err[160] = "";
+    skv_err err = {0};
     if (!w->tc) return -1;
     double t0 = rd_cpu_now();
     int rc = skv_kvtc_encode(&p, w->tc, w->kv, w->P, &buf, &len, NULL);
     pt->enc_cpu += rd_cpu_now() - t0;
     t0 = rd_cpu_now();
-    if (!rc) rc = skv_kvtc_decode(buf, len, w->tc, w->win, w->out, w->nf, err, sizeof err);
+    if (!rc) rc = skv_kvtc_decode(buf, len, w->tc, w->win, w->out, w->nf, &err);
     pt->dec_cpu += rd_cpu_now() - t0;
-    if (rc) cli_error("kvtc: %s (%d)", err, rc);
+    if (rc) cli_error("kvtc: %s (%d)", err.msg, rc);
     pt->bits += 8.0 * (double)len;
     free(buf);
     return rc ? -1 : 0;
@@ -52,10 +52,10 @@ int rd_kvtc_restore(rd_window *w, rd_point *pt)
 skv_kvtc_calib *rd_kvtc_load(const char *path)
 {
     size_t len = 0;
-    char err[160] = "";
+    skv_err err = {0};
     skv_kvtc_calib *c = NULL;
     uint8_t *buf = (uint8_t *)cli_read_file(path, &len);
-    if (buf && skv_kvtc_calib_load(buf, len, &c, err, sizeof err)) cli_error("%s: %s", path, err);
+    if (buf && skv_kvtc_calib_load(buf, len, &c, &err)) cli_error("%s: %s", path, err.msg);
     free(buf);
     return c;
 }
