@@ -68,8 +68,18 @@ static void matvec_f16_equals_dequant_matmul(void)
         }
 }
 
-/* One case of matmul_f16: n rows (row_bytes apart) x T tokens (x rows ldx apart, y rows ldy). */
-static void matmul_f16_case(const skv_kernels *ref, const skv_kernels *fast, size_t K, size_t n, size_t T)
+/* A random finite bf16: a random float's top 16 bits. */
+static uint16_t rnd_bf16(void)
+{
+    float f = rnd_float();
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* One case of a 16-bit float weight product mm (type f16 or bf16): n rows (row_bytes apart)
+ * x T tokens (x rows ldx apart, y rows ldy) against the reference dequant + matmul. */
+static void matmul_half_case(const skv_kernels *ref, uint32_t type, skv_matmul_fn mm, size_t K, size_t n, size_t T)
 {
     size_t row_bytes = 2 * K + 2 * (n % 3), ldx = K + T % 2, ldy = n + 1;
     uint8_t *W = calloc(n, row_bytes);
@@ -78,16 +88,36 @@ static void matmul_f16_case(const skv_kernels *ref, const skv_kernels *fast, siz
     CHECK(W && x && Wf && y1 && y2);
     for (size_t r = 0; r < n; r++)
         for (size_t j = 0; j < K; j++) {
-            uint16_t h = rnd_half();
+            uint16_t h = type == SKV_GGML_F16 ? rnd_half() : rnd_bf16();
             memcpy(W + r * row_bytes + 2 * j, &h, 2);
         }
     for (size_t i = 0; i < T * ldx; i++) x[i] = rnd_float();
-    ref->dequant(1 /* f16 */, W, row_bytes, K, n, Wf);
+    ref->dequant(type, W, row_bytes, K, n, Wf);
     ref->matmul(y1, ldy, Wf, K, x, ldx, T, n);
-    fast->matmul_f16(y2, ldy, W, row_bytes, K, x, ldx, T, n, Wf + n * K); /* scratch: 8 * K floats */
-    CHECK_MSG(!memcmp(y1, y2, T * ldy * sizeof *y1), "matmul_f16 differs from dequant+matmul (K %zu, rows %zu, T %zu)",
-              K, n, T);
+    mm(y2, ldy, W, row_bytes, K, x, ldx, T, n, Wf + n * K); /* scratch: 8 * K floats */
+    CHECK_MSG(!memcmp(y1, y2, T * ldy * sizeof *y1), "%s product differs from dequant+matmul (K %zu, rows %zu, T %zu)",
+              skv_ggml_type_name(type), K, n, T);
     free(W), free(x), free(Wf), free(y1), free(y2);
+}
+
+static void matmul_f16_case(const skv_kernels *ref, const skv_kernels *fast, size_t K, size_t n, size_t T)
+{
+    matmul_half_case(ref, SKV_GGML_F16, fast->matmul_f16, K, n, T);
+}
+
+/* bf16 weights run the f16 kernels' source with bf16's conversion (quant/half_kern_x86.h):
+ * decode (T = 1: 8-row tiles, single rows) and batches (4 x 3 and 2 x 4 tiles). */
+static void matmul_bf16_equals_dequant_matmul(void)
+{
+    const skv_kernels *ref = skv_kernels_scalar();
+    const skv_type_traits *t = skv_type_traits_of(SKV_GGML_BF16);
+    skv_matmul_fn mm = skv_type_matmul(t, 1);
+    if (!avx2_or_skip()) SKIP("no AVX2+FMA+F16C on this CPU");
+    CHECK(mm != NULL && skv_type_matvec(t, 1) != NULL);
+    static const size_t Ks[] = {1, 7, 8, 13, 64, 67, 256, 1031};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
+        for (size_t n = 1; n <= 19; n += (n < 9 ? 1 : 5))
+            for (size_t T = 1; T <= 11; T += (T < 5 ? 1 : 3)) matmul_half_case(ref, SKV_GGML_BF16, mm, Ks[ki], n, T);
 }
 
 static void matmul_f16_equals_dequant_matmul(void)
@@ -257,6 +287,7 @@ int main(void)
     TEST_BEGIN("test_ops");
     RUN(matvec_f16_equals_dequant_matmul);
     RUN(matmul_f16_equals_dequant_matmul);
+    RUN(matmul_bf16_equals_dequant_matmul);
     RUN(attn_equals_scalar);
     RUN(attn_f16_equals_scalar);
     RUN(matmul_tiles_equal_scalar);

@@ -298,6 +298,12 @@ static void matmul_task(void *arg, size_t task, int thread)
                             buf);
         return;
     }
+    skv_matmul_fn mm = j->c->k->matmul_f16 ? skv_type_matmul(skv_type_traits_of(w->type), 1) : NULL;
+    if (mm && w->type != SKV_GGML_F32) { /* bf16: the type's own SIMD product, no f32 copy either */
+        float *buf = j->c->thread_scratch + (size_t)thread * j->c->scratch_stride;
+        mm(j->y + r0, j->ldy, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->x, j->ldx, j->T, nr, buf);
+        return;
+    }
     if (w->type == SKV_GGML_F32) {
         W = (const float *)(const void *)(w->data + r0 * w->row_bytes);
     } else {

@@ -9,6 +9,7 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "core/cpu.h"
 #include "core/f16.h"
@@ -69,83 +70,24 @@ static inline __m256 load_h8(const uint16_t *p)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 
+/* Eight bfloat16 -> binary32 values: the 16 bits shifted up (exact). */
+static inline __m256 load_b8(const uint16_t *p)
+{
+    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
+static inline float bf16_to_f32(uint16_t v)
+{
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 static inline const uint16_t *row_at(const void *W, size_t row_bytes, size_t r)
 {
     return (const uint16_t *)(const void *)((const uint8_t *)W + r * row_bytes);
-}
-
-/* Eight rows at once: per row the operations of the canonical dot on the converted row. */
-static void matvec8(float *y, const void *W, size_t row_bytes, size_t K, const float *x)
-{
-    size_t n8 = K & ~(size_t)7, j;
-    const uint16_t *w[8];
-    __m256 acc[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        w[i] = row_at(W, row_bytes, (size_t)i);
-        acc[i] = _mm256_setzero_ps();
-    }
-    for (j = 0; j < n8; j += 8) {
-        __m256 xv = _mm256_loadu_ps(x + j);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(load_h8(w[i] + j), xv, acc[i]);
-    }
-    _mm256_storeu_ps(y, skv_reduce8_avx2(acc));
-    if (n8 != K)
-        for (int i = 0; i < 8; i++)
-            for (j = n8; j < K; j++) y[i] = fmaf(skv_f16_to_f32(w[i][j]), x[j], y[i]);
-}
-
-static float matvec1(const uint16_t *w, size_t K, const float *x)
-{
-    size_t n8 = K & ~(size_t)7, j;
-    __m256 acc = _mm256_setzero_ps();
-    for (j = 0; j < n8; j += 8) acc = _mm256_fmadd_ps(load_h8(w + j), _mm256_loadu_ps(x + j), acc);
-    float sum = skv_hsum8_avx2(acc);
-    for (; j < K; j++) sum = fmaf(skv_f16_to_f32(w[j]), x[j], sum);
-    return sum;
-}
-
-void skv_f16_matvec_avx2(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows)
-{
-    size_t r = 0;
-    for (; r + 8 <= n_rows; r += 8) matvec8(y + r, row_at(W, row_bytes, r), row_bytes, K, x);
-    for (; r < n_rows; r++) y[r] = matvec1(row_at(W, row_bytes, r), K, x);
-}
-
-/* Tile of R rows x TT tokens of y = W x: R*TT <= 16 accumulators, each the canonical dot
- * chain of its output (8 lanes, fma over j ascending, the reduce8 tree, then the tail).
- * Each weight vector is converted in registers once and used for all TT tokens. */
-static inline __attribute__((always_inline)) void tile_f16(float *y, size_t ldy, const void *W, size_t rb, size_t K,
-                                                           const float *x, size_t ldx, const int R, const int TT)
-{
-    __m256 acc[16];
-    float o[16];
-    const uint16_t *w[8];
-    size_t n8 = K & ~(size_t)7, j;
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) acc[i] = _mm256_setzero_ps();
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) w[r] = row_at(W, rb, (size_t)r);
-    for (j = 0; j < n8; j += 8) {
-        __m256 wv[8];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++) wv[r] = load_h8(w[r] + j);
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) {
-            __m256 xv = _mm256_loadu_ps(x + (size_t)t * ldx + j);
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) acc[t * R + r] = _mm256_fmadd_ps(wv[r], xv, acc[t * R + r]);
-        }
-    }
-    _mm256_storeu_ps(o, skv_reduce8_avx2(acc));
-    if (R * TT > 8) _mm256_storeu_ps(o + 8, skv_reduce8_avx2(acc + 8));
-    for (int t = 0; t < TT; t++)
-        for (int r = 0; r < R; r++) {
-            float s = o[t * R + r];
-            for (size_t k = n8; k < K; k++) s = fmaf(skv_f16_to_f32(w[r][k]), x[(size_t)t * ldx + k], s);
-            y[(size_t)t * ldy + (size_t)r] = s;
-        }
 }
 
 /* Prefetches bytes [off, off + n) of W (an address hint: it may lie past the rows the call
@@ -156,29 +98,21 @@ static inline void prefetch_span(const void *W, size_t off, size_t n)
     for (size_t i = 0; i < n; i += 64) _mm_prefetch((const char *)(a + i), _MM_HINT_T0);
 }
 
-/* Rows r0.. of a token group of TT tokens: tiles of R rows, then single rows. The first
- * group (pf) prefetches the rows of the next tile: the weights come from L3 or memory
- * once per call, in short runs the hardware prefetcher does not pick up. */
-static inline __attribute__((always_inline)) void rows_f16(float *y, size_t ldy, const void *W, size_t rb, size_t K,
-                                                           const float *x, size_t ldx, size_t n_rows, const int R,
-                                                           const int TT, int pf)
-{
-    size_t r = 0;
-    for (; r + (size_t)R <= n_rows; r += (size_t)R) {
-        if (pf) prefetch_span(W, (r + (size_t)R) * rb, (size_t)R * rb);
-        tile_f16(y + r, ldy, row_at(W, rb, r), rb, K, x, ldx, R, TT);
-    }
-    for (; r < n_rows; r++) tile_f16(y + r, ldy, row_at(W, rb, r), rb, K, x, ldx, 1, TT);
-}
+#define HK(name) skv_f16_##name
+#define HK_LOAD8(p) load_h8(p)
+#define HK_TO_F32(v) skv_f16_to_f32(v)
+#include "quant/half_kern_x86.h"
+#undef HK
+#undef HK_LOAD8
+#undef HK_TO_F32
 
-void skv_f16_matmul_tiles_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
-                               size_t ldx, size_t T, size_t n_rows)
-{
-    size_t t = 0;
-    for (; t + 4 <= T; t += 4) rows_f16(y + t * ldy, ldy, W, row_bytes, K, x + t * ldx, ldx, n_rows, 3, 4, t == 0);
-    for (; t + 2 <= T; t += 2) rows_f16(y + t * ldy, ldy, W, row_bytes, K, x + t * ldx, ldx, n_rows, 4, 2, t == 0);
-    if (t < T) skv_f16_matvec_avx2(y + t * ldy, W, row_bytes, K, x + t * ldx, n_rows);
-}
+#define HK(name) skv_bf16_##name
+#define HK_LOAD8(p) load_b8(p)
+#define HK_TO_F32(v) bf16_to_f32(v)
+#include "quant/half_kern_x86.h"
+#undef HK
+#undef HK_LOAD8
+#undef HK_TO_F32
 
 void skv_f16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
                          size_t T, size_t n_rows, float *scratch)
@@ -190,6 +124,13 @@ void skv_f16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, 
         return;
     }
     skv_f16_matmul_tiles_avx2(y, ldy, W, row_bytes, K, x, ldx, T, n_rows);
+}
+
+void skv_bf16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
+                          size_t T, size_t n_rows, float *scratch)
+{
+    (void)scratch;
+    skv_bf16_matmul_tiles_avx2(y, ldy, W, row_bytes, K, x, ldx, T, n_rows);
 }
 
 #else

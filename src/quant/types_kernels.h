@@ -42,6 +42,13 @@ void skv_f16_matmul_avx512_small(float *y, size_t ldy, const void *W, size_t row
                                  size_t ldx, size_t T, size_t n_rows);
 void skv_f16_matmul_tiles_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
                                size_t ldx, size_t T, size_t n_rows);
+/* bf16 weights: the same kernels with the exact bf16 conversion (half_kern_x86.h); the
+ * product has no AVX-512 tiles (scratch unused). */
+void skv_bf16_matvec_avx2(float *y, const void *W, size_t row_bytes, size_t K, const float *x, size_t n_rows);
+void skv_bf16_matmul_tiles_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
+                                size_t ldx, size_t T, size_t n_rows);
+void skv_bf16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
+                          size_t T, size_t n_rows, float *scratch);
 
 void skv_bf16_to_float_ref(const void *src, float *dst, size_t n);
 void skv_bf16_to_float_avx2(const void *src, float *dst, size_t n);
