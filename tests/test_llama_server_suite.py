@@ -18,6 +18,7 @@ Runs in the release build only (about 2 minutes); a sanitizer build skips it.
 """
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -60,10 +61,18 @@ def listed(tid, exp):
     return exp.get(base)
 
 
+def free_port():
+    """A TCP port nothing listens on now: the suite's servers default to 8080, which another
+    run of the suite (or anything else) on the machine may hold."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_suite(sdir, xml_path):
     env = dict(os.environ, LLAMA_SERVER_BIN_PATH=os.path.join(HERE, "llama-server"),
                SEQKV_BUILD=os.path.join(ROOT, BUILD) if not os.path.isabs(BUILD) else BUILD,
-               SEQKV_SHARED=testenv.shared_dir() or "")
+               SEQKV_SHARED=testenv.shared_dir() or "", PORT=str(free_port()))
     try:
         import openai  # noqa: F401
     except ImportError:
