@@ -7,6 +7,11 @@ processes (tests/sentinel_harness.py: a master, two replicas, three sentinels):
   master (the backend asks the sentinels again on connection loss), at most a couple
   report "retry" (a commit whose connection was cut), and every acknowledged put restores
   verified from the new master; a get during the outage waits for the failover.
+- server: one `seqkv serve` (a long-lived process with pooled connections) answers
+  greedy completions one after another while the master is killed (right after a reply,
+  while the server puts it): every request is a
+  200, no store call fails on the cut connections (each runs again on the new master),
+  and the conversations put after the failover restore verified.
 - wait_replicas: a put is acknowledged only once a replica has it (WAIT): with every
   replica killed, a put fails saying the master has it but no replica confirmed it.
 - no_master: sentinels that do not answer: a clear error within the failover bound.
@@ -14,6 +19,7 @@ processes (tests/sentinel_harness.py: a master, two replicas, three sentinels):
 
 Needs redis-server and redis-sentinel (scripts/install-deps.sh): SKIP without them, FAIL
 under SEQKV_REQUIRE_REDIS=1 (.ci/run sets it)."""
+import json
 import os
 import sys
 import tempfile
@@ -21,7 +27,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sentinel_harness  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
 from clitest import Reporter, check, run  # noqa: E402
+from harness import Server  # noqa: E402
 
 NAME = "test_store_redis_sentinel"
 WORDS = ("the little girl went to the park with her dog and they played in the sun until the sky grew dark "
@@ -80,6 +88,38 @@ def case_failover(tmp):
         d.stop()
 
 
+def case_server(tmp):
+    d = sentinel_harness.Deployment(os.path.join(tmp, "dep"))
+    srv = None
+    try:
+        url = d.url("srv")
+        rc, out = store("init", url)
+        check(rc == 0, "init: " + out)
+        srv = Server("--store", url, "-c", "1024", log=os.path.join(tmp, "serve.log"))
+        for i in range(24):
+            # long prompts: the server's put of a reply (after it) is still running when
+            # the master is killed right after the 8th reply: its pooled connection is cut
+            prompt = " ".join(text(i + k) for k in range(6))
+            code, r = srv.json("/completion", {"prompt": prompt, "n_predict": 4, "temperature": 0})
+            check(code == 200, "completion %d: %d %s" % (i, code, json.dumps(r)[:200]))
+            if i == 7:
+                d.kill(d.redis_ports[0])
+        srv.stop()
+        log = open(srv.log, errors="replace").read()
+        lost = [line for line in log.splitlines() if "store" in line and "Redis" in line]
+        check(not lost, "store calls failed: %s" % lost[:2])
+        rc, ls = store("ls", url)
+        names = [line.split("\t")[0] for line in ls.splitlines() if line.strip()]
+        check(rc == 0 and len(names) >= 20, "%d conversations stored of 24: %s" % (len(names), ls))
+        for n in names:
+            rc, out = store("get", url, n)
+            check(rc == 0 and "verified" in out, "get %s: %s" % (n, out))
+    finally:
+        if srv and srv.p.poll() is None:
+            srv.stop()
+        d.stop()
+
+
 def case_wait_replicas(tmp):
     d = sentinel_harness.Deployment(os.path.join(tmp, "dep"))
     try:
@@ -128,7 +168,7 @@ def main():
         rep.report("sentinel", "FAIL" if need else "SKIP",
                    "%s not installed (scripts/install-deps.sh)" % " and ".join(miss))
         return 1 if need else 0
-    for case in (case_bad_urls, case_no_master, case_wait_replicas, case_failover):
+    for case in (case_bad_urls, case_no_master, case_wait_replicas, case_failover, case_server):
         with tempfile.TemporaryDirectory(prefix="seqkv-sentinel-") as tmp:
             rep.run_case(case, tmp)
     return 1 if rep.failed else 0
