@@ -7,6 +7,15 @@ import subprocess
 import time
 
 
+def free_port():
+    """A loopback TCP port nothing listens on (at the moment of asking)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def available():
     return shutil.which("redis-server") is not None
 

@@ -24,17 +24,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import testenv  # noqa: E402
+from redis_harness import free_port  # noqa: E402
 from clitest import ROOT, Reporter, Skip, check, run  # noqa: E402
 
 NAME = "test_store_redis_commit"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Proxy:

@@ -39,6 +39,7 @@ enum { TB_META, TB_NODES, TB_CHILDREN, TB_SESSIONS, TB_KV, TB_MAT, TB_MATORD, TB
 
 #define STORE_CONFLICT 2   /* commit lost a race: nothing was written, run it again */
 #define STORE_RETRIES 64   /* attempts of one call before it gives up (SKV_ERR_IO) */
+#define STORE_CONN_RETRIES 4 /* attempts of one call that lost its Redis connection (failover) */
 #define STORE_NOWATCH 1    /* get flag: a statistic, last writer wins (no conflict) */
 
 /* 1 when the calling thread's last commit failed with its outcome unknown (the connection to
@@ -74,6 +75,10 @@ typedef struct store_backend_ops {
     /* Adds to the miss counters (records evicted); reads them when add is NULL. */
     void (*misses)(store_backend *b, const uint64_t add[2], uint64_t out[2]);
     void (*close)(store_backend *b);
+    /* NULL, or: 1 when the calling thread's last failure may be undone by running the call
+     * again (Redis through Sentinel: the connection was lost before a commit was sent, or
+     * the server refused a write as a replica: a failover). Reading it clears it. */
+    int (*retry_take)(void);
 } store_backend_ops;
 
 /* Every backend starts with this. */
@@ -84,8 +89,9 @@ struct store_backend {
     int evicts; /* records may vanish on their own (Redis maxmemory): a miss, not damage */
 };
 
-/* Opens the backend named by `where`: "redis://HOST:PORT/PREFIX" or
- * "unix:///path/to.sock?prefix=P" for Redis, anything else an LMDB directory. fresh: set to
+/* Opens the backend named by `where`: "redis://HOST:PORT/PREFIX",
+ * "unix:///path/to.sock?prefix=P" or "redis+sentinel://HOST:PORT,.../MASTER/PREFIX" for
+ * Redis, anything else an LMDB directory. fresh: set to
  * 1 when the store holds no header yet (create it). */
 int store_backend_open(skv_store *st, const char *where, int flags, const skv_store_params *p, store_backend **out,
                        int *fresh);

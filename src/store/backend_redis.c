@@ -106,6 +106,7 @@ static void r_close(store_backend *base)
 static const store_backend_ops redis_ops = {
     .name = "redis", .begin = rb_begin, .commit = rb_commit, .abort = rb_abort, .get = rb_get, .put = rb_put,
     .del = rb_del, .scan = rb_scan, .new_id = rb_new_id, .bytes = r_bytes, .misses = r_misses, .close = r_close,
+    .retry_take = rb_retry_take,
 };
 
 /* ---- open --------------------------------------------------------------- */

@@ -12,10 +12,18 @@
 
 #define RB_POOL 16        /* idle connections kept */
 #define RB_IDLE_CHECK 0.2 /* seconds idle after which a pooled connection is PINGed first */
+#define RB_SENTINELS 8    /* sentinels one URL may name */
 
+/* Where the store is. Sentinel mode (n_sent > 0): host and port are unused, every new
+ * connection asks the sentinels for the master named `master` (backend_redis_sentinel.c). */
 typedef struct redis_addr {
     char host[256], path[256], prefix[256];
     int port;
+    int n_sent, sent_port[RB_SENTINELS];
+    char sent_host[RB_SENTINELS][128], master[128];
+    int replicas;    /* a write commit WAITs for this many replicas (sentinel mode; 0: none) */
+    int wait_ms;     /* ... at most this long */
+    double failover; /* seconds a new connection keeps looking for a master */
 } redis_addr;
 
 typedef struct redis_backend {
@@ -42,9 +50,16 @@ typedef struct rb_keys {
     size_t *kn, n, cap;
 } rb_keys;
 
-/* redis://HOST[:PORT][/PREFIX]  or  unix:///path/sock[?prefix=PREFIX]; message in err. */
+/* redis://HOST[:PORT][/PREFIX], unix:///path/sock[?prefix=PREFIX] or
+ * redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/PREFIX][?replicas=N&wait_ms=MS&failover=S];
+ * message in err. */
 int rb_parse_url(const char *url, redis_addr *a, skv_err *err);
+int rb_parse_sentinel_url(const char *url, redis_addr *a, skv_err *err); /* the third form */
 redisContext *rb_addr_connect(const redis_addr *a, skv_err *err); /* NULL: message in err */
+redisContext *rb_connect_timeout(const char *host, int port, const char *path, double seconds, skv_err *err);
+/* Sentinel mode: a connection to the master, found through the sentinels, waiting for a
+ * failover to end for up to a->failover seconds. NULL: message in err. */
+redisContext *rb_sentinel_connect(const redis_addr *a, skv_err *err);
 int rb_buf_cat(rb_buf *b, const void *a, size_t an, const void *c, size_t cn);
 /* The Redis key of record k of table tb (children: the parent's hash; matord: the set). */
 int rb_key(const redis_backend *b, int tb, const uint8_t *k, size_t kn, rb_buf *out);
@@ -63,5 +78,9 @@ int rb_put(store_btx *t, int tb, const void *k, size_t kn, const void *v, size_t
 int rb_del(store_btx *t, int tb, const void *k, size_t kn);
 int rb_scan(store_btx *t, int tb, const void *prefix, size_t pn, store_scan_fn fn, void *u);
 int rb_new_id(store_btx *t, uint64_t *next, uint64_t *out);
+/* Sentinel mode: the failed call may run again (a lost connection or a demoted master
+ * before anything was sent to commit); rb_retry_take reads and clears it (backend.h: retry_take). */
+void rb_conn_retry_set(void);
+int rb_retry_take(void);
 
 #endif

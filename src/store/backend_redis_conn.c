@@ -1,6 +1,6 @@
-/* The Redis backend's bottom (backend_redis.h): the URL, the connection pool, key names.
- * backend_redis_tx.c (transactions) and backend_redis.c (the backend's operations, open,
- * peek) are built on it; it calls neither. */
+/* The Redis backend's connections (backend_redis.h): the URL, the connection pool, key
+ * names, over backend_redis_sentinel.c. backend_redis_tx.c (transactions) and
+ * backend_redis.c (the backend's operations, open, peek) are built on it; it calls neither. */
 #include <pthread.h>
 #include "core/fpguard.h"
 #include <hiredis/hiredis.h>
@@ -13,16 +13,20 @@
 
 int store_is_redis_url(const char *where)
 {
-    return where && (!strncmp(where, "redis://", 8) || !strncmp(where, "unix://", 7));
+    return where && (!strncmp(where, "redis://", 8) || !strncmp(where, "unix://", 7) ||
+                     !strncmp(where, "redis+sentinel://", 17));
 }
 
-/* redis://HOST[:PORT][/PREFIX]  or  unix:///path/sock[?prefix=PREFIX] */
+/* redis://HOST[:PORT][/PREFIX], unix:///path/sock[?prefix=PREFIX], or redis+sentinel://... */
 int rb_parse_url(const char *url, redis_addr *a, skv_err *err)
 {
     memset(a, 0, sizeof *a);
     snprintf(a->prefix, sizeof a->prefix, "seqkv");
     a->port = 6379;
-    if (!strncmp(url, "unix://", 7)) {
+    if (!strncmp(url, "redis+sentinel://", 17)) {
+        int rc = rb_parse_sentinel_url(url, a, err);
+        if (rc) return rc;
+    } else if (!strncmp(url, "unix://", 7)) {
         const char *q = strchr(url + 7, '?');
         size_t n = q ? (size_t)(q - url - 7) : strlen(url + 7);
         if (n == 0 || n >= sizeof a->path) return skv_fail(err, SKV_ERR_INVALID_ARG, "bad Redis URL '%s'", url);
@@ -52,19 +56,8 @@ int rb_parse_url(const char *url, redis_addr *a, skv_err *err)
 
 redisContext *rb_addr_connect(const redis_addr *a, skv_err *err)
 {
-    struct timeval tv = {5, 0};
-    redisContext *c = a->path[0] ? redisConnectUnixWithTimeout(a->path, tv) : redisConnectWithTimeout(a->host, a->port, tv);
-    if (!c || c->err) {
-        char where[300];
-        if (a->path[0]) snprintf(where, sizeof where, "%s", a->path);
-        else snprintf(where, sizeof where, "%s:%d", a->host, a->port);
-        skv_fail(err, SKV_ERR_IO, "cannot connect to Redis at %s: %s (is redis-server running?)", where,
-                 c ? c->errstr : "out of memory");
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    return c;
+    if (a->n_sent) return rb_sentinel_connect(a, err);
+    return rb_connect_timeout(a->host, a->port, a->path, 5.0, err);
 }
 
 /* A connection idle for a while may have been dropped (server restarted, client killed,

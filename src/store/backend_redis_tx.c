@@ -10,6 +10,12 @@
  *   commit    MULTI, every write, EXEC. A nil EXEC = a watched key changed: STORE_CONFLICT,
  *             nothing applied. A command refused while queued (out of memory) makes Redis
  *             discard the whole transaction (EXECABORT): an error, nothing applied.
+ *             Sentinel mode: WAIT follows EXEC, the commit is acknowledged once
+ *             `replicas` replicas have it.
+ *
+ * Sentinel mode: a connection lost before the commit was sent, or a write refused with
+ * READONLY (the server was demoted: nothing applied), marks the call as one to run again
+ * (rb_retry_take): store_run redoes it on a new connection to the new master.
  *
  * KV blobs are written with SET NX: a blob key names one span of one token path, so a
  * concurrent writer that stored it first stored the same bytes. */
@@ -124,7 +130,16 @@ static void tx_free(store_btx *t)
 
 /* ---- commands ------------------------------------------------------------- */
 
-static _Thread_local int tl_commit_unknown;
+static _Thread_local int tl_commit_unknown, tl_conn_retry;
+
+void rb_conn_retry_set(void) { tl_conn_retry = 1; }
+
+int rb_retry_take(void)
+{
+    int u = tl_conn_retry;
+    tl_conn_retry = 0;
+    return u;
+}
 
 int store_commit_unknown_take(void)
 {
@@ -137,6 +152,7 @@ static int conn_lost(store_btx *t)
 {
     t->bad = 1;
     rb_pool_flush(t->b); /* the idle ones went the same way (a restart, a kill of clients) */
+    if (t->b->addr.n_sent) rb_conn_retry_set(); /* a failover, perhaps: nothing was applied */
     return store_err(ST(t), SKV_ERR_IO, "Redis at %s: %s (connection lost; nothing of this call was committed "
                      "unless it said so: retry, a new connection is made)", t->b->url,
                      t->c->errstr[0] ? t->c->errstr : "no reply");
@@ -296,12 +312,37 @@ static int append_write(store_btx *t, const rb_ent *e)
     return redisAppendCommandArgv(t->c, v.n, v.a, v.l) == REDIS_OK ? SKV_OK : SKV_ERR_NOMEM;
 }
 
-/* Reads the n replies of MULTI, the queued writes and EXEC. The whole pipeline has been
- * sent: a connection lost before EXEC's reply leaves the outcome unknown. */
-static int exec_replies(store_btx *t, size_t n)
+/* A write refused because the server is a replica now (a failover demoted it): nothing
+ * was applied; in sentinel mode the call runs again on the new master. */
+static int demoted(store_btx *t, const redisReply *r)
+{
+    if (!t->b->addr.n_sent || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "READONLY", 8)) return 0;
+    t->bad = 1;
+    rb_pool_flush(t->b);
+    rb_conn_retry_set();
+    return 1;
+}
+
+/* WAIT's reply (sentinel mode): the commit is acknowledged when enough replicas have it. */
+static int wait_reply(store_btx *t, redisReply *r)
+{
+    const redis_addr *a = &t->b->addr;
+    long long got = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    if (got >= a->replicas) return SKV_OK;
+    return store_err(ST(t), SKV_ERR_IO, "Redis master '%s': the commit was applied on the master but %lld of %d "
+                     "replicas confirmed it within %d ms: a failover now could lose it (is a replica down? "
+                     "replicas=N in the URL sets how many must confirm)", a->master, got < 0 ? 0 : got, a->replicas,
+                     a->wait_ms);
+}
+
+/* Reads the n replies of MULTI, the queued writes and EXEC (and WAIT's when waited). The
+ * whole pipeline has been sent: a connection lost before EXEC's reply leaves the outcome
+ * unknown. */
+static int exec_replies(store_btx *t, size_t n, int waited)
 {
     int rc = SKV_OK;
-    for (size_t i = 0; i < n + 2; i++) {
+    for (size_t i = 0; i < n + 2 + (size_t)waited; i++) {
         redisReply *r = NULL;
         if (redisGetReply(t->c, (void **)&r) != REDIS_OK) {
             if (!n) return conn_lost(t); /* a read transaction's check: nothing to apply */
@@ -311,10 +352,21 @@ static int exec_replies(store_btx *t, size_t n)
             return store_err(ST(t), SKV_ERR_IO, "Redis at %s: %s (the connection was lost during the commit: whether "
                              "it was applied is not known)", t->b->url, t->c->errstr[0] ? t->c->errstr : "no reply");
         }
+        if (i == n + 2) { /* WAIT */
+            if (!rc) rc = wait_reply(t, r);
+            else freeReplyObject(r);
+            continue;
+        }
         if (i == n + 1) { /* EXEC */
             if (r->type == REDIS_REPLY_NIL) rc = rc ? rc : STORE_CONFLICT;
             else if (r->type != REDIS_REPLY_ARRAY && !rc) rc = reply_err(t, r, "commit"), r = NULL;
         } else if (r->type == REDIS_REPLY_ERROR && !rc) {
+            if (demoted(t, r)) {
+                freeReplyObject(r);
+                rc = store_err(ST(t), SKV_ERR_IO, "Redis at %s: the server was demoted to a replica (a failover): "
+                               "nothing was written", t->b->url);
+                continue;
+            }
             rc = reply_err(t, r, "commit refused, nothing was written");
             r = NULL;
         }
@@ -327,9 +379,14 @@ int rb_commit(store_btx *t)
 {
     size_t n = 0;
     tl_commit_unknown = 0;
-    int rc = t->bad ? SKV_ERR_IO : SKV_OK;
+    int rc = t->bad ? SKV_ERR_IO : SKV_OK, waited = 0;
     const char *multi = "MULTI", *exec = "EXEC";
     size_t ml = 5, el = 4;
+    char nrep[16], ms[16];
+    snprintf(nrep, sizeof nrep, "%d", t->b->addr.replicas);
+    snprintf(ms, sizeof ms, "%d", t->b->addr.wait_ms);
+    const char *wait[3] = {"WAIT", nrep, ms};
+    size_t wl[3] = {4, strlen(nrep), strlen(ms)};
     if (!rc && (t->watched || t->write)) {
         redisAppendCommandArgv(t->c, 1, &multi, &ml);
         for (size_t i = 0; i < t->cap && !rc; i++)
@@ -339,7 +396,11 @@ int rb_commit(store_btx *t)
             }
         if (rc) t->bad = 1; /* half a pipeline: the connection is dropped, nothing is sent */
         else redisAppendCommandArgv(t->c, 1, &exec, &el);
-        if (!rc) rc = exec_replies(t, n);
+        if (!rc && n && t->b->addr.n_sent && t->b->addr.replicas) {
+            redisAppendCommandArgv(t->c, 3, wait, wl);
+            waited = 1;
+        }
+        if (!rc) rc = exec_replies(t, n, waited);
     }
     tx_free(t);
     return rc;

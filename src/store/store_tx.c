@@ -178,17 +178,29 @@ int store_tx_end(tx *t)
     return rc;
 }
 
+/* 1 when a failed attempt may run again on a new connection (a Redis failover), at most
+ * STORE_CONN_RETRIES times per call: each new connection waits for the new master. */
+static int conn_retry(const skv_store *st, int rc, int *lost)
+{
+    int (*take)(void) = st->be->ops->retry_take;
+    return rc == SKV_ERR_IO && take && take() && ++*lost < STORE_CONN_RETRIES;
+}
+
 int store_run(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
 {
+    int lost = 0;
+    if (st->be->ops->retry_take) (void)st->be->ops->retry_take(); /* a mark left by a call outside store_run */
     for (int attempt = 0; attempt < STORE_RETRIES; attempt++) {
         tx t;
         int rc = store_tx_begin(st, write, &t);
         if (rc) return rc;
         if ((rc = fn(&t, u))) {
             store_tx_abort(&t);
+            if (conn_retry(st, rc, &lost)) continue; /* a failover: a new master */
             return rc;
         }
         rc = write ? store_tx_commit(&t) : store_tx_end(&t);
+        if (conn_retry(st, rc, &lost)) continue;
         if (rc != STORE_CONFLICT) return rc;
     }
     return store_err(st, SKV_ERR_IO, "the store is too busy: %d attempts lost races with other writers; retry",

@@ -82,7 +82,7 @@ struct skv_tokenizer {
 /* ------------------------------------------------------------------------ */
 /* tok_common.c                                                             */
 
-/* Failures are reported with core's skv_errf (core/util.h), as in every other layer. */
+/* Failures are reported with core's skv_fail (core/util.h), as in every other layer. */
 
 /* A quick non-cryptographic hash (only ever compared within one process). */
 uint64_t tok_hash_bytes(const uint8_t *s, size_t n);
