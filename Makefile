@@ -19,6 +19,8 @@ BUILD   ?= build-cuda
 endif
 BUILD   ?= build
 PREFIX  ?= /usr/local
+# plain `make` builds everything, whatever rule comes first below
+.DEFAULT_GOAL := all
 VERSION := 0.1.0
 # The bundled default model (models/), used when a command gets no -m.
 DEFAULT_MODEL ?= kjv-4m.gguf

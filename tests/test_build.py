@@ -8,6 +8,8 @@
   guard_accepts_the_build_flags  ... and the Makefile's own flags pass it, warning-free
   make_refuses_unsafe_flags    `make CFLAGS=-ffast-math` (and OPT=-Ofast, -fassociative-math,
                                which no compiler announces) stops before compiling anything
+  make_default_goal_is_all     plain `make` builds everything (README's first command): a rule
+                               added above `all:` (the CUDA ones once did) cannot take its place
   fp_contract_pinned_last      -ffp-contract=off comes after the user's CFLAGS on the
                                compile line, so CFLAGS=-ffp-contract=fast cannot win
   clang_pragma_stops_fusion    under the guard clang does not fuse a*b+c even when told
@@ -102,6 +104,12 @@ def make_refuses_unsafe_flags(tmp):
         check(rc != 0, "make %s was not refused" % var)
         check("breaks the determinism contract (docs/determinism.md)" in out, "make %s: %s" % (var, out[-300:]))
         check(" -c src/" not in out, "make %s went on to compile" % var)
+
+
+def make_default_goal_is_all(tmp):
+    rc, out = sh(["make", "-pn", "BUILD=" + tmp], env=clean_make_env())
+    goals = [l for l in out.splitlines() if l.startswith(".DEFAULT_GOAL :=")]
+    check(goals and goals[-1].split(":=", 1)[1].strip() == "all", "the default goal is not all: %s" % goals)
 
 
 def fp_contract_pinned_last(tmp):
@@ -249,6 +257,7 @@ def funclen_counts_the_function(tmp):
 
 
 CASES = [guard_in_every_tu, guard_refuses_fast_math, guard_accepts_the_build_flags, make_refuses_unsafe_flags,
+         make_default_goal_is_all,
          fp_contract_pinned_last, clang_pragma_stops_fusion, check_layers_passes, check_layers_catches,
          check_layers_catches_errcap,
          check_layers_catches_calls, check_layers_catches_cycle, funclen_counts_the_function]
