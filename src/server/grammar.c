@@ -71,6 +71,16 @@ static const json_t *format_schema(const json_t *rf, const json_t *schema, json_
     return NULL;
 }
 
+int srv_grammar_set(srv_job *j, const char *gbnf, const char *start, char *err, size_t errcap)
+{
+    char msg[240];
+    if (skv_gbnf_parse(gbnf, strlen(gbnf), start, &j->grammar, msg, sizeof msg)) {
+        snprintf(err, errcap, "tools grammar: %s", msg);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_text(srv_job *j, const char *text, size_t len, char *err, size_t errcap)
 {
     char msg[240];

@@ -11,6 +11,8 @@
 #define SRV_MAX_FIELD_PATH 255         /* bytes of one response_fields path */
 #define SRV_MAX_EMBED_INPUTS 256       /* inputs of one embeddings request */
 #define SRV_MAX_CHOICES 16             /* OpenAI's n, and prompts of one /completion batch */
+#define SRV_MAX_TOOLS 128              /* OpenAI tools per chat request */
+#define SRV_MAX_TOOL_NAME 256          /* bytes of a tool's name */
 #define SRV_MAX_N_PROBS 100            /* n_probs / top_logprobs */
 #define SRV_MAX_LOGIT_BIAS 1024       /* logit_bias entries per request (a string's tokens count each) */
 #define SRV_MAX_STOP 8                 /* stop strings per request */
