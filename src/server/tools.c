@@ -274,11 +274,13 @@ static char *tools_gbnf(const srv_tools *t, const char **start, char *err, size_
     char *g = srv_schema_to_gbnf(schema, err, errcap);
     json_decref(schema);
     if (!g || t->fmt != SRV_TOOLS_HERMES) return g;
+    /* no free whitespace after a call: the model ends there (or starts the next call) */
     static const char wrap[] = "\nskv-tool-calls ::= skv-tool-call%s\nskv-tool-call ::= \"<tool_call>\\n\" root "
-                               "\"\\n</tool_call>\" [ \\t\\n]*\n";
-    size_t n = strlen(g) + sizeof wrap + 8;
+                               "\"\\n</tool_call>\"\n";
+    const char *more = t->parallel ? " (\"\\n\" skv-tool-call)*" : "";
+    size_t n = strlen(g) + sizeof wrap + strlen(more);
     char *w = malloc(n);
-    if (w) snprintf(w, n, "%s", g), snprintf(w + strlen(g), n - strlen(g), wrap, t->parallel ? "+" : "");
+    if (w) snprintf(w, n, "%s", g), snprintf(w + strlen(g), n - strlen(g), wrap, more);
     free(g);
     *start = "skv-tool-calls";
     return w;
