@@ -8,7 +8,8 @@ chat template: the built-in chatml, so the generic JSON format).
   "tool_calls", an id on each call; over several seeds and tools.
 - none_gives_content: tool_choice "none" gives text content and no tool_calls, and the
   prompt carries no tool instructions; auto with the generic format gives either a call or
-  a response, never raw JSON.
+  a response, never raw JSON; an earlier call renders (chatml shows no tool_calls) as the
+  generic JSON the model writes, and a `tool` message as its turn.
 - streamed_deltas_reassemble: the streamed tool_calls deltas, joined as an OpenAI client
   joins them, are the same call (name, arguments) as the non-streamed reply of the same seed.
 - native_template_sees_tools: a template that renders `tools` (Hermes-style, given with
@@ -149,6 +150,14 @@ def none_gives_content(tmp):
         check(code == 200 and "python" not in p["prompt"], "none: no tool instructions: %s" % p)
         code, p = s.json("/apply-template", dict(body, tool_choice="auto"))
         check(code == 200 and '"python"' in p["prompt"] and "tool_call" in p["prompt"], "auto: instructions: %s" % p)
+        history = MESSAGES + [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "python", "arguments": "{\"code\": \"print(1)\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"}]
+        code, p = s.json("/apply-template", dict(body, messages=history, tool_choice="auto"))
+        check(code == 200 and '<|im_start|>assistant\n{"tool_call":{"name":"python","arguments":{"code":"print(1)"}}}'
+              '<|im_end|>\n<|im_start|>tool\n1<|im_end|>' in p["prompt"],
+              "chatml renders no tool_calls: the call as the generic format writes it, and the tool message: %s" % p)
         for seed in range(6, 12):
             code, r = s.json("/v1/chat/completions", dict(body, tool_choice="auto", seed=seed, max_tokens=256))
             ch = r["choices"][0]

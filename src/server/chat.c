@@ -60,9 +60,10 @@ int skv_chat_tool_caps(const char *tmpl)
     if (!skv_chat_render_tools(tmpl, m, 1, PROBE_TOOLS, 1, 0, &out, err, sizeof err) && strstr(out, "skv_probe_tool"))
         caps |= SKV_CHAT_TOOLS_NATIVE;
     free(out), out = NULL;
-    if (!skv_chat_render_tools(tmpl, m, 4, PROBE_TOOLS, 1, 0, &out, err, sizeof err) && strstr(out, "skv_probe_arg") &&
-        !strstr(out, PROBE_ARGS))
-        caps |= SKV_CHAT_TOOLS_OBJECT_ARGS;
+    int ok = !skv_chat_render_tools(tmpl, m, 4, NULL, 1, 0, &out, err, sizeof err);
+    if (ok && strstr(out, "skv_probe_tool")) caps |= SKV_CHAT_TOOLS_CALLS;
+    if (ok && strstr(out, "skv_probe_arg") && !strstr(out, PROBE_ARGS)) caps |= SKV_CHAT_TOOLS_OBJECT_ARGS;
+    if (!ok) caps |= SKV_CHAT_TOOLS_OBJECT_ARGS; /* it may fail on string arguments (.items()) */
     free(out);
     return caps;
 }

@@ -30,8 +30,9 @@ int skv_chat_render_tools(const char *tmpl, const skv_chat_msg *msgs, size_t n, 
 /* What a template does with tools, probed by rendering it (as llama.cpp reads a template's
  * capabilities): SKV_CHAT_TOOLS_NATIVE when a tool's name reaches the prompt (the template
  * describes the tools itself), SKV_CHAT_TOOLS_OBJECT_ARGS when a tool call's arguments must be
- * an object rather than a JSON string for the template to render them as JSON. */
-enum { SKV_CHAT_TOOLS_NATIVE = 1, SKV_CHAT_TOOLS_OBJECT_ARGS = 2 };
+ * an object rather than a JSON string for the template to render them as JSON,
+ * SKV_CHAT_TOOLS_CALLS when it renders an assistant message's tool_calls. */
+enum { SKV_CHAT_TOOLS_NATIVE = 1, SKV_CHAT_TOOLS_OBJECT_ARGS = 2, SKV_CHAT_TOOLS_CALLS = 4 };
 int skv_chat_tool_caps(const char *tmpl);
 
 #endif

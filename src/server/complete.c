@@ -769,6 +769,10 @@ static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const
         const char *delim = md.cont && i == n - 1 ? "\n\n" : "\n";
         cm[i].role = json_string_value(json_object_get(m, "role"));
         cm[i].content = texts[i] = content_of(json_object_get(m, "content"), delim, &charged, err, errcap);
+        if (texts[i] && !texts[i][0] && !(s->tool_caps & SKV_CHAT_TOOLS_CALLS)) { /* the calls as the model wrote them */
+            char *calls = srv_tools_calls_text(m);
+            if (calls) free(texts[i]), cm[i].content = texts[i] = calls;
+        }
         bad |= !cm[i].role || !cm[i].content || srv_tools_msg_fields(s->tool_caps, m, &fields[i], err, errcap);
         cm[i].fields_json = fields[i];
     }

@@ -45,7 +45,7 @@
 #define SRV_MEM_TRIM_AFTER (4u << 20)  /* a request that charged this much trims the heap at its end */
 #define SRV_MALLOC_ARENAS 4             /* glibc heap arenas (M_ARENA_MAX) the threads share */
 #define SRV_TMPL_MEM_PER_BYTE 8        /* chat render arena per body byte (+ SRV_TMPL_MEM_MIN) */
-#define SRV_TMPL_MEM_MIN (1u << 20)
+#define SRV_TMPL_MEM_MIN (4u << 20)    /* functionary v3.2 needs over 0.5 MiB of arena for a short chat */
 
 /* Connections (src/server/conns.c). */
 #define SRV_MAX_CONN_PER_CLIENT 128    /* open connections from one address */

@@ -231,6 +231,10 @@ void srv_tools_free(srv_tools *t);
 /* A message's fields besides role and content that the template sees (tool_calls,
  * tool_call_id, name) as a JSON object (*out malloc'd; NULL: none): 0, or -1 with err. */
 int srv_tools_msg_fields(int caps, const json_t *m, char **out, char *err, size_t errcap);
+/* An assistant message's tool_calls as the generic format writes them ({"tool_call": ...}
+ * or {"tool_calls": [...]}; malloc'd), for a template that does not render tool_calls;
+ * NULL: none. */
+char *srv_tools_calls_text(const json_t *m);
 /* What the generic format adds to the system message (malloc'd), or NULL: nothing. */
 char *srv_tools_system_text(const srv_tools *t);
 /* j's grammar and tool_fmt for t: 0, or -1 with err. */

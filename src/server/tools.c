@@ -14,7 +14,8 @@
  *    <tool_call>{"name": ..., "arguments": {...}}</tool_call>, text before them is content.
  *  - llama3: Llama 3.x templates with tools (an "ipython" environment): a call is the whole
  *    reply, {"name": ..., "parameters": {...}}.
- * With a native format and tool_choice "auto" the model is free (llama.cpp constrains only
+ * With a native format (or a template that describes tools in a format seqkv does not know,
+ * which gets the generic one for "required") and tool_choice "auto" the model is free (llama.cpp constrains only
  * once a call has begun, a lazy grammar seqkv does not have) and a reply that does not parse
  * as a call is content; "required" constrains it to calls. */
 #include <stdio.h>
@@ -134,7 +135,33 @@ int srv_tools_parse(const srv *s, const json_t *b, srv_tools *t, char *err, size
     return 0;
 }
 
+/* A template that describes tools in a format seqkv does not know, with tool_choice auto:
+ * the model answers its own way, unconstrained (a reply in the generic JSON still parses). */
+static int free_native(const srv_tools *t)
+{
+    return t->fmt == SRV_TOOLS_GENERIC && (t->caps & SKV_CHAT_TOOLS_NATIVE) && t->choice == SRV_TOOL_AUTO;
+}
+
 /* ---- the prompt ---- */
+char *srv_tools_calls_text(const json_t *m)
+{
+    const json_t *calls = json_object_get(m, "tool_calls"), *c;
+    size_t i;
+    if (!json_array_size(calls)) return NULL;
+    json_t *list = json_array();
+    json_array_foreach(calls, i, c) {
+        const json_t *f = json_object_get(c, "function"), *args = json_object_get(f, "arguments");
+        json_t *a = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : json_deep_copy(args);
+        json_array_append_new(list, json_pack("{s:O,s:o}", "name", json_object_get(f, "name"), "arguments",
+                                              a ? a : json_object()));
+    }
+    json_t *o = json_array_size(list) == 1 ? json_pack("{s:O}", "tool_call", json_array_get(list, 0))
+                                           : json_pack("{s:O}", "tool_calls", list);
+    char *text = dump(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o), json_decref(list);
+    return text;
+}
+
 /* A call's arguments as the template wants them: an object (a JSON string parsed; one that
  * is not an object stays a string) or a JSON string (an object dumped). */
 static json_t *call_args(int caps, const json_t *args)
@@ -210,7 +237,7 @@ char *srv_tools_system_text(const srv_tools *t)
     static const char many[] = "\n\nReply with one JSON object and nothing else: either {\"tool_calls\": [{\"name\": "
                                "TOOL NAME, \"arguments\": {ARGUMENTS}}, ...]} to call one or more tools, or "
                                "{\"response\": \"YOUR ANSWER\"} to answer the user directly.";
-    if (!t->tools || t->choice == SRV_TOOL_NONE || t->fmt != SRV_TOOLS_GENERIC) return NULL;
+    if (!t->tools || t->choice == SRV_TOOL_NONE || t->fmt != SRV_TOOLS_GENERIC || free_native(t)) return NULL;
     char *list = (t->caps & SKV_CHAT_TOOLS_NATIVE) ? strdup("") : dump(t->tools, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     const char *tail = t->parallel ? many : one;
     size_t n = (list ? strlen(list) : 0) + sizeof head + strlen(tail) + 1;
@@ -268,6 +295,7 @@ static char *tools_gbnf(const srv_tools *t, const char **start, char *err, size_
     json_t *schema = NULL;
     *start = "root";
     if (t->choice == SRV_TOOL_NONE || !t->tools) return NULL;
+    if (free_native(t)) return NULL;
     if (t->fmt == SRV_TOOLS_GENERIC) schema = generic_schema(t);
     else if (t->choice == SRV_TOOL_REQUIRED) schema = calls_any_of(t, t->fmt == SRV_TOOLS_LLAMA3 ? "parameters" : "arguments");
     if (!schema) return NULL;
