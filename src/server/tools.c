@@ -406,15 +406,18 @@ static int parse_llama3(const char *text, size_t len, json_t *calls)
     return rc;
 }
 
-json_t *srv_tools_parse_reply(int fmt, const char *text, size_t len, char **content)
+json_t *srv_tools_parse_reply(int fmt, const char *raw, size_t len, char **content)
 {
-    json_t *calls = json_array();
+    char *own = malloc(len + 1), *text = own; /* NUL-terminated: the parsers search it */
+    json_t *calls = own ? json_array() : NULL;
     *content = NULL;
     int rc = -1;
-    while (len && strchr(" \t\r\n", *text)) text++, len--;
+    if (own) memcpy(own, raw, len), own[len] = 0;
+    while (own && len && strchr(" \t\r\n", *text)) text++, len--;
     if (calls && fmt == SRV_TOOLS_GENERIC) rc = parse_generic(text, len, calls, content);
     else if (calls && fmt == SRV_TOOLS_HERMES) rc = parse_hermes(text, len, calls, content);
     else if (calls && fmt == SRV_TOOLS_LLAMA3) rc = parse_llama3(text, len, calls);
+    free(own);
     if (rc || !json_array_size(calls)) { /* not a call: the text is the content */
         json_decref(calls);
         if (rc) free(*content), *content = NULL;
