@@ -228,6 +228,7 @@ int srv_tools_msg_fields(int caps, const json_t *m, char **out, char *err, size_
     json_decref(o);
     return *out ? 0 : (snprintf(err, errcap, "out of memory"), -1);
 }
+
 char *srv_tools_system_text(const srv_tools *t)
 {
     static const char head[] = "You may call the tools listed below to answer the user's request.\n\n";
