@@ -16,7 +16,8 @@ chat template: the built-in chatml, so the generic JSON format).
   --chat-template-file) sees the tools, an assistant message's tool_calls (arguments as an
   object, as the template prints them with tojson) and a `tool` message's content and
   tool_call_id; with tool_choice "required" the reply is <tool_call>...</tool_call>, parsed
-  back into tool_calls; the generic instructions are not added.
+  back into tool_calls, also parallel ones; the generic instructions are not added. The
+  same for a Llama 3-style template ({"name", "parameters"} replies, `ipython` results).
 - invalid_tools_are_400s: a tool without a name, parameters that are not an object, an
   unknown type or tool_choice, tools with a grammar, tools on /completion, a malformed
   message tool_calls: 400 naming the field.
@@ -75,6 +76,17 @@ Call one as <tool_call>{"name": NAME, "arguments": ARGS}</tool_call><|im_end|>
 {% endif %}"""
 
 
+# A Llama 3.x-style template: tools in the user turn, calls as {"name", "parameters"}.
+LLAMA3 = """{%- for m in messages %}<|start_header_id|>{{ 'ipython' if m.role == 'tool' else m.role }}<|end_header_id|>
+
+{% if m.role == 'user' and tools %}Functions: {{ tools | tojson }}
+{% endif %}{% if m.tool_calls %}{% for c in m.tool_calls %}{"name": "{{ c.function.name }}", "parameters": \
+{{ c.function.arguments | tojson }}}{% endfor %}{% else %}{{ m.content }}{% endif %}<|eot_id|>
+{%- endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>
+
+{% endif %}"""
+
+
 def serve(tmp, *extra):
     return Server("-m", MODEL, "--seed", "42", "--temp", "0.8", "-c", "2048", *extra,
                   log=os.path.join(tmp, "serve.log"))
@@ -94,12 +106,12 @@ def valid(args, schema):
         all(isinstance(v, types.get(props.get(k, {}).get("type"), object)) for k, v in args.items())
 
 
-def check_calls(msg, choice, names, what):
+def check_calls(msg, choice, names, what, finish="tool_calls"):
     """The calls of a reply: well-formed, of the given tools, arguments valid. -> the calls."""
     calls = msg.get("tool_calls")
     check(isinstance(calls, list) and len(calls) >= 1, "%s: tool_calls expected: %s" % (what, msg))
     check(msg.get("content") is None, "%s: content null beside calls: %s" % (what, msg))
-    check(choice["finish_reason"] == "tool_calls", "%s: finish_reason: %s" % (what, choice["finish_reason"]))
+    check(choice["finish_reason"] == finish, "%s: finish_reason: %s" % (what, choice["finish_reason"]))
     for c in calls:
         check(c["type"] == "function" and isinstance(c.get("id"), str) and len(c["id"]) > 5, "%s: %s" % (what, c))
         name, args = c["function"]["name"], c["function"]["arguments"]
@@ -237,6 +249,27 @@ def native_template_sees_tools(tmp):
         msg = r["choices"][0]["message"]
         check(code == 200 and msg.get("tool_calls") is None and isinstance(msg.get("content"), str),
               "auto on a native template: free text is content: %s" % r)
+        code, r = s.json("/v1/chat/completions", dict(body, tools=[WEATHER_TOOL, PYTHON_TOOL], tool_choice="required",
+                                                      parallel_tool_calls=True, max_tokens=400))
+        ch = r["choices"][0]
+        # stories260K never stops calling: the limit cuts the last call, the whole ones stand
+        calls = check_calls(ch["message"], ch, ["get_current_weather", "python"], "hermes parallel", "length")
+        check(len(calls) >= 2, "hermes parallel: several calls: %s" % calls)
+    finally:
+        s.stop()
+    path = os.path.join(tmp, "llama3.jinja")
+    with open(path, "w") as f:
+        f.write(LLAMA3)
+    s = serve(tmp, "--chat-template-file", path)
+    try:
+        code, p = s.json("/apply-template", body)
+        check(code == 200 and '{"name": "get_current_weather", "parameters": {"location": "Paris", "days": 2}}'
+              in p["prompt"] and "<|start_header_id|>ipython<|end_header_id|>\n\nsunny" in p["prompt"],
+              "llama3: the call and the result: %s" % p)
+        for seed in (5, 6):
+            code, r = s.json("/v1/chat/completions", dict(body, tool_choice="required", seed=seed))
+            ch = r["choices"][0]
+            check_calls(ch["message"], ch, ["get_current_weather"], "llama3 seed %d" % seed)
     finally:
         s.stop()
 

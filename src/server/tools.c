@@ -376,7 +376,8 @@ static int parse_generic(const char *text, size_t len, json_t *calls, char **con
     return rc;
 }
 
-/* hermes: content, then <tool_call>JSON</tool_call> blocks (whitespace between). */
+/* hermes: content, then <tool_call>JSON</tool_call> blocks (whitespace between); a last
+ * block that the token limit cut is dropped. */
 static int parse_hermes(const char *text, size_t len, json_t *calls, char **content)
 {
     static const char open[] = "<tool_call>", close[] = "</tool_call>";
@@ -385,12 +386,15 @@ static int parse_hermes(const char *text, size_t len, json_t *calls, char **cont
     size_t pre = (size_t)(at - text);
     while (at && at < end) {
         const char *body = at + sizeof open - 1, *stop = strstr(body, close);
+        if (!stop && json_array_size(calls)) break; /* cut by the token limit: the whole calls stand */
         json_t *o = stop ? load(body, (size_t)(stop - body)) : NULL;
         int bad = !json_is_object(o) || add_call(calls, o, json_object_get(o, "arguments") ? "arguments" : "parameters");
         json_decref(o);
         if (bad) return -1;
         at = stop + sizeof close - 1;
         while (at < end && strchr(" \t\r\n", *at)) at++;
+        size_t rest = (size_t)(end - at);
+        if (rest < sizeof open - 1 && !strncmp(at, open, rest)) break; /* a tag the limit cut */
         if (at < end && strncmp(at, open, sizeof open - 1)) return -1; /* text after a call: not a call reply */
     }
     while (pre && strchr(" \t\r\n", text[pre - 1])) pre--;
