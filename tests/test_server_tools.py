@@ -288,6 +288,8 @@ def invalid_tools_are_400s(tmp):
                 "tool_choice"),
                ({"tools": [TEST_TOOL], "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
                ({"tools": [TEST_TOOL], "grammar": 'root ::= "a"'}, "grammar"),
+               ({"tools": [tool("f", {"type": "object", "properties": {"a": {"type": "string", "format": "email"}}})],
+                 "tool_choice": "required"}, "\"tools\" parameters: json schema: string format \"email\""),
                ({"tool_choice": "required"}, "tool_choice"),
                ({"messages": MESSAGES + [{"role": "assistant", "content": None, "tool_calls": {"x": 1}}]},
                 "tool_calls"),

@@ -319,8 +319,9 @@ int srv_tools_grammar(srv_job *j, const srv_tools *t, char *err, size_t errcap)
 {
     const char *start;
     err[0] = 0;
-    char *g = tools_gbnf(t, &start, err, errcap);
-    if (!g && err[0]) return -1;
+    char msg[240] = "";
+    char *g = tools_gbnf(t, &start, msg, sizeof msg);
+    if (!g && msg[0]) return snprintf(err, errcap, "\"tools\" parameters: %s", msg), -1;
     int rc = g ? srv_grammar_set(j, g, start, err, errcap) : 0;
     free(g);
     j->tool_fmt = t->tools && t->choice != SRV_TOOL_NONE ? t->fmt : SRV_TOOLS_OFF;
