@@ -134,6 +134,13 @@ def generic_calls_are_valid(tmp):
                 ch = r["choices"][0]
                 calls = check_calls(ch["message"], ch, [t["function"]["name"]], "seed %d" % seed)
                 check(len(calls) == 1, "parallel_tool_calls absent: one call: %s" % calls)
+        alone = [{"role": "user", "content": "Write an example"}]  # no system message: one is added
+        body = {"messages": alone, "tools": [PYTHON_TOOL], "tool_choice": "required", "max_tokens": 256, "seed": 1}
+        code, p = s.json("/apply-template", body)
+        check(code == 200 and p["prompt"].startswith("<|im_start|>system\nYou may call the tools") and
+              p["prompt"].count("<|im_start|>") == 3, "a system message with the tools: %s" % p)
+        r = s.json("/v1/chat/completions", body)[1]
+        check_calls(r["choices"][0]["message"], r["choices"][0], ["python"], "no system message")
         every = [TEST_TOOL, PYTHON_TOOL, WEATHER_TOOL]
         for seed in (4, 5):
             code, r = s.json("/v1/chat/completions", {"messages": MESSAGES, "tools": every, "max_tokens": 256,

@@ -758,10 +758,10 @@ static size_t with_system(skv_chat_msg *cm, char **texts, size_t n, char *sys, s
  * none); NULL with a message in err. */
 static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const srv_tools *tl, char *err, size_t errcap)
 {
-    size_t n = json_array_size(msgs), i;
+    size_t n = json_array_size(msgs), i, cap = n + 1; /* one more: the tools' system message */
     json_t *m;
-    skv_chat_msg *cm = calloc(n + 1, sizeof *cm);
-    char **texts = calloc(n + 1, sizeof *texts), **fields = calloc(n + 1, sizeof *fields), *out = NULL;
+    skv_chat_msg *cm = calloc(cap, sizeof *cm);
+    char **texts = calloc(cap, sizeof *texts), **fields = calloc(cap, sizeof *fields), *out = NULL;
     int bad = !cm || !texts || !fields;
     size_t charged = 0;
     json_array_foreach(msgs, i, m) {
@@ -792,8 +792,8 @@ static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const
         if (out && md.cont && append_continuation(&out, cm[n - 1].content, err, errcap)) free(out), out = NULL;
         srv_mem_give(NULL, arena);
     }
-    for (i = 0; texts && i <= n; i++) free(texts[i]);
-    for (i = 0; fields && i <= n; i++) free(fields[i]);
+    for (i = 0; texts && i < cap; i++) free(texts[i]);
+    for (i = 0; fields && i < cap; i++) free(fields[i]);
     srv_mem_give(NULL, charged);
     free(texts), free(fields);
     free(cm);
