@@ -280,6 +280,61 @@ static void errors_have_positions(void)
     CHECK(render_src("{{ x | nosuchfilter }}", two, 2, &st, &err) == NULL && strstr(err.msg, "nosuchfilter"));
 }
 
+/* The `tools` global and a message's structured fields (tool_calls, tool_call_id) come as
+ * JSON text: they render as Jinja values, and broken or hostile JSON is an error, never a
+ * crash or a silent drop. */
+static char *render_tools(const char *src, const char *tools, const char *const *fields, int *st, skv_tmpl_error *err)
+{
+    skv_tmpl *t;
+    char *out = NULL;
+    static const skv_tmpl_msg msgs[] = {{"user", "Hi"}, {"assistant", ""}, {"tool", "21C"}};
+    *st = skv_tmpl_parse(src, strlen(src), NULL, &t, err);
+    if (*st != SKV_OK) return NULL;
+    skv_tmpl_input in = {.msgs = msgs, .n_msgs = 3, .tools_json = tools, .msg_fields = fields};
+    *st = skv_tmpl_render(t, &in, &out, NULL, err);
+    skv_tmpl_free(t);
+    return out;
+}
+
+static void structured_inputs_render(void)
+{
+    static const char src[] = "{% for t in tools %}[{{ t.function.name }}:{{ t.function.parameters | tojson }}]"
+                              "{% endfor %}{% for m in messages %}{{ m.role }}"
+                              "{% for c in m.tool_calls %}({{ c.function.name }} {{ c.function.arguments.city }} "
+                              "{{ c.id }}){% endfor %}{% if m.tool_call_id %}<{{ m.tool_call_id }}>{% endif %}|"
+                              "{% endfor %}{{ tools is defined }}";
+    const char *fields[] = {NULL,
+                            "{\"tool_calls\": [{\"id\": \"c\\u00e91\", \"type\": \"function\", \"function\": "
+                            "{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\", \"n\": -2.5e1}}}]}",
+                            "{\"tool_call_id\": \"c1\"}"};
+    int st;
+    skv_tmpl_error err;
+    char *out = render_tools(src, "[{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": "
+                             "{\"type\": \"object\", \"required\": [\"city\"], \"x\": [true, null, 3]}}}]",
+                             fields, &st, &err);
+    CHECK(out && strcmp(out, "[w:{\"type\": \"object\", \"required\": [\"city\"], \"x\": [true, null, 3]}]"
+                             "user|assistant(w Paris c\xc3\xa9" "1)|tool<c1>|True") == 0);
+    free(out);
+    out = render_tools(src, NULL, NULL, &st, &err);
+    CHECK(out && strcmp(out, "user|assistant|tool|False") == 0);
+    free(out);
+    static const char *const bad[] = {"[", "[1,]", "{\"a\" 1}", "\"\\ud800\"", "\"\\x\"", "[1] 2", "\"a\nb\"",
+                                      "nul", "--1", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        out = render_tools(src, bad[i], NULL, &st, &err);
+        CHECK(!out && st == SKV_ERR_FORMAT && strstr(err.msg, "structured template input"));
+        free(out);
+    }
+    char deep[400];
+    memset(deep, '[', sizeof deep - 1), deep[sizeof deep - 1] = 0;
+    out = render_tools(src, deep, NULL, &st, &err);
+    CHECK(!out && st == SKV_ERR_FORMAT && strstr(err.msg, "nested too deeply"));
+    const char *not_object[] = {NULL, "[1]", NULL};
+    out = render_tools(src, NULL, not_object, &st, &err);
+    CHECK(!out && st == SKV_ERR_FORMAT);
+    free(out);
+}
+
 static void hostile_templates_are_bounded(void)
 {
     int st;
@@ -317,6 +372,7 @@ int main(void)
     RUN(builtin_zephyr_and_simple);
     RUN(semantics_match_jinja);
     RUN(errors_have_positions);
+    RUN(structured_inputs_render);
     RUN(hostile_templates_are_bounded);
     fprintf(stderr, "llama.cpp chat-template cases: %d/%d passed\n", n_jinja_pass, n_jinja);
     for (size_t i = 0; i < n_fx; i++) free(fx[i].buf);

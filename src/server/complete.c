@@ -272,7 +272,7 @@ static const struct unsupported {
     const char *field;
     int (*neutral)(const json_t *v);
 } k_unsupported[] = {
-    {"echo", is_off},              {"tools", is_empty},           {"typical_p", is_one},
+    {"echo", is_off},              {"typical_p", is_one},
     {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
     {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
     {"ignore_eos", is_off},
@@ -419,9 +419,11 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, skv_err *err)
     j->usage_chunk = req.usage_chunk, j->created = req.created, j->fmt = fmt, j->n_stop = req.n_stop;
     j->n_keep = req.n_keep, j->n_discard = req.n_discard, j->return_tokens = req.return_tokens;
     memcpy(j->stop, req.stop, sizeof j->stop);
+    int misplaced = fmt != SRV_FMT_OAI_CHAT && !is_empty(json_object_get(r->body, "tools"));
     if (fmt != SRV_FMT_LLAMA && !is_empty(json_object_get(r->body, "response_fields")))
         skv_fail(err, SKV_ERR_INVALID_ARG, "\"response_fields\" is /completion's (llama-server's); leave it out here");
-    if (parse_probs(j, r->body, fmt, err) || parse_fields(j, r->body, err) ||
+    if (misplaced) skv_fail(err, SKV_ERR_INVALID_ARG, "\"tools\" belong to /v1/chat/completions; leave them out here");
+    if (misplaced || parse_probs(j, r->body, fmt, err) || parse_fields(j, r->body, err) ||
         (fmt != SRV_FMT_LLAMA && j->fields) || srv_grammar_parse(j, r->body, err)) {
         srv_job_unref(j);
         return NULL;
@@ -730,43 +732,75 @@ static int append_continuation(char **out, const char *text, skv_err *err)
     return 0;
 }
 
-/* The messages rendered with the chat template as md says (a continued final message: the
- * others with the generation prompt, then its text); NULL with a message in err. */
-static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, skv_err *err)
+/* The generic tools' instructions (sys, taken) in the system message: appended to a leading
+ * one, else a new one first (cm, texts: room for one more at the front). Returns the count. */
+static size_t with_system(skv_chat_msg *cm, char **texts, size_t n, char *sys, size_t *charged)
 {
-    size_t n = json_array_size(msgs), i;
+    if (!sys) return n;
+    if (n && !strcmp(cm[0].role, "system")) {
+        size_t a = strlen(texts[0]), b = strlen(sys);
+        char *j = srv_mem_take(NULL, a + b + 3) ? NULL : malloc(a + b + 3);
+        if (!j) return free(sys), n; /* rendered without: the grammar still holds the reply */
+        *charged += a + b + 3;
+        memcpy(j, texts[0], a), memcpy(j + a, a ? "\n\n" : "", a ? 2 : 0), memcpy(j + a + (a ? 2 : 0), sys, b + 1);
+        free(texts[0]), free(sys);
+        cm[0].content = texts[0] = j;
+        return n;
+    }
+    memmove(cm + 1, cm, n * sizeof *cm), memmove(texts + 1, texts, n * sizeof *texts);
+    cm[0] = (skv_chat_msg){"system", sys, NULL};
+    texts[0] = sys;
+    return n + 1;
+}
+
+/* The messages rendered with the chat template as md says (a continued final message: the
+ * others with the generation prompt, then its text), with the request's tools (tl, NULL:
+ * none); NULL with a message in err. */
+static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const srv_tools *tl, skv_err *err)
+{
+    size_t n = json_array_size(msgs), i, cap = n + 1; /* one more: the tools' system message */
     json_t *m;
-    skv_chat_msg *cm = calloc(n, sizeof *cm);
-    char **texts = calloc(n, sizeof *texts), *out = NULL;
-    int bad = !cm || !texts;
+    skv_chat_msg *cm = calloc(cap, sizeof *cm);
+    char **texts = calloc(cap, sizeof *texts), **fields = calloc(cap, sizeof *fields), *out = NULL;
+    int bad = !cm || !texts || !fields;
     size_t charged = 0;
     json_array_foreach(msgs, i, m) {
         if (bad) break;
         const char *delim = md.cont && i == n - 1 ? "\n\n" : "\n";
         cm[i].role = json_string_value(json_object_get(m, "role"));
         cm[i].content = texts[i] = content_of(json_object_get(m, "content"), delim, &charged, err);
-        bad |= !cm[i].role || !cm[i].content;
+        if (texts[i] && !texts[i][0] && !(s->tool_caps & SKV_CHAT_TOOLS_CALLS)) { /* the calls as the model wrote them */
+            char *calls = srv_tools_calls_text(m);
+            if (calls) free(texts[i]), cm[i].content = texts[i] = calls;
+        }
+        bad |= !cm[i].role || !cm[i].content || srv_tools_msg_fields(s->tool_caps, m, &fields[i], err);
+        cm[i].fields_json = fields[i];
     }
-    size_t bytes = 0;
-    for (i = 0; !bad && i < n; i++) bytes += strlen(cm[i].content) + strlen(cm[i].role);
+    if (!bad && !md.cont) n = with_system(cm, texts, n, tl ? srv_tools_system_text(tl) : NULL, &charged);
+    size_t bytes = tl && tl->tools_json ? strlen(tl->tools_json) : 0;
+    for (i = 0; !bad && i < n; i++)
+        bytes += strlen(cm[i].content) + strlen(cm[i].role) + (cm[i].fields_json ? strlen(cm[i].fields_json) : 0);
     size_t arena = render_arena(bytes);
     if (bad) {
         if (!err->msg[0]) skv_fail(err, SKV_ERR_INVALID_ARG, "each message needs a \"role\" string and a \"content\" string or parts");
     } else if (srv_mem_take(NULL, arena)) skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     else {
         int gen = md.cont ? 1 : md.gen_prompt;
-        if (skv_chat_render(s->chat_template, cm, n - (size_t)md.cont, gen, arena, &out, err)) out = NULL;
+        if (skv_chat_render_tools(s->chat_template, cm, n - (size_t)md.cont, tl ? tl->tools_json : NULL, gen, arena, &out,
+                                  err))
+            out = NULL;
         if (out && md.cont && append_continuation(&out, cm[n - 1].content, err)) free(out), out = NULL;
         srv_mem_give(NULL, arena);
     }
-    for (i = 0; texts && i < n; i++) free(texts[i]);
+    for (i = 0; texts && i < cap; i++) free(texts[i]);
+    for (i = 0; fields && i < cap; i++) free(fields[i]);
     srv_mem_give(NULL, charged);
-    free(texts);
+    free(texts), free(fields);
     free(cm);
     return out;
 }
 
-static char *render(const srv *s, const json_t *body, skv_err *err)
+static char *render(const srv *s, const json_t *body, const srv_tools *tl, skv_err *err)
 {
     const json_t *msgs = json_object_get(body, "messages");
     render_mode md;
@@ -774,7 +808,16 @@ static char *render(const srv *s, const json_t *body, skv_err *err)
     if (!json_is_array(msgs) || !json_array_size(msgs) || json_array_size(msgs) > SRV_MAX_MESSAGES)
         return skv_fail(err, SKV_ERR_INVALID_ARG, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
     if (render_mode_of(body, msgs, &md, err)) return NULL;
-    return render_msgs(s, msgs, md, err);
+    return render_msgs(s, msgs, md, tl, err);
+}
+
+/* render with the request's tools, tools, tool_choice and parallel_tool_calls read into tl
+ * (srv_tools_free'd by the caller, whatever the outcome). */
+static char *render_req(const srv *s, const json_t *body, srv_tools *tl, skv_err *err)
+{
+    skv_err_clear(err);
+    if (srv_tools_parse(s, body, tl, err)) return NULL;
+    return render(s, body, tl, err);
 }
 
 int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, size_t len, size_t *n)
@@ -785,7 +828,7 @@ int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, 
     int32_t *t = NULL;
     *n = 0;
     if (all && turn && !json_array_append(all, turn) && json_array_size(all) <= SRV_MAX_MESSAGES)
-        text = render_msgs(s, all, (render_mode){0, 0}, &err);
+        text = render_msgs(s, all, (render_mode){0, 0}, NULL, &err);
     if (text) t = srv_tokenize(s, text, strlen(text), 1, n);
     free(text);
     json_decref(turn);
@@ -797,7 +840,9 @@ int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, 
 int srv_rt_apply_template(srv_req *r)
 {
     skv_err err = {0};
-    char *text = render(r->s, r->body, &err);
+    srv_tools tl;
+    char *text = render_req(r->s, r->body, &tl, &err);
+    srv_tools_free(&tl);
     if (!text) return srv_reply_error(r, 400, "%.255s", err.msg);
     json_t *o = json_pack("{s:s}", "prompt", text);
     free(text);
@@ -808,7 +853,9 @@ int srv_rt_chat_input_tokens(srv_req *r)
 {
     skv_err err = {0};
     size_t n = 0;
-    char *text = render(r->s, r->body, &err);
+    srv_tools tl;
+    char *text = render_req(r->s, r->body, &tl, &err);
+    srv_tools_free(&tl);
     int32_t *t = text ? srv_tokenize(r->s, text, strlen(text), 1, &n) : NULL;
     free(text);
     if (!t) return srv_reply_error(r, 400, "%s", err.msg[0] ? err.msg : "the prompt could not be tokenized");
@@ -825,12 +872,19 @@ int srv_rt_oai_chat(srv_req *r)
         return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
     srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, n_key, &err);
     if (!j) return srv_reply_error(r, 400, "%.255s", err.msg);
-    char *text = render(r->s, r->body, &err);
+    srv_tools tl;
+    char *text = render_req(r->s, r->body, &tl, &err);
     json_t *p = text ? json_string(text) : NULL;
     free(text);
     if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, &err);
     json_decref(p);
-    if (j->prompt && n == 1) j->chat_msgs = json_deep_copy(json_object_get(r->body, "messages"));
+    if (j->prompt && (srv_tools_grammar(j, &tl, &err) || (j->tool_fmt && n > 1))) {
+        if (j->tool_fmt && n > 1) skv_fail(&err, SKV_ERR_INVALID_ARG, "\"n\" > 1 with \"tools\" is not supported by seqkv serve");
+        free(j->prompt), j->prompt = NULL, j->n_prompt = 0;
+    }
+    srv_tools_free(&tl);
+    /* a reply with tools is re-rendered otherwise (its calls, the instructions): no history */
+    if (j->prompt && n == 1 && !j->tool_fmt) j->chat_msgs = json_deep_copy(json_object_get(r->body, "messages"));
     if (!j->prompt) {
         size_t np = j->n_prompt;
         srv_job_unref(j);

@@ -71,6 +71,16 @@ static const json_t *format_schema(const json_t *rf, const json_t *schema, json_
     return NULL;
 }
 
+int srv_grammar_set(srv_job *j, const char *gbnf, const char *start, skv_err *err)
+{
+    skv_err sub = {0};
+    if (skv_gbnf_parse(gbnf, strlen(gbnf), start, &j->grammar, &sub)) {
+        skv_fail(err, SKV_ERR_INVALID_ARG, "tools grammar: %.239s", sub.msg);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_text(srv_job *j, const char *text, size_t len, skv_err *err)
 {
     skv_err sub = {0};

@@ -11,6 +11,8 @@
 #define SRV_MAX_FIELD_PATH 255         /* bytes of one response_fields path */
 #define SRV_MAX_EMBED_INPUTS 256       /* inputs of one embeddings request */
 #define SRV_MAX_CHOICES 16             /* OpenAI's n, and prompts of one /completion batch */
+#define SRV_MAX_TOOLS 128              /* OpenAI tools per chat request */
+#define SRV_MAX_TOOL_NAME 256          /* bytes of a tool's name */
 #define SRV_MAX_N_PROBS 100            /* n_probs / top_logprobs */
 #define SRV_MAX_LOGIT_BIAS 1024       /* logit_bias entries per request (a string's tokens count each) */
 #define SRV_MAX_STOP 8                 /* stop strings per request */
@@ -43,7 +45,7 @@
 #define SRV_MEM_TRIM_AFTER (4u << 20)  /* a request that charged this much trims the heap at its end */
 #define SRV_MALLOC_ARENAS 4             /* glibc heap arenas (M_ARENA_MAX) the threads share */
 #define SRV_TMPL_MEM_PER_BYTE 8        /* chat render arena per body byte (+ SRV_TMPL_MEM_MIN) */
-#define SRV_TMPL_MEM_MIN (1u << 20)
+#define SRV_TMPL_MEM_MIN (4u << 20)    /* functionary v3.2 needs over 0.5 MiB of arena for a short chat */
 
 /* Connections (src/server/conns.c). */
 #define SRV_MAX_CONN_PER_CLIENT 128    /* open connections from one address */

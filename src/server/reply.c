@@ -170,8 +170,41 @@ static json_t *only_fields(json_t *o, const char *fields)
     return out;
 }
 
+/* A chat reply with tools: its content (text, or null beside calls) and tool_calls, in a
+ * message or (delta) a stream chunk's delta; *finish: "tool_calls" when it has calls. */
+static json_t *tool_message(srv_job *j, int delta, const char **finish)
+{
+    char *content = NULL;
+    if (!delta) pthread_mutex_lock(&j->mu); /* a stream's caller holds it */
+    json_t *calls = srv_tools_parse_reply(j->tool_fmt, j->text ? j->text : "", j->len, &content);
+    json_t *text = calls || content ? NULL : text_slice(j, 0, j->len);
+    if (!delta) pthread_mutex_unlock(&j->mu);
+    json_t *m = delta ? json_object() : json_pack("{s:s}", "role", "assistant");
+    if (content) text = json_string(content);
+    free(content);
+    if (!delta || (text && json_string_length(text))) json_object_set_new(m, "content", text ? text : json_null());
+    else json_decref(text);
+    *finish = j->finish;
+    if (calls) {
+        *finish = strcmp(j->finish, "length") ? "tool_calls" : j->finish;
+        for (size_t i = 0; delta && i < json_array_size(calls); i++)
+            json_object_set_new(json_array_get(calls, i), "index", json_integer((json_int_t)i));
+        json_object_set_new(m, "tool_calls", calls);
+    }
+    return m;
+}
+
 json_t *srv_reply_final(const srv *s, srv_job *j)
 {
+    if (j->fmt == SRV_FMT_OAI_CHAT && j->tool_fmt) {
+        const char *finish;
+        json_t *m = tool_message(j, 0, &finish);
+        json_t *o = oai_object(s, j, json_pack("[{s:o,s:i,s:s}]", "message", m, "index", 0, "finish_reason", finish),
+                               "chat.completion");
+        json_object_set_new(o, "usage", usage_marked(j));
+        json_object_set_new(o, "timings", timings(j));
+        return o;
+    }
     pthread_mutex_lock(&j->mu);
     json_t *text = text_slice(j, 0, j->len);
     pthread_mutex_unlock(&j->mu);
@@ -277,7 +310,7 @@ static json_t *delta(const srv *s, srv_job *j, json_t *text, size_t to)
     return o;
 }
 
-static void finish(const srv *s, const srv_job *j, char **acc, size_t *len)
+static void finish(const srv *s, srv_job *j, char **acc, size_t *len)
 {
     if (j->status) {
         event(acc, len, json_pack("{s:{s:i,s:s,s:s}}", "error", "code", j->status, "message", j->err, "type",
@@ -286,8 +319,14 @@ static void finish(const srv *s, const srv_job *j, char **acc, size_t *len)
     }
     if (j->fmt == SRV_FMT_LLAMA) return event(acc, len, llama_final(s, j, json_string("")));
     int with_usage = j->usage_chunk;
+    const char *fin = j->finish;
+    if (j->fmt == SRV_FMT_OAI_CHAT && j->tool_fmt) { /* the held-back reply, parsed: one delta */
+        json_t *m = tool_message(j, 1, &fin);
+        if (json_object_size(m)) event(acc, len, chunk(s, j, json_pack("{s:o,s:i,s:n}", "delta", m, "index", 0, "finish_reason")));
+        else json_decref(m);
+    }
     json_t *c = j->fmt == SRV_FMT_OAI_TEXT ? oai_choice(j, json_string(""), 0)
-                                           : json_pack("{s:{},s:i,s:s}", "delta", "index", 0, "finish_reason", j->finish);
+                                           : json_pack("{s:{},s:i,s:s}", "delta", "index", 0, "finish_reason", fin);
     event(acc, len, chunk(s, j, c));
     if (with_usage) {
         json_t *u = chunk(s, j, NULL);
@@ -305,6 +344,7 @@ static void finish(const srv *s, const srv_job *j, char **acc, size_t *len)
 static int pending(const srv_job *j, size_t sent, size_t *to, size_t *tok)
 {
     if (j->n_prog_sent < j->n_prog) return 1;
+    if (j->tool_fmt) return 0; /* a reply with tools goes out parsed, at the end (finish) */
     if (!j->tok_end) {
         *to = j->safe, *tok = j->n_gen;
         return j->safe > sent;

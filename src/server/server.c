@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "server/chat.h"
 #include "server/srv.h"
 #include "server/template.h"
 
@@ -136,6 +137,8 @@ int srv_load(srv *s)
     } else {
         s->chat_template = srv_model_chat_template(s->model);
     }
+    s->tool_caps = skv_chat_tool_caps(s->chat_template);
+    s->tool_fmt = srv_tools_format(s->chat_template, s->tool_caps);
     if (s->p.store_dir && open_store(s)) return -1;
     if (slot_dir(s)) return -1;
     if (srv_pool_start(s, &s->pool)) {

@@ -52,6 +52,7 @@ typedef struct srv {
     char model_id[256];  /* the first alias in byte order, or the file name */
     json_t *aliases, *tags; /* /v1/models' lists (--alias, --tags): arrays of strings */
     char *chat_template; /* the model's tokenizer.chat_template, or NULL */
+    int tool_caps, tool_fmt; /* what the template does with tools (SKV_CHAT_TOOLS_*), SRV_TOOLS_* */
     skv_store *store;    /* NULL without --store */
     int n_ctx;
     size_t max_piece;    /* bytes of the longest token piece (>= 1) */
@@ -125,6 +126,7 @@ typedef struct srv_job {
     skv_gbnf *grammar;
     skv_gmatch *gmatch;
     skv_gvocab *gvocab;
+    int tool_fmt;              /* SRV_TOOLS_*: the reply is parsed for tool calls (tools.c) */
     atomic_int cancel;         /* the client went away */
     atomic_int refs;
 } srv_job;
@@ -209,6 +211,40 @@ size_t srv_sample_scratch_bytes(int n_vocab);
 /* The request's grammar / json_schema / response_format into j->grammar: 0, or -1 with err. */
 int srv_grammar_parse(srv_job *j, const json_t *b, skv_err *err);
 void srv_grammar_free(srv_job *j);
+/* GBNF text (start: its start rule) into j->grammar: 0, or -1 with err. */
+int srv_grammar_set(srv_job *j, const char *gbnf, const char *start, skv_err *err);
+
+/* ---- OpenAI tools (tools.c) ---- */
+enum { SRV_TOOLS_OFF = 0, SRV_TOOLS_GENERIC = 1, SRV_TOOLS_HERMES = 2, SRV_TOOLS_LLAMA3 = 3 };
+enum { SRV_TOOL_AUTO = 0, SRV_TOOL_NONE = 1, SRV_TOOL_REQUIRED = 2 };
+typedef struct srv_tools {
+    const json_t *tools;  /* the request's tools (borrowed), NULL: none */
+    char *tools_json;     /* them as the template's `tools` global (malloc'd) */
+    const char *named;    /* tool_choice's function (borrowed), or NULL: any tool */
+    int choice, parallel; /* SRV_TOOL_*; parallel_tool_calls */
+    int fmt, caps;        /* the template's SRV_TOOLS_* and SKV_CHAT_TOOLS_* */
+} srv_tools;
+/* The format a template's replies take (its source and skv_chat_tool_caps). */
+int srv_tools_format(const char *tmpl, int caps);
+/* tools, tool_choice and parallel_tool_calls of request b into t (freed with
+ * srv_tools_free, also on failure): 0, or -1 with err naming the field. */
+int srv_tools_parse(const srv *s, const json_t *b, srv_tools *t, skv_err *err);
+void srv_tools_free(srv_tools *t);
+/* A message's fields besides role and content that the template sees (tool_calls,
+ * tool_call_id, name) as a JSON object (*out malloc'd; NULL: none): 0, or -1 with err. */
+int srv_tools_msg_fields(int caps, const json_t *m, char **out, skv_err *err);
+/* An assistant message's tool_calls as the generic format writes them ({"tool_call": ...}
+ * or {"tool_calls": [...]}; malloc'd), for a template that does not render tool_calls;
+ * NULL: none. */
+char *srv_tools_calls_text(const json_t *m);
+/* What the generic format adds to the system message (malloc'd), or NULL: nothing. */
+char *srv_tools_system_text(const srv_tools *t);
+/* j's grammar and tool_fmt for t: 0, or -1 with err. */
+int srv_tools_grammar(srv_job *j, const srv_tools *t, skv_err *err);
+/* A reply's tool calls (OpenAI's [{"id", "type", "function": {"name", "arguments"}}]), or
+ * NULL when it holds none; *content: the text that goes with them or instead of them
+ * (malloc'd), NULL: none (or the reply's text as it is, when no calls). */
+json_t *srv_tools_parse_reply(int fmt, const char *text, size_t len, char **content);
 /* After srv_sample: out[0] = tok and its probability among the candidates the chain left
  * (temperature applied, normalized), out[1..k] the n most probable of them; returns k. */
 int srv_sample_post(const void *scratch, int n, int32_t tok, struct srv_prob *out);

@@ -89,6 +89,14 @@ void skv_tmpl_free(skv_tmpl *t)
 
 int skv_tmpl_supports_system(const skv_tmpl *t) { return t && t->supports_system; }
 
+/* The members of a JSON object set on d (a message's structured fields). */
+static void tmpl_merge(tp_arena *a, tv_dict *d, const char *json)
+{
+    tv o = tp_json_value(a, json, strlen(json), 64);
+    if (o.k != V_DICT) tp_fail(a, SKV_ERR_FORMAT, 0, 0, "a message's fields must be a JSON object");
+    for (size_t k = 0; k < o.u.d->n; k++) tv_dict_set(a, d, o.u.d->key[k]->s, o.u.d->key[k]->len, o.u.d->val[k]);
+}
+
 static tv tmpl_messages(tp_arena *a, const skv_tmpl_input *in)
 {
     tv list = tv_list_new(a);
@@ -98,6 +106,7 @@ static tv tmpl_messages(tp_arena *a, const skv_tmpl_input *in)
         const char *content = in->msgs[i].content ? in->msgs[i].content : "";
         tv_dict_set(a, m.u.d, "role", 4, tv_cstr(a, role));
         tv_dict_set(a, m.u.d, "content", 7, tv_cstr(a, content));
+        if (in->msg_fields && in->msg_fields[i]) tmpl_merge(a, m.u.d, in->msg_fields[i]);
         tv_list_push(a, list.u.l, m);
     }
     return list;
@@ -110,6 +119,7 @@ static tv_dict *tmpl_globals(tp_arena *a, const skv_tmpl_input *in)
     tv_dict_set(a, g, "add_generation_prompt", 21, tv_bool(in->add_generation_prompt));
     tv_dict_set(a, g, "bos_token", 9, tv_cstr(a, in->bos_token ? in->bos_token : ""));
     tv_dict_set(a, g, "eos_token", 9, tv_cstr(a, in->eos_token ? in->eos_token : ""));
+    if (in->tools_json) tv_dict_set(a, g, "tools", 5, tp_json_value(a, in->tools_json, strlen(in->tools_json), 64));
     for (size_t i = 0; i < in->n_vars; i++) {
         const skv_tmpl_var *v = &in->vars[i];
         if (!v->name) continue;
@@ -174,6 +184,7 @@ int skv_tmpl_render_chat(const skv_tmpl *t, const skv_tmpl_input *in, char **out
         msgs[1].content = joined;
     }
     merged.msgs = msgs + 1, merged.n_msgs = in->n_msgs - 1;
+    merged.msg_fields = in->msg_fields ? in->msg_fields + 1 : NULL;
     int st = skv_tmpl_render(t, &merged, out, out_len, err);
     free(joined);
     free(msgs);

@@ -60,6 +60,9 @@ typedef struct {
     const char *eos_token;
     const skv_tmpl_var *vars; /* extra globals (e.g. enable_thinking) */
     size_t n_vars;
+    const char *tools_json;   /* NULL, or a JSON array: the `tools` global (OpenAI's tools) */
+    const char *const *msg_fields; /* NULL, or per message NULL or a JSON object whose members
+                                      are set on it after role and content (tool_calls, ...) */
 } skv_tmpl_input;
 
 /* Parses src[0..len) (need not be NUL-terminated). limits NULL: the defaults.

@@ -94,6 +94,10 @@ size_t tv_utf8_len(const char *s, size_t n);
 /* the first occurrence of needle[0..m) in hay[0..n), or NULL (memmem, which C11 lacks) */
 const char *tv_find(const char *hay, size_t n, const char *needle, size_t m);
 
+/* JSON text (s[0..n)) as a value: objects are dicts (key order kept), arrays lists; any
+ * fault, or nesting past max_depth, is a tp_fail (template_json.c). */
+tv tp_json_value(tp_arena *a, const char *s, size_t n, int max_depth);
+
 /* ---- tokens ---- */
 typedef enum { T_TEXT, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END, T_NAME, T_STRING,
                T_INT, T_FLOAT, T_OP, T_EOF } tp_tok_kind;
