@@ -22,8 +22,13 @@ GEOM_TEXT = {"tinyllama-1.1b": "TinyLlama-1.1B geometry (22 layers, 2048 wide, 3
 # scripts/peer/membw.c (eight interleaved streams over 1 GiB, best of 5 passes, process CPU
 # time), measured on the machine of that section.
 MEMBW = {
+    "AMD EPYC (AVX-512)": {
+        "gb_per_cpu_s": 32.6, "when": "2026-12-06 08:51 UTC, load 1-2, pinned, with one stream (`membw 1`), the "
+        "best of 6 runs (27.8-32.6); eight interleaved streams read only 17-19 GB per CPU-second here and 16 "
+        "streams 23.5, but a packed decode group is one contiguous stream, so the one-stream figure is the bound"},
     "Intel(R) Xeon(R) Processor (AVX-512)": {
-        "gb_per_cpu_s": 13.8, "when": "2026-12-01 ~16:30 UTC, load ~9, the best of the runs; re-measured "
+        "gb_per_cpu_s": 13.8, "when": "2026-12-01 ~16:30 UTC with eight interleaved streams, load ~9, the best of "
+        "the runs; re-measured "
         "2026-12-02 00:34 UTC during a CI run at load 2.2: 11.3-12.1 GB per CPU-second with 4-16 streams, "
         "so the percentages below, taken against 13.8, are the conservative ones"},
 }
@@ -185,9 +190,8 @@ def bandwidth_section(cpu, rows):
     if not bw:
         return []
     out = ["### Decode against the memory-bandwidth bound", "",
-           "One thread of this machine reads %.1f GB per CPU-second (`scripts/peer/membw.c`: eight "
-           "interleaved streams over 1 GiB, timed in process CPU time so that it compares with the "
-           "per-CPU-second columns; measured %s). A decoded token reads every weight once (the "
+           "One thread of this machine reads %.1f GB per CPU-second (`scripts/peer/membw.c` over 1 GiB, "
+           "timed in process CPU time so that it compares with the per-CPU-second columns; measured %s). A decoded token reads every weight once (the "
            "file's size), so the bound is that bandwidth over the file's bytes (slightly low where the output is untied: the token embedding table is read one row per token, 6%% of the TinyLlama file). tg128 at 1 thread, "
            "tokens per CPU-second:" % (bw["gb_per_cpu_s"], bw["when"]), ""]
     for geom in GEOM_TEXT:
