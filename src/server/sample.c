@@ -64,8 +64,8 @@ static void sort_all(cands *s)
 static void penalize(cand *c, const srv_job *j, const int32_t *hist, size_t n_hist, int32_t *count)
 {
     size_t n = j->repeat_last_n < 0 || (size_t)j->repeat_last_n > n_hist ? n_hist : (size_t)j->repeat_last_n;
-    const int32_t *h = hist + n_hist - n;
-    if (j->repeat_penalty == 1.0 && j->frequency_penalty == 0.0 && j->presence_penalty == 0.0) return;
+    if (!n || (j->repeat_penalty == 1.0 && j->frequency_penalty == 0.0 && j->presence_penalty == 0.0)) return;
+    const int32_t *h = hist + n_hist - n; /* hist may be NULL when n_hist is 0 */
     for (size_t i = 0; i < n; i++) count[h[i]]++;
     for (size_t i = 0; i < n; i++) {
         int32_t t = h[i];
