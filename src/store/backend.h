@@ -41,6 +41,10 @@ enum { TB_META, TB_NODES, TB_CHILDREN, TB_SESSIONS, TB_KV, TB_MAT, TB_MATORD, TB
 #define STORE_RETRIES 64   /* attempts of one call before it gives up (SKV_ERR_IO) */
 #define STORE_CONN_RETRIES 4 /* attempts of one call that lost its Redis connection (failover) */
 #define STORE_NOWATCH 1    /* get flag: a statistic, last writer wins (no conflict) */
+/* begin's write argument: 0 a read, STORE_TX_WRITE a write, STORE_TX_CACHE a write whose
+ * loss costs nothing (access statistics, materialised KV: all rebuilt on demand), which
+ * Redis through Sentinel commits without waiting for replicas */
+enum { STORE_TX_WRITE = 1, STORE_TX_CACHE = 2 };
 
 /* 1 when the calling thread's last commit failed with its outcome unknown (the connection to
  * Redis was lost after EXEC was sent: it may or may not have been applied; LMDB never

@@ -15,7 +15,7 @@
  *
  * replicas (default 1) and wait_ms (default 2000): a write commit is followed by WAIT, so
  * a put is acknowledged only once that many replicas have it (backend_redis_tx.c);
- * replicas=0 turns this off. docs/store.md "Failover" says what this guarantees. */
+ * replicas=0 turns this off; a STORE_TX_CACHE commit (a get's access record) never waits. docs/store.md "Failover" says what this guarantees. */
 #include <pthread.h>
 #include "core/fpguard.h"
 #include <hiredis/hiredis.h>
@@ -195,7 +195,9 @@ redisContext *rb_sentinel_connect(const redis_addr *a, skv_err *err)
             if (ask_sentinel(a, i, host, sizeof host, &port, &why[i])) continue;
             redisContext *c = connect_master(host, port, &why[i]);
             if (c) {
-                redisSetTimeout(c, (struct timeval){5, 0});
+                /* a commit's WAIT blocks up to wait_ms on the master: the socket waits longer */
+                long ms = 5000L + a->wait_ms;
+                redisSetTimeout(c, (struct timeval){ms / 1000, (ms % 1000) * 1000});
                 return c;
             }
         }

@@ -348,6 +348,11 @@ static int exec_replies(store_btx *t, size_t n, int waited)
             if (!n) return conn_lost(t); /* a read transaction's check: nothing to apply */
             t->bad = 1;
             rb_pool_flush(t->b);
+            if (i == n + 2 && !rc) /* EXEC's reply was read: applied, unconfirmed by replicas */
+                return store_err(ST(t), SKV_ERR_IO, "Redis master '%s': the commit was applied on the master "
+                                 "but the connection was lost waiting for its replicas (%s): a failover now "
+                                 "could lose it", t->b->addr.master,
+                                 t->c->errstr[0] ? t->c->errstr : "no reply");
             tl_commit_unknown = 1;
             return store_err(ST(t), SKV_ERR_IO, "Redis at %s: %s (the connection was lost during the commit: whether "
                              "it was applied is not known)", t->b->url, t->c->errstr[0] ? t->c->errstr : "no reply");
@@ -396,7 +401,7 @@ int rb_commit(store_btx *t)
             }
         if (rc) t->bad = 1; /* half a pipeline: the connection is dropped, nothing is sent */
         else redisAppendCommandArgv(t->c, 1, &exec, &el);
-        if (!rc && n && t->b->addr.n_sent && t->b->addr.replicas) {
+        if (!rc && n && t->write == STORE_TX_WRITE && t->b->addr.n_sent && t->b->addr.replicas) {
             redisAppendCommandArgv(t->c, 3, wait, wl);
             waited = 1;
         }

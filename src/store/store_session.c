@@ -431,7 +431,7 @@ static int get_call(skv_store *st, const char *name, skv_ctx *ctx, int flags, in
         return store_err(st, SKV_ERR_INVALID_ARG, "skv_store_get needs a context of the store's model and a buffer");
     if ((rc = ctx_exact(st, ctx)) || (rc = store_check_name(st, name))) return rc;
     rc = store_run(st, 0, get_tx, &g);
-    if (!rc && !st->readonly) rc = store_run(st, 1, touch_tx, &g);
+    if (!rc && !st->readonly) rc = store_run(st, STORE_TX_CACHE, touch_tx, &g);
     if (!rc && rep) *rep = g.r;
     return rc;
 }
