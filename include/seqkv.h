@@ -272,6 +272,12 @@ SKV_API int skv_ctx_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int log
  * input of the output matrix, what llama.cpp pools into embeddings) into embd, n * n_embd
  * floats, row per token; no logits. Bit-identical in any chunking and thread count. */
 SKV_API int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *embd);
+/* As skv_ctx_prefill, but instead of logits rows writes sur[i] = (float)skv_token_surprisal
+ * of tokens[i + 1] under row i's logits, for i < n - 1 (sur: room for n - 1 floats), and the
+ * last row's logits into last_logits (NULL: none): what skv_store_put_kv takes, from rows
+ * computed a few at a time (a bounded scratch of 4 MiB, not n * n_vocab floats).
+ * Bit-identical to SKV_LOGITS_ALL's rows in any chunking and thread count. */
+SKV_API int skv_ctx_prefill_surprisal(skv_ctx *c, const int32_t *tokens, size_t n, float *sur, float *last_logits);
 /* Appends one token; logits: NULL or room for n_vocab floats. */
 SKV_API int skv_ctx_decode(skv_ctx *c, int32_t token, float *logits);
 /* -log2 of token's probability under softmax(logits) (n_vocab values), computed in double:
@@ -781,6 +787,7 @@ typedef struct skv_store_put_report {
     double bits;           /* surprisal of the whole session, bits */
     double seconds;
     int existed;           /* 1: name held these very tokens already (a retry): nothing was written */
+    uint32_t n_given;      /* skv_store_put_kv: positions whose KV the caller gave (0: computed) */
 } skv_store_put_report;
 
 /* Stores tokens (1 .. model context) under name (1..255 bytes, unique: SKV_ERR_INVALID_ARG
@@ -790,6 +797,18 @@ typedef struct skv_store_put_report {
  * back to say truthfully whether it was applied (SKV_OK if it was). rep may be NULL. */
 SKV_API int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n,
                           skv_store_put_report *rep);
+/* skv_store_put for a caller that ran the model over tokens already (a server's slot): kv
+ * holds the KV of tokens[0, n) as skv_ctx_kv_read gives it (n positions) from a context of
+ * the store's model with an F32 cache and no kv_quant that ran exactly these tokens from an
+ * empty cache (never near-duplicate reuse), and sur[i], for from <= i < n, the surprisal of
+ * tokens[i] as skv_ctx_prefill_surprisal or skv_token_surprisal over the previous
+ * position's logits gives it (sur[0] is never read: the first token has no prediction).
+ * The store runs no model: it takes the KV and the surprisals as they are (the caller
+ * vouches for them) and stores exactly what skv_store_put would have. When the store holds
+ * fewer than `from` of the tokens (its longest stored prefix), the surprisals between are
+ * missing and the put runs the model as skv_store_put does (rep->n_given says 0). */
+SKV_API int skv_store_put_kv(skv_store *st, const char *name, const int32_t *tokens, size_t n, const float *kv,
+                             const float *sur, size_t from, skv_store_put_report *rep);
 
 enum { SKV_STORE_VERIFY = 1 };
 

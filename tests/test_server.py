@@ -242,6 +242,59 @@ def case_stream_put(srv, tmp):
     check(wait_metric(srv, "seqkv:store_puts_total", before + 8), "a streamed conversation was not stored")
 
 
+def store_cli(*args):
+    from clitest import run
+    rc, out, err = run("store", *args)
+    check(rc == 0, "seqkv store %s: %s" % (" ".join(args), out + err))
+    return out
+
+
+def case_put_takes_slot_work(srv, tmp):
+    """The store writer puts what the slot ran (its KV and each token's surprisal) instead of
+    running the model again: across chat turns (history re-rendered), chunked prefills with
+    return_progress, sampling and a slot-prefix reuse, every put takes the slot's work, and
+    the store holds exactly what a server whose puts run the model holds (sessions, KV
+    digests, trie, surprisal total); with no KV materialised (budget 0), every session
+    restores verified from tokens, so the slot's KV was the model's."""
+    stores = {}
+    for mode, env in (("given", None), ("recompute", {"SEQKV_SERVE_PUT_RECOMPUTE": "1"})):
+        store = os.path.join(tmp, "puts-" + mode)
+        stores[mode] = store
+        s = Server("--store", store, "-c", "512", "--cache-budget", "0", "-b", "7",
+                   log=os.path.join(tmp, "puts-%s.log" % mode), env=env)
+        try:
+            chat = {"messages": [{"role": "user", "content": "And the LORD spake unto Moses"}], "max_tokens": 8,
+                    "temperature": 0}
+            for turn in range(3):
+                code, c = s.json("/v1/chat/completions", chat)
+                check(code == 200, "chat: %s" % c)
+                chat["messages"] += [{"role": "assistant", "content": c["choices"][0]["message"]["content"]},
+                                     {"role": "user", "content": "Speak unto the children of Israel %d" % turn}]
+            code, text = s.curl("/completion", {"prompt": PROMPT + " without form", "n_predict": 6, "stream": True,
+                                                "return_progress": True, "temperature": 0})
+            check(code == 200 and "prompt_progress" in text, "progress stream: %s" % text[-300:])
+            completion(s, prompt=PROMPT + " without form, and void", n_predict=5, temperature=0.9, seed=3)
+            completion(s, n_predict=4)
+            check(wait_metric(s, "seqkv:store_puts_total", 6), "the conversations were not all put")
+            puts, given = metric(s, "seqkv:store_puts_total"), metric(s, "seqkv:store_puts_given_total")
+            if mode == "given":
+                check(given == puts, "%d of %d puts took the slot's work" % (given, puts))
+            else:
+                check(given == 0, "SEQKV_SERVE_PUT_RECOMPUTE=1 still took the slot's work %d times" % given)
+        finally:
+            s.stop()
+    ls = {m: [line.split("\t")[:2] + line.split("\t")[3:] for line in store_cli("ls", d).splitlines()]
+          for m, d in stores.items()}
+    check(ls["given"] == ls["recompute"] and len(ls["given"]) >= 6, "sessions differ: %s" % ls)
+    keep = ("sessions:", "unique stored positions:", "model-coded token floor:")
+    st = {m: [line for line in store_cli("stats", d).splitlines() if line.startswith(keep)]
+          for m, d in stores.items()}
+    check(st["given"] == st["recompute"] and len(st["given"]) == 3, "stores differ: %s" % st)
+    for name, _n, _digest in ls["given"]:
+        out = store_cli("get", stores["given"], name)
+        check("verified" in out and "tokens: 0 positions loaded" in out, "get %s: %s" % (name, out))
+
+
 def case_shared_store_keeps_slot(srv, tmp):
     """Two servers on one store: B's slot keeps its own prefix when the store's longer match
     is a conversation B does not know (put by A after B started)."""
@@ -485,7 +538,8 @@ def case_store_map_size_env(srv, tmp):
 
 CASES = [case_endpoints, case_tokenize_roundtrip, case_greedy_deterministic, case_prompt_cache, case_llama_stream,
          case_oai_stream_shape, case_stop_strings, case_errors, case_parallel_greedy, case_api_key,
-         case_queue_full_503, case_store_restart, case_stream_put, case_shared_store_keeps_slot,
+         case_queue_full_503, case_store_restart, case_stream_put, case_put_takes_slot_work,
+         case_shared_store_keeps_slot,
          case_conversation_moves_between_servers, case_openai_client,
          case_slot_save_restore, case_context_shift, case_health_loading, case_store_map_size_env]
 

@@ -655,7 +655,8 @@ static void embed_rows(skv_ctx *c, const int32_t *tokens, size_t T)
     }
 }
 
-/* Logits of batch rows [t0, T): final norm, output matrix, soft-capping where the row caps. */
+/* Logits of batch rows [t0, T) into logits (row t0 first): final norm, output matrix,
+ * soft-capping where the row caps. */
 static void output_rows(skv_ctx *c, size_t t0, size_t T, float *logits)
 {
     const skv_model_info *h = &c->m->info;
@@ -757,6 +758,51 @@ int skv_ctx_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode
         else forward_batch(c, tokens + done, T, T, NULL);
         done += T;
     }
+    return SKV_OK;
+}
+
+/* Logits rows skv_ctx_prefill_surprisal holds at once: its scratch is bounded by this (or
+ * one row of a larger vocabulary), never n x n_vocab. */
+#define SUR_SCRATCH_BYTES (4u << 20)
+#define SUR_BLOCK_ROWS 64u /* and at most this many: the output matmul is efficient by then */
+
+/* The logits of batch rows [0, T) (final hidden states in x) in blocks of R rows of
+ * scratch: each row's surprisal of the token after it (global index base + r), the last
+ * row of the call (global n - 1) into last. */
+static void surprisal_rows(skv_ctx *c, size_t T, size_t base, const int32_t *tokens, size_t n, float *scratch,
+                           size_t R, float *sur, float *last)
+{
+    size_t V = (size_t)c->m->info.n_vocab;
+    for (size_t r0 = 0; r0 < T; r0 += R) {
+        size_t r1 = T - r0 < R ? T : r0 + R;
+        output_rows(c, r0, r1, scratch); /* row t lands at scratch + (t - r0) * V */
+        for (size_t t = r0; t < r1; t++) {
+            size_t g = base + t;
+            const float *row = scratch + (t - r0) * V;
+            if (g + 1 < n) sur[g] = (float)skv_token_surprisal(row, (int)V, tokens[g + 1]);
+            else if (last) memcpy(last, row, V * sizeof *row);
+        }
+    }
+}
+
+int skv_ctx_prefill_surprisal(skv_ctx *c, const int32_t *tokens, size_t n, float *sur, float *last_logits)
+{
+    int rc;
+    if (!c || (!tokens && n) || (!sur && n > 1))
+        return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "prefill_surprisal: NULL tokens or sur") : SKV_ERR_INVALID_ARG;
+    skv_err_clear(&c->err);
+    if ((rc = check_tokens(c, tokens, n))) return rc;
+    size_t V = (size_t)c->m->info.n_vocab, R = SUR_SCRATCH_BYTES / (V * sizeof(float));
+    R = R < 1 ? 1 : R > SUR_BLOCK_ROWS ? SUR_BLOCK_ROWS : R;
+    float *scratch = n ? malloc(R * V * sizeof *scratch) : NULL;
+    if (n && !scratch) return skv_ctx_set_error(c, SKV_ERR_NOMEM, "prefill_surprisal: out of memory");
+    for (size_t done = 0; done < n;) {
+        size_t T = n - done < (size_t)c->max_batch ? n - done : (size_t)c->max_batch;
+        forward_batch(c, tokens + done, T, T, NULL); /* x: the rows' final residual stream */
+        surprisal_rows(c, T, done, tokens, n, scratch, R, sur, last_logits);
+        done += T;
+    }
+    free(scratch);
     return SKV_OK;
 }
 

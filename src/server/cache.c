@@ -25,6 +25,8 @@
 typedef struct conv {
     int32_t *tok;
     size_t n;
+    float *kv, *sur; /* the slot's KV and surprisals (skv_store_put_kv), or NULL */
+    size_t sur_from;
 } conv;
 
 struct srv_cache {
@@ -39,7 +41,17 @@ struct srv_cache {
     size_t q_head, q_n;
     conv busy;
     uint64_t seq_next, seq_done;
+    size_t kv_queued, kv_cap; /* positions of KV held by queued puts, and their bound */
+    int recompute;            /* SEQKV_SERVE_PUT_RECOMPUTE=1: every put runs the model (comparisons) */
 };
+
+static void conv_free(conv *v)
+{
+    free(v->tok);
+    free(v->kv);
+    free(v->sur);
+    *v = (conv){0};
+}
 
 static uint64_t tokens_hash(const int32_t *t, size_t n)
 {
@@ -79,6 +91,9 @@ srv_cache *srv_cache_create(srv *s)
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     c->s = s;
+    c->kv_cap = (size_t)SRV_PUT_KV_SLOTS * (size_t)s->n_ctx;
+    const char *rc = getenv("SEQKV_SERVE_PUT_RECOMPUTE");
+    c->recompute = rc && !strcmp(rc, "1");
     if (s->store && pthread_create(&c->writer, NULL, writer_main, c) == 0) c->started = 1;
     return c;
 }
@@ -91,7 +106,7 @@ void srv_cache_free(srv_cache *c)
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     if (c->started) pthread_join(c->writer, NULL); /* after it drained the queue */
-    for (size_t i = 0; i < c->q_n; i++) free(c->q[(c->q_head + i) % SRV_PUT_QUEUE].tok);
+    for (size_t i = 0; i < c->q_n; i++) conv_free(&c->q[(c->q_head + i) % SRV_PUT_QUEUE]);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -192,18 +207,20 @@ size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have
     return got;
 }
 
-/* The writer's put of one conversation: the store, then the ring and the index. */
-static void put_now(srv *s, const int32_t *tokens, size_t n)
+/* The writer's put of one conversation: with the slot's work when it came along. */
+static void put_now(srv *s, const int32_t *tok, size_t n, const conv *work)
 {
     char name[64];
-    conv_name(tokens, n, name, sizeof name);
+    conv_name(tok, n, name, sizeof name);
     skv_store_put_report r = {0};
-    int rc = skv_store_put(s->store, name, tokens, n, &r);
+    int rc = work && work->kv ? skv_store_put_kv(s->store, name, tok, n, work->kv, work->sur, work->sur_from, &r)
+                              : skv_store_put(s->store, name, tok, n, &r);
     if (rc && rc != SKV_ERR_INVALID_ARG) {
         srv_log("store put %s: %s", name, skv_store_last_error(s->store));
         return;
     }
     atomic_fetch_add(&s->m.n_store_puts, rc == 0 && !r.existed);
+    atomic_fetch_add(&s->m.n_store_puts_given, rc == 0 && !r.existed && r.n_given);
 }
 
 static void *writer_main(void *arg)
@@ -218,10 +235,10 @@ static void *writer_main(void *arg)
         c->q_n--;
         pthread_cond_broadcast(&c->cv); /* room in the queue */
         pthread_mutex_unlock(&c->mu);
-        put_now(c->s, c->busy.tok, c->busy.n);
+        put_now(c->s, c->busy.tok, c->busy.n, &c->busy);
         pthread_mutex_lock(&c->mu);
-        free(c->busy.tok);
-        c->busy = (conv){0};
+        if (c->busy.kv) c->kv_queued -= c->busy.n;
+        conv_free(&c->busy);
         c->seq_done++;
         pthread_cond_broadcast(&c->cv);
     }
@@ -229,18 +246,50 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-void srv_cache_put(srv *s, srv_cache *c, const int32_t *tokens, size_t n)
+/* The slot's work for the writer, when it may come along: its surprisals known, its cache
+ * exact f32, and room within the queued-KV bound (reserved here, given back by the writer
+ * or on failure). v->kv stays NULL otherwise: the put runs the model. */
+static void take_work(srv *s, srv_cache *c, skv_ctx *ctx, size_t n, const float *sur, size_t sur_from, conv *v)
 {
-    if (!s->store || !n) return;
-    int32_t *copy = c->started ? malloc(n * sizeof *copy) : NULL;
-    if (!copy) { /* no writer thread (or no memory for the copy): put here */
-        put_now(s, tokens, n);
+    if (c->recompute || !ctx || !sur || sur_from > n || skv_ctx_kv_cache_type(ctx) != SKV_KV_CACHE_F32) return;
+    pthread_mutex_lock(&c->mu);
+    int room = c->kv_queued + n <= c->kv_cap;
+    if (room) c->kv_queued += n;
+    pthread_mutex_unlock(&c->mu);
+    if (!room) return;
+    size_t per = (size_t)s->info.n_layer * 2 * (size_t)s->info.n_head_kv * (size_t)s->info.head_dim;
+    v->kv = malloc(n * per * sizeof *v->kv);
+    v->sur = malloc(n * sizeof *v->sur);
+    if (v->kv && v->sur && !skv_ctx_kv_read(ctx, 0, (int)n, v->kv)) {
+        memcpy(v->sur, sur, n * sizeof *sur);
+        v->sur_from = sur_from;
         return;
     }
-    memcpy(copy, tokens, n * sizeof *copy);
+    free(v->kv), free(v->sur);
+    v->kv = v->sur = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->kv_queued -= n;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void srv_cache_put(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *tokens, size_t n, const float *sur,
+                   size_t sur_from)
+{
+    if (!s->store || !n) return;
+    conv v = {.tok = malloc(n * sizeof *tokens), .n = n};
+    if (v.tok) memcpy(v.tok, tokens, n * sizeof *tokens);
+    if (v.tok) take_work(s, c, ctx, n, sur, sur_from, &v);
+    if (!v.tok || !c->started) { /* no writer thread (or no memory for the copy): put here */
+        put_now(s, tokens, n, &v);
+        pthread_mutex_lock(&c->mu);
+        if (v.kv) c->kv_queued -= n;
+        pthread_mutex_unlock(&c->mu);
+        if (v.tok) conv_free(&v);
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     while (c->q_n == SRV_PUT_QUEUE) pthread_cond_wait(&c->cv, &c->mu); /* backpressure */
-    c->q[(c->q_head + c->q_n) % SRV_PUT_QUEUE] = (conv){copy, n};
+    c->q[(c->q_head + c->q_n) % SRV_PUT_QUEUE] = v;
     c->q_n++;
     c->seq_next++;
     pthread_cond_broadcast(&c->cv);

@@ -31,6 +31,8 @@
 #define SRV_MAX_FILENAME 255          /* slot file names: [A-Za-z0-9._-], not starting with a dot */
 #define SRV_MAX_SLOT_FILE (256u << 20) /* bytes of a slot file read back (restore) */
 #define SRV_PUT_QUEUE 64               /* finished conversations waiting for the store writer */
+#define SRV_PUT_KV_SLOTS 2             /* KV queued for the writer: at most this many slots' worth
+                                        * of positions (more is put by running the model again) */
 /* system_fingerprint: llama-server's "b<build>-<commit>" shape, which clients check. */
 #define SRV_FINGERPRINT "b1-seqkv-" SEQKV_VERSION_STRING
 #define SRV_NEAR_MIN 8                 /* --reuse near: uncovered positions worth a near restore */

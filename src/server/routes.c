@@ -147,6 +147,9 @@ static int rt_metrics(srv_req *r)
            "Prompt positions reused approximately by --reuse near.", (double)m->n_near_positions);
     metric(buf, cap, &at, "seqkv:store_puts_total", "counter", "Conversations put into the store.",
            (double)m->n_store_puts);
+    metric(buf, cap, &at, "seqkv:store_puts_given_total", "counter",
+           "Puts that took the slot's KV and surprisals instead of running the model again.",
+           (double)m->n_store_puts_given);
     metric(buf, cap, &at, "seqkv:requests_rejected_total", "counter", "Requests refused with 503 (queue full).",
            (double)m->n_rejected);
     store_metrics(r->s, buf, cap, &at);

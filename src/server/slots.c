@@ -28,6 +28,8 @@ typedef struct slot {
     int32_t *tokens;     /* [n_ctx] the tokens whose KV ctx holds */
     size_t n_tokens;
     size_t approx_from;  /* first position whose KV is APPROXIMATE (--reuse near); SIZE_MAX: none */
+    float *sur;          /* with a store: [n_ctx] each token's surprisal, known for positions */
+    size_t sur_from;     /* [sur_from, n_tokens) (SIZE_MAX: none): the put takes them */
     float *logits;       /* [n_vocab] */
     void *scratch;       /* sampling */
     srv_job *job;        /* running, for /slots (guarded by the pool's mu) */
@@ -211,26 +213,41 @@ static void progress_push(srv_job *j, size_t processed, double t0)
     pthread_mutex_unlock(&j->mu);
 }
 
-/* Prefills prompt[keep, n), logits of the last position. With return_progress, in batches
- * of -b tokens (grown so that at most SRV_MAX_PROGRESS events go out), one event before the
- * first and one after each: the cache is the same as one prefill's (docs/determinism.md). */
-static int prefill_prompt(slot *sl, srv_job *j, size_t keep, double t0)
+/* Prefills t[a, b) (ctx holds [0, a)); the last row's logits into sl->logits when asked,
+ * and always when the slot keeps surprisals (sur_from set): then sur[a+1 .. b) too. */
+static int prefill_span(slot *sl, const int32_t *t, size_t a, size_t b, int want_logits)
 {
-    size_t n = j->n_prompt - keep;
-    if (!j->return_progress || !j->stream)
-        return skv_prefill(sl->ctx, j->prompt + keep, n, SKV_LOGITS_LAST, sl->logits);
+    if (sl->sur_from != SIZE_MAX) return skv_ctx_prefill_surprisal(sl->ctx, t + a, b - a, sl->sur + a + 1, sl->logits);
+    return skv_prefill(sl->ctx, t + a, b - a, want_logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,
+                       want_logits ? sl->logits : NULL);
+}
+
+/* The surprisal of the token the slot's logits (of the position before it) just chose. */
+static void sur_note(slot *sl, size_t pos, int32_t tok)
+{
+    if (sl->sur_from != SIZE_MAX) sl->sur[pos] = (float)skv_token_surprisal(sl->logits, sl->pool->s->info.n_vocab, tok);
+}
+
+/* Prefills prompt[start, n) (the cache holds `keep` positions for the client: start is keep,
+ * or one less when the slot keeps surprisals), logits of the last position. With
+ * return_progress, in batches of -b tokens (grown so that at most SRV_MAX_PROGRESS events go
+ * out), one event before the first and one after each: the cache is the same as one
+ * prefill's (docs/determinism.md). */
+static int prefill_prompt(slot *sl, srv_job *j, size_t start, size_t keep, double t0)
+{
+    size_t n = j->n_prompt;
+    if (!j->return_progress || !j->stream) return prefill_span(sl, j->prompt, start, n, 1);
     size_t b = sl->pool->s->p.n_batch > 0 ? (size_t)sl->pool->s->p.n_batch : SRV_DEFAULT_BATCH;
-    if (n / b + 2 > SRV_MAX_PROGRESS) b = n / (SRV_MAX_PROGRESS - 2) + 1;
+    if ((n - start) / b + 2 > SRV_MAX_PROGRESS) b = (n - start) / (SRV_MAX_PROGRESS - 2) + 1;
     j->prog_cache = keep;
     progress_push(j, keep, t0);
-    for (size_t at = 0; at < n;) {
+    for (size_t at = start; at < n;) {
         size_t k = n - at < b ? n - at : b;
-        int last = at + k == n;
-        int rc = skv_prefill(sl->ctx, j->prompt + keep + at, k, last ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,
-                             last ? sl->logits : NULL);
+        if (at > start) sur_note(sl, at, j->prompt[at]); /* the last chunk's last row predicts it */
+        int rc = prefill_span(sl, j->prompt, at, at + k, at + k == n);
         if (rc) return rc;
         at += k;
-        progress_push(j, keep + at, t0);
+        progress_push(j, at, t0);
     }
     return 0;
 }
@@ -247,12 +264,17 @@ static int run_prompt(slot *sl, srv_job *j)
     else
         skv_ctx_truncate(sl->ctx, 0), u.approx_from = SIZE_MAX;
     memcpy(sl->tokens, j->prompt, j->n_prompt * sizeof *j->prompt);
-    sl->n_tokens = keep;
+    size_t start = keep;
+    /* an exact cache and a store: the surprisals of what runs now go to the put (the first
+     * of them needs the kept position's logits: it runs again) */
+    sl->sur_from = sl->sur && u.approx_from == SIZE_MAX ? keep : SIZE_MAX;
+    if (sl->sur_from != SIZE_MAX && keep) skv_ctx_truncate(sl->ctx, (int)(start = keep - 1));
+    sl->n_tokens = start;
     sl->approx_from = u.approx_from;
-    int rc = prefill_prompt(sl, j, keep, t0);
+    int rc = prefill_prompt(sl, j, start, keep, t0);
     if (rc) {
         skv_ctx_truncate(sl->ctx, 0);
-        sl->approx_from = SIZE_MAX;
+        sl->approx_from = sl->sur_from = SIZE_MAX;
         return rc;
     }
     sl->n_tokens = j->n_prompt;
@@ -338,6 +360,7 @@ static int ctx_shift(slot *sl, srv_job *j)
     if (drop <= 0) return 0;
     memmove(sl->tokens + keep, sl->tokens + keep + drop, (size_t)(n - keep - drop) * sizeof *sl->tokens);
     sl->n_tokens = (size_t)(n - drop);
+    sl->sur_from = SIZE_MAX; /* the shifted positions' surprisals are not run: the put runs them */
     skv_ctx_truncate(sl->ctx, keep);
     int rc = skv_prefill(sl->ctx, sl->tokens + keep, sl->n_tokens - (size_t)keep, SKV_LOGITS_NONE, NULL);
     if (rc) {
@@ -362,6 +385,7 @@ static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
     /* as llama-server: prompt + generated tokens never exceed n_ctx (the last one needs no KV) */
     if (sl->n_tokens + 1 >= (size_t)s->n_ctx && (!s->p.ctx_shift || !ctx_shift(sl, j)))
         return j->truncated = 1, j->finish = "length", 1; /* as llama-server: stopped by the context */
+    sur_note(sl, sl->n_tokens, tok);
     int rc = decode_batched(sl, tok);
     if (rc) return rc;
     sl->tokens[sl->n_tokens++] = tok;
@@ -371,6 +395,7 @@ static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
 static void run_action_job(slot *sl, srv_job *j)
 {
     j->slot = sl->id;
+    sl->sur_from = SIZE_MAX;
     int rc = srv_slot_action(sl->pool->s, j, sl->ctx, sl->tokens, &sl->n_tokens);
     if (j->action != SRV_ACT_SAVE) sl->approx_from = SIZE_MAX; /* restored or erased: exact */
     job_done(sl, j, rc, NULL);
@@ -392,10 +417,13 @@ static void extend_history(slot *sl, srv_job *j)
     free(reply);
     if (t && n < (size_t)s->n_ctx) {
         while (k < n && k < sl->n_tokens && t[k] == sl->tokens[k]) k++;
-        if (k < n && (skv_ctx_truncate(sl->ctx, (int)k) || skv_prefill(sl->ctx, t + k, n - k, SKV_LOGITS_NONE, NULL))) {
+        /* keeping surprisals, position k's needs the logits of k - 1: it runs again */
+        size_t a = sl->sur_from != SIZE_MAX && k ? k - 1 : k;
+        if (k < n && (skv_ctx_truncate(sl->ctx, (int)a) || prefill_span(sl, t, a, n, 0))) {
             skv_ctx_truncate(sl->ctx, 0);
             n = 0;
         }
+        if (k < n && sl->sur_from > k) sl->sur_from = k;
         memcpy(sl->tokens, t, n * sizeof *t);
         sl->n_tokens = n;
     }
@@ -413,7 +441,7 @@ static void run_job(slot *sl, srv_job *j)
     }
     if (j->embd) { /* an embedding: the slot's KV is cleared before and after */
         int erc = atomic_load(&j->cancel) ? 0 : srv_embed_run(sl->ctx, j);
-        sl->n_tokens = 0, sl->approx_from = SIZE_MAX;
+        sl->n_tokens = 0, sl->approx_from = sl->sur_from = SIZE_MAX;
         job_done(sl, j, erc ? 500 : 0, erc ? skv_ctx_last_error(sl->ctx) : NULL);
         return;
     }
@@ -452,7 +480,7 @@ static void *slot_main(void *arg)
         run_job(sl, j);
         int ok = j->status == 0 && !atomic_load(&j->cancel) && !j->action && !j->embd;
         srv_job_unref(j);
-        if (ok) srv_cache_put(sl->pool->s, sl->pool->cache, sl->tokens, sl->n_tokens);
+        if (ok) srv_cache_put(sl->pool->s, sl->pool->cache, sl->ctx, sl->tokens, sl->n_tokens, sl->sur, sl->sur_from);
         pthread_mutex_lock(&sl->pool->mu);
         sl->pool->busy--;
         sl->n_jobs++;
@@ -468,13 +496,14 @@ static int slot_init(srv_pool *p, slot *sl, int id)
     cp.n_ctx = s->n_ctx;
     cp.n_threads = s->p.n_threads;
     sl->id = id;
-    sl->approx_from = SIZE_MAX;
+    sl->approx_from = sl->sur_from = SIZE_MAX;
     sl->pool = p;
     if (skv_ctx_create(s->model, &cp, &sl->ctx)) return -1;
     sl->tokens = malloc((size_t)s->n_ctx * sizeof *sl->tokens);
     sl->logits = malloc((size_t)s->info.n_vocab * sizeof *sl->logits);
     sl->scratch = calloc(1, srv_sample_scratch_bytes(s->info.n_vocab)); /* the penalty counts start at 0 */
-    if (!sl->tokens || !sl->logits || !sl->scratch) return -1;
+    sl->sur = s->store ? calloc((size_t)s->n_ctx, sizeof *sl->sur) : NULL;
+    if (!sl->tokens || !sl->logits || !sl->scratch || (s->store && !sl->sur)) return -1;
     if (pthread_create(&sl->th, NULL, slot_main, sl)) return -1;
     sl->started = 1;
     return 0;
@@ -514,6 +543,7 @@ void srv_pool_stop(srv_pool *p)
         free(sl->tokens);
         free(sl->logits);
         free(sl->scratch);
+        free(sl->sur);
     }
     for (size_t i = 0; i < p->n_q; i++) srv_job_unref(p->q[i]);
     srv_cache_free(p->cache);

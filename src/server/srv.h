@@ -41,6 +41,7 @@ typedef struct srv_pool srv_pool;
 typedef struct srv_metrics {
     atomic_ullong n_requests, n_prompt_tokens, n_gen_tokens, n_cached_tokens;
     atomic_ullong n_store_hits, n_store_puts, n_slot_hits, n_rejected;
+    atomic_ullong n_store_puts_given; /* puts that took the slot's KV and surprisals (no model run) */
     atomic_ullong n_near_approx, n_near_positions; /* --reuse near: approximate prompts, positions */
     atomic_ullong prompt_us, gen_us; /* microseconds spent */
 } srv_metrics;
@@ -288,8 +289,13 @@ typedef struct srv_reuse {
  * skv_store_get_near instead. Returns the positions ctx holds; *u what was reused. */
 size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have, size_t n_have,
                          const int32_t *prompt, size_t n, srv_reuse *u);
-/* Puts a finished conversation into the store (if any); errors are logged, not fatal. */
-void srv_cache_put(srv *s, srv_cache *c, const int32_t *tokens, size_t n);
+/* Puts a finished conversation into the store (if any); errors are logged, not fatal.
+ * ctx holds the exact KV of tokens[0, n) and sur[i] each token's surprisal for
+ * sur_from <= i < n (SIZE_MAX: none known): the writer then puts that work
+ * (skv_store_put_kv) instead of running the model over the conversation again, while the
+ * queued KV stays within SRV_PUT_KV_SLOTS slots' worth of positions. */
+void srv_cache_put(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *tokens, size_t n, const float *sur,
+                   size_t sur_from);
 
 /* ---- replies (reply.c) ---- */
 json_t *srv_reply_final(const srv *s, srv_job *j);

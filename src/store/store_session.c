@@ -182,6 +182,29 @@ static int compute_new(tx *t, const skv_trie_path *p, const int32_t *tokens, siz
     return rc;
 }
 
+/* What skv_store_put_kv's caller computed: the KV of every position, the surprisals of
+ * positions [from, n). */
+typedef struct put_given {
+    const float *kv, *sur;
+    size_t from;
+} put_given;
+
+/* compute_new without the model: ctx takes the caller's KV, sur[m..n) its surprisals
+ * (rounded as surprisal_chunk rounds them). */
+static int given_new(tx *t, const put_given *g, const int32_t *tokens, size_t n, uint32_t m, float *sur,
+                     skv_store_put_report *r)
+{
+    skv_store *st = t->st;
+    (void)tokens;
+    if (n > (size_t)skv_ctx_n_ctx(st->work))
+        return store_err(st, SKV_ERR_RANGE, "put: %zu positions exceed the work context", n);
+    int rc = skv_ctx_kv_write(st->work, 0, (int)n, g->kv);
+    if (rc) return store_err(st, rc, "put: %s", skv_ctx_last_error(st->work));
+    for (size_t j = m ? m : 1; j < n; j++) sur[j] = store_sur_q(g->sur[j]);
+    r->n_given = (uint32_t)n;
+    return SKV_OK;
+}
+
 /* A session whose trie path was evicted (Redis) is a miss: put may store it again. */
 static int ses_evicted(tx *t, const ses_rec *sr)
 {
@@ -203,7 +226,8 @@ static int ses_same(const ses_rec *r, const int32_t *tokens, size_t n)
     return r->n_tokens == n && r->has_sum && r->tok_sum == store_tokens_sum(tokens, n);
 }
 
-static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *r)
+static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, const put_given *g,
+                  skv_store_put_report *r)
 {
     skv_store *st = t->st;
     skv_trie_path p = {0};
@@ -222,7 +246,9 @@ static int put_tx(tx *t, const char *name, const int32_t *tokens, size_t n, skv_
     if (rc <= 0) goto out;
     if ((rc = skv_trie_match(&t->io, tokens, n, &p))) { rc = store_trie_err(st, rc, "lookup"); goto out; }
     r->n_shared = p.matched;
-    if ((rc = compute_new(t, &p, tokens, n, sur, r))) goto out;
+    if (g && g->kv && p.matched >= g->from) rc = given_new(t, g, tokens, n, p.matched, sur, r);
+    else rc = compute_new(t, &p, tokens, n, sur, r);
+    if (rc) goto out;
     skv_trie_path_free(&p);
     if ((rc = skv_trie_insert(&t->io, tokens, n, sur, ++t->s.clock, &sr.end))) { rc = store_trie_err(st, rc, "insert"); goto out; }
     if ((rc = skv_ctx_kv_digest(st->work, (int)n, sr.digest))) goto out;
@@ -247,6 +273,7 @@ typedef struct put_args {
     const int32_t *tokens;
     size_t n;
     skv_store_put_report r;
+    const put_given *given; /* NULL: skv_store_put */
 } put_args;
 
 static int put_run(tx *t, void *u)
@@ -254,7 +281,7 @@ static int put_run(tx *t, void *u)
     put_args *a = u;
     a->r = (skv_store_put_report){.n_tokens = (uint32_t)a->n};
     int rc = store_work_ctx(t->st);
-    return rc ? rc : put_tx(t, a->name, a->tokens, a->n, &a->r);
+    return rc ? rc : put_tx(t, a->name, a->tokens, a->n, a->given, &a->r);
 }
 
 static int settle_tx(tx *t, void *u)
@@ -286,9 +313,10 @@ static int put_settle(skv_store *st, put_args *a)
                      "succeeds)", a->name, why);
 }
 
-static int put_call(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
+static int put_call(skv_store *st, const char *name, const int32_t *tokens, size_t n, const put_given *g,
+                    skv_store_put_report *rep)
 {
-    put_args a = {name, tokens, n, {0}};
+    put_args a = {name, tokens, n, {0}, g};
     double t0 = skv_now();
     int rc;
     if (!st) return SKV_ERR_INVALID_ARG;
@@ -438,7 +466,18 @@ static int get_call(skv_store *st, const char *name, skv_ctx *ctx, int flags, in
 
 int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
 {
-    return st ? store_done(st, put_call(st, name, tokens, n, rep)) : SKV_ERR_INVALID_ARG;
+    return st ? store_done(st, put_call(st, name, tokens, n, NULL, rep)) : SKV_ERR_INVALID_ARG;
+}
+
+int skv_store_put_kv(skv_store *st, const char *name, const int32_t *tokens, size_t n, const float *kv,
+                     const float *sur, size_t from, skv_store_put_report *rep)
+{
+    put_given g = {kv, sur, from};
+    if (!st) return SKV_ERR_INVALID_ARG;
+    if (!kv || (!sur && (from > 1 ? from : 1) < n) || from > n)
+        return store_done(st, store_err(st, SKV_ERR_INVALID_ARG, "skv_store_put_kv needs the KV, the surprisals "
+                                        "and from <= n"));
+    return store_done(st, put_call(st, name, tokens, n, &g, rep));
 }
 
 int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_tokens,
