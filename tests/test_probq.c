@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "coder/probq.h"
+#include "seqkv.h"
 #include "coder/rangecoder.h"
 #include "test.h"
 
@@ -460,6 +461,64 @@ static void find_and_cum(void)
     CHECK_EQ_INT(skv_probq_cum(freq, 2, cum), SKV_ERR_RANGE);
 }
 
+/* skv_token_bits' scalar twin: the same algorithm written one value at a time, in plain C
+ * (exp by the polynomial, lane j sums the values i = j mod 16 in double, the fixed tree). */
+static float ref_exp_le0(float x)
+{
+    volatile float shift = 12582912.0f; /* volatile: the shift stays two IEEE operations */
+    if (x < -87.0f) x = -87.0f;
+    float kf = (x * 1.44269504088896341f + shift) - shift;
+    float r = x - kf * 0.693359375f;
+    r = r + kf * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3333519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    return p * ldexpf(1.0f, (int)kf);
+}
+
+static double ref_token_bits(const float *l, int V, int32_t tok)
+{
+    float mx = l[0];
+    double acc[16] = {0};
+    for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int i = 0; i < V; i++) acc[i % 16] += (double)ref_exp_le0(l[i] - mx);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return log2(acc[0]) - (double)(l[tok] - mx) * 1.44269504088896340736;
+}
+
+/* skv_token_bits (what the store prices tokens with): bit-identical to its scalar twin for
+ * vocabularies that do and do not fill its 16 lanes, logits spread over +-120 (clamped
+ * terms included), and within 1e-5 bits of skv_token_surprisal's double softmax. */
+static void token_bits_twin(void)
+{
+    int sizes[] = {1, 7, 16, 33, 512, 4096, 32003};
+    uint64_t seed = 99;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        int V = sizes[k];
+        float *l = malloc((size_t)V * sizeof *l);
+        CHECK(l);
+        for (int spread = 0; spread < 2; spread++) {
+            for (int i = 0; i < V; i++) {
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                double u = (double)(seed >> 11) / 9007199254740992.0;
+                l[i] = (float)((u - 0.5) * (spread ? 240.0 : 16.0));
+            }
+            for (int t = 0; t < V; t += V / 5 + 1) {
+                double a = skv_token_bits(l, V, t), b = ref_token_bits(l, V, t);
+                CHECK_MSG(memcmp(&a, &b, sizeof a) == 0, "V %d token %d: %.17g != %.17g", V, t, a, b);
+                double c = skv_token_surprisal(l, V, t);
+                CHECK_MSG(fabs(a - c) < 1e-5 * (1 + fabs(c)), "V %d token %d: %.9g vs softmax %.9g", V, t, a, c);
+            }
+        }
+        free(l);
+    }
+}
+
 static void cost_bits(void)
 {
     CHECK(skv_probq_cost_bits(1u << 24, 24) == 0.0);
@@ -573,6 +632,7 @@ int main(void)
     RUN(known_answer);
     RUN(find_and_cum);
     RUN(cost_bits);
+    RUN(token_bits_twin);
     RUN(coder_roundtrip);
     TEST_END();
 }

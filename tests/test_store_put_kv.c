@@ -51,11 +51,11 @@ static void test_surprisal_matches_logits_all(void)
         size_t c0 = cuts[k], c1 = cuts[k + 1];
         CHECK(skv_ctx_prefill_surprisal(b, g_text + c0, c1 - c0, sur + c0, last) == SKV_OK);
         if (c1 < n) { /* the chunk's last row predicts the next chunk's first token */
-            sur[c1 - 1] = (float)skv_token_surprisal(last, (int)V, g_text[c1]);
+            sur[c1 - 1] = (float)skv_token_bits(last, (int)V, g_text[c1]);
         }
     }
     for (size_t i = 0; i + 1 < n; i++) {
-        float want = (float)skv_token_surprisal(all + i * V, (int)V, g_text[i + 1]);
+        float want = (float)skv_token_bits(all + i * V, (int)V, g_text[i + 1]);
         CHECK_MSG(memcmp(&want, &sur[i], sizeof want) == 0, "row %zu: %.9g != %.9g", i, want, sur[i]);
     }
     CHECK(memcmp(last, all + (n - 1) * V, V * sizeof *last) == 0);

@@ -535,6 +535,80 @@ double skv_probq_cost_bits(uint32_t freq, unsigned total_bits)
     return (double)total_bits - log2((double)freq);
 }
 
+/* exp(x) for x <= 0 in float arithmetic, the same bits on every machine: x clamped to
+ * -87 (exp(-87) is 1.6e-38, still normal: nothing below it matters beside the maximum's
+ * 1), x = k ln2 + r with k rounded to nearest by the 1.5 * 2^23 shift (exact for |k| < 2^22),
+ * exp(r) by Cephes' degree-6 polynomial, 2^k from its exponent bits. Plain IEEE operations
+ * (no contraction), so a compiler that vectorizes the loop gives the same values. */
+static inline float exp_le0(float x)
+{
+    const float shift = 12582912.0f; /* 1.5 * 2^23 */
+    x = x < -87.0f ? -87.0f : x;
+    float kf = (x * 1.44269504088896341f + shift) - shift;
+    float r = x - kf * 0.693359375f;
+    r = r + kf * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3333519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    int32_t bits = ((int32_t)kf + 127) * (1 << 23);
+    float two;
+    memcpy(&two, &bits, sizeof two);
+    return p * two;
+}
+
+#define BITS_LANES 16
+
+/* exp_le0 on 4 lanes at once (GCC/Clang vector extensions: the same IEEE operations per
+ * lane as the scalar form, which does the tail) */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f exp_le0_v4(v4f x)
+{
+    const v4f lo = {-87.0f, -87.0f, -87.0f, -87.0f}, shift = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f};
+    v4i below = x < lo;
+    x = (v4f)(((v4i)x & ~below) | ((v4i)lo & below));
+    v4f kf = (x * 1.44269504088896341f + shift) - shift;
+    v4f r = x - kf * 0.693359375f;
+    r = r + kf * 2.12194440e-4f;
+    v4f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3333519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    v4i bits = (__builtin_convertvector(kf, v4i) + 127) * (1 << 23);
+    return p * (v4f)bits;
+}
+
+/* acc[j] += exp(l[j] - mx) for the 16 lanes, the double sums per lane. */
+static inline void bits_block(const float *l, float mx, double *acc)
+{
+    for (int q = 0; q < BITS_LANES; q += 4) {
+        v4f x;
+        memcpy(&x, l + q, sizeof x);
+        v4f e = exp_le0_v4(x - mx);
+        for (int j = 0; j < 4; j++) acc[q + j] += (double)e[j];
+    }
+}
+
+double skv_token_bits(const float *logits, int n_vocab, int32_t token)
+{
+    float mx = logits[0];
+    for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double acc[BITS_LANES] = {0};
+    int i = 0;
+    for (; i + BITS_LANES <= n_vocab; i += BITS_LANES) bits_block(logits + i, mx, acc);
+    for (int j = 0; i < n_vocab; i++, j++) acc[j] += (double)exp_le0(logits[i] - mx);
+    for (int w = BITS_LANES / 2; w >= 1; w /= 2) /* a fixed tree over the lanes */
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return log2(acc[0]) - (double)(logits[token] - mx) * 1.44269504088896340736;
+}
+
 /* The public report helper (seqkv.h): what a token costs under the model's exact softmax,
  * beside what it costs under the quantized frequencies above (skv_probq_cost_bits). */
 double skv_token_surprisal(const float *logits, int n_vocab, int32_t token)

@@ -42,6 +42,7 @@ struct skv_ctx {
     struct kv16_conv { uint64_t epoch; int layer, head; size_t rows; } *kv16_conv;
     uint64_t kv16_epoch;
     uint8_t *qact;         /* [max_batch][SKV_QMATMUL_ACT_BOUND(kmax)]: a matmul's quantized inputs */
+    float *sur_rows;       /* skv_ctx_prefill_surprisal's logits rows (lazily, bounded), or NULL */
     skv_err err;           /* last error: set on failure, "" after a success */
 };
 

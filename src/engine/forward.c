@@ -232,6 +232,7 @@ void skv_ctx_free(skv_ctx *c)
     free(c->swa_cos);
     free(c->swa_sin);
     free(c->fused);
+    free(c->sur_rows);
     skv_big_free(c->x);
     skv_big_free(c->xb);
     skv_big_free(c->q);
@@ -779,7 +780,7 @@ static void surprisal_rows(skv_ctx *c, size_t T, size_t base, const int32_t *tok
         for (size_t t = r0; t < r1; t++) {
             size_t g = base + t;
             const float *row = scratch + (t - r0) * V;
-            if (g + 1 < n) sur[g] = (float)skv_token_surprisal(row, (int)V, tokens[g + 1]);
+            if (g + 1 < n) sur[g] = (float)skv_token_bits(row, (int)V, tokens[g + 1]);
             else if (last) memcpy(last, row, V * sizeof *row);
         }
     }
@@ -794,15 +795,15 @@ int skv_ctx_prefill_surprisal(skv_ctx *c, const int32_t *tokens, size_t n, float
     if ((rc = check_tokens(c, tokens, n))) return rc;
     size_t V = (size_t)c->m->info.n_vocab, R = SUR_SCRATCH_BYTES / (V * sizeof(float));
     R = R < 1 ? 1 : R > SUR_BLOCK_ROWS ? SUR_BLOCK_ROWS : R;
-    float *scratch = n ? malloc(R * V * sizeof *scratch) : NULL;
-    if (n && !scratch) return skv_ctx_set_error(c, SKV_ERR_NOMEM, "prefill_surprisal: out of memory");
+    if (n && !c->sur_rows && !(c->sur_rows = malloc(R * V * sizeof *c->sur_rows)))
+        return skv_ctx_set_error(c, SKV_ERR_NOMEM, "prefill_surprisal: out of memory");
+    float *scratch = c->sur_rows; /* kept: a server's slot prefills with it every request */
     for (size_t done = 0; done < n;) {
         size_t T = n - done < (size_t)c->max_batch ? n - done : (size_t)c->max_batch;
         forward_batch(c, tokens + done, T, T, NULL); /* x: the rows' final residual stream */
         surprisal_rows(c, T, done, tokens, n, scratch, R, sur, last_logits);
         done += T;
     }
-    free(scratch);
     return SKV_OK;
 }
 

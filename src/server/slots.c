@@ -225,7 +225,7 @@ static int prefill_span(slot *sl, const int32_t *t, size_t a, size_t b, int want
 /* The surprisal of the token the slot's logits (of the position before it) just chose. */
 static void sur_note(slot *sl, size_t pos, int32_t tok)
 {
-    if (sl->sur_from != SIZE_MAX) sl->sur[pos] = (float)skv_token_surprisal(sl->logits, sl->pool->s->info.n_vocab, tok);
+    if (sl->sur_from != SIZE_MAX) sl->sur[pos] = (float)skv_token_bits(sl->logits, sl->pool->s->info.n_vocab, tok);
 }
 
 /* Prefills prompt[start, n) (the cache holds `keep` positions for the client: start is keep,

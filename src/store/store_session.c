@@ -150,7 +150,7 @@ static int surprisal_chunk(skv_store *st, const int32_t *tokens, size_t n, size_
     if (rc) return store_err(st, rc, "prefill: %s", skv_ctx_last_error(st->work));
     for (size_t r = 0; r < c; r++) { /* rounding never makes a cost negative */
         size_t j = q0 + r + 1;
-        if (j >= m && j < n) sur[j] = store_sur_q((float)skv_token_surprisal(logits + r * (size_t)V, V, tokens[j]));
+        if (j >= m && j < n) sur[j] = store_sur_q((float)skv_token_bits(logits + r * (size_t)V, V, tokens[j]));
     }
     return SKV_OK;
 }
