@@ -112,16 +112,16 @@ void srv_cache_free(srv_cache *c)
     free(c);
 }
 
-/* Waits until no queued or running put covers more than `have` positions of p[0..n) (the
- * slot's own KV covers `have`): the store lookup that follows then sees it. */
+/* Waits until no queued or running put covers SRV_STORE_MIN_GAIN positions of p[0..n) more
+ * than `have` (what the slot's own KV covers): the store lookup that follows then sees it. */
 static void put_wait(srv_cache *c, const int32_t *p, size_t n, size_t have)
 {
     pthread_mutex_lock(&c->mu);
     uint64_t want = 0;
-    if (c->busy.tok && common(c->busy.tok, c->busy.n, p, n) > have) want = c->seq_done + 1;
+    if (c->busy.tok && common(c->busy.tok, c->busy.n, p, n) >= have + SRV_STORE_MIN_GAIN) want = c->seq_done + 1;
     for (size_t i = 0; i < c->q_n; i++) {
         const conv *v = &c->q[(c->q_head + i) % SRV_PUT_QUEUE];
-        if (common(v->tok, v->n, p, n) > have) want = c->seq_next - c->q_n + i + 1;
+        if (common(v->tok, v->n, p, n) >= have + SRV_STORE_MIN_GAIN) want = c->seq_next - c->q_n + i + 1;
     }
     while (c->seq_done < want) pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
@@ -176,12 +176,13 @@ static size_t exact_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *h
     skv_store_match_result m = {0};
     if (s->store) put_wait(c, prompt, limit, keep);
     if (s->store && !skv_store_match(s->store, prompt, limit, &m)) u->bits = m.bits;
-    size_t best = m.n_matched > keep ? m.n_matched : keep;
+    int use = m.n_matched >= keep + SRV_STORE_MIN_GAIN; /* worth a restore */
+    size_t best = use ? m.n_matched : keep;
     *near = s->p.reuse_near && s->store && limit - best >= SRV_NEAR_MIN;
     if (*near) return 0;
     skv_ctx_truncate(ctx, (int)keep);
-    int r = m.n_matched > keep ? store_restore(s, ctx, prompt, limit, keep, &got) : 0;
-    if (r == 0 && m.n_matched > keep) { /* restored less than the match said (a put removed meanwhile) */
+    int r = use ? store_restore(s, ctx, prompt, limit, keep, &got) : 0;
+    if (r == 0 && use) { /* restored less than the match said (a put removed meanwhile) */
         u->approx_from = SIZE_MAX;
         return got;
     }

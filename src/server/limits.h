@@ -30,6 +30,9 @@
 #define SRV_KEEPALIVE_S 5              /* a streamed ": keep-alive" comment after this idle time */
 #define SRV_MAX_FILENAME 255          /* slot file names: [A-Za-z0-9._-], not starting with a dot */
 #define SRV_MAX_SLOT_FILE (256u << 20) /* bytes of a slot file read back (restore) */
+#define SRV_STORE_MIN_GAIN 8           /* positions a store restore (or a wait for a queued put)
+                                        * must add to the slot's own KV: less is prefilled (a read
+                                        * transaction and a blob decode cost about that much) */
 #define SRV_PUT_QUEUE 64               /* finished conversations waiting for the store writer */
 #define SRV_PUT_KV_SLOTS 2             /* KV queued for the writer: at most this many slots' worth
                                         * of positions (more is put by running the model again) */

@@ -39,7 +39,7 @@ enum { TB_META, TB_NODES, TB_CHILDREN, TB_SESSIONS, TB_KV, TB_MAT, TB_MATORD, TB
 
 #define STORE_CONFLICT 2   /* commit lost a race: nothing was written, run it again */
 #define STORE_RETRIES 64   /* attempts of one call before it gives up (SKV_ERR_IO) */
-#define STORE_CONN_RETRIES 4 /* attempts of one call that lost its Redis connection (failover) */
+#define STORE_CONN_RETRIES 6 /* attempts of one call that lost its Redis connection (failover) */
 #define STORE_NOWATCH 1    /* get flag: a statistic, last writer wins (no conflict) */
 /* begin's write argument: 0 a read, STORE_TX_WRITE a write, STORE_TX_CACHE a write whose
  * loss costs nothing (access statistics, materialised KV: all rebuilt on demand), which

@@ -12,6 +12,8 @@
 
 #define RB_POOL 16        /* idle connections kept */
 #define RB_IDLE_CHECK 0.2 /* seconds idle after which a pooled connection is PINGed first */
+#define RB_FLUSH_CHECK 10.0 /* seconds after a lost connection during which every pooled one is
+                             * PINGed first: those out at the flush come back dead (a failover) */
 #define RB_SENTINELS 8    /* sentinels one URL may name */
 
 /* Where the store is. Sentinel mode (n_sent > 0): host and port are unused, every new
@@ -37,6 +39,7 @@ typedef struct redis_backend {
     redisContext *free_c[RB_POOL];
     double free_t[RB_POOL]; /* when each was put back */
     int n_free;
+    double flush_t;  /* when the pool was last flushed (a connection lost), 0: never */
 } redis_backend;
 
 typedef struct rb_buf {

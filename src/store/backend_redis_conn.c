@@ -75,15 +75,17 @@ static int conn_alive(redisContext *c)
 redisContext *rb_conn_get(redis_backend *b)
 {
     redisContext *c = NULL;
-    double idle = 0;
+    double idle = 0, now = skv_now();
+    int suspect = 0;
     skv_err e = {0};
     pthread_mutex_lock(&b->mu);
     if (b->n_free) {
         c = b->free_c[--b->n_free];
-        idle = skv_now() - b->free_t[b->n_free];
+        idle = now - b->free_t[b->n_free];
     }
+    suspect = b->flush_t > 0 && now - b->flush_t < RB_FLUSH_CHECK;
     pthread_mutex_unlock(&b->mu);
-    if (c && idle > RB_IDLE_CHECK && !conn_alive(c)) {
+    if (c && (idle > RB_IDLE_CHECK || suspect) && !conn_alive(c)) {
         redisFree(c);
         c = NULL;
     }
@@ -112,6 +114,7 @@ void rb_pool_flush(redis_backend *b)
     int n = b->n_free;
     memcpy(c, b->free_c, (size_t)n * sizeof *c);
     b->n_free = 0;
+    b->flush_t = skv_now();
     pthread_mutex_unlock(&b->mu);
     for (int i = 0; i < n; i++) redisFree(c[i]);
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "store/store_int.h"
@@ -178,12 +179,21 @@ int store_tx_end(tx *t)
     return rc;
 }
 
-/* 1 when a failed attempt may run again on a new connection (a Redis failover), at most
- * STORE_CONN_RETRIES times per call: each new connection waits for the new master. */
+/* 1 when a failed attempt may run again on a new connection (a Redis failover: the
+ * backend marked the attempt's connection lost, or its write refused by a demoted master), at most
+ * STORE_CONN_RETRIES times per call: each new connection waits for the new master. The
+ * k-th retry waits 25 ms x 2^k first, so that the attempts spread over the failover's
+ * reconfiguration instead of all falling into its first milliseconds. */
 static int conn_retry(const skv_store *st, int rc, int *lost)
 {
     int (*take)(void) = st->be->ops->retry_take;
-    return rc == SKV_ERR_IO && take && take() && ++*lost < STORE_CONN_RETRIES;
+    /* any failure of an attempt that lost its connection: the trie reports a record it
+     * could not read as damage (SKV_ERR_FORMAT), which here is the lost connection */
+    if (!(rc < 0 && take && take() && ++*lost < STORE_CONN_RETRIES)) return 0;
+    long ms = 25L << (*lost < 6 ? *lost : 6);
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    return 1;
 }
 
 int store_run(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
@@ -193,7 +203,10 @@ int store_run(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
     for (int attempt = 0; attempt < STORE_RETRIES; attempt++) {
         tx t;
         int rc = store_tx_begin(st, write, &t);
-        if (rc) return rc;
+        if (rc) {
+            if (conn_retry(st, rc, &lost)) continue; /* its state read lost the connection */
+            return rc;
+        }
         if ((rc = fn(&t, u))) {
             store_tx_abort(&t);
             if (conn_retry(st, rc, &lost)) continue; /* a failover: a new master */
