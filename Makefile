@@ -166,9 +166,9 @@ $(BUILD)/tests/test_fuzz_grammar: FUZZ_EXTRA = $(SCHEMASRC) -ljansson
 $(BUILD)/tests/test_fuzz_grammar: $(SCHEMASRC)
 
 # The HTTP fuzzers (fuzz/fuzz_http.c: the request path; fuzz_http_mhd.c: through
-# libmicrohttpd) link the server, like the seqkv binary.
-$(BUILD)/tests/test_fuzz_http $(BUILD)/tests/test_fuzz_http_mhd: FUZZ_EXTRA = $(SERVERSRC) $(SERVERLIBS)
-$(BUILD)/tests/test_fuzz_http $(BUILD)/tests/test_fuzz_http_mhd: $(SERVERSRC) fuzz/http_server.h
+# libmicrohttpd) and the tool-call fuzzer (fuzz_tools.c) link the server, like the seqkv binary.
+$(BUILD)/tests/test_fuzz_http $(BUILD)/tests/test_fuzz_http_mhd $(BUILD)/tests/test_fuzz_tools: FUZZ_EXTRA = $(SERVERSRC) $(SERVERLIBS)
+$(BUILD)/tests/test_fuzz_http $(BUILD)/tests/test_fuzz_http_mhd $(BUILD)/tests/test_fuzz_tools: $(SERVERSRC) fuzz/http_server.h
 
 $(BUILD)/bench/%: bench/%.c $(wildcard bench/*.h) $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/bench
 	@$(if $(Q),echo "  LINK    $@")
@@ -260,7 +260,7 @@ fuzz:
 	    SANFLAGS='-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -fsanitize-coverage-ignorelist=fuzz/coverage_ignore.txt' lib
 	mkdir -p build-fuzz/fuzz
 	for f in $(FUZZSRC); do n=$$(basename $$f .c); \
-	    x=; case $$n in fuzz_http*) x="$(SERVERSRC) $(SERVERLIBS)";; fuzz_grammar) x="$(SCHEMASRC) -ljansson";; esac; \
+	    x=; case $$n in fuzz_http*|fuzz_tools) x="$(SERVERSRC) $(SERVERLIBS)";; fuzz_grammar) x="$(SCHEMASRC) -ljansson";; esac; \
 	    clang $(BASE) -O1 -g -fsanitize=address,undefined,fuzzer -fno-sanitize-recover=all -o build-fuzz/fuzz/$$n $$f $$x build-fuzz/libseqkv.a $(LIBS) || exit 1; done
 	@echo "fuzzers in build-fuzz/fuzz/; run e.g. build-fuzz/fuzz/fuzz_gguf fuzz/corpus/gguf"
 
