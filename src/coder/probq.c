@@ -536,14 +536,14 @@ double skv_probq_cost_bits(uint32_t freq, unsigned total_bits)
 }
 
 /* exp(x) for x <= 0 in float arithmetic, the same bits on every machine: x clamped to
- * -87 (exp(-87) is 1.6e-38, still normal: nothing below it matters beside the maximum's
+ * -87 (NaN too) (exp(-87) is 1.6e-38, still normal: nothing below it matters beside the maximum's
  * 1), x = k ln2 + r with k rounded to nearest by the 1.5 * 2^23 shift (exact for |k| < 2^22),
  * exp(r) by Cephes' degree-6 polynomial, 2^k from its exponent bits. Plain IEEE operations
  * (no contraction), so a compiler that vectorizes the loop gives the same values. */
 static inline float exp_le0(float x)
 {
     const float shift = 12582912.0f; /* 1.5 * 2^23 */
-    x = x < -87.0f ? -87.0f : x;
+    x = x >= -87.0f ? x : -87.0f; /* NaN too (a NaN logit): no int conversion of NaN below */
     float kf = (x * 1.44269504088896341f + shift) - shift;
     float r = x - kf * 0.693359375f;
     r = r + kf * 2.12194440e-4f;
@@ -570,8 +570,8 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 static inline v4f exp_le0_v4(v4f x)
 {
     const v4f lo = {-87.0f, -87.0f, -87.0f, -87.0f}, shift = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f};
-    v4i below = x < lo;
-    x = (v4f)(((v4i)x & ~below) | ((v4i)lo & below));
+    v4i keep = x >= lo; /* all ones where x >= -87; NaN lanes take -87 as the scalar form */
+    x = (v4f)(((v4i)x & keep) | ((v4i)lo & ~keep));
     v4f kf = (x * 1.44269504088896341f + shift) - shift;
     v4f r = x - kf * 0.693359375f;
     r = r + kf * 2.12194440e-4f;
