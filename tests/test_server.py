@@ -252,7 +252,8 @@ def store_cli(*args):
 def case_put_takes_slot_work(srv, tmp):
     """The store writer puts what the slot ran (its KV and each token's surprisal) instead of
     running the model again: across chat turns (history re-rendered), chunked prefills with
-    return_progress, sampling and a slot-prefix reuse, every put takes the slot's work, and
+    return_progress, sampling and a slot-prefix reuse, every put takes the slot's work (but
+    a chat whose context shifted: its put runs the model), and
     the store holds exactly what a server whose puts run the model holds (sessions, KV
     digests, trie, surprisal total); with no KV materialised (budget 0), every session
     restores verified from tokens, so the slot's KV was the model's."""
@@ -260,7 +261,7 @@ def case_put_takes_slot_work(srv, tmp):
     for mode, env in (("given", None), ("recompute", {"SEQKV_SERVE_PUT_RECOMPUTE": "1"})):
         store = os.path.join(tmp, "puts-" + mode)
         stores[mode] = store
-        s = Server("--store", store, "-c", "512", "--cache-budget", "0", "-b", "7",
+        s = Server("--store", store, "-c", "512", "--cache-budget", "0", "-b", "7", "--context-shift",
                    log=os.path.join(tmp, "puts-%s.log" % mode), env=env)
         try:
             chat = {"messages": [{"role": "user", "content": "And the LORD spake unto Moses"}], "max_tokens": 8,
@@ -275,17 +276,21 @@ def case_put_takes_slot_work(srv, tmp):
             check(code == 200 and "prompt_progress" in text, "progress stream: %s" % text[-300:])
             completion(s, prompt=PROMPT + " without form, and void", n_predict=5, temperature=0.9, seed=3)
             completion(s, n_predict=4)
-            check(wait_metric(s, "seqkv:store_puts_total", 6), "the conversations were not all put")
+            # a chat that fills the context: shifted, its surprisals are not the slot's to give
+            code, c = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": "And it came to pass"}],
+                                                      "max_tokens": 600, "temperature": 0, "logit_bias": [[2, False]]})
+            check(code == 200, "shifted chat: %s" % c)
+            check(wait_metric(s, "seqkv:store_puts_total", 7), "the conversations were not all put")
             puts, given = metric(s, "seqkv:store_puts_total"), metric(s, "seqkv:store_puts_given_total")
             if mode == "given":
-                check(given == puts, "%d of %d puts took the slot's work" % (given, puts))
+                check(given == puts - 1, "%d of %d puts took the slot's work (all but the shifted one)" % (given, puts))
             else:
                 check(given == 0, "SEQKV_SERVE_PUT_RECOMPUTE=1 still took the slot's work %d times" % given)
         finally:
             s.stop()
     ls = {m: [line.split("\t")[:2] + line.split("\t")[3:] for line in store_cli("ls", d).splitlines()]
           for m, d in stores.items()}
-    check(ls["given"] == ls["recompute"] and len(ls["given"]) >= 6, "sessions differ: %s" % ls)
+    check(ls["given"] == ls["recompute"] and len(ls["given"]) >= 7, "sessions differ: %s" % ls)
     keep = ("sessions:", "unique stored positions:", "model-coded token floor:")
     st = {m: [line for line in store_cli("stats", d).splitlines() if line.startswith(keep)]
           for m, d in stores.items()}

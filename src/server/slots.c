@@ -428,7 +428,7 @@ static void extend_history(slot *sl, srv_job *j)
             skv_ctx_truncate(sl->ctx, 0);
             n = 0;
         }
-        if (k < n && sl->sur_from > k) sl->sur_from = k;
+        if (k < n && sl->sur_from != SIZE_MAX && sl->sur_from > k) sl->sur_from = k; /* known: [k, n) too */
         memcpy(sl->tokens, t, n * sizeof *t);
         sl->n_tokens = n;
     }
