@@ -278,6 +278,15 @@ SKV_API int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, fl
  * computed a few at a time (a bounded scratch of 4 MiB, not n * n_vocab floats).
  * Bit-identical to SKV_LOGITS_ALL's rows in any chunking and thread count. */
 SKV_API int skv_ctx_prefill_surprisal(skv_ctx *c, const int32_t *tokens, size_t n, float *sur, float *last_logits);
+/* The same split in two, for a caller that wants the prompt's first token soon and the
+ * surprisals later (a server's slot, whose store writer computes them off the request
+ * path): skv_ctx_prefill_hidden is skv_ctx_prefill_embd plus the last row's logits
+ * (NULL: none), bit-identical to skv_ctx_prefill's; skv_ctx_hidden_surprisal writes
+ * sur[i] = (float)skv_token_bits of next[i] under the logits of hidden row i (n rows of
+ * n_embd floats as skv_ctx_prefill_hidden wrote them), bit-identical to
+ * skv_ctx_prefill_surprisal's. It touches no KV: any context of the model runs it. */
+SKV_API int skv_ctx_prefill_hidden(skv_ctx *c, const int32_t *tokens, size_t n, float *hidden, float *last_logits);
+SKV_API int skv_ctx_hidden_surprisal(skv_ctx *c, const float *hidden, size_t n, const int32_t *next, float *sur);
 /* Appends one token; logits: NULL or room for n_vocab floats. */
 SKV_API int skv_ctx_decode(skv_ctx *c, int32_t token, float *logits);
 /* -log2 of token's probability under softmax(logits) (n_vocab values), computed in double:

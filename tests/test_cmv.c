@@ -16,6 +16,7 @@
 
 #include "coder/cm.h"
 #include "coder/cm_vocab.h"
+#include "coder/cmvcodec.h"
 #include "core/util.h"
 #include "seqkv.h"
 #include "test.h"
@@ -164,6 +165,70 @@ static void known_answer(void)
         CHECK_EQ_INT(skv_cmv_decode_tokens(vb, rev, buf, size, 2000, back), SKV_OK);
         CHECK(!memcmp(back, t, sizeof t));
     }
+    skv_cm_vocab_free(vb);
+}
+
+/* skv_cmv_payload without a dictionary keeps one blank model per vocabulary and codes in
+ * place under its undo log: the bytes of a segment are the same whatever was coded before
+ * it (another segment, a longer one, a decode), equal to a fresh model's
+ * (skv_cmv_encode_tokens), and so are two threads' at once (one of them on a fresh model). */
+static int build_synthetic(const void *user, skv_cm_vocab **out)
+{
+    (void)user;
+    return (*out = synthetic_vocab(4096, 1)) ? SKV_OK : SKV_ERR_NOMEM;
+}
+
+typedef struct blank_job {
+    const skv_cmv_src *src;
+    const int32_t *t;
+    size_t n;
+    uint8_t *buf;
+    size_t cap, len;
+    int rc;
+} blank_job;
+
+static void *blank_main(void *arg)
+{
+    blank_job *j = arg;
+    for (int k = 0; k < 20 && !j->rc; k++) j->rc = skv_cmv_payload(j->src, NULL, 0, j->t, j->n, &j->buf, &j->cap, &j->len);
+    return NULL;
+}
+
+static void blank_model_reused(void)
+{
+    skv_cmv_src src = {.fp = {0xb1, 0xa2, 0x4c}, .n_vocab = 4096, .build = build_synthetic};
+    static int32_t a[3000], b[700];
+    for (size_t i = 0; i < 3000; i++) a[i] = (int32_t)((i * 7919 + i / 13) % 4096);
+    for (size_t i = 0; i < 700; i++) b[i] = (int32_t)((i * i + 11) % 300);
+    skv_cm_vocab *vb = synthetic_vocab(4096, 1);
+    uint8_t fresh[8192], *buf = NULL;
+    size_t fresh_len = 0, cap = 0, len = 0;
+    CHECK(vb && skv_cmv_encode_tokens(vb, SKV_CMV_REV, b, 700, fresh, sizeof fresh, &fresh_len) == SKV_OK);
+    size_t uses = skv_cmv_blank_uses();
+    const int32_t *seq[] = {b, a, b, a, b}; /* b first (a new model), after a, after b itself */
+    size_t ns[] = {700, 3000, 700, 3000, 700};
+    for (int k = 0; k < 5 && !test_cur_failed; k++) {
+        CHECK_EQ_INT(skv_cmv_payload(&src, NULL, 0, seq[k], ns[k], &buf, &cap, &len), SKV_OK);
+        int32_t back[3000];
+        skv_err err = {0};
+        CHECK_EQ_INT(skv_cmv_payload_decode(&src, buf, len, ns[k], 0, NULL, 0, back, NULL, &err), SKV_OK);
+        CHECK(!memcmp(back, seq[k], ns[k] * sizeof *back));
+        if (ns[k] == 700) { /* the payload: an 8-byte model check, then the stream */
+            CHECK_EQ_INT(len, fresh_len + 8);
+            CHECK_MSG(len == fresh_len + 8 && !memcmp(buf + 8, fresh, fresh_len), "segment %d: not a fresh model's bytes", k);
+        }
+    }
+    CHECK_MSG(skv_cmv_blank_uses() >= uses + 9, "%zu of 10 codings on the kept blank model", skv_cmv_blank_uses() - uses);
+    blank_job j[2] = {{&src, b, 700, NULL, 0, 0, 0}, {&src, b, 700, NULL, 0, 0, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, blank_main, &j[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(j[i].rc, SKV_OK);
+        CHECK(j[i].len == fresh_len + 8 && !memcmp(j[i].buf + 8, fresh, fresh_len));
+        free(j[i].buf);
+    }
+    free(buf);
     skv_cm_vocab_free(vb);
 }
 
@@ -576,6 +641,7 @@ int main(void)
     RUN(side_information_well_formed);
     RUN(roundtrip_synthetic);
     RUN(known_answer);
+    RUN(blank_model_reused);
     RUN(hostile_streams);
     RUN(session_roundtrip_bit_exact);
     RUN(older_revision_restores);

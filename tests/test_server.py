@@ -253,12 +253,14 @@ def case_put_takes_slot_work(srv, tmp):
     """The store writer puts what the slot ran (its KV and each token's surprisal) instead of
     running the model again: across chat turns (history re-rendered), chunked prefills with
     return_progress, sampling and a slot-prefix reuse, every put takes the slot's work (but
-    a chat whose context shifted: its put runs the model), and
-    the store holds exactly what a server whose puts run the model holds (sessions, KV
+    a chat whose context shifted: its put runs the model), the prompts' surprisals computed
+    by the writer from the slot's hidden states (or, SEQKV_SERVE_SLOT_SURPRISAL=1, in the
+    slot's prefill), and the store holds exactly what a server whose puts run the model holds (sessions, KV
     digests, trie, surprisal total); with no KV materialised (budget 0), every session
     restores verified from tokens, so the slot's KV was the model's."""
     stores = {}
-    for mode, env in (("given", None), ("recompute", {"SEQKV_SERVE_PUT_RECOMPUTE": "1"})):
+    for mode, env in (("given", None), ("slot", {"SEQKV_SERVE_SLOT_SURPRISAL": "1"}),
+                      ("recompute", {"SEQKV_SERVE_PUT_RECOMPUTE": "1"})):
         store = os.path.join(tmp, "puts-" + mode)
         stores[mode] = store
         s = Server("--store", store, "-c", "512", "--cache-budget", "0", "-b", "7", "--context-shift",
@@ -282,19 +284,22 @@ def case_put_takes_slot_work(srv, tmp):
             check(code == 200, "shifted chat: %s" % c)
             check(wait_metric(s, "seqkv:store_puts_total", 7), "the conversations were not all put")
             puts, given = metric(s, "seqkv:store_puts_total"), metric(s, "seqkv:store_puts_given_total")
-            if mode == "given":
+            hidden = metric(s, "seqkv:store_puts_hidden_total")
+            if mode != "recompute":
                 check(given == puts - 1, "%d of %d puts took the slot's work (all but the shifted one)" % (given, puts))
+                # by default the writer computes the prompts' surprisals from the slot's hidden states
+                check(hidden == (given if mode == "given" else 0), "%s: %d puts with hidden states" % (mode, hidden))
             else:
                 check(given == 0, "SEQKV_SERVE_PUT_RECOMPUTE=1 still took the slot's work %d times" % given)
         finally:
             s.stop()
     ls = {m: [line.split("\t")[:2] + line.split("\t")[3:] for line in store_cli("ls", d).splitlines()]
           for m, d in stores.items()}
-    check(ls["given"] == ls["recompute"] and len(ls["given"]) >= 7, "sessions differ: %s" % ls)
+    check(ls["given"] == ls["recompute"] == ls["slot"] and len(ls["given"]) >= 7, "sessions differ: %s" % ls)
     keep = ("sessions:", "unique stored positions:", "model-coded token floor:")
     st = {m: [line for line in store_cli("stats", d).splitlines() if line.startswith(keep)]
           for m, d in stores.items()}
-    check(st["given"] == st["recompute"] and len(st["given"]) == 3, "stores differ: %s" % st)
+    check(st["given"] == st["recompute"] == st["slot"] and len(st["given"]) == 3, "stores differ: %s" % st)
     for name, _n, _digest in ls["given"]:
         out = store_cli("get", stores["given"], name)
         check("verified" in out and "tokens: 0 positions loaded" in out, "get %s: %s" % (name, out))

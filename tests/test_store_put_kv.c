@@ -3,6 +3,8 @@
  *   - surprisal_matches_logits_all: skv_ctx_prefill_surprisal gives, bit for bit, the
  *     surprisals of SKV_LOGITS_ALL's rows, the same last row and the same KV, in chunks
  *     that cross its scratch blocks (64 rows) and the context's max_batch;
+ *   - hidden_then_surprisal: skv_ctx_prefill_hidden then skv_ctx_hidden_surprisal on
+ *     another context give the same, bit for bit;
  *   - put_kv_same_store: sessions put with skv_store_put in one store and with
  *     skv_store_put_kv (KV read from a context, surprisals from the prefill, a later turn
  *     giving only its own positions' surprisals) in another: the same session digests,
@@ -65,6 +67,40 @@ static void test_surprisal_matches_logits_all(void)
     CHECK(skv_ctx_prefill_surprisal(b, g_text, 3, NULL, NULL) == SKV_ERR_INVALID_ARG);
     free(all), free(sur), free(last);
     skv_ctx_free(a), skv_ctx_free(b);
+}
+
+/* skv_ctx_prefill_hidden + skv_ctx_hidden_surprisal (the surprisals computed later, on
+ * another context with one thread and a small batch): the same last row, surprisals and
+ * KV as SKV_LOGITS_ALL, bit for bit, in chunks that cross the scratch blocks and max_batch. */
+static void test_hidden_then_surprisal(void)
+{
+    const size_t n = 300, V = (size_t)g_mi.n_vocab, D = (size_t)g_mi.n_embd;
+    float *all = malloc(n * V * sizeof *all), *hid = malloc(n * D * sizeof *hid), *sur = malloc(n * sizeof *sur),
+          *last = malloc(V * sizeof *last);
+    skv_ctx *a = new_ctx(0), *b = new_ctx(48), *w = new_ctx(5);
+    uint8_t da[16], db[16];
+    CHECK(all && hid && sur && last && a && b && w);
+    CHECK(skv_ctx_prefill(a, g_text, n, SKV_LOGITS_ALL, all) == SKV_OK);
+    size_t cuts[] = {0, 1, 71, n};
+    for (int k = 0; k < 3; k++) {
+        CHECK(skv_ctx_prefill_hidden(b, g_text + cuts[k], cuts[k + 1] - cuts[k], hid + cuts[k] * D, last) == SKV_OK);
+        CHECK_MSG(memcmp(last, all + (cuts[k + 1] - 1) * V, V * sizeof *last) == 0, "chunk %d's last row", k);
+    }
+    CHECK(skv_ctx_hidden_surprisal(w, hid, 70, g_text + 1, sur) == SKV_OK); /* two calls, 70 + 229 rows */
+    CHECK(skv_ctx_hidden_surprisal(w, hid + 70 * D, n - 71, g_text + 71, sur + 70) == SKV_OK);
+    for (size_t i = 0; i + 1 < n; i++) {
+        float want = (float)skv_token_bits(all + i * V, (int)V, g_text[i + 1]);
+        CHECK_MSG(memcmp(&want, &sur[i], sizeof want) == 0, "row %zu: %.9g != %.9g", i, want, sur[i]);
+    }
+    CHECK(skv_ctx_n_pos(w) == 0); /* no KV touched */
+    CHECK(skv_ctx_kv_digest(a, (int)n, da) == SKV_OK && skv_ctx_kv_digest(b, (int)n, db) == SKV_OK);
+    CHECK(memcmp(da, db, 16) == 0);
+    int32_t bad = (int32_t)V;
+    CHECK(skv_ctx_hidden_surprisal(w, hid, 1, &bad, sur) == SKV_ERR_INVALID_ARG);
+    CHECK(skv_ctx_hidden_surprisal(w, NULL, 1, g_text, sur) == SKV_ERR_INVALID_ARG);
+    CHECK(skv_ctx_hidden_surprisal(w, NULL, 0, NULL, NULL) == SKV_OK);
+    free(all), free(hid), free(sur), free(last);
+    skv_ctx_free(a), skv_ctx_free(b), skv_ctx_free(w);
 }
 
 typedef struct sess {
@@ -252,6 +288,7 @@ int main(void)
     snprintf(g_root, sizeof g_root, "/tmp/seqkv_test_put_kv_%d", (int)getpid());
     mkdir(g_root, 0700);
     RUN(test_surprisal_matches_logits_all);
+    RUN(test_hidden_then_surprisal);
     RUN(test_put_kv_same_store);
     RUN(test_put_kv_falls_back);
     RUN(test_put_kv_errors);

@@ -34,7 +34,8 @@
 #include "coder/rangecoder.h"
 #include "core/util.h"
 
-#define CACHE_N 8
+#define CACHE_N 12
+#define CACHE_KEEP_FREE 4 /* entries a blank model (no dictionary) leaves to dictionaries */
 #define HIST_ROOM 8192 /* ids of room after a cached dictionary: a segment's, without a realloc */
 
 typedef struct {
@@ -57,6 +58,7 @@ static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static cache_entry g_cache[CACHE_N];
 static int g_n;
 static size_t g_primings; /* dictionaries primed by this process (skv_cmv_primings) */
+static size_t g_blank_uses; /* segments coded on a kept blank model (skv_cmv_blank_uses) */
 
 uint64_t skv_cmv_dict_id(const int32_t *dict, size_t n)
 {
@@ -131,7 +133,7 @@ static int cache_add(const uint8_t fp[16], uint64_t id, const int32_t *dict, siz
         skv_big_free(h);
         if (!c) return SKV_ERR_NOMEM; /* more dictionaries than the table holds, or no memory */
     } else {
-        memcpy(h, dict, n * sizeof *h);
+        if (n) memcpy(h, dict, n * sizeof *h);
         c = &g_cache[g_n++];
         *c = (cache_entry){.vb = NULL, .rev = rev, .dict_id = id, .n_dict = n, .primed = cm, .hist = h, .hist_cap = cap};
         memcpy(c->fp, fp, 16);
@@ -149,10 +151,11 @@ static int primed_of(const skv_cmv_src *v, const skv_cm_vocab *vb, unsigned rev,
     int rc = SKV_OK;
     pthread_mutex_lock(&g_lock);
     cache_entry *c = find(fp, rev, id, n);
-    if (!c) {
+    if (!c && !n && g_n + CACHE_KEEP_FREE >= CACHE_N) rc = SKV_ERR_NOMEM; /* blank models never crowd out dictionaries */
+    else if (!c) {
         skv_cm *cm = NULL;
-        rc = skv_cm_create_vocab(vb, rev, SKV_CMV_DICT_SLOT_BITS, &cm);
-        if (rc == SKV_OK && (rc = skv_cm_prime(cm, dict, n)) == SKV_OK) rc = cache_add(fp, id, dict, n, cm, &c), g_primings++;
+        rc = skv_cm_create_vocab(vb, rev, n ? SKV_CMV_DICT_SLOT_BITS : SKV_CMV_SLOT_BITS, &cm);
+        if (rc == SKV_OK && (rc = skv_cm_prime(cm, dict, n)) == SKV_OK) rc = cache_add(fp, id, dict, n, cm, &c), g_primings += n != 0;
         else skv_cm_free(cm);
     }
     if (c) *out = c;
@@ -167,6 +170,16 @@ static void primed_take(cache_entry *c)
     while (c->busy) pthread_cond_wait(&g_cond, &g_lock);
     c->busy = 1;
     pthread_mutex_unlock(&g_lock);
+}
+
+/* primed_take if no other thread has it: 1 (taken) or 0. */
+static int primed_try_take(cache_entry *c)
+{
+    pthread_mutex_lock(&g_lock);
+    int ok = !c->busy;
+    if (ok) c->busy = 1;
+    pthread_mutex_unlock(&g_lock);
+    return ok;
 }
 
 static void primed_give(cache_entry *c)
@@ -231,16 +244,40 @@ static int hist_room(cache_entry *c, size_t need)
     return 1;
 }
 
-/* A fresh cmv model of revision rev, the primed one in place, or (too long for the undo log)
- * a copy. */
+/* Without a dictionary: the blank model of (vocabulary, rev), kept like a primed one (an
+ * empty dictionary) and coded in place under its undo log, which puts it back blank; a
+ * fresh model per segment cost ~2-4 ms of page faults, zeroing and unmapping its 5 MiB of
+ * tables, half of a server's put. While another thread codes with it, or for a segment too
+ * long for the log, an older revision's stream (rare: files written before it), or no room
+ * in the table, a fresh model as before: never a wait. */
+static int blank_open(const skv_cmv_src *v, const skv_cm_vocab *vb, unsigned rev, const int32_t *tok, size_t n,
+                      cmv_coder *k)
+{
+    cache_entry *c = NULL;
+    if (rev == SKV_CMV_REV && !primed_of(v, vb, rev, NULL, 0, 0, &c) && primed_try_take(c)) {
+        if (hist_room(c, n + 1) && !skv_cm_undo_begin(c->primed, n)) {
+            k->cm = c->primed, k->pool = c, k->in_place = 1, k->h = c->hist;
+            if (n && tok) memcpy(k->h, tok, n * sizeof *tok);
+            g_blank_uses++; /* under the entry (busy): one thread at a time, read under g_lock */
+            return SKV_OK;
+        }
+        primed_give(c);
+    }
+    int rc = skv_cm_create_vocab(vb, rev, SKV_CMV_SLOT_BITS, &k->cm);
+    if (!rc && !(k->h = history(NULL, 0, tok, n))) rc = SKV_ERR_NOMEM;
+    return rc;
+}
+
+/* A cmv model of revision rev: the blank one (above), the primed one in place, or (too long
+ * for the undo log) a copy. */
 static int coder_open(const skv_cmv_src *v, unsigned rev, const int32_t *dict, size_t n_dict, uint64_t dict_id,
                       const int32_t *tok, size_t n, const skv_cm_vocab **vb, cmv_coder *k)
 {
     cache_entry *c = NULL;
     int rc = vocab_of(v, vb);
     *k = (cmv_coder){NULL, NULL, 0, NULL};
-    if (!rc && !n_dict) rc = skv_cm_create_vocab(*vb, rev, SKV_CMV_SLOT_BITS, &k->cm);
-    else if (!rc && !(rc = primed_of(v, *vb, rev, dict, n_dict, dict_id, &c))) {
+    if (!rc && !n_dict) return blank_open(v, *vb, rev, tok, n, k);
+    if (!rc && !(rc = primed_of(v, *vb, rev, dict, n_dict, dict_id, &c))) {
         k->pool = c;
         primed_take(c);
         if (n_dict < SIZE_MAX / 4 - n && hist_room(c, n_dict + n + 1) && !skv_cm_undo_begin(c->primed, n)) {
@@ -396,6 +433,14 @@ static int snap_who(const skv_cmv_src *v, const int32_t *dict, size_t n, const s
     if (rc) return skv_fail(err, rc, "cannot build the cmv side information (out of memory)");
     *id = (skv_cm_snap_id){skv_cm_model_check(*vb, SKV_CMV_REV), skv_cmv_dict_id(dict, n), (uint32_t)n};
     return SKV_OK;
+}
+
+size_t skv_cmv_blank_uses(void)
+{
+    pthread_mutex_lock(&g_lock);
+    size_t n = g_blank_uses;
+    pthread_mutex_unlock(&g_lock);
+    return n;
 }
 
 size_t skv_cmv_primings(void)

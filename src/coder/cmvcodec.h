@@ -80,5 +80,7 @@ int skv_cmv_dict_save_file(const skv_cmv_src *v, const int32_t *dict, size_t n, 
 int skv_cmv_snap_file_current(const char *path);
 /* How many dictionaries this process has primed (walked) so far (tests: loaded, not primed). */
 size_t skv_cmv_primings(void);
+/* How many segments were coded on a kept blank model (no dictionary) instead of a fresh one. */
+size_t skv_cmv_blank_uses(void);
 
 #endif

@@ -767,6 +767,16 @@ int skv_ctx_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode
 #define SUR_SCRATCH_BYTES (4u << 20)
 #define SUR_BLOCK_ROWS 64u /* and at most this many: the output matmul is efficient by then */
 
+/* The context's logits-rows scratch (kept: a server's slot uses it every request), *R rows
+ * of n_vocab floats; NULL when out of memory. */
+static float *sur_scratch(skv_ctx *c, size_t *R)
+{
+    size_t V = (size_t)c->m->info.n_vocab, r = SUR_SCRATCH_BYTES / (V * sizeof(float));
+    *R = r < 1 ? 1 : r > SUR_BLOCK_ROWS ? SUR_BLOCK_ROWS : r;
+    if (!c->sur_rows) c->sur_rows = malloc(*R * V * sizeof *c->sur_rows);
+    return c->sur_rows;
+}
+
 /* The logits of batch rows [0, T) (final hidden states in x) in blocks of R rows of
  * scratch: each row's surprisal of the token after it (global index base + r), the last
  * row of the call (global n - 1) into last. */
@@ -793,10 +803,8 @@ int skv_ctx_prefill_surprisal(skv_ctx *c, const int32_t *tokens, size_t n, float
         return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "prefill_surprisal: NULL tokens or sur") : SKV_ERR_INVALID_ARG;
     skv_err_clear(&c->err);
     if ((rc = check_tokens(c, tokens, n))) return rc;
-    size_t V = (size_t)c->m->info.n_vocab, R = SUR_SCRATCH_BYTES / (V * sizeof(float));
-    R = R < 1 ? 1 : R > SUR_BLOCK_ROWS ? SUR_BLOCK_ROWS : R;
-    if (n && !c->sur_rows && !(c->sur_rows = malloc(R * V * sizeof *c->sur_rows)))
-        return skv_ctx_set_error(c, SKV_ERR_NOMEM, "prefill_surprisal: out of memory");
+    size_t R = 1;
+    if (n && !sur_scratch(c, &R)) return skv_ctx_set_error(c, SKV_ERR_NOMEM, "prefill_surprisal: out of memory");
     float *scratch = c->sur_rows; /* kept: a server's slot prefills with it every request */
     for (size_t done = 0; done < n;) {
         size_t T = n - done < (size_t)c->max_batch ? n - done : (size_t)c->max_batch;
@@ -807,7 +815,18 @@ int skv_ctx_prefill_surprisal(skv_ctx *c, const int32_t *tokens, size_t n, float
     return SKV_OK;
 }
 
-int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *embd)
+/* The logits of R rows of final hidden states (after the output norm), as output_rows
+ * computes them from the same rows. */
+static void hidden_logits(skv_ctx *c, const float *hidden, size_t R, float *logits)
+{
+    size_t D = (size_t)c->m->info.n_embd, V = (size_t)c->m->info.n_vocab;
+    matmul(c, &c->m->output, hidden, D, R, logits, V);
+    if (c->m->ap.final_softcap > 0.0f) skv_softcap(logits, R * V, c->m->ap.final_softcap);
+}
+
+/* skv_ctx_prefill_embd and skv_ctx_prefill_hidden: the rows' final hidden states, and the
+ * last row's logits through the output matrix when last_logits is set. */
+static int prefill_normed(skv_ctx *c, const int32_t *tokens, size_t n, float *embd, float *last_logits)
 {
     int rc;
     if (!c || (!tokens && n) || (!embd && n))
@@ -822,6 +841,43 @@ int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *emb
         for (size_t t = 0; t < T; t++)
             c->k->rmsnorm(embd + (done + t) * D, c->x + t * D, c->m->output_norm, D, h->norm_eps);
         done += T;
+    }
+    if (n && last_logits) {
+        c->active = NULL; /* one row: as a decode step runs it */
+        hidden_logits(c, embd + (n - 1) * D, 1, last_logits);
+    }
+    return SKV_OK;
+}
+
+int skv_ctx_prefill_embd(skv_ctx *c, const int32_t *tokens, size_t n, float *embd)
+{
+    return prefill_normed(c, tokens, n, embd, NULL);
+}
+
+int skv_ctx_prefill_hidden(skv_ctx *c, const int32_t *tokens, size_t n, float *hidden, float *last_logits)
+{
+    return prefill_normed(c, tokens, n, hidden, last_logits);
+}
+
+int skv_ctx_hidden_surprisal(skv_ctx *c, const float *hidden, size_t n, const int32_t *next, float *sur)
+{
+    if (!c || (n && (!hidden || !next || !sur)))
+        return c ? skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "hidden_surprisal: NULL hidden, next or sur")
+                 : SKV_ERR_INVALID_ARG;
+    skv_err_clear(&c->err);
+    size_t D = (size_t)c->m->info.n_embd, V = (size_t)c->m->info.n_vocab;
+    for (size_t i = 0; i < n; i++)
+        if (next[i] < 0 || (size_t)next[i] >= V)
+            return skv_ctx_set_error(c, SKV_ERR_INVALID_ARG, "hidden_surprisal: token outside the vocabulary");
+    size_t R = 1;
+    if (n && !sur_scratch(c, &R)) return skv_ctx_set_error(c, SKV_ERR_NOMEM, "hidden_surprisal: out of memory");
+    R = R > (size_t)c->max_batch ? (size_t)c->max_batch : R; /* the activation scratch holds max_batch rows */
+    for (size_t r0 = 0; r0 < n; r0 += R) {
+        size_t k = n - r0 < R ? n - r0 : R;
+        c->active = k >= POOL_MIN_BATCH ? c->pool : NULL;
+        hidden_logits(c, hidden + r0 * D, k, c->sur_rows);
+        for (size_t t = 0; t < k; t++)
+            sur[r0 + t] = (float)skv_token_bits(c->sur_rows + t * V, (int)V, next[r0 + t]);
     }
     return SKV_OK;
 }

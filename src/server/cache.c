@@ -27,6 +27,8 @@ typedef struct conv {
     size_t n;
     float *kv, *sur; /* the slot's KV and surprisals (skv_store_put_kv), or NULL */
     size_t sur_from;
+    uint8_t *pend;   /* [n] or NULL: sur[p] still to compute from the next row of hid */
+    float *hid;      /* [pending positions][n_embd], in position order */
 } conv;
 
 struct srv_cache {
@@ -43,6 +45,7 @@ struct srv_cache {
     uint64_t seq_next, seq_done;
     size_t kv_queued, kv_cap; /* positions of KV held by queued puts, and their bound */
     int recompute;            /* SEQKV_SERVE_PUT_RECOMPUTE=1: every put runs the model (comparisons) */
+    skv_ctx *wctx;            /* the writer's context (one thread, no KV kept): prompt surprisals */
 };
 
 static void conv_free(conv *v)
@@ -50,6 +53,8 @@ static void conv_free(conv *v)
     free(v->tok);
     free(v->kv);
     free(v->sur);
+    free(v->pend);
+    free(v->hid);
     *v = (conv){0};
 }
 
@@ -92,10 +97,21 @@ srv_cache *srv_cache_create(srv *s)
     pthread_cond_init(&c->cv, NULL);
     c->s = s;
     c->kv_cap = (size_t)SRV_PUT_KV_SLOTS * (size_t)s->n_ctx;
-    const char *rc = getenv("SEQKV_SERVE_PUT_RECOMPUTE");
+    const char *rc = getenv("SEQKV_SERVE_PUT_RECOMPUTE"), *ss = getenv("SEQKV_SERVE_SLOT_SURPRISAL");
     c->recompute = rc && !strcmp(rc, "1");
-    if (s->store && pthread_create(&c->writer, NULL, writer_main, c) == 0) c->started = 1;
+    if (!s->store) return c;
+    skv_ctx_params cp = skv_ctx_default_params();
+    cp.n_ctx = 1, cp.n_threads = 1, cp.max_batch = 64; /* rows of hidden states at a time */
+    size_t hid_bytes = (size_t)s->n_ctx * (size_t)s->info.n_embd * sizeof(float);
+    if (!(ss && !strcmp(ss, "1")) && hid_bytes <= SRV_HIDDEN_MAX_BYTES && skv_ctx_create(s->model, &cp, &c->wctx))
+        c->wctx = NULL;
+    if (pthread_create(&c->writer, NULL, writer_main, c) == 0) c->started = 1;
     return c;
+}
+
+int srv_cache_takes_hidden(const srv_cache *c)
+{
+    return c && c->started && c->wctx;
 }
 
 void srv_cache_free(srv_cache *c)
@@ -109,6 +125,7 @@ void srv_cache_free(srv_cache *c)
     for (size_t i = 0; i < c->q_n; i++) conv_free(&c->q[(c->q_head + i) % SRV_PUT_QUEUE]);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
+    skv_ctx_free(c->wctx);
     free(c);
 }
 
@@ -208,20 +225,43 @@ size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have
     return got;
 }
 
-/* The writer's put of one conversation: with the slot's work when it came along. */
-static void put_now(srv *s, const int32_t *tok, size_t n, const conv *work)
+/* The surprisals the slot left to the writer: each run of pending positions [p, q) from
+ * its hidden rows (the rows of positions p - 1 .. q - 2). 0, or -1 when they cannot be had. */
+static int resolve_pending(srv_cache *c, const int32_t *tok, conv *v)
 {
+    if (!v->pend) return 0;
+    if (!c->wctx) return -1;
+    size_t D = (size_t)c->s->info.n_embd, row = 0;
+    for (size_t p = 0; p < v->n;) {
+        if (!v->pend[p]) {
+            p++;
+            continue;
+        }
+        size_t q = p;
+        while (q < v->n && v->pend[q]) q++;
+        if (skv_ctx_hidden_surprisal(c->wctx, v->hid + row * D, q - p, tok + p, v->sur + p)) return -1;
+        row += q - p, p = q;
+    }
+    return 0;
+}
+
+/* The writer's put of one conversation: with the slot's work when it came along. */
+static void put_now(srv_cache *c, const int32_t *tok, size_t n, conv *work)
+{
+    srv *s = c->s;
     char name[64];
     conv_name(tok, n, name, sizeof name);
     skv_store_put_report r = {0};
-    int rc = work && work->kv ? skv_store_put_kv(s->store, name, tok, n, work->kv, work->sur, work->sur_from, &r)
-                              : skv_store_put(s->store, name, tok, n, &r);
+    int given = work && work->kv && resolve_pending(c, tok, work) == 0;
+    int rc = given ? skv_store_put_kv(s->store, name, tok, n, work->kv, work->sur, work->sur_from, &r)
+                   : skv_store_put(s->store, name, tok, n, &r);
     if (rc && rc != SKV_ERR_INVALID_ARG) {
         srv_log("store put %s: %s", name, skv_store_last_error(s->store));
         return;
     }
     atomic_fetch_add(&s->m.n_store_puts, rc == 0 && !r.existed);
     atomic_fetch_add(&s->m.n_store_puts_given, rc == 0 && !r.existed && r.n_given);
+    atomic_fetch_add(&s->m.n_store_puts_hidden, rc == 0 && !r.existed && r.n_given && work->pend);
 }
 
 static void *writer_main(void *arg)
@@ -236,7 +276,7 @@ static void *writer_main(void *arg)
         c->q_n--;
         pthread_cond_broadcast(&c->cv); /* room in the queue */
         pthread_mutex_unlock(&c->mu);
-        put_now(c->s, c->busy.tok, c->busy.n, &c->busy);
+        put_now(c, c->busy.tok, c->busy.n, &c->busy);
         pthread_mutex_lock(&c->mu);
         if (c->busy.kv) c->kv_queued -= c->busy.n;
         conv_free(&c->busy);
@@ -247,12 +287,30 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-/* The slot's work for the writer, when it may come along: its surprisals known, its cache
- * exact f32, and room within the queued-KV bound (reserved here, given back by the writer
- * or on failure). v->kv stays NULL otherwise: the put runs the model. */
-static void take_work(srv *s, srv_cache *c, skv_ctx *ctx, size_t n, const float *sur, size_t sur_from, conv *v)
+/* The hidden rows of w's pending positions in [from, n) (from >= 1), in order, into v:
+ * 0, or -1 out of memory. None pending: v->pend stays NULL. */
+static int take_pending(srv *s, size_t n, const srv_put_work *w, size_t from, conv *v)
 {
-    if (c->recompute || !ctx || !sur || sur_from > n || skv_ctx_kv_cache_type(ctx) != SKV_KV_CACHE_F32) return;
+    size_t np = 0, D = (size_t)s->info.n_embd;
+    for (size_t p = from; w->pend && p < n; p++) np += w->pend[p] != 0;
+    if (!np) return 0;
+    if (!(v->pend = calloc(n, 1)) || !(v->hid = malloc(np * D * sizeof *v->hid))) return -1;
+    for (size_t p = from, row = 0; p < n; p++)
+        if (w->pend[p]) {
+            v->pend[p] = 1;
+            memcpy(v->hid + row++ * D, w->hid + (p - 1) * D, D * sizeof *v->hid);
+        }
+    return 0;
+}
+
+/* The slot's work for the writer, when it may come along: its surprisals known (or its
+ * hidden rows for those pending), its cache exact f32, and room within the queued-KV bound
+ * (reserved here, given back by the writer or on failure). v->kv stays NULL otherwise: the
+ * put runs the model. */
+static void take_work(srv *s, srv_cache *c, skv_ctx *ctx, size_t n, const srv_put_work *w, conv *v)
+{
+    if (c->recompute || !ctx || !w || !w->sur || w->sur_from > n || skv_ctx_kv_cache_type(ctx) != SKV_KV_CACHE_F32)
+        return;
     pthread_mutex_lock(&c->mu);
     int room = c->kv_queued + n <= c->kv_cap;
     if (room) c->kv_queued += n;
@@ -261,27 +319,28 @@ static void take_work(srv *s, srv_cache *c, skv_ctx *ctx, size_t n, const float 
     size_t per = (size_t)s->info.n_layer * 2 * (size_t)s->info.n_head_kv * (size_t)s->info.head_dim;
     v->kv = malloc(n * per * sizeof *v->kv);
     v->sur = malloc(n * sizeof *v->sur);
-    if (v->kv && v->sur && !skv_ctx_kv_read(ctx, 0, (int)n, v->kv)) {
-        memcpy(v->sur, sur, n * sizeof *sur);
-        v->sur_from = sur_from;
+    if (v->kv && v->sur && !skv_ctx_kv_read(ctx, 0, (int)n, v->kv) &&
+        !take_pending(s, n, w, w->sur_from ? w->sur_from : 1, v)) {
+        memcpy(v->sur, w->sur, n * sizeof *w->sur);
+        v->sur_from = w->sur_from;
         return;
     }
-    free(v->kv), free(v->sur);
-    v->kv = v->sur = NULL;
+    free(v->kv), free(v->sur), free(v->pend), free(v->hid);
+    v->kv = v->sur = v->hid = NULL;
+    v->pend = NULL;
     pthread_mutex_lock(&c->mu);
     c->kv_queued -= n;
     pthread_mutex_unlock(&c->mu);
 }
 
-void srv_cache_put(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *tokens, size_t n, const float *sur,
-                   size_t sur_from)
+void srv_cache_put(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *tokens, size_t n, const srv_put_work *w)
 {
     if (!s->store || !n) return;
     conv v = {.tok = malloc(n * sizeof *tokens), .n = n};
     if (v.tok) memcpy(v.tok, tokens, n * sizeof *tokens);
-    if (v.tok) take_work(s, c, ctx, n, sur, sur_from, &v);
+    if (v.tok) take_work(s, c, ctx, n, w, &v);
     if (!v.tok || !c->started) { /* no writer thread (or no memory for the copy): put here */
-        put_now(s, tokens, n, &v);
+        put_now(c, tokens, n, &v);
         pthread_mutex_lock(&c->mu);
         if (v.kv) c->kv_queued -= n;
         pthread_mutex_unlock(&c->mu);

@@ -34,6 +34,9 @@
                                         * must add to the slot's own KV: less is prefilled (a read
                                         * transaction and a blob decode cost about that much) */
 #define SRV_PUT_QUEUE 64               /* finished conversations waiting for the store writer */
+#define SRV_HIDDEN_MAX_BYTES (64u << 20) /* a slot keeps its prompt rows' hidden states for the
+                                        * writer's surprisals up to this (n_ctx x n_embd floats);
+                                        * a larger model computes them in the prefill */
 #define SRV_PUT_KV_SLOTS 2             /* KV queued for the writer: at most this many slots' worth
                                         * of positions (more is put by running the model again) */
 /* system_fingerprint: llama-server's "b<build>-<commit>" shape, which clients check. */

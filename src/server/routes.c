@@ -150,6 +150,9 @@ static int rt_metrics(srv_req *r)
     metric(buf, cap, &at, "seqkv:store_puts_given_total", "counter",
            "Puts that took the slot's KV and surprisals instead of running the model again.",
            (double)m->n_store_puts_given);
+    metric(buf, cap, &at, "seqkv:store_puts_hidden_total", "counter",
+           "Puts whose prompt surprisals the writer computed from the slot's hidden states (off the request path).",
+           (double)m->n_store_puts_hidden);
     metric(buf, cap, &at, "seqkv:requests_rejected_total", "counter", "Requests refused with 503 (queue full).",
            (double)m->n_rejected);
     store_metrics(r->s, buf, cap, &at);

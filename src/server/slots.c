@@ -30,6 +30,8 @@ typedef struct slot {
     size_t approx_from;  /* first position whose KV is APPROXIMATE (--reuse near); SIZE_MAX: none */
     float *sur;          /* with a store: [n_ctx] each token's surprisal, known for positions */
     size_t sur_from;     /* [sur_from, n_tokens) (SIZE_MAX: none): the put takes them */
+    float *hid;          /* [n_ctx][n_embd] or NULL: prompt rows' final hidden states, and */
+    uint8_t *pend;       /* [n_ctx]: 1 where sur[p] is still to come from hid[p - 1] (the writer's) */
     float *logits;       /* [n_vocab] */
     void *scratch;       /* sampling */
     srv_job *job;        /* running, for /slots (guarded by the pool's mu) */
@@ -215,14 +217,23 @@ static void progress_push(srv_job *j, size_t processed, double t0)
 }
 
 /* Prefills t[a, b) (ctx holds [0, a)); the last row's logits into sl->logits when asked,
- * and always when the slot keeps surprisals (sur_from set): then sur[a+1 .. b) too. */
+ * and always when the slot keeps surprisals (sur_from set): then sur[a+1 .. b) too, or,
+ * with hid, the rows' hidden states from which the store's writer computes them. */
 static int prefill_span(slot *sl, const int32_t *t, size_t a, size_t b, int want_logits)
 {
     int rc;
+    size_t D = (size_t)sl->pool->s->info.n_embd;
     pthread_mutex_lock(&sl->pool->pfmu);
-    if (sl->sur_from != SIZE_MAX) rc = skv_ctx_prefill_surprisal(sl->ctx, t + a, b - a, sl->sur + a + 1, sl->logits);
-    else rc = skv_prefill(sl->ctx, t + a, b - a, want_logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,
-                          want_logits ? sl->logits : NULL);
+    if (sl->sur_from != SIZE_MAX && sl->hid) {
+        rc = skv_ctx_prefill_hidden(sl->ctx, t + a, b - a, sl->hid + a * D, sl->logits);
+        if (!rc && b > a + 1) memset(sl->pend + a + 1, 1, b - a - 1);
+    } else if (sl->sur_from != SIZE_MAX) {
+        rc = skv_ctx_prefill_surprisal(sl->ctx, t + a, b - a, sl->sur + a + 1, sl->logits);
+        if (!rc && sl->pend && b > a + 1) memset(sl->pend + a + 1, 0, b - a - 1);
+    } else {
+        rc = skv_prefill(sl->ctx, t + a, b - a, want_logits ? SKV_LOGITS_LAST : SKV_LOGITS_NONE,
+                         want_logits ? sl->logits : NULL);
+    }
     pthread_mutex_unlock(&sl->pool->pfmu);
     return rc;
 }
@@ -230,7 +241,9 @@ static int prefill_span(slot *sl, const int32_t *t, size_t a, size_t b, int want
 /* The surprisal of the token the slot's logits (of the position before it) just chose. */
 static void sur_note(slot *sl, size_t pos, int32_t tok)
 {
-    if (sl->sur_from != SIZE_MAX) sl->sur[pos] = (float)skv_token_bits(sl->logits, sl->pool->s->info.n_vocab, tok);
+    if (sl->sur_from == SIZE_MAX) return;
+    sl->sur[pos] = (float)skv_token_bits(sl->logits, sl->pool->s->info.n_vocab, tok);
+    if (sl->pend) sl->pend[pos] = 0;
 }
 
 /* Prefills prompt[start, n) (the cache holds `keep` positions for the client: start is keep,
@@ -485,7 +498,10 @@ static void *slot_main(void *arg)
         run_job(sl, j);
         int ok = j->status == 0 && !atomic_load(&j->cancel) && !j->action && !j->embd;
         srv_job_unref(j);
-        if (ok) srv_cache_put(sl->pool->s, sl->pool->cache, sl->ctx, sl->tokens, sl->n_tokens, sl->sur, sl->sur_from);
+        if (ok) {
+            srv_put_work w = {sl->sur, sl->sur_from, sl->hid, sl->pend};
+            srv_cache_put(sl->pool->s, sl->pool->cache, sl->ctx, sl->tokens, sl->n_tokens, &w);
+        }
         pthread_mutex_lock(&sl->pool->mu);
         sl->pool->busy--;
         sl->n_jobs++;
@@ -503,7 +519,8 @@ static void warm_up(slot *sl)
     enum { N = 4 };
     int32_t t[N] = {0};
     float sur[N];
-    if (sl->sur) (void)skv_ctx_prefill_surprisal(sl->ctx, t, N, sur, sl->logits);
+    if (sl->hid) (void)skv_ctx_prefill_hidden(sl->ctx, t, N, sl->hid, sl->logits);
+    else if (sl->sur) (void)skv_ctx_prefill_surprisal(sl->ctx, t, N, sur, sl->logits);
     else (void)skv_prefill(sl->ctx, t, N, SKV_LOGITS_LAST, sl->logits);
     skv_ctx_truncate(sl->ctx, 0);
 }
@@ -523,6 +540,11 @@ static int slot_init(srv_pool *p, slot *sl, int id)
     sl->scratch = calloc(1, srv_sample_scratch_bytes(s->info.n_vocab)); /* the penalty counts start at 0 */
     sl->sur = s->store ? calloc((size_t)s->n_ctx, sizeof *sl->sur) : NULL;
     if (!sl->tokens || !sl->logits || !sl->scratch || (s->store && !sl->sur)) return -1;
+    if (s->store && srv_cache_takes_hidden(p->cache)) { /* else the slot computes the surprisals */
+        sl->hid = malloc((size_t)s->n_ctx * (size_t)s->info.n_embd * sizeof *sl->hid);
+        sl->pend = calloc((size_t)s->n_ctx, 1);
+        if (!sl->hid || !sl->pend) return -1;
+    }
     warm_up(sl);
     if (pthread_create(&sl->th, NULL, slot_main, sl)) return -1;
     sl->started = 1;
@@ -565,6 +587,8 @@ void srv_pool_stop(srv_pool *p)
         free(sl->logits);
         free(sl->scratch);
         free(sl->sur);
+        free(sl->hid);
+        free(sl->pend);
     }
     for (size_t i = 0; i < p->n_q; i++) srv_job_unref(p->q[i]);
     srv_cache_free(p->cache);

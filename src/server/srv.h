@@ -42,6 +42,7 @@ typedef struct srv_metrics {
     atomic_ullong n_requests, n_prompt_tokens, n_gen_tokens, n_cached_tokens;
     atomic_ullong n_store_hits, n_store_puts, n_slot_hits, n_rejected;
     atomic_ullong n_store_puts_given; /* puts that took the slot's KV and surprisals (no model run) */
+    atomic_ullong n_store_puts_hidden; /* of those, puts whose prompt surprisals the writer computed */
     atomic_ullong n_near_approx, n_near_positions; /* --reuse near: approximate prompts, positions */
     atomic_ullong prompt_us, gen_us; /* microseconds spent */
 } srv_metrics;
@@ -289,13 +290,24 @@ typedef struct srv_reuse {
  * skv_store_get_near instead. Returns the positions ctx holds; *u what was reused. */
 size_t srv_cache_prepare(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *have, size_t n_have,
                          const int32_t *prompt, size_t n, srv_reuse *u);
+/* What a slot computed for a put: sur[i] each token's surprisal for sur_from <= i < n
+ * (SIZE_MAX: none known), except where pend[i] (pend NULL: nowhere): there the writer
+ * computes it from hid[i - 1], that row's final hidden state (skv_ctx_hidden_surprisal). */
+typedef struct srv_put_work {
+    const float *sur;
+    size_t sur_from;
+    const float *hid;    /* [n][n_embd] */
+    const uint8_t *pend; /* [n] */
+} srv_put_work;
 /* Puts a finished conversation into the store (if any); errors are logged, not fatal.
- * ctx holds the exact KV of tokens[0, n) and sur[i] each token's surprisal for
- * sur_from <= i < n (SIZE_MAX: none known): the writer then puts that work
+ * ctx holds the exact KV of tokens[0, n); with w's surprisals the writer puts that work
  * (skv_store_put_kv) instead of running the model over the conversation again, while the
  * queued KV stays within SRV_PUT_KV_SLOTS slots' worth of positions. */
-void srv_cache_put(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *tokens, size_t n, const float *sur,
-                   size_t sur_from);
+void srv_cache_put(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *tokens, size_t n, const srv_put_work *w);
+/* 1 when the writer computes the prompt rows' surprisals from their hidden states (the
+ * slots then prefill without logits rows): a store, a writer thread with a context of its
+ * own, a slot's hidden states within SRV_HIDDEN_MAX_BYTES, not SEQKV_SERVE_SLOT_SURPRISAL=1. */
+int srv_cache_takes_hidden(const srv_cache *c);
 
 /* ---- replies (reply.c) ---- */
 json_t *srv_reply_final(const srv *s, srv_job *j);
