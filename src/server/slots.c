@@ -57,6 +57,7 @@ struct srv_pool {
     pthread_cond_t bcv;
     step pending;
     int stepping;
+    int pf_want; /* prompt prefills waiting or running (bmu): decode steps wait for them */
     float *step_logits; /* [SRV_MAX_PARALLEL][n_vocab] */
     slot *slots;
     int n;
@@ -216,6 +217,18 @@ static void progress_push(srv_job *j, size_t processed, double t0)
     pthread_mutex_unlock(&j->mu);
 }
 
+/* Prompt prefills go first: while one waits or runs, no decode step starts (the step
+ * that runs finishes), so a prompt gets the cores whole and its first token soon, as in
+ * llama-server, whose batch holds the prompt's tokens and the decodes together; four
+ * prompts arriving at once no longer wait for each other's slots' decode steps too. */
+static void prefill_announce(srv_pool *p, int d)
+{
+    pthread_mutex_lock(&p->bmu);
+    p->pf_want += d;
+    if (!p->pf_want) pthread_cond_broadcast(&p->bcv);
+    pthread_mutex_unlock(&p->bmu);
+}
+
 /* Prefills t[a, b) (ctx holds [0, a)); the last row's logits into sl->logits when asked,
  * and always when the slot keeps surprisals (sur_from set): then sur[a+1 .. b) too, or,
  * with hid, the rows' hidden states from which the store's writer computes them. */
@@ -223,6 +236,7 @@ static int prefill_span(slot *sl, const int32_t *t, size_t a, size_t b, int want
 {
     int rc;
     size_t D = (size_t)sl->pool->s->info.n_embd;
+    prefill_announce(sl->pool, 1);
     pthread_mutex_lock(&sl->pool->pfmu);
     if (sl->sur_from != SIZE_MAX && sl->hid) {
         rc = skv_ctx_prefill_hidden(sl->ctx, t + a, b - a, sl->hid + a * D, sl->logits);
@@ -235,6 +249,7 @@ static int prefill_span(slot *sl, const int32_t *t, size_t a, size_t b, int want
                          want_logits ? sl->logits : NULL);
     }
     pthread_mutex_unlock(&sl->pool->pfmu);
+    prefill_announce(sl->pool, -1);
     return rc;
 }
 
@@ -352,7 +367,7 @@ static int decode_batched(slot *sl, int32_t tok)
     st->n++;
     sl->step_done = 0;
     while (!sl->step_done) {
-        if (!p->stepping) run_step(p);
+        if (!p->stepping && !p->pf_want) run_step(p);
         else pthread_cond_wait(&p->bcv, &p->bmu);
     }
     int rc = sl->step_rc;
