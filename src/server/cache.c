@@ -15,9 +15,11 @@
  * prompt that a queued or running put would cover better than the slot's own KV waits for
  * that put, so a lookup still sees every finished conversation; shutdown drains the queue. */
 #include "core/fpguard.h"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <xxhash.h>
 
 #include "server/srv.h"
@@ -46,6 +48,7 @@ struct srv_cache {
     size_t kv_queued, kv_cap; /* positions of KV held by queued puts, and their bound */
     int recompute;            /* SEQKV_SERVE_PUT_RECOMPUTE=1: every put runs the model (comparisons) */
     skv_ctx *wctx;            /* the writer's context (one thread, no KV kept): prompt surprisals */
+    int pf_busy;              /* prompt prefills waiting or running (srv_cache_prefill): the writer yields */
 };
 
 static void conv_free(conv *v)
@@ -264,12 +267,34 @@ static void put_now(srv_cache *c, const int32_t *tok, size_t n, conv *work)
     atomic_fetch_add(&s->m.n_store_puts_hidden, rc == 0 && !r.existed && r.n_given && work->pend);
 }
 
+void srv_cache_prefill(srv_cache *c, int d)
+{
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    c->pf_busy += d;
+    if (!c->pf_busy) pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* With mu held: waits while a prompt prefill waits or runs, at most SRV_WRITER_YIELD_MS
+ * (a put is CPU work that slowed the prefill beside it: the first token comes first). */
+static void yield_to_prefills(srv_cache *c)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += SRV_WRITER_YIELD_MS * 1000000L;
+    dl.tv_sec += dl.tv_nsec / 1000000000L, dl.tv_nsec %= 1000000000L;
+    while (c->pf_busy && !c->stop)
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &dl) == ETIMEDOUT) break;
+}
+
 static void *writer_main(void *arg)
 {
     srv_cache *c = arg;
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!c->q_n && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+        yield_to_prefills(c);
         if (!c->q_n) break; /* stopping, and drained */
         c->busy = c->q[c->q_head];
         c->q_head = (c->q_head + 1) % SRV_PUT_QUEUE;

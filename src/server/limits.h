@@ -37,6 +37,7 @@
 #define SRV_HIDDEN_MAX_BYTES (64u << 20) /* a slot keeps its prompt rows' hidden states for the
                                         * writer's surprisals up to this (n_ctx x n_embd floats);
                                         * a larger model computes them in the prefill */
+#define SRV_WRITER_YIELD_MS 50         /* the store writer waits at most this for prompt prefills */
 #define SRV_PUT_KV_SLOTS 2             /* KV queued for the writer: at most this many slots' worth
                                         * of positions (more is put by running the model again) */
 /* system_fingerprint: llama-server's "b<build>-<commit>" shape, which clients check. */

@@ -218,15 +218,17 @@ static void progress_push(srv_job *j, size_t processed, double t0)
 }
 
 /* Prompt prefills go first: while one waits or runs, no decode step starts (the step
- * that runs finishes), so a prompt gets the cores whole and its first token soon, as in
- * llama-server, whose batch holds the prompt's tokens and the decodes together; four
- * prompts arriving at once no longer wait for each other's slots' decode steps too. */
+ * that runs finishes) and the store writer starts no put, so a prompt gets the cores
+ * whole and its first token soon, as in llama-server, whose batch holds the prompt's
+ * tokens and the decodes together; four prompts arriving at once no longer wait for each
+ * other's slots' decode steps too. */
 static void prefill_announce(srv_pool *p, int d)
 {
     pthread_mutex_lock(&p->bmu);
     p->pf_want += d;
     if (!p->pf_want) pthread_cond_broadcast(&p->bcv);
     pthread_mutex_unlock(&p->bmu);
+    srv_cache_prefill(p->cache, d);
 }
 
 /* Prefills t[a, b) (ctx holds [0, a)); the last row's logits into sl->logits when asked,

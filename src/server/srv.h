@@ -308,6 +308,9 @@ void srv_cache_put(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *tokens, si
  * slots then prefill without logits rows): a store, a writer thread with a context of its
  * own, a slot's hidden states within SRV_HIDDEN_MAX_BYTES, not SEQKV_SERVE_SLOT_SURPRISAL=1. */
 int srv_cache_takes_hidden(const srv_cache *c);
+/* A slot's prompt prefill starts waiting (+1) or ends (-1): the writer does not start a put
+ * meanwhile (up to SRV_WRITER_YIELD_MS). */
+void srv_cache_prefill(srv_cache *c, int d);
 
 /* ---- replies (reply.c) ---- */
 json_t *srv_reply_final(const srv *s, srv_job *j);
