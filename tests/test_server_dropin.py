@@ -125,10 +125,12 @@ def chatml_fallback(tmp):
 def unsupported_fields_refused(tmp):
     s = serve(tmp)
     try:
-        refused = [("echo", True), ("ignore_eos", True)]
+        refused = [("echo", True), ("samplers", ["top_k", "infill"]), ("samplers", ["top_k", "nosuch"]),
+                   ("samplers", "kz"), ("typical_p", -1), ("mirostat", 2)]
         for field, value in refused:
             code, r = s.json("/completion", {"prompt": "hi", "n_predict": 2, field: value})
             check(code == 400 and field in r["error"]["message"], "%s: %d %s" % (field, code, r))
+        sampler_chain_fields(s)
         neutral = {"n": 1, "logprobs": False, "grammar": "", "response_format": {"type": "text"}}
         # several completions: a batch of prompts (a list of results), OpenAI's n (n choices)
         ids = s.json("/tokenize", {"content": "Once upon", "add_special": True})[1]["tokens"]
@@ -172,6 +174,37 @@ def unsupported_fields_refused(tmp):
             check(code == 200 and first not in r["tokens"], "logit_bias %s: %s" % (lb, r.get("tokens")))
     finally:
         s.stop()
+
+
+def sampler_chain_fields(s):
+    """typical_p, min_keep, samplers (names, aliases, characters), ignore_eos and
+    t_max_predict_ms are taken and echoed in generation_settings; the order changes the
+    sample; ignore_eos runs to n_predict."""
+    base = {"prompt": "Once upon a time", "n_predict": 24, "seed": 42, "temperature": 1.5, "top_k": 0, "top_p": 1,
+            "min_p": 0}
+    code, r = s.json("/completion", dict(base, typical_p=0.3, min_keep=2, samplers=["Top-K", "typ", "nucleus", "temp"],
+                                         t_max_predict_ms=60000, ignore_eos=True))
+    g = r.get("generation_settings", {}) if code == 200 else {}
+    check(code == 200 and g.get("typical_p") == 0.3 and g.get("min_keep") == 2 and g.get("ignore_eos") is True and
+          g.get("t_max_predict_ms") == 60000 and g.get("samplers") == ["top_k", "typ_p", "top_p", "temperature"],
+          "chain fields: %d %s" % (code, g))
+    plain = s.json("/completion", base)[1]["content"]
+    typical = s.json("/completion", dict(base, typical_p=0.2))[1]["content"]
+    chars = s.json("/completion", dict(base, typical_p=0.2, samplers="kypmt"))[1]["content"]
+    names = s.json("/completion", dict(base, typical_p=0.2, samplers=["top_k", "typ_p", "top_p", "min_p", "temperature"]))[1]
+    check(typical != plain and chars == typical == names["content"],
+          "typical_p 0.2 (%r) vs off (%r); as characters %r" % (typical, plain, chars))
+    # the temperature before typical-p: a softer distribution when typical-p chooses
+    early = s.json("/completion", dict(base, typical_p=0.2, samplers="tkypm"))[1]["content"]
+    check(early != typical, "temperature first gave the same text: %r" % early)
+    code, r = s.json("/completion", {"prompt": "Once upon a time", "n_predict": 300, "temperature": 0,
+                                     "ignore_eos": True})
+    check(code == 200 and r["tokens_predicted"] == 300 and r["stop_type"] == "limit",
+          "ignore_eos: %s" % {k: r.get(k) for k in ("tokens_predicted", "stop_type")})
+    code, r = s.json("/completion", {"prompt": "Once upon a time", "n_predict": 300, "temperature": 0,
+                                     "ignore_eos": True, "t_max_predict_ms": 1})
+    check(code == 200 and r["tokens_predicted"] < 300 and r["content"].endswith("\n") and r["stop_type"] == "limit",
+          "t_max_predict_ms 1: %s" % {k: r.get(k) for k in ("tokens_predicted", "stop_type", "content")})
 
 
 def cors_preflight(tmp):

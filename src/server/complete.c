@@ -232,6 +232,45 @@ static int parse_penalties(const srv *s, srv_job *j, json_t *b, skv_err *err)
     return 0;
 }
 
+/* "samplers": a list of names or one string of characters (llama-server's two forms). */
+static int parse_samplers(srv_job *j, const json_t *v, skv_err *err)
+{
+    if (json_is_string(v)) return srv_samplers_parse(json_string_value(v), 0, j->samplers, &j->n_samplers, err);
+    if (!json_is_array(v)) return skv_fail(err, SKV_ERR_INVALID_ARG, "\"samplers\" must be a list of names or a string"), -1;
+    j->n_samplers = 0;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *x = json_array_get(v, i);
+        if (!json_is_string(x)) return skv_fail(err, SKV_ERR_INVALID_ARG, "\"samplers\" must be a list of names"), -1;
+        if (srv_samplers_add_name(json_string_value(x), json_string_length(x), j->samplers, &j->n_samplers, err)) return -1;
+    }
+    return 0;
+}
+
+/* The chain: typical_p, min_keep, samplers, and ignore_eos, t_max_predict_ms (defaults:
+ * the server's flags). An empty "samplers" list samples from the biased logits alone. */
+static int parse_chain(const srv *s, srv_job *j, json_t *b, skv_err *err)
+{
+    const skv_sampling_defaults *d = &s->p.defaults;
+    json_int_t keep = d->min_keep, tmax = 0;
+    int ignore = d->ignore_eos;
+    j->typ_p = d->typ_p;
+    if (json_unpack(b, "{s?F,s?I,s?I,s?b}", "typical_p", &j->typ_p, "min_keep", &keep, "t_max_predict_ms", &tmax,
+                    "ignore_eos", &ignore) ||
+        !(j->typ_p >= 0) || keep < 0 || keep > INT32_MAX || tmax < 0 || tmax > INT32_MAX)
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "out of range or the wrong type: typical_p >= 0, min_keep and "
+                        "t_max_predict_ms 0..%d, ignore_eos a boolean", INT32_MAX), -1;
+    j->min_keep = (int)keep, j->t_max_predict_ms = (int)tmax, j->ignore_eos = ignore, j->eos_id = s->info.eos_id;
+    const json_t *v = json_object_get(b, "samplers");
+    if (v && !json_is_null(v)) {
+        if (parse_samplers(j, v, err)) return -1;
+        if (!j->n_samplers) j->samplers[0] = SRV_SMP_NOOP, j->n_samplers = 1; /* none: only the draw */
+        return 0;
+    }
+    memcpy(j->samplers, s->chain, (size_t)s->n_chain);
+    j->n_samplers = s->n_chain;
+    return 0;
+}
+
 /* Sampling and limits shared by every completion route (defaults: the server's flags). */
 static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, skv_err *err)
 {
@@ -255,7 +294,7 @@ static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, 
     *j = (srv_job){.n_predict = (int)n_predict, .top_k = (int)top_k, .temp = temp, .top_p = top_p, .cache_prompt = cache,
                    .id_slot = (int)id_slot, .stream = stream, .seed = seed_of(s, json_object_get(b, "seed")),
                    .usage_chunk = json_is_true(json_object_get(opts, "include_usage")), .created = srv_unix_now()};
-    if (parse_penalties(s, j, b, err) || parse_keep(j, b, err)) return -1;
+    if (parse_penalties(s, j, b, err) || parse_chain(s, j, b, err) || parse_keep(j, b, err)) return -1;
     return parse_stop(j, json_object_get(b, "stop"), err);
 }
 
@@ -263,7 +302,7 @@ static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, 
  * ignored (a client relying on JSON output must not get unconstrained text). A field with
  * its neutral value (absent, null, false, 0, 1 for n, {} for logit_bias, ...) passes. ---- */
 static int is_off(const json_t *v) { return !v || json_is_null(v) || json_is_false(v) || (json_is_number(v) && json_number_value(v) == 0); }
-static int is_one(const json_t *v) { return !v || json_is_null(v) || (json_is_number(v) && json_number_value(v) == 1); }
+static int is_neg(const json_t *v) { return !v || json_is_null(v) || (json_is_number(v) && json_number_value(v) <= 0); }
 static int is_empty(const json_t *v)
 {
     return is_off(v) || ((json_is_object(v) || json_is_array(v)) && json_object_size(v) + json_array_size(v) == 0);
@@ -272,11 +311,9 @@ static const struct unsupported {
     const char *field;
     int (*neutral)(const json_t *v);
 } k_unsupported[] = {
-    {"echo", is_off},              {"typical_p", is_one},
-    {"dry_multiplier", is_off},    {"xtc_probability", is_off},   {"mirostat", is_off},
-    {"top_n_sigma", is_off},       {"t_max_predict_ms", is_off},  {"lora", is_empty},
-    {"ignore_eos", is_off},
-    {"samplers", is_empty},        {"multimodal_data", is_empty}, {"grammar_lazy", is_off},
+    {"echo", is_off},              {"dry_multiplier", is_off},    {"xtc_probability", is_off},
+    {"mirostat", is_off},          {"top_n_sigma", is_neg},       {"lora", is_empty},
+    {"multimodal_data", is_empty}, {"grammar_lazy", is_off},
 };
 
 /* 0, or -1 with err naming the first field of b that is set and not implemented. */
@@ -415,6 +452,9 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, skv_err *err)
     j->n_predict = req.n_predict, j->top_k = req.top_k, j->temp = req.temp, j->top_p = req.top_p;
     j->min_p = req.min_p, j->repeat_penalty = req.repeat_penalty, j->presence_penalty = req.presence_penalty;
     j->frequency_penalty = req.frequency_penalty, j->repeat_last_n = req.repeat_last_n;
+    j->typ_p = req.typ_p, j->min_keep = req.min_keep, j->t_max_predict_ms = req.t_max_predict_ms;
+    j->ignore_eos = req.ignore_eos, j->eos_id = req.eos_id, j->n_samplers = req.n_samplers;
+    memcpy(j->samplers, req.samplers, sizeof j->samplers);
     j->cache_prompt = req.cache_prompt, j->id_slot = req.id_slot, j->stream = req.stream, j->seed = req.seed;
     j->usage_chunk = req.usage_chunk, j->created = req.created, j->fmt = fmt, j->n_stop = req.n_stop;
     j->n_keep = req.n_keep, j->n_discard = req.n_discard, j->return_tokens = req.return_tokens;

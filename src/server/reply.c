@@ -73,6 +73,16 @@ static json_t *gen_settings(const srv *s, const srv_job *j)
                           j->cache_prompt, "n_ctx", s->n_ctx);
     json_object_set_new(o, "adaptive_target", json_real(-1.0));
     json_object_set_new(o, "adaptive_decay", json_real(0.9));
+    json_object_set_new(o, "typical_p", json_real(j->typ_p));
+    json_object_set_new(o, "min_keep", json_integer(j->min_keep));
+    json_object_set_new(o, "ignore_eos", json_boolean(j->ignore_eos));
+    json_object_set_new(o, "t_max_predict_ms", json_integer(j->t_max_predict_ms));
+    json_t *names = json_array();
+    for (int i = 0; i < j->n_samplers; i++) {
+        const char *name = srv_sampler_name(j->samplers[i]);
+        if (name) json_array_append_new(names, json_string(name));
+    }
+    json_object_set_new(o, "samplers", names);
     return o;
 }
 

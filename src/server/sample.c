@@ -61,20 +61,24 @@ static void sort_all(cands *s)
  * them: each token seen is divided (positive logit) or multiplied (negative) by
  * repeat_penalty once, and lowered by count x frequency_penalty + presence_penalty.
  * count: n_vocab zeros on entry and on return. */
-static void penalize(cand *c, const srv_job *j, const int32_t *hist, size_t n_hist, int32_t *count)
+static float penalty(float l, const srv_job *j, int32_t count)
+{
+    float rp = (float)j->repeat_penalty;
+    l = l > 0.0f ? l / rp : l * rp;
+    return l - (float)((double)count * j->frequency_penalty + j->presence_penalty);
+}
+
+static void penalize(cands *s, const srv_job *j, const int32_t *hist, size_t n_hist, int32_t *count)
 {
     size_t n = j->repeat_last_n < 0 || (size_t)j->repeat_last_n > n_hist ? n_hist : (size_t)j->repeat_last_n;
     if (!n || (j->repeat_penalty == 1.0 && j->frequency_penalty == 0.0 && j->presence_penalty == 0.0)) return;
     const int32_t *h = hist + n_hist - n; /* hist may be NULL when n_hist is 0 */
+    cand *c = s->c;
     for (size_t i = 0; i < n; i++) count[h[i]]++;
-    for (size_t i = 0; i < n; i++) {
-        int32_t t = h[i];
-        if (!count[t]) continue; /* done at its first occurrence */
-        float l = c[t].logit, rp = (float)j->repeat_penalty;
-        l = l > 0.0f ? l / rp : l * rp;
-        c[t].logit = l - (float)((double)count[t] * j->frequency_penalty + j->presence_penalty);
-        count[t] = 0;
-    }
+    /* by id: after another sampler (samplers) the candidates are a subset in any order */
+    for (size_t i = 0; i < s->n; i++)
+        if (count[c[i].id]) c[i].logit = penalty(c[i].logit, j, count[c[i].id]);
+    for (size_t i = 0; i < n; i++) count[h[i]] = 0;
 }
 
 /* Heap of the k best candidates seen, the worst (the last in by_logit's order) at the root:
@@ -125,37 +129,185 @@ static void softmax(cands *s)
     for (size_t i = 0; i < s->n; i++) s->c[i].p /= sum;
 }
 
-static void top_p(cands *s, float p)
+static void top_p(cands *s, float p, size_t min_keep)
 {
     float cum = 0.0f;
     if (p >= 1.0f) return;
     softmax(s);
     sort_all(s);
     for (size_t i = 0; i < s->n; i++)
-        if ((cum += s->c[i].p) >= p) {
+        if ((cum += s->c[i].p) >= p && i + 1 >= min_keep) {
             s->n = i + 1;
             return;
         }
 }
 
-static void min_p(cands *s, float p)
+static void min_p(cands *s, float p, size_t min_keep)
 {
     if (p <= 0.0f) return;
-    if (!s->sorted) { /* llama.cpp keeps the order of an unsorted list */
+    if (!s->sorted) { /* llama.cpp keeps the order of an unsorted list, when that keeps min_keep */
         float max = s->c[0].logit;
         size_t kept = 0;
         for (size_t i = 1; i < s->n; i++) max = s->c[i].logit > max ? s->c[i].logit : max;
         float floor = max + log_f(p);
-        for (size_t i = 0; i < s->n; i++)
-            if (s->c[i].logit >= floor) s->c[kept++] = s->c[i];
-        s->n = kept;
-        return;
+        for (size_t i = 0; i < s->n; i++) kept += s->c[i].logit >= floor;
+        if (kept && kept >= min_keep) {
+            kept = 0;
+            for (size_t i = 0; i < s->n; i++)
+                if (s->c[i].logit >= floor) s->c[kept++] = s->c[i];
+            s->n = kept;
+            return;
+        }
+        sort_all(s);
     }
     float floor = s->c[0].logit + log_f(p);
     size_t i = 1;
-    while (i < s->n && s->c[i].logit >= floor) i++;
+    while (i < s->n && (s->c[i].logit >= floor || i < min_keep)) i++;
     s->n = i;
 }
+
+/* Locally typical sampling (Meister et al.): the candidates ordered by how far their
+ * surprisal -ln p lies from the entropy H of the distribution, nearest first, and the
+ * fewest of them whose probabilities sum past p kept (at least min_keep). The softmax runs
+ * over the list sorted by logit, so its float sums go in llama.cpp's order; ties of the
+ * distance go by the sorted position (a total order: the same list on every machine). */
+typedef struct typ_key {
+    float d;
+    uint32_t at;
+} typ_key;
+
+static int by_distance(const void *a, const void *b)
+{
+    const typ_key *x = a, *y = b;
+    if (x->d != y->d) return x->d < y->d ? -1 : 1;
+    return (x->at > y->at) - (x->at < y->at);
+}
+
+static void typical(cands *s, float p, size_t min_keep)
+{
+    if (p >= 1.0f || s->n < 2) return;
+    sort_all(s);
+    softmax(s);
+    typ_key *k = malloc(s->n * sizeof *k);
+    cand *kept = malloc(s->n * sizeof *kept);
+    if (!k || !kept) { /* out of memory: the list unfiltered (the draw still works) */
+        free(k), free(kept);
+        return;
+    }
+    float h = 0.0f, cum = 0.0f;
+    for (size_t i = 0; i < s->n; i++) h += -s->c[i].p * log_f(s->c[i].p);
+    for (size_t i = 0; i < s->n; i++) k[i] = (typ_key){fabsf(-log_f(s->c[i].p) - h), (uint32_t)i};
+    qsort(k, s->n, sizeof *k, by_distance);
+    size_t n = s->n;
+    for (size_t i = 0; i < s->n; i++)
+        if ((cum += s->c[k[i].at].p) > p && (min_keep == 0 || i + 1 >= min_keep)) {
+            n = i + 1;
+            break;
+        }
+    for (size_t i = 0; i < n; i++) kept[i] = s->c[k[i].at];
+    memcpy(s->c, kept, n * sizeof *kept);
+    s->n = n;
+    s->sorted = 0;
+    free(k), free(kept);
+}
+
+/* Temperature at its place in the chain: the logits divided by it, or, at 0, the first
+ * highest candidate alone (llama.cpp sets the others to -infinity; the draw then picks it). */
+static void temperature(cands *s, double temp)
+{
+    if (temp > 0.0) {
+        for (size_t i = 0; i < s->n; i++) s->c[i].logit /= (float)temp;
+        return;
+    }
+    size_t best = 0;
+    for (size_t i = 1; i < s->n; i++) best = s->c[i].logit > s->c[best].logit ? i : best;
+    s->c[0] = s->c[best];
+    s->n = 1;
+    s->sorted = 1;
+}
+
+/* llama-server's sampler names and characters ("samplers": names, or one string of
+ * characters). dry, top_n_sigma and xtc are steps whose parameters seqkv refuses unless
+ * they leave them no-ops (complete.c), so in a chain they are no-ops; infill and
+ * adaptive_p are not implemented (refused). */
+static const struct sampler_name {
+    const char *name;
+    int code; /* SRV_SMP_*, or -1: not implemented */
+    char chr;
+} k_samplers[] = {
+    {"penalties", SRV_SMP_PENALTIES, 'e'}, {"dry", SRV_SMP_NOOP, 'd'},   {"top_n_sigma", SRV_SMP_NOOP, 's'},
+    {"top_k", SRV_SMP_TOP_K, 'k'},         {"typ_p", SRV_SMP_TYP_P, 'y'}, {"top_p", SRV_SMP_TOP_P, 'p'},
+    {"min_p", SRV_SMP_MIN_P, 'm'},         {"xtc", SRV_SMP_NOOP, 'x'},    {"temperature", SRV_SMP_TEMP, 't'},
+    {"infill", -1, 'i'},                   {"adaptive_p", -1, 'a'},
+};
+#define N_SAMPLER_NAMES (sizeof k_samplers / sizeof *k_samplers)
+
+/* name (len bytes) in any case as a canonical name, its kebab-case ("top-k") or no-dash
+ * ("topk") form, or an alias (nucleus, temp, typ): its row, or NULL. */
+static const struct sampler_name *sampler_named(const char *name, size_t len)
+{
+    static const struct { const char *alias, *name; } aliases[] = {{"nucleus", "top_p"}, {"temp", "temperature"}, {"typ", "typ_p"}};
+    char low[32], kebab[32], flat[32];
+    if (len >= sizeof low) return NULL;
+    for (size_t i = 0; i < len; i++) low[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
+    low[len] = 0;
+    for (size_t a = 0; a < sizeof aliases / sizeof *aliases; a++)
+        if (!strcmp(low, aliases[a].alias)) return sampler_named(aliases[a].name, strlen(aliases[a].name));
+    for (size_t k = 0; k < N_SAMPLER_NAMES; k++) {
+        size_t m = 0, n = strlen(k_samplers[k].name);
+        for (size_t i = 0; i <= n; i++) {
+            char ch = k_samplers[k].name[i];
+            kebab[i] = ch == '_' ? '-' : ch;
+            if (ch != '_') flat[m++] = ch;
+        }
+        if (!strcmp(low, k_samplers[k].name) || !strcmp(low, kebab) || !strcmp(low, flat)) return &k_samplers[k];
+    }
+    return NULL;
+}
+
+static int sampler_add(const struct sampler_name *r, const char *what, size_t len, uint8_t *out, int *n, skv_err *err)
+{
+    if (!r) return skv_fail(err, SKV_ERR_INVALID_ARG, "samplers: unknown sampler \"%.*s\" (names: penalties, dry, top_n_sigma, "
+                            "top_k, typ_p, top_p, min_p, xtc, temperature; or characters ekyptmdsx)", (int)(len > 32 ? 32 : len), what);
+    if (r->code < 0) return skv_fail(err, SKV_ERR_INVALID_ARG, "samplers: \"%s\" is not supported by seqkv serve", r->name);
+    if (*n >= SRV_MAX_SAMPLERS) return skv_fail(err, SKV_ERR_INVALID_ARG, "samplers: more than %d", SRV_MAX_SAMPLERS);
+    out[(*n)++] = (uint8_t)r->code;
+    return 0;
+}
+
+const char *srv_sampler_name(int code)
+{
+    for (size_t k = 0; k < N_SAMPLER_NAMES; k++)
+        if (k_samplers[k].code == code && code != SRV_SMP_NOOP) return k_samplers[k].name;
+    return NULL;
+}
+
+int srv_samplers_add_name(const char *name, size_t len, uint8_t *out, int *n, skv_err *err)
+{
+    return sampler_add(sampler_named(name, len), name, len, out, n, err);
+}
+
+int srv_samplers_parse(const char *text, char sep, uint8_t *out, int *n, skv_err *err)
+{
+    *n = 0;
+    for (const char *p = text; *p;) {
+        const struct sampler_name *r = NULL;
+        size_t len = 1;
+        if (sep) {
+            len = strcspn(p, (char[]){sep, 0});
+            r = sampler_named(p, len);
+        } else {
+            for (size_t k = 0; k < N_SAMPLER_NAMES && !r; k++) r = k_samplers[k].chr == *p ? &k_samplers[k] : NULL;
+        }
+        if (len && sampler_add(r, p, len, out, n, err)) return -1;
+        p += len;
+        if (sep && *p == sep) p++;
+    }
+    return 0;
+}
+
+const uint8_t srv_default_samplers[SRV_N_DEFAULT_SAMPLERS] = {SRV_SMP_PENALTIES, SRV_SMP_TOP_K, SRV_SMP_TYP_P,
+                                                              SRV_SMP_TOP_P, SRV_SMP_MIN_P, SRV_SMP_TEMP};
 
 /* The draw: a float softmax summed in double, the first candidate whose running sum reaches
  * the uniform draw times the total. */
@@ -179,19 +331,24 @@ int32_t srv_sample(const float *logits, int n_vocab, const srv_job *j, const int
     size_t *left = scratch;
     for (int32_t i = 0; i < n_vocab; i++) s.c[i] = (cand){logits[i], 0.0f, i};
     for (size_t i = 0; i < j->n_bias; i++) s.c[j->bias[i].id].logit += j->bias[i].bias; /* llama.cpp: first */
-    penalize(s.c, j, hist, n_hist, count);
-    top_k(&s, j->top_k);
-    top_p(&s, (float)j->top_p);
-    min_p(&s, (float)j->min_p);
-    if (j->temp <= 0.0) { /* greedy: the first highest logit; the generator still draws, as llama.cpp's */
-        size_t best = 0;
-        for (size_t i = 1; i < s.n; i++) best = s.c[i].logit > s.c[best].logit ? i : best;
+    if (j->ignore_eos && j->eos_id >= 0 && j->eos_id < n_vocab) s.c[j->eos_id].logit = -INFINITY; /* as its -inf bias */
+    const uint8_t *chain = j->n_samplers ? j->samplers : srv_default_samplers;
+    size_t n_chain = j->n_samplers ? (size_t)j->n_samplers : SRV_N_DEFAULT_SAMPLERS, keep = (size_t)j->min_keep;
+    for (size_t k = 0; k < n_chain; k++) switch (chain[k]) {
+        case SRV_SMP_PENALTIES: penalize(&s, j, hist, n_hist, count); break;
+        case SRV_SMP_TOP_K: top_k(&s, j->top_k); break;
+        case SRV_SMP_TYP_P: typical(&s, (float)j->typ_p, keep); break;
+        case SRV_SMP_TOP_P: top_p(&s, (float)j->top_p, keep); break;
+        case SRV_SMP_MIN_P: min_p(&s, (float)j->min_p, keep); break;
+        case SRV_SMP_TEMP: temperature(&s, j->temp); break;
+        default: break; /* a sampler whose parameters leave it a no-op (dry, xtc, top_n_sigma) */
+        }
+    if (s.n == 1) { /* greedy (or one left): it alone, certain; the generator still draws, as llama.cpp's */
         skv_mt_uniform(&rng->mt);
-        s.c[0] = (cand){s.c[best].logit, 1.0f, s.c[best].id}; /* after sampling: it alone, certain */
+        s.c[0].p = 1.0f;
         *left = 1;
         return s.c[0].id;
     }
-    for (size_t i = 0; i < s.n; i++) s.c[i].logit /= (float)j->temp;
     int32_t tok = draw(&s, rng);
     *left = s.n;
     return tok;

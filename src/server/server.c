@@ -170,7 +170,7 @@ static void shutdown_all(srv *s, void *daemon)
 skv_sampling_defaults skv_sampling_defaults_init(void)
 {
     return (skv_sampling_defaults){.temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .repeat_penalty = 1.0,
-                                   .repeat_last_n = 64, .seed = -1, .n_predict = -1};
+                                   .repeat_last_n = 64, .seed = -1, .n_predict = -1, .typ_p = 1.0};
 }
 
 /* 1 when keys ('\n'-separated) hold at least one non-empty key. */
@@ -199,12 +199,29 @@ static int check_params(skv_server_params *p)
     return 0;
 }
 
+/* The default sampler chain of --samplers / --sampling-seq (else llama-server's). */
+static int default_chain(srv *s)
+{
+    skv_err err = {0};
+    const skv_sampling_defaults *d = &s->p.defaults;
+    if (d->samplers ? srv_samplers_parse(d->samplers, ';', s->chain, &s->n_chain, &err)
+                    : d->sampling_seq && srv_samplers_parse(d->sampling_seq, 0, s->chain, &s->n_chain, &err)) {
+        srv_log("--%s: %s", d->samplers ? "samplers" : "sampling-seq", err.msg);
+        return -1;
+    }
+    if (!d->samplers && !d->sampling_seq) { /* llama-server's order */
+        memcpy(s->chain, srv_default_samplers, sizeof srv_default_samplers);
+        s->n_chain = SRV_N_DEFAULT_SAMPLERS;
+    }
+    return 0;
+}
+
 int skv_server_run(const skv_server_params *p)
 {
     srv s = {.p = *p, .t_start = srv_unix_now()};
     void *daemon = NULL;
     int port = 0, sig = 0;
-    if (check_params(&s.p)) return 1;
+    if (check_params(&s.p) || default_chain(&s)) return 1;
     srv_mem_install_json(); /* before any JSON value exists */
     srv_mem_configure((size_t)s.p.mem_budget);
     sigset_t set;

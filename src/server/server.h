@@ -10,6 +10,10 @@ typedef struct skv_sampling_defaults {
     int top_k, repeat_last_n; /* repeat_last_n: -1 = the whole context */
     long long seed;           /* -1: a new one per request */
     int n_predict;            /* -1: until the context is full (at most SRV_MAX_N_PREDICT) */
+    double typ_p;             /* typical_p (1: off) */
+    int min_keep, ignore_eos;
+    const char *samplers;     /* --samplers "name;name" or NULL */
+    const char *sampling_seq; /* --sampling-seq "ekyptm..." or NULL (samplers wins) */
 } skv_sampling_defaults;
 
 typedef struct skv_server_params {

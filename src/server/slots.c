@@ -415,8 +415,13 @@ static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
     int32_t tok = srv_sample_constrained(s, j, sl->logits, sl->tokens, sl->n_tokens, rng, sl->scratch);
     if (tok == s->info.eos_id) return j->finish = "stop", 1;
     if (gen_push(j, tok, sl->logits, s->info.n_vocab, sl->scratch)) return SKV_ERR_NOMEM;
+    size_t had = j->len; /* the slot's thread is the text's only writer */
     if (srv_job_append(j, s->model, tok)) return j->finish = "stop", 1;
     if (j->n_gen >= (size_t)j->n_predict) return j->finish = "length", 1;
+    /* t_max_predict_ms, as llama-server: past the time, the generation ends at a newline */
+    if (j->t_max_predict_ms > 0 && j->len > had && memchr(j->text + had, '\n', j->len - had) &&
+        now_ms() - j->t_gen_start > j->t_max_predict_ms)
+        return j->finish = "length", 1;
     /* as llama-server: prompt + generated tokens never exceed n_ctx (the last one needs no KV) */
     if (sl->n_tokens + 1 >= (size_t)s->n_ctx && (!s->p.ctx_shift || !ctx_shift(sl, j)))
         return j->truncated = 1, j->finish = "length", 1; /* as llama-server: stopped by the context */

@@ -47,10 +47,26 @@ typedef struct srv_metrics {
     atomic_ullong prompt_us, gen_us; /* microseconds spent */
 } srv_metrics;
 
+/* The sampler chain's steps (the request's "samplers", llama-server's names), in
+ * llama-server's default order; logit biases always come first, the draw last. */
+enum { SRV_SMP_PENALTIES, SRV_SMP_TOP_K, SRV_SMP_TYP_P, SRV_SMP_TOP_P, SRV_SMP_MIN_P, SRV_SMP_TEMP, SRV_SMP_NOOP };
+#define SRV_MAX_SAMPLERS 32
+#define SRV_N_DEFAULT_SAMPLERS 6
+extern const uint8_t srv_default_samplers[SRV_N_DEFAULT_SAMPLERS];
+/* A chain from text: names separated by sep (llama-server's --samplers "a;b"), or, sep 0,
+ * one character per sampler (--sampling-seq, a string "samplers"); or one name of len
+ * bytes appended. 0, or -1 with err naming the sampler (unknown, or not implemented). */
+int srv_samplers_parse(const char *text, char sep, uint8_t *out, int *n, skv_err *err);
+int srv_samplers_add_name(const char *name, size_t len, uint8_t *out, int *n, skv_err *err);
+/* llama-server's name of a step (NULL for SRV_SMP_NOOP). */
+const char *srv_sampler_name(int code);
+
 typedef struct srv {
     skv_server_params p;
     skv_model *model;
     skv_model_info info;
+    uint8_t chain[SRV_MAX_SAMPLERS]; /* the default sampler chain (SRV_SMP_*): --samplers, else llama-server's */
+    int n_chain;
     char model_id[256];  /* the first alias in byte order, or the file name */
     json_t *aliases, *tags; /* /v1/models' lists (--alias, --tags): arrays of strings */
     char *chat_template; /* the model's tokenizer.chat_template, or NULL */
@@ -77,6 +93,13 @@ typedef struct srv_job {
     int post_probs;            /* post_sampling_probs: probabilities after the sampler chain ("prob") */
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
     int repeat_last_n;
+    double typ_p;              /* typical_p (1: off) */
+    int min_keep;              /* candidates top_p, min_p and typical_p always keep */
+    uint8_t samplers[SRV_MAX_SAMPLERS]; /* the chain's order (SRV_SMP_*), n_samplers of them; */
+    int n_samplers;            /* 0: srv_default_samplers */
+    int t_max_predict_ms;      /* > 0: generation stops at a newline once it ran this long */
+    int ignore_eos;            /* the end-of-generation token (eos_id) never sampled */
+    int32_t eos_id;
     struct srv_bias { int32_t id; float bias; } *bias; /* logit_bias: added to the logits first */
     size_t n_bias;
     uint64_t seed;

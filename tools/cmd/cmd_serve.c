@@ -15,10 +15,10 @@
 
 typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
-    const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers;
-    long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client;
-    int ctx_shift, no_ui, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
-    double recompute, quality, temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+    const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
+    long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client, min_keep;
+    int ignore_eos, ctx_shift, no_ui, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
+    double recompute, quality, temp, top_p, min_p, typ_p, repeat_penalty, presence_penalty, frequency_penalty;
     long long budget, mem_budget;
 } serve_opts;
 
@@ -51,6 +51,13 @@ static const cli_opt serve_table[] = {
     {"top-k", 0, CLI_INT, "N", 0, INT_MAX, F(top_k), "default top-k (40; 0 = the whole vocabulary)"},
     {"top-p", 0, CLI_FLOAT, "P", 0, 1, F(top_p), "default top-p (0.95)"},
     {"min-p", 0, CLI_FLOAT, "P", 0, 1, F(min_p), "default min-p (0.05)"},
+    {"typical", 0, CLI_FLOAT, "P", 0, 1, F(typ_p), "default typical-p (1.0 = off)"},
+    {"min-keep", 0, CLI_INT, "N", 0, INT_MAX, F(min_keep), "candidates top-p, min-p and typical-p always keep (0)"},
+    {"samplers", 0, CLI_STR, "NAMES", 0, 0, F(samplers), "the sampler chain's order, names separated by ';' (default\n"
+     "penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature)"},
+    {"sampling-seq", 0, CLI_STR, "CHARS", 0, 0, F(sampling_seq), "the same as characters (default edskypmxt)"},
+    {"sampler-seq", 0, CLI_STR, "CHARS", 0, 0, F(sampling_seq), NULL},
+    {"ignore-eos", 0, CLI_FLAG, NULL, 0, 0, F(ignore_eos), "never end a generation at the end-of-text token"},
     {"repeat-penalty", 0, CLI_FLOAT, "F", 0, 100, F(repeat_penalty), "default repeat penalty (1.0 = none)"},
     {"repeat-last-n", 0, CLI_INT, "N", -1, 1 << 24, F(repeat_last_n), "tokens the penalties look back over (64; -1 = the context)"},
     {"presence-penalty", 0, CLI_FLOAT, "F", -100, 100, F(presence_penalty), "default presence penalty (0)"},
@@ -192,7 +199,8 @@ static int check_opts(const serve_opts *o)
 int cmd_serve(int argc, char **argv)
 {
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .threads = 0, .budget = -1, .recompute = -1,
-                    .temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .repeat_penalty = 1.0, .repeat_last_n = 64,
+                    .temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .typ_p = 1.0, .repeat_penalty = 1.0,
+                    .repeat_last_n = 64,
                     .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1, .pooling = -1};
     int rc = cli_parse(&serve_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE || (rc = check_opts(&o)) != CLI_CONTINUE) return rc;
@@ -214,7 +222,9 @@ int cmd_serve(int argc, char **argv)
                                         .repeat_penalty = o.repeat_penalty, .repeat_last_n = (int)o.repeat_last_n,
                                         .presence_penalty = o.presence_penalty,
                                         .frequency_penalty = o.frequency_penalty, .seed = o.seed,
-                                        .n_predict = (int)o.n_predict}};
+                                        .n_predict = (int)o.n_predict, .typ_p = o.typ_p, .min_keep = (int)o.min_keep,
+                                        .ignore_eos = o.ignore_eos, .samplers = o.samplers,
+                                        .sampling_seq = o.sampling_seq}};
     if (api_keys(&o, &keys) || chat_template(&o, &p, &tmpl)) {
         free(keys);
         return CLI_FAIL;
