@@ -113,9 +113,9 @@ static const store_backend_ops redis_ops = {
 
 static void set_ns(redis_backend *b, const uint8_t fp[16])
 {
-    int n = snprintf(b->top, sizeof b->top, "%s:skv%d:", b->addr.prefix, STORE_KEY_VERSION);
-    b->top_n = (size_t)n;
-    n = snprintf(b->ns, sizeof b->ns, "%s", b->top);
+    rb_top(&b->addr, b->top, sizeof b->top);
+    b->top_n = strlen(b->top);
+    int n = snprintf(b->ns, sizeof b->ns, "%s", b->top);
     for (int i = 0; i < 16; i++) n += snprintf(b->ns + n, sizeof b->ns - (size_t)n, "%02x", fp[i]);
     b->ns[n++] = ':';
     b->ns[n] = 0;
@@ -227,7 +227,8 @@ int store_redis_peek(const char *url, const char *name, uint8_t **v, size_t *vn,
     if (rc) return rc;
     redisContext *c = rb_addr_connect(&a, err);
     if (!c) return SKV_ERR_IO;
-    snprintf(key, sizeof key, "%s:skv%d:%s", a.prefix, STORE_KEY_VERSION, strcmp(name, "header") ? "M" : "H");
+    rb_top(&a, key, sizeof key - 1);
+    strcat(key, strcmp(name, "header") ? "M" : "H");
     const char *argv[2] = {"GET", key};
     size_t len[2] = {3, strlen(key)};
     redisReply *r = conn_cmd(c, 2, argv, len);
