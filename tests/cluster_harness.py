@@ -135,22 +135,36 @@ class Cluster:
 
     def migrate_slot(self, slot, dst):
         """Moves a slot and its keys to master dst as an operator would (SETSLOT IMPORTING /
-        MIGRATING, MIGRATE in batches, SETSLOT NODE on every master)."""
+        MIGRATING, MIGRATE in batches, SETSLOT NODE on every master); -> the old master."""
+        src = self.begin_migration(slot, dst)
+        self.finish_migration(slot, dst)
+        return src
+
+    def begin_migration(self, slot, dst, keep=()):
+        """The first half: the slot MIGRATING to dst and its keys but those in `keep` moved
+        there, the slot still the old master's (clients are answered ASK); -> the old master."""
         src = self.owner(slot)
-        sid, did = self.node_id(src), self.node_id(dst)
-        command(dst, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", sid)
-        command(src, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", did)
+        command(dst, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", self.node_id(src))
+        command(src, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", self.node_id(dst))
+        self._move_keys(src, dst, slot, keep)
+        return src
+
+    def _move_keys(self, src, dst, slot, keep=()):
         while True:
-            keys = command(src, "CLUSTER", "GETKEYSINSLOT", str(slot), "100", raw=True)
+            keys = [k for k in command(src, "CLUSTER", "GETKEYSINSLOT", str(slot), "1000", raw=True) or []
+                    if k not in keep]
             if not keys:
-                break
+                return
             r = command(src, "MIGRATE", "127.0.0.1", str(dst), "", "0", "5000", "KEYS", *keys, timeout=10)
             if r != "OK":
                 raise RuntimeError("MIGRATE: %s" % r)
+
+    def finish_migration(self, slot, dst):
+        """The rest of the keys moved, the slot given to dst on every master."""
+        self._move_keys(self.owner(slot), dst, slot)
         for p in self.masters():
-            command(p, "CLUSTER", "SETSLOT", str(slot), "NODE", did)
+            command(p, "CLUSTER", "SETSLOT", str(slot), "NODE", self.node_id(dst))
         self.wait_ok()
-        return src
 
     def restart(self, port):
         """Starts a killed node again (its folder keeps nodes.conf: it rejoins, as a replica

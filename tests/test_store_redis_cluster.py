@@ -9,6 +9,11 @@
   slot is migrated to another master (SETSLOT/MIGRATE) and then while a replica takes
   over by CLUSTER FAILOVER: its pooled connections get MOVED (counted in the old
   masters' errorstats), every request is a 200 and every conversation restores verified.
+- ask: a slot left half migrated (MIGRATING, its keys on the target but the header and
+  model records, SETSLOT NODE not sent): a get opens the store and its transaction is
+  answered ASK; each runs again a bounded number of times, then fails
+  with a clear error naming the redirection, within seconds; once the migration is
+  finished the sessions restore verified from the new master.
 - failover: puts (the CLI, each its own process) while the slot's master is killed with
   SIGKILL; the cluster promotes its replica; the puts go on, at most a couple say
   "retry", and every acknowledged put restores verified from the promoted master. The
@@ -136,6 +141,28 @@ def case_redirects(tmp, c):
           "%d conversations restored verified" % (slot, first, dst, seen["promoted"], moved, len(names)))
 
 
+def case_ask(tmp, c):
+    p = prefixes_on_masters(c, 1)[0] + "a"
+    url, slot = c.url(p), c.keyslot("{%s}" % p)
+    rc, out = store("init", url)
+    check(rc == 0, "init: " + out)
+    for i in range(2):
+        rc, out = put(tmp, url, 50 + i)
+        check(rc == 0, "put: " + out)
+    dst = [m for m in c.masters() if m != c.owner(slot)][0]
+    c.begin_migration(slot, dst, keep=[("{%s}:skv2:%s" % (p, k)).encode() for k in "HM"])
+    t0 = time.time()
+    rc, out = store("get", url, "s050.txt")
+    dt = time.time() - t0
+    check(rc != 0 and "answered 'ASK %d" % slot in out and "retry" in out, "get during the migration: " + out)
+    check(0.5 < dt < 15, "the bounded redirections took %.1f s" % dt)  # 6 attempts, pauses 50..800 ms
+    c.finish_migration(slot, dst)
+    for i in range(2):
+        rc, got = store("get", url, "s%03d.txt" % (50 + i))
+        check(rc == 0 and "verified" in got, "get after the migration: " + got)
+    print("ask: a half-migrated slot: %.1f s, then '%s'" % (dt, out.splitlines()[-1][:90]))
+
+
 def case_failover(tmp, c):
     p = prefixes_on_masters(c, 1)[0] + "f"
     url, slot = c.url(p, "?replicas=0"), c.keyslot("{%s}" % p)
@@ -200,7 +227,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="seqkv-cluster-") as tmp:
         c = cluster_harness.Cluster(os.path.join(tmp, "cluster"))
         try:
-            for case in (case_spread, case_redirects, case_failover):  # the last one kills a master
+            for case in (case_spread, case_redirects, case_ask, case_failover):  # the last one kills a master
                 rep.run_case(case, tmp, c)
         finally:
             c.stop()

@@ -131,9 +131,12 @@ static int header_absent(redis_backend *b, redisContext *c)
     size_t len[2] = {6, strlen(key)};
     redisReply *r = conn_cmd(c, 2, argv, len);
     if (!r) return store_err(b->base.st, SKV_ERR_IO, "Redis at %s: %s", b->url, c->errstr);
+    skv_err e;
     int rc = r->type == REDIS_REPLY_INTEGER ? r->integer == 0
-                                            : store_err(b->base.st, SKV_ERR_IO, "Redis: %s",
-                                                        r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+             : rb_cluster_redirect(&b->addr, r)
+                 ? store_err(b->base.st, rb_cluster_fail(&b->addr, b->url, r, &e), "%s", e.msg)
+                 : store_err(b->base.st, SKV_ERR_IO, "Redis: %s", r->type == REDIS_REPLY_ERROR ? r->str
+                                                                                              : "unexpected reply");
     freeReplyObject(r);
     return rc;
 }
@@ -234,6 +237,7 @@ int store_redis_peek(const char *url, const char *name, uint8_t **v, size_t *vn,
     redisReply *r = conn_cmd(c, 2, argv, len);
     if (!r) rc = skv_fail(err, SKV_ERR_IO, "Redis at %s: %s", url, c->errstr);
     else if (r->type == REDIS_REPLY_NIL) rc = 1;
+    else if (rb_cluster_redirect(&a, r)) rc = rb_cluster_fail(&a, url, r, err);
     else if (r->type != REDIS_REPLY_STRING) rc = skv_fail(err, SKV_ERR_IO, "Redis at %s: unexpected reply", url);
     else if (!(*v = malloc(r->len + 1))) rc = skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     else {

@@ -119,6 +119,8 @@ void rb_conn_retry_set(void);
 /* Cluster mode: 1 when reply r is a redirection or a cluster in transition (MOVED, ASK,
  * TRYAGAIN, CLUSTERDOWN): the caller drops its connection and the call runs again. */
 int rb_cluster_redirect(const redis_addr *a, const redisReply *r);
+/* The message for such a reply (into err); SKV_ERR_IO. */
+int rb_cluster_fail(const redis_addr *a, const char *url, const redisReply *r, skv_err *err);
 int rb_retry_take(void);
 
 #endif

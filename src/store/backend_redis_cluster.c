@@ -84,6 +84,13 @@ int rb_cluster_redirect(const redis_addr *a, const redisReply *r)
     return 0;
 }
 
+int rb_cluster_fail(const redis_addr *a, const char *url, const redisReply *r, skv_err *err)
+{
+    return skv_fail(err, SKV_ERR_IO, "Redis Cluster at %s: the store's slot %d answered '%.200s' (it is being "
+                    "migrated or the cluster is reconfiguring: nothing was written; retry when it settles)", url,
+                    a->slot, r->str);
+}
+
 /* ---- finding the slot's master ------------------------------------------------------ */
 
 /* The master of `slot` in a CLUSTER SLOTS reply (every field checked: a hostile or odd

@@ -169,21 +169,20 @@ static redisReply *cmd(store_btx *t, int argc, const char **argv, const size_t *
  * transition. Nothing of this transaction was applied (a redirected command is not run;
  * a queued one makes EXEC abort): the connection is dropped and the call runs again on a
  * new one, which asks the cluster where the slot is now. */
-static int redirected(store_btx *t, redisReply *r, const char *what)
+static int redirected(store_btx *t, redisReply *r)
 {
+    skv_err e;
     t->bad = 1;
     rb_pool_flush(t->b);
     rb_conn_retry_set();
-    int rc = store_err(ST(t), SKV_ERR_IO, "Redis Cluster at %s: %s answered '%.200s' (the store's slot %d moved "
-                       "or the cluster is reconfiguring: nothing was written; retry)", t->b->url, what, r->str,
-                       t->b->addr.slot);
+    int rc = store_err(ST(t), rb_cluster_fail(&t->b->addr, t->b->url, r, &e), "%s", e.msg);
     freeReplyObject(r);
     return rc;
 }
 
 static int reply_err(store_btx *t, redisReply *r, const char *what)
 {
-    if (rb_cluster_redirect(&t->b->addr, r)) return redirected(t, r, what);
+    if (rb_cluster_redirect(&t->b->addr, r)) return redirected(t, r);
     int rc = store_err(ST(t), SKV_ERR_IO, "Redis at %s: %s: %.200s%s", t->b->url, what,
                        r && r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply",
                        r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "OOM", 3)
