@@ -119,6 +119,12 @@ void rb_conn_retry_set(void);
 /* Cluster mode: 1 when reply r is a redirection or a cluster in transition (MOVED, ASK,
  * TRYAGAIN, CLUSTERDOWN): the caller drops its connection and the call runs again. */
 int rb_cluster_redirect(const redis_addr *a, const redisReply *r);
+/* The master of `slot` in a CLUSTER SLOTS reply r (every field checked: a hostile or odd
+ * reply is "not found"): host (`asked`, the node asked, when the reply leaves it empty or
+ * "?") and port; 0, or -1. */
+int rb_cluster_owner(const redisReply *r, int slot, const char *asked, char *host, size_t hcap, int *port);
+/* "MOVED 1234 HOST:PORT" (or ASK) -> host, port; 0, or -1 when malformed. */
+int rb_parse_moved(const char *s, char *host, size_t hcap, int *port);
 /* The message for such a reply (into err); SKV_ERR_IO. */
 int rb_cluster_fail(const redis_addr *a, const char *url, const redisReply *r, skv_err *err);
 int rb_retry_take(void);

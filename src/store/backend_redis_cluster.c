@@ -93,10 +93,7 @@ int rb_cluster_fail(const redis_addr *a, const char *url, const redisReply *r, s
 
 /* ---- finding the slot's master ------------------------------------------------------ */
 
-/* The master of `slot` in a CLUSTER SLOTS reply (every field checked: a hostile or odd
- * reply is "not found"): host (the asking node's when the reply leaves it empty or "?")
- * and port; 0, or -1. */
-static int slots_owner(const redisReply *r, int slot, const char *asked, char *host, size_t hcap, int *port)
+int rb_cluster_owner(const redisReply *r, int slot, const char *asked, char *host, size_t hcap, int *port)
 {
     if (r->type != REDIS_REPLY_ARRAY) return -1;
     for (size_t i = 0; i < r->elements; i++) {
@@ -126,7 +123,7 @@ static int ask_seed(const redis_addr *a, int i, char *host, size_t hcap, int *po
     if (!c) return skv_fail(why, SKV_ERR_IO, "seed %s:%d: unreachable", a->sent_host[i], a->sent_port[i]), -1;
     const char *argv[2] = {"CLUSTER", "SLOTS"};
     redisReply *r = redisCommandArgv(c, 2, argv, NULL);
-    int ok = r && !slots_owner(r, a->slot, a->sent_host[i], host, hcap, port);
+    int ok = r && !rb_cluster_owner(r, a->slot, a->sent_host[i], host, hcap, port);
     if (!ok)
         skv_fail(why, SKV_ERR_IO, "seed %s:%d: %.150s", a->sent_host[i], a->sent_port[i],
                  !r ? c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "names no master for the slot");
@@ -135,14 +132,13 @@ static int ask_seed(const redis_addr *a, int i, char *host, size_t hcap, int *po
     return ok ? 0 : -1;
 }
 
-/* "MOVED 1234 host:port" -> host, port; 0, or -1 when malformed. */
-static int parse_moved(const char *s, char *host, size_t hcap, int *port)
+int rb_parse_moved(const char *s, char *host, size_t hcap, int *port)
 {
     const char *sp = strchr(s, ' '), *hp = sp ? strchr(sp + 1, ' ') : NULL;
     if (!hp || !hp[1]) return -1;
     const char *co = strrchr(hp + 1, ':');
     size_t hn = co ? (size_t)(co - hp - 1) : 0;
-    if (!co || hn >= hcap) return -1;
+    if (!co || hn == 0 || hn >= hcap) return -1;
     char *end;
     long p = strtol(co + 1, &end, 10);
     if (*end || p < 1 || p > 65535) return -1;
@@ -161,11 +157,10 @@ static int probe(const redis_addr *a, redisContext *c, char *host, size_t hcap, 
     strncat(key, "H", sizeof key - strlen(key) - 1);
     const char *argv[2] = {"EXISTS", key};
     redisReply *r = redisCommandArgv(c, 2, argv, NULL);
-    int rc = -1;
+    int rc = -1, err = r && r->type == REDIS_REPLY_ERROR;
     if (r && r->type == REDIS_REPLY_INTEGER) rc = 1;
-    else if (r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "ASK ", 4)) rc = 1; /* still the owner */
-    else if (r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "MOVED ", 6) && !parse_moved(r->str, host, hcap, port))
-        rc = 0;
+    else if (err && !strncmp(r->str, "ASK ", 4)) rc = 1; /* still the owner */
+    else if (err && !strncmp(r->str, "MOVED ", 6) && !rb_parse_moved(r->str, host, hcap, port)) rc = 0;
     if (rc < 0)
         skv_fail(why, SKV_ERR_IO, "%s:%d: %.150s", host, *port,
                  !r ? c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
