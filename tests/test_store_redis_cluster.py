@@ -4,7 +4,8 @@
 
 - spread: stores with different prefixes land on different masters (each store is one
   hash slot, its tag {PREFIX}: every key of a store is in the slot CLUSTER KEYSLOT names,
-  and the masters' DBSIZEs add up to the stores' keys); puts, gets verified, ls.
+  and the masters' DBSIZEs add up to the stores' keys); puts, gets verified, ls, rm, gc,
+  stats.
 - redirects: one `seqkv serve` (pooled connections) answers completions while its store's
   slot is migrated to another master (SETSLOT/MIGRATE) and then while a replica takes
   over by CLUSTER FAILOVER: its pooled connections get MOVED (counted in the old
@@ -79,6 +80,14 @@ def case_spread(tmp, c):
         for i in range(2):
             rc, out = store("get", url, "s%03d.txt" % (10 * k + i))
             check(rc == 0 and "verified" in out, "get %s %d: %s" % (p, i, out))
+    url = c.url(prefixes[0])  # the whole-store commands: each runs on its store's master
+    rc, out = store("rm", url, "s000.txt")
+    check(rc == 0, "rm: " + out)
+    for cmd in ("gc", "stats"):
+        rc, out = store(cmd, url)
+        check(rc == 0, "%s: %s" % (cmd, out))
+    rc, ls = store("ls", url)
+    check(rc == 0 and ls.startswith("s001.txt"), "ls after rm: " + ls)
     in_slots = 0
     for p in prefixes:
         slot = c.keyslot("{%s}" % p)
