@@ -34,7 +34,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster_harness  # noqa: E402
 import redis_harness  # noqa: E402
-from sentinel_harness import command, free_port  # noqa: E402
+from sentinel_harness import command, free_port, wait  # noqa: E402
 from test_store_redis_sentinel import check_refused, put, restore_all, store, text  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
 from clitest import Reporter, check, run_cases  # noqa: E402
@@ -138,7 +138,7 @@ def case_redirects(tmp, c):
         rep = c.replica_of(dst)
         check(rep is not None, "no replica of %d" % dst)
         check(command(rep, "CLUSTER", "FAILOVER") == "OK", "CLUSTER FAILOVER refused")
-        c._wait(lambda: c.owner(slot) == rep, "the replica did not take the slot over")
+        wait(lambda: c.owner(slot) == rep, "the replica did not take the slot over")
         c.wait_ok()
         seen["promoted"] = rep
 
