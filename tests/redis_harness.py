@@ -16,6 +16,14 @@ def free_port():
     return port
 
 
+def report_missing(rep, case, miss):
+    """Programs `miss` are not installed: reports `case` as SKIP, or FAIL under
+    SEQKV_REQUIRE_REDIS=1 (.ci/run); -> the test's exit status."""
+    need = os.environ.get("SEQKV_REQUIRE_REDIS") == "1"
+    rep.report(case, "FAIL" if need else "SKIP", "%s not installed (scripts/install-deps.sh)" % " and ".join(miss))
+    return 1 if need else 0
+
+
 def available():
     return shutil.which("redis-server") is not None
 

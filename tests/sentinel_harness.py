@@ -21,20 +21,21 @@ def missing():
     return [p for p in ("redis-server", "redis-sentinel") if shutil.which(p) is None]
 
 
-def command(port, *args, timeout=2.0):
-    """One Redis command to 127.0.0.1:port (RESP); -> the reply as Python values, or None
-    when the server cannot be reached."""
-    msg = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in (x.encode() for x in args))
+def command(port, *args, timeout=2.0, raw=False):
+    """One Redis command to 127.0.0.1:port (RESP; arguments str or bytes); -> the reply as
+    Python values (bulk strings as bytes when raw), or None when the server cannot be reached."""
+    args = [x if isinstance(x, bytes) else x.encode() for x in args]
+    msg = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
             s.sendall(msg)
             f = s.makefile("rb")
-            return _reply(f)
+            return _reply(f, raw)
     except (OSError, ValueError):
         return None
 
 
-def _reply(f):
+def _reply(f, raw=False):
     line = f.readline()
     if not line:
         raise ValueError("connection closed")
@@ -45,11 +46,24 @@ def _reply(f):
         return int(rest)
     if t == b"$":
         n = int(rest)
-        return None if n < 0 else f.read(n + 2)[:-2].decode("utf-8", "replace")
+        if n < 0:
+            return None
+        b = f.read(n + 2)[:-2]
+        return b if raw else b.decode("utf-8", "replace")
     if t == b"*":
         n = int(rest)
-        return None if n < 0 else [_reply(f) for _ in range(n)]
+        return None if n < 0 else [_reply(f, raw) for _ in range(n)]
     raise ValueError("bad reply")
+
+
+def wait(ok, why, seconds=20):
+    """Polls ok() every 50 ms until it holds; RuntimeError(why) after `seconds`."""
+    t = time.time() + seconds
+    while time.time() < t:
+        if ok():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(why)
 
 
 class Deployment:
@@ -96,12 +110,7 @@ class Deployment:
         self._wait(lambda: command(port, "PING") == "PONG", "redis-sentinel on port %d did not start" % port)
 
     def _wait(self, ok, why, seconds=20):
-        t = time.time() + seconds
-        while time.time() < t:
-            if ok():
-                return
-            time.sleep(0.05)
-        raise RuntimeError(why)
+        wait(ok, why, seconds)
 
     def _wait_replicas(self, port, n):
         def ok():

@@ -23,13 +23,13 @@ under SEQKV_REQUIRE_REDIS=1 (.ci/run sets it)."""
 import json
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import redis_harness  # noqa: E402
 import sentinel_harness  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
-from clitest import Reporter, check, run  # noqa: E402
+from clitest import Reporter, check, run, run_cases  # noqa: E402
 from harness import Server  # noqa: E402
 
 NAME = "test_store_redis_sentinel"
@@ -115,16 +115,22 @@ def case_server(tmp):
         broken = [line for line in lost if "replicas confirmed" not in line]
         check(not broken, "store calls failed: %s" % broken[:2])
         check(len(lost) <= 4, "%d puts unconfirmed by a replica: %s" % (len(lost), lost[:2]))
-        rc, ls = store("ls", url)
-        names = [line.split("\t")[0] for line in ls.splitlines() if line.strip()]
-        check(rc == 0 and len(names) >= 20, "%d conversations stored of 24: %s" % (len(names), ls))
-        for n in names:
-            rc, out = store("get", url, n)
-            check(rc == 0 and "verified" in out, "get %s: %s" % (n, out))
+        restore_all(url, 20, 24)
     finally:
         if srv and srv.p.poll() is None:
             srv.stop()
         d.stop()
+
+
+def restore_all(url, least, of):
+    """Every session `ls` lists (at least `least` of `of`) restores verified; -> their names."""
+    rc, ls = store("ls", url)
+    names = [line.split("\t")[0] for line in ls.splitlines() if line.strip()]
+    check(rc == 0 and len(names) >= least, "%d conversations stored of %d: %s" % (len(names), of, ls))
+    for n in names:
+        rc, out = store("get", url, n)
+        check(rc == 0 and "verified" in out, "get %s: %s" % (n, out))
+    return names
 
 
 def case_wait_replicas(tmp):
@@ -165,7 +171,12 @@ def case_bad_urls(tmp):
            "redis+sentinel://h:1/m?bogus=1", "redis+sentinel://h:1/m?wait_ms=", "redis+sentinel://h:99999/m",
            "redis+sentinel://" + ",".join("h:%d" % (i + 1) for i in range(9)) + "/m",
            "redis+sentinel://h:1/" + "m" * 200]
-    for u in bad:
+    check_refused(bad)
+
+
+def check_refused(urls):
+    """Each URL is refused with a message about the URL (no crash, no connection attempt)."""
+    for u in urls:
         rc, out = store("stats", u)
         check(rc not in (0, -11, -6) and rc < 128 and "Redis URL" in out, "%s: rc %d: %s" % (u, rc, out))
 
@@ -174,14 +185,9 @@ def main():
     rep = Reporter(NAME)
     miss = sentinel_harness.missing()
     if miss:
-        need = os.environ.get("SEQKV_REQUIRE_REDIS") == "1"
-        rep.report("sentinel", "FAIL" if need else "SKIP",
-                   "%s not installed (scripts/install-deps.sh)" % " and ".join(miss))
-        return 1 if need else 0
-    for case in (case_bad_urls, case_no_master, case_wait_replicas, case_failover, case_server):
-        with tempfile.TemporaryDirectory(prefix="seqkv-sentinel-") as tmp:
-            rep.run_case(case, tmp)
-    return 1 if rep.failed else 0
+        return redis_harness.report_missing(rep, "sentinel", miss)
+    return run_cases(rep, (case_bad_urls, case_no_master, case_wait_replicas, case_failover, case_server),
+                     "seqkv-sentinel-")
 
 
 if __name__ == "__main__":

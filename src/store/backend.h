@@ -94,8 +94,8 @@ struct store_backend {
 };
 
 /* Opens the backend named by `where`: "redis://HOST:PORT/PREFIX",
- * "unix:///path/to.sock?prefix=P" or "redis+sentinel://HOST:PORT,.../MASTER/PREFIX" for
- * Redis, anything else an LMDB directory. fresh: set to
+ * "unix:///path/to.sock?prefix=P", "redis+sentinel://HOST:PORT,.../MASTER/PREFIX" or
+ * "redis+cluster://HOST:PORT,.../PREFIX" for Redis, anything else an LMDB directory. fresh: set to
  * 1 when the store holds no header yet (create it). */
 int store_backend_open(skv_store *st, const char *where, int flags, const skv_store_params *p, store_backend **out,
                        int *fresh);

@@ -113,9 +113,9 @@ static const store_backend_ops redis_ops = {
 
 static void set_ns(redis_backend *b, const uint8_t fp[16])
 {
-    int n = snprintf(b->top, sizeof b->top, "%s:skv%d:", b->addr.prefix, STORE_KEY_VERSION);
-    b->top_n = (size_t)n;
-    n = snprintf(b->ns, sizeof b->ns, "%s", b->top);
+    rb_top(&b->addr, b->top, sizeof b->top);
+    b->top_n = strlen(b->top);
+    int n = snprintf(b->ns, sizeof b->ns, "%s", b->top);
     for (int i = 0; i < 16; i++) n += snprintf(b->ns + n, sizeof b->ns - (size_t)n, "%02x", fp[i]);
     b->ns[n++] = ':';
     b->ns[n] = 0;
@@ -131,9 +131,12 @@ static int header_absent(redis_backend *b, redisContext *c)
     size_t len[2] = {6, strlen(key)};
     redisReply *r = conn_cmd(c, 2, argv, len);
     if (!r) return store_err(b->base.st, SKV_ERR_IO, "Redis at %s: %s", b->url, c->errstr);
+    skv_err e;
     int rc = r->type == REDIS_REPLY_INTEGER ? r->integer == 0
-                                            : store_err(b->base.st, SKV_ERR_IO, "Redis: %s",
-                                                        r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+             : rb_cluster_redirect(&b->addr, r)
+                 ? store_err(b->base.st, rb_cluster_fail(&b->addr, b->url, r, &e), "%s", e.msg)
+                 : store_err(b->base.st, SKV_ERR_IO, "Redis: %s", r->type == REDIS_REPLY_ERROR ? r->str
+                                                                                              : "unexpected reply");
     freeReplyObject(r);
     return rc;
 }
@@ -227,12 +230,14 @@ int store_redis_peek(const char *url, const char *name, uint8_t **v, size_t *vn,
     if (rc) return rc;
     redisContext *c = rb_addr_connect(&a, err);
     if (!c) return SKV_ERR_IO;
-    snprintf(key, sizeof key, "%s:skv%d:%s", a.prefix, STORE_KEY_VERSION, strcmp(name, "header") ? "M" : "H");
+    rb_top(&a, key, sizeof key - 1);
+    strcat(key, strcmp(name, "header") ? "M" : "H");
     const char *argv[2] = {"GET", key};
     size_t len[2] = {3, strlen(key)};
     redisReply *r = conn_cmd(c, 2, argv, len);
     if (!r) rc = skv_fail(err, SKV_ERR_IO, "Redis at %s: %s", url, c->errstr);
     else if (r->type == REDIS_REPLY_NIL) rc = 1;
+    else if (rb_cluster_redirect(&a, r)) rc = rb_cluster_fail(&a, url, r, err);
     else if (r->type != REDIS_REPLY_STRING) rc = skv_fail(err, SKV_ERR_IO, "Redis at %s: unexpected reply", url);
     else if (!(*v = malloc(r->len + 1))) rc = skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     else {

@@ -14,17 +14,19 @@
 int store_is_redis_url(const char *where)
 {
     return where && (!strncmp(where, "redis://", 8) || !strncmp(where, "unix://", 7) ||
-                     !strncmp(where, "redis+sentinel://", 17));
+                     !strncmp(where, "redis+sentinel://", 17) || !strncmp(where, "redis+cluster://", 16));
 }
 
-/* redis://HOST[:PORT][/PREFIX], unix:///path/sock[?prefix=PREFIX], or redis+sentinel://... */
+/* redis://HOST[:PORT][/PREFIX], unix:///path/sock[?prefix=PREFIX], redis+sentinel://...
+ * or redis+cluster://... */
 int rb_parse_url(const char *url, redis_addr *a, skv_err *err)
 {
     memset(a, 0, sizeof *a);
     snprintf(a->prefix, sizeof a->prefix, "seqkv");
     a->port = 6379;
-    if (!strncmp(url, "redis+sentinel://", 17)) {
-        int rc = rb_parse_sentinel_url(url, a, err);
+    if (!strncmp(url, "redis+sentinel://", 17) || !strncmp(url, "redis+cluster://", 16)) {
+        int rc = !strncmp(url, "redis+sentinel://", 17) ? rb_parse_sentinel_url(url, a, err)
+                                                        : rb_parse_cluster_url(url, a, err);
         if (rc) return rc;
     } else if (!strncmp(url, "unix://", 7)) {
         const char *q = strchr(url + 7, '?');
@@ -57,6 +59,7 @@ int rb_parse_url(const char *url, redis_addr *a, skv_err *err)
 redisContext *rb_addr_connect(const redis_addr *a, skv_err *err)
 {
     if (a->n_sent) return rb_sentinel_connect(a, err);
+    if (a->cluster) return rb_cluster_connect(a, err);
     return rb_connect_timeout(a->host, a->port, a->path, 5.0, err);
 }
 

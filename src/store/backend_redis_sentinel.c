@@ -87,33 +87,28 @@ static int parse_option(redis_addr *a, const char *s, size_t n)
     return 0;
 }
 
-int rb_parse_sentinel_url(const char *url, redis_addr *a, skv_err *err)
+int rb_parse_hosts(const char *s, const char *end, redis_addr *a, int *n_out, const char *what, const char *url,
+                   skv_err *err)
 {
-    const char *h = url + strlen("redis+sentinel://"), *q = strchr(h, '?');
-    const char *end = q ? q : h + strlen(h), *sl = memchr(h, '/', (size_t)(end - h));
-    a->replicas = 1;
-    a->wait_ms = 2000;
-    a->failover = RB_SENT_FAILOVER;
-    if (!sl) return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': name the master: "
-                             "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/PREFIX]", url);
-    for (const char *s = h; s < sl;) { /* the sentinels */
-        const char *c = memchr(s, ',', (size_t)(sl - s));
-        size_t n = c ? (size_t)(c - s) : (size_t)(sl - s);
-        if (a->n_sent == RB_SENTINELS)
-            return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': more than %d sentinels", url, RB_SENTINELS);
-        if (parse_hostport(s, n, a->sent_host[a->n_sent], sizeof a->sent_host[0], &a->sent_port[a->n_sent]))
-            return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': a sentinel is HOST:PORT (PORT 1..65535)",
-                            url);
-        a->n_sent++;
-        s += n + (c != NULL);
+    int n = 0;
+    while (s < end) {
+        const char *c = memchr(s, ',', (size_t)(end - s));
+        size_t len = c ? (size_t)(c - s) : (size_t)(end - s);
+        if (n == RB_SENTINELS)
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': more than %d %ss", url, RB_SENTINELS, what);
+        if (parse_hostport(s, len, a->sent_host[n], sizeof a->sent_host[0], &a->sent_port[n]))
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': a %s is HOST:PORT (PORT 1..65535)", url,
+                            what);
+        n++;
+        s += len + (c != NULL);
     }
-    const char *m = sl + 1, *ms = memchr(m, '/', (size_t)(end - m));
-    size_t mn = ms ? (size_t)(ms - m) : (size_t)(end - m);
-    if (!a->n_sent || mn == 0 || mn >= sizeof a->master)
-        return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': one sentinel at least and a master name "
-                        "of 1..%zu bytes", url, sizeof a->master - 1);
-    memcpy(a->master, m, mn);
-    if (ms && ms + 1 < end) snprintf(a->prefix, sizeof a->prefix, "%.*s", (int)(end - ms - 1), ms + 1);
+    if (!n) return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': name one %s at least", url, what);
+    *n_out = n;
+    return SKV_OK;
+}
+
+int rb_parse_options(const char *q, redis_addr *a, const char *url, skv_err *err)
+{
     for (const char *s = q ? q + 1 : NULL; s && *s;) {
         const char *amp = strchr(s, '&');
         size_t n = amp ? (size_t)(amp - s) : strlen(s);
@@ -123,6 +118,32 @@ int rb_parse_sentinel_url(const char *url, redis_addr *a, skv_err *err)
         s += n + (amp != NULL);
     }
     return SKV_OK;
+}
+
+void rb_failover_defaults(redis_addr *a)
+{
+    a->replicas = 1;
+    a->wait_ms = 2000;
+    a->failover = RB_SENT_FAILOVER;
+}
+
+int rb_parse_sentinel_url(const char *url, redis_addr *a, skv_err *err)
+{
+    const char *h = url + strlen("redis+sentinel://"), *q = strchr(h, '?');
+    const char *end = q ? q : h + strlen(h), *sl = memchr(h, '/', (size_t)(end - h));
+    rb_failover_defaults(a);
+    if (!sl) return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': name the master: "
+                             "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/PREFIX]", url);
+    int rc = rb_parse_hosts(h, sl, a, &a->n_sent, "sentinel", url, err);
+    if (rc) return rc;
+    const char *m = sl + 1, *ms = memchr(m, '/', (size_t)(end - m));
+    size_t mn = ms ? (size_t)(ms - m) : (size_t)(end - m);
+    if (mn == 0 || mn >= sizeof a->master)
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': one sentinel at least and a master name "
+                        "of 1..%zu bytes", url, sizeof a->master - 1);
+    memcpy(a->master, m, mn);
+    if (ms && ms + 1 < end) snprintf(a->prefix, sizeof a->prefix, "%.*s", (int)(end - ms - 1), ms + 1);
+    return rb_parse_options(q, a, url, err);
 }
 
 /* ---- finding the master --------------------------------------------------------- */
@@ -184,16 +205,14 @@ static void nap(double s)
     nanosleep(&ts, NULL);
 }
 
-redisContext *rb_sentinel_connect(const redis_addr *a, skv_err *err)
+redisContext *rb_poll_nodes(const redis_addr *a, int n, rb_try_fn try_node, const char *what, const char *hint,
+                           skv_err *err)
 {
-    char host[128];
     skv_err why[RB_SENTINELS];
     double t0 = skv_now();
     for (;;) {
-        for (int i = 0; i < a->n_sent; i++) {
-            int port;
-            if (ask_sentinel(a, i, host, sizeof host, &port, &why[i])) continue;
-            redisContext *c = connect_master(host, port, &why[i]);
+        for (int i = 0; i < n; i++) {
+            redisContext *c = try_node(a, i, &why[i]);
             if (c) {
                 /* a commit's WAIT blocks up to wait_ms on the master: the socket waits longer */
                 long ms = 5000L + a->wait_ms;
@@ -205,11 +224,28 @@ redisContext *rb_sentinel_connect(const redis_addr *a, skv_err *err)
         nap(RB_SENT_POLL);
     }
     char all[RB_SENTINELS * 210];
-    size_t n = 0;
-    for (int i = 0; i < a->n_sent && n < sizeof all; i++)
-        n += (size_t)snprintf(all + n, sizeof all - n, "%s%.200s", i ? "; " : "", why[i].msg);
-    skv_fail(err, SKV_ERR_IO, "no Redis master '%s' found through the sentinels within %.0f s (%s): "
-             "is a sentinel running and has it promoted a replica? (failover=SECONDS in the URL waits longer)",
-             a->master, a->failover, all);
+    size_t k = 0;
+    all[0] = 0;
+    for (int i = 0; i < n && k < sizeof all; i++)
+        k += (size_t)snprintf(all + k, sizeof all - k, "%s%.200s", i ? "; " : "", why[i].msg);
+    skv_fail(err, SKV_ERR_IO, "%s within %.0f s (%s): %s (failover=SECONDS in the URL waits longer)", what,
+             a->failover, all, hint);
     return NULL;
+}
+
+/* Sentinel i's master, if it says "master". */
+static redisContext *try_sentinel(const redis_addr *a, int i, skv_err *why)
+{
+    char host[128];
+    int port;
+    if (ask_sentinel(a, i, host, sizeof host, &port, why)) return NULL;
+    return connect_master(host, port, why);
+}
+
+redisContext *rb_sentinel_connect(const redis_addr *a, skv_err *err)
+{
+    char what[200];
+    snprintf(what, sizeof what, "no Redis master '%s' found through the sentinels", a->master);
+    return rb_poll_nodes(a, a->n_sent, try_sentinel, what, "is a sentinel running and has it promoted a replica?",
+                         err);
 }

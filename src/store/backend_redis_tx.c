@@ -152,7 +152,7 @@ static int conn_lost(store_btx *t)
 {
     t->bad = 1;
     rb_pool_flush(t->b); /* the idle ones went the same way (a restart, a kill of clients) */
-    if (t->b->addr.n_sent) rb_conn_retry_set(); /* a failover, perhaps: nothing was applied */
+    if (rb_failover_mode(&t->b->addr)) rb_conn_retry_set(); /* a failover, perhaps: nothing was applied */
     return store_err(ST(t), SKV_ERR_IO, "Redis at %s: %s (connection lost; nothing of this call was committed "
                      "unless it said so: retry, a new connection is made)", t->b->url,
                      t->c->errstr[0] ? t->c->errstr : "no reply");
@@ -165,8 +165,24 @@ static redisReply *cmd(store_btx *t, int argc, const char **argv, const size_t *
     return r;
 }
 
+/* Cluster mode: a redirection (the slot moved: a failover or a migration) or a cluster in
+ * transition. Nothing of this transaction was applied (a redirected command is not run;
+ * a queued one makes EXEC abort): the connection is dropped and the call runs again on a
+ * new one, which asks the cluster where the slot is now. */
+static int redirected(store_btx *t, redisReply *r)
+{
+    skv_err e;
+    t->bad = 1;
+    rb_pool_flush(t->b);
+    rb_conn_retry_set();
+    int rc = store_err(ST(t), rb_cluster_fail(&t->b->addr, t->b->url, r, &e), "%s", e.msg);
+    freeReplyObject(r);
+    return rc;
+}
+
 static int reply_err(store_btx *t, redisReply *r, const char *what)
 {
+    if (rb_cluster_redirect(&t->b->addr, r)) return redirected(t, r);
     int rc = store_err(ST(t), SKV_ERR_IO, "Redis at %s: %s: %.200s%s", t->b->url, what,
                        r && r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply",
                        r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "OOM", 3)
@@ -316,7 +332,7 @@ static int append_write(store_btx *t, const rb_ent *e)
  * was applied; in sentinel mode the call runs again on the new master. */
 static int demoted(store_btx *t, const redisReply *r)
 {
-    if (!t->b->addr.n_sent || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "READONLY", 8)) return 0;
+    if (!rb_failover_mode(&t->b->addr) || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "READONLY", 8)) return 0;
     t->bad = 1;
     rb_pool_flush(t->b);
     rb_conn_retry_set();
@@ -401,7 +417,7 @@ int rb_commit(store_btx *t)
             }
         if (rc) t->bad = 1; /* half a pipeline: the connection is dropped, nothing is sent */
         else redisAppendCommandArgv(t->c, 1, &exec, &el);
-        if (!rc && n && t->write == STORE_TX_WRITE && t->b->addr.n_sent && t->b->addr.replicas) {
+        if (!rc && n && t->write == STORE_TX_WRITE && rb_failover_mode(&t->b->addr) && t->b->addr.replicas) {
             redisAppendCommandArgv(t->c, 3, wait, wl);
             waited = 1;
         }
