@@ -7,7 +7,9 @@ commit (EXEC), and the store's messages about Redis:
   reply: the put finds out from the session record that it committed and says "stored";
   the session restores verified; the same put again is a no-op ("stored already").
 - lost_before_exec: the proxy closes the connection instead of forwarding the commit: the
-  put says nothing was committed and to retry; the session is absent; the retry stores it.
+  put finds the session absent and runs again, once (stored, restores verified); when the
+  rerun's commit is lost too it says nothing was committed and to retry; the session is
+  absent; the retry stores it.
 - redis_messages: a store on a Redis without an append-only file is refused at init with
   the settings to use (SEQKV_REDIS_VOLATILE=1 overrides); a refused connection does not
   tell the user to run `store init`; `store stats` does not call Redis bytes LMDB pages;
@@ -45,9 +47,10 @@ class Proxy:
         self.port = self.s.getsockname()[1]
         threading.Thread(target=self.accept, daemon=True).start()
 
-    def arm(self, mode, nth):
+    def arm(self, mode, nth, times=1):
+        """Applies mode to the nth commit (EXEC) from now and to the times - 1 after it."""
         with self.lock:
-            self.mode, self.nth = mode, nth
+            self.mode, self.nth, self.times = mode, nth, times
 
     def accept(self):
         while True:
@@ -70,7 +73,8 @@ class Proxy:
             self.nth -= 1
             if self.nth:
                 return None
-            mode, self.mode = self.mode, None
+            mode, self.times = self.mode, self.times - 1
+            self.nth, self.mode = (1, mode) if self.times > 0 else (0, None)
             self.dropped += 1
             return mode
 
@@ -174,11 +178,19 @@ def lost_before_exec(tmp):
         px.arm("before", 2)
         rc, out, err = run("store", "put", url, "-f", c, "--name", "c")
         check(px.dropped == 1, "the proxy did not drop the commit")
-        check(rc == 1 and "nothing was committed; retry" in err, "a put never committed: %d %s %s" % (rc, out, err))
+        # not in the store: the put found that out and ran again, once
+        check(rc == 0 and "stored 'c'" in out, "a put whose commit was lost: %d %s %s" % (rc, out, err))
+        rc, out, err = run("store", "get", url, "c")
+        check(rc == 0 and "verified" in out, "get after the rerun: " + out + err)
+        px.arm("before", 2, times=2)  # the commit and its rerun's
+        rc, out, err = run("store", "put", url, "-f", a, "--name", "a2")
+        check(px.dropped == 3, "the proxy dropped %d commits: %d %s %s" % (px.dropped, rc, out, err))
+        check(rc == 1 and "twice" in err and "nothing was committed; retry" in err,
+              "a put never committed: %d %s %s" % (rc, out, err))
         rc, out, err = run("store", "ls", url)
-        check(rc == 0 and "\nc\t" not in "\n" + out, "the session is listed: " + out)
-        rc, out, err = run("store", "put", url, "-f", c, "--name", "c")
-        check(rc == 0 and "stored 'c'" in out, "the retry: %d %s %s" % (rc, out, err))
+        check(rc == 0 and "\na2\t" not in "\n" + out, "the session is listed: " + out)
+        rc, out, err = run("store", "put", url, "-f", a, "--name", "a2")
+        check(rc == 0 and "stored 'a2'" in out, "the retry: %d %s %s" % (rc, out, err))
     finally:
         r.stop()
 

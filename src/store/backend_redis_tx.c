@@ -364,12 +364,13 @@ static int exec_replies(store_btx *t, size_t n, int waited)
             if (!n) return conn_lost(t); /* a read transaction's check: nothing to apply */
             t->bad = 1;
             rb_pool_flush(t->b);
+            tl_commit_unknown = 1; /* lost before EXEC's reply, or after it while waiting for replicas: a put
+                                    * asks the (new) master whether it has the session (store_session.c) */
             if (i == n + 2 && !rc) /* EXEC's reply was read: applied, unconfirmed by replicas */
                 return store_err(ST(t), SKV_ERR_IO, "Redis master '%s': the commit was applied on the master "
                                  "but the connection was lost waiting for its replicas (%s): a failover now "
                                  "could lose it", t->b->addr.master,
                                  t->c->errstr[0] ? t->c->errstr : "no reply");
-            tl_commit_unknown = 1;
             return store_err(ST(t), SKV_ERR_IO, "Redis at %s: %s (the connection was lost during the commit: whether "
                              "it was applied is not known)", t->b->url, t->c->errstr[0] ? t->c->errstr : "no reply");
         }

@@ -293,9 +293,11 @@ static int settle_tx(tx *t, void *u)
     return rc == 0 && ses_same(&sr, a->tokens, a->n) ? SKV_OK : 1;
 }
 
-/* A put whose commit lost its connection (the outcome unknown): the session record says
- * whether it was applied. SKV_OK when it was; an error saying which when not, or when
- * the store cannot be asked. */
+/* A put whose commit lost its connection (the outcome unknown, or applied on a master that
+ * then failed before its replicas confirmed it): the session record, read on the master
+ * there is now, says whether the store has it. SKV_OK when it does; 1 when it does not
+ * (nothing of the put is there: the caller runs it again); an error when the store cannot
+ * be asked. */
 static int put_settle(skv_store *st, put_args *a)
 {
     int rc = store_run(st, 0, settle_tx, a);
@@ -303,9 +305,7 @@ static int put_settle(skv_store *st, put_args *a)
         skv_errbox_clear(st->err);
         return SKV_OK;
     }
-    if (rc == 1)
-        return store_err(st, SKV_ERR_IO, "the connection to the store was lost during the commit, and the session '%s' "
-                         "is not in the store: nothing was committed; retry", a->name);
+    if (rc == 1) return 1;
     char why[300];
     snprintf(why, sizeof why, "%s", skv_errbox_get(st->err));
     return store_err(st, SKV_ERR_IO, "the connection to the store was lost during the commit of '%s' and the store "
@@ -322,7 +322,13 @@ static int put_call(skv_store *st, const char *name, const int32_t *tokens, size
     if (!st) return SKV_ERR_INVALID_ARG;
     if ((rc = store_check_name(st, name)) || (rc = store_check_tokens(st, tokens, n))) return rc;
     rc = store_run(st, 1, put_run, &a);
-    if (rc == SKV_ERR_IO && store_commit_unknown_take()) rc = put_settle(st, &a);
+    if (rc == SKV_ERR_IO && store_commit_unknown_take() && (rc = put_settle(st, &a)) == 1) {
+        skv_errbox_clear(st->err); /* not in the store: the put runs again, once */
+        rc = store_run(st, 1, put_run, &a);
+        if (rc == SKV_ERR_IO && store_commit_unknown_take() && (rc = put_settle(st, &a)) == 1)
+            rc = store_err(st, SKV_ERR_IO, "the connection to the store was lost during the commit, twice, and the "
+                           "session '%s' is not in the store: nothing was committed; retry", a.name);
+    }
     if (rc) return rc;
     a.r.seconds = skv_now() - t0;
     if (rep) *rep = a.r;
