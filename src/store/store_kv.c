@@ -9,6 +9,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "core/shuffle.h"
 #include "store/store_int.h"
 
 /* ---- KV blobs ----------------------------------------------------------- */
@@ -21,17 +22,6 @@ void store_kv_copy(const skv_store *st, const float *src, size_t len, size_t p0,
     size_t D = st->head_dim;
     for (size_t b = 0; b < st->blocks; b++)
         memcpy(dst + (b * dlen + d0) * D, src + (b * len + p0) * D, n * D * sizeof *dst);
-}
-
-/* Byte-shuffle (all first bytes, then all second bytes, ...): f32 exponents and high
- * mantissa bytes then sit together and compress. */
-static void shuffle4(const uint8_t *in, uint8_t *out, size_t n_floats, int inverse)
-{
-    for (size_t i = 0; i < n_floats; i++)
-        for (size_t j = 0; j < 4; j++) {
-            if (inverse) out[4 * i + j] = in[j * n_floats + i];
-            else out[j * n_floats + i] = in[4 * i + j];
-        }
 }
 
 /* TB_KV key: u64 BE id | u32 BE len. */
@@ -49,7 +39,7 @@ static int blob_encode(tx *t, const float *kv, uint32_t len, uint8_t **out, size
     int rc = SKV_OK;
     if (!sh || !b) rc = store_err(st, SKV_ERR_NOMEM, "out of memory");
     if (!rc) {
-        shuffle4((const uint8_t *)kv, sh, nf, 0);
+        skv_shuffle4((const uint8_t *)kv, sh, nf, 0); /* byte planes: they compress */
         size_t z = ZSTD_compress(b + BLOB_HDR, cap - BLOB_HDR, sh, raw, ZSTD_KV_LEVEL);
         if (ZSTD_isError(z)) rc = store_err(st, SKV_ERR_INTERNAL, "zstd: %s", ZSTD_getErrorName(z));
         skv_wr32(b, KV_MAGIC);
@@ -91,7 +81,7 @@ static int blob_decode(tx *t, uint64_t id, uint32_t len, const uint8_t *p, size_
     float *kv = malloc(raw ? raw : 1);
     if (!sh || !kv) { free(sh); free(kv); return store_err(st, SKV_ERR_NOMEM, "out of memory"); }
     size_t d = ZSTD_decompress(sh, raw, p + BLOB_HDR, n - BLOB_HDR);
-    if (!ZSTD_isError(d) && d == raw) shuffle4(sh, (uint8_t *)kv, nf, 1);
+    if (!ZSTD_isError(d) && d == raw) skv_shuffle4(sh, (uint8_t *)kv, nf, 1);
     free(sh);
     if (ZSTD_isError(d) || d != raw || XXH3_64bits(kv, raw) != skv_rd64(p + 8)) {
         free(kv);
