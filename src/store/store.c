@@ -223,6 +223,7 @@ void skv_store_close(skv_store *st)
     if (st->be) st->be->ops->close(st->be);
     skv_ctx_free(st->work);
     store_tier_free(st);
+    store_kv_free(st);
     skv_errbox_free(st->err);
     free(st->model_path);
     free(st);

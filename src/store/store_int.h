@@ -96,6 +96,7 @@ struct skv_store {
     skv_ctx *work;           /* put's context: used only inside the write transaction */
     skv_errbox *err;         /* last error, per thread (skv_store_last_error) */
     struct store_memo *memo; /* coded nodes decoded lately (store_tier.c; its own lock) */
+    struct store_planes *planes; /* a KV blob's byte planes, kept (store_kv.c; its own lock) */
     /* Sets a transaction's trie storage (store_io_init, store_kv.c): set at open, so that
      * store_tx.c, the bottom of the store, calls no file above it. */
     void (*io_init)(struct tx *t);
@@ -252,6 +253,7 @@ int store_node_tier(const uint8_t *v, size_t n); /* STORE_TIER_* of a record, -1
 int store_node_want(const tx *t, const uint8_t *v);
 int store_tier_count(tx *t, skv_store_stats *s);
 void store_tier_free(skv_store *st); /* the decoded-node cache, at close */
+void store_kv_free(skv_store *st);   /* the kept blob buffer, at close */
 
 /* ---- store_dict.c: dictionaries (meta "dict.<16 hex>") ---- */
 #define STORE_DICT_MAX (1u << 20) /* ids of a store dictionary */
