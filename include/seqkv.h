@@ -284,7 +284,8 @@ SKV_API int skv_ctx_prefill_surprisal(skv_ctx *c, const int32_t *tokens, size_t 
  * (NULL: none), bit-identical to skv_ctx_prefill's; skv_ctx_hidden_surprisal writes
  * sur[i] = (float)skv_token_bits of next[i] under the logits of hidden row i (n rows of
  * n_embd floats as skv_ctx_prefill_hidden wrote them), bit-identical to
- * skv_ctx_prefill_surprisal's. It touches no KV: any context of the model runs it. */
+ * skv_ctx_prefill_surprisal's. It touches no KV: any context of the model runs it, a block
+ * of rows per output matmul as its batch allows (min(n_ctx, max_batch); 64 rows suffice). */
 SKV_API int skv_ctx_prefill_hidden(skv_ctx *c, const int32_t *tokens, size_t n, float *hidden, float *last_logits);
 SKV_API int skv_ctx_hidden_surprisal(skv_ctx *c, const float *hidden, size_t n, const int32_t *next, float *sur);
 /* Appends one token; logits: NULL or room for n_vocab floats. */

@@ -104,7 +104,7 @@ srv_cache *srv_cache_create(srv *s)
     c->recompute = rc && !strcmp(rc, "1");
     if (!s->store) return c;
     skv_ctx_params cp = skv_ctx_default_params();
-    cp.n_ctx = 1, cp.n_threads = 1, cp.max_batch = 64; /* rows of hidden states at a time */
+    cp.n_ctx = 64, cp.n_threads = 1, cp.max_batch = 64; /* rows of hidden states at a time (a batch is at most n_ctx) */
     size_t hid_bytes = (size_t)s->n_ctx * (size_t)s->info.n_embd * sizeof(float);
     if (!(ss && !strcmp(ss, "1")) && hid_bytes <= SRV_HIDDEN_MAX_BYTES && skv_ctx_create(s->model, &cp, &c->wctx))
         c->wctx = NULL;
