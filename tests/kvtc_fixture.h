@@ -23,7 +23,7 @@ static uint8_t *kvtc_fixture_cal(skv_model *m, int n_pos, uint32_t seed, size_t 
     int32_t *tok = malloc((size_t)n_pos * sizeof *tok);
     float *kv = malloc(nf * sizeof *kv);
     cp.n_ctx = n_pos;
-    for (int i = 0; tok && i < n_pos; i++) tok[i] = i ? (int32_t)(3 + (seed + (uint32_t)i * 2654435761u) % 2000u) : 1;
+    for (int i = 0; tok && i < n_pos; i++) tok[i] = i ? (int32_t)(3 + (seed + (uint32_t)i * 2654435761u) % (uint32_t)(mi.n_vocab - 3)) : 1;
     int rc = tok && kv ? skv_ctx_create(m, &cp, &c) : SKV_ERR_NOMEM;
     if (!rc) rc = skv_ctx_prefill(c, tok, (size_t)n_pos, SKV_LOGITS_NONE, NULL);
     if (!rc) rc = skv_ctx_kv_read(c, 0, n_pos, kv);
