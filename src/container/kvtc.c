@@ -335,8 +335,10 @@ int skv_kvtc_decode(const uint8_t *buf, size_t len, const skv_kvtc_calib *c, con
     kvtc_geo g;
     int rc = skv_kvtc_peek(buf, len, &n, &id, err);
     if (rc) return rc;
-    if (!c || c->sum || id != c->id || !geometry_matches(buf, c))
-        return tc_fail(err, SKV_ERR_MISMATCH, "the stream needs another calibration (kvtc-<id>.cal) or geometry");
+    if (!c || c->sum) return tc_fail(err, SKV_ERR_INVALID_ARG, "no finished calibration given");
+    if (id != c->id || !geometry_matches(buf, c))
+        return skv_fail(err, SKV_ERR_MISMATCH, "kvtc: the stream needs the calibration kvtc-%016llx.cal, not kvtc-%016llx.cal",
+                        (unsigned long long)id, (unsigned long long)c->id);
     if (buf[5] == SKV_KVTC_TOK && !tokens) return tc_fail(err, SKV_ERR_INVALID_ARG, "predictor tok needs the tokens");
     if (!kv || kv_cap / c->n_series / c->d < n) return tc_fail(err, SKV_ERR_RANGE, "output buffer too small");
     rc = geo_alloc(&g, c, skv_rd32(buf + 40), n, buf[5], buf[6] & 1, tokens);
