@@ -98,14 +98,15 @@ static int reconstruct(const kvtc_geo *g, size_t s, size_t t, const float *y, si
 
 /* ---- the encoder's choices --------------------------------------------------------- */
 
-/* Step of (layer, kind) = rel x the calibration RMS of its heads' deviations from the mean. */
+/* Step of (layer, kind) = rel x the calibration RMS of its heads' deviations from the mean
+ * x the calibration's step weight of lk (1 without weights). */
 static float lk_step(const skv_kvtc_calib *c, size_t lk, float rel)
 {
-    double e = 0.0;
+    double e = 0.0, w = c->w ? (double)c->w[lk] : 1.0;
     size_t H = c->n_head_kv, d = c->d;
     for (size_t i = 0; i < H * d; i++) e += (double)c->eig[lk * H * d + i];
     double rms = sqrt(e / (double)(H * d));
-    return (float)(rel * (rms > 1e-20 ? rms : 1.0));
+    return (float)(rel * (rms > 1e-20 ? rms : 1.0) * w);
 }
 
 /* Reverse water-filling: the components whose variance exceeds theta * step^2. */
