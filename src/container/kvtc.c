@@ -109,20 +109,11 @@ static float lk_step(const skv_kvtc_calib *c, size_t lk, float rel)
     return (float)(rel * (rms > 1e-20 ? rms : 1.0) * w);
 }
 
-/* Reverse water-filling on the segment itself: the components up to the last one whose mean
- * square over the segment's n positions x (series s, coefficients of every component into
- * g->y) exceeds theta * step^2. Measured on the data, not taken from the calibration's
- * eigenvalues, so that a text unlike the calibration's keeps the components it needs. */
-static uint16_t keep_count(kvtc_geo *g, size_t s, const float *x, float step, float theta)
+/* Reverse water-filling: the components whose calibration variance exceeds theta * step^2. */
+static uint16_t keep_count(const float *eig, size_t d, float step, float theta)
 {
-    size_t d = g->d, k = 0;
-    double lim = (double)theta * (double)step * (double)step * (double)g->n;
-    for (size_t t = 0; t < g->n; t++) project(g, s, t, x + t * d, d, g->y + t * d);
-    for (size_t j = 0; j < d; j++) {
-        double e = 0.0;
-        for (size_t t = 0; t < g->n; t++) e += (double)g->y[t * d + j] * (double)g->y[t * d + j];
-        if (e > lim) k = j + 1;
-    }
+    size_t k = 0;
+    while (k < d && (double)eig[k] > (double)theta * (double)step * (double)step) k++;
     return (uint16_t)k;
 }
 
@@ -228,7 +219,7 @@ static int params_ok(const skv_kvtc_params *p, const skv_kvtc_calib *c, const fl
     return p->theta >= 0.0f && isfinite(p->theta);
 }
 
-static void choose(kvtc_geo *g, const skv_kvtc_params *p, const float *kv)
+static void choose(kvtc_geo *g, const skv_kvtc_params *p)
 {
     const skv_kvtc_calib *c = g->c;
     float theta = p->theta > 0.0f ? p->theta : 1.0f / 12.0f;
@@ -237,7 +228,7 @@ static void choose(kvtc_geo *g, const skv_kvtc_params *p, const float *kv)
         g->step[lk] = p->ramp ? nominal / 8.0f : nominal;
         for (size_t h = 0; h < c->n_head_kv; h++) {
             size_t s = lk * c->n_head_kv + h;
-            g->k[s] = keep_count(g, s, kv + s * g->n * c->d, nominal, theta);
+            g->k[s] = keep_count(c->eig + s * c->d, c->d, nominal, theta);
         }
     }
 }
@@ -251,7 +242,7 @@ int skv_kvtc_encode(const skv_kvtc_params *p, const skv_kvtc_calib *c, const flo
     for (size_t i = 0; i < c->n_series * n_pos * c->d; i++)
         if (!isfinite(kv[i])) return SKV_ERR_INVALID_ARG;
     int rc = geo_alloc(&g, c, p->pos0, n_pos, p->predictor, p->ramp, p->tokens);
-    if (!rc) choose(&g, p, kv);
+    if (!rc) choose(&g, p);
     size_t cap = SKV_KVTC_HDR + side_len(&g) + c->n_series * n_pos * c->d + 4096;
     for (int tries = 0; !rc && tries < 8; tries++, cap *= 2) {
         uint8_t *buf = malloc(cap);

@@ -8,8 +8,7 @@
  *   a stream names the calibration it needs and a decode with another one is refused
  *   (SKV_ERR_MISMATCH).
  * - Coding one series: y[t] = B_k (x[t] - mu) (the first k components; k per series, chosen
- *   by reverse water-filling on the segment: up to the last component whose mean square over
- *   the segment exceeds theta * step^2), y is
+ *   by reverse water-filling: component j is kept when eig[j] > theta * step^2), y is
  *   quantized with one uniform step per (layer, kind) and range-coded by kvpred's series
  *   coder (predictor none or tok, per-component adaptive models, optional recency ramp),
  *   and x~[t] = mu + B_k^T y~[t]. Dropped components come back as the mean.
@@ -69,8 +68,7 @@ const float *skv_kvtc_calib_eig(const skv_kvtc_calib *c, size_t series);
 typedef struct skv_kvtc_params {
     int predictor;         /* SKV_KVTC_NONE or SKV_KVTC_TOK */
     float step[2];         /* K and V steps relative to the calibration RMS of each (layer, kind) */
-    float theta;           /* water level: keep components up to the last whose mean square over the segment
-                              exceeds theta * step^2 (0: 1/12) */
+    float theta;           /* water level: keep component j when eig[j] > theta * step^2 (0: 1/12) */
     int ramp;              /* 1: the recency ramp of kvpred (skv_kvp_ramp_levels), steps / 8 */
     uint32_t pos0;         /* the segment's first position (K's RoPE angles); pos0 + n_pos <= 2^24 */
     const int32_t *tokens; /* predictor tok: the n_pos token ids */
