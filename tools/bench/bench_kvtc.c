@@ -67,6 +67,7 @@ skv_kvtc_calib *rd_kvtc_load(const char *path)
 typedef struct {
     const char *model, *file, *dir, *rope;
     long ctx, max_tok, threads, weights;
+    double weight_power;
 } calib_opts;
 
 #define F(x) offsetof(calib_opts, x)
@@ -82,6 +83,9 @@ static const cli_opt calib_table[] = {
      "step weights per layer and kind from the model's KL sensitivity, measured\n"
      "on the first N windows of TEXT (0 = none, the steps of the calibration's RMS\n"
      "alone; default 4)"},
+    {"weight-power", 0, CLI_FLOAT, "X", 0, 1, F(weight_power),
+     "with --weights: the measured weights raised to X (default 0.5: half-way to\n"
+     "none in the log, a hedge for texts unlike TEXT; 1: as measured)"},
     CLI_OPT_THREADS(F(threads)),
     {0},
 };
@@ -92,7 +96,7 @@ static const cli_cmd calib_cmd = {
     "eigenvectors of the head vectors' covariance) over windows of TEXT and writes it to\n"
     "DIR/kvtc-<XXH3-64>.cal; prints that path. kv-rd --kvtc FILE reads it. With --weights N\n"
     "(default 4) it also measures, on N windows of TEXT, how much KL each layer and kind's\n"
-    "coding error costs, and weights their steps so that the error goes where it costs least.\n",
+    "coding error costs, and weights their steps so that the error goes where it costs less.\n",
     calib_table, 0, NULL};
 
 /* Every window's KV (all its positions) into the accumulation. */
@@ -191,8 +195,9 @@ static int sens_window(sens_win *w, const skv_kvtc_calib *c, const int32_t *tok)
 /* Weights from the sensitivities s = KL / squared error: the MSE-optimal steps under a KL
  * weighted by s are proportional to 1 / sqrt(s) (reverse water-filling with weights), so
  * w[lk] = s^-1/2 / the (layer, kind)'s RMS (the step's unit), scaled to a geometric mean of
- * 1 and clamped to [1/64, 64]. */
-static int sens_weights(const sens_win *w, skv_kvtc_calib *c)
+ * 1, raised to `power` (--weight-power: 1 as measured, 0.5 half-way to none in the log, a
+ * hedge for texts unlike the calibration's) and clamped to [1/64, 64]. */
+static int sens_weights(const sens_win *w, skv_kvtc_calib *c, double power)
 {
     size_t LK = (size_t)w->mi.n_layer * 2, H = (size_t)w->mi.n_head_kv, d = (size_t)w->mi.head_dim;
     float wt[2 * 4096];
@@ -206,7 +211,7 @@ static int sens_weights(const sens_win *w, skv_kvtc_calib *c)
         mean += lw[lk] / (double)LK;
     }
     for (size_t lk = 0; lk < LK; lk++) {
-        double x = skv_det_exp(lw[lk] - mean);
+        double x = skv_det_exp(power * (lw[lk] - mean));
         wt[lk] = (float)(x < 1.0 / 64 ? 1.0 / 64 : x > 64.0 ? 64.0 : x);
         fprintf(stderr, "kvtc-calib: layer %zu %s: KL %.4g nats, squared error %.4g, step weight %.3f\n", lk / 2,
                 lk & 1 ? "V" : "K", w->kl[lk], w->se[lk], (double)wt[lk]);
@@ -220,7 +225,7 @@ static int calib_weights(skv_model *m, const calib_opts *o, const int32_t *tok, 
     int rc = w && !sens_alloc(w, m, o) ? 0 : -1;
     long done = 0;
     for (size_t s0 = 0; !rc && done < o->weights && s0 + w->S <= n; s0 += w->S, done++) rc = sens_window(w, c, tok + s0);
-    if (!rc) rc = sens_weights(w, c);
+    if (!rc) rc = sens_weights(w, c, o->weight_power);
     if (rc) cli_error("cannot measure the step weights");
     if (w) sens_free(w);
     free(w);
@@ -269,7 +274,7 @@ static int calib_main(skv_model *m, calib_opts *o)
 
 int cmd_kvtc_calib(int argc, char **argv)
 {
-    calib_opts o = {.max_tok = 8192, .threads = 1, .weights = 4};
+    calib_opts o = {.max_tok = 8192, .threads = 1, .weights = 4, .weight_power = 0.5};
     int rc = cli_parse(&calib_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE) return rc;
     if (!o.file) return cli_usage(&calib_cmd, "needs a text file (-f FILE)");
