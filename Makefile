@@ -148,7 +148,7 @@ $(BUILD)/tests/%: tests/%.c $(wildcard tests/*.h) $(wildcard src/*/*.h) include/
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libseqkv.a $(LIBS)
 
-$(BUILD)/tests/test_fuzz_%: fuzz/fuzz_%.c tests/fuzz_replay.c $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
+$(BUILD)/tests/test_fuzz_%: fuzz/fuzz_%.c tests/fuzz_replay.c tests/kvtc_fixture.h $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -DFUZZ_NAME='"$*"' -o $@ $< tests/fuzz_replay.c $(FUZZ_EXTRA) $(BUILD)/libseqkv.a $(LIBS)
 

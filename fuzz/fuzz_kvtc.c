@@ -1,7 +1,8 @@
 /* Fuzz target for the transform KV coder (src/container/kvtc*.c).
  *
- * Input: byte 0 picks the calibration (bit 0: K's RoPE undone or not; both built once from
- * fixed synthetic data, 1 layer x 1 KV head x head_dim 8), the rest is a payload.
+ * Input: byte 0 picks the calibration (bit 0: K's RoPE undone, and step weights 0.5 and 2
+ * (a version 2 file), or neither; both built once from fixed synthetic data, 1 layer x 1 KV
+ * head x head_dim 8), the rest is a payload. Seed calibration_v2: a version 2 image.
  * (a) The payload is decoded as a stream. Streams carry an XXH3-64 over header and body,
  *     which random bytes never match, so the harness first writes the calibration's id,
  *     the body length and the checksum into the header (when it is long enough): the
@@ -35,8 +36,9 @@ static skv_kvtc_calib *build(int rope)
         r = r * 1103515245u + 12345u;
         kv[i] = (float)((r >> 16) & 1023) / 256.0f - 2.0f + (float)(i % D) * 0.25f;
     }
+    static const float w[2] = {0.5f, 2.0f}; /* the RoPE one also carries step weights (version 2) */
     if (skv_kvtc_calib_create(1, 1, D, &c) || (rope && skv_kvtc_calib_set_rope(c, SKV_KVTC_ROPE_PAIRS, D, 100.0f)) ||
-        skv_kvtc_calib_add(c, kv, 200) || skv_kvtc_calib_finish(c))
+        skv_kvtc_calib_add(c, kv, 200) || skv_kvtc_calib_finish(c) || (rope && skv_kvtc_calib_set_weights(c, w)))
         abort();
     return c;
 }

@@ -20,7 +20,7 @@
  *   stored digest (else SKV_ERR_MISMATCH). Restored tokens are in the vocabulary and the
  *   context holds exactly the segment's positions.
  * Without the model only skv_session_open is exercised.
- * The KV codecs (2..8 and pred) are also decoded without any model (skv_session_restore_kv,
+ * The KV codecs (2..8, pred and kvtc) are also decoded without any model (skv_session_restore_kv,
  * with verification, whatever the mode): it fails with a known status and a message, or
  * returns tokens in the vocabulary; a second decode gives the same bits. The other codecs
  * have no KV description (SKV_ERR_UNSUPPORTED).
@@ -43,7 +43,10 @@
  * (flags bit 2, 2026-12-05; the tiny_* ones predate it and keep the older header).
  * rev1_cmv_* are the tiny_cmv_* files of before cmv's model revision 2 (docs/coder.md 4.9),
  * rev2_cmv_* and rev2_tok_cmv_* those of revision 2 (until revision 3, 4.10), kept under
- * names make_seeds.sh does not rewrite: their segments decode under revisions 1 and 2. */
+ * names make_seeds.sh does not rewrite: their segments decode under revisions 1 and 2.
+ * kvtc sessions are given the harness's calibration of the model (tests/kvtc_fixture.h,
+ * deterministic: the tiny_kvtc_* seeds name it); one naming another is restored without
+ * it and must fail with SKV_ERR_INVALID_ARG and a message. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +55,7 @@
 
 #include "seqkv.h"
 #include "core/util.h"
+#include "../tests/kvtc_fixture.h"
 
 #define HDR 128
 #define SEGHDR 32
@@ -64,6 +68,9 @@ static skv_model *g_model;
 static skv_ctx *g_ctx;
 static uint8_t g_fp[16], g_tokfp[16];
 static int g_init;
+static uint8_t *g_cal;  /* a kvtc calibration of the model (kvtc_fixture_cal: 32 ids, seed 1) */
+static size_t g_cal_len;
+static int g_no_cal;    /* this input is a kvtc session without its calibration: restores say so */
 
 static void write_seeds(const char *dir);
 
@@ -86,6 +93,7 @@ static void load_model(void)
         g_model = NULL;
         return;
     }
+    g_cal = kvtc_fixture_cal(g_model, 32, 1, &g_cal_len);
     if (getenv("FUZZ_SESSION_SEEDS")) write_seeds(getenv("FUZZ_SESSION_SEEDS"));
 }
 
@@ -105,7 +113,7 @@ static void fix_checksums(uint8_t *d, size_t size)
 static int known_status(int rc)
 {
     return rc == SKV_ERR_FORMAT || rc == SKV_ERR_MISMATCH || rc == SKV_ERR_RANGE || rc == SKV_ERR_UNSUPPORTED ||
-           rc == SKV_ERR_NOMEM;
+           rc == SKV_ERR_NOMEM || (g_no_cal && rc == SKV_ERR_INVALID_ARG);
 }
 
 static void restore_all(const skv_session *s, const skv_session_info *si, int draft_max)
@@ -150,7 +158,7 @@ static void restore_all(const skv_session *s, const skv_session_info *si, int dr
 /* Codecs whose payload holds the KV (skv_session_segment_kv_info describes it). */
 static int kv_codec(int codec)
 {
-    return (codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ) || codec == SKV_CODEC_PRED;
+    return (codec >= SKV_CODEC_F16 && codec <= SKV_CODEC_KVQ) || codec == SKV_CODEC_PRED || codec == SKV_CODEC_KVTC;
 }
 
 /* Model-free decoding of every segment of a quantized-KV session; the other codecs have
@@ -169,8 +177,9 @@ static void restore_kv_all(const skv_session *s, const skv_session_info *si)
         if (krc != SKV_OK) abort();
         skv_session_segment_info(s, i, &nt, NULL, NULL);
         size_t nf = (size_t)ki.n_layer * 2 * (size_t)ki.n_head_kv * nt * (size_t)ki.head_dim;
-        /* per-vector codecs: a fixed size per position; pred: the mean, rounded up */
-        uint64_t lo = si->codec == SKV_CODEC_PRED ? nt * (ki.position_bytes - 1) + 1 : nt * ki.position_bytes;
+        /* per-vector codecs: a fixed size per position; pred, kvtc: the mean, rounded up */
+        int mean = si->codec == SKV_CODEC_PRED || si->codec == SKV_CODEC_KVTC;
+        uint64_t lo = mean ? nt * (ki.position_bytes - 1) + 1 : nt * ki.position_bytes;
         if (nt == 0 || ki.position_bytes == 0 || ki.kv_bytes < lo || ki.kv_bytes > nt * ki.position_bytes ||
             nt > sizeof tok / sizeof *tok)
             abort();
@@ -214,11 +223,13 @@ static int encode(const char *codec, const int32_t *tok, size_t n, int n_ctx, un
     ep.total_bits = total_bits;
     ep.n_threads = 1;
     if (ep.codec == SKV_CODEC_KVQ) ep.kv_quant = "k=tq4,v=tq2p,seed=3";
-    int rc = skv_encoder_create(g_model, &ep, &e, NULL, 0);
+    if (ep.codec == SKV_CODEC_KVTC) ep.kvtc_cal = g_cal, ep.kvtc_cal_bytes = g_cal_len;
+    char err[256] = "";
+    int rc = skv_encoder_create(g_model, &ep, &e, err, sizeof err);
     if (!rc) rc = skv_encoder_append(e, tok, n, NULL);
     if (!rc) rc = skv_encoder_finish(e, d, size);
+    if (rc) fprintf(stderr, "fuzz_session: no %s seed (%d %s)\n", codec, rc, e ? skv_encoder_last_error(e) : err);
     skv_encoder_free(e);
-    if (rc) fprintf(stderr, "fuzz_session: no %s seed (%d)\n", codec, rc);
     return rc;
 }
 
@@ -230,7 +241,7 @@ static int encode(const char *codec, const int32_t *tok, size_t n, int n_ctx, un
 static void write_seeds(const char *dir)
 {
     static const char *const codecs[] = {"tokens", "model", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq",
-                                         "cm", "pred", "cmv"};
+                                         "cm", "pred", "cmv", "kvtc"};
     skv_model_info mi;
     int32_t a[20], rep[30];
     uint8_t *d = NULL;
@@ -309,6 +320,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (total != si.n_tokens || !skv_codec_name(si.codec) ||
         (!si.segmented && si.n_segments > 1) || si.file_bytes != n)
         abort();
+    /* kvtc: the harness's calibration, which the tiny_kvtc_* seeds name (another: MISMATCH) */
+    g_no_cal = si.codec == SKV_CODEC_KVTC;
+    if (g_no_cal && g_cal) {
+        int crc = skv_session_set_kvtc_cal(s, g_cal, g_cal_len);
+        if (crc != SKV_OK && crc != SKV_ERR_MISMATCH) abort();
+        g_no_cal = crc != SKV_OK;
+    }
     restore_kv_all(s, &si);
     if (g_model && !(mode & 16)) restore_all(s, &si, draft_max[(mode >> 2) & 3]);
     skv_session_free(s);

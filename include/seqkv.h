@@ -401,8 +401,17 @@ enum { SKV_CODEC_CM = 9 };
  * skv_encoder_params.kv_quant takes "PREDICTOR[,ramp][,step=S][,kstep=S][,vstep=S]"
  * (predictors none, delta, lpc, lpc2, tok; ramp: coarser steps far from the segment's end;
  * S = the quantizer step relative to the RMS of each (layer, kind); NULL = "tok,ramp,step=1").
- * Ids 10..15 are reserved for predictive KV codecs. */
+ * Ids 11..15 are reserved for predictive and transform KV codecs (11: kvtc). */
 enum { SKV_CODEC_PRED = 10 };
+/* -- codec "kvtc" (docs/format.md section 2.8, docs/kvtc.md) --
+ * Lossy, restored without the model like "pred": the tokens plus the KV transform-coded
+ * (per (layer, kind, kv_head): the mean and principal components of a calibration
+ * measured once per model, the coefficients quantized and range-coded). The encoder
+ * takes the calibration file's image (skv_encoder_params.kvtc_cal, written by
+ * `seqkv kvtc-calib`); a restore needs the same one (skv_session_set_kvtc_cal).
+ * skv_encoder_params.kv_quant takes "[none|tok][,ramp][,step=S][,kstep=S][,vstep=S]
+ * [,theta=X]" (NULL = "tok,ramp,step=1"). */
+enum { SKV_CODEC_KVTC = 11 };
 /* -- codecs "cmv" and "cmvd" (docs/format.md section 2.6) --
  * cm with what the vocabulary itself tells (ids ordered by their text, a static prior
  * from the vocabulary's scores or merge order, contexts over the text); "cmvd" primes
@@ -438,7 +447,7 @@ SKV_API int skv_cm_dict_file_current(const char *path);
  * thread-safe: call it on a thread of its own beside other work (the CLI: while the
  * dictionary's text is hashed and its cached ids read). SKV_ERR_NOMEM. */
 SKV_API int skv_cm_dict_prepare(skv_model *m);
-/* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" "cmv" "cmvd" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
+/* "tokens" "model" "f16" "q8" "q4" "tq2" "tq3" "tq4" "kvq" "cm" "pred" "kvtc" "cmv" "cmvd" <-> SKV_CODEC_*; NULL / SKV_ERR_INVALID_ARG if unknown. */
 SKV_API const char *skv_codec_name(int codec);
 SKV_API int skv_codec_parse(const char *name);
 /* The codec table (src/container/codecs.c): one row per codec. The CLI's --help, its
@@ -450,7 +459,9 @@ enum {
     SKV_CODEC_F_MODEL = 1u << 3,   /* the ids are coded under the model: a restore runs it token by token */
     SKV_CODEC_F_DICT = 1u << 4,    /* takes a dictionary of ids (skv_encoder_params.cm_dict) */
     SKV_CODEC_F_SPEC = 1u << 5,    /* takes a kv_quant spec (skv_encoder_params.kv_quant) */
-    SKV_CODEC_F_NEEDS = 1u << 6    /* the dictionary or spec it takes must be given */
+    SKV_CODEC_F_NEEDS = 1u << 6,   /* the dictionary or spec it takes must be given */
+    SKV_CODEC_F_CAL = 1u << 7      /* needs a kvtc calibration to encode and to decode (skv_encoder_params.kvtc_cal,
+                                      skv_session_set_kvtc_cal) */
 };
 typedef struct skv_codec_desc {
     int id;              /* SKV_CODEC_*: the file's codec field */
@@ -487,6 +498,10 @@ typedef struct skv_encoder_params {
      * f16 cache, and the file says so (header flag, docs/format.md): it restores only into
      * contexts of the same kv_cache_type. */
     int kv_cache_type;
+    /* codec SKV_CODEC_KVTC: the image of a calibration file (kvtc-<id>.cal, docs/kvtc.md)
+     * of the model's geometry; parsed by skv_encoder_create. NULL/0 for the other codecs. */
+    const void *kvtc_cal;
+    size_t kvtc_cal_bytes;
 } skv_encoder_params;
 
 typedef struct skv_encoder_stats {
@@ -685,6 +700,16 @@ typedef struct skv_session_kv_info {
  * little-endian u32) and the number of ids of the dictionary segment i was coded with,
  * which a restore must be given; SKV_ERR_UNSUPPORTED for the other codecs. */
 SKV_API int skv_session_segment_dict(const skv_session *s, uint32_t i, uint64_t *id, uint32_t *n_ids);
+/* Codecs needing a calibration (SKV_CODEC_F_CAL: kvtc): the id every segment names (the
+ * file kvtc-<16 hex digits of id>.cal); SKV_ERR_UNSUPPORTED for the other codecs. */
+SKV_API int skv_session_kvtc_cal_id(const skv_session *s, uint64_t *id);
+/* Gives a kvtc session the calibration its segments need (image: the file's bytes,
+ * copied and checked): SKV_ERR_FORMAT (a damaged image), SKV_ERR_MISMATCH (another
+ * calibration than the one the session names; the message names both files),
+ * SKV_ERR_UNSUPPORTED (another codec). Call it before any restore of the session (it is
+ * not synchronized with them); restores and skv_session_restore_kv of a kvtc session
+ * without it fail with SKV_ERR_INVALID_ARG naming the file needed. */
+SKV_API int skv_session_set_kvtc_cal(skv_session *s, const void *image, size_t len);
 /* Segment i's KV payload description; SKV_ERR_UNSUPPORTED for codecs tokens/model. */
 SKV_API int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv_info *out);
 /* Restores segment i of a quantized-KV session without any model: kv receives the

@@ -21,8 +21,9 @@ tail -c +38001 $H | head -c 18000 > "$OUT/kjv_b.txt"
 tail -c +80001 "$SAMPLES" | head -c 40000 > "$OUT/st_a.txt"
 tail -c +120001 "$SAMPLES" | head -c 40000 > "$OUT/st_b.txt"
 cp /usr/share/common-licenses/GPL-3 "$OUT/gpl3.txt"
-CK=$($SKV kvtc-calib -f "$OUT/kjv_cal.txt" -c 1024 --dir "$OUT")
-CS=$($SKV kvtc-calib -m "$ST" -f "$OUT/st_cal.txt" -n 30000 --dir "$OUT")
+# CALIB_OPTS: more kvtc-calib options (none: its defaults, step weights from 4 windows at power 0.5)
+CK=$($SKV kvtc-calib -f "$OUT/kjv_cal.txt" -c 1024 --dir "$OUT" ${CALIB_OPTS:-})
+CS=$($SKV kvtc-calib -m "$ST" -f "$OUT/st_cal.txt" -n 30000 --dir "$OUT" ${CALIB_OPTS:-})
 run() { # model label calib P ctx windows text steps kvtc-steps
     n=$(( $6 * ($5 - 1) ))
     $SKV kv-rd -m "$1" -f "$OUT/$7.txt" -c "$5" --prefix "$4" -n "$n" --steps "$8" --predictors none,tok,tok+ramp \

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvtc_fixture.h"
 #include "seqkv.h"
 #include "test.h"
 
@@ -47,8 +48,8 @@ static void test_rows_are_found(void)
             CHECK_MSG(skv_codec_at(j)->id != d->id && strcmp(skv_codec_at(j)->name, d->name),
                       "rows %zu and %zu share an id or a name", j, i);
     }
-    CHECK_EQ_INT((int)n, 13);
-    CHECK(skv_codec_at(n) == NULL && skv_codec_desc_of(-1) == NULL && skv_codec_desc_of(11) == NULL);
+    CHECK_EQ_INT((int)n, 14);
+    CHECK(skv_codec_at(n) == NULL && skv_codec_desc_of(-1) == NULL && skv_codec_desc_of(12) == NULL);
     CHECK(skv_codec_parse("nope") < 0 && skv_codec_name(99) == NULL);
 }
 
@@ -68,6 +69,7 @@ static void test_flags_agree(void)
     CHECK(skv_codec_desc_of(SKV_CODEC_MODEL)->flags & SKV_CODEC_F_MODEL);
     CHECK(skv_codec_desc_of(SKV_CODEC_CMVD)->flags & SKV_CODEC_F_DICT);
     CHECK(skv_codec_desc_of(SKV_CODEC_TQ3)->flags & SKV_CODEC_F_KV);
+    CHECK(skv_codec_desc_of(SKV_CODEC_KVTC)->flags & SKV_CODEC_F_CAL);
 }
 
 /* Each codec round-trips a short text through the encoder and the reader, and what the
@@ -78,6 +80,9 @@ static void test_flags_match_the_reader(void)
     static const int32_t dict[] = {1, 200, 300, 400, 500};
     int32_t tok[40], back[40];
     const skv_codec_desc *d;
+    size_t cal_len = 0;
+    uint8_t *cal = kvtc_fixture_cal(g_m, 64, 1, &cal_len);
+    CHECK(cal != NULL);
     for (int i = 0; i < 40; i++) tok[i] = i ? 10 + (i * 37) % 3000 : 1;
     for (size_t i = 0; (d = skv_codec_at(i)); i++) {
         skv_encoder_params ep = skv_encoder_default_params();
@@ -89,6 +94,7 @@ static void test_flags_match_the_reader(void)
         ep.codec = d->id, ep.n_ctx = 64;
         if (d->id == SKV_CODEC_KVQ) ep.kv_quant = "k=tq4,v=tq3";
         if (d->flags & SKV_CODEC_F_DICT) ep.cm_dict = dict, ep.n_cm_dict = 5, rp.cm_dict = dict, rp.n_cm_dict = 5;
+        if (d->flags & SKV_CODEC_F_CAL) ep.kvtc_cal = cal, ep.kvtc_cal_bytes = cal_len;
         CHECK_MSG((s = encode_open(&ep, tok, 40, err, sizeof err)) != NULL, "%s: %s", d->name, err);
         int ids = skv_session_segment_tokens(s, g_m, 0, &rp, back, 40, &nb, err, sizeof err) == SKV_OK;
         int kv = skv_session_segment_kv_info(s, 0, &ki) == SKV_OK;
@@ -99,6 +105,7 @@ static void test_flags_match_the_reader(void)
         CHECK_MSG(kv == !!(d->flags & SKV_CODEC_F_KV), "%s: KV info %d, flag says %d", d->name, kv,
                   !!(d->flags & SKV_CODEC_F_KV));
     }
+    free(cal);
 }
 
 /* A cmvd file names its dictionary (what `seqkv inspect` shows); other codecs have none. */

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "container/kvtc.h"
+#include "core/util.h"
 #include "seqkv.h"
 #include "test.h"
 
@@ -166,6 +167,47 @@ static void calib_roundtrip(void)
     CHECK_EQ_INT(skv_kvtc_calib_load(buf, len - 1, &c2, &err), SKV_ERR_FORMAT);
     CHECK(strstr(err.msg, "length") != NULL);
     free(buf), free(buf2);
+    skv_kvtc_calib_free(c);
+}
+
+/* Step weights (version 2 files): the id changes, the image round trips, out-of-range
+ * weights are refused by the setter and the reader, and a stream's side step of each
+ * (layer, kind) is the unweighted one times its weight, decoded bit for bit. */
+static void calib_weights(void)
+{
+    skv_kvtc_calib *c = make_calib(7), *c2 = NULL;
+    float w[L * 2] = {0.5f, 2.0f, 1.0f, 0.25f}, bad[L * 2] = {1.0f, 1.0f, 100.0f, 1.0f};
+    uint8_t *buf = NULL, *buf2 = NULL, *s0 = NULL, *s1 = NULL;
+    size_t len = 0, len2 = 0, l0 = 0, l1 = 0, n = 40, nf = (size_t)S * n * D;
+    skv_err err = {0};
+    float *kv = make_kv(n, 3), *deq = malloc(nf * sizeof *deq), *out = malloc(nf * sizeof *out);
+    skv_kvtc_params p = {.predictor = SKV_KVTC_NONE, .step = {0.1f, 0.1f}};
+    CHECK(c != NULL);
+    uint64_t id0 = skv_kvtc_calib_id(c);
+    CHECK_EQ_INT(skv_kvtc_encode(&p, c, kv, n, &s0, &l0, NULL), SKV_OK);
+    CHECK_EQ_INT(skv_kvtc_calib_set_weights(c, bad), SKV_ERR_INVALID_ARG);
+    CHECK_EQ_INT(skv_kvtc_calib_set_weights(c, w), SKV_OK);
+    CHECK(skv_kvtc_calib_id(c) != id0);
+    CHECK_EQ_INT(skv_kvtc_calib_save(c, &buf, &len), SKV_OK);
+    CHECK_EQ_INT((int)buf[8], 2);
+    CHECK_EQ_INT(skv_kvtc_calib_load(buf, len, &c2, &err), SKV_OK);
+    CHECK(skv_kvtc_calib_id(c2) == skv_kvtc_calib_id(c));
+    CHECK_EQ_INT(skv_kvtc_calib_save(c2, &buf2, &len2), SKV_OK);
+    CHECK(len2 == len && !memcmp(buf, buf2, len));
+    CHECK_EQ_INT(skv_kvtc_encode(&p, c2, kv, n, &s1, &l1, deq), SKV_OK);
+    CHECK_EQ_INT(skv_kvtc_decode(s1, l1, c2, NULL, out, nf, &err), SKV_OK);
+    CHECK(!memcmp(out, deq, nf * sizeof *out));
+    for (int lk = 0; lk < L * 2; lk++) { /* side steps at 56 + 4 lk */
+        float a = skv_rdf32(s0 + 56 + 4 * lk), b = skv_rdf32(s1 + 56 + 4 * lk);
+        CHECK_MSG(fabsf(b - a * w[lk]) <= 1e-6f * b, "lk %d: step %g, unweighted %g x %g", lk, b, a, w[lk]);
+    }
+    skv_kvtc_calib_free(c2);
+    c2 = NULL;
+    skv_wrf32(buf + 48, 100.0f); /* the first weight out of range, checksum fixed up */
+    skv_wr64(buf + len - 8, XXH3_64bits(buf, len - 8));
+    CHECK_EQ_INT(skv_kvtc_calib_load(buf, len, &c2, &err), SKV_ERR_FORMAT);
+    CHECK(strstr(err.msg, "weight") != NULL);
+    free(buf), free(buf2), free(s0), free(s1), free(kv), free(deq), free(out);
     skv_kvtc_calib_free(c);
 }
 
@@ -343,6 +385,7 @@ int main(void)
     RUN(jacobi_matches_reference);
     RUN(jacobi_degenerate);
     RUN(calib_roundtrip);
+    RUN(calib_weights);
     RUN(roundtrip_bit_exact);
     RUN(rope_refused);
     RUN(later_segment);

@@ -33,7 +33,7 @@ from testenv import run_cases
 
 NAME = "test_newuser"
 REPORTER = Reporter(NAME)
-CODECS = ["model", "tokens", "cm", "cmv", "cmvd", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq", "pred"]
+CODECS = ["model", "tokens", "cm", "cmv", "cmvd", "f16", "q8", "q4", "tq2", "tq3", "tq4", "kvq", "pred", "kvtc"]
 
 
 def text_file(tmp, name, n_bytes, skip=0):
@@ -60,7 +60,8 @@ def usage_errors_list_the_codecs(tmp):
     rc, out, err = run("compress", "-f", "README.md", "-o", os.path.join(tmp, "x.skv"), "--codec", "zz")
     check(rc == 2 and " ".join(CODECS) in err, "bad --codec: exit %d, %r" % (rc, err))
     rc, out, err = run("generate", "-p", "In the", "-n", "2", "-o", os.path.join(tmp, "g.skv"), "--codec", "kvq")
-    check(rc == 2 and "cmvd" not in err.split("one of")[1] and "pred" in err, "generate --codec kvq: %d %r" % (rc, err))
+    check(rc == 2 and "cmvd" not in err.split("one of")[1] and "kvtc" not in err.split("one of")[1] and "pred" in err,
+          "generate --codec kvq: %d %r" % (rc, err))
 
 
 def report_says_what_the_cross_entropy_is(tmp):

@@ -11,7 +11,8 @@ and gives back the input text byte for byte, that `restore --kv` writes exactly 
 `kv-dump` writes for the same text, segmenting, the three input forms of compress (text,
 token ids, a KV dump), clear errors for corrupt files and for a different model (naming
 both fingerprints), and --help for each command; the quantized-KV codecs (tq3, kvq) on the
-bundled KJV model: report, inspect, model-free restore of text and a lossy KV dump.
+bundled KJV model: report, inspect, model-free restore of text and a lossy KV dump; the
+transform codec kvtc with its calibration (--kvtc-cal).
 """
 import os
 import re
@@ -477,9 +478,67 @@ def f16_kv_cache_sessions(tmp):
     check(open(os.path.join(tmp, "g16.txt"), encoding="utf-8").read() == plain.rstrip("\n"), "restored text differs")
 
 
+def kvtc_codec(tmp):
+    """--codec kvtc on the bundled KJV model with a calibration from `kvtc-calib` (on text
+    the session does not hold): inspect names the calibration, restore (file or directory)
+    verifies the decoded KV against the stored digest and gives the text back, two restores
+    write the same lossy dump, and a missing, another or a damaged calibration or stream is
+    refused naming the file."""
+    if not os.access(SEQKV, os.X_OK):
+        raise Skip("%s not built" % SEQKV)
+    kjv = os.path.join(ROOT, "models", "kjv-4m.gguf")
+    held = open(os.path.join(ROOT, "tests", "data", "model_ref", "heldout.txt"), "rb").read()
+    cal_txt, other_txt, src = (os.path.join(tmp, n) for n in ("cal.txt", "other.txt", "h.txt"))
+    open(cal_txt, "wb").write(held[:6000])
+    open(other_txt, "wb").write(held[6000:9000])
+    text = held[20000:21500]
+    open(src, "wb").write(text[:text.rindex(b" ")])
+    cdir, odir = os.path.join(tmp, "cal"), os.path.join(tmp, "other")
+    os.makedirs(cdir), os.makedirs(odir)
+    rc, out, err = run("kvtc-calib", "-m", kjv, "-f", cal_txt, "-c", "256", "--dir", cdir)
+    check(rc == 0 and out.strip().endswith(".cal"), "kvtc-calib: exit %d %r %r" % (rc, out, err))
+    cal = out.strip()
+    cal_id = os.path.basename(cal)
+    rc, out, err = run("kvtc-calib", "-m", kjv, "-f", other_txt, "-c", "256", "--dir", odir)
+    other = out.strip()
+    skv = os.path.join(tmp, "h.skv")
+    rc, out, err = run("compress", "-m", kjv, "-f", src, "-o", skv, "--codec", "kvtc", "--kvtc-cal", cal)
+    check(rc == 0 and "KV part:" in out, "compress --codec kvtc: exit %d: %s" % (rc, err.strip()))
+    rc, out, err = run("inspect", skv)
+    check(rc == 0 and ("calibration:  %s" % cal_id) in out and "k=tc:tok,v=tc:tok" in out, "inspect: %r" % out)
+    back, kv1, kv2 = (os.path.join(tmp, n) for n in ("back.txt", "a.kv", "b.kv"))
+    rc, out, err = run("restore", "-m", kjv, skv, "-o", back, "--kv", kv1, "--kvtc-cal", cal)
+    check(rc == 0 and "decoded KV verified" in out, "restore --kvtc-cal FILE: exit %d: %s" % (rc, err.strip()))
+    check(open(back, "rb").read() == open(src, "rb").read(), "restored text differs")
+    rc, out, err = run("restore", "-m", kjv, skv, "--kv", kv2, "--kvtc-cal", cdir)
+    check(rc == 0 and open(kv1, "rb").read() == open(kv2, "rb").read(), "restore --kvtc-cal DIR: %d %s" % (rc, err))
+    rc, out, err = run("restore", "-m", kjv, skv)
+    check(rc == 2 and cal_id in err and "--kvtc-cal" in err, "restore without the calibration: %d %r" % (rc, err))
+    rc, out, err = run("restore", "-m", kjv, skv, "--kvtc-cal", other)
+    check(rc == 1 and cal_id in err and os.path.basename(other) in err, "another calibration: %d %r" % (rc, err))
+    rc, out, err = run("restore", "-m", kjv, skv, "--kvtc-cal", odir)
+    check(rc == 1 and cal_id in err, "a directory without it: %d %r" % (rc, err))
+    data = bytearray(open(cal, "rb").read())
+    data[len(data) // 2] ^= 1
+    bad_cal = os.path.join(tmp, "bad.cal")
+    open(bad_cal, "wb").write(bytes(data))
+    rc, out, err = run("restore", "-m", kjv, skv, "--kvtc-cal", bad_cal)
+    check(rc == 1 and "checksum" in err, "a damaged calibration: %d %r" % (rc, err))
+    data = bytearray(open(skv, "rb").read())
+    data[len(data) - 100] ^= 4
+    bad = os.path.join(tmp, "bad.skv")
+    open(bad, "wb").write(bytes(data))
+    rc, out, err = run("restore", "-m", kjv, bad, "--kvtc-cal", cal)
+    check(rc == 1 and "checksum mismatch" in err, "a damaged stream: %d %r" % (rc, err))
+    for args in (("--codec", "kvtc"), ("--codec", "pred", "--kvtc-cal", cal),
+                 ("--codec", "kvtc", "--kvtc-cal", cal, "--kv-quant", "lpc2")):
+        rc, out, err = run("compress", "-m", kjv, "-f", src, "-o", skv, *args)
+        check(rc != 0 and err.strip(), "compress %s: exit %d" % (" ".join(args), rc))
+
+
 CASES = [help_and_usage_errors, roundtrip_text_and_kv, other_inputs, segments, corrupt_files, wrong_model,
          quantized_kv_codec, pred_layer0_restore, batch_restore_of_segments, generation_stored_as_it_runs,
-         f16_kv_cache_sessions]
+         f16_kv_cache_sessions, kvtc_codec]
 
 
 if __name__ == "__main__":

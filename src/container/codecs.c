@@ -15,6 +15,7 @@
 #define F_DICT SKV_CODEC_F_DICT
 #define F_SPEC SKV_CODEC_F_SPEC
 #define F_NEEDS SKV_CODEC_F_NEEDS
+#define F_CAL SKV_CODEC_F_CAL
 
 /* The rows every quantized-KV codec of a fixed scheme shares; only the id and words differ. */
 #define KV_ROW(id_, name_, help_, words_)                                                                     \
@@ -60,6 +61,11 @@ static const skv_codec_row rows[] = {
            "zstd varints + predictively coded KV", F_KV | F_SPEC},
      .setup = skv_codec_pred_setup, .encode = skv_codec_pred_encode, .check = skv_session_check_pred,
      .decode_kv = skv_session_decode_pred, .restore = skv_codec_restore_kv, .kv_info = skv_codec_pred_kv_info},
+    {.d = {SKV_CODEC_KVTC, "kvtc",
+           "the tokens plus the KV transform-coded with a calibration (lossy; --kvtc-cal, which the restore needs too)",
+           "zstd varints + transform-coded KV", F_KV | F_SPEC | F_CAL},
+     .setup = skv_codec_kvtc_setup, .encode = skv_codec_kvtc_encode, .check = skv_codec_kvtc_check,
+     .decode_kv = skv_codec_kvtc_decode, .restore = skv_codec_restore_kv, .kv_info = skv_codec_kvtc_kv_info},
 };
 #define N_ROWS (sizeof rows / sizeof rows[0])
 
@@ -109,12 +115,27 @@ size_t skv_codec_list(char *buf, size_t cap, unsigned flags, const char *sep)
     return len;
 }
 
+int skv_codec_spec_items(const char *spec, skv_codec_spec_item_fn item, void *user)
+{
+    char buf[128];
+    size_t len = strlen(spec);
+    if (len >= sizeof buf) return SKV_ERR_INVALID_ARG;
+    memcpy(buf, spec, len + 1);
+    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(it, '=');
+        if (eq) *eq = 0;
+        if (item(user, it, eq ? eq + 1 : NULL)) return SKV_ERR_INVALID_ARG;
+    }
+    return SKV_OK;
+}
+
 int skv_codec_is_kv(int codec) { return (skv_codec_flags(codec) & F_KV) != 0; }
 
 void skv_codec_state_free(skv_codec_state *st)
 {
     skv_kvcodec_free(st->kvc);
     free(st->dict);
+    skv_kvtc_calib_free(st->tc);
     memset(st, 0, sizeof *st);
 }
 

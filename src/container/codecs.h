@@ -10,7 +10,8 @@
  *   prefill (restore.c), SKV_CODEC_F_KV through decode_kv and a KV load, SKV_CODEC_F_MODEL
  *   through the model-coded stream; SKV_CODEC_F_DICT / _F_SPEC take skv_encoder_params'
  *   cm_dict / kv_quant, and _F_NEEDS says the one taken must be given (the CLI's checks,
- *   --help and usage errors follow). tests/test_codecs.c checks every row.
+ *   --help and usage errors follow); SKV_CODEC_F_CAL takes kvtc_cal and a restore needs
+ *   the session's calibration (skv_session_set_kvtc_cal; the CLI's --kvtc-cal). tests/test_codecs.c checks every row.
  * What must never change: an existing codec's id, name and payload bytes (the golden files,
  * tests/data/golden, pin them). */
 #ifndef SKV_CONTAINER_CODECS_H
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "container/kvtc.h"
 #include "container/session_int.h"
 #include "core/util.h"
 
@@ -32,6 +34,8 @@ typedef struct skv_codec_state {
     int want_sur;       /* codec pred: the encoder keeps each token's surprisal */
     int32_t *dict;      /* codecs taking a dictionary: the owned copy */
     size_t n_dict;
+    struct skv_kvtc_calib *tc; /* codec kvtc: the calibration (owned) */
+    skv_kvtc_params tcp;       /* codec kvtc: predictor, ramp, steps, water level */
 } skv_codec_state;
 
 void skv_codec_state_free(skv_codec_state *st);
@@ -106,6 +110,11 @@ unsigned skv_codec_flags(int codec);
 size_t skv_codec_list(char *buf, size_t cap, unsigned flags, const char *sep);
 
 /* ---- operations shared by several rows ---- */
+/* A kv_quant spec's comma-separated items, each as (name, value after '=' or NULL) to
+ * item (nonzero: refused); SKV_ERR_INVALID_ARG for a refused item or a spec of 128
+ * bytes or more. */
+typedef int (*skv_codec_spec_item_fn)(void *user, const char *name, const char *val);
+int skv_codec_spec_items(const char *spec, skv_codec_spec_item_fn item, void *user);
 /* zstd(LEB128 ids) of the segment into *x->buf: codec tokens' payload, the token frame of
  * the KV codecs; *len its bytes. */
 int skv_codec_tokens_frame(skv_codec_seg *x, size_t *len);
@@ -123,6 +132,19 @@ int skv_codec_kv_decode(const skv_session *s, const seg_view *g, int model_free,
 int skv_codec_pred_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, skv_err *err);
 int skv_codec_pred_encode(skv_codec_seg *x);
 void skv_codec_pred_kv_info(const seg_view *g, skv_session_kv_info *out);
+
+/* codec_kvtc.c: codec kvtc. */
+int skv_codec_kvtc_setup(const skv_encoder_params *p, const skv_model_info *mi, skv_codec_state *st, skv_err *err);
+int skv_codec_kvtc_encode(skv_codec_seg *x);
+int skv_codec_kvtc_check(skv_session *s, uint32_t i, skv_err *err);
+int skv_codec_kvtc_decode(const skv_session *s, const seg_view *g, int model_free, float *kv, size_t kv_cap,
+                          int32_t *tok, skv_err *err);
+void skv_codec_kvtc_kv_info(const seg_view *g, skv_session_kv_info *out);
+/* "[none|tok][,ramp][,step=S][,kstep=S][,vstep=S][,theta=X]" -> p; SKV_ERR_INVALID_ARG. */
+int skv_codec_kvtc_spec(const char *spec, skv_kvtc_params *p);
+/* skv_session_kvtc_cal_id and skv_session_set_kvtc_cal, their messages in err. */
+int skv_codec_kvtc_cal_of(const skv_session *s, uint64_t *id, skv_err *err);
+int skv_codec_kvtc_attach(skv_session *s, const void *image, size_t len, skv_err *err);
 
 /* codec_ids.c: the codecs storing the ids alone (tokens, cm, cmv, cmvd). */
 int skv_codec_tokens_encode(skv_codec_seg *x);

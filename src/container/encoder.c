@@ -142,8 +142,11 @@ static int setup_codec(skv_encoder *e, const skv_encoder_params *p, skv_err *err
     e->V = (uint32_t)mi->n_vocab;
     if (!(e->row->d.flags & SKV_CODEC_F_DICT) && (p->cm_dict || p->n_cm_dict))
         return skv_fail(err, SKV_ERR_INVALID_ARG, "cm_dict is for codec cmvd only");
+    if (!(e->row->d.flags & SKV_CODEC_F_CAL) && (p->kvtc_cal || p->kvtc_cal_bytes))
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "kvtc_cal is for codec kvtc only");
     if (e->row->setup && (rc = e->row->setup(p, mi, &e->cs, err))) return rc;
     e->p.cm_dict = e->cs.dict;
+    e->p.kvtc_cal = NULL, e->p.kvtc_cal_bytes = 0; /* parsed into the state */
     if (!e->p.total_bits) e->p.total_bits = auto_total_bits(e->V);
     if (!model_coded(e)) e->p.total_bits = 0;
     else if (((uint64_t)1 << e->p.total_bits) < e->V) e->p.total_bits = auto_total_bits(e->V);

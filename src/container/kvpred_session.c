@@ -15,40 +15,49 @@
 
 #define PRED_DEFAULT_STEP 1.0f
 
+/* One item of a pred spec (skv_codec_spec_items); u: {params, want_sur}. */
+typedef struct {
+    skv_kvp_params *p;
+    int *want_sur;
+} pred_spec;
+
+static int pred_item(void *u, const char *name, const char *val)
+{
+    pred_spec *ps = u;
+    skv_kvp_params *p = ps->p;
+    char *end = NULL;
+    if (!val) {
+        if (!strcmp(name, "ramp")) p->ramp = 1;
+        else if (!strcmp(name, "surprisal")) *ps->want_sur = 1;
+        else if (!strcmp(name, "layer0")) p->layer0 = 1;
+        else if (!strcmp(name, "rot")) p->rot = 1;
+        else if ((p->predictor = skv_kvp_pred_parse(name)) < 0) return 1;
+        return 0;
+    }
+    float v = strtof(val, &end);
+    if (end == val || *end || !(v > 0.0f && v <= (strcmp(name, "rate") ? 1e6f : 1e9f))) return 1;
+    if (!strcmp(name, "rate")) p->rate = v;
+    else if (!strcmp(name, "kl")) p->kl = v;
+    else if (!strcmp(name, "step")) p->step[0] = p->step[1] = v;
+    else if (!strcmp(name, "kstep")) p->step[0] = v;
+    else if (!strcmp(name, "vstep")) p->step[1] = v;
+    else return 1;
+    return 0;
+}
+
 /* "PREDICTOR[,ramp][,surprisal][,layer0][,rot][,step=S][,kstep=S][,vstep=S][,rate=BITS][,kl=X]" -> p (*want_sur: the
  * encoder must record each token's surprisal); NULL or "" = "tok,ramp,step=1" (the best
  * model-free point measured, bench/results/rd.md). */
 int skv_session_pred_spec(const char *spec, skv_kvp_params *p, int *want_sur)
 {
-    char buf[128];
+    pred_spec ps = {p, want_sur};
     *p = (skv_kvp_params){.predictor = SKV_KVP_TOK, .step = {PRED_DEFAULT_STEP, PRED_DEFAULT_STEP}};
     *want_sur = 0;
     if (!spec || !*spec) {
         p->ramp = 1;
         return SKV_OK;
     }
-    if (strlen(spec) >= sizeof buf) return SKV_ERR_INVALID_ARG;
-    memcpy(buf, spec, strlen(spec) + 1);
-    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(it, '='), *end = NULL;
-        if (!eq) {
-            if (!strcmp(it, "ramp")) p->ramp = 1;
-            else if (!strcmp(it, "surprisal")) *want_sur = 1;
-            else if (!strcmp(it, "layer0")) p->layer0 = 1;
-            else if (!strcmp(it, "rot")) p->rot = 1;
-            else if ((p->predictor = skv_kvp_pred_parse(it)) < 0) return SKV_ERR_INVALID_ARG;
-            continue;
-        }
-        *eq = 0;
-        float v = strtof(eq + 1, &end);
-        if (end == eq + 1 || *end || !(v > 0.0f && v <= (strcmp(it, "rate") ? 1e6f : 1e9f))) return SKV_ERR_INVALID_ARG;
-        if (!strcmp(it, "rate")) p->rate = v;
-        else if (!strcmp(it, "kl")) p->kl = v;
-        else if (!strcmp(it, "step")) p->step[0] = p->step[1] = v;
-        else if (!strcmp(it, "kstep")) p->step[0] = v;
-        else if (!strcmp(it, "vstep")) p->step[1] = v;
-        else return SKV_ERR_INVALID_ARG;
-    }
+    if (skv_codec_spec_items(spec, pred_item, &ps)) return SKV_ERR_INVALID_ARG;
     return p->kl > 0.0f && p->rate > 0.0f ? SKV_ERR_INVALID_ARG : SKV_OK;
 }
 

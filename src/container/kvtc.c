@@ -98,17 +98,18 @@ static int reconstruct(const kvtc_geo *g, size_t s, size_t t, const float *y, si
 
 /* ---- the encoder's choices --------------------------------------------------------- */
 
-/* Step of (layer, kind) = rel x the calibration RMS of its heads' deviations from the mean. */
+/* Step of (layer, kind) = rel x the calibration RMS of its heads' deviations from the mean
+ * x the calibration's step weight of lk (1 without weights). */
 static float lk_step(const skv_kvtc_calib *c, size_t lk, float rel)
 {
-    double e = 0.0;
+    double e = 0.0, w = c->w ? (double)c->w[lk] : 1.0;
     size_t H = c->n_head_kv, d = c->d;
     for (size_t i = 0; i < H * d; i++) e += (double)c->eig[lk * H * d + i];
     double rms = sqrt(e / (double)(H * d));
-    return (float)(rel * (rms > 1e-20 ? rms : 1.0));
+    return (float)(rel * (rms > 1e-20 ? rms : 1.0) * w);
 }
 
-/* Reverse water-filling: the components whose variance exceeds theta * step^2. */
+/* Reverse water-filling: the components whose calibration variance exceeds theta * step^2. */
 static uint16_t keep_count(const float *eig, size_t d, float step, float theta)
 {
     size_t k = 0;
@@ -335,8 +336,10 @@ int skv_kvtc_decode(const uint8_t *buf, size_t len, const skv_kvtc_calib *c, con
     kvtc_geo g;
     int rc = skv_kvtc_peek(buf, len, &n, &id, err);
     if (rc) return rc;
-    if (!c || c->sum || id != c->id || !geometry_matches(buf, c))
-        return tc_fail(err, SKV_ERR_MISMATCH, "the stream needs another calibration (kvtc-<id>.cal) or geometry");
+    if (!c || c->sum) return tc_fail(err, SKV_ERR_INVALID_ARG, "no finished calibration given");
+    if (id != c->id || !geometry_matches(buf, c))
+        return skv_fail(err, SKV_ERR_MISMATCH, "kvtc: the stream needs the calibration kvtc-%016llx.cal, not kvtc-%016llx.cal",
+                        (unsigned long long)id, (unsigned long long)c->id);
     if (buf[5] == SKV_KVTC_TOK && !tokens) return tc_fail(err, SKV_ERR_INVALID_ARG, "predictor tok needs the tokens");
     if (!kv || kv_cap / c->n_series / c->d < n) return tc_fail(err, SKV_ERR_RANGE, "output buffer too small");
     rc = geo_alloc(&g, c, skv_rd32(buf + 40), n, buf[5], buf[6] & 1, tokens);

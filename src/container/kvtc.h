@@ -56,6 +56,11 @@ int skv_kvtc_calib_save(const skv_kvtc_calib *c, uint8_t **buf, size_t *len);
 uint64_t skv_kvtc_calib_id(const skv_kvtc_calib *c);
 /* Parses a file image: SKV_ERR_FORMAT with a message for anything malformed. */
 int skv_kvtc_calib_load(const uint8_t *buf, size_t len, skv_kvtc_calib **out, skv_err *err);
+/* A finished calibration's step weights: the step of (layer, kind) lk is multiplied by
+ * w[lk] (n_layer * 2 values, each finite in [1/64, 64]; `seqkv kvtc-calib` measures them
+ * from the model's KL sensitivity on the calibration text). Saved as a version 2 file; the
+ * id changes. SKV_ERR_INVALID_ARG, SKV_ERR_NOMEM. */
+int skv_kvtc_calib_set_weights(skv_kvtc_calib *c, const float *w);
 /* Geometry, and series s's eigenvalues (descending; d floats). */
 void skv_kvtc_calib_dims(const skv_kvtc_calib *c, uint32_t *n_layer, uint32_t *n_head_kv, uint32_t *head_dim);
 const float *skv_kvtc_calib_eig(const skv_kvtc_calib *c, size_t series);

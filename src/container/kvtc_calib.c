@@ -49,7 +49,7 @@ int skv_kvtc_calib_create(uint32_t n_layer, uint32_t n_head_kv, uint32_t head_di
 void skv_kvtc_calib_free(skv_kvtc_calib *c)
 {
     if (!c) return;
-    free(c->mu), free(c->eig), free(c->basis), free(c->sum), free(c->cross);
+    free(c->mu), free(c->eig), free(c->basis), free(c->sum), free(c->cross), free(c->w);
     free(c);
 }
 
@@ -122,9 +122,30 @@ int skv_kvtc_calib_finish(skv_kvtc_calib *c)
 
 /* ---- the file image -------------------------------------------------------------- */
 
+/* Bytes of the step weights after the header: none in a version 1 file. */
+static size_t weights_len(uint32_t version, uint32_t n_layer)
+{
+    return version == SKV_KVTC_CAL_VERSION_W ? (size_t)n_layer * 2 * 4 : 0;
+}
+
+static uint32_t image_version(const skv_kvtc_calib *c) { return c->w ? SKV_KVTC_CAL_VERSION_W : SKV_KVTC_CAL_VERSION; }
+
 static size_t image_len(const skv_kvtc_calib *c)
 {
-    return SKV_KVTC_CAL_HDR + c->n_series * (2 + c->d) * c->d * 4 + 8;
+    return SKV_KVTC_CAL_HDR + weights_len(image_version(c), c->n_layer) + c->n_series * (2 + c->d) * c->d * 4 + 8;
+}
+
+static int weight_ok(float w) { return w >= 1.0f / 64.0f && w <= 64.0f; }
+
+int skv_kvtc_calib_set_weights(skv_kvtc_calib *c, const float *w)
+{
+    if (!c || c->sum || !w) return SKV_ERR_INVALID_ARG;
+    for (size_t i = 0; i < (size_t)c->n_layer * 2; i++)
+        if (!weight_ok(w[i])) return SKV_ERR_INVALID_ARG;
+    if (!c->w && !(c->w = malloc((size_t)c->n_layer * 2 * sizeof *c->w))) return SKV_ERR_NOMEM;
+    memcpy(c->w, w, (size_t)c->n_layer * 2 * sizeof *c->w);
+    c->id = kvtc_calib_image_id(c);
+    return SKV_OK;
 }
 
 static uint8_t *put_f32s(uint8_t *p, const float *x, size_t n)
@@ -137,12 +158,13 @@ static void image_write(const skv_kvtc_calib *c, uint8_t *buf)
 {
     size_t d = c->d;
     memcpy(buf, cal_magic, 8);
-    skv_wr32(buf + 8, SKV_KVTC_CAL_VERSION);
+    skv_wr32(buf + 8, image_version(c));
     skv_wr32(buf + 12, c->n_layer), skv_wr32(buf + 16, c->n_head_kv), skv_wr32(buf + 20, c->d);
     skv_wr64(buf + 24, c->n_samples);
     skv_wr32(buf + 32, (uint32_t)c->rope_style), skv_wr32(buf + 36, c->rope_dim), skv_wrf32(buf + 40, c->rope_base);
     skv_wr32(buf + 44, 0);
     uint8_t *p = buf + SKV_KVTC_CAL_HDR;
+    if (c->w) p = put_f32s(p, c->w, (size_t)c->n_layer * 2);
     for (size_t s = 0; s < c->n_series; s++) {
         p = put_f32s(p, c->mu + s * d, d);
         p = put_f32s(p, c->eig + s * d, d);
@@ -193,12 +215,13 @@ static int cal_fail(skv_err *err, const char *msg)
 static int image_check(const uint8_t *buf, size_t len, uint32_t dim[3], skv_err *err)
 {
     if (len < SKV_KVTC_CAL_HDR + 8 || memcmp(buf, cal_magic, 8)) return cal_fail(err, "not a calibration (magic)");
-    if (skv_rd32(buf + 8) != SKV_KVTC_CAL_VERSION) return cal_fail(err, "unknown version");
+    uint32_t version = skv_rd32(buf + 8);
+    if (version != SKV_KVTC_CAL_VERSION && version != SKV_KVTC_CAL_VERSION_W) return cal_fail(err, "unknown version");
     for (int i = 0; i < 3; i++) dim[i] = skv_rd32(buf + 12 + 4 * i);
     if (!dims_ok(dim[0], dim[1], dim[2])) return cal_fail(err, "geometry out of range");
     if (!kvtc_rope_ok((int)skv_rd32(buf + 32), skv_rd32(buf + 36), skv_rdf32(buf + 40), dim[2]) || skv_rd32(buf + 44))
         return cal_fail(err, "bad RoPE fields");
-    size_t want = SKV_KVTC_CAL_HDR + (size_t)dim[0] * 2 * dim[1] * (2 + dim[2]) * dim[2] * 4 + 8;
+    size_t want = SKV_KVTC_CAL_HDR + weights_len(version, dim[0]) + (size_t)dim[0] * 2 * dim[1] * (2 + dim[2]) * dim[2] * 4 + 8;
     if (len != want) return cal_fail(err, "length does not match the geometry (truncated?)");
     if (XXH3_64bits(buf, len - 8) != skv_rd64(buf + len - 8)) return cal_fail(err, "checksum mismatch (damaged)");
     return SKV_OK;
@@ -210,6 +233,11 @@ static int image_read(skv_kvtc_calib *c, const uint8_t *buf, skv_err *err)
     size_t d = c->d;
     c->n_samples = skv_rd64(buf + 24);
     c->rope_style = (int)skv_rd32(buf + 32), c->rope_dim = skv_rd32(buf + 36), c->rope_base = skv_rdf32(buf + 40);
+    if (skv_rd32(buf + 8) == SKV_KVTC_CAL_VERSION_W) {
+        if (!(c->w = malloc((size_t)c->n_layer * 2 * sizeof *c->w))) return SKV_ERR_NOMEM;
+        for (size_t i = 0; i < (size_t)c->n_layer * 2; i++, p += 4)
+            if (!weight_ok(c->w[i] = skv_rdf32(p))) return cal_fail(err, "a step weight is outside [1/64, 64]");
+    }
     for (size_t s = 0; s < c->n_series; s++) {
         for (size_t i = 0; i < d; i++, p += 4) c->mu[s * d + i] = skv_rdf32(p);
         for (size_t i = 0; i < d; i++, p += 4) c->eig[s * d + i] = skv_rdf32(p);

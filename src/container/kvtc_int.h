@@ -7,7 +7,8 @@
 
 #include "container/kvtc.h"
 
-#define SKV_KVTC_CAL_VERSION 1u
+#define SKV_KVTC_CAL_VERSION 1u  /* without step weights */
+#define SKV_KVTC_CAL_VERSION_W 2u /* with step weights (skv_kvtc_calib_set_weights) */
 #define SKV_KVTC_VERSION 1u
 
 struct skv_kvtc_calib {
@@ -21,6 +22,7 @@ struct skv_kvtc_calib {
     float *mu;           /* [n_series][d] */
     float *eig;          /* [n_series][d] descending */
     float *basis;        /* [n_series][d components][d channels] */
+    float *w;            /* [n_layer * 2] step weights of each (layer, kind); NULL: all 1 (a version 1 file) */
     double *sum, *cross; /* accumulation only: [n_series][d], [n_series][d][d] (upper triangle) */
 };
 

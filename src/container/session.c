@@ -191,6 +191,7 @@ void skv_session_free(skv_session *s)
     free(s->data);
     free(s->segs);
     skv_errbox_free(s->err);
+    skv_kvtc_calib_free(s->tc);
     free(s);
 }
 
@@ -359,6 +360,24 @@ int skv_session_segment_dict(const skv_session *s, uint32_t i, uint64_t *id, uin
     if (skv_cmv_payload_dict(g->payload, (size_t)g->payload_bytes, id, n_ids))
         return ses_status(s, SKV_ERR_FORMAT, "not a valid .skv file: segment %u is shorter than its header", i);
     return ses_ok(s);
+}
+
+int skv_session_kvtc_cal_id(const skv_session *s, uint64_t *id)
+{
+    skv_err e = {0};
+    if (!s) return SKV_ERR_INVALID_ARG;
+    if (!id) return ses_status(s, SKV_ERR_INVALID_ARG, "kvtc_cal_id: NULL id");
+    int rc = skv_codec_kvtc_cal_of(s, id, &e);
+    return rc ? ses_status(s, rc, "%s", e.msg) : ses_ok(s);
+}
+
+int skv_session_set_kvtc_cal(skv_session *s, const void *image, size_t len)
+{
+    skv_err e = {0};
+    if (!s) return SKV_ERR_INVALID_ARG;
+    if (!image) return ses_status(s, SKV_ERR_INVALID_ARG, "set_kvtc_cal: NULL image");
+    int rc = skv_codec_kvtc_attach(s, image, len, &e);
+    return rc ? ses_status(s, rc, "%s", e.msg) : ses_ok(s);
 }
 
 int skv_session_segment_kv_info(const skv_session *s, uint32_t i, skv_session_kv_info *out)

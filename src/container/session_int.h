@@ -8,7 +8,8 @@
  *   session.c   the reader: parse and validate, info, token/KV payloads
  *   encoder.c   the encoder: tokens -> file bytes
  *   restore.c   restore of a segment into a context (model codec: plain or speculative)
- *   codec_*.c   the codecs' operations (codec_ids.c: tokens cm cmv cmvd; codec_kv.c: f16..kvq)
+ *   codec_*.c   the codecs' operations (codec_ids.c: tokens cm cmv cmvd; codec_kv.c: f16..kvq;
+ *               codec_kvtc.c: kvtc)
  *   cmv_model.c the cm-family id coders (coder/cmvcodec.h) given a model's vocabulary
  */
 #ifndef SKV_SESSION_INT_H
@@ -47,6 +48,8 @@ typedef struct {
     uint8_t digest[16];
     skv_kvc_header kvh;     /* quantized-KV codecs: the validated sub-header (codec pred: its geometry) */
     skv_kvp_header kph;     /* codec pred: the validated sub-header */
+    uint64_t cal_id;        /* codec kvtc: the calibration the segment's stream names */
+    uint8_t kvtc_pred;      /* codec kvtc: the stream's predictor (SKV_KVTC_*) */
 } seg_view;
 
 struct skv_session {
@@ -55,6 +58,7 @@ struct skv_session {
     skv_session_info info;
     seg_view *segs;
     skv_errbox *err;        /* last error, per thread (skv_session_last_error) */
+    struct skv_kvtc_calib *tc; /* codec kvtc: the calibration given (skv_session_set_kvtc_cal), owned */
 };
 
 /* ---- session.c ---- */

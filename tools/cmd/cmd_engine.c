@@ -203,11 +203,11 @@ static int gen_check(const opts *o)
     if (o->codec && !o->out) return cli_usage(&gen_cmd, "--codec needs -o OUT.skv");
     if (o->out && !strcmp(o->out, "-")) return cli_usage(&gen_cmd, "-o - would mix the session with the text on stdout");
     char names[256];
-    /* generate takes no --kv-quant or --cm-dict: the codecs that need one are not offered */
+    /* generate takes no --kv-quant, --cm-dict or --kvtc-cal: the codecs that need one are not offered */
     const skv_codec_desc *cd = o->codec ? skv_codec_desc_of(skv_codec_parse(o->codec)) : NULL;
-    if (o->codec && (!cd || (cd->flags & SKV_CODEC_F_NEEDS)))
+    if (o->codec && (!cd || (cd->flags & (SKV_CODEC_F_NEEDS | SKV_CODEC_F_CAL))))
         return cli_usage(&gen_cmd, "--codec '%s' is not one of %s", o->codec,
-                         cli_codec_names(names, sizeof names, 0, SKV_CODEC_F_NEEDS));
+                         cli_codec_names(names, sizeof names, 0, SKV_CODEC_F_NEEDS | SKV_CODEC_F_CAL));
     return CLI_CONTINUE;
 }
 
