@@ -12,9 +12,9 @@ conversations (scripts/serve_load.py's turns) run through haproxy while
      open connections hang, new ones fail; it still answers haproxy) and, PART_S later,
      healed.
 
-Checks: every request answered 200; n1 answered requests during its partition (no store:
-a cold prefill; its puts fail, they do not wedge it) and both nodes serve again after
-the fault; greedy replies served from the store, and n1's replies during the partition,
+Checks: every request answered 200; n0 serves again after its link is back; a request
+sent straight to n1 PROBE_AT s into the partition is answered within PROBE_S (without the
+store: its lookups miss, its puts fail, they do not hold it), and again after the heal; greedy replies served from the store, and n1's replies during the partition,
 equal a cold server's on a sample; every conversation in the store restores with its KV
 digest verified (`seqkv store get` with the sentinel URL). Printed per fault: the errors
 and the longest request in flight during it (the outage).
@@ -338,7 +338,7 @@ def run_load(sock, dep):
         x.start()
     try:
         link = fault_link(load, total // 10, th)
-        part = fault_partition(load, total // 6, th, dep)
+        part = fault_partition(load, total // 3, th, dep)
     finally:  # a failed fault check still lets the clients end
         partition_heal_quietly()
         subprocess.run(["ip", "-n", SW, "link", "set", "p-n0", "up"], capture_output=True)
