@@ -21,13 +21,13 @@ def missing():
     return [p for p in ("redis-server", "redis-sentinel") if shutil.which(p) is None]
 
 
-def command(port, *args, timeout=2.0, raw=False):
-    """One Redis command to 127.0.0.1:port (RESP; arguments str or bytes); -> the reply as
+def command(port, *args, timeout=2.0, raw=False, host="127.0.0.1"):
+    """One Redis command to host:port (RESP; arguments str or bytes); -> the reply as
     Python values (bulk strings as bytes when raw), or None when the server cannot be reached."""
     args = [x if isinstance(x, bytes) else x.encode() for x in args]
     msg = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        with socket.create_connection((host, port), timeout=timeout) as s:
             s.sendall(msg)
             f = s.makefile("rb")
             return _reply(f, raw)
@@ -67,8 +67,13 @@ def wait(ok, why, seconds=20):
 
 
 class Deployment:
-    def __init__(self, workdir):
-        self.dir = workdir
+    """host: the address every process binds; wrap: a command prefix for each process (e.g.
+    `ip netns exec NS`); call(fn, *args): runs the harness's own Redis commands (e.g. in
+    that namespace); by default loopback and this process."""
+
+    def __init__(self, workdir, host="127.0.0.1", wrap=(), call=None):
+        self.dir, self.host, self.wrap = workdir, host, list(wrap)
+        self.call = call or (lambda fn, *a: fn(*a))
         os.makedirs(workdir, exist_ok=True)
         self.procs = {}  # port -> Popen
         self.redis_ports = [free_port() for _ in range(3)]
@@ -89,42 +94,46 @@ class Deployment:
     def _start_redis(self, port, master):
         d = os.path.join(self.dir, "r%d" % port)
         os.makedirs(d, exist_ok=True)
-        args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+        args = self.wrap + ["redis-server", "--port", str(port), "--bind", self.host, "--protected-mode", "no", "--save", "", "--appendonly", "yes",
                 "--appendfsync", "everysec", "--dir", d, "--logfile", "redis.log"]
         if master:
-            args += ["--replicaof", "127.0.0.1", str(master)]
+            args += ["--replicaof", self.host, str(master)]
         self.procs[port] = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        self._wait(lambda: command(port, "PING") == "PONG", "redis-server on port %d did not start" % port)
+        self._wait(lambda: self.command(port, "PING") == "PONG", "redis-server on port %d did not start" % port)
 
     def _start_sentinel(self, port):
         conf = os.path.join(self.dir, "sentinel%d.conf" % port)
         with open(conf, "w") as f:
-            f.write("port %d\nbind 127.0.0.1\ndir %s\nlogfile sentinel%d.log\n"
-                    "sentinel monitor %s 127.0.0.1 %d 2\n"
+            f.write("port %d\nbind %s\nprotected-mode no\ndir %s\nlogfile sentinel%d.log\n"
+                    "sentinel monitor %s %s %d 2\n"
                     "sentinel down-after-milliseconds %s 1000\n"
                     "sentinel failover-timeout %s 10000\n"
-                    "sentinel parallel-syncs %s 1\n" % (port, self.dir, port, MASTER, self.redis_ports[0],
+                    "sentinel parallel-syncs %s 1\n" % (port, self.host, self.dir, port, MASTER, self.host, self.redis_ports[0],
                                                        MASTER, MASTER, MASTER))
-        self.procs[port] = subprocess.Popen(["redis-sentinel", conf], stdout=subprocess.DEVNULL,
+        self.procs[port] = subprocess.Popen(self.wrap + ["redis-sentinel", conf], stdout=subprocess.DEVNULL,
                                             stderr=subprocess.STDOUT)
-        self._wait(lambda: command(port, "PING") == "PONG", "redis-sentinel on port %d did not start" % port)
+        self._wait(lambda: self.command(port, "PING") == "PONG", "redis-sentinel on port %d did not start" % port)
+
+    def command(self, port, *args, **kw):
+        """command() to this deployment's host, through self.call."""
+        return self.call(lambda: command(port, *args, host=self.host, **kw))
 
     def _wait(self, ok, why, seconds=20):
         wait(ok, why, seconds)
 
     def _wait_replicas(self, port, n):
         def ok():
-            info = command(port, "INFO", "replication") or ""
+            info = self.command(port, "INFO", "replication") or ""
             return "connected_slaves:%d" % n in info and info.count("state=online") >= n
         self._wait(ok, "the replicas did not sync with the master on port %d" % port)
 
     def url(self, prefix, options=""):
-        hosts = ",".join("127.0.0.1:%d" % p for p in self.sentinel_ports)
+        hosts = ",".join("%s:%d" % (self.host, p) for p in self.sentinel_ports)
         return "redis+sentinel://%s/%s/%s%s" % (hosts, MASTER, prefix, options)
 
     def master_port(self, sentinel=None):
         """The master's port as a sentinel names it (None: no answer)."""
-        r = command(sentinel or self.sentinel_ports[0], "SENTINEL", "get-master-addr-by-name", MASTER)
+        r = self.command(sentinel or self.sentinel_ports[0], "SENTINEL", "get-master-addr-by-name", MASTER)
         return int(r[1]) if isinstance(r, list) and len(r) == 2 else None
 
     def kill(self, port):

@@ -100,11 +100,12 @@ class Proxy:
         self.log.close()
 
 
-def chat(port, msgs):
-    """One greedy chat request -> (HTTP status, reply text, cached tokens, node, seconds)."""
+def chat(port, msgs, conn=None):
+    """One greedy chat request to the port on loopback (or on connection conn) -> (HTTP
+    status, reply text, cached tokens, node, seconds)."""
     body = json.dumps({"messages": msgs, "max_tokens": N_PREDICT, "temperature": 0})
     t0 = time.time()
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     try:
         c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
         r = c.getresponse()
@@ -128,10 +129,12 @@ def metric(port, name):
 
 
 class Load:
-    """The clients' conversations; every turn recorded as a dict."""
+    """The clients' conversations; every turn recorded as a dict. connect: a function that
+    returns each request's connection (by default one to the port on loopback)."""
 
-    def __init__(self, port):
+    def __init__(self, port, connect=None):
         self.port, self.lock, self.turns, self.done = port, threading.Lock(), [], 0
+        self.connect = connect or (lambda: None)
 
     def client(self, i):
         msgs = [{"role": "user", "content": OPENERS[i % len(OPENERS)] + " (%d)" % i}]
@@ -139,7 +142,7 @@ class Load:
         for t in range(TURNS):
             t0 = time.time()
             try:
-                code, reply, cached, node, sec = chat(self.port, msgs)
+                code, reply, cached, node, sec = chat(self.port, msgs, self.connect())
             except Exception as e:  # a connection the proxy dropped: a failure as any other
                 code, reply, cached, node, sec = 0, repr(e)[:200], 0, None, time.time() - t0
             with self.lock:

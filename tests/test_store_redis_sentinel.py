@@ -89,16 +89,25 @@ def case_failover(tmp):
         d.stop()
 
 
-def case_server(tmp):
+def served(tmp, prefix, query):
+    """A deployment, a store PREFIX on it (URL options `query`) and a server on that store
+    -> (deployment, URL, server)."""
     d = sentinel_harness.Deployment(os.path.join(tmp, "dep"))
-    srv = None
     try:
-        # wait_ms: after the failover the promoted master's replica resyncs; under a sanitizer
-        # on a loaded machine 2 s (the default) was not always enough for its first WAIT
-        url = d.url("srv", "?wait_ms=10000")
+        url = d.url(prefix, query)
         rc, out = store("init", url)
         check(rc == 0, "init: " + out)
-        srv = Server("--store", url, "-c", "1024", log=os.path.join(tmp, "serve.log"))
+        return d, url, Server("--store", url, "-c", "1024", log=os.path.join(tmp, "serve.log"))
+    except BaseException:
+        d.stop()
+        raise
+
+
+def case_server(tmp):
+    # wait_ms: after the failover the promoted master's replica resyncs; under a sanitizer
+    # on a loaded machine 2 s (the default) was not always enough for its first WAIT
+    d, url, srv = served(tmp, "srv", "?wait_ms=10000")
+    try:
         for i in range(24):
             # long prompts: the server's put of a reply (after it) is still running when
             # the master is killed right after the 8th reply: its pooled connection is cut
@@ -118,6 +127,29 @@ def case_server(tmp):
         restore_all(url, 20, 24)
     finally:
         if srv and srv.p.poll() is None:
+            srv.stop()
+        d.stop()
+
+
+def case_store_gone(tmp):
+    """A server whose whole deployment is gone (master, replicas, sentinels: as a network
+    partition looks to it) waits one failover=S window, then serves without the store: the
+    next request does not wait again (each store call used to wait S s)."""
+    d, _, srv = served(tmp, "gone", "?failover=4")
+    try:
+        sec = []
+        for i in range(3):
+            if i == 1:
+                d.stop()
+            t0 = time.time()
+            code, r = srv.json("/completion", {"prompt": text(i), "n_predict": 4, "temperature": 0})
+            sec.append(time.time() - t0)
+            check(code == 200, "completion %d: %d %s" % (i, code, json.dumps(r)[:200]))
+        check(sec[2] < 3.0, "with the store gone, a request after the first one's failed search took %.1f s "
+              "(it searched again)" % sec[2])
+        print("store gone: requests took %s s" % ", ".join("%.1f" % x for x in sec))
+    finally:
+        if srv.p.poll() is None:
             srv.stop()
         d.stop()
 
@@ -186,7 +218,8 @@ def main():
     miss = sentinel_harness.missing()
     if miss:
         return redis_harness.report_missing(rep, "sentinel", miss)
-    return run_cases(rep, (case_bad_urls, case_no_master, case_wait_replicas, case_failover, case_server),
+    return run_cases(rep, (case_bad_urls, case_no_master, case_wait_replicas, case_failover, case_server,
+                                 case_store_gone),
                      "seqkv-sentinel-")
 
 

@@ -203,6 +203,7 @@ int store_backend_redis_open(skv_store *st, const char *url, int flags, store_ba
         r_close(&b->base);
         return store_err(st, rc, "%.255s", e.msg);
     }
+    b->addr.cut = &b->cut; /* a server's calls stop waiting once a whole search failed */
     set_ns(b, st->fp);
     redisContext *c = rb_conn_get(b);
     rc = c ? header_absent(b, c) : SKV_ERR_IO;

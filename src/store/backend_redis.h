@@ -9,6 +9,7 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "store/store_int.h"
 #include "core/util.h"
@@ -33,6 +34,10 @@ typedef struct redis_addr {
     int replicas;    /* a write commit WAITs for this many replicas (sentinel mode; 0: none) */
     int wait_ms;     /* ... at most this long */
     double failover; /* seconds a new connection keeps looking for a master */
+    /* 1 while the last search found no master within `failover` seconds (the store is
+     * cut off, or a failover outlasts it): the next searches try each node once, without
+     * waiting, until one finds a master. NULL: always wait (a one-shot connection). */
+    atomic_int *cut;
 } redis_addr;
 
 typedef struct redis_backend {
@@ -47,6 +52,7 @@ typedef struct redis_backend {
     double free_t[RB_POOL]; /* when each was put back */
     int n_free;
     double flush_t;  /* when the pool was last flushed (a connection lost), 0: never */
+    atomic_int cut;  /* addr.cut points here */
 } redis_backend;
 
 typedef struct rb_buf {
@@ -89,9 +95,10 @@ redisContext *rb_connect_timeout(const char *host, int port, const char *path, d
 /* Sentinel mode: a connection to the master, found through the sentinels, waiting for a
  * failover to end for up to a->failover seconds. NULL: message in err. */
 redisContext *rb_sentinel_connect(const redis_addr *a, skv_err *err);
-/* Tries nodes 0..n-1 with try_node in rounds every 0.2 s for up to a->failover seconds:
- * the first connection it returns (its timeout set for WAIT), or NULL with "WHAT within
- * S s (each node's last reason): HINT" in err. Shared by the sentinel and cluster modes. */
+/* Tries nodes 0..n-1 with try_node in rounds every 0.2 s for up to a->failover seconds
+ * (one round only while *a->cut): the first connection it returns (its timeout set for
+ * WAIT), or NULL with "WHAT within S s (each node's last reason): HINT" in err. Shared
+ * by the sentinel and cluster modes. */
 typedef redisContext *(*rb_try_fn)(const redis_addr *a, int i, skv_err *why);
 redisContext *rb_poll_nodes(const redis_addr *a, int n, rb_try_fn try_node, const char *what, const char *hint,
                             skv_err *err);

@@ -205,11 +205,25 @@ static void nap(double s)
     nanosleep(&ts, NULL);
 }
 
+/* rb_poll_nodes found no master: why, with each node's last reason. */
+static void poll_fail(const redis_addr *a, int n, const skv_err *why, const char *what, const char *hint, int once,
+                      skv_err *err)
+{
+    char all[RB_SENTINELS * 210];
+    size_t k = 0;
+    all[0] = 0;
+    for (int i = 0; i < n && k < sizeof all; i++)
+        k += (size_t)snprintf(all + k, sizeof all - k, "%s%.200s", i ? "; " : "", why[i].msg);
+    skv_fail(err, SKV_ERR_IO, "%s %s %.0f s (%s): %s (failover=SECONDS in the URL waits longer)", what,
+             once ? "at one try, as the search before found none within" : "within", a->failover, all, hint);
+}
+
 redisContext *rb_poll_nodes(const redis_addr *a, int n, rb_try_fn try_node, const char *what, const char *hint,
                            skv_err *err)
 {
     skv_err why[RB_SENTINELS];
     double t0 = skv_now();
+    int once = a->cut && atomic_load(a->cut);
     for (;;) {
         for (int i = 0; i < n; i++) {
             redisContext *c = try_node(a, i, &why[i]);
@@ -217,19 +231,15 @@ redisContext *rb_poll_nodes(const redis_addr *a, int n, rb_try_fn try_node, cons
                 /* a commit's WAIT blocks up to wait_ms on the master: the socket waits longer */
                 long ms = 5000L + a->wait_ms;
                 redisSetTimeout(c, (struct timeval){ms / 1000, (ms % 1000) * 1000});
+                if (a->cut) atomic_store(a->cut, 0);
                 return c;
             }
         }
-        if (skv_now() - t0 >= a->failover) break;
+        if (once || skv_now() - t0 >= a->failover) break;
         nap(RB_SENT_POLL);
     }
-    char all[RB_SENTINELS * 210];
-    size_t k = 0;
-    all[0] = 0;
-    for (int i = 0; i < n && k < sizeof all; i++)
-        k += (size_t)snprintf(all + k, sizeof all - k, "%s%.200s", i ? "; " : "", why[i].msg);
-    skv_fail(err, SKV_ERR_IO, "%s within %.0f s (%s): %s (failover=SECONDS in the URL waits longer)", what,
-             a->failover, all, hint);
+    if (a->cut) atomic_store(a->cut, 1); /* the store is cut off: the next searches do not wait */
+    poll_fail(a, n, why, what, hint, once, err);
     return NULL;
 }
 
