@@ -168,7 +168,10 @@ def case_fleet(tmp):
     dep = sentinel_harness.Deployment(os.path.join(tmp, "redis"))
     nodes, proxy = [], None
     try:
-        url = dep.url("fleet", "?failover=20")
+        # wait_ms: after the master's kill the other replica resyncs from the promoted one
+        # (the whole store); a put's WAIT during that resync timed out at the default 2 s on
+        # a loaded machine (7 puts refused by the durability guard in 1 run of ~20)
+        url = dep.url("fleet", "?failover=20&wait_ms=10000")
         rc, out, err = run("store", "init", url)
         check(rc == 0, "store init: " + out + err)
         for i in range(NODES):
@@ -212,11 +215,11 @@ def case_fleet(tmp):
         same_as_cold(tmp, hits)
         logs = [open(n.log, errors="replace").read() for n in nodes]
         put_errors = sum(x.count("store put ") for x in logs)
-        why = [line for x in logs for line in x.splitlines() if "store put " in line][:1]
+        why = [line for x in logs for line in x.splitlines() if "store put " in line][:3]
         # a connection the failover cut before a commit: the call ran again on the new master
         lost = [line for x in logs for line in x.splitlines() if "connection lost;" in line]
         check(not lost, "%d store calls failed on a lost connection, e.g. %s" % (len(lost), lost[:1]))
-        check(put_errors <= 2, "%d conversation puts failed (server logs)" % put_errors)
+        check(put_errors <= 2, "%d conversation puts failed (server logs), e.g. %s" % (put_errors, why))
         rc, out, err = run("store", "ls", url)
         names = [line.split("\t")[0] for line in out.splitlines() if line.strip()]
         check(rc == 0 and len(names) >= CLIENTS, "store ls: %d sessions: %s" % (len(names), err))
