@@ -233,6 +233,9 @@ static const struct { const char *src, *want; } semantics[] = {
     {"{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}", "2"},
     {"{% for m in messages %}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.revindex0 }},{% endfor %}", "1TrueFalse1,2FalseTrue0,"},
     {"{{ messages[-1].content }}{{ messages[1:][0]['role'] }}{{ 'abcdef'[1:4] }}{{ 'abc'[::-1] }}", "Yoassistantbcdcba"},
+    /* steps, and steps too large to add to an index (fuzz_template, 2026-12-06: signed overflow) */
+    {"{{ 'abcdef'[::2] }}{{ 'abcdef'[::-2] }}{{ 'abcdef'[1:-1:9223372036854775807] }}{{ 'abcdef'[4:0:-9223372036854775807] }}"
+     "{{ [1, 2, 3][::9223372036854775807] }}", "acefdbbe[1]"},
     {"{{ [1, 2, 3] | join('-') }} {{ 'a,b'.split(',') }} {{ ' x '.strip() }}|{{ 'Hi There'|lower }}", "1-2-3 ['a', 'b'] x|hi there"},
     {"{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list }}", "['Hi']"},
     {"{{ {'a': [1, 2.5, none, true]} | tojson }}", "{\"a\": [1, 2.5, null, true]}"},

@@ -136,9 +136,13 @@ static tv tp_slice(tp_ctx *c, const tp_node *e)
     int64_t to = tp_slice_bound(s, n, step < 0 ? -1 : n, step < 0);
     tv out = obj.k == V_LIST ? tv_list_new(c->a) : tv_strn(c->a, "", 0);
     tp_buf buf = {.limit = c->lim->max_output};
-    for (int64_t i = from; step > 0 ? i < to : i > to; i += step) {
+    for (int64_t i = from; step > 0 ? i < to : i > to;) {
         if (obj.k == V_LIST) tv_list_push(c->a, out.u.l, obj.u.l->v[i]);
         else tp_buf_put(c->a, &buf, obj.u.s->s + i, 1);
+        /* the next index would pass `to`: stop before i + step, which may overflow for a
+         * huge step (|to - i| <= n + 1 cannot) */
+        if (step > 0 ? step >= to - i : step <= to - i) break;
+        i += step;
     }
     return obj.k == V_LIST ? out : tv_strn(c->a, buf.p ? buf.p : "", buf.n);
 }
