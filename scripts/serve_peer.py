@@ -135,7 +135,7 @@ def stream_completion(port, prompt, n_predict):
 
 def throughput(peer, args, text):
     prompts = [text[i * 997 % (len(text) - args.prompt_chars):][:args.prompt_chars] for i in range(args.requests)]
-    ttft, toks, errors, lock, nxt = [], [0], [], threading.Lock(), [0]
+    ttft, toks, errors, lock, nxt, order = [], [0], [], threading.Lock(), [0], []
 
     def client():
         while True:
@@ -152,6 +152,7 @@ def throughput(peer, args, text):
                 continue
             with lock:
                 ttft.append(f)
+                order.append((i, round(f * 1e3, 1)))
                 toks[0] += n
     cpu0, t0 = peer.cpu_s(), time.time()
     threads = [threading.Thread(target=client) for _ in range(args.concurrency)]
@@ -162,7 +163,8 @@ def throughput(peer, args, text):
     wall = time.time() - t0
     return {"requests": args.requests, "errors": len(errors), "tokens": toks[0], "wall_s": round(wall, 3),
             "tokens_per_s": round(toks[0] / wall, 1), "ttft_p50_ms": round(pct(ttft, 50) * 1e3, 1),
-            "ttft_p99_ms": round(pct(ttft, 99) * 1e3, 1), "server_cpu_s": round(peer.cpu_s() - cpu0, 2)}
+            "ttft_p99_ms": round(pct(ttft, 99) * 1e3, 1), "server_cpu_s": round(peer.cpu_s() - cpu0, 2),
+            "ttft_ms_by_request": [f for _, f in sorted(order)]}
 
 
 def returning(peer, args, text):

@@ -31,6 +31,7 @@ typedef struct conv {
     size_t sur_from;
     uint8_t *pend;   /* [n] or NULL: sur[p] still to compute from the next row of hid */
     float *hid;      /* [pending positions][n_embd], in position order */
+    struct timespec due; /* queued + SRV_WRITER_GRACE_MS (CLOCK_REALTIME, as the waits) */
 } conv;
 
 struct srv_cache {
@@ -49,6 +50,7 @@ struct srv_cache {
     int recompute;            /* SEQKV_SERVE_PUT_RECOMPUTE=1: every put runs the model (comparisons) */
     skv_ctx *wctx;            /* the writer's context (one thread, no KV kept): prompt surprisals */
     int pf_busy;              /* prompt prefills waiting or running (srv_cache_prefill): the writer yields */
+    int put_waiters;          /* lookups waiting for a queued put (put_wait): no grace then */
 };
 
 static void conv_free(conv *v)
@@ -143,7 +145,12 @@ static void put_wait(srv_cache *c, const int32_t *p, size_t n, size_t have)
         const conv *v = &c->q[(c->q_head + i) % SRV_PUT_QUEUE];
         if (common(v->tok, v->n, p, n) >= have + SRV_STORE_MIN_GAIN) want = c->seq_next - c->q_n + i + 1;
     }
-    while (c->seq_done < want) pthread_cond_wait(&c->cv, &c->mu);
+    if (c->seq_done < want) {
+        c->put_waiters++;
+        pthread_cond_broadcast(&c->cv); /* the writer skips its grace */
+        while (c->seq_done < want) pthread_cond_wait(&c->cv, &c->mu);
+        c->put_waiters--;
+    }
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -288,12 +295,24 @@ static void yield_to_prefills(srv_cache *c)
         if (pthread_cond_timedwait(&c->cv, &c->mu, &dl) == ETIMEDOUT) break;
 }
 
+/* With mu held and a put queued: waits until the oldest was queued SRV_WRITER_GRACE_MS ago,
+ * unless a lookup waits for a put or the queue is half full. A client's next request comes
+ * right after its reply, when the reply's put would start: the grace lets that request's
+ * prefill announce itself first, and the put then yields to it (yield_to_prefills) instead
+ * of sharing the cores with it. */
+static void grace(srv_cache *c)
+{
+    while (c->q_n && !c->stop && !c->put_waiters && c->q_n < SRV_PUT_QUEUE / 2)
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &c->q[c->q_head].due) == ETIMEDOUT) break;
+}
+
 static void *writer_main(void *arg)
 {
     srv_cache *c = arg;
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!c->q_n && !c->stop) pthread_cond_wait(&c->cv, &c->mu);
+        grace(c);
         yield_to_prefills(c);
         if (!c->q_n) break; /* stopping, and drained */
         c->busy = c->q[c->q_head];
@@ -372,6 +391,9 @@ void srv_cache_put(srv *s, srv_cache *c, skv_ctx *ctx, const int32_t *tokens, si
         if (v.tok) conv_free(&v);
         return;
     }
+    clock_gettime(CLOCK_REALTIME, &v.due);
+    v.due.tv_nsec += SRV_WRITER_GRACE_MS * 1000000L;
+    v.due.tv_sec += v.due.tv_nsec / 1000000000L, v.due.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&c->mu);
     while (c->q_n == SRV_PUT_QUEUE) pthread_cond_wait(&c->cv, &c->mu); /* backpressure */
     c->q[(c->q_head + c->q_n) % SRV_PUT_QUEUE] = v;
