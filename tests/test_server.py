@@ -437,8 +437,59 @@ def case_slot_save_restore(srv, tmp):
         check(code == 200 and r["n_erased"] == 0, "the failed restore left tokens in the slot: %s" % r)
     finally:
         s.stop()
-    code, r = srv.json("/slots/0?action=save", {"filename": "x.skv"})
-    check(code == 501 and r["error"]["type"] == "not_supported_error", "no --slot-save-path: %d %s" % (code, r))
+    plain = Server("-c", "256", log=os.path.join(tmp, "plain.log"))
+    try:
+        code, r = plain.json("/slots/0?action=save", {"filename": "x.skv"})
+        check(code == 501 and r["error"]["type"] == "not_supported_error" and "--store" in r["error"]["message"],
+              "neither --slot-save-path nor --store: %d %s" % (code, r))
+    finally:
+        plain.stop()
+
+
+def case_slot_save_in_store(srv, tmp):
+    """Two servers on one store, without --slot-save-path: a slot saved on A is a session
+    "slot:NAME" of the store, restored verified into another slot on B, which then serves the
+    same prompt from it (the whole prompt a cache hit) with A's greedy text; a second save of
+    the name replaces the first; unknown names, names too long for the store (250 bytes
+    left after the prefix) and hostile names get 400; a failed restore leaves the slot empty."""
+    store = os.path.join(tmp, "slotstore")
+    a = Server("--parallel", "2", "-c", "512", "--store", store, log=os.path.join(tmp, "sa.log"))
+    b = Server("--parallel", "2", "-c", "512", "--store", store, log=os.path.join(tmp, "sb.log"))
+    try:
+        first = completion(a, id_slot=1)
+        n = first["tokens_evaluated"] + first["tokens_predicted"] - 1
+        code, r = a.json("/slots/1?action=save", {"filename": "conv.1"})
+        check(code == 200 and r["n_saved"] == n and 0 < r["n_written"] < 2 * n and "save_ms" in r["timings"],
+              "save: %d %s" % (code, r))
+        ls = [line.split("\t") for line in store_cli("ls", store).splitlines()]
+        check(any(x[0] == "slot:conv.1" and x[1] == str(n) for x in ls), "the store lacks slot:conv.1: %s" % ls)
+        code, r = b.json("/slots/0?action=restore", {"filename": "conv.1"})
+        check(code == 200 and r["n_restored"] == n and r["n_read"] > 0 and "restore_ms" in r["timings"],
+              "restore on B: %d %s" % (code, r))
+        store_hits = metric(b, "seqkv:store_hits_total")
+        hit = completion(b, id_slot=0)
+        check(hit["timings"]["cache_n"] == first["tokens_evaluated"] - 1 and hit["timings"]["prompt_n"] == 1,
+              "B's restored slot missed: %s" % hit["timings"])
+        check(metric(b, "seqkv:store_hits_total") == store_hits, "the hit came from the store, not the restored slot")
+        check(hit["content"] == first["content"], "B's restored KV gives other text: %r" % hit["content"])
+        other = completion(a, id_slot=1, prompt=PROMPT + " And the evening and the morning were the first day.")
+        m = other["tokens_evaluated"] + other["tokens_predicted"] - 1
+        code, r = a.json("/slots/1?action=save", {"filename": "conv.1"})
+        check(code == 200 and r["n_saved"] == m != n, "second save: %d %s" % (code, r))
+        code, r = b.json("/slots/1?action=restore", {"filename": "conv.1"})
+        check(code == 200 and r["n_restored"] == m, "restore of the replaced save: %d %s" % (code, r))
+        code, r = b.json("/slots/1?action=save", {"filename": "x" * 250})
+        check(code == 200, "a 250-byte name: %d %s" % (code, r))
+        for name in ("x" * 251, "../conv.1", "a/b", ".conv", "", 7):
+            code, r = b.json("/slots/0?action=save", {"filename": name})
+            check(code == 400 and r["error"]["type"] == "invalid_request_error", "save %r: %d %s" % (name, code, r))
+        code, r = b.json("/slots/0?action=restore", {"filename": "nothing.here"})
+        check(code == 400 and "no session" in r["error"]["message"], "restore of an unknown name: %d %s" % (code, r))
+        code, r = b.json("/slots/0?action=erase", method="POST")
+        check(code == 200 and r["n_erased"] == 0, "the failed restore left tokens in the slot: %s" % r)
+    finally:
+        a.stop()
+        b.stop()
 
 
 def simulate_shift(prompt, gen, n_ctx, n_keep, n_discard, bos):
@@ -551,7 +602,7 @@ CASES = [case_endpoints, case_tokenize_roundtrip, case_greedy_deterministic, cas
          case_queue_full_503, case_store_restart, case_stream_put, case_put_takes_slot_work,
          case_shared_store_keeps_slot,
          case_conversation_moves_between_servers, case_openai_client,
-         case_slot_save_restore, case_context_shift, case_health_loading, case_store_map_size_env]
+         case_slot_save_restore, case_slot_save_in_store, case_context_shift, case_health_loading, case_store_map_size_env]
 
 
 def main():

@@ -5,6 +5,7 @@
 conversations in one Redis namespace, shared prefixes once; every stored conversation
 restores verified from the CLI. Needs redis-server (scripts/install-deps.sh): SKIP
 without it, FAIL under SEQKV_REQUIRE_REDIS=1."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -80,13 +81,24 @@ def completion(srv, prompt):
     return r["content"]
 
 
-def case_two_servers(tmp):
+@contextlib.contextmanager
+def two_servers(tmp, prefix):
+    """(store URL, server A, server B): two `seqkv serve` on one Redis namespace, stopped after."""
     r = redis_harness.Redis(os.path.join(tmp, "r"))
-    a = b = None
+    servers = []
     try:
-        url = r.url("srv")
-        a = Server("--store", url, "-c", "512", log=os.path.join(tmp, "a.log"))
-        b = Server("--store", url, "-c", "512", log=os.path.join(tmp, "b.log"))
+        url = r.url(prefix)
+        for n in ("a", "b"):
+            servers.append(Server("--store", url, "-c", "512", log=os.path.join(tmp, n + ".log")))
+        yield url, servers[0], servers[1]
+    finally:
+        for s in servers:
+            s.stop()
+        r.stop()
+
+
+def case_two_servers(tmp):
+    with two_servers(tmp, "srv") as (url, a, b):
         tails = [" And God said", " And the Spirit of God moved", " And God saw the light", " And God divided"]
         outs = {}
         threads = []
@@ -113,11 +125,28 @@ def case_two_servers(tmp):
             rc, out = store("get", url, line.split("\t")[0])
             check(rc == 0 and "verified" in out, "get %s: %s" % (line, out))
         print("two servers on one Redis store: %d conversations, %d unique positions of %d" % (n, uniq, tok))
-    finally:
-        for s in (a, b):
-            if s:
-                s.stop()
-        r.stop()
+
+
+def case_slot_shared(tmp):
+    """A slot saved on one server of a fleet (no --slot-save-path: the save is the store's
+    session "slot:NAME") restores verified on another, whose completion of the same prompt is
+    then a hit of its own slot with the first server's text."""
+    with two_servers(tmp, "slots") as (url, a, b):
+        req = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "id_slot": 0}
+        code, first = a.json("/completion", req)
+        check(code == 200, "completion on A: %d %s" % (code, first))
+        n = first["tokens_evaluated"] + first["tokens_predicted"] - 1
+        code, sv = a.json("/slots/0?action=save", {"filename": "shared-conv"})
+        check(code == 200 and sv["n_saved"] == n, "save on A: %d %s" % (code, sv))
+        code, rs = b.json("/slots/0?action=restore", {"filename": "shared-conv"})
+        check(code == 200 and rs["n_restored"] == n, "restore on B: %d %s" % (code, rs))
+        hits = metric(b, "seqkv:store_hits_total")
+        code, hit = b.json("/completion", req)
+        check(code == 200 and hit["timings"]["cache_n"] == first["tokens_evaluated"] - 1 and
+              metric(b, "seqkv:store_hits_total") == hits, "B's restored slot missed: %s" % hit.get("timings"))
+        check(hit["content"] == first["content"], "B gives other text: %r vs %r" % (hit["content"], first["content"]))
+        rc, out = store("get", url, "slot:shared-conv")
+        check(rc == 0 and "verified" in out, "get slot:shared-conv: " + out)
 
 
 def main():
@@ -126,7 +155,7 @@ def main():
         need = os.environ.get("SEQKV_REQUIRE_REDIS") == "1"
         rep.report("redis", "FAIL" if need else "SKIP", "redis-server is not installed (scripts/install-deps.sh)")
         return 1 if need else 0
-    for case in (case_cli, case_two_servers):
+    for case in (case_cli, case_two_servers, case_slot_shared):
         tmp = tempfile.mkdtemp(prefix="seqkv-redis-")
         try:
             rep.run_case(case, tmp)

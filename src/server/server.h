@@ -35,7 +35,7 @@ typedef struct skv_server_params {
     int kv_unified;         /* 1: every slot gets the whole n_ctx */
     int n_threads;          /* threads per slot */
     long long cache_budget; /* store budget in bytes; < 0 = the store's own */
-    const char *slot_save_path; /* directory of POST /slots/{id}?action=save|restore files, or NULL: 501 */
+    const char *slot_save_path; /* directory of POST /slots/{id}?action=save|restore files, or NULL: the store's sessions "slot:NAME" (none: 501) */
     int ctx_shift;          /* 1: a full context drops half of what follows n_keep and goes on */
     int reuse_near;         /* 1: --reuse near: prompts the exact caches cover badly are built by
                              * skv_store_get_near (APPROXIMATE, marked in every reply; docs/near.md) */

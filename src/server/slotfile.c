@@ -1,18 +1,24 @@
 /* POST /slots/{id}?action=save|restore|erase, as llama-server: a slot's KV saved to, or
- * restored from, a file in --slot-save-path (without it every action is 501), or erased.
+ * restored from, a file in --slot-save-path, or erased. A server with --store and no
+ * --slot-save-path keeps the saves in its store instead, as sessions named "slot:NAME",
+ * so every server on that store restores them (a fleet's shared records); without either
+ * every action is 501.
  *
  * The file is a .skv session (docs/format.md), codec "cm": the slot's tokens range-coded
  * plus the digest of their KV, so n_written is a few bits per token where llama-server
  * writes the whole KV; a restore regenerates the KV with one batched prefill and checks
  * the digest, so the slot holds bit for bit the KV it had (a file of another model is
- * refused). A file name is one path component of [A-Za-z0-9._-], 1..255 bytes, not
- * starting with a dot: no separator, no "..", nothing outside the directory.
+ * refused). A store save is a put of the slot's tokens (its prefix shared with what the
+ * store holds), a store restore a verified get. A file name is one path component of
+ * [A-Za-z0-9._-], 1..255 bytes (250 in the store), not starting with a dot: no separator,
+ * no "..", nothing outside the directory.
  *
  * The action runs as a job on its slot (the slot's thread, between two completions), so
  * it never races the slot's decoding; the HTTP thread waits for it like a completion. */
 #include <errno.h>
 #include "core/fpguard.h"
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +35,18 @@ static double ms_now(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int valid_filename(const char *f)
+#define SLOT_PREFIX "slot:" /* a store save's session name: SLOT_PREFIX + the file name */
+
+/* Slot saves go to the store (no --slot-save-path, a --store). */
+static int in_store(const srv *s)
 {
-    size_t n = f ? strlen(f) : 0;
-    if (!n || n > SRV_MAX_FILENAME || f[0] == '.') return 0;
+    return !s->p.slot_save_path && s->store;
+}
+
+static int valid_filename(const srv *s, const char *f)
+{
+    size_t n = f ? strlen(f) : 0, max = SRV_MAX_FILENAME - (in_store(s) ? strlen(SLOT_PREFIX) : 0);
+    if (!n || n > max || f[0] == '.') return 0;
     for (size_t i = 0; i < n; i++) {
         char c = f[i];
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
@@ -91,15 +105,16 @@ static int run_action(srv_req *r, srv_job *j)
 int srv_rt_slot_action(srv_req *r)
 {
     const srv *s = r->s;
-    if (!s->p.slot_save_path)
-        return srv_reply_error(r, 501, "This server does not support slots action. Start it with `--slot-save-path`");
+    if (!s->p.slot_save_path && !s->store)
+        return srv_reply_error(r, 501, "This server does not support slots action. Start it with `--slot-save-path` "
+                                       "(files) or `--store` (sessions in the store)");
     int id = slot_of(s, r->url), act = action_of(r->action);
     if (id < 0) return srv_reply_error(r, 400, "Invalid slot ID");
     if (act == SRV_ACT_NONE) return srv_reply_error(r, 400, "Invalid action");
     const char *f = json_string_value(json_object_get(r->body, "filename"));
-    if (act != SRV_ACT_ERASE && !valid_filename(f))
+    if (act != SRV_ACT_ERASE && !valid_filename(s, f))
         return srv_reply_error(r, 400, "Invalid filename: 1..%d bytes of [A-Za-z0-9._-], not starting with '.'",
-                               SRV_MAX_FILENAME);
+                               SRV_MAX_FILENAME - (in_store(s) ? (int)strlen(SLOT_PREFIX) : 0));
     srv_job *j = srv_job_new();
     if (!j) return srv_reply_error(r, 500, "out of memory");
     j->action = act, j->id_slot = id;
@@ -207,14 +222,62 @@ static int slot_restore(srv *s, srv_job *j, skv_ctx *ctx, int32_t *tokens, size_
     return 0;
 }
 
+/* ---- in the store: sessions named SLOT_PREFIX + file name ---- */
+
+/* The information content of tokens[0, n) in bytes (ceil(-log2 P / 8)): what a store
+ * save or restore reports as n_written / n_read (the store shares its prefix with what it
+ * holds, so the bytes it writes are fewer). 0 when the store cannot say. */
+static size_t info_bytes(srv *s, const int32_t *tokens, size_t n)
+{
+    skv_store_match_result m;
+    if (skv_store_match(s->store, tokens, n, &m) || m.n_matched != n) return 0;
+    return (size_t)ceil(m.bits / 8.0);
+}
+
+/* A save replaces an earlier one of the same name, as a file would be (a name holding
+ * other tokens is removed, then put again: a crash between loses that name's old save,
+ * never another record). */
+static int store_save(srv *s, srv_job *j, const int32_t *tokens, size_t n)
+{
+    char name[SRV_MAX_FILENAME + sizeof SLOT_PREFIX]; /* valid_filename keeps it to SRV_MAX_FILENAME bytes */
+    skv_store_put_report r;
+    if (!n) return fail(j, 400, "save", "the slot holds no tokens");
+    snprintf(name, sizeof name, SLOT_PREFIX "%s", j->filename);
+    int rc = skv_store_put(s->store, name, tokens, n, &r);
+    /* the name is valid and the tokens are the model's: INVALID_ARG says the name holds others */
+    if (rc == SKV_ERR_INVALID_ARG && !skv_store_remove(s->store, name)) rc = skv_store_put(s->store, name, tokens, n, &r);
+    if (rc) return fail(j, rc == SKV_ERR_RANGE ? 400 : 500, "save", skv_store_last_error(s->store));
+    j->act_tokens = n, j->act_bytes = (size_t)ceil(r.bits / 8.0);
+    return 0;
+}
+
+static int store_restore(srv *s, srv_job *j, skv_ctx *ctx, int32_t *tokens, size_t *n)
+{
+    char name[SRV_MAX_FILENAME + sizeof SLOT_PREFIX]; /* valid_filename keeps it to SRV_MAX_FILENAME bytes */
+    size_t got = 0;
+    snprintf(name, sizeof name, SLOT_PREFIX "%s", j->filename);
+    *n = 0; /* the slot is cleared whatever happens below */
+    int rc = skv_store_get(s->store, name, ctx, SKV_STORE_VERIFY, tokens, (size_t)s->n_ctx, &got, NULL);
+    if (rc) {
+        skv_ctx_truncate(ctx, 0);
+        if (rc == SKV_ERR_RANGE)
+            return fail(j, 400, "restore", "the saved session is longer than the slot's context");
+        return fail(j, rc == SKV_ERR_INVALID_ARG || rc == SKV_ERR_MISMATCH ? 400 : 500, "restore",
+                    skv_store_last_error(s->store));
+    }
+    *n = got;
+    j->act_tokens = got, j->act_bytes = info_bytes(s, tokens, got);
+    return 0;
+}
+
 int srv_slot_action(srv *s, srv_job *j, skv_ctx *ctx, int32_t *tokens, size_t *n)
 {
     double t0 = ms_now();
     int rc = 0;
     if (j->action == SRV_ACT_SAVE) {
-        rc = slot_save(s, j, tokens, *n);
+        rc = in_store(s) ? store_save(s, j, tokens, *n) : slot_save(s, j, tokens, *n);
     } else if (j->action == SRV_ACT_RESTORE) {
-        rc = slot_restore(s, j, ctx, tokens, n);
+        rc = in_store(s) ? store_restore(s, j, ctx, tokens, n) : slot_restore(s, j, ctx, tokens, n);
     } else {
         j->act_tokens = *n;
         *n = 0;

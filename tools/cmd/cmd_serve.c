@@ -105,7 +105,8 @@ static const cli_opt serve_table[] = {
     {"max-conns-per-client", 0, CLI_INT, "N", 1, SRV_MAX_CONNECTIONS, F(conns_per_client),
      "open connections from one address (default 128)"},
     {"slot-save-path", 0, CLI_PATH, "DIR", 0, 0, F(slot_save_path), "directory of POST /slots/{id}?action=save|restore\n"
-                                                                      "files (.skv; created if absent); default: none (501)"},
+                                                                      "files (.skv; created if absent); default: with --store,\n"
+                                                                      "sessions slot:NAME in the store, else none (501)"},
     {"context-shift", 0, CLI_FLAG, NULL, 0, 0, F(ctx_shift), "a full context keeps n_keep tokens, drops half the rest\n"
                                                              "and goes on (default: generation stops at a full context)"},
     {"reuse", 0, CLI_CHOICE, "exact|near", 0, 0, F(reuse), "near (needs --store): prompts the exact caches cover badly\n"
