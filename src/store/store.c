@@ -185,6 +185,7 @@ static int skv_store_open_e(const char *dir, skv_model *m, int flags, const skv_
         return skv_fail(err, SKV_ERR_INVALID_ARG, "skv_store_open: invalid arguments");
     if (!p) p = &dp;
     if (!(st = calloc(1, sizeof *st))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&st->write_mu, NULL);
     if (!(st->err = skv_errbox_create()) || (p->model_path && !(st->model_path = abs_path(p->model_path)))) {
         skv_store_close(st);
         return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
@@ -226,6 +227,7 @@ void skv_store_close(skv_store *st)
     store_kv_free(st);
     skv_errbox_free(st->err);
     free(st->model_path);
+    pthread_mutex_destroy(&st->write_mu);
     free(st);
 }
 

@@ -29,6 +29,7 @@
 #ifndef SKV_STORE_INT_H
 #define SKV_STORE_INT_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "core/util.h"
@@ -94,6 +95,7 @@ struct skv_store {
     size_t blocks, head_dim; /* KV of one position = blocks x head_dim floats */
     char *model_path;        /* the model file (absolute) to record, or NULL */
     skv_ctx *work;           /* put's context: used only inside the write transaction */
+    pthread_mutex_t write_mu; /* one write transaction at a time (store_run) */
     skv_errbox *err;         /* last error, per thread (skv_store_last_error) */
     struct store_memo *memo; /* coded nodes decoded lately (store_tier.c; its own lock) */
     struct store_planes *planes; /* a KV blob's byte planes, kept (store_kv.c; its own lock) */

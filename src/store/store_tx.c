@@ -196,7 +196,7 @@ static int conn_retry(const skv_store *st, int rc, int *lost)
     return 1;
 }
 
-int store_run(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
+static int run_tx(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
 {
     int lost = 0;
     if (st->be->ops->retry_take) (void)st->be->ops->retry_take(); /* a mark left by a call outside store_run */
@@ -218,6 +218,18 @@ int store_run(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
     }
     return store_err(st, SKV_ERR_IO, "the store is too busy: %d attempts lost races with other writers; retry",
                      STORE_RETRIES);
+}
+
+/* A handle runs one write transaction at a time: a put's model runs use the handle's one
+ * work context (LMDB serialised its writers anyway; on Redis, two threads' puts through
+ * one handle ran the model in the same context at once and failed). Reads run beside. */
+int store_run(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
+{
+    if (!write) return run_tx(st, write, fn, u);
+    pthread_mutex_lock(&st->write_mu);
+    int rc = run_tx(st, write, fn, u);
+    pthread_mutex_unlock(&st->write_mu);
+    return rc;
 }
 
 int store_trie_err(skv_store *st, int rc, const char *what)
