@@ -795,8 +795,10 @@ typedef struct skv_store_params {
 SKV_API skv_store_params skv_store_default_params(void);
 /* Opens (or with SKV_STORE_CREATE creates) the store in directory dir for model m (which
  * must outlive the handle). dir may instead name a Redis store shared by many processes
- * and machines: "redis://HOST:PORT/PREFIX" or "unix:///path/redis.sock?prefix=PREFIX"
- * (docs/store.md "Redis layout"; created on first use). Errors: SKV_ERR_IO (no store there), SKV_ERR_FORMAT (a foreign
+ * and machines: "redis://HOST:PORT/PREFIX" or "unix:///path/redis.sock?prefix=PREFIX",
+ * through Sentinel "redis+sentinel://H:P,.../MASTER/PREFIX", on a Redis Cluster
+ * "redis+cluster://H:P,.../PREFIX", with "?shards=N" spread over all of its masters
+ * (docs/store.md "Redis layout", "One store over all masters"; created on first use). Errors: SKV_ERR_IO (no store there), SKV_ERR_FORMAT (a foreign
  * or damaged file), SKV_ERR_MISMATCH (the store was made with another model: both named). */
 SKV_API int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
                            char *err, size_t errcap);

@@ -27,6 +27,7 @@
 Needs redis-server and redis-cli: SKIP without them, FAIL under SEQKV_REQUIRE_REDIS=1."""
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -36,6 +37,7 @@ import cluster_harness  # noqa: E402
 import redis_harness  # noqa: E402
 from sentinel_harness import command, free_port, wait  # noqa: E402
 from test_store_redis_sentinel import check_refused, put, restore_all, store, text  # noqa: E402
+from test_store_redis_server import stat  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
 from clitest import Reporter, check, run_cases  # noqa: E402
 from harness import Server  # noqa: E402
@@ -99,6 +101,85 @@ def case_spread(tmp, c):
     check(sum(sizes.values()) == in_slots, "keys outside the stores' slots: %s vs %d" % (sizes, in_slots))
     print("spread: stores %s on masters %s, keys per master %s" % (prefixes, [c.owner(c.keyslot("{%s}" % p))
                                                                          for p in prefixes], sizes))
+
+
+def shard_prefix(c, n, b):
+    """A store prefix whose n shards ("P.n.b.k") cover every master."""
+    for i in range(200):
+        p = "sh%d" % i
+        if len({c.owner(c.keyslot("{%s.%d.%d.%d}" % (p, n, b, k))) for k in range(n)}) == len(c.masters()):
+            return p
+    return None
+
+
+def case_sharded(tmp, c):
+    """One store over all masters (?shards=6&shard_tokens=8): sessions with other openings
+    land in other shards, on every master; sessions sharing an opening share one shard and
+    their prefix is stored once; ls, get (verified), match, rm, gc and stats see the whole
+    store; a name is unique across shards; the same prefix with another shard count is
+    another store; a server on it serves a stored conversation's next turn from the store."""
+    n, b = 6, 8
+    p = shard_prefix(c, n, b)
+    check(p is not None, "no prefix whose shards cover the masters")
+    url = c.url(p, "?shards=%d&shard_tokens=%d" % (n, b))
+    rc, out = store("init", url)
+    check(rc == 0 and "ready" in out, "init: " + out)
+    openings = ["%s %d," % (w, i) for i, w in enumerate(["Story", "Tale", "Fable", "Saga", "Legend", "Myth",
+                                                         "Yarn", "Epic", "Ballad", "Rhyme", "Parable", "Anecdote"])]
+    texts = {}
+    for i, o in enumerate(openings):
+        texts["s%03d.txt" % i] = o + " " + text(i)
+    for k in range(3):  # three more under the first opening, its first 80 characters shared
+        texts["t%03d.txt" % k] = texts["s000.txt"][:80] + " and then %s." % text(20 + k)
+    for name, t in texts.items():
+        f = os.path.join(tmp, name)
+        with open(f, "w") as fh:
+            fh.write(t)
+        rc, out = store("put", url, "-f", f)
+        check(rc == 0 and "stored" in out, "put %s: %s" % (name, out))
+    names = restore_all(url, len(texts), len(texts))
+    check(sorted(names) == sorted(texts), "ls: %s" % names)
+    per_master, used = {m: 0 for m in c.masters()}, set()
+    for k in range(n):
+        slot = c.keyslot("{%s.%d.%d.%d}" % (p, n, b, k))
+        keys = command(c.owner(slot), "CLUSTER", "COUNTKEYSINSLOT", str(slot))
+        per_master[c.owner(slot)] += keys
+        if keys > 5:  # more than the header, state, model and index records: sessions
+            used.add(k)
+    check(all(v > 0 for v in per_master.values()), "a master holds none of the store: %s" % per_master)
+    check(len(used) >= 3, "the sessions went to %d shard(s) of %d" % (len(used), n))
+    rc, st = store("stats", url)
+    check(rc == 0, "stats: " + st)
+    sessions, uniq, toks = (int(stat(st, k)) for k in ("sessions", "unique stored positions", "session tokens"))
+    check(sessions == len(texts) and uniq < toks, "stats: %d sessions, %d unique of %d" % (sessions, uniq, toks))
+    f = os.path.join(tmp, "m.txt")
+    with open(f, "w") as fh:
+        fh.write(texts["t001.txt"])
+    rc, out = store("match", url, "-f", f)
+    m = re.search(r"longest stored prefix: (\d+) of (\d+) tokens", out)
+    check(rc == 0 and m and m.group(1) == m.group(2), "match of a stored text: " + out)
+    other = os.path.join(tmp, "s000.txt")
+    with open(other, "w") as fh:
+        fh.write("Another story altogether, of another shard or not.")
+    rc, out = store("put", url, "-f", other)
+    check(rc != 0 and "exists already" in out, "a second s000.txt: " + out)
+    rc, out = store("rm", url, "s003.txt")
+    check(rc == 0, "rm: " + out)
+    rc, out = store("get", url, "s003.txt")
+    check(rc != 0 and "no session" in out, "get after rm: " + out)
+    rc, out = store("gc", url)
+    check(rc == 0, "gc: " + out)
+    rc, out = store("ls", c.url(p, "?shards=%d&shard_tokens=%d" % (n + 1, b)))
+    check(rc != 0 and "no seqkv store" in out, "another shard count: " + out)
+    srv = Server("--store", url, "-c", "1024", log=os.path.join(tmp, "sharded.log"))
+    try:
+        code, r = srv.json("/completion", {"prompt": texts["t002.txt"] + " And so", "n_predict": 4,
+                                           "temperature": 0})
+        check(code == 200 and r["timings"]["cache_n"] > 20, "the server missed the stored text: %s" % r.get("timings"))
+    finally:
+        srv.stop()
+    print("sharded: %d sessions over %d shards of %d, keys per master %s, %d unique positions of %d" %
+          (sessions, len(used), n, per_master, uniq, toks))
 
 
 def serve_and_check(tmp, c, url, events):
@@ -223,7 +304,10 @@ def case_bad_urls(tmp):
            "redis+cluster://h:0/p", "redis+cluster://:1/p", "redis+cluster://h:1/p{x}", "redis+cluster://h:1/a/b",
            "redis+cluster://h:1/p?bogus=1", "redis+cluster://h:1/p?replicas=-1", "redis+cluster://h:99999/p",
            "redis+cluster://" + ",".join("h:%d" % (i + 1) for i in range(9)) + "/p",
-           "redis+cluster://h:1/" + "p" * 300]
+           "redis+cluster://h:1/" + "p" * 300, "redis+cluster://h:1/p?shards=1", "redis+cluster://h:1/p?shards=257",
+           "redis+cluster://h:1/p?shards=x", "redis+cluster://h:1/p?shards=", "redis+cluster://h:1/p?shard_tokens=8",
+           "redis+cluster://h:1/p?shards=4&shard_tokens=0", "redis+cluster://h:1/p?shards=4&shard_tokens=99999",
+           "redis://h:1/p?shards=4", "redis+sentinel://h:1/m/p?shards=4"]
     check_refused(bad)
 
 
@@ -236,7 +320,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="seqkv-cluster-") as tmp:
         c = cluster_harness.Cluster(os.path.join(tmp, "cluster"))
         try:
-            for case in (case_spread, case_redirects, case_ask, case_failover):  # the last one kills a master
+            for case in (case_spread, case_sharded, case_redirects, case_ask, case_failover):  # the last one kills a master
                 rep.run_case(case, tmp, c)
         finally:
             c.stop()

@@ -54,7 +54,8 @@ int rb_parse_cluster_url(const char *url, redis_addr *a, skv_err *err)
     const char *h = url + strlen("redis+cluster://"), *q = strchr(h, '?');
     const char *end = q ? q : h + strlen(h), *sl = memchr(h, '/', (size_t)(end - h));
     rb_failover_defaults(a);
-    const char *grammar = "redis+cluster://HOST:PORT[,HOST:PORT...]/PREFIX[?replicas=N&wait_ms=MS&failover=S]";
+    const char *grammar = "redis+cluster://HOST:PORT[,HOST:PORT...]/PREFIX[?replicas=N&wait_ms=MS&failover=S"
+                          "&shards=N&shard_tokens=B]";
     int rc = rb_parse_hosts(h, sl ? sl : end, a, &a->n_seed, "seed node", url, err);
     if (rc) return rc;
     if (!sl || sl + 1 >= end || (size_t)(end - sl - 1) >= sizeof a->prefix)
@@ -63,8 +64,8 @@ int rb_parse_cluster_url(const char *url, redis_addr *a, skv_err *err)
     if (strpbrk(a->prefix, "{}/"))
         return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': a cluster store's prefix is its hash tag: "
                         "no '{', '}' or '/'", url);
+    a->cluster = 1; /* (before the options: their message names the cluster's own) */
     if ((rc = rb_parse_options(q, a, url, err))) return rc;
-    a->cluster = 1;
     a->slot = rb_cluster_slot(a->prefix);
     snprintf(a->master, sizeof a->master, "cluster slot %d", a->slot);
     return SKV_OK;

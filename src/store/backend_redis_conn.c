@@ -50,6 +50,9 @@ int rb_parse_url(const char *url, redis_addr *a, skv_err *err)
         if (hn == 0 || hn >= sizeof a->host) return skv_fail(err, SKV_ERR_INVALID_ARG, "bad Redis URL '%s'", url);
         memcpy(a->host, h, hn);
         if (sl && sl[1]) snprintf(a->prefix, sizeof a->prefix, "%s", sl + 1);
+        if (strchr(h, '?'))
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': redis:// takes no options (replicas, "
+                            "shards, ...: redis+sentinel:// and redis+cluster:// do)", url);
     }
     if (!a->prefix[0] || strlen(a->prefix) > 200)
         return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': the prefix must be 1..200 bytes", url);

@@ -114,7 +114,8 @@ int rb_parse_options(const char *q, redis_addr *a, const char *url, skv_err *err
         size_t n = amp ? (size_t)(amp - s) : strlen(s);
         if (parse_option(a, s, n))
             return skv_fail(err, SKV_ERR_INVALID_ARG, "Redis URL '%s': options are replicas=0..64, "
-                            "wait_ms=1..600000, failover=SECONDS (0..3600)", url);
+                            "wait_ms=1..600000, failover=SECONDS (0..3600)%s", url,
+                            a->cluster ? ", shards=2..256, shard_tokens=1..4096" : " (shards=N: redis+cluster:// only)");
         s += n + (amp != NULL);
     }
     return SKV_OK;

@@ -178,7 +178,7 @@ int near_stats_add(skv_store *st, const skv_store_near_report *r)
 
 static int stats_get_tx(tx *t, void *u) { return stats_read(t, u); }
 
-int skv_store_get_near_stats(skv_store *st, skv_store_near_stats *s)
+int store_get_near_stats_one(skv_store *st, skv_store_near_stats *s)
 {
     if (!st) return SKV_ERR_INVALID_ARG;
     if (!s) return store_done(st, store_err(st, SKV_ERR_INVALID_ARG, "skv_store_get_near_stats: NULL output"));

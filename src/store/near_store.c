@@ -88,7 +88,7 @@ static int restore_donor(skv_store *st, const near_set *s, size_t d, skv_ctx **o
     cp.n_ctx = (int)n, cp.n_threads = st->n_threads;
     if (!tok) return store_err(st, SKV_ERR_NOMEM, "out of memory");
     if ((rc = skv_ctx_create(st->model, &cp, out))) rc = store_err(st, rc, "cannot create a context for the donor");
-    else if ((rc = skv_store_get(st, s->names[d], *out, SKV_STORE_VERIFY, tok, n, &got, NULL)))
+    else if ((rc = store_get_one(st, s->names[d], *out, SKV_STORE_VERIFY, tok, n, &got, NULL)))
         rc = store_err(st, rc, "restoring donor '%s': %s", s->names[d], skv_store_last_error(st));
     else if (got != n || memcmp(tok, s->seqs[d].tok, n * sizeof *tok)) /* replaced since the snapshot */
         rc = store_err(st, SKV_ERR_MISMATCH, "donor '%s' changed during the near get: try again", s->names[d]);
@@ -162,7 +162,7 @@ static int check_args(skv_store *st, const int32_t *q, size_t n, skv_ctx *ctx, c
     return SKV_OK;
 }
 
-int skv_store_get_near(skv_store *st, const int32_t *tokens, size_t n, skv_ctx *ctx, const skv_store_near_params *p,
+int store_get_near_one(skv_store *st, const int32_t *tokens, size_t n, skv_ctx *ctx, const skv_store_near_params *p,
                        float *logits, skv_store_near_report *rep)
 {
     skv_store_near_report r = {0};

@@ -161,7 +161,7 @@ static int open_store(skv_store *st, const char *dir, int flags, const skv_store
     if ((rc = store_backend_open(st, dir, flags, p, &st->be, &fresh))) return rc;
     if (fresh && (rc = create_store(st, p))) return rc;
     if ((rc = store_run(st, !st->readonly, check_store, &dir))) return rc;
-    if (p->budget >= 0 && !st->readonly) return skv_store_set_budget(st, (uint64_t)p->budget);
+    if (p->budget >= 0 && !st->readonly) return store_set_budget_one(st, (uint64_t)p->budget);
     return SKV_OK;
 }
 
@@ -173,7 +173,7 @@ static char *abs_path(const char *path)
     return strcpy(r, path);
 }
 
-static int skv_store_open_e(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
+int store_open_one(const char *dir, skv_model *m, int flags, const skv_store_params *p, int router, skv_store **out,
                    skv_err *err)
 {
     skv_store_params dp = skv_store_default_params();
@@ -187,7 +187,7 @@ static int skv_store_open_e(const char *dir, skv_model *m, int flags, const skv_
     if (!(st = calloc(1, sizeof *st))) return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&st->write_mu, NULL);
     if (!(st->err = skv_errbox_create()) || (p->model_path && !(st->model_path = abs_path(p->model_path)))) {
-        skv_store_close(st);
+        store_close_one(st);
         return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     }
     st->model = m;
@@ -200,28 +200,22 @@ static int skv_store_open_e(const char *dir, skv_model *m, int flags, const skv_
     } else {
         st->blocks = (size_t)st->info.n_layer * 2 * (size_t)st->info.n_head_kv;
         st->head_dim = (size_t)st->info.head_dim;
-        rc = open_store(st, dir, flags, p);
+        rc = router ? SKV_OK : open_store(st, dir, flags, p); /* a router's shards are opened by its caller */
     }
     if (rc) {
         skv_fail(err, rc, "%s", skv_errbox_get(st->err));
-        skv_store_close(st);
+        store_close_one(st);
         return rc;
     }
     *out = st;
     return SKV_OK;
 }
 
-int skv_store_open(const char *dir, skv_model *m, int flags, const skv_store_params *p, skv_store **out,
-                   char *err, size_t errcap)
-{
-    skv_err e = {0};
-    return skv_err_out(&e, skv_store_open_e(dir, m, flags, p, out, &e), err, errcap);
-}
-
-void skv_store_close(skv_store *st)
+void store_close_one(skv_store *st)
 {
     if (!st) return;
     if (st->be) st->be->ops->close(st->be);
+    if (st->parent) st->work = NULL; /* the router's */
     skv_ctx_free(st->work);
     store_tier_free(st);
     store_kv_free(st);
@@ -237,7 +231,7 @@ static int set_budget_tx(tx *t, void *u)
     return SKV_OK;
 }
 
-int skv_store_set_budget(skv_store *st, uint64_t bytes)
+int store_set_budget_one(skv_store *st, uint64_t bytes)
 {
     return st ? store_done(st, store_run(st, 1, set_budget_tx, &bytes)) : SKV_ERR_INVALID_ARG;
 }

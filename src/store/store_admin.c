@@ -28,7 +28,7 @@ static int match_tx(tx *t, void *u)
     return SKV_OK;
 }
 
-int skv_store_match(skv_store *st, const int32_t *tokens, size_t n, skv_store_match_result *r)
+int store_match_one(skv_store *st, const int32_t *tokens, size_t n, skv_store_match_result *r)
 {
     match_args a = {tokens, n, {0}};
     if (!st || !r || (n && !tokens)) return st ? store_err(st, SKV_ERR_INVALID_ARG, "match: bad arguments") : SKV_ERR_INVALID_ARG;
@@ -82,7 +82,7 @@ static int list_rec(void *u, const uint8_t *k, size_t kn, const uint8_t *v, size
 
 /* One pass over the sessions (a callback's stop is not an error). In Redis the listing is
  * not one snapshot: sessions put or removed meanwhile may or may not appear. */
-int skv_store_list(skv_store *st, int (*cb)(void *user, const skv_store_session_info *s), void *user)
+int store_list_one(skv_store *st, int (*cb)(void *user, const skv_store_session_info *s), void *user)
 {
     list_args a = {st, cb, user};
     tx t;
@@ -118,14 +118,14 @@ static int sum_session(void *user, const skv_store_session_info *si)
     return 0;
 }
 
-int skv_store_get_stats(skv_store *st, skv_store_stats *s)
+int store_get_stats_one(skv_store *st, skv_store_stats *s)
 {
     tx t;
     double f16 = 0, tq = 0;
     int rc;
     if (!st || !s) return SKV_ERR_INVALID_ARG;
     memset(s, 0, sizeof *s);
-    if ((rc = skv_store_list(st, sum_session, s))) return rc;
+    if ((rc = store_list_one(st, sum_session, s))) return rc;
     if ((rc = store_tx_begin(st, 0, &t))) return rc;
     rc = store_scan_nodes(&t, count_node, s);
     if (!rc) rc = store_tier_count(&t, s);
@@ -349,12 +349,12 @@ int skv_store__put_tokens(skv_store *st, size_t n_sessions, const char *const *n
     return st ? store_run(st, 1, bulk_tx, &a) : SKV_ERR_INVALID_ARG;
 }
 
-int skv_store_remove(skv_store *st, const char *name)
+int store_remove_one(skv_store *st, const char *name)
 {
     return st ? store_done(st, remove_call(st, name)) : SKV_ERR_INVALID_ARG;
 }
 
-int skv_store_gc(skv_store *st, skv_store_gc_report *r)
+int store_gc_one(skv_store *st, skv_store_gc_report *r)
 {
     return st ? store_done(st, gc_call(st, r)) : SKV_ERR_INVALID_ARG;
 }

@@ -84,7 +84,7 @@ static int draft_tx(tx *t, void *u)
     return SKV_OK;
 }
 
-size_t skv_store_draft(void *store, const int32_t *hist, size_t n, int32_t *out, size_t max)
+size_t store_draft_one(void *store, const int32_t *hist, size_t n, int32_t *out, size_t max)
 {
     draft_args a = {hist, n, out, max, 0};
     if (!store || !out || max == 0 || (n && !hist)) return 0;

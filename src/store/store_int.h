@@ -96,6 +96,8 @@ struct skv_store {
     char *model_path;        /* the model file (absolute) to record, or NULL */
     skv_ctx *work;           /* put's context: used only inside the write transaction */
     pthread_mutex_t write_mu; /* one write transaction at a time (store_run) */
+    struct store_shards *sh;  /* a sharded store's shards (store_shard.c), or NULL */
+    skv_store *parent;        /* a shard's router: its work context and write lock are the router's */
     skv_errbox *err;         /* last error, per thread (skv_store_last_error) */
     struct store_memo *memo; /* coded nodes decoded lately (store_tier.c; its own lock) */
     struct store_planes *planes; /* a KV blob's byte planes, kept (store_kv.c; its own lock) */
@@ -286,5 +288,31 @@ int store_ses_check_path(tx *t, const char *name, const ses_rec *r, const skv_tr
 /* SKV_ERR_FORMAT (message as above) unless a session ends at path p's last node (its
  * n_end): a session record naming an inner node was never written by the store. */
 int store_ses_check_end(skv_store *st, const char *name, const skv_trie_path *p);
+
+/* ---- one store handle's calls, as the public API's (store_shard.c routes the public calls
+ * of a sharded store to its shards' handles, and every other handle's here) ---- */
+int store_open_one(const char *dir, skv_model *m, int flags, const skv_store_params *p, int router, skv_store **out,
+                   skv_err *err); /* router: the handle only (errors, model, work context, lock), no backend */
+void store_close_one(skv_store *st);
+int store_model_info_one(const char *dir, skv_store_model *out, skv_err *err);
+int store_put_one(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep);
+int store_put_kv_one(skv_store *st, const char *name, const int32_t *tokens, size_t n, const float *kv,
+                     const float *sur, size_t from, skv_store_put_report *rep);
+int store_get_one(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap,
+                  size_t *n_tokens, skv_store_get_report *rep);
+int store_remove_one(skv_store *st, const char *name);
+int store_match_one(skv_store *st, const int32_t *tokens, size_t n, skv_store_match_result *r);
+int store_get_prefix_one(skv_store *st, const int32_t *tokens, size_t n, skv_ctx *ctx, skv_store_prefix_report *rep);
+size_t store_draft_one(void *store, const int32_t *hist, size_t n, int32_t *out, size_t max);
+int store_get_near_one(skv_store *st, const int32_t *tokens, size_t n, skv_ctx *ctx, const skv_store_near_params *p,
+                       float *logits, skv_store_near_report *rep);
+int store_list_one(skv_store *st, int (*cb)(void *user, const skv_store_session_info *s), void *user);
+int store_get_stats_one(skv_store *st, skv_store_stats *s);
+int store_get_near_stats_one(skv_store *st, skv_store_near_stats *s);
+int store_gc_one(skv_store *st, skv_store_gc_report *r);
+int store_set_budget_one(skv_store *st, uint64_t bytes);
+int store_set_price_one(skv_store *st, double seconds_per_byte);
+int store_set_progress_one(skv_store *st, void (*fn)(void *user, uint64_t done, uint64_t total), void *user);
+int store_train_dict_one(skv_store *st, size_t max_ids, uint64_t *id, size_t *n_ids);
 
 #endif

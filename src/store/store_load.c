@@ -60,6 +60,11 @@ int store_path_prefill(tx *t, const skv_trie_path *p, uint32_t from, uint32_t up
 int store_work_ctx(skv_store *st)
 {
     if (st->work) return SKV_OK;
+    if (st->parent) { /* a shard: the router's context (its write lock covers both) */
+        int rc = store_work_ctx(st->parent);
+        st->work = st->parent->work;
+        return rc ? store_err(st, rc, "%s", skv_store_last_error(st->parent)) : SKV_OK;
+    }
     skv_ctx_params cp = skv_ctx_default_params();
     cp.n_threads = st->n_threads;
     int rc = skv_ctx_create(st->model, &cp, &st->work);
@@ -83,7 +88,7 @@ int store_prefill(skv_store *st, skv_ctx *ctx, const int32_t *tokens, size_t fro
     return SKV_OK;
 }
 
-int skv_store_set_progress(skv_store *st, void (*fn)(void *user, uint64_t done, uint64_t total), void *user)
+int store_set_progress_one(skv_store *st, void (*fn)(void *user, uint64_t done, uint64_t total), void *user)
 {
     if (!st) return skv_fail(NULL, SKV_ERR_INVALID_ARG, "skv_store_set_progress: NULL store");
     st->progress = fn;

@@ -97,7 +97,7 @@ static int read_info(const char *where, skv_store_model *out, skv_err *err)
     return rc;
 }
 
-static int skv_store_model_info_e(const char *dir, skv_store_model *out, skv_err *err)
+int store_model_info_one(const char *dir, skv_store_model *out, skv_err *err)
 {
     if (!dir || !out) return skv_fail(err, SKV_ERR_INVALID_ARG, "skv_store_model_info: invalid arguments");
     memset(out, 0, sizeof *out);
@@ -106,10 +106,4 @@ static int skv_store_model_info_e(const char *dir, skv_store_model *out, skv_err
         skv_log(SKV_LOG_INFO, "store '%s' has no model-path record (made without skv_store_params.model_path): "
                 "its model is known by name and fingerprint only", dir);
     return rc;
-}
-
-int skv_store_model_info(const char *dir, skv_store_model *out, char *err, size_t errcap)
-{
-    skv_err e = {0};
-    return skv_err_out(&e, skv_store_model_info_e(dir, out, &e), err, errcap);
 }

@@ -40,7 +40,7 @@ static int prefix_tx(tx *t, void *u)
     return rc;
 }
 
-int skv_store_get_prefix(skv_store *st, const int32_t *tokens, size_t n, skv_ctx *ctx, skv_store_prefix_report *rep)
+int store_get_prefix_one(skv_store *st, const int32_t *tokens, size_t n, skv_ctx *ctx, skv_store_prefix_report *rep)
 {
     prefix_args a = {tokens, n, ctx, {0}};
     float none = 0;

@@ -93,7 +93,7 @@ static int train_tx(tx *t, void *u)
     return rc;
 }
 
-int skv_store_train_dict(skv_store *st, size_t max_ids, uint64_t *id, size_t *n_ids)
+int store_train_dict_one(skv_store *st, size_t max_ids, uint64_t *id, size_t *n_ids)
 {
     if (!st) return SKV_ERR_INVALID_ARG;
     if (max_ids > STORE_DICT_MAX)

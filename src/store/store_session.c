@@ -470,12 +470,12 @@ static int get_call(skv_store *st, const char *name, skv_ctx *ctx, int flags, in
     return rc;
 }
 
-int skv_store_put(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
+int store_put_one(skv_store *st, const char *name, const int32_t *tokens, size_t n, skv_store_put_report *rep)
 {
     return st ? store_done(st, put_call(st, name, tokens, n, NULL, rep)) : SKV_ERR_INVALID_ARG;
 }
 
-int skv_store_put_kv(skv_store *st, const char *name, const int32_t *tokens, size_t n, const float *kv,
+int store_put_kv_one(skv_store *st, const char *name, const int32_t *tokens, size_t n, const float *kv,
                      const float *sur, size_t from, skv_store_put_report *rep)
 {
     put_given g = {kv, sur, from};
@@ -486,7 +486,7 @@ int skv_store_put_kv(skv_store *st, const char *name, const int32_t *tokens, siz
     return store_done(st, put_call(st, name, tokens, n, &g, rep));
 }
 
-int skv_store_get(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_tokens,
+int store_get_one(skv_store *st, const char *name, skv_ctx *ctx, int flags, int32_t *tokens, size_t cap, size_t *n_tokens,
                     skv_store_get_report *rep)
 {
     return st ? store_done(st, get_call(st, name, ctx, flags, tokens, cap, n_tokens, rep)) : SKV_ERR_INVALID_ARG;

@@ -467,7 +467,7 @@ static int price_tx(tx *t, void *u)
     return rc ? rc : store_tier_put(t, &r);
 }
 
-int skv_store_set_price(skv_store *st, double seconds_per_byte)
+int store_set_price_one(skv_store *st, double seconds_per_byte)
 {
     if (!st) return SKV_ERR_INVALID_ARG;
     if (!(seconds_per_byte > 0) || !isfinite(seconds_per_byte))

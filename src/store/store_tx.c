@@ -140,6 +140,8 @@ int store_tx_begin(skv_store *st, int write, tx *t)
     t->write = write;
     skv_errbox_clear(st->err); /* a message left from an earlier call must not describe this one */
     if (write && st->readonly) return store_err(st, SKV_ERR_INVALID_ARG, "the store was opened read-only");
+    if (!st->be) /* a sharded store's router, reached by a call whose arguments it could not route */
+        return store_err(st, SKV_ERR_INVALID_ARG, "invalid arguments");
     int rc = st->be->ops->begin(st->be, write, &t->bt);
     if (rc) return rc;
     st->io_init(t); /* store_io_init (store_kv.c), set by skv_store_open */
@@ -225,10 +227,12 @@ static int run_tx(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
  * one handle ran the model in the same context at once and failed). Reads run beside. */
 int store_run(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
 {
+    if (!st->be) return store_err(st, SKV_ERR_INVALID_ARG, "invalid arguments"); /* a router (store_tx_begin) */
     if (!write) return run_tx(st, write, fn, u);
-    pthread_mutex_lock(&st->write_mu);
+    pthread_mutex_t *mu = st->parent ? &st->parent->write_mu : &st->write_mu; /* a shard: the router's */
+    pthread_mutex_lock(mu);
     int rc = run_tx(st, write, fn, u);
-    pthread_mutex_unlock(&st->write_mu);
+    pthread_mutex_unlock(mu);
     return rc;
 }
 
