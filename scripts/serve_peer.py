@@ -26,6 +26,7 @@ prints the load average before and after) and record the CPU (lscpu)."""
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -33,7 +34,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,36 +133,50 @@ def stream_completion(port, prompt, n_predict):
     return (first if first is not None else time.time() - t0), n, time.time() - t0
 
 
-def throughput(peer, args, text):
-    prompts = [text[i * 997 % (len(text) - args.prompt_chars):][:args.prompt_chars] for i in range(args.requests)]
-    ttft, toks, errors, lock, nxt, order = [], [0], [], threading.Lock(), [0], []
+def client_proc(port, prompts, n_predict, nxt, lock, out):
+    """One client process: takes the next request index until none is left; sends
+    (index, seconds to the first chunk, tokens) or (index, None, error text) to out."""
+    while True:
+        with lock:
+            i = nxt.value
+            nxt.value += 1
+        if i >= len(prompts):
+            out.put(None)
+            return
+        try:
+            f, n, _ = stream_completion(port, prompts[i], n_predict)
+            out.put((i, f, n))
+        except (OSError, RuntimeError) as e:
+            out.put((i, None, str(e)))
 
-    def client():
-        while True:
-            with lock:
-                i = nxt[0]
-                nxt[0] += 1
-            if i >= len(prompts):
-                return
-            try:
-                f, n, _ = stream_completion(peer.port, prompts[i], args.n_predict)
-            except (OSError, RuntimeError) as e:
-                with lock:
-                    errors.append(str(e))
-                continue
-            with lock:
-                ttft.append(f)
-                order.append((i, round(f * 1e3, 1)))
-                toks[0] += n
+
+def throughput(peer, args, text):
+    """CONCURRENCY client processes (not threads: a Python thread waiting for the GIL while
+    the others parse their streams would count that wait as the server's latency)."""
+    prompts = [text[i * 997 % (len(text) - args.prompt_chars):][:args.prompt_chars] for i in range(args.requests)]
+    ctx = multiprocessing.get_context("fork")
+    nxt, lock, out = ctx.Value("i", 0), ctx.Lock(), ctx.Queue()
     cpu0, t0 = peer.cpu_s(), time.time()
-    threads = [threading.Thread(target=client) for _ in range(args.concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    procs = [ctx.Process(target=client_proc, args=(peer.port, prompts, args.n_predict, nxt, lock, out))
+             for _ in range(args.concurrency)]
+    for p in procs:
+        p.start()
+    ttft, toks, errors, order, done = [], 0, [], [], 0
+    while done < len(procs):
+        r = out.get()
+        if r is None:
+            done += 1
+        elif r[1] is None:
+            errors.append(r[2])
+        else:
+            ttft.append(r[1])
+            order.append((r[0], round(r[1] * 1e3, 1)))
+            toks += r[2]
     wall = time.time() - t0
-    return {"requests": args.requests, "errors": len(errors), "tokens": toks[0], "wall_s": round(wall, 3),
-            "tokens_per_s": round(toks[0] / wall, 1), "ttft_p50_ms": round(pct(ttft, 50) * 1e3, 1),
+    for p in procs:
+        p.join()
+    return {"requests": args.requests, "errors": len(errors), "tokens": toks, "wall_s": round(wall, 3),
+            "tokens_per_s": round(toks / wall, 1), "ttft_p50_ms": round(pct(ttft, 50) * 1e3, 1),
             "ttft_p99_ms": round(pct(ttft, 99) * 1e3, 1), "server_cpu_s": round(peer.cpu_s() - cpu0, 2),
             "ttft_ms_by_request": [f for _, f in sorted(order)]}
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
 import testenv  # noqa: E402
@@ -492,6 +493,33 @@ def case_slot_save_in_store(srv, tmp):
         b.stop()
 
 
+def case_jobs_together_start_together(srv, tmp):
+    """A request of three prompts (three jobs queued at once) on four idle slots runs them at
+    once: a slot that looked at the queue while another slot was still the best one for a
+    job must look again when that slot takes a job (before, it slept until the next request
+    arrived or the first job ended: the prompts ran one after another)."""
+    s = Server("--parallel", "4", "-c", "2048", log=os.path.join(tmp, "together.log"))
+    try:
+        worst = 3
+        for _ in range(6):
+            done = []
+            body = {"prompt": [PROMPT, PROMPT + " And", PROMPT + " So"], "n_predict": 120, "temperature": 0,
+                    "ignore_eos": True, "cache_prompt": False}
+            th = threading.Thread(target=lambda: done.append(s.json("/completion", body)[0]))
+            th.start()
+            most, t0 = 0, time.time()
+            while time.time() - t0 < 10 and not done and most < 3:
+                code, slots = s.json("/slots")
+                if code == 200:
+                    most = max(most, sum(1 for x in slots if x["is_processing"]))
+            th.join()
+            check(done == [200], "reply: %s" % done)
+            worst = min(worst, most)
+        check(worst == 3, "three prompts queued together ran %d at a time at most" % worst)
+    finally:
+        s.stop()
+
+
 def simulate_shift(prompt, gen, n_ctx, n_keep, n_discard, bos):
     """The tokens a slot holds after generating gen from prompt with --context-shift."""
     held = list(prompt)
@@ -602,7 +630,7 @@ CASES = [case_endpoints, case_tokenize_roundtrip, case_greedy_deterministic, cas
          case_queue_full_503, case_store_restart, case_stream_put, case_put_takes_slot_work,
          case_shared_store_keeps_slot,
          case_conversation_moves_between_servers, case_openai_client,
-         case_slot_save_restore, case_slot_save_in_store, case_context_shift, case_health_loading, case_store_map_size_env]
+         case_slot_save_restore, case_slot_save_in_store, case_jobs_together_start_together, case_context_shift, case_health_loading, case_store_map_size_env]
 
 
 def main():

@@ -182,6 +182,10 @@ static srv_job *next_job(slot *sl)
     sl->avail = j == NULL;
     sl->job = j;
     p->busy += j != NULL;
+    /* this slot is no longer available: a queued job that was its may now be another's,
+     * whose slot went back to sleep when it looked (jobs arriving together waited for the
+     * next submit: 87 ms at 4 slots) */
+    if (j && p->n_q) pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return j;
 }
