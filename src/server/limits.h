@@ -39,6 +39,7 @@
                                         * a larger model computes them in the prefill */
 #define SRV_WRITER_YIELD_MS 50         /* the store writer waits at most this for prompt prefills */
 #define SRV_WRITER_GRACE_MS 10         /* and a put starts this long after its reply at the earliest */
+#define SRV_STEP_GATHER_US 400         /* a decode step waits at most this for the other generating slots */
 #define SRV_PUT_KV_SLOTS 2             /* KV queued for the writer: at most this many slots' worth
                                         * of positions (more is put by running the model again) */
 /* system_fingerprint: llama-server's "b<build>-<commit>" shape, which clients check. */

@@ -13,6 +13,7 @@
  *        ^                                                     |
  *        +---- job->text / safe / done (mu, cv) <--------------+
  */
+#include <errno.h>
 #include <stdio.h>
 #include "core/fpguard.h"
 #include <stdlib.h>
@@ -57,6 +58,7 @@ struct srv_pool {
     pthread_cond_t bcv;
     step pending;
     int stepping;
+    int n_gen; /* slots in their generation loop (bmu): a step waits a moment for all of them */
     int pf_want; /* prompt prefills waiting or running (bmu): decode steps wait for them */
     float *step_logits; /* [SRV_MAX_PARALLEL][n_vocab] */
     slot *slots;
@@ -363,7 +365,18 @@ static void run_step(srv_pool *p)
     pthread_cond_broadcast(&p->bcv);
 }
 
-/* skv_decode(sl->ctx, tok, sl->logits), batched with the other slots decoding now. */
+static void gen_count(srv_pool *p, int d)
+{
+    pthread_mutex_lock(&p->bmu);
+    p->n_gen += d;
+    pthread_cond_broadcast(&p->bcv); /* a step waiting for this slot's token need not */
+    pthread_mutex_unlock(&p->bmu);
+}
+
+/* skv_decode(sl->ctx, tok, sl->logits), batched with the other slots decoding now. A step
+ * that could start waits up to SRV_STEP_GATHER_US for the other generating slots' tokens
+ * (each is sampling its last step's row): the slots then step together instead of in
+ * turns of one or two rows, each step's thread hand-offs shared by all of them. */
 static int decode_batched(slot *sl, int32_t tok)
 {
     srv_pool *p = sl->pool;
@@ -372,9 +385,22 @@ static int decode_batched(slot *sl, int32_t tok)
     st->ctx[st->n] = sl->ctx, st->tok[st->n] = tok, st->who[st->n] = sl;
     st->n++;
     sl->step_done = 0;
+    pthread_cond_broadcast(&p->bcv); /* a gathering step may be waiting for this token */
+    struct timespec until = {0, 0};
     while (!sl->step_done) {
-        if (!p->stepping && !p->pf_want) run_step(p);
-        else pthread_cond_wait(&p->bcv, &p->bmu);
+        if (!p->stepping && !p->pf_want) {
+            if ((int)st->n < p->n_gen) {
+                if (!until.tv_sec) {
+                    clock_gettime(CLOCK_REALTIME, &until);
+                    until.tv_nsec += SRV_STEP_GATHER_US * 1000L;
+                    until.tv_sec += until.tv_nsec / 1000000000L, until.tv_nsec %= 1000000000L;
+                }
+                if (pthread_cond_timedwait(&p->bcv, &p->bmu, &until) != ETIMEDOUT) continue;
+            }
+            if (!sl->step_done && !p->stepping && !p->pf_want) run_step(p);
+        } else {
+            pthread_cond_wait(&p->bcv, &p->bmu);
+        }
     }
     int rc = sl->step_rc;
     pthread_mutex_unlock(&p->bmu);
@@ -501,7 +527,9 @@ static void run_job(slot *sl, srv_job *j)
     double t0 = j->t_gen_start = now_ms();
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+    gen_count(sl->pool, 1);
     while (!rc && j->n_gen < (size_t)j->n_predict && !atomic_load(&j->cancel)) rc = gen_step(sl, j, &rng);
+    gen_count(sl->pool, -1);
     j->t_gen_ms = now_ms() - t0;
     /* before the reply goes out: the messages' memory is the request's, given back with it */
     if (rc >= 0 && j->chat_msgs && !atomic_load(&j->cancel)) extend_history(sl, j);
