@@ -448,7 +448,11 @@ static void store_help(FILE *f)
                 subs[i].cmd->usage, subs[i].what);
     fprintf(f, "\nA store records the model it was made with (file path and fingerprint): the commands\n"
                "load that file when -m is not given, and refuse a store made with another model.\n"
-               "'init' without -m uses $SEQKV_MODEL, else the bundled model.\n");
+               "'init' without -m uses $SEQKV_MODEL, else the bundled model.\n"
+               "\nDIR may instead be a Redis store shared by processes and machines:\n"
+               "  redis://HOST:PORT/PREFIX, unix:///path.sock?prefix=PREFIX,\n"
+               "  redis+sentinel://HOST:PORT,.../MASTER/PREFIX, redis+cluster://HOST:PORT,.../PREFIX\n"
+               "  (add ?shards=N to spread one store over a cluster's masters; docs/store.md).\n");
 }
 
 static void hex16(char out[33], const uint8_t fp[16])
