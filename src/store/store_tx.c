@@ -198,9 +198,15 @@ static int conn_retry(const skv_store *st, int rc, int *lost)
     return 1;
 }
 
+/* Attempts of a call that saw the trie inconsistent on a backend whose reads are not a
+ * snapshot (Redis: a transaction reads its records one GET at a time, and another
+ * process's commit may land between two of them; its WATCH would fail the commit, but the
+ * trie finds the mixed state first). Damage that stays is reported after these. */
+#define STORE_INCONSISTENT_RETRIES 4
+
 static int run_tx(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
 {
-    int lost = 0;
+    int lost = 0, mixed = 0;
     if (st->be->ops->retry_take) (void)st->be->ops->retry_take(); /* a mark left by a call outside store_run */
     for (int attempt = 0; attempt < STORE_RETRIES; attempt++) {
         tx t;
@@ -212,6 +218,12 @@ static int run_tx(skv_store *st, int write, int (*fn)(tx *t, void *u), void *u)
         if ((rc = fn(&t, u))) {
             store_tx_abort(&t);
             if (conn_retry(st, rc, &lost)) continue; /* a failover: a new master */
+            if ((rc == SKV_ERR_FORMAT || rc == SKV_ERR_INTERNAL) && st->be->evicts &&
+                ++mixed < STORE_INCONSISTENT_RETRIES) { /* another writer's commit, seen half */
+                struct timespec ts = {0, 5000000L * mixed};
+                nanosleep(&ts, NULL);
+                continue;
+            }
             return rc;
         }
         rc = write ? store_tx_commit(&t) : store_tx_end(&t);
