@@ -180,7 +180,9 @@ static void attn_equals_scalar(void)
 }
 
 /* attn_f16 over binary16 K/V (an f16 KV cache), AVX2 vs the scalar reference, and both vs
- * the f32 attn of the converted rows. */
+ * the f32 attn of the converted rows: up to 16 rows (a GQA group of 8 heads x 2 tokens), so
+ * the decode pair, the blocked path (K and V converted a block at a time) and its groups of 8
+ * rows all run. */
 static void attn_f16_case(const skv_kernels *ref, const skv_kernels *fast, size_t hd, size_t nq, const size_t *n,
                           size_t n_max)
 {
@@ -188,9 +190,9 @@ static void attn_f16_case(const skv_kernels *ref, const skv_kernels *fast, size_
     float *Kf = malloc(n_max * hd * sizeof *Kf), *Vf = malloc(n_max * hd * sizeof *Vf), *q = malloc(nq * hd * sizeof *q);
     float *o1 = malloc(nq * hd * sizeof *o1), *o2 = malloc(nq * hd * sizeof *o2), *o3 = malloc(nq * hd * sizeof *o3);
     float *s = malloc(nq * n_max * sizeof *s), *kv = malloc(2 * n_max * hd * sizeof *kv);
-    float *op1[4], *op2[4], *op3[4];
-    const float *qp[4];
-    CHECK(K && V && Kf && Vf && q && o1 && o2 && o3 && s && kv && nq <= 4);
+    float *op1[16], *op2[16], *op3[16];
+    const float *qp[16];
+    CHECK(K && V && Kf && Vf && q && o1 && o2 && o3 && s && kv && nq <= 16);
     for (size_t i = 0; i < n_max * hd; i++) {
         K[i] = rnd_half(), V[i] = rnd_half();
         Kf[i] = skv_f16_to_f32(K[i]), Vf[i] = skv_f16_to_f32(V[i]);
@@ -212,13 +214,15 @@ static void attn_f16_equals_scalar(void)
     const skv_kernels *ref = skv_kernels_scalar(), *fast = avx2_or_skip();
     if (!fast) SKIP("no AVX2+FMA+F16C on this CPU");
     CHECK(ref->attn_f16 && fast->attn_f16);
-    static const size_t hds[] = {8, 13, 32, 64, 128};
+    static const size_t hds[] = {8, 13, 32, 64, 128}, nqs[] = {1, 2, 3, 5, 8, 9, 16};
+    static const size_t long_lens[] = {129, 200, 333}; /* several key blocks (64 keys at hd 64) */
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
-        for (size_t len = 1; len <= 70; len += 3)
-            for (size_t nq = 1; nq <= 3; nq++) {
-                size_t same[4] = {len, len, len, len}, ramp[4] = {len, len + 1, len + 2, len + 3};
+        for (size_t li = 0; li < 24 + sizeof long_lens / sizeof long_lens[0]; li++)
+            for (size_t ni = 0; ni < sizeof nqs / sizeof nqs[0]; ni++) {
+                size_t len = li < 24 ? 1 + 3 * li : long_lens[li - 24], nq = nqs[ni], same[16], ramp[16];
+                for (size_t i = 0; i < 16; i++) same[i] = len, ramp[i] = len + i;
                 attn_f16_case(ref, fast, hds[hi], nq, same, len);
-                attn_f16_case(ref, fast, hds[hi], nq, ramp, len + 2);
+                attn_f16_case(ref, fast, hds[hi], nq, ramp, len + nq - 1);
             }
 }
 

@@ -23,6 +23,8 @@ Environment (all optional):
   PEER_REPS     repetitions per test (mean and stddev over them), default 2
   PEER_ENGINES  "llama seqkv" (default) or one of them
   PEER_TIMEOUT  seconds per process before it is killed and recorded as a timeout (1800)
+  SEQKV_CPU     avx2 on an AVX-512 CPU (set by PEER_LLAMA=avx2, scripts/peer/run.sh): the rows
+                go to their own section, "... (AVX-512 CPU held to AVX2 in both engines)"
   PEER_KV       seqkv's KV cache type, f32 (default) or f16 (llama.cpp's default is F16)
   PEER_JOBS     processes at once (default 1). Above 1 the wall-clock columns mean nothing;
                 only on a machine already overloaded, for the per-CPU-second columns (docs/bench.md)
@@ -43,7 +45,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 CSV_PATH = os.path.join(ROOT, "bench", "results", "peer.csv")
 MD_PATH = os.path.join(ROOT, "bench", "results", "peer.md")
 FIELDS = ["cpu", "commit", "engine", "program", "geometry", "type", "threads", "depth", "test", "avg_ts", "stddev_ts", "cpu_ts",
-          "reps", "peak_rss_mib", "cpu_pct", "load1", "when", "status"]
+          "reps", "peak_rss_mib", "cpu_pct", "load1", "when", "status", "kv"]
 # Every weight type the engine loads, as the llama-quantize presets users download (the _M
 # mixes carry q6_k / q5_k / q4_k / q3_k tensors as llama-quantize chooses them).
 TYPES = ["F16", "BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_0", "Q5_1", "Q4_K_M", "Q4_0", "Q4_1", "IQ4_NL",
@@ -70,6 +72,9 @@ def cpu_label():
         if line.startswith("Flags:"):
             flags = " " + line.split(":", 1)[1] + " "
     isa = "AVX-512" if " avx512f " in flags else "AVX2, no AVX-512" if " avx2 " in flags else "no AVX2"
+    if isa == "AVX-512" and os.environ.get("SEQKV_CPU") == "avx2":
+        # PEER_LLAMA=avx2 (scripts/peer/run.sh): llama.cpp built without AVX-512, seqkv's AVX2 kernels
+        isa = "AVX-512 CPU held to AVX2 in both engines"
     return "%s (%s)" % (name, isa)
 
 
@@ -138,7 +143,8 @@ def run_one(engine, exe, path, threads, depth, reps, timeout):
         cmd = [exe, path, str(threads), str(N_PROMPT), str(N_GEN), str(reps), str(depth),
                os.environ.get("PEER_KV", "f32")]
     base = {"cpu": CPU, "commit": COMMIT, "engine": engine, "program": os.path.basename(exe), "threads": threads, "depth": depth,
-            "reps": reps, "load1": load1(), "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+            "reps": reps, "kv": os.environ.get("PEER_KV", "f32") if engine == "seqkv" else "f16",
+            "load1": load1(), "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
     rc, out, err, rss, pct = timed(cmd, timeout)
     rows = (llama_rows if engine == "llama" else seqkv_rows)(out) if rc == 0 else []
     status = "ok" if rc == 0 and rows else ("timeout" if rc is None else "failed: " + last_line(err))
@@ -158,6 +164,7 @@ def read_csv():
     for r in rows:  # rows from before the cpu and depth columns
         r["cpu"] = r.get("cpu") or OLD_CPU
         r["depth"] = r.get("depth") or "0"
+        r["kv"] = r.get("kv") or ("f32" if r["engine"] == "seqkv" else "f16")
         r["commit"] = r.get("commit") or OLD_COMMIT
     return rows
 

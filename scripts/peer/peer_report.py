@@ -107,6 +107,13 @@ def llama_text(programs, llama_bench):
                     "(`PEER_LLAMA=native`, scripts/peer/build_peer_llama.sh); it reports CPU "
                     "seconds per repetition as peer_seqkv does")
         programs = [p for p in programs if not p.endswith("-native")]
+    if any(p.endswith("-avx2") for p in programs):
+        said.append("`peer_llama` linked statically against llama.cpp v0.4.0 built from the npm "
+                    "bundle for AVX2 + FMA + F16C only (no AVX-512, not `-march=native`; "
+                    "`PEER_LLAMA=avx2`, scripts/peer/build_peer_llama.sh), standing in for an "
+                    "AVX2-only CPU on this AVX-512 one; seqkv ran with `SEQKV_CPU=avx2` (its AVX2 "
+                    "kernels only)")
+        programs = [p for p in programs if not p.endswith("-avx2")]
     if any("llama-bench" in p for p in programs):
         said.append("`llama-bench` built from the llama.cpp source of the npm package "
                     "node-llama-cpp@3.21.1 (scripts/peer/build_llama_bench.sh: AVX2+FMA+F16C+"
@@ -144,6 +151,8 @@ def cpu_header(cpu, rows, llama_bench):
     whens = sorted(r["when"] for r in rows if r["when"])
     commits = sorted({r["commit"] for r in rows if r["commit"]})
     programs = sorted({r.get("program", "") for r in rows if r["engine"] == "llama"})
+    kvs = sorted({r.get("kv") or "f32" for r in rows if r["engine"] == "seqkv"})
+    kv_text = " and ".join(kvs) + " KV cache" + (" (column `kv` of peer.csv says which row)" if len(kvs) > 1 else "")
     return [
         "## " + cpu,
         "",
@@ -155,7 +164,7 @@ def cpu_header(cpu, rows, llama_bench):
         "",
         "llama.cpp: %s; llama-bench's default settings (n_batch 2048, n_ubatch 512, F16 KV cache, "
         "flash attention auto, mmap, weight repacking). seqkv: scripts/peer/peer_seqkv.c through "
-        "the public API (f32 KV cache, max_batch 512, kernels auto)." % llama_text(programs, llama_bench),
+        "the public API (%s, max_batch 512, kernels auto)." % (llama_text(programs, llama_bench), kv_text),
         "",
     ]
 

@@ -256,13 +256,13 @@ static size_t attn_block(size_t hd)
 }
 
 /* Weighted value sums for N query rows (w: row i at w + i*ldw) over positions [j0, j1) of
- * V, added to out (which holds the sums of the positions before j0): rows run jointly up to
- * lo = min(j1, n[i]), then each row finishes its own tail; per element the fma order is j
- * ascending, as in the reference (the f32 partial sums round trip through out exactly).
- * hd is a multiple of 8. */
+ * V (Vb: the block's rows, position j at Vb + (j - j0) * hd), added to out (which holds the
+ * sums of the positions before j0): rows run jointly up to lo = min(j1, n[i]), then each row
+ * finishes its own tail; per element the fma order is j ascending, as in the reference (the
+ * f32 partial sums round trip through out exactly). hd is a multiple of 8. */
 #define WSUM(N)                                                                                        \
     static void wsum_##N(float *const *out, const float *w, size_t ldw, const size_t *n, size_t j0,   \
-                         size_t j1, const float *V, size_t hd)                                         \
+                         size_t j1, const float *Vb, size_t hd)                                        \
     {                                                                                                  \
         size_t lo = j1;                                                                                \
         for (int i = 0; i < N; i++) lo = n[i] < lo ? n[i] : lo;                                        \
@@ -270,7 +270,7 @@ static size_t attn_block(size_t hd)
             __m256 acc[N];                                                                             \
             _Pragma("GCC unroll 8") for (int i = 0; i < N; i++) acc[i] = _mm256_loadu_ps(out[i] + d); \
             for (size_t j = j0; j < lo; j++) {                                                         \
-                __m256 v = _mm256_loadu_ps(V + j * hd + d);                                            \
+                __m256 v = _mm256_loadu_ps(Vb + (j - j0) * hd + d);                                    \
                 _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                                    \
                     acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + (size_t)i * ldw + j), v, acc[i]);  \
             }                                                                                          \
@@ -278,7 +278,7 @@ static size_t attn_block(size_t hd)
                 size_t end = n[i] < j1 ? n[i] : j1;                                                    \
                 for (size_t j = lo > j0 ? lo : j0; j < end; j++)                                       \
                     acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(w + (size_t)i * ldw + j),             \
-                                             _mm256_loadu_ps(V + j * hd + d), acc[i]);                 \
+                                             _mm256_loadu_ps(Vb + (j - j0) * hd + d), acc[i]);         \
                 _mm256_storeu_ps(out[i] + d, acc[i]);                                                  \
             }                                                                                          \
         }                                                                                              \
@@ -296,8 +296,9 @@ typedef void (*wsum_t)(float *const *, const float *, size_t, const size_t *, si
 static const wsum_t wsum_fn[9] = {NULL, wsum_1, wsum_2, wsum_3, wsum_4, wsum_5, wsum_6, wsum_7, wsum_8};
 
 /* Scores s_i[j] = dot(q_i, k_j) * scale of the full 8-groups j < n[i] & ~7 inside the key
- * block [j0, j1) (a multiple of 8 apart), for every row: the block is read from L1 nq times. */
-static void scores_block(const float *const *q, const size_t *n, size_t nq, const float *K, size_t hd,
+ * block [j0, j1) (a multiple of 8 apart; Kb: its rows, key j at Kb + (j - j0) * hd), for
+ * every row: the block is read from L1 nq times. */
+static void scores_block(const float *const *q, const size_t *n, size_t nq, const float *Kb, size_t hd,
                          float scale, float *scores, size_t n_max, size_t j0, size_t j1)
 {
     const __m256 sv = _mm256_set1_ps(scale);
@@ -306,20 +307,19 @@ static void scores_block(const float *const *q, const size_t *n, size_t nq, cons
         for (size_t j = j0; j < j1 && j + 8 <= n[i]; j += 8) {
             const float *a[8] = {q[i], q[i], q[i], q[i], q[i], q[i], q[i], q[i]};
             const float *b[8];
-            for (int r = 0; r < 8; r++) b[r] = K + (j + (size_t)r) * hd;
+            for (int r = 0; r < 8; r++) b[r] = Kb + (j - j0 + (size_t)r) * hd;
             dot8(s + j, a, b, hd);
             _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), sv));
         }
     }
 }
 
-/* Softmax weights of each row in place: the 8-group tails, then exp(s - max) / sum. */
-static void softmax_rows(const float *const *q, const size_t *n, size_t nq, const float *K, size_t hd,
-                         float scale, float *scores, size_t n_max)
+/* Softmax weights of each row in place, its 8-group tail's scores already there:
+ * exp(s - max) / sum. */
+static void softmax_rows(const size_t *n, size_t nq, float *scores, size_t n_max)
 {
     for (size_t i = 0; i < nq; i++) {
         float *s = scores + i * n_max;
-        for (size_t j = n[i] & ~(size_t)7; j < n[i]; j++) s[j] = dot_avx2(q[i], K + j * hd, hd) * scale;
         exp_sub_avx2(s, s, max_avx2(s, n[i]), n[i]);
         scale_avx2(s, 1.0f / sum_avx2(s, n[i]), n[i]);
     }
@@ -437,8 +437,10 @@ static void attn_avx2(float *const *out, const float *const *q, const size_t *n,
     }
     size_t B = attn_block(hd);
     for (size_t j0 = 0; j0 < n_max; j0 += B)
-        scores_block(q, n, nq, K, hd, scale, scores, n_max, j0, j0 + B < n_max ? j0 + B : n_max);
-    softmax_rows(q, n, nq, K, hd, scale, scores, n_max);
+        scores_block(q, n, nq, K + j0 * hd, hd, scale, scores, n_max, j0, j0 + B < n_max ? j0 + B : n_max);
+    for (size_t i = 0; i < nq; i++) /* the 8-group tails */
+        for (size_t j = n[i] & ~(size_t)7; j < n[i]; j++) scores[i * n_max + j] = dot_avx2(q[i], K + j * hd, hd) * scale;
+    softmax_rows(n, nq, scores, n_max);
     if (hd % 8) { /* generic shapes: one row at a time */
         for (size_t i = 0; i < nq; i++) {
             memset(out[i], 0, hd * sizeof(float));
@@ -452,8 +454,35 @@ static void attn_avx2(float *const *out, const float *const *q, const size_t *n,
     for (size_t j0 = 0; j0 < n_max; j0 += B)
         for (size_t i0 = 0; i0 < nq; i0 += 8) {
             size_t m = nq - i0 < 8 ? nq - i0 : 8;
-            wsum_fn[m](out + i0, scores + i0 * n_max, n_max, n + i0, j0, j0 + B, V, hd);
+            wsum_fn[m](out + i0, scores + i0 * n_max, n_max, n + i0, j0, j0 + B, V + j0 * hd, hd);
         }
+}
+
+/* attn_avx2's blocked path over binary16 K and V rows: each block of B positions is
+ * converted into kv (2 * B * hd floats; the conversion is exact) right before the f32 block
+ * kernels read it, so the cache is read as halves and never converted whole. The same
+ * operations per output as attn_avx2 on the converted rows. hd % 8 == 0. */
+static void attn_blocks_h(float *const *out, const float *const *q, const size_t *n, size_t nq, const uint16_t *K,
+                          const uint16_t *V, size_t hd, float scale, float *scores, size_t n_max, float *kv)
+{
+    size_t B = attn_block(hd);
+    for (size_t j0 = 0; j0 < n_max; j0 += B) {
+        size_t j1 = j0 + B < n_max ? j0 + B : n_max;
+        skv_f16_to_float_avx2(K + j0 * hd, kv, (j1 - j0) * hd);
+        scores_block(q, n, nq, kv, hd, scale, scores, n_max, j0, j1);
+    }
+    for (size_t i = 0; i < nq; i++)
+        for (size_t j = n[i] & ~(size_t)7; j < n[i]; j++) scores[i * n_max + j] = dot_h(q[i], K + j * hd, hd) * scale;
+    softmax_rows(n, nq, scores, n_max);
+    for (size_t i = 0; i < nq; i++) memset(out[i], 0, hd * sizeof(float));
+    for (size_t j0 = 0; j0 < n_max; j0 += B) {
+        size_t j1 = j0 + B < n_max ? j0 + B : n_max;
+        skv_f16_to_float_avx2(V + j0 * hd, kv, (j1 - j0) * hd);
+        for (size_t i0 = 0; i0 < nq; i0 += 8) {
+            size_t m = nq - i0 < 8 ? nq - i0 : 8;
+            wsum_fn[m](out + i0, scores + i0 * n_max, n_max, n + i0, j0, j1, kv, hd);
+        }
+    }
 }
 
 /* ---- attention over an f16 KV cache: attn_pair with the K / V rows read as halves and
@@ -471,6 +500,10 @@ static void attn_f16_avx2(float *const *out, const float *const *q, const size_t
         softmax_row(s1, n[0]);
         if (wide) skv_wsum_pair_h_avx512(out[0], out[1], s0, s1, n[0], V, hd);
         else wsum_pair_h(out[0], out[1], s0, s1, n[0], V, hd);
+        return;
+    }
+    if (hd % 8 == 0) {
+        attn_blocks_h(out, q, n, nq, K, V, hd, scale, scores, n_max, kv);
         return;
     }
     skv_f16_to_float_avx2(K, kv, n_max * hd);
