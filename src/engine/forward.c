@@ -277,13 +277,33 @@ typedef struct {
     float *y;        /* [T][ldy] */
     size_t ldy;
     const uint8_t *qa; /* x quantized for the integer dot (ops.h skv_qmatmul); NULL: none */
+    size_t rows;       /* weight rows per task: ROW_BLOCK, or a multiple of it (task_rows) */
 } matmul_job;
+
+/* Weight rows per matmul task. A decode-sized product (T < SMALL_T_ROWS) on several
+ * threads gives each task a contiguous span of about N / (threads * SPANS_PER_THREAD) rows:
+ * with 16-row tasks the threads took alternate slices of the matrix, so neither streamed
+ * its rows (the hardware prefetcher follows one stream; 2 threads decoded slower than 1) and
+ * every slice cost a claim on the shared ticket. Only the paths that need no per-thread
+ * copy of their rows take spans (the dequantising path's scratch holds ROW_BLOCK rows). Which
+ * thread computes which row never changes a result: each row is its own chain (ops.h). */
+#define SMALL_T_ROWS 16
+#define SPANS_PER_THREAD 4
+static size_t task_rows(const skv_ctx *c, const skv_weight *w, const skv_pool *p, size_t T, int has_qa)
+{
+    int direct = has_qa || w->type == SKV_GGML_F32 || (c->k->matmul_f16 && w->type == SKV_GGML_F16) ||
+                 (c->k->matmul_f16 && skv_type_matmul(skv_type_traits_of(w->type), 1));
+    size_t threads = (size_t)skv_pool_size(p), span;
+    if (!direct || threads < 2 || T >= SMALL_T_ROWS) return ROW_BLOCK;
+    span = w->N / (threads * SPANS_PER_THREAD) / ROW_BLOCK * ROW_BLOCK;
+    return span > ROW_BLOCK ? span : ROW_BLOCK;
+}
 
 static void matmul_task(void *arg, size_t task, int thread)
 {
     matmul_job *j = arg;
     const skv_weight *w = j->w;
-    size_t r0 = task * ROW_BLOCK, nr = w->N - r0 < ROW_BLOCK ? w->N - r0 : ROW_BLOCK;
+    size_t r0 = task * j->rows, nr = w->N - r0 < j->rows ? w->N - r0 : j->rows;
     const float *W;
     if (j->qa) {
         if (w->packed) /* repacked at load (model_weights.c): same bits, faster decode */
@@ -333,19 +353,20 @@ static void quant_task(void *arg, size_t task, int thread)
 /* y[t][0..N) = W x[t] for t < T */
 static void matmul(skv_ctx *c, const skv_weight *w, const float *x, size_t ldx, size_t T, float *y, size_t ldy)
 {
-    matmul_job j = {c, w, x, ldx, T, y, ldy, NULL};
+    matmul_job j = {c, w, x, ldx, T, y, ldy, NULL, ROW_BLOCK};
     skv_pool *p = c->active ? c->active : w->N * w->K >= POOL_MIN_WEIGHTS ? c->pool : NULL;
     size_t ab = skv_qmatmul_act_bytes(w->type, w->K);
+    j.rows = task_rows(c, w, p, T, ab > 0);
     if (ab) { /* quantized weights: integer dot products, one cache-sized block of tokens at a time */
         size_t tb = skv_qmatmul_token_block(w->type, w->K);
         skv_pool_run(T > QUANT_TOKENS ? p : NULL, quant_task, &j, (T + QUANT_TOKENS - 1) / QUANT_TOKENS);
         for (size_t t0 = 0; t0 < T; t0 += tb) {
             j.qa = c->qact + t0 * ab, j.y = y + t0 * ldy, j.T = T - t0 < tb ? T - t0 : tb;
-            skv_pool_run(p, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
+            skv_pool_run(p, matmul_task, &j, (w->N + j.rows - 1) / j.rows);
         }
         return;
     }
-    skv_pool_run(p, matmul_task, &j, (w->N + ROW_BLOCK - 1) / ROW_BLOCK);
+    skv_pool_run(p, matmul_task, &j, (w->N + j.rows - 1) / j.rows);
 }
 
 /* ---- attention --------------------------------------------------------------------
