@@ -34,7 +34,7 @@
 #define EXT_INLINE static inline __attribute__((always_inline))
 
 /* The types of this file, as the compile-time constant `kind` of the tiles. */
-enum { EXT_Q4_1, EXT_Q5_0, EXT_Q5_1, EXT_IQ4_NL, EXT_Q2_K, EXT_Q3_K, EXT_Q5_K, EXT_IQ4_XS };
+enum { EXT_Q4_1, EXT_Q5_0, EXT_Q5_1, EXT_IQ4_NL, EXT_Q2_K, EXT_Q3_K, EXT_Q5_K, EXT_IQ4_XS, EXT_Q4_K, EXT_Q6_K };
 
 /* Block bytes, offset of d, offset of the min factor's binary16 (-1: no min), bias. */
 static const struct {
@@ -42,7 +42,8 @@ static const struct {
 } k_ext[] = {
     [EXT_Q4_1] = {20, 0, 2, 0, 0},   [EXT_Q5_0] = {22, 0, -1, 16, 0}, [EXT_Q5_1] = {24, 0, 2, 0, 0},
     [EXT_IQ4_NL] = {18, 0, -1, 0, 1}, [EXT_Q2_K] = {84, 80, 82, 0, 0}, [EXT_Q3_K] = {110, 108, -1, 4, 0},
-    [EXT_Q5_K] = {176, 0, 2, 0, 0},  [EXT_IQ4_XS] = {136, 0, -1, 0, 1},
+    [EXT_Q5_K] = {176, 0, 2, 0, 0},  [EXT_IQ4_XS] = {136, 0, -1, 0, 1}, [EXT_Q4_K] = {144, 0, 2, 0, 0},
+    [EXT_Q6_K] = {210, 208, -1, 32, 0},
 };
 
 /* 16 bytes of nibble pairs as 32 values: low nibbles (values 0..15), then high ones. */
@@ -184,15 +185,27 @@ EXT_INLINE void ext_scales_v(const uint8_t *blk, __m256i *sc, __m256i *mn, const
         return;
     }
     case EXT_Q3_K: *sc = _mm256_cvtepi8_epi16(q3k_scales(blk + 96)), *mn = _mm256_setzero_si256(); return;
+    case EXT_Q6_K:
+        *sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(blk + 192)));
+        *mn = _mm256_setzero_si256();
+        return;
+    case EXT_Q4_K:
     case EXT_Q5_K:
         skv_k4_scales8(blk + 4, s8, m8);
         *sc = twice16(s8, 0), *mn = twice16(m8, 0);
         return;
     default: {
-        unsigned sh = skv_rd16le(blk + 2);
-        for (unsigned r = 0; r < 8; r++)
-            s8[r] = (uint8_t)((((blk[4 + r / 2] >> (4 * (r % 2))) & 15) | (((sh >> (2 * r)) & 3) << 4)) - 32);
-        *sc = twice16(s8, 1), *mn = _mm256_setzero_si256();
+        /* scale r = (nibble r of scales_l | bits 2r, 2r + 1 of scales_h << 4) - 32: the nibbles
+         * interleaved low, high; lane r of the product sh * 2^(14 - 2r) holds bits 2r, 2r + 1
+         * of sh in its top two bits */
+        const __m128i m4 = _mm_set1_epi8(15), l = _mm_cvtsi32_si128((int)rd32le(blk + 4));
+        __m128i lo = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4)));
+        __m128i hi = _mm_mullo_epi16(_mm_set1_epi16((short)skv_rd16le(blk + 2)),
+                                     _mm_setr_epi16(1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 1 << 2, 1));
+        __m128i s16 = _mm_sub_epi16(_mm_or_si128(lo, _mm_slli_epi16(_mm_srli_epi16(hi, 14), 4)), _mm_set1_epi16(32));
+        *sc = _mm256_set_m128i(_mm_unpackhi_epi16(s16, s16), _mm_unpacklo_epi16(s16, s16));
+        *mn = _mm256_setzero_si256();
+        (void)s8, (void)m8;
     }
     }
 }
@@ -224,10 +237,15 @@ EXT_INLINE __m256i values256(const uint8_t *blk, int j, const int kind)
         __m256i two = _mm256_and_si256(_mm256_srli_epi16(ld32(blk + 32 + 32 * (j / 4)), 2 * (j % 4)), m2);
         return _mm256_or_si256(two, bit_as(ld32(blk), j, 4)); /* q + 4 */
     }
+    case EXT_Q4_K:
     case EXT_Q5_K: {
-        __m256i q = ld32(blk + 48 + 32 * (j / 2));
+        __m256i q = ld32(blk + (kind == EXT_Q4_K ? 16 : 48) + 32 * (j / 2));
         __m256i lo = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(15));
-        return _mm256_or_si256(lo, bit_as(ld32(blk + 16), j, 0x10));
+        return kind == EXT_Q4_K ? lo : _mm256_or_si256(lo, bit_as(ld32(blk + 16), j, 0x10));
+    }
+    case EXT_Q6_K: {
+        const uint8_t *half = blk + 64 * (j / 4);
+        return q6_values(ld32(half), ld32(half + 32), ld32(blk + 128 + 32 * (j / 4)), j % 4);
     }
     default: return iq4_levels(nibbles32(blk + 8 + 16 * j));
     }
@@ -338,12 +356,86 @@ EXT_INLINE void tile256(float *y, size_t ldy, const uint8_t *const w[8], const u
     store_tile(y, ldy, acc, nt, m);
 }
 
+#if !SKV_DOT_VNNI
+/* ---- prefill without VNNI: tokens in lanes ----
+ * Rows in lanes (tile256) load each row's unpacked chunk, its signs and its scales for
+ * every token: four loads per 32 products, which bound the AVX2 prefill (measured on an
+ * AMD EPYC: iq4_xs at 30 GMAC/s).  Here a row's chunk is unpacked into registers once and
+ * meets the 8 tokens of a full tile in turn (one load per 32 products); lane t of the
+ * reduced sums is token t, the float chain runs per row over the 8 tokens' lanes (the same
+ * per-element sequence: d * dx is the reference's product, the isum the same integer).
+ * Blocks outer, rows inner: the tokens' scales are gathered once per block, and the 8
+ * tokens' activation block (2.3 KB) stays in L1 across the rows. */
+EXT_INLINE void tok256(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
+                       size_t m, const int kind)
+{
+    const size_t bytes = (size_t)k_ext[kind].bytes;
+    const int sgn = k_ext[kind].is_signed, has_min = k_ext[kind].m_off >= 0, bias = k_ext[kind].bias;
+    const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)qs));
+    __m256 acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *ab = qa + b * sizeof(skv_act256);
+        const __m256 dx = _mm256_i32gather_ps((const float *)(const void *)ab, at, 1); /* d leads the block */
+        for (size_t i = 0; i < m; i++) {
+            const uint8_t *blk = w[i] + bytes * b;
+            __m256i sv, mv, p[8];
+            ext_scales_v(blk, &sv, &mv, kind);
+            for (int t = 0; t < 8; t++) p[t] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+            for (int j = 0; j < 8; j++) {
+                const __m256i v = values256(blk, j, kind), sc = scale_pair(sv, j), u = sgn ? _mm256_abs_epi8(v) : v;
+                const uint8_t *aq = ab + offsetof(skv_act256, qs) + 32 * (size_t)j;
+#pragma GCC unroll 8
+                for (int t = 0; t < 8; t++) {
+                    __m256i av = ld32(aq + (size_t)t * qs);
+                    p[t] = dp_sc16(p[t], u, sgn ? _mm256_sign_epi8(av, v) : av, sc);
+                }
+            }
+            if (bias) {
+                const __m256i svb = _mm256_mullo_epi16(sv, _mm256_set1_epi16((short)bias)); /* |sc| * bias < 2^15 */
+                for (int t = 0; t < 8; t++)
+                    p[t] = _mm256_sub_epi32(p[t], _mm256_madd_epi16(svb, ld32(ab + offsetof(skv_act256, bsum) + t * qs)));
+            }
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(skv_rd16le(blk + k_ext[kind].d_off)));
+            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce8_epi32(p)), acc[i]);
+            if (has_min) {
+                for (int t = 0; t < 8; t++)
+                    p[t] = _mm256_madd_epi16(mv, ld32(ab + offsetof(skv_act256, bsum) + t * qs));
+                const __m256 c = _mm256_set1_ps(-_cvtsh_ss(skv_rd16le(blk + k_ext[kind].m_off)));
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(c, dx), _mm256_cvtepi32_ps(reduce8_epi32(p)), acc[i]);
+            }
+        }
+    }
+    for (size_t i = 0; i < m; i++) {
+        float o[8];
+        _mm256_storeu_ps(o, acc[i]);
+        for (size_t t = 0; t < 8; t++) y[t * ldy + i] = o[t];
+    }
+}
+
+/* A tile of the AVX2 prefill: tokens in lanes for a full group of NT tokens, rows in
+ * lanes for the rest (a batch's last tokens, and decode). */
+EXT_INLINE void tile256_avx2(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs,
+                             size_t nb, size_t nt, size_t m, const int kind)
+{
+    if (nt == NT)
+        tok256(y, ldy, w, qa, qs, nb, m, kind);
+    else
+        tile256(y, ldy, w, qa, qs, nb, nt, m, kind);
+}
+#define EXT_TILE256 tile256_avx2
+#else
+#define EXT_TILE256 tile256
+#endif
+#define EXT_TILE32 tile32
+
 /* The exported gemm of one type: tiles of tile<n> for kind, blocks of n values. */
 #define SKV_EXT_GEMM(name, n, kind)                                                                            \
     static void tile_##name(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs,     \
                             size_t nb, size_t nt, size_t m)                                                    \
     {                                                                                                          \
-        tile##n(y, ldy, w, qa, qs, nb, nt, m, kind);                                                           \
+        EXT_TILE##n(y, ldy, w, qa, qs, nb, nt, m, kind);                                                       \
     }                                                                                                          \
     void SKV_DOT_FN(name)(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride, \
                           size_t K, size_t T, size_t n_rows)                                                   \
@@ -358,5 +450,13 @@ SKV_EXT_GEMM(q2_k, 256, EXT_Q2_K)
 SKV_EXT_GEMM(q3_k, 256, EXT_Q3_K)
 SKV_EXT_GEMM(q5_k, 256, EXT_Q5_K)
 SKV_EXT_GEMM(iq4_xs, 256, EXT_IQ4_XS)
+#if !SKV_DOT_VNNI
+/* q4_k and q6_k have tuned kernels of their own (dot_x86.h); their AVX2 prefill is this
+ * file's (dot_avx2.c calls it for T > 1). */
+#undef SKV_DOT_FN
+#define SKV_DOT_FN(name) skv_gemm_##name##_tok_avx2
+SKV_EXT_GEMM(q4_k, 256, EXT_Q4_K)
+SKV_EXT_GEMM(q6_k, 256, EXT_Q6_K)
+#endif
 
 #endif

@@ -81,6 +81,9 @@ void skv_gemm_q8_0_avx2(float *, size_t, const void *, size_t, const void *, siz
 void skv_gemm_q4_0_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q4_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 void skv_gemm_q6_k_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+/* Their prefill at AVX2 (T > 1): dot_ext_x86.h's tokens-in-lanes tiles. */
+void skv_gemm_q4_k_tok_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
+void skv_gemm_q6_k_tok_avx2(float *, size_t, const void *, size_t, const void *, size_t, size_t, size_t, size_t);
 /* The types without a tuned kernel: generic tiles over one unpacker per type
  * (dot_ext_x86.h, built in dot_ext_avx2.c and, with the lanes kernels, dot_avx512.c). */
 #define SKV_EXT_DECL(name)                                                                                    \

@@ -31,6 +31,10 @@ static void tile_q8_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
 #if SKV_DOT_VNNI
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) q[i] = _mm256_xor_si256(q[i], _mm256_set1_epi8((char)0x80)); /* q + 128 as u8 */
+#else
+        __m256i u[8]; /* |q| as u8, once for all tokens (with q: 16 vectors, read back from L1) */
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) u[i] = _mm256_sign_epi8(q[i], q[i]);
 #endif
         for (size_t t = 0; t < nt; t++) {
             const skv_act32 *a = ACT32(qa, qs, t, b);
@@ -41,8 +45,8 @@ static void tile_q8_0(float *y, size_t ldy, const uint8_t *const w[8], const uin
             __m256i corr = _mm256_set1_epi32(128 * (a->bsum[0] + a->bsum[1]));
             acc[t] = fma_scaled(acc[t], d, a->d, _mm256_sub_epi32(reduce8_epi32(p), corr));
 #else
-            for (int i = 0; i < 8; i++)
-                p[i] = dp_u8s8(_mm256_setzero_si256(), _mm256_sign_epi8(q[i], q[i]), _mm256_sign_epi8(av, q[i]));
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) p[i] = dp_u8s8(_mm256_setzero_si256(), u[i], _mm256_sign_epi8(av, q[i]));
             acc[t] = fma_scaled(acc[t], d, a->d, reduce8_epi32(p));
 #endif
         }
@@ -190,15 +194,6 @@ static void tile_q4_k(float *y, size_t ldy, const uint8_t *const w[8], const uin
 
 /* ---- q6_k: 16 runs of 16 six-bit values q - 32, int8 scales ---- */
 
-/* The 32 unsigned values k (0..3) of half g: ql nibble plus two qh bits. */
-static inline __m256i q6_values(__m256i l0, __m256i l1, __m256i h, int k)
-{
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    __m256i lo = _mm256_and_si256(k < 2 ? (k ? l1 : l0) : _mm256_srli_epi16(k == 3 ? l1 : l0, 4), m4);
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m2);
-    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-}
-
 /* One q6_k weight block of the 8 rows, unpacked once for all tokens. */
 typedef struct {
     __m256i u[8][8];  /* [row][j]: values 32j .. 32j+31 (unsigned, q + 32) */
@@ -261,7 +256,23 @@ static void tile_q6_k(float *y, size_t ldy, const uint8_t *const w[8], const uin
     }
 SKV_DOT_GEMM(q8_0, 32)
 SKV_DOT_GEMM(q4_0, 32)
+#if SKV_DOT_VNNI
 SKV_DOT_GEMM(q4_k, 256)
 SKV_DOT_GEMM(q6_k, 256)
+#else
+/* Decode here; prefill in dot_ext_x86.h's tokens-in-lanes tiles (four loads per 32
+ * products in the row tiles above against one there). */
+#define SKV_DOT_GEMM_TOK(name)                                                                                    \
+    void SKV_DOT_FN(name)(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride, \
+                          size_t K, size_t T, size_t n_rows)                                                      \
+    {                                                                                                             \
+        if (T > 1)                                                                                                \
+            skv_gemm_##name##_tok_avx2(y, ldy, W, row_bytes, qa, qa_stride, K, T, n_rows);                        \
+        else                                                                                                      \
+            gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / 256, T, n_rows, tile_##name);                     \
+    }
+SKV_DOT_GEMM_TOK(q4_k)
+SKV_DOT_GEMM_TOK(q6_k)
+#endif
 
 #endif

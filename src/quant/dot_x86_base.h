@@ -108,6 +108,16 @@ static inline __m256i madd_pairs(const __m256i *pairs, const int32_t *bcast, int
 /* Two int16 values as one int32 (low, high). */
 static inline int32_t pair16(int lo, int hi) { return (int32_t)(((uint32_t)(uint16_t)hi << 16) | (uint16_t)lo); }
 
+/* The 32 unsigned values (q + 32) of run k (0..3) of a q6_k half g, from the half's ql
+ * bytes l0, l1 (64g, 64g + 32) and qh bytes h (128 + 32g): a ql nibble plus two qh bits. */
+static inline __m256i q6_values(__m256i l0, __m256i l1, __m256i h, int k)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    __m256i lo = _mm256_and_si256(k < 2 ? (k ? l1 : l0) : _mm256_srli_epi16(k == 3 ? l1 : l0, 4), m4);
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * k), m2);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
 /* An activation block of 256 in registers: av[j] = values 32j .. 32j+31, bs[k] = the
  * group sums (2k, 2k+1) as an int16 pair. */
 static inline void act256_regs(const skv_act256 *a, __m256i av[8], int32_t bs[8])
