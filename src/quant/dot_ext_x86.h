@@ -359,87 +359,125 @@ EXT_INLINE void tile256(float *y, size_t ldy, const uint8_t *const w[8], const u
 #if !SKV_DOT_VNNI
 /* ---- prefill without VNNI: tokens in lanes ----
  * Rows in lanes (tile256) load each row's unpacked chunk, its signs and its scales for
- * every token: four loads per 32 products, which bound the AVX2 prefill (measured on an
- * AMD EPYC: iq4_xs at 30 GMAC/s).  Here a row's chunk is unpacked into registers once and
- * meets the 8 tokens of a full tile in turn (one load per 32 products); lane t of the
- * reduced sums is token t, the float chain runs per row over the 8 tokens' lanes (the same
- * per-element sequence: d * dx is the reference's product, the isum the same integer).
- * Blocks outer, rows inner: the tokens' scales are gathered once per block, and the 8
- * tokens' activation block (2.3 KB) stays in L1 across the rows. */
-EXT_INLINE void tok256(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs, size_t nb,
-                       size_t m, const int kind)
+ * every token: four loads per 32 products, which bound the AVX2 prefill (AMD EPYC: iq4_xs
+ * at 30 GMAC/s).  Here lane t of the sums is token t: a row's chunk meets 8 tokens in turn
+ * (one activation load per 32 products, the chunk in registers), the 8 partial sums reduce
+ * to one vector of the 8 tokens' exact isums, and the float chain runs per row over the
+ * tokens' lanes (the same per-element sequence: d * dx is the reference's product).  The
+ * weight blocks of 8 rows are unpacked once per TOK_CHUNK tokens into an L1 buffer; blocks
+ * ascend outermost, so each output's chain keeps the reference's order. */
+#define TOK_CHUNK 64 /* tokens sharing one unpacking of a weight block (8 tiles of 8) */
+
+typedef struct {
+    __m256i u[8][8], v[8][8], sc[8][8]; /* [row][j]: values (|q| if signed), signed levels, scale pairs */
+    __m256i svb[8], mv[8];              /* [row]: group scales * bias, group mins (int16) */
+    float d[8], c[8];                   /* [row]: d, -m */
+} tok_block;
+
+EXT_INLINE void tok_unpack(tok_block *o, const uint8_t *const w[8], size_t b, size_t m, const int kind)
 {
     const size_t bytes = (size_t)k_ext[kind].bytes;
-    const int sgn = k_ext[kind].is_signed, has_min = k_ext[kind].m_off >= 0, bias = k_ext[kind].bias;
+    for (size_t i = 0; i < m; i++) {
+        const uint8_t *blk = w[i] + bytes * b;
+        __m256i sv;
+        ext_scales_v(blk, &sv, &o->mv[i], kind);
+        o->svb[i] = _mm256_mullo_epi16(sv, _mm256_set1_epi16((short)k_ext[kind].bias)); /* |sc| * bias < 2^15 */
+        for (int j = 0; j < 8; j++) {
+            __m256i v = values256(blk, j, kind);
+            o->u[i][j] = k_ext[kind].is_signed ? _mm256_abs_epi8(v) : v;
+            o->v[i][j] = v;
+            o->sc[i][j] = scale_pair(sv, j);
+        }
+        o->d[i] = _cvtsh_ss(skv_rd16le(blk + k_ext[kind].d_off));
+        o->c[i] = k_ext[kind].m_off < 0 ? 0.0f : -_cvtsh_ss(skv_rd16le(blk + k_ext[kind].m_off));
+    }
+}
+
+/* One block of rows r < m against 8 tokens (activation block ab, row stride qs): the rows'
+ * chain steps on acc[r] (lane t: token t). */
+EXT_INLINE void tok_step(__m256 *acc, const tok_block *wb, const uint8_t *ab, size_t qs, size_t m, const int kind)
+{
+    const int sgn = k_ext[kind].is_signed;
     const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)qs));
-    __m256 acc[8];
-    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        const uint8_t *ab = qa + b * sizeof(skv_act256);
-        const __m256 dx = _mm256_i32gather_ps((const float *)(const void *)ab, at, 1); /* d leads the block */
-        for (size_t i = 0; i < m; i++) {
-            const uint8_t *blk = w[i] + bytes * b;
-            __m256i sv, mv, p[8];
-            ext_scales_v(blk, &sv, &mv, kind);
-            for (int t = 0; t < 8; t++) p[t] = _mm256_setzero_si256();
+    const __m256 dx = _mm256_i32gather_ps((const float *)(const void *)ab, at, 1); /* d leads the block */
+    const uint8_t *bs = ab + offsetof(skv_act256, bsum);
+    for (size_t i = 0; i < m; i++) {
+        __m256i p[8];
+        for (int t = 0; t < 8; t++) p[t] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-            for (int j = 0; j < 8; j++) {
-                const __m256i v = values256(blk, j, kind), sc = scale_pair(sv, j), u = sgn ? _mm256_abs_epi8(v) : v;
-                const uint8_t *aq = ab + offsetof(skv_act256, qs) + 32 * (size_t)j;
+        for (int j = 0; j < 8; j++) {
+            const __m256i u = wb->u[i][j], v = wb->v[i][j], sc = wb->sc[i][j];
+            const uint8_t *aq = ab + offsetof(skv_act256, qs) + 32 * (size_t)j;
 #pragma GCC unroll 8
-                for (int t = 0; t < 8; t++) {
-                    __m256i av = ld32(aq + (size_t)t * qs);
-                    p[t] = dp_sc16(p[t], u, sgn ? _mm256_sign_epi8(av, v) : av, sc);
-                }
-            }
-            if (bias) {
-                const __m256i svb = _mm256_mullo_epi16(sv, _mm256_set1_epi16((short)bias)); /* |sc| * bias < 2^15 */
-                for (int t = 0; t < 8; t++)
-                    p[t] = _mm256_sub_epi32(p[t], _mm256_madd_epi16(svb, ld32(ab + offsetof(skv_act256, bsum) + t * qs)));
-            }
-            const __m256 d = _mm256_set1_ps(_cvtsh_ss(skv_rd16le(blk + k_ext[kind].d_off)));
-            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(reduce8_epi32(p)), acc[i]);
-            if (has_min) {
-                for (int t = 0; t < 8; t++)
-                    p[t] = _mm256_madd_epi16(mv, ld32(ab + offsetof(skv_act256, bsum) + t * qs));
-                const __m256 c = _mm256_set1_ps(-_cvtsh_ss(skv_rd16le(blk + k_ext[kind].m_off)));
-                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(c, dx), _mm256_cvtepi32_ps(reduce8_epi32(p)), acc[i]);
+            for (int t = 0; t < 8; t++) {
+                __m256i av = ld32(aq + (size_t)t * qs);
+                p[t] = dp_sc16(p[t], u, sgn ? _mm256_sign_epi8(av, v) : av, sc);
             }
         }
-    }
-    for (size_t i = 0; i < m; i++) {
-        float o[8];
-        _mm256_storeu_ps(o, acc[i]);
-        for (size_t t = 0; t < 8; t++) y[t * ldy + i] = o[t];
+        if (k_ext[kind].bias)
+            for (int t = 0; t < 8; t++) p[t] = _mm256_sub_epi32(p[t], _mm256_madd_epi16(wb->svb[i], ld32(bs + t * qs)));
+        acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(wb->d[i]), dx), _mm256_cvtepi32_ps(reduce8_epi32(p)), acc[i]);
+        if (k_ext[kind].m_off >= 0) {
+            for (int t = 0; t < 8; t++) p[t] = _mm256_madd_epi16(wb->mv[i], ld32(bs + t * qs));
+            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(wb->c[i]), dx), _mm256_cvtepi32_ps(reduce8_epi32(p)),
+                                     acc[i]);
+        }
     }
 }
 
-/* A tile of the AVX2 prefill: tokens in lanes for a full group of NT tokens, rows in
- * lanes for the rest (a batch's last tokens, and decode). */
-EXT_INLINE void tile256_avx2(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs,
-                             size_t nb, size_t nt, size_t m, const int kind)
+/* The gemm of the AVX2 prefill: per 8 rows, chunks of up to TOK_CHUNK tokens in tiles of 8
+ * with tokens in lanes; the last T % 8 tokens (and decode) in rows-in-lanes tiles. */
+EXT_INLINE void gemm_tok256(float *y, size_t ldy, const uint8_t *W, size_t row_bytes, const uint8_t *qa, size_t qs,
+                            size_t nb, size_t T, size_t n_rows, const int kind)
 {
-    if (nt == NT)
-        tok256(y, ldy, w, qa, qs, nb, m, kind);
-    else
-        tile256(y, ldy, w, qa, qs, nb, nt, m, kind);
+    const size_t T8 = T / 8 * 8;
+    tok_block wb;
+    __m256 acc[TOK_CHUNK / 8][8];
+    for (size_t r0 = 0; r0 < n_rows; r0 += 8) {
+        size_t m = n_rows - r0 < 8 ? n_rows - r0 : 8;
+        const uint8_t *w[8];
+        for (size_t i = 0; i < 8; i++) w[i] = W + (r0 + (i < m ? i : m - 1)) * row_bytes;
+        for (size_t t0 = 0; t0 < T8; t0 += TOK_CHUNK) {
+            size_t nt = T8 - t0 < TOK_CHUNK ? T8 - t0 : TOK_CHUNK;
+            for (size_t k = 0; k < nt / 8; k++)
+                for (int i = 0; i < 8; i++) acc[k][i] = _mm256_setzero_ps();
+            for (size_t b = 0; b < nb; b++) {
+                tok_unpack(&wb, w, b, m, kind);
+                for (size_t k = 0; k < nt / 8; k++)
+                    tok_step(acc[k], &wb, qa + (t0 + 8 * k) * qs + b * sizeof(skv_act256), qs, m, kind);
+            }
+            for (size_t k = 0; k < nt / 8; k++)
+                for (size_t i = 0; i < m; i++) {
+                    float o[8];
+                    _mm256_storeu_ps(o, acc[k][i]);
+                    for (size_t t = 0; t < 8; t++) y[(t0 + 8 * k + t) * ldy + r0 + i] = o[t];
+                }
+        }
+        if (T8 < T) tile256(y + T8 * ldy + r0, ldy, w, qa + T8 * qs, qs, nb, T - T8, m, kind);
+    }
 }
-#define EXT_TILE256 tile256_avx2
-#else
-#define EXT_TILE256 tile256
 #endif
-#define EXT_TILE32 tile32
 
-/* The exported gemm of one type: tiles of tile<n> for kind, blocks of n values. */
+/* The exported gemm of one type: tiles of tile<n> for kind, blocks of n values (the AVX2
+ * prefill of blocks of 256: gemm_tok256). */
+#if SKV_DOT_VNNI
+#define EXT_GEMM256(...) 0
+#else
+#define EXT_GEMM256(y, ldy, W, rb, qa, qs, nb, T, n_rows, kind) \
+    (T > 1 ? (gemm_tok256(y, ldy, W, rb, qa, qs, nb, T, n_rows, kind), 1) : 0)
+#endif
 #define SKV_EXT_GEMM(name, n, kind)                                                                            \
     static void tile_##name(float *y, size_t ldy, const uint8_t *const w[8], const uint8_t *qa, size_t qs,     \
                             size_t nb, size_t nt, size_t m)                                                    \
     {                                                                                                          \
-        EXT_TILE##n(y, ldy, w, qa, qs, nb, nt, m, kind);                                                       \
+        tile##n(y, ldy, w, qa, qs, nb, nt, m, kind);                                                           \
     }                                                                                                          \
     void SKV_DOT_FN(name)(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qa_stride, \
                           size_t K, size_t T, size_t n_rows)                                                   \
     {                                                                                                          \
+        if ((n) == 256 && EXT_GEMM256(y, ldy, (const uint8_t *)W, row_bytes, (const uint8_t *)qa, qa_stride,    \
+                                      K / (n), T, n_rows, kind))                                               \
+            return;                                                                                            \
         gemm_tiles(y, ldy, W, row_bytes, qa, qa_stride, K / (n), T, n_rows, tile_##name);                      \
     }
 SKV_EXT_GEMM(q4_1, 32, EXT_Q4_1)
