@@ -191,7 +191,7 @@ static void batch_invariant(void)
 static void long_batches_bit_identical(void)
 {
     static const size_t shapes[][3] = {{256, 16, 16}, {256, 17, 7}, {64, 33, 21}, {2560, 40, 9},
-                                       {2048, 31, 16}, {64, 530, 3}, {4096, 48, 1}};
+                                       {2048, 31, 16}, {64, 530, 3}, {4096, 48, 1}, {512, 150, 9}};
     int top = skv_dot_level(SKV_DOT_AVX512);
     if (top == SKV_DOT_REF) SKIP("no AVX2 on this CPU: only the reference runs");
     for (size_t i = 0; i < N_DOT_TYPES; i++)
