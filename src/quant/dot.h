@@ -16,11 +16,12 @@
  *       acc = fma(d * dx, (float)isum, acc)
  *       acc = fma(-(m * dx), (float)imin, acc)     (types with a min only)
  *   with acc = +0 at the start.  That sequence is the specification
- *   (dot.c, the scalar reference); SIMD twins put rows in lanes, so any lane
- *   count computes it exactly (docs/determinism.md, "Integer dot kernels").
- * - The same kernel serves decode (T = 1) and prefill (T tokens): the weight
- *   rows of a tile are reused over all T tokens, and each output element is
- *   the sequence above, whatever T or the tiling.
+ *   (dot.c, the scalar reference); SIMD twins put rows (in batches also
+ *   tokens) in lanes, so any lane count computes it exactly
+ *   (docs/determinism.md, "Integer dot kernels").
+ * - Decode (T = 1) and prefill (T tokens) may run different kernels (rows or
+ *   tokens in lanes, tiles of any size): each output element is the sequence
+ *   above whatever T, the tiling or the kernel.
  * - Activations that are not finite give outputs that are not finite (no
  *   undefined behaviour: conversions are clamped first).  Internal to the
  *   quant layer and the engine's kernels (engine/ops.c). */
