@@ -288,6 +288,7 @@ def resident_copy_only_when_it_pays(tmp):
     src = write(os.path.join(tmp, "r.txt"), text(120))
     short, long_ = os.path.join(tmp, "short.skv"), os.path.join(tmp, "long.skv")
     saved = os.environ.pop("SEQKV_RESIDENT", None)
+    os.environ["SEQKV_REPACK"] = "0"  # f16 matrices: a packed copy (quant/repack.h) takes the resident one's place
     try:
         copied = "copied into memory at load"
         for codec, out in (("tokens", short), ("model", long_)):  # 120 bytes: at most 2 passes
@@ -325,6 +326,7 @@ def resident_copy_only_when_it_pays(tmp):
             check(rc == 0 and (copied in out + err) == want, "store get (SEQKV_RESIDENT=%s): %s" % (env, (out + err).strip()))
     finally:
         os.environ.pop("SEQKV_RESIDENT", None)
+        os.environ.pop("SEQKV_REPACK", None)
         if saved is not None:
             os.environ["SEQKV_RESIDENT"] = saved
 

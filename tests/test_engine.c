@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "engine/arch.h"
 #include "engine/model.h"
 #include "engine/ops.h"
@@ -218,35 +219,45 @@ static void bundled_model_kernels_and_chunking_agree(void)
 }
 
 /* SEQKV_RESIDENT=1 copies the matrices out of the file's mapping (model.c, resident
- * weights; a large model does it by default): the same fingerprint, the same logits and KV,
- * and the copies freed with the model (ASan and Valgrind runs check the frees). */
+ * weights; a large model does it by default), and where the CPU has AVX2 the f16 matrices
+ * get a packed copy instead (quant/repack.h; SEQKV_REPACK=0: none): the same fingerprint,
+ * the same logits and KV, and the copies freed with the model (ASan and Valgrind runs check
+ * the frees). Model k: 0 neither copy, 1 resident, 2 packed (kjv-4m is f16). */
 static void resident_weights_change_nothing(void)
 {
     char err[256];
-    skv_model *m[2] = {NULL, NULL};
+    skv_model *m[3] = {NULL, NULL, NULL};
     int32_t tok[40];
-    run_result r[2];
-    uint8_t fp[2][16];
+    run_result r[3];
+    uint8_t fp[3][16];
     skv_model_info info;
-    const char *mode[2] = {"0", "1"};
-    for (int k = 0; k < 2; k++) {
-        setenv("SEQKV_RESIDENT", mode[k], 1);
+    const char *resident[3] = {"0", "1", "0"}, *repack[3] = {"0", "0", "1"};
+    int n = skv_cpu_has(SKV_CPU_AVX2_SET) ? 3 : 2;
+    for (int k = 0; k < n; k++) {
+        setenv("SEQKV_RESIDENT", resident[k], 1);
+        setenv("SEQKV_REPACK", repack[k], 1);
         CHECK_MSG(skv_model_load("models/kjv-4m.gguf", NULL, &m[k], err, sizeof err) == SKV_OK, "%s", err);
-        CHECK_EQ_INT(m[k]->layers[0].wq.resident, k);
-        CHECK_EQ_INT(m[k]->layers[m[k]->info.n_layer - 1].w2.resident, k);
+        CHECK_EQ_INT(m[k]->layers[0].wq.resident, k == 1);
+        CHECK_EQ_INT(m[k]->layers[m[k]->info.n_layer - 1].w2.resident, k == 1);
+        CHECK_EQ_INT(m[k]->layers[0].wq.packed != NULL, k == 2);
+        CHECK_EQ_INT(m[k]->layers[m[k]->info.n_layer - 1].w2.packed != NULL, k == 2);
         skv_model_get_info(m[k], &info); /* the public count of the copied bytes */
-        CHECK(k ? info.resident_bytes > 0 && info.resident_bytes < info.file_bytes : info.resident_bytes == 0);
+        CHECK(k == 1 ? info.resident_bytes > 0 && info.resident_bytes < info.file_bytes : info.resident_bytes == 0);
     }
     unsetenv("SEQKV_RESIDENT");
+    unsetenv("SEQKV_REPACK");
     skv_model_get_info(m[0], &info);
     make_tokens(tok, 40, info.n_vocab, 5);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < n; k++) {
         CHECK(skv_model_fingerprint(m[k], fp[k]) == SKV_OK);
         CHECK(run(m[k], tok, 40, 1, SKV_KERNELS_AUTO, NULL, &r[k]) == 0);
     }
-    CHECK(!memcmp(fp[0], fp[1], 16));
-    CHECK_MSG(same(&r[0], &r[1], 40 * (size_t)info.n_vocab), "resident weights changed a result");
-    for (int k = 0; k < 2; k++) {
+    for (int k = 1; k < n; k++) {
+        CHECK(!memcmp(fp[0], fp[k], 16));
+        CHECK_MSG(same(&r[0], &r[k], 40 * (size_t)info.n_vocab), "%s weights changed a result",
+                  k == 1 ? "resident" : "packed");
+    }
+    for (int k = 0; k < n; k++) {
         free(r[k].logits);
         skv_model_free(m[k]);
     }

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "core/f16.h"
+#include "engine/ops.h"
 #include "quant/dot.h"
 #include "quant/repack.h"
 #include "quant/types.h"
@@ -151,6 +153,54 @@ static void extreme_activations(void)
         }
 }
 
+/* f16 / bf16: 8-row groups of 16-byte chunks (repack.h). Packing then unpacking gives the
+ * file's bytes back, and the packed product (decode reads the packed rows, batches unpack
+ * each group: the AVX2 tiles, the AVX-512 small and wide kernels) gives the bits of the
+ * scalar dequant + matmul on the file's rows. */
+static void half_case(uint32_t type, size_t K, size_t n, size_t T)
+{
+    const skv_kernels *ref = skv_kernels_scalar();
+    skv_matmul_packed_fn mp = skv_type_matmul_packed(skv_type_traits_of(type), 1);
+    size_t rb = 2 * K, ldx = K + T % 3, ldy = n + 2;
+    uint16_t *W = malloc(n * rb), *P = malloc(n * rb), *back = malloc(16 * rb);
+    float *x = malloc(T * ldx * sizeof *x), *Wf = malloc(n * K * sizeof *Wf), *scratch = malloc(16 * K * sizeof(float));
+    float *y0 = calloc(T * ldy, sizeof *y0), *y1 = calloc(T * ldy, sizeof *y1);
+    CHECK(mp && W && P && back && x && Wf && scratch && y0 && y1);
+    CHECK(skv_pack_row_bytes(type, K) == rb);
+    for (size_t i = 0; i < n * K; i++) {
+        float f = rnd_float();
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        W[i] = type == SKV_GGML_F16 ? skv_f32_to_f16(f) : (uint16_t)(u >> 16);
+    }
+    for (size_t i = 0; i < T * ldx; i++) x[i] = rnd_float() * (i % 7 == 0 ? 10.0f : 1.0f);
+    skv_pack_rows(type, W, rb, K, n, P);
+    CHECK_MSG(memcmp(W, P, n * rb) || K == 8, "%s K %zu: the packed copy is the file's layout", skv_ggml_type_name(type), K);
+    for (size_t g = 0; g < n; g += 16) {
+        skv_unpack_group_rows(type, (uint8_t *)P + g * rb, K, 0, 16, back);
+        CHECK_MSG(!memcmp(back, (uint8_t *)W + g * rb, 16 * rb), "%s K %zu group %zu", skv_ggml_type_name(type), K, g);
+        skv_unpack_group_rows(type, (uint8_t *)P + g * rb, K, 5, 6, back); /* across the two 8-row halves */
+        CHECK(!memcmp(back, (uint8_t *)W + (g + 5) * rb, 6 * rb));
+    }
+    ref->dequant(type, W, rb, K, n, Wf);
+    ref->matmul(y0, ldy, Wf, K, x, ldx, T, n);
+    mp(y1, ldy, P, K, x, ldx, T, n, scratch);
+    CHECK_MSG(!memcmp(y0, y1, T * ldy * sizeof *y0), "%s packed K %zu rows %zu T %zu differs from the reference",
+              skv_ggml_type_name(type), K, n, T);
+    free(W), free(P), free(back), free(x), free(Wf), free(scratch), free(y0), free(y1);
+}
+
+static void half_types(void)
+{
+    static const size_t Ks[] = {8, 64, 264, 2048}, ns[] = {16, 48}, Ts[] = {1, 2, 5, 8, 24, 33};
+    if (!skv_cpu_has(SKV_CPU_AVX2_SET)) SKIP("no AVX2+FMA+F16C on this CPU");
+    for (int h = 0; h < 2; h++)
+        for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++)
+            for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+                for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
+                    half_case(h ? SKV_GGML_BF16 : SKV_GGML_F16, Ks[k], ns[i], Ts[t]);
+}
+
 static void shapes_without_a_packed_form(void)
 {
     CHECK(skv_pack_row_bytes(SKV_GGML_Q4_0, 2048) == 64 * 18);
@@ -158,7 +208,9 @@ static void shapes_without_a_packed_form(void)
     CHECK(skv_pack_row_bytes(SKV_GGML_Q6_K, 2048) == 8 * 210);
     CHECK(skv_pack_row_bytes(SKV_GGML_Q5_K, 2048) == 8 * 180);
     CHECK(skv_pack_row_bytes(SKV_GGML_IQ4_XS, 2048) == 8 * 138);
-    CHECK(skv_pack_row_bytes(SKV_GGML_Q8_0, 2048) == 64 * 34 && skv_pack_row_bytes(SKV_GGML_F16, 2048) == 0);
+    CHECK(skv_pack_row_bytes(SKV_GGML_Q8_0, 2048) == 64 * 34 && skv_pack_row_bytes(SKV_GGML_F16, 2048) == 4096);
+    CHECK(skv_pack_row_bytes(SKV_GGML_F16, 2044) == 0 && skv_pack_row_bytes(SKV_GGML_BF16, 0) == 0);
+    CHECK(skv_pack_row_bytes(SKV_GGML_F32, 2048) == 0);
     CHECK(skv_pack_row_bytes(SKV_GGML_Q4_K, 200) == 0 && skv_pack_row_bytes(SKV_GGML_Q4_0, 0) == 0);
     CHECK(skv_pack_row_bytes(SKV_GGML_Q6_K, 8192) != 0 && skv_pack_row_bytes(SKV_GGML_Q6_K, 16384) == 0);
 }
@@ -169,6 +221,7 @@ int main(void)
     RUN(round_trip);
     RUN(packed_gemm_is_the_reference);
     RUN(extreme_activations);
+    RUN(half_types);
     RUN(shapes_without_a_packed_form);
     TEST_END();
 }

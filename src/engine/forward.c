@@ -313,6 +313,12 @@ static void matmul_task(void *arg, size_t task, int thread)
             skv_qmatmul(j->c->k, j->y + r0, j->ldy, w->type, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->qa, j->T, nr);
         return;
     }
+    skv_matmul_packed_fn mp = w->packed && j->c->k->matmul_f16 ? skv_type_matmul_packed(skv_type_traits_of(w->type), 1) : NULL;
+    if (mp) { /* f16 / bf16 rows packed at load (model_weights.c): same bits, decode reads one stream */
+        float *buf = j->c->thread_scratch + (size_t)thread * j->c->scratch_stride; /* ROW_BLOCK * K floats */
+        mp(j->y + r0, j->ldy, w->packed + r0 * w->packed_row_bytes, w->K, j->x, j->ldx, j->T, nr, buf);
+        return;
+    }
     if (w->type == SKV_GGML_F16 && j->c->k->matmul_f16) { /* no f32 copy of the rows */
         float *buf = j->c->thread_scratch + (size_t)thread * j->c->scratch_stride; /* ROW_BLOCK * K floats */
         j->c->k->matmul_f16(j->y + r0, j->ldy, w->data + r0 * w->row_bytes, w->row_bytes, w->K, j->x, j->ldx, j->T, nr,

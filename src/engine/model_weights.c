@@ -14,7 +14,8 @@
 
 /* ---- repacked weights (quant/repack.h) ----------------------------------------------
  * Where the CPU has AVX2, matrices of a type with a packed form (repack.h: every type with
- * an integer dot) get a packed copy at load for the decode kernels
+ * an integer dot, and f16 / bf16 for the float kernels) get a packed copy at load for the
+ * decode kernels
  * (SEQKV_REPACK=0: none); the file's pages they came from are dropped from the process
  * (madvise: they read back from the file if touched again, e.g. by the fingerprint), so
  * memory stays about one copy of the weights. */

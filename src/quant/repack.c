@@ -121,9 +121,29 @@ static const pk_kind *kind_of(uint32_t type)
     return NULL;
 }
 
+/* 16-bit floats (f16, bf16): 8-row groups of 16-byte chunks (repack.h), no expansion. */
+static int is_half(uint32_t type) { return type == SKV_GGML_F16 || type == SKV_GGML_BF16; }
+
+#define HALF_ROWS 8u
+#define HALF_CHUNK 16u /* bytes: 8 values */
+
+/* Rows r0 .. r0 + n - 1 of the 8-row group at g (K values a row) to or from the file
+ * layout at f (row i at f + i * 2K). */
+static void half_move(uint8_t *g, uint8_t *f, size_t K, size_t r0, size_t n, int to_packed)
+{
+    size_t nc = K / 8;
+    for (size_t c = 0; c < nc; c++) /* the packed side in order: one stream */
+        for (size_t i = 0; i < n; i++) {
+            uint8_t *a = g + c * HALF_ROWS * HALF_CHUNK + (r0 + i) * HALF_CHUNK, *b = f + i * 2 * K + c * HALF_CHUNK;
+            if (to_packed) memcpy(a, b, HALF_CHUNK);
+            else memcpy(b, a, HALF_CHUNK);
+        }
+}
+
 size_t skv_pack_row_bytes(uint32_t type, size_t K)
 {
     const pk_kind *k = kind_of(type);
+    if (is_half(type)) return K && K % 8 == 0 ? 2 * K : 0;
     if (!k || K == 0 || K % k->n || 8 * (K / k->n) * k->fbytes > SKV_PACK_BUF) return 0;
     return K / k->n * k->xbytes;
 }
@@ -158,6 +178,11 @@ void skv_pack_rows(uint32_t type, const void *src, size_t row_bytes, size_t K, s
     const pk_kind *k = kind_of(type);
     const uint8_t *s = src;
     uint8_t *d = dst, xb[SKV_PACK_ROWS * XMAX];
+    if (is_half(type)) {
+        for (size_t r = 0; r + HALF_ROWS <= n_rows; r += HALF_ROWS)
+            half_move(d + r * 2 * K, (uint8_t *)(uintptr_t)(s + r * row_bytes), K, 0, HALF_ROWS, 1); /* read only */
+        return;
+    }
     if (!k) return; /* callers check skv_pack_row_bytes */
     size_t nb = K / k->n, gb = SKV_PACK_ROWS * k->xbytes;
     for (size_t r = 0; r + SKV_PACK_ROWS <= n_rows; r += SKV_PACK_ROWS)
@@ -178,6 +203,15 @@ void skv_unpack_group_rows(uint32_t type, const void *P, size_t K, size_t r0, si
     const pk_kind *k = kind_of(type);
     const uint8_t *p = P;
     uint8_t *d = dst, xb[SKV_PACK_ROWS * XMAX];
+    if (is_half(type)) { /* the group's 8-row halves */
+        for (size_t i = r0; i < r0 + n;) {
+            size_t h = i / HALF_ROWS, e = (h + 1) * HALF_ROWS < r0 + n ? (h + 1) * HALF_ROWS : r0 + n;
+            half_move((uint8_t *)(uintptr_t)(p + h * HALF_ROWS * 2 * K), d + (i - r0) * 2 * K, K, i % HALF_ROWS,
+                      e - i, 0); /* read only */
+            i = e;
+        }
+        return;
+    }
     if (!k) return;
     size_t nb = K / k->n, gb = SKV_PACK_ROWS * k->xbytes, frb = nb * k->fbytes;
     for (size_t b = 0; b < nb; b++) {

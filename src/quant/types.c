@@ -44,10 +44,12 @@ static const skv_type_traits k_types[SKV_GGML_NTYPES] = {
                       .to_float_simd = AVX2(skv_f16_to_float_avx2),
                       .from_float_simd = AVX2(skv_f16_from_float_avx2),
                       .matvec_simd = AVX2(skv_f16_matvec_avx2), .matmul_simd = AVX2(skv_f16_matmul_avx2),
+                      .matmul_packed_simd = AVX2(skv_f16_matmul_packed_avx2),
                       .simd_needs = SKV_CPU_AVX2_SET},
     [SKV_GGML_BF16] = {.name = "bf16", .blck_size = 1, .type_size = 2, .to_float = skv_bf16_to_float_ref,
                        .to_float_simd = AVX2(skv_bf16_to_float_avx2),
                        .matvec_simd = AVX2(skv_bf16_matvec_avx2), .matmul_simd = AVX2(skv_bf16_matmul_avx2),
+                       .matmul_packed_simd = AVX2(skv_bf16_matmul_packed_avx2),
                        .simd_needs = SKV_CPU_AVX2_SET},
     [SKV_GGML_Q8_0] = {.name = "q8_0", .blck_size = 32, .type_size = 34, .short_bytes = skv_q8_0_short_bytes,
                        .to_float = skv_q8_0_to_float_ref, .from_float = skv_q8_0_from_float_ref,
@@ -146,6 +148,11 @@ skv_matvec_fn skv_type_matvec(const skv_type_traits *t, int simd)
 skv_matmul_fn skv_type_matmul(const skv_type_traits *t, int simd)
 {
     return t->matmul_simd && simd_ok(t, simd) ? t->matmul_simd : NULL;
+}
+
+skv_matmul_packed_fn skv_type_matmul_packed(const skv_type_traits *t, int simd)
+{
+    return t->matmul_packed_simd && simd_ok(t, simd) ? t->matmul_packed_simd : NULL;
 }
 
 size_t skv_ggml_blck_size(uint32_t type)

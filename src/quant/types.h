@@ -63,6 +63,12 @@ typedef void (*skv_matvec_fn)(float *y, const void *W, size_t row_bytes, size_t 
 typedef void (*skv_matmul_fn)(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x,
                               size_t ldx, size_t T, size_t n_rows, float *scratch);
 
+/* The matmul on rows packed by quant/repack.h (f16, bf16: 8-row groups of 16-byte
+ * chunks), n_rows a multiple of 16, K of 8: the same bits as skv_matmul_fn on the file's
+ * rows. scratch: room for 16 * K floats. */
+typedef void (*skv_matmul_packed_fn)(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx,
+                                     size_t T, size_t n_rows, float *scratch);
+
 typedef struct skv_type_traits {
     const char *name;               /* ggml's lower-case name ("q8_0") */
     uint32_t blck_size;             /* values per block */
@@ -76,6 +82,7 @@ typedef struct skv_type_traits {
     skv_from_float_fn from_float_simd;
     skv_matvec_fn matvec_simd;
     skv_matmul_fn matmul_simd;
+    skv_matmul_packed_fn matmul_packed_simd;
     uint32_t simd_needs;            /* SKV_CPU_* bits the SIMD twins execute */
     /* Integer dot kernels (quant/dot.h): the activation format and the gemm by
      * skv_dot_level, [SKV_DOT_REF] the reference (NULL: no integer dot), higher
@@ -105,6 +112,7 @@ skv_to_float_fn skv_type_to_float(const skv_type_traits *t, int simd);
 skv_from_float_fn skv_type_from_float(const skv_type_traits *t, int simd);
 skv_matvec_fn skv_type_matvec(const skv_type_traits *t, int simd);
 skv_matmul_fn skv_type_matmul(const skv_type_traits *t, int simd);
+skv_matmul_packed_fn skv_type_matmul_packed(const skv_type_traits *t, int simd);
 
 /* ggml-style accessors (GGUF loader): elements per block and bytes per block,
  * 0 for unknown types; "unknown" as the name of an unknown type. */

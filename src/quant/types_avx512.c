@@ -327,6 +327,89 @@ void skv_f16_matmul_avx512_small(float *y, size_t ldy, const void *W, size_t row
         skv_f16_matmul_tiles_avx2(y + r, ldy, (const uint8_t *)W + r * row_bytes, row_bytes, K, x, ldx, T, n_rows - r);
 }
 
+/* ---- packed rows (quant/repack.h): an 8-row group's chunk of 8 values is 128 bytes, rows
+ * 2p and 2p + 1 at 32 p, so one 32-byte load converts to exactly the pair layout of
+ * chains8 (a zmm of two rows' 8-lane chains). The group is read as one stream, converted
+ * in registers once per tile of up to 6 tokens. ---- */
+/* 16 binary16 (bf16 = 0) or bfloat16 (bf16 = 1) values at p as floats, exactly. */
+static inline __attribute__((always_inline)) __m512 cvt16(const uint8_t *p, const int bf16)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+}
+
+static inline __attribute__((always_inline)) void tile8_packed(float *y, size_t ldy, const uint8_t *G, size_t K,
+                                                               const float *x, size_t ldx, const int TT,
+                                                               const uint8_t *pf, const int bf16)
+{
+    __m512 acc[4 * TILE_T];
+#pragma GCC unroll 24
+    for (int i = 0; i < 4 * TT; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t j = 0; j < K; j += 8) {
+        const uint8_t *c = G + 16 * j;
+        __m512 w[4];
+        if (pf) {
+            _mm_prefetch((const char *)(pf + 16 * j), _MM_HINT_T0);
+            _mm_prefetch((const char *)(pf + 16 * j + 64), _MM_HINT_T0);
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) w[p] = cvt16(c + 32 * p, bf16);
+#pragma GCC unroll 6
+        for (int t = 0; t < TT; t++) {
+            __m512 xv = bcast8(x + (size_t)t * ldx + j);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) acc[4 * t + p] = _mm512_fmadd_ps(w[p], xv, acc[4 * t + p]);
+        }
+    }
+    for (int t = 0; t < TT; t++) {
+        __m256 h[8];
+        for (int p = 0; p < 4; p++) {
+            h[2 * p] = _mm512_castps512_ps256(acc[4 * t + p]);
+            h[2 * p + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[4 * t + p]), 1));
+        }
+        _mm256_storeu_ps(y + (size_t)t * ldy, skv_reduce8_avx2(h));
+    }
+}
+
+/* Per 8-row group the T tokens in tiles of as equal sizes as can be (tokens8_block's rule),
+ * the first prefetching the group's stream 4 KiB ahead. */
+static inline __attribute__((always_inline)) void matmul_packed(float *y, size_t ldy, const void *P, size_t K,
+                                                                const float *x, size_t ldx, size_t T, size_t n_rows,
+                                                                const int bf16)
+{
+    size_t n_tiles = (T + TILE_T - 1) / TILE_T;
+    for (size_t r = 0; r < n_rows; r += 8) {
+        const uint8_t *G = (const uint8_t *)P + r * 2 * K;
+        for (size_t i = 0, t = 0; i < n_tiles; i++) {
+            size_t tt = T / n_tiles + (i < T % n_tiles);
+            const uint8_t *pf = i ? NULL : G + 4096;
+            float *yt = y + t * ldy + r;
+            const float *xt = x + t * ldx;
+            switch (tt) {
+            case 6: tile8_packed(yt, ldy, G, K, xt, ldx, 6, pf, bf16); break;
+            case 5: tile8_packed(yt, ldy, G, K, xt, ldx, 5, pf, bf16); break;
+            case 4: tile8_packed(yt, ldy, G, K, xt, ldx, 4, pf, bf16); break;
+            case 3: tile8_packed(yt, ldy, G, K, xt, ldx, 3, pf, bf16); break;
+            case 2: tile8_packed(yt, ldy, G, K, xt, ldx, 2, pf, bf16); break;
+            default: tile8_packed(yt, ldy, G, K, xt, ldx, 1, pf, bf16); break;
+            }
+            t += tt;
+        }
+    }
+}
+
+void skv_f16_matmul_avx512_packed(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx, size_t T,
+                                  size_t n_rows)
+{
+    matmul_packed(y, ldy, P, K, x, ldx, T, n_rows, 0);
+}
+
+void skv_bf16_matmul_avx512_packed(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx, size_t T,
+                                   size_t n_rows)
+{
+    matmul_packed(y, ldy, P, K, x, ldx, T, n_rows, 1);
+}
+
 #elif defined(__x86_64__)
 /* A compiler without the AVX-512 flags: the AVX2 kernel under this name. */
 void skv_f16_matmul_avx512(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
@@ -340,6 +423,18 @@ void skv_f16_matmul_avx512_small(float *y, size_t ldy, const void *W, size_t row
                                  size_t ldx, size_t T, size_t n_rows)
 {
     skv_f16_matmul_tiles_avx2(y, ldy, W, row_bytes, K, x, ldx, T, n_rows);
+}
+
+void skv_f16_matmul_avx512_packed(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx, size_t T,
+                                  size_t n_rows)
+{
+    skv_f16_matmul_tiles_packed_avx2(y, ldy, P, K, x, ldx, T, n_rows);
+}
+
+void skv_bf16_matmul_avx512_packed(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx, size_t T,
+                                   size_t n_rows)
+{
+    skv_bf16_matmul_tiles_packed_avx2(y, ldy, P, K, x, ldx, T, n_rows);
 }
 #else
 typedef int skv_types_avx512_unused;

@@ -50,6 +50,24 @@ void skv_bf16_matmul_tiles_avx2(float *y, size_t ldy, const void *W, size_t row_
 void skv_bf16_matmul_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, size_t K, const float *x, size_t ldx,
                           size_t T, size_t n_rows, float *scratch);
 
+/* Packed f16 / bf16 rows (quant/repack.h; K a multiple of 8): the matvec and the tiles,
+ * n_rows a multiple of 8, and the skv_matmul_packed_fn of the type table. */
+void skv_f16_matvec_packed_avx2(float *y, const void *P, size_t K, const float *x, size_t n_rows);
+void skv_bf16_matvec_packed_avx2(float *y, const void *P, size_t K, const float *x, size_t n_rows);
+void skv_f16_matmul_tiles_packed_avx2(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx,
+                                      size_t T, size_t n_rows);
+void skv_bf16_matmul_tiles_packed_avx2(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx,
+                                       size_t T, size_t n_rows);
+/* T >= 2 on an AVX-512 CPU (types_avx512.c): 8 packed rows x up to 6 tokens. */
+void skv_f16_matmul_avx512_packed(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx, size_t T,
+                                  size_t n_rows);
+void skv_bf16_matmul_avx512_packed(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx, size_t T,
+                                   size_t n_rows);
+void skv_f16_matmul_packed_avx2(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx, size_t T,
+                                size_t n_rows, float *scratch);
+void skv_bf16_matmul_packed_avx2(float *y, size_t ldy, const void *P, size_t K, const float *x, size_t ldx, size_t T,
+                                 size_t n_rows, float *scratch);
+
 void skv_bf16_to_float_ref(const void *src, float *dst, size_t n);
 void skv_bf16_to_float_avx2(const void *src, float *dst, size_t n);
 
