@@ -588,8 +588,9 @@ static void split_cols(float *dst, const float *src, size_t ld, size_t c0, size_
     for (size_t t = 0; t < T; t++) memcpy(dst + t * n, src + t * ld + c0, n * sizeof(float));
 }
 
-/* q, kk, vv of the normed rows xb: three matmuls or one fused, biases, per-head Q/K norms. */
-static void qkv_rows(skv_ctx *c, const skv_layer *L, size_t T)
+/* q, kk, vv of the normed rows xb: three matmuls or one fused, biases, per-head Q/K norms;
+ * q of rows [r0, T) only where the projections are separate (kk, vv: every row). */
+static void qkv_rows(skv_ctx *c, const skv_layer *L, size_t T, size_t r0)
 {
     const skv_model_info *h = &c->m->info;
     size_t D = (size_t)h->n_embd, hd = (size_t)h->head_dim;
@@ -600,27 +601,31 @@ static void qkv_rows(skv_ctx *c, const skv_layer *L, size_t T)
         split_cols(c->kk, c->fused, Q + 2 * KV, Q, KV, T);
         split_cols(c->vv, c->fused, Q + 2 * KV, Q + KV, KV, T);
     } else {
-        matmul(c, &L->wq, c->xb, D, T, c->q, Q);
+        if (r0 < T) matmul(c, &L->wq, c->xb + r0 * D, D, T - r0, c->q + r0 * Q, Q);
         matmul(c, &L->wk, c->xb, D, T, c->kk, KV);
         matmul(c, &L->wv, c->xb, D, T, c->vv, KV);
     }
-    bias_rows(c, c->q, L->bq, T, Q);
+    bias_rows(c, c->q + r0 * Q, L->bq, T - r0, Q);
     bias_rows(c, c->kk, L->bk, T, KV);
     bias_rows(c, c->vv, L->bv, T, KV);
-    norm_rows(c, c->q, L->q_norm, T * (size_t)h->n_head, hd);
+    norm_rows(c, c->q + r0 * Q, L->q_norm, (T - r0) * (size_t)h->n_head, hd);
     norm_rows(c, c->kk, L->k_norm, T * (size_t)h->n_head_kv, hd);
 }
 
-/* The attention block: x += post_norm(wo . attention(rope(qkv(norm(x))))). */
-static void attn_block(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0)
+/* The attention block: x += post_norm(wo . attention(rope(qkv(norm(x))))); K and V of every
+ * row go to the cache, the rest is computed for rows [r0, T) only (forward_batch: the last
+ * layer of a batch whose earlier rows' outputs nobody reads). Each row's values are the same
+ * whichever rows run beside it (the kernels' contract), so r0 changes no bit of what is
+ * computed. seq != NULL or a quantized-KV layer: r0 = 0. */
+static void attn_block(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0, size_t r0)
 {
     const skv_model_info *h = &c->m->info;
     const skv_layer *L = &c->m->layers[l];
     size_t D = (size_t)h->n_embd, hd = (size_t)h->head_dim;
     size_t Q = (size_t)h->n_head * hd, KV = (size_t)h->n_head_kv * hd;
     for (size_t t = 0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, L->attn_norm, D, h->norm_eps);
-    qkv_rows(c, L, T);
-    rope_rows(c, seq, l, c->q, T, (size_t)h->n_head, p0);
+    qkv_rows(c, L, T, r0);
+    if (r0 < T) rope_rows(c, seq, l, c->q + r0 * Q, T - r0, (size_t)h->n_head, p0 + (int)r0);
     rope_rows(c, seq, l, c->kk, T, (size_t)h->n_head_kv, p0);
     for (size_t t = 0; t < T; t++) {
         skv_ctx *dst = seq ? seq[t] : c;
@@ -636,40 +641,46 @@ static void attn_block(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0)
             memcpy(kv_ptr(dst->v_cache, dst, l, hh) + row, vr, hd * sizeof(float));
         }
     }
+    if (r0 == T) return;
     if (seq) attention_multi(c, seq, l, T);
     else if (skv_kvquant_layer_active(c->kvq, l)) kvq_attention(c, l, T, p0);
-    else attention(c, l, 0, T, p0);
-    matmul(c, &L->wo, c->att, Q, T, c->xb, D);
-    norm_rows(c, c->xb, L->attn_post_norm, T, D);
-    c->k->add(c->x, c->xb, T * D);
+    else attention(c, l, r0, T, p0);
+    matmul(c, &L->wo, c->att + r0 * Q, Q, T - r0, c->xb + r0 * D, D);
+    norm_rows(c, c->xb + r0 * D, L->attn_post_norm, T - r0, D);
+    c->k->add(c->x + r0 * D, c->xb + r0 * D, (T - r0) * D);
 }
 
-/* The FFN block: x += post_norm(down(act(gate) * up)), gate|up from two matmuls or one. */
-static void ffn_block(skv_ctx *c, const skv_layer *L, size_t T)
+/* The FFN block: x += post_norm(down(act(gate) * up)), gate|up from two matmuls or one, for
+ * rows [r0, T) of x (hb, hb2 hold them from their first row). */
+static void ffn_block(skv_ctx *c, const skv_layer *L, size_t T0, size_t r0)
 {
     const skv_model_info *h = &c->m->info;
-    size_t D = (size_t)h->n_embd, F = (size_t)h->n_ff;
-    for (size_t t = 0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, L->ffn_norm, D, h->norm_eps);
+    size_t D = (size_t)h->n_embd, F = (size_t)h->n_ff, T = T0 - r0;
+    float *x = c->x + r0 * D, *xb = c->xb + r0 * D;
+    if (!T) return;
+    for (size_t t = 0; t < T; t++) c->k->rmsnorm(xb + t * D, x + t * D, L->ffn_norm, D, h->norm_eps);
     if (L->w13.data) {
-        matmul(c, &L->w13, c->xb, D, T, c->fused, 2 * F);
+        matmul(c, &L->w13, xb, D, T, c->fused, 2 * F);
         split_cols(c->hb, c->fused, 2 * F, 0, F, T);
         split_cols(c->hb2, c->fused, 2 * F, F, F, T);
     } else {
-        matmul(c, &L->w1, c->xb, D, T, c->hb, F);
-        matmul(c, &L->w3, c->xb, D, T, c->hb2, F);
+        matmul(c, &L->w1, xb, D, T, c->hb, F);
+        matmul(c, &L->w3, xb, D, T, c->hb2, F);
     }
     if (c->m->arch->flags & SKV_ARCH_GELU) skv_gelu_mul(c->hb, c->hb2, T * F);
     else c->k->silu_mul(c->hb, c->hb2, T * F);
-    matmul(c, &L->w2, c->hb, F, T, c->xb, D);
-    norm_rows(c, c->xb, L->ffn_post_norm, T, D);
-    c->k->add(c->x, c->xb, T * D);
+    matmul(c, &L->w2, c->hb, F, T, xb, D);
+    norm_rows(c, xb, L->ffn_post_norm, T, D);
+    c->k->add(x, xb, T * D);
 }
 
-/* One layer for T batch rows: tokens p0.. of c, or (seq != NULL) one token of each seq[t]. */
-static void layer_forward(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0)
+/* One layer for T batch rows: tokens p0.. of c, or (seq != NULL) one token of each seq[t];
+ * beyond K and V, only rows [r0, T) (attn_block). */
+static void layer_forward(skv_ctx *c, skv_ctx *const *seq, int l, size_t T, int p0, size_t r0)
 {
-    attn_block(c, seq, l, T, p0);
-    ffn_block(c, &c->m->layers[l], T);
+    if (seq || skv_kvquant_layer_active(c->kvq, l)) r0 = 0;
+    attn_block(c, seq, l, T, p0, r0);
+    ffn_block(c, &c->m->layers[l], T, r0);
 }
 
 /* x[t] = the embedding of tokens[t] (times sqrt(n_embd) where the row says so). */
@@ -694,14 +705,17 @@ static void output_rows(skv_ctx *c, size_t t0, size_t T, float *logits)
     if (c->m->ap.final_softcap > 0.0f) skv_softcap(logits, (T - t0) * V, c->m->ap.final_softcap);
 }
 
-/* Runs T <= max_batch tokens at positions n_pos.. ; logits rows for tokens [t_first, T). */
-static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_first, float *logits)
+/* Runs T <= max_batch tokens at positions n_pos.. ; logits rows for tokens [t_first, T). The
+ * last layer computes beyond K and V only the rows whose final state is read: [keep, T)
+ * (keep = t_first where only logits are wanted, 0 where the caller reads x, T for none;
+ * llama.cpp does the same): for 512 tokens and 22 layers, 4% of the work. */
+static void forward_batch(skv_ctx *c, const int32_t *tokens, size_t T, size_t t_first, float *logits, size_t keep)
 {
     const skv_model_info *h = &c->m->info;
     int p0 = c->n_pos;
     c->active = T >= POOL_MIN_BATCH ? c->pool : NULL;
     embed_rows(c, tokens, T);
-    for (int l = 0; l < h->n_layer; l++) layer_forward(c, NULL, l, T, p0);
+    for (int l = 0; l < h->n_layer; l++) layer_forward(c, NULL, l, T, p0, l + 1 == h->n_layer ? keep : 0);
     c->n_pos += (int)T;
     if (c->kvq) {
         int w = skv_kvquant_spec(c->kvq)->window;
@@ -719,7 +733,7 @@ static void layer0_rows(skv_ctx *c, size_t T, int p0)
     size_t D = (size_t)h->n_embd, KV = (size_t)h->n_head_kv * (size_t)h->head_dim;
     for (size_t t = 0; t < T; t++) c->k->rmsnorm(c->xb + t * D, c->x + t * D, L->attn_norm, D, h->norm_eps);
     if (L->wqkv.data) {
-        qkv_rows(c, L, T);
+        qkv_rows(c, L, T, 0);
     } else { /* qkv_rows without Q */
         matmul(c, &L->wk, c->xb, D, T, c->kk, KV);
         matmul(c, &L->wv, c->xb, D, T, c->vv, KV);
@@ -781,9 +795,9 @@ int skv_ctx_prefill(skv_ctx *c, const int32_t *tokens, size_t n, int logits_mode
     for (size_t done = 0; done < n;) {
         size_t T = n - done < (size_t)c->max_batch ? n - done : (size_t)c->max_batch;
         int last_chunk = done + T == n;
-        if (logits_mode == SKV_LOGITS_ALL) forward_batch(c, tokens + done, T, 0, logits + done * V);
-        else if (logits_mode == SKV_LOGITS_LAST && last_chunk) forward_batch(c, tokens + done, T, T - 1, logits);
-        else forward_batch(c, tokens + done, T, T, NULL);
+        if (logits_mode == SKV_LOGITS_ALL) forward_batch(c, tokens + done, T, 0, logits + done * V, 0);
+        else if (logits_mode == SKV_LOGITS_LAST && last_chunk) forward_batch(c, tokens + done, T, T - 1, logits, T - 1);
+        else forward_batch(c, tokens + done, T, T, NULL, T);
         done += T;
     }
     return SKV_OK;
@@ -835,7 +849,7 @@ int skv_ctx_prefill_surprisal(skv_ctx *c, const int32_t *tokens, size_t n, float
     float *scratch = c->sur_rows; /* kept: a server's slot prefills with it every request */
     for (size_t done = 0; done < n;) {
         size_t T = n - done < (size_t)c->max_batch ? n - done : (size_t)c->max_batch;
-        forward_batch(c, tokens + done, T, T, NULL); /* x: the rows' final residual stream */
+        forward_batch(c, tokens + done, T, T, NULL, 0); /* x: the rows' final residual stream */
         surprisal_rows(c, T, done, tokens, n, scratch, R, sur, last_logits);
         done += T;
     }
@@ -864,7 +878,7 @@ static int prefill_normed(skv_ctx *c, const int32_t *tokens, size_t n, float *em
     size_t D = (size_t)h->n_embd;
     for (size_t done = 0; done < n;) {
         size_t T = n - done < (size_t)c->max_batch ? n - done : (size_t)c->max_batch;
-        forward_batch(c, tokens + done, T, T, NULL); /* x: the rows' final residual stream */
+        forward_batch(c, tokens + done, T, T, NULL, 0); /* x: the rows' final residual stream */
         for (size_t t = 0; t < T; t++)
             c->k->rmsnorm(embd + (done + t) * D, c->x + t * D, c->m->output_norm, D, h->norm_eps);
         done += T;
@@ -952,7 +966,7 @@ static void multi_chunk(skv_ctx *c, skv_ctx *const *ctxs, const int32_t *tokens,
 {
     c->active = n >= POOL_MIN_BATCH ? c->pool : NULL;
     embed_rows(c, tokens, n);
-    for (int l = 0; l < c->m->info.n_layer; l++) layer_forward(c, ctxs, l, n, 0);
+    for (int l = 0; l < c->m->info.n_layer; l++) layer_forward(c, ctxs, l, n, 0, 0);
     for (size_t t = 0; t < n; t++) ctxs[t]->n_pos++;
     if (logits) output_rows(c, 0, n, logits);
 }
