@@ -58,7 +58,9 @@ def put(tmp, url, i):
 def case_failover(tmp):
     d = sentinel_harness.Deployment(os.path.join(tmp, "dep"))
     try:
-        url = d.url("fo")
+        # wait_ms: after the promotion the new master's replica resyncs; under a sanitizer on a
+        # loaded machine its first WAIT took over 2 s (the default) once in CI
+        url = d.url("fo", "?wait_ms=10000")
         rc, out = store("init", url)
         check(rc == 0 and "ready" in out, "init: " + out)
         acked, retried, kill_at, total = [], [], 12, 36
@@ -68,8 +70,10 @@ def case_failover(tmp):
                 d.kill(d.redis_ports[0])
             t0 = time.time()
             rc, out = put(tmp, url, i)
-            if rc != 0:  # the documented answer to a cut commit: retry
-                check("retry" in out, "put %d failed without saying to retry: %s" % (i, out))
+            if rc != 0:  # the documented answers: a cut commit says retry; one no replica confirmed
+                # in time is refused on purpose (the durability guard) and is put again the same way
+                check("retry" in out or "replicas confirmed" in out,
+                      "put %d failed without saying to retry: %s" % (i, out))
                 retried.append(i)
                 rc, out = put(tmp, url, i)
             check(rc == 0 and "stored" in out, "put %d: %s" % (i, out))
