@@ -55,27 +55,36 @@ static int wanted(const char *list, const char *name)
     return list == NULL;
 }
 
-/* The packed layout's decode (quant/repack.h) at the SIMD levels: one row per level. */
-static void bench_packed(uint32_t type, const uint8_t *W, size_t rb, const float *x, size_t K, size_t N, double budget,
-                         double ref1)
+/* The packed layout's kernels (quant/repack.h) at the SIMD levels, T = 1 (decode) and T
+ * tokens (prefill): one row per level. */
+static double best_packed(int l, uint32_t type, float *y, const uint8_t *P, size_t prb, const uint8_t *qa, size_t ab,
+                          size_t K, size_t T, size_t N, double budget)
+{
+    double best = 1e30, t0 = skv_now();
+    do {
+        double s = skv_now();
+        skv_gemm_packed(l, type, y, N, P, prb, qa, ab, K, T, N);
+        s = skv_now() - s;
+        best = s < best ? s : best;
+    } while (skv_now() - t0 < budget);
+    return best;
+}
+
+static void bench_packed(uint32_t type, const uint8_t *W, size_t rb, const float *x, size_t K, size_t N, size_t T,
+                         double budget, double ref1, double refT)
 {
     static const char *lv[] = {"scalar", "avx2 packed", "avx512 packed"};
     size_t prb = skv_pack_row_bytes(type, K), ab = skv_act_row_bytes(type, K);
-    uint8_t *P = prb && N % SKV_PACK_ROWS == 0 ? malloc(N * prb) : NULL, *qa = malloc(ab);
-    float *y = malloc(N * sizeof *y);
+    uint8_t *P = prb && N % SKV_PACK_ROWS == 0 ? malloc(N * prb) : NULL, *qa = malloc(T * ab);
+    float *y = malloc(T * N * sizeof *y);
     if (P && qa && y) {
         skv_pack_rows(type, W, rb, K, N, P);
         for (int l = SKV_DOT_AVX2; l <= skv_dot_level(SKV_DOT_AVX512); l++) {
-            double best = 1e30, t0 = skv_now();
-            skv_act_quantize(l, type, x, K, 1, K, qa);
-            do {
-                double s = skv_now();
-                skv_gemm_packed(l, type, y, N, P, prb, qa, ab, K, 1, N);
-                s = skv_now() - s;
-                best = s < best ? s : best;
-            } while (skv_now() - t0 < budget);
-            printf("| %s | %s | %.1f | %.2f | %.1fx | - | - |\n", skv_ggml_type_name(type), lv[l], best * 1e6,
-                   (double)(N * rb) / best / 1e9, ref1 / best);
+            skv_act_quantize(l, type, x, K, T, K, qa);
+            double s1 = best_packed(l, type, y, P, prb, qa, ab, K, 1, N, budget);
+            double sT = best_packed(l, type, y, P, prb, qa, ab, K, T, N, budget) / (double)T;
+            printf("| %s | %s | %.1f | %.2f | %.1fx | %.1f | %.1fx |\n", skv_ggml_type_name(type), lv[l], s1 * 1e6,
+                   (double)(N * rb) / s1 / 1e9, ref1 / s1, sT * 1e6, refT / sT);
         }
     }
     free(P), free(qa), free(y);
@@ -101,7 +110,7 @@ static void bench_type(uint32_t type, size_t K, size_t N, size_t T, double budge
                (double)(N * rb) / s1 / 1e9, ref1 / s1, sT * 1e6, refT / sT);
         fflush(stdout);
     }
-    bench_packed(type, W, rb, x, K, N, budget, ref1);
+    bench_packed(type, W, rb, x, K, N, T, budget, ref1, refT);
     free(W), free(qa), free(x), free(y);
 }
 

@@ -123,7 +123,8 @@ static void round_trip(void)
 static void packed_gemm_is_the_reference(void)
 {
     static const size_t shapes[][3] = {{256, 1, 16}, {512, 1, 48}, {2048, 1, 32}, {768, 2, 16},
-                                       {256, 5, 32}, {512, 16, 16}, {256, 21, 32}, {1024, 1, 16}};
+                                       {256, 5, 32}, {512, 16, 16}, {256, 21, 32}, {1024, 1, 16},
+                                       {256, 70, 32}};
     int top = skv_dot_level(SKV_DOT_AVX512);
     for (size_t i = 0; i < sizeof k_types / sizeof k_types[0]; i++)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)

@@ -135,6 +135,17 @@ SKV_PK_DECL(q5_1);
 SKV_PK_DECL(iq4_nl);
 SKV_PK_DECL(q8_0);
 SKV_PK_DECL(q2_k); /* dot_pack2_x86.h */
+/* The AVX2 prefill of the packed 32-value types (dot_pack32_x86.h): the gemm's arguments,
+ * W the packed rows (n_rows a multiple of 16). */
+#define SKV_PKT_DECL(name)                                                                                          \
+    void skv_gemm_##name##_pk_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa, size_t qs, \
+                                   size_t K, size_t T, size_t n_rows)
+SKV_PKT_DECL(q4_1);
+SKV_PKT_DECL(q5_0);
+SKV_PKT_DECL(q5_1);
+SKV_PKT_DECL(iq4_nl);
+SKV_PKT_DECL(q4_0);
+SKV_PKT_DECL(q8_0);
 SKV_PK_DECL(q3_k);
 
 #endif

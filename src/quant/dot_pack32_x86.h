@@ -1,5 +1,5 @@
 /* The T = 1 kernels of the packed layouts (quant/repack.h) of q4_1, q5_0, q5_1, iq4_nl
- * and q8_0:
+ * and q8_0, and the AVX2 prefill tiles of those and q4_0 (below):
  * q4_0's scheme (dot_pack_x86.h, whose helpers this header uses; include it after that
  * one) with the other 32-value types' fields.  Per block of a 16-row group:
  *
@@ -17,7 +17,7 @@
 #ifndef SKV_DOT_PACK32_X86_H
 #define SKV_DOT_PACK32_X86_H
 
-enum { PK32_Q4_1, PK32_Q5_0, PK32_Q5_1, PK32_IQ4_NL };
+enum { PK32_Q4_1, PK32_Q5_0, PK32_Q5_1, PK32_IQ4_NL, PK32_Q4_0, PK32_Q8_0 };
 
 /* Group block bytes, offsets of m (-1: none), qh (-1: none) and qs, the bias of the values. */
 static const struct {
@@ -27,6 +27,8 @@ static const struct {
     [PK32_Q5_0] = {352, -1, 32, 96, 16},
     [PK32_Q5_1] = {384, 32, 64, 128, 0},
     [PK32_IQ4_NL] = {288, -1, -1, 32, 0},
+    [PK32_Q4_0] = {288, -1, -1, 32, 8}, /* the prefill tiles' (decode: dot_pack_x86.h) */
+    [PK32_Q8_0] = {544, -1, -1, 32, 0},
 };
 
 /* Byte t of every dword lane = 0x10 where bit s + t of byte B of the lane's qh is set
@@ -103,6 +105,78 @@ static inline void pk_group_q8_0(float *y, const uint8_t *g, const skv_act32 *a,
     _mm256_storeu_ps(y + 8, acc[1]);
 }
 
+/* The AVX2 prefill tiles (below): up to PKT_TOK tokens meet each block's values formed
+ * once; step k (0..7) of a block meets the activation bytes at PKT_AOFF (the nibble types:
+ * chunk k / 2, low or high nibbles; q8_0: chunk k).  The AVX-512 level keeps the unpacked
+ * rows against its lanes layout of 16 tokens (dot_avx512.c): this scheme in zmm lanes
+ * measured 0-14% faster at T = 128 (bench_dot), not worth a second activation layout. */
+#define PKT_TOK 32 /* bench_dot 2048 5632 128, AVX2: 32 best of 8, 16, 32, 64 */
+#define PKT_AOFF(k, kind) ((kind) == PK32_Q8_0 ? 4 * (k) : 16 * ((k) % 2) + 4 * ((k) / 2))
+
+#if !SKV_DOT_VNNI
+/* ---- AVX2 prefill: the decode scheme over up to PKT_TOK tokens ----
+ * A half's 8 value chunks of a block are formed once (iq4_nl: |q| and q) and meet each
+ * token's broadcast activation bytes in turn; each lane ends the block with its row's
+ * exact isum for that token, so the rows-in-lanes tiles' horizontal reduction (six
+ * hadds per 8 rows and token) is gone.  Per (row, token) the chain is the decode's.
+ * Step k (0..7) of a half's block: its value chunk. */
+static inline __attribute__((always_inline)) __m256i pkt_values(const uint8_t *g, __m256i qh, int h, int k,
+                                                                const int kind)
+{
+    if (kind == PK32_Q8_0) return ld32(g + 32 + 64 * k + 32 * h);
+    return pk32_values(g, qh, h, k / 2, k % 2, kind);
+}
+
+static inline __attribute__((always_inline)) void pk32_tile(float *y, size_t ldy, const uint8_t *g,
+                                                            const uint8_t *qa, size_t qs, size_t nb, size_t nt,
+                                                            const int kind)
+{
+    const size_t gb = (size_t)k_pk32[kind].gb;
+    const int sgn = kind == PK32_IQ4_NL || kind == PK32_Q8_0; /* |q| times a with q's sign */
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[PKT_TOK];
+        for (size_t t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+        const uint8_t *gp = g;
+        for (size_t b = 0; b < nb; b++, gp += gb) {
+            __m256i u[8], v[8];
+            __m256i qh = k_pk32[kind].ho >= 0 ? ld32(gp + k_pk32[kind].ho + 32 * h) : _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                v[k] = pkt_values(gp, qh, h, k, kind);
+                u[k] = sgn ? _mm256_abs_epi8(v[k]) : v[k];
+            }
+            const __m256 dw = half_scales(gp + 16 * h);
+            const __m256 mw = k_pk32[kind].mo >= 0 ? half_scales(gp + k_pk32[kind].mo + 16 * h) : dw;
+            for (size_t t = 0; t < nt; t++) {
+                const skv_act32 *a = ACT32(qa, qs, t, b);
+                __m256i p;
+                if (sgn) { /* maddubs pairs up to 2 * 128 * 127: one step per int32 widening */
+                    p = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                    for (int k = 0; k < 8; k++)
+                        p = dp_u8s8(p, u[k], _mm256_sign_epi8(bcast4(a->qs + PKT_AOFF(k, kind)), v[k]));
+                } else { /* u <= 31: 4 pairs of 2 * 31 * 128 fit int16, so two int16 sums of 4 steps */
+                    __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+#pragma GCC unroll 8
+                    for (int k = 0; k < 8; k += 2) {
+                        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(u[k], bcast4(a->qs + PKT_AOFF(k, kind))));
+                        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(u[k + 1], bcast4(a->qs + PKT_AOFF(k + 1, kind))));
+                    }
+                    p = _mm256_add_epi32(_mm256_madd_epi16(s0, _mm256_set1_epi16(1)),
+                                         _mm256_madd_epi16(s1, _mm256_set1_epi16(1)));
+                }
+                int32_t asum = a->bsum[0] + a->bsum[1];
+                if (k_pk32[kind].bias) p = _mm256_sub_epi32(p, _mm256_set1_epi32(k_pk32[kind].bias * asum));
+                acc[t] = fma_scaled(acc[t], dw, a->d, p);
+                if (k_pk32[kind].mo >= 0) acc[t] = fma_scaled(acc[t], mw, a->d, _mm256_set1_epi32(asum));
+            }
+        }
+        for (size_t t = 0; t < nt; t++) _mm256_storeu_ps(y + t * ldy + 8 * (size_t)h, acc[t]);
+    }
+}
+
+#endif
+
 #if SKV_DOT_VNNI
 /* ---- AVX-512: the 16 rows in the lanes of a zmm register ---- */
 
@@ -166,6 +240,7 @@ static void pkz_group_q8_0(float *y, const uint8_t *g, const skv_act32 *a, size_
     }
     _mm512_storeu_ps(y, acc);
 }
+
 #define PK32_GROUP pkz32_group
 #else
 #define PK32_GROUP pk32_group
@@ -183,5 +258,26 @@ PK32_TYPE(q5_0, PK32_Q5_0)
 PK32_TYPE(q5_1, PK32_Q5_1)
 PK32_TYPE(iq4_nl, PK32_IQ4_NL)
 SKV_PK_GEMV(q8_0, skv_act32, 32)
+
+#if !SKV_DOT_VNNI
+/* The AVX2 prefill entry points: y[t * ldy + r] for the n_rows (a multiple of 16) packed rows
+ * at W and T tokens. */
+#define PK32_GEMM(name, kind)                                                                                   \
+    void skv_gemm_##name##_pk_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa,      \
+                                   size_t qs, size_t K, size_t T, size_t n_rows)                               \
+    {                                                                                                          \
+        const uint8_t *w = W, *q = qa;                                                                         \
+        for (size_t r = 0; r < n_rows; r += 16)                                                                \
+            for (size_t t = 0; t < T; t += PKT_TOK)                                                            \
+                pk32_tile(y + t * ldy + r, ldy, w + r * row_bytes, q + t * qs, qs, K / 32,                     \
+                          T - t < PKT_TOK ? T - t : PKT_TOK, kind);                                            \
+    }
+PK32_GEMM(q4_1, PK32_Q4_1)
+PK32_GEMM(q5_0, PK32_Q5_0)
+PK32_GEMM(q5_1, PK32_Q5_1)
+PK32_GEMM(iq4_nl, PK32_IQ4_NL)
+PK32_GEMM(q4_0, PK32_Q4_0)
+PK32_GEMM(q8_0, PK32_Q8_0)
+#endif
 
 #endif
