@@ -146,6 +146,8 @@ SKV_PKT_DECL(q5_1);
 SKV_PKT_DECL(iq4_nl);
 SKV_PKT_DECL(q4_0);
 SKV_PKT_DECL(q8_0);
+SKV_PKT_DECL(q4_k); /* dot_pack_x86.h */
+SKV_PKT_DECL(q5_k);
 SKV_PK_DECL(q3_k);
 
 #endif

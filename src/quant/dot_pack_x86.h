@@ -269,6 +269,113 @@ void SKV_DOT_PFN(unpack8_q4_0)(const void *P, size_t nb, size_t r0, void *dst)
     }
 }
 
+#if !SKV_DOT_VNNI
+/* ---- AVX2 prefill of the 256-value types: the decode's per-lane sums over a tile of
+ * tokens ----
+ * Per half (8 rows) and block, the values are formed once into an L1 buffer (the chunk
+ * order of the decode) with the runs' scales, then each of up to PKT_TOK256 tokens runs
+ * the decode's integer sums and float chain on them: the same bits as pk_group_*. */
+#define PKT_TOK256 32 /* bench_dot 2048 5632 128, AVX2: q4_k 188 -> 158 us per token over the unpacked rows; two tokens per value load measured no faster */
+
+/* q4_k / q5_k: a half's block formed: u[c][j][0 / 1] = the low / high values of chunk 8c
+ * + j (q5_k's fifth bit on), sc[r] the runs' scales and mn[k] the mins of runs 2k, 2k + 1
+ * as int16 lanes. */
+typedef struct {
+    __m256i u[4][8][2], sc[8], mn[4];
+    __m256 dw, dm;
+} k4_formed;
+
+static inline __attribute__((always_inline)) void k4_form(k4_formed *f, const uint8_t *g, int h, const int q5)
+{
+    const size_t qo = q5 ? 832 : 320;
+    for (int c = 0; c < 4; c++)
+        for (int j = 0; j < 8; j++) {
+            __m256i v = ld32(g + qo + 64 * (8 * c + j) + 32 * h), l = lo4(v), u = hi4(v);
+            if (q5) {
+                __m256i qh = ld32(g + 320 + 64 * j + 32 * h);
+                l = _mm256_or_si256(l, bit4(qh, 2 * c)), u = _mm256_or_si256(u, bit4(qh, 2 * c + 1));
+            }
+            f->u[c][j][0] = l, f->u[c][j][1] = u;
+        }
+    for (int r = 0; r < 8; r++) f->sc[r] = u8x8(g + 64 + 16 * r + 8 * h);
+    for (int k = 0; k < 4; k++) f->mn[k] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(g + 192 + 32 * k + 16 * h)));
+    f->dw = half_scales(g + 16 * h);
+    f->dm = _mm256_xor_ps(half_scales(g + 32 + 16 * h), _mm256_set1_ps(-0.0f));
+}
+
+/* One token's decode sums and chain on a formed half block. */
+static inline __attribute__((always_inline)) __m256 k4_token(__m256 acc, const k4_formed *f, const skv_act256 *a,
+                                                             const int q5)
+{
+    const int span = q5 ? 4 : 8;
+    __m256i is = _mm256_setzero_si256(), mi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m256i pl = _mm256_setzero_si256(), ph = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int j0 = 0; j0 < 8; j0 += span) {
+            __m256i sl = _mm256_setzero_si256(), sh = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int j = j0; j < j0 + span; j++) {
+                sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(f->u[c][j][0], bcast4(a->qs + 64 * c + 4 * j)));
+                sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(f->u[c][j][1], bcast4(a->qs + 64 * c + 32 + 4 * j)));
+            }
+            pl = _mm256_add_epi32(pl, _mm256_madd_epi16(sl, _mm256_set1_epi16(1)));
+            ph = _mm256_add_epi32(ph, _mm256_madd_epi16(sh, _mm256_set1_epi16(1)));
+        }
+        is = _mm256_add_epi32(is, _mm256_mullo_epi32(pl, f->sc[2 * c]));
+        is = _mm256_add_epi32(is, _mm256_mullo_epi32(ph, f->sc[2 * c + 1]));
+    }
+    for (int k = 0; k < 4; k++) {
+        int32_t bs = pair16(a->bsum[4 * k] + a->bsum[4 * k + 1], a->bsum[4 * k + 2] + a->bsum[4 * k + 3]);
+        mi = _mm256_add_epi32(mi, _mm256_madd_epi16(f->mn[k], _mm256_set1_epi32(bs)));
+    }
+    __m256 dx = _mm256_set1_ps(a->d);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(f->dw, dx), _mm256_cvtepi32_ps(is), acc);
+    return _mm256_fmadd_ps(_mm256_mul_ps(f->dm, dx), _mm256_cvtepi32_ps(mi), acc);
+}
+
+static inline __attribute__((always_inline)) void pk_tile_k4(float *y, size_t ldy, const uint8_t *g, const uint8_t *qa,
+                                                             size_t qs, size_t nb, size_t nt, const int q5)
+{
+    const size_t gb = q5 ? 2880 : 2368;
+    k4_formed f;
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[PKT_TOK256];
+        for (size_t t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+        for (size_t b = 0; b < nb; b++) {
+            k4_form(&f, g + b * gb, h, q5);
+            for (size_t t = 0; t < nt; t++) acc[t] = k4_token(acc[t], &f, ACT256(qa, qs, t, b), q5);
+        }
+        for (size_t t = 0; t < nt; t++) _mm256_storeu_ps(y + t * ldy + 8 * (size_t)h, acc[t]);
+    }
+}
+
+static void pk_tile_q4_k(float *y, size_t ldy, const uint8_t *g, const uint8_t *qa, size_t qs, size_t nb, size_t nt)
+{
+    pk_tile_k4(y, ldy, g, qa, qs, nb, nt, 0);
+}
+
+static void pk_tile_q5_k(float *y, size_t ldy, const uint8_t *g, const uint8_t *qa, size_t qs, size_t nb, size_t nt)
+{
+    pk_tile_k4(y, ldy, g, qa, qs, nb, nt, 1);
+}
+
+/* The prefill entry points: y[t * ldy + r] for n_rows (a multiple of 16) packed rows, T tokens. */
+#define SKV_PK_GEMM256(name)                                                                                      \
+    void skv_gemm_##name##_pk_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa,        \
+                                   size_t qs, size_t K, size_t T, size_t n_rows)                                 \
+    {                                                                                                            \
+        const uint8_t *w = W, *q = qa;                                                                           \
+        for (size_t r = 0; r < n_rows; r += 16)                                                                  \
+            for (size_t t = 0; t < T; t += PKT_TOK256)                                                           \
+                pk_tile_##name(y + t * ldy + r, ldy, w + r * row_bytes, q + t * qs, qs, K / 256,                 \
+                               T - t < PKT_TOK256 ? T - t : PKT_TOK256);                                         \
+    }
+SKV_PK_GEMM256(q4_k)
+SKV_PK_GEMM256(q5_k)
+#endif
+
 #if SKV_DOT_VNNI
 /* ---- AVX-512: the same per lane, a whole group of 16 rows in the 16 lanes of a zmm
  * register (a 64-byte chunk is one load). ---- */

@@ -269,13 +269,14 @@ void skv_gemm_packed(int level, uint32_t type, float *y, size_t ldy, const void 
         return;
     }
 #if defined(__x86_64__)
-    if (T > 1 && level == SKV_DOT_AVX2) { /* the 32-value types: tiles on the packed rows (dot_pack32_x86.h) */
+    if (T > 1 && level == SKV_DOT_AVX2) { /* tiles on the packed rows (dot_pack32_x86.h, dot_pack_x86.h) */
         static const struct {
             uint32_t type;
             skv_gemm_fn fn;
         } k_tiles[] = {{SKV_GGML_Q4_0, skv_gemm_q4_0_pk_avx2},   {SKV_GGML_Q4_1, skv_gemm_q4_1_pk_avx2},
                        {SKV_GGML_Q5_0, skv_gemm_q5_0_pk_avx2},   {SKV_GGML_Q5_1, skv_gemm_q5_1_pk_avx2},
-                       {SKV_GGML_IQ4_NL, skv_gemm_iq4_nl_pk_avx2}, {SKV_GGML_Q8_0, skv_gemm_q8_0_pk_avx2}};
+                       {SKV_GGML_IQ4_NL, skv_gemm_iq4_nl_pk_avx2}, {SKV_GGML_Q8_0, skv_gemm_q8_0_pk_avx2},
+                       {SKV_GGML_Q4_K, skv_gemm_q4_k_pk_avx2},   {SKV_GGML_Q5_K, skv_gemm_q5_k_pk_avx2}};
         for (size_t i = 0; i < sizeof k_tiles / sizeof k_tiles[0]; i++)
             if (k_tiles[i].type == type) {
                 k_tiles[i].fn(y, ldy, W, row_bytes, qa, qa_stride, K, T, n_rows);
