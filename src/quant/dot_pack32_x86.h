@@ -260,18 +260,14 @@ PK32_TYPE(iq4_nl, PK32_IQ4_NL)
 SKV_PK_GEMV(q8_0, skv_act32, 32)
 
 #if !SKV_DOT_VNNI
-/* The AVX2 prefill entry points: y[t * ldy + r] for the n_rows (a multiple of 16) packed rows
- * at W and T tokens. */
+/* The AVX2 prefill entry points (dot_pack_x86.h's SKV_PK_GEMM_TILES). */
 #define PK32_GEMM(name, kind)                                                                                   \
-    void skv_gemm_##name##_pk_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa,      \
-                                   size_t qs, size_t K, size_t T, size_t n_rows)                               \
+    static void pk_tile_##name(float *y, size_t ldy, const uint8_t *g, const uint8_t *qa, size_t qs, size_t nb, \
+                               size_t nt)                                                                      \
     {                                                                                                          \
-        const uint8_t *w = W, *q = qa;                                                                         \
-        for (size_t r = 0; r < n_rows; r += 16)                                                                \
-            for (size_t t = 0; t < T; t += PKT_TOK)                                                            \
-                pk32_tile(y + t * ldy + r, ldy, w + r * row_bytes, q + t * qs, qs, K / 32,                     \
-                          T - t < PKT_TOK ? T - t : PKT_TOK, kind);                                            \
-    }
+        pk32_tile(y, ldy, g, qa, qs, nb, nt, kind);                                                            \
+    }                                                                                                          \
+    SKV_PK_GEMM_TILES(name, 32, PKT_TOK)
 PK32_GEMM(q4_1, PK32_Q4_1)
 PK32_GEMM(q5_0, PK32_Q5_0)
 PK32_GEMM(q5_1, PK32_Q5_1)

@@ -361,19 +361,20 @@ static void pk_tile_q5_k(float *y, size_t ldy, const uint8_t *g, const uint8_t *
     pk_tile_k4(y, ldy, g, qa, qs, nb, nt, 1);
 }
 
-/* The prefill entry points: y[t * ldy + r] for n_rows (a multiple of 16) packed rows, T tokens. */
-#define SKV_PK_GEMM256(name)                                                                                      \
+/* The prefill entry points over a type's tile pk_tile_<name> (16 rows x up to ntok tokens):
+ * y[t * ldy + r] for n_rows (a multiple of 16) packed rows, T tokens, blocks of n values. */
+#define SKV_PK_GEMM_TILES(name, n, ntok)                                                                          \
     void skv_gemm_##name##_pk_avx2(float *y, size_t ldy, const void *W, size_t row_bytes, const void *qa,        \
                                    size_t qs, size_t K, size_t T, size_t n_rows)                                 \
     {                                                                                                            \
         const uint8_t *w = W, *q = qa;                                                                           \
         for (size_t r = 0; r < n_rows; r += 16)                                                                  \
-            for (size_t t = 0; t < T; t += PKT_TOK256)                                                           \
-                pk_tile_##name(y + t * ldy + r, ldy, w + r * row_bytes, q + t * qs, qs, K / 256,                 \
-                               T - t < PKT_TOK256 ? T - t : PKT_TOK256);                                         \
+            for (size_t t = 0; t < T; t += (ntok))                                                               \
+                pk_tile_##name(y + t * ldy + r, ldy, w + r * row_bytes, q + t * qs, qs, K / (n),                 \
+                               T - t < (ntok) ? T - t : (ntok));                                                 \
     }
-SKV_PK_GEMM256(q4_k)
-SKV_PK_GEMM256(q5_k)
+SKV_PK_GEMM_TILES(q4_k, 256, PKT_TOK256)
+SKV_PK_GEMM_TILES(q5_k, 256, PKT_TOK256)
 #endif
 
 #if SKV_DOT_VNNI
