@@ -29,9 +29,18 @@ U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
 # GGML tensor types: (elements per block, bytes per block)
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K, GGML_BF16 = 0, 1, 2, 8, 12, 30
 GGML_IQ2_XXS = 16  # sized only (error-path tests: a type seqkv does not read)
+# Types written as random blocks (RANDOM_BLOCKS): block values, bytes, the offsets of the
+# block's binary16 scales and the largest scale drawn (so that |weight| stays below ~0.3).
+GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_Q2_K, GGML_Q3_K, GGML_Q5_K, GGML_Q6_K = 3, 6, 7, 10, 11, 13, 14
+GGML_IQ4_NL, GGML_IQ4_XS = 20, 23
+RANDOM_BLOCKS = {GGML_Q4_1: (32, 20, (0, 2), 0.01), GGML_Q5_0: (32, 22, (0,), 0.02),
+                 GGML_Q5_1: (32, 24, (0, 2), 0.01), GGML_Q2_K: (256, 84, (80, 82), 0.005),
+                 GGML_Q3_K: (256, 110, (108,), 0.002), GGML_Q4_K: (256, 144, (0, 2), 0.0003),
+                 GGML_Q5_K: (256, 176, (0, 2), 0.0002), GGML_Q6_K: (256, 210, (208,), 0.0001),
+                 GGML_IQ4_NL: (32, 18, (0,), 0.002), GGML_IQ4_XS: (256, 136, (0,), 0.0001)}
 TYPE_LAYOUT = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_BF16: (1, 2),
-               GGML_Q8_0: (32, 34), GGML_Q4_0: (32, 18), GGML_Q4_K: (256, 144),
-               GGML_IQ2_XXS: (256, 66)}
+               GGML_Q8_0: (32, 34), GGML_Q4_0: (32, 18), GGML_IQ2_XXS: (256, 66)}
+TYPE_LAYOUT.update({t: v[:2] for t, v in RANDOM_BLOCKS.items()})
 TYPE_BY_NAME = {"f32": GGML_F32, "f16": GGML_F16, "bf16": GGML_BF16,
                 "q8_0": GGML_Q8_0, "q4_0": GGML_Q4_0, "q4_k": GGML_Q4_K}
 
@@ -80,7 +89,23 @@ def quantize(w, ggml_type):
         rec = np.zeros(len(blocks), dtype=[("d", "<u2"), ("q", "u1", 16)])
         rec["d"], rec["q"] = d16, q[:, :16] | (q[:, 16:] << 4)
         return rec.tobytes()
+    if ggml_type in RANDOM_BLOCKS:  # random blocks (every byte pattern is a valid block)
+        return random_blocks(n, k, ggml_type, int(np.abs(w).sum() * 1e6) % (1 << 32))
     raise ValueError("cannot quantize to GGML type %d" % ggml_type)
+
+
+def random_blocks(n, k, ggml_type, seed):
+    """n rows of k values of a RANDOM_BLOCKS type: random bytes, the binary16 scales drawn
+    uniformly in +-(the type's largest scale), so the weights are finite and small."""
+    blk, size, offs, dmax = RANDOM_BLOCKS[ggml_type]
+    if k % blk:
+        raise ValueError("row length %d is not a multiple of %d" % (k, blk))
+    rng = np.random.default_rng(seed)
+    nb = n * k // blk
+    b = rng.integers(0, 256, size=(nb, size), dtype=np.uint8)
+    for o in offs:
+        b[:, o:o + 2] = _f16_bits(rng.uniform(-dmax, dmax, nb)).view(np.uint8).reshape(nb, 2)
+    return b.tobytes()
 
 
 def tensor_nbytes(ne, ggml_type):
