@@ -193,7 +193,7 @@ static void half_case(uint32_t type, size_t K, size_t n, size_t T)
 
 static void half_types(void)
 {
-    static const size_t Ks[] = {8, 64, 264, 2048}, ns[] = {16, 48}, Ts[] = {1, 2, 5, 8, 24, 33};
+    static const size_t Ks[] = {8, 64, 264, 2048}, ns[] = {16, 48}, Ts[] = {1, 2, 5, 8, 24, 33, 70};
     if (!skv_cpu_has(SKV_CPU_AVX2_SET)) SKIP("no AVX2+FMA+F16C on this CPU");
     for (int h = 0; h < 2; h++)
         for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++)
