@@ -275,7 +275,9 @@ void SKV_DOT_PFN(unpack8_q4_0)(const void *P, size_t nb, size_t r0, void *dst)
  * Per half (8 rows) and block, the values are formed once into an L1 buffer (the chunk
  * order of the decode) with the runs' scales, then each of up to PKT_TOK256 tokens runs
  * the decode's integer sums and float chain on them: the same bits as pk_group_*. */
-#define PKT_TOK256 32 /* bench_dot 2048 5632 128, AVX2: q4_k 188 -> 158 us per token over the unpacked rows; two tokens per value load measured no faster */
+/* bench_dot 2048 5632 128, AVX2: q4_k 188 -> 158 us per token over the unpacked rows; two
+ * tokens per value load measured no faster */
+#define PKT_TOK256 32
 
 /* q4_k / q5_k: a half's block formed: u[c][j][0 / 1] = the low / high values of chunk 8c
  * + j (q5_k's fifth bit on), sc[r] the runs' scales and mn[k] the mins of runs 2k, 2k + 1
