@@ -13,6 +13,7 @@
 /* Sanity caps: far above any real model, low enough to stop allocation bombs. */
 #define GGUF_MAX_KV ((uint64_t)1 << 20)
 #define GGUF_MAX_TENSORS ((uint64_t)1 << 20)
+#define GGUF_MAX_SPLITS 9999 /* shards of one model (gguf-split numbers them with 5 digits) */
 
 typedef struct {
     skv_gguf_str key;
@@ -34,6 +35,11 @@ struct skv_gguf {
      * first member of its gguf_kv / skv_gguf_tensor). A linear search per lookup made a
      * model load O(layers x tensors): minutes for a crafted 30 MB file. */
     const skv_gguf_str **kv_idx, **t_idx;
+    /* A model split over several files (llama.cpp's gguf-split: PREFIX-00001-of-0000N.gguf,
+     * ...): this handle is the first shard, whose metadata is the model's; the others are
+     * kept open here and their tensors merged into tensors / t_idx above. */
+    struct skv_gguf **shards;
+    size_t n_shards;
 };
 
 /* Size of one scalar metadata value of a fixed-size type; 0 for STRING/ARRAY/unknown. */
@@ -247,19 +253,29 @@ static int sort_names(const void *base, size_t n, size_t stride, const skv_gguf_
     return SKV_OK;
 }
 
-static int check_duplicates(skv_gguf *g, skv_err *err)
+/* (Re)builds the sorted index of the tensor names; a name given twice is an error. */
+static int index_tensors(skv_gguf *g, skv_err *err)
 {
-    const skv_gguf_str *d = NULL, *dt = NULL;
-    if (sort_names(&g->kv[0].key, g->n_kv, sizeof g->kv[0], &g->kv_idx, &d) ||
-        sort_names(&g->tensors[0].name, g->n_tensors, sizeof g->tensors[0], &g->t_idx, &dt))
+    const skv_gguf_str *dt = NULL;
+    free(g->t_idx);
+    g->t_idx = NULL;
+    if (sort_names(&g->tensors[0].name, g->n_tensors, sizeof g->tensors[0], &g->t_idx, &dt))
         return skv_fail(err, SKV_ERR_NOMEM, "out of memory reading GGUF");
-    if (d)
-        return skv_fail(err, SKV_ERR_FORMAT, "GGUF: duplicate key '%.*s'", (int)(d->len > 64 ? 64 : d->len),
-                        d->ptr);
     if (dt)
         return skv_fail(err, SKV_ERR_FORMAT, "GGUF: duplicate tensor name '%.*s'",
                         (int)(dt->len > 64 ? 64 : dt->len), dt->ptr);
     return SKV_OK;
+}
+
+static int check_duplicates(skv_gguf *g, skv_err *err)
+{
+    const skv_gguf_str *d = NULL;
+    if (sort_names(&g->kv[0].key, g->n_kv, sizeof g->kv[0], &g->kv_idx, &d))
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory reading GGUF");
+    if (d)
+        return skv_fail(err, SKV_ERR_FORMAT, "GGUF: duplicate key '%.*s'", (int)(d->len > 64 ? 64 : d->len),
+                        d->ptr);
+    return index_tensors(g, err);
 }
 
 /* The entry of a sorted index named z, or NULL. */
@@ -353,7 +369,7 @@ int skv_gguf_open_mem(const void *data, size_t size, skv_gguf **out, skv_err *er
     return SKV_OK;
 }
 
-int skv_gguf_open(const char *path, skv_gguf **out, skv_err *err)
+static int open_file(const char *path, skv_gguf **out, skv_err *err)
 {
     skv_mmap m;
     int rc = skv_mmap_open(path, &m, err);
@@ -367,9 +383,98 @@ int skv_gguf_open(const char *path, skv_gguf **out, skv_err *err)
     return SKV_OK;
 }
 
+/* A file's split.no and split.count (0 and 1 when it is not a shard). */
+static int split_info(const skv_gguf *g, const char *path, int64_t *no, int64_t *count, skv_err *err)
+{
+    int rc_c = skv_gguf_get_int(g, "split.count", count), rc_n = skv_gguf_get_int(g, "split.no", no);
+    if (rc_c == SKV_ERR_RANGE) *count = 1;
+    if (rc_n == SKV_ERR_RANGE) *no = 0;
+    if (rc_c == SKV_ERR_FORMAT || rc_n == SKV_ERR_FORMAT || *count < 1 || *count > GGUF_MAX_SPLITS || *no < 0 ||
+        *no >= *count)
+        return skv_fail(err, SKV_ERR_FORMAT, "'%s': split.no / split.count are not a shard number and count (1..%d)",
+                        path, GGUF_MAX_SPLITS);
+    return SKV_OK;
+}
+
+/* Opens the other shards of a split model whose first shard g was opened from path, and
+ * merges their tensors into g's table (the metadata stays the first shard's, as llama.cpp
+ * reads it). The shards are found by name: PREFIX-00001-of-0000N.gguf -> PREFIX-0000i-of-
+ * 0000N.gguf; each must say it is shard i of the same N, and the names must be unique
+ * across all of them. */
+static int open_shards(skv_gguf *g, const char *path, skv_err *err)
+{
+    int64_t no, count, total_hint;
+    char tail[40];
+    int rc = split_info(g, path, &no, &count, err);
+    if (rc || count == 1) return rc;
+    size_t plen = strlen(path), tlen = (size_t)snprintf(tail, sizeof tail, "-%05d-of-%05d.gguf", 1, (int)count);
+    if (no != 0)
+        return skv_fail(err, SKV_ERR_INVALID_ARG,
+                        "'%s' is shard %lld of %lld of a split model: give the first one (its name ends in %s)", path,
+                        (long long)no + 1, (long long)count, tail);
+    if (plen <= tlen || strcmp(path + plen - tlen, tail))
+        return skv_fail(err, SKV_ERR_FORMAT,
+                        "'%s' is the first of %lld shards of a split model, but its name does not end in %s, so "
+                        "the others cannot be found (keep gguf-split's file names)",
+                        path, (long long)count, tail);
+    char *p = malloc(plen + 1);
+    size_t total = g->n_tensors;
+    if (!p || !(g->shards = calloc((size_t)count - 1, sizeof *g->shards))) {
+        free(p);
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory opening a split model");
+    }
+    for (int64_t i = 1; i < count && !rc; i++) {
+        int64_t sno, scount;
+        snprintf(p, plen + 1, "%.*s-%05d-of-%05d.gguf", (int)(plen - tlen), path, (int)i + 1, (int)count);
+        if ((rc = open_file(p, &g->shards[g->n_shards], err))) {
+            char why[SKV_ERR_MSG];
+            snprintf(why, sizeof why, "%s", err ? err->msg : "");
+            rc = skv_fail(err, rc, "split model '%s': shard %lld of %lld: %s", path, (long long)i + 1,
+                          (long long)count, why);
+            break;
+        }
+        skv_gguf *sh = g->shards[g->n_shards++];
+        if ((rc = split_info(sh, p, &sno, &scount, err))) break;
+        if (sno != i || scount != count)
+            rc = skv_fail(err, SKV_ERR_FORMAT, "'%s' says it is shard %lld of %lld, not %lld of %lld", p,
+                          (long long)sno + 1, (long long)scount, (long long)i + 1, (long long)count);
+        total += sh->n_tensors;
+        g->size += sh->size;
+    }
+    free(p);
+    if (rc) return rc;
+    if (skv_gguf_get_int(g, "split.tensors.count", &total_hint) == SKV_OK && (uint64_t)total_hint != total)
+        return skv_fail(err, SKV_ERR_FORMAT, "split model '%s': split.tensors.count says %lld tensors, its %lld shards hold %zu",
+                        path, (long long)total_hint, (long long)count, total);
+    skv_gguf_tensor *t = malloc((total ? total : 1) * sizeof *t);
+    if (!t) return skv_fail(err, SKV_ERR_NOMEM, "out of memory opening a split model");
+    size_t at = g->n_tensors;
+    memcpy(t, g->tensors, at * sizeof *t);
+    for (size_t i = 0; i < g->n_shards; i++) {
+        memcpy(t + at, g->shards[i]->tensors, g->shards[i]->n_tensors * sizeof *t);
+        at += g->shards[i]->n_tensors;
+    }
+    free(g->tensors);
+    g->tensors = t;
+    g->n_tensors = total;
+    return index_tensors(g, err);
+}
+
+int skv_gguf_open(const char *path, skv_gguf **out, skv_err *err)
+{
+    int rc = open_file(path, out, err);
+    if (rc == SKV_OK && (rc = open_shards(*out, path, err))) {
+        skv_gguf_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 void skv_gguf_close(skv_gguf *g)
 {
     if (!g) return;
+    for (size_t i = 0; i < g->n_shards; i++) skv_gguf_close(g->shards[i]);
+    free(g->shards);
     free(g->kv);
     free(g->tensors);
     free(g->kv_idx);

@@ -44,6 +44,9 @@ typedef struct skv_gguf_tensor {
 
 typedef struct skv_gguf skv_gguf;
 
+/* Opens a model file. A model split by llama.cpp's gguf-split is opened from its first
+ * shard (PREFIX-00001-of-0000N.gguf; the others beside it): the handle then reads the first
+ * shard's metadata and the tensors of all N, and skv_gguf_file_size is their sum. */
 int skv_gguf_open(const char *path, skv_gguf **out, skv_err *err);
 /* Parses a buffer the caller keeps alive (used by the fuzzer and tests). */
 int skv_gguf_open_mem(const void *data, size_t size, skv_gguf **out, skv_err *err);
