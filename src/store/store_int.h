@@ -186,6 +186,11 @@ void store_kv_copy(const skv_store *st, const float *src, size_t len, size_t p0,
 int store_blob_put(tx *t, uint64_t id, const float *kv, uint32_t len, uint64_t *bytes);
 /* malloc'ed array; 1 = evicted (Redis only: counted as a miss; recompute) */
 int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out);
+/* The same in a buffer the handle keeps (no fresh pages to fault in): give it back with
+ * store_blob_give before the next blob is loaded (one kept at a time; a second taker gets
+ * a malloc'ed one, which store_blob_give frees). */
+int store_blob_get_kept(tx *t, uint64_t id, uint32_t len, float **out);
+void store_blob_give(skv_store *st, float *kv);
 int store_blob_del(tx *t, uint64_t id, uint32_t len);
 int store_io_get_node(void *u, uint64_t id, skv_trie_node *out); /* 1 = absent */
 int store_io_put_node(void *u, const skv_trie_node *n);

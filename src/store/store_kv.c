@@ -25,17 +25,22 @@ void store_kv_copy(const skv_store *st, const float *src, size_t len, size_t p0,
         memcpy(dst + (b * dlen + d0) * D, src + (b * len + p0) * D, n * D * sizeof *dst);
 }
 
-/* The byte planes of one blob go through a buffer the handle keeps: a restore of a
- * 457-position session allocated 1.8 MB for them and faulted fresh pages in every time
- * (about a sixth of its time). One buffer of up to PLANES_KEEP bytes, taken by one thread
- * at a time (another allocates its own meanwhile); freed at close. */
+/* A blob's decoding goes through buffers the handle keeps: its byte planes (zstd's output)
+ * and, for a restore, the floats they unshuffle to (copied into the context right after).
+ * Fresh buffers faulted their pages in every time: a restore of a 457-position session
+ * allocated 1.8 MB for each, and with every longer conversation malloc mapped new memory
+ * again (glibc maps what is larger than the largest block freed so far): after a restart
+ * zstd and the unshuffle took 2.2 ms where 0.7 with warm buffers. One buffer of each kind,
+ * of up to PLANES_KEEP bytes, taken by one thread at a time (another allocates its own
+ * meanwhile), grown with half again as much room (a conversation grows by a few positions
+ * a turn), freed at close. */
 #define PLANES_KEEP (32u << 20)
+
+enum { KEEP_PLANES, KEEP_FLOATS, KEEP_N };
 
 struct store_planes {
     pthread_mutex_t lock;
-    uint8_t *buf;
-    size_t cap;
-    int busy;
+    struct { uint8_t *buf; size_t cap; int busy; } b[KEEP_N];
 };
 
 static pthread_mutex_t g_planes_make = PTHREAD_MUTEX_INITIALIZER;
@@ -43,14 +48,14 @@ static pthread_mutex_t g_planes_make = PTHREAD_MUTEX_INITIALIZER;
 void store_kv_free(skv_store *st)
 {
     if (!st->planes) return;
-    free(st->planes->buf);
+    for (int i = 0; i < KEEP_N; i++) free(st->planes->b[i].buf);
     pthread_mutex_destroy(&st->planes->lock);
     free(st->planes);
     st->planes = NULL;
 }
 
-/* raw bytes: the kept buffer (grown) when free and small enough, else a fresh one. */
-static uint8_t *planes_take(skv_store *st, size_t raw)
+/* raw bytes: the kept buffer `which` (grown) when free and small enough, else a fresh one. */
+static uint8_t *planes_take(skv_store *st, size_t raw, int which)
 {
     struct store_planes *k;
     pthread_mutex_lock(&g_planes_make);
@@ -63,19 +68,27 @@ static uint8_t *planes_take(skv_store *st, size_t raw)
     if (!k || raw > PLANES_KEEP) return malloc(raw ? raw : 1);
     pthread_mutex_lock(&k->lock);
     uint8_t *b = NULL;
-    if (!k->busy && (k->cap >= raw || (free(k->buf), k->cap = 0, (k->buf = malloc(raw ? raw : 1)) && (k->cap = raw))))
-        b = k->buf, k->busy = 1;
+    if (!k->b[which].busy) {
+        if (k->b[which].cap < raw) {
+            size_t cap = raw + raw / 2 < PLANES_KEEP ? raw + raw / 2 : PLANES_KEEP;
+            free(k->b[which].buf);
+            k->b[which].cap = (k->b[which].buf = malloc(cap)) ? cap : 0;
+        }
+        if (k->b[which].cap >= raw) b = k->b[which].buf, k->b[which].busy = 1;
+    }
     pthread_mutex_unlock(&k->lock);
     return b ? b : malloc(raw ? raw : 1);
 }
 
-static void planes_give(skv_store *st, uint8_t *b)
+/* Gives back what planes_take returned (a kept buffer, or frees a fresh one). */
+static void planes_give(skv_store *st, void *b)
 {
     struct store_planes *k = st->planes;
-    if (k) {
+    if (k && b) {
         pthread_mutex_lock(&k->lock);
-        int kept = b && b == k->buf;
-        if (kept) k->busy = 0;
+        int kept = 0;
+        for (int i = 0; i < KEEP_N; i++)
+            if (b == k->b[i].buf) k->b[i].busy = 0, kept = 1;
         pthread_mutex_unlock(&k->lock);
         if (kept) return;
     }
@@ -93,7 +106,7 @@ static int blob_encode(tx *t, const float *kv, uint32_t len, uint8_t **out, size
 {
     skv_store *st = t->st;
     size_t nf = (size_t)len * store_pos_floats(st), raw = nf * 4, cap = BLOB_HDR + ZSTD_compressBound(raw);
-    uint8_t *sh = planes_take(st, raw), *b = malloc(cap);
+    uint8_t *sh = planes_take(st, raw, KEEP_PLANES), *b = malloc(cap);
     int rc = SKV_OK;
     if (!sh || !b) rc = store_err(st, SKV_ERR_NOMEM, "out of memory");
     if (!rc) {
@@ -128,30 +141,34 @@ int store_blob_put(tx *t, uint64_t id, const float *kv, uint32_t len, uint64_t *
 }
 
 /* Decodes and checks a blob of len positions into a malloc'ed array. */
-static int blob_decode(tx *t, uint64_t id, uint32_t len, const uint8_t *p, size_t n, float **out)
+/* kept: the floats in the handle's kept buffer (give back with store_blob_give), else
+ * malloc'ed (free). */
+static int blob_decode(tx *t, uint64_t id, uint32_t len, const uint8_t *p, size_t n, int kept, float **out)
 {
     skv_store *st = t->st;
     size_t nf = (size_t)len * store_pos_floats(st), raw = nf * 4;
     if (n < BLOB_HDR || skv_rd32(p) != KV_MAGIC || skv_rd32(p + 4) != len ||
         ZSTD_getFrameContentSize(p + BLOB_HDR, n - BLOB_HDR) != raw)
         return store_err(st, SKV_ERR_FORMAT, "KV of node %llu: bad blob header", (unsigned long long)id);
-    uint8_t *sh = planes_take(st, raw);
-    float *kv = malloc(raw ? raw : 1);
-    if (!sh || !kv) { planes_give(st, sh); free(kv); return store_err(st, SKV_ERR_NOMEM, "out of memory"); }
+    uint8_t *sh = planes_take(st, raw, KEEP_PLANES);
+    float *kv = kept ? (float *)(void *)planes_take(st, raw, KEEP_FLOATS) : malloc(raw ? raw : 1);
+    if (!sh || !kv) {
+        planes_give(st, sh);
+        planes_give(st, kv);
+        return store_err(st, SKV_ERR_NOMEM, "out of memory");
+    }
     size_t d = ZSTD_decompress(sh, raw, p + BLOB_HDR, n - BLOB_HDR);
     if (!ZSTD_isError(d) && d == raw) skv_shuffle4(sh, (uint8_t *)kv, nf, 1);
     planes_give(st, sh);
     if (ZSTD_isError(d) || d != raw || XXH3_64bits(kv, raw) != skv_rd64(p + 8)) {
-        free(kv);
+        planes_give(st, kv);
         return store_err(st, SKV_ERR_FORMAT, "KV of node %llu does not decode (damaged)", (unsigned long long)id);
     }
     *out = kv;
     return SKV_OK;
 }
 
-/* Loads node id's KV (len positions) into a malloc'ed array. A blob the backend may have
- * evicted (Redis) is a miss (1, counted); in LMDB it is damage. */
-int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out)
+static int blob_get(tx *t, uint64_t id, uint32_t len, int kept, float **out)
 {
     uint8_t key[12];
     const uint8_t *p;
@@ -165,7 +182,24 @@ int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out)
     if (rc == 1)
         return store_err(t->st, SKV_ERR_FORMAT, "node %llu is marked materialised but has no KV",
                          (unsigned long long)id);
-    return rc ? rc : blob_decode(t, id, len, p, n, out);
+    return rc ? rc : blob_decode(t, id, len, p, n, kept, out);
+}
+
+/* Loads node id's KV (len positions) into a malloc'ed array. A blob the backend may have
+ * evicted (Redis) is a miss (1, counted); in LMDB it is damage. */
+int store_blob_get(tx *t, uint64_t id, uint32_t len, float **out)
+{
+    return blob_get(t, id, len, 0, out);
+}
+
+int store_blob_get_kept(tx *t, uint64_t id, uint32_t len, float **out)
+{
+    return blob_get(t, id, len, 1, out);
+}
+
+void store_blob_give(skv_store *st, float *kv)
+{
+    planes_give(st, kv);
 }
 
 int store_blob_del(tx *t, uint64_t id, uint32_t len)

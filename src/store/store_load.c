@@ -31,14 +31,14 @@ int store_load_prefix(tx *t, const skv_trie_path *p, uint32_t upto, skv_ctx *ctx
         uint32_t p0 = nd->depth - nd->len, use = nd->depth <= upto ? nd->len : upto - p0;
         float *kv, *part;
         if (p0 >= upto) break;
-        if ((rc = store_blob_get(t, nd->id, nd->len, &kv)) == 1) return SKV_OK;
+        if ((rc = store_blob_get_kept(t, nd->id, nd->len, &kv)) == 1) return SKV_OK;
         if (rc) return rc;
         part = kv;
         if (use < nd->len && (part = malloc((size_t)use * store_pos_floats(t->st) * sizeof *part)))
             store_kv_copy(t->st, kv, nd->len, 0, use, part, use, 0);
         rc = part ? skv_ctx_kv_write(ctx, (int)p0, (int)use, part) : SKV_ERR_NOMEM;
         if (part != kv) free(part);
-        free(kv);
+        store_blob_give(t->st, kv);
         if (rc) return store_err(t->st, rc, "loading KV: %s", skv_ctx_last_error(ctx));
         *got = p0 + use;
     }
