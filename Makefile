@@ -74,7 +74,7 @@ PYSRC := python/setup.py $(wildcard python/seqkv/*.c python/seqkv/*.py python/se
 # The HTTP server is linked into the seqkv binary only; its chat templates (template*.c)
 # are in the library (see the end of this file).
 SERVERSRC := $(filter-out src/server/template%.c,$(sort $(wildcard src/server/*.c)))
-SERVERLIBS := -lmicrohttpd -ljansson
+SERVERLIBS := -lmicrohttpd -ljansson -lcurl
 BENCHSRC := $(sort $(wildcard bench/*.c))
 BENCHBIN := $(BENCHSRC:bench/%.c=$(BUILD)/bench/%)
 

@@ -12,7 +12,7 @@
 # (default 600), polling every $APT_LOCK_POLL (default 5).
 set -eu
 pkgs="build-essential clang pkg-config python3 python3-dev python3-setuptools python3-numpy python3-pip python3-venv bible-kjv python3-regex liblmdb-dev libzstd-dev libxxhash-dev
-      libmicrohttpd-dev libjansson-dev libhiredis-dev redis-server redis-sentinel haproxy curl
+      libmicrohttpd-dev libjansson-dev libhiredis-dev libcurl4-openssl-dev redis-server redis-sentinel haproxy curl
       python3-pytest python3-requests python3-aiohttp python3-jsonschema python3-wget python3-filelock
       python3-prometheus-client"
 for arg in "$@"; do

@@ -135,13 +135,8 @@ def broken_splits(tmp):
 
 
 def main():
-    rep = Reporter("test_gguf_split")
     cases = [same_bits, serve_split, broken_splits]
-    if not os.path.isfile(MODEL):
-        for c in cases:
-            rep.report(c.__name__, testenv.missing("SKIP", "FAIL"), "stories260K not found (../shared)")
-        return 1 if rep.failed else 0
-    return testenv.run_cases(rep, cases, "skv-split-")
+    return testenv.run_stories_cases(Reporter("test_gguf_split"), cases, MODEL, "skv-split-")
 
 
 if __name__ == "__main__":

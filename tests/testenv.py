@@ -48,3 +48,13 @@ def run_cases(reporter, cases, prefix):
         for case in cases:
             reporter.run_case(case, tmp)
     return 1 if reporter.failed else 0
+
+
+def run_stories_cases(reporter, cases, model, prefix):
+    """run_cases when model (a path under the shared assets) exists; otherwise every case
+    is reported missing (SKIP, or FAIL when the shared assets are required)."""
+    if not os.path.isfile(model):
+        for c in cases:
+            reporter.report(c.__name__, missing("SKIP", "FAIL"), "%s not found (../shared)" % os.path.basename(model))
+        return 1 if reporter.failed else 0
+    return run_cases(reporter, cases, prefix)

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "server/srv.h"
@@ -38,7 +39,7 @@ static int mhd_queue(const srv *s, struct MHD_Connection *c, int code, struct MH
 {
     if (!resp) return -1;
     const char *origin = srv_cors_origin(&s->p, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"));
-    MHD_add_response_header(resp, "Content-Type", type);
+    if (type) MHD_add_response_header(resp, "Content-Type", type);
     if (origin) MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)code, resp);
     MHD_destroy_response(resp);
@@ -110,7 +111,56 @@ static int mhd_alive(void *arg)
     return !(n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR));
 }
 
-static const srv_sink mhd_sink = {mhd_text, mhd_stream, mhd_alive};
+/* /cors-proxy's reply: the upstream's status, headers and body as they come (proxy.c). */
+static ssize_t proxy_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+    int end;
+    size_t n = srv_proxy_read(cls, out, max, &end);
+    (void)pos;
+    return n ? (ssize_t)n : end > 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void proxy_free(void *cls) { srv_proxy_close(cls); }
+
+typedef struct {
+    struct MHD_Response *resp;
+    char type[256]; /* the upstream's Content-Type ("": none) */
+} proxy_hdrs;
+
+static void proxy_header(void *u, const char *name, const char *value)
+{
+    proxy_hdrs *h = u;
+    if (!strcasecmp(name, "Content-Type")) snprintf(h->type, sizeof h->type, "%s", value);
+    else MHD_add_response_header(h->resp, name, value);
+}
+
+static int mhd_proxy(srv_req *r, srv_proxy *px)
+{
+    int status = srv_proxy_status(px);
+    proxy_hdrs h = {MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, proxy_read, px, proxy_free), ""};
+    if (!h.resp) {
+        srv_proxy_close(px);
+        return -1;
+    }
+    srv_proxy_headers(px, proxy_header, &h);
+    return mhd_queue(r->s, r->conn, status, h.resp, h.type[0] ? h.type : NULL);
+}
+
+static const srv_sink mhd_sink = {mhd_text, mhd_stream, mhd_alive, mhd_proxy};
+
+/* The request's headers into an array (for /cors-proxy, which forwards some). */
+typedef struct {
+    srv_header *v;
+    size_t n, cap;
+} header_list;
+
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    header_list *l = cls;
+    (void)kind;
+    if (l->n < l->cap && key && value) l->v[l->n++] = (srv_header){key, value};
+    return MHD_YES;
+}
 
 /* Grows the body buffer to cap bytes, charged first; 0 or a refusal (413, 503, 500). */
 static int body_room(conn_st *cs, size_t cap)
@@ -199,6 +249,13 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     r.auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     r.x_api_key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
     r.action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
+    srv_header hv[SRV_PROXY_MAX_HEADERS];
+    header_list hl = {hv, 0, SRV_PROXY_MAX_HEADERS};
+    if (!strcmp(url, "/cors-proxy")) {
+        r.proxy_url = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "url");
+        MHD_get_connection_values(c, MHD_HEADER_KIND, collect_header, &hl);
+        r.headers = hv, r.n_headers = hl.n;
+    }
     srv_mem_scope *prev = srv_mem_bind(&cs->mem);
     cs->mem.refused = cs->refused;
     int rc = cs->refused ? srv_dispatch_refused(&r) : srv_dispatch(&r);

@@ -5,6 +5,7 @@
 #define SKV_SERVER_LIMITS_H
 
 #define SRV_MAX_BODY (4u << 20)        /* request body bytes (413 beyond) */
+#define SRV_PROXY_MAX_HEADERS 256      /* request headers /cors-proxy looks at (the rest: not forwarded) */
 #define SRV_MAX_JSON_DEPTH 32          /* nesting of arrays/objects in a body */
 #define SRV_MAX_N_PREDICT 4096         /* tokens one request may ask to generate */
 #define SRV_MAX_FIELDS 64              /* response_fields entries */

@@ -162,7 +162,7 @@ int srv_dispatch(srv_req *r)
     if (!srv_route_find(r->method, r->url, &rt)) return srv_reply_error(r, 404, "File Not Found");
     if (!rt.open && r->s->p.api_key && !key_ok(r)) return srv_reply_error(r, 401, "Invalid API Key");
     if (!rt.early && !atomic_load(&r->s->ready)) return srv_reply_error(r, 503, "Loading model");
-    rc = strcmp(r->method, "POST") ? 1 : parse_body(r, rt.empty_ok);
+    rc = strcmp(r->method, "POST") || rt.raw ? 1 : parse_body(r, rt.empty_ok);
     if (rc == 1) rc = rt.fn(r);
     json_decref(r->body); /* also a parsed body that was refused (not an object) */
     r->body = NULL;

@@ -170,39 +170,42 @@ typedef struct route {
     int open;     /* no API key needed */
     int early;    /* answers while the model loads */
     int empty_ok; /* a POST without a body reads as {} */
+    int raw;      /* the POST body is handed on as is */
 } route;
 
 static const route routes[] = {
-    {"GET", "/", srv_rt_webui, 1, 0, 0}, /* "/" matches only itself (path_matches) */
-    {"GET", "/index.html", srv_rt_webui, 1, 0, 0},
-    {"GET", "/sw.js", srv_rt_webui, 1, 0, 0},
-    {"GET", "/manifest.webmanifest", srv_rt_webui, 1, 0, 0},
-    {"GET", "/_app/version.json", srv_rt_webui, 1, 0, 0},
-    {"POST", "/chat/completions/input_tokens", srv_rt_chat_input_tokens, 0, 0, 0},
-    {"POST", "/v1/chat/completions/input_tokens", srv_rt_chat_input_tokens, 0, 0, 0},
-    {"GET", "/health", rt_health, 1, 1, 0},
-    {"GET", "/v1/health", rt_health, 1, 1, 0},
-    {"GET", "/v1/models", rt_models, 1, 0, 0},
-    {"GET", "/models", rt_models, 1, 0, 0},
-    {"GET", "/props", rt_props, 0, 0, 0},
-    {"GET", "/slots", rt_slots, 0, 0, 0},
-    {"POST", "/slots/", srv_rt_slot_action, 0, 0, 1},
-    {"GET", "/metrics", rt_metrics, 0, 0, 0},
-    {"POST", "/tokenize", rt_tokenize, 0, 0, 0},
-    {"POST", "/detokenize", rt_detokenize, 0, 0, 0},
-    {"POST", "/completion", srv_rt_completion, 0, 0, 0},
-    {"POST", "/completions", srv_rt_completion, 0, 0, 0},
-    {"POST", "/v1/completions", srv_rt_oai_completion, 0, 0, 0},
-    {"POST", "/v1/chat/completions", srv_rt_oai_chat, 0, 0, 0},
-    {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0, 0},
-    {"POST", "/apply-template", srv_rt_apply_template, 0, 0, 0},
-    {"POST", "/infill", srv_rt_infill, 0, 0, 0},
-    {"POST", "/embedding", srv_rt_embedding, 0, 0, 0},
-    {"POST", "/embeddings", srv_rt_embedding, 0, 0, 0},
-    {"POST", "/v1/embeddings", srv_rt_oai_embeddings, 0, 0, 0},
-    {"POST", "/rerank", rt_rerank, 0, 0, 0},
-    {"POST", "/reranking", rt_rerank, 0, 0, 0},
-    {"POST", "/v1/rerank", rt_rerank, 0, 0, 0},
+    {"GET", "/", srv_rt_webui, 1, 0, 0, 0}, /* "/" matches only itself (path_matches) */
+    {"GET", "/index.html", srv_rt_webui, 1, 0, 0, 0},
+    {"GET", "/sw.js", srv_rt_webui, 1, 0, 0, 0},
+    {"GET", "/manifest.webmanifest", srv_rt_webui, 1, 0, 0, 0},
+    {"GET", "/_app/version.json", srv_rt_webui, 1, 0, 0, 0},
+    {"POST", "/chat/completions/input_tokens", srv_rt_chat_input_tokens, 0, 0, 0, 0},
+    {"POST", "/v1/chat/completions/input_tokens", srv_rt_chat_input_tokens, 0, 0, 0, 0},
+    {"GET", "/health", rt_health, 1, 1, 0, 0},
+    {"GET", "/v1/health", rt_health, 1, 1, 0, 0},
+    {"GET", "/v1/models", rt_models, 1, 0, 0, 0},
+    {"GET", "/models", rt_models, 1, 0, 0, 0},
+    {"GET", "/props", rt_props, 0, 0, 0, 0},
+    {"GET", "/slots", rt_slots, 0, 0, 0, 0},
+    {"POST", "/slots/", srv_rt_slot_action, 0, 0, 1, 0},
+    {"GET", "/metrics", rt_metrics, 0, 0, 0, 0},
+    {"POST", "/tokenize", rt_tokenize, 0, 0, 0, 0},
+    {"POST", "/detokenize", rt_detokenize, 0, 0, 0, 0},
+    {"POST", "/completion", srv_rt_completion, 0, 0, 0, 0},
+    {"POST", "/completions", srv_rt_completion, 0, 0, 0, 0},
+    {"POST", "/v1/completions", srv_rt_oai_completion, 0, 0, 0, 0},
+    {"POST", "/v1/chat/completions", srv_rt_oai_chat, 0, 0, 0, 0},
+    {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0, 0, 0},
+    {"POST", "/apply-template", srv_rt_apply_template, 0, 0, 0, 0},
+    {"POST", "/infill", srv_rt_infill, 0, 0, 0, 0},
+    {"POST", "/embedding", srv_rt_embedding, 0, 0, 0, 0},
+    {"POST", "/embeddings", srv_rt_embedding, 0, 0, 0, 0},
+    {"POST", "/v1/embeddings", srv_rt_oai_embeddings, 0, 0, 0, 0},
+    {"POST", "/rerank", rt_rerank, 0, 0, 0, 0},
+    {"POST", "/reranking", rt_rerank, 0, 0, 0, 0},
+    {"POST", "/v1/rerank", rt_rerank, 0, 0, 0, 0},
+    {"GET", "/cors-proxy", srv_rt_cors_proxy, 0, 0, 0, 0},
+    {"POST", "/cors-proxy", srv_rt_cors_proxy, 0, 0, 1, 1},
 };
 
 static int path_matches(const char *path, const char *url)
@@ -216,7 +219,7 @@ int srv_route_find(const char *method, const char *url, srv_route *out)
 {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(routes[i].method, method) || !path_matches(routes[i].path, url)) continue;
-        *out = (srv_route){routes[i].fn, routes[i].open, routes[i].early, routes[i].empty_ok};
+        *out = (srv_route){routes[i].fn, routes[i].open, routes[i].early, routes[i].empty_ok, routes[i].raw};
         return 1;
     }
     return 0;

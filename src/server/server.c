@@ -222,6 +222,13 @@ int skv_server_run(const skv_server_params *p)
     void *daemon = NULL;
     int port = 0, sig = 0;
     if (check_params(&s.p) || default_chain(&s)) return 1;
+    if (s.p.ui_mcp_proxy && srv_proxy_init()) {
+        srv_log("--ui-mcp-proxy: libcurl cannot be initialised");
+        return 1;
+    }
+    if (s.p.ui_mcp_proxy)
+        srv_log("--ui-mcp-proxy: /cors-proxy forwards requests to any http(s) URL it is given (do not enable "
+                "it where untrusted clients reach the server)");
     srv_mem_install_json(); /* before any JSON value exists */
     srv_mem_configure((size_t)s.p.mem_budget);
     sigset_t set;

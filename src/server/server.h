@@ -54,6 +54,7 @@ typedef struct skv_server_params {
     const char *cors_methods;      /* the preflight's Allow-Methods (NULL: llama-server's) */
     const char *cors_headers;      /* the preflight's Allow-Headers (NULL: "*") */
     int cors_no_credentials;       /* --no-cors-credentials */
+    int ui_mcp_proxy;              /* --ui-mcp-proxy: /cors-proxy forwards (else 403; proxy.c) */
     skv_sampling_defaults defaults; /* all zero: seqkv's own (skv_sampling_defaults_init) */
 } skv_server_params;
 

@@ -343,17 +343,25 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
 
 /* ---- requests (request.c: the socket-free path; http.c: libmicrohttpd) ---- */
 typedef struct srv_req srv_req;
+typedef struct srv_proxy srv_proxy;
 typedef struct srv_sink {
     int (*text)(srv_req *r, int code, const char *type, char *text); /* takes text (malloc'ed) */
     int (*stream)(srv_req *r, srv_job *j);                           /* takes j's reference */
     int (*alive)(void *r);                                            /* 0: the client is gone (NULL: never) */
+    int (*proxy)(srv_req *r, srv_proxy *px); /* streams a proxied reply, takes px (NULL: no proxy here) */
 } srv_sink;
+typedef struct srv_header {
+    const char *name, *value;
+} srv_header;
 struct srv_req {
     srv *s;
     struct MHD_Connection *conn; /* http.c's; NULL elsewhere */
     const char *method, *url;    /* url without the query string */
     const char *auth, *x_api_key; /* the Authorization and X-Api-Key headers, or NULL */
     const char *action;          /* the ?action= argument, or NULL */
+    const char *proxy_url;       /* /cors-proxy's ?url= argument, or NULL */
+    const srv_header *headers;   /* /cors-proxy: the request's headers [n_headers] (else none) */
+    size_t n_headers;
     const char *data;            /* the raw body [len] (not NUL-terminated) */
     size_t len;
     int too_big;                 /* the body was over SRV_MAX_BODY (and dropped) */
@@ -382,6 +390,7 @@ typedef struct srv_route {
     int open;     /* needs no API key */
     int early;    /* answers while the model loads */
     int empty_ok; /* a POST without a body reads as {} */
+    int raw;      /* the POST body is not JSON: handed on as is (r->data) */
 } srv_route;
 /* The route for method + url (0 = none: 404). */
 int srv_route_find(const char *method, const char *url, srv_route *out);
@@ -421,6 +430,16 @@ int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, skv_err *err);
 
 /* ---- embeddings (embed.c): /embedding, /embeddings, /v1/embeddings with --embedding ---- */
 enum { SRV_POOL_NONE = 0, SRV_POOL_MEAN = 1, SRV_POOL_CLS = 2, SRV_POOL_LAST = 3 };
+/* ---- the CORS proxy (proxy.c): GET and POST /cors-proxy?url= with --ui-mcp-proxy ---- */
+int srv_proxy_init(void); /* once at start: libcurl's global state */
+int srv_rt_cors_proxy(srv_req *r);
+int srv_proxy_status(const srv_proxy *px);
+/* Calls fn for each header of the upstream reply (those this server sets itself left out). */
+void srv_proxy_headers(srv_proxy *px, void (*fn)(void *u, const char *name, const char *value), void *u);
+/* Up to max body bytes into out (waits for some); 0 with *end 1 at the end, -1 after a
+ * failed transfer. */
+size_t srv_proxy_read(srv_proxy *px, char *out, size_t max, int *end);
+void srv_proxy_close(srv_proxy *px); /* the reply is done or its client gone */
 int srv_rt_webui(srv_req *r);          /* webui.c: "/" and the web app files (--no-ui: 404) */
 int srv_rt_chat_input_tokens(srv_req *r); /* the prompt tokens a chat request would make */
 int srv_rt_embedding(srv_req *r);     /* llama-server's: per input, rows (pooling none) or one row */

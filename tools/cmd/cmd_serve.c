@@ -17,7 +17,7 @@ typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
     long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client, min_keep;
-    int ignore_eos, ctx_shift, no_ui, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
+    int ignore_eos, ctx_shift, no_ui, mcp_proxy, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
     double recompute, quality, temp, top_p, min_p, typ_p, repeat_penalty, presence_penalty, frequency_penalty;
     long long budget, mem_budget;
 } serve_opts;
@@ -90,6 +90,11 @@ static const cli_opt serve_table[] = {
     {"no-webui", 0, CLI_FLAG, NULL, 0, 0, F(no_ui), NULL},
     {"ui", 0, CLI_UNSET, NULL, 0, 0, F(no_ui), NULL},
     {"webui", 0, CLI_UNSET, NULL, 0, 0, F(no_ui), NULL},
+    {"ui-mcp-proxy", 0, CLI_FLAG, NULL, 0, 0, F(mcp_proxy), "GET and POST /cors-proxy?url=URL forward to URL (the web\n"
+     "UI's CORS proxy for MCP servers; default off: 403). Do not\nenable where untrusted clients reach the server"},
+    {"webui-mcp-proxy", 0, CLI_FLAG, NULL, 0, 0, F(mcp_proxy), NULL},
+    {"no-ui-mcp-proxy", 0, CLI_UNSET, NULL, 0, 0, F(mcp_proxy), NULL},
+    {"no-webui-mcp-proxy", 0, CLI_UNSET, NULL, 0, 0, F(mcp_proxy), NULL},
     {"metrics", 0, CLI_FLAG, NULL, 0, 0, F(metrics), "GET /metrics answers (default: 501, as llama-server)"},
     {"embedding", 0, CLI_FLAG, NULL, 0, 0, F(embedding), "/embedding and /v1/embeddings answer (the model's final\n"
      "hidden state, pooled; a slot's cache is cleared by each)"},
@@ -216,6 +221,7 @@ int cmd_serve(int argc, char **argv)
                            .store_map_size = cli_store_map_size(), .mem_budget = (unsigned long long)o.mem_budget,
                            .max_conns_per_client = (int)o.conns_per_client, .slots_endpoint = o.slots,
                            .metrics_endpoint = o.metrics, .verbose = o.verbose, .embedding = o.embedding, .no_ui = o.no_ui,
+                           .ui_mcp_proxy = o.mcp_proxy,
                            .pooling = o.pooling < 0 || o.pooling == 4 ? 3 /* SRV_POOL_LAST */ : o.pooling,
                            .cors_origins = o.cors_origins, .cors_methods = o.cors_methods,
                            .cors_headers = o.cors_headers, .cors_no_credentials = o.cors_no_cred,
