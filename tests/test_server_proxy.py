@@ -14,6 +14,9 @@ GET and POST /cors-proxy?url=URL with --ui-mcp-proxy, against a real upstream HT
 - streams: the first event of a server-sent stream reaches the client while the upstream
   still holds the rest (the proxy does not collect the reply), and a client that hangs up
   mid-stream stops the upstream transfer within seconds.
+- memory_charged: the proxy's buffers and its copy of the body count against the
+  request's working memory: with --mem-budget 1M a 600 KB body (which alone fits) is a
+  413, a 100 KB one goes through.
 - refuses_bad_targets: no url, an unparsable one, ftp:// and file:// targets, a URL with
   a password: 400 naming the problem; a closed port: 502 "proxy error"; a redirect is
   followed to http, never to file://.
@@ -230,6 +233,19 @@ def streams(tmp):
     with_proxy(tmp, run)
 
 
+def memory_charged(tmp):
+    up = upstream()
+    s = Server("-m", MODEL, "--ui-mcp-proxy", "--mem-budget", "1M", log=os.path.join(tmp, "mem.log"))
+    try:
+        code, _, body = request(s, "POST", proxied(up, "/rpc"), b"x" * 600000)
+        check(code == 413 and "body" not in up.state, "600 KB body: %d %r" % (code, body[:200]))
+        code, _, body = request(s, "POST", proxied(up, "/rpc"), b"y" * 100000)
+        check(code == 200 and up.state.get("body") == b"y" * 100000, "100 KB body: %d %r" % (code, body[:200]))
+    finally:
+        s.stop()
+        up.shutdown()
+
+
 def refuses_bad_targets(tmp):
     def run(s, up):
         free = socket.socket()
@@ -251,7 +267,8 @@ def refuses_bad_targets(tmp):
 
 
 def main():
-    cases = [off_by_default, forwards_only_explicit_headers, post_body_as_is, streams, refuses_bad_targets]
+    cases = [off_by_default, forwards_only_explicit_headers, post_body_as_is, streams, memory_charged,
+             refuses_bad_targets]
     return testenv.run_stories_cases(Reporter("test_server_proxy"), cases, MODEL, "skv-proxy-")
 
 

@@ -9,7 +9,8 @@
  *
  * One libcurl transfer per request, on its own thread, hands the body over through a
  * bounded buffer (SRV_PROXY_BUF): memory per request is bounded whatever the upstream
- * sends, and a slow client slows the transfer instead of filling memory. A client that
+ * sends (and charged to the request's working memory, --mem-budget), and a slow client
+ * slows the transfer instead of filling memory. A client that
  * hangs up stops the transfer within a second (libcurl's progress callback). */
 #include "core/fpguard.h"
 #include <curl/curl.h>
@@ -303,6 +304,13 @@ int srv_rt_cors_proxy(srv_req *r)
     if (!r->sink->proxy) return srv_reply_error(r, 501, "no CORS proxy on this path");
     const char *url = r->proxy_url, *why = url ? check_url(url) : "missing the url argument (/cors-proxy?url=...)";
     if (*why) return srv_reply_error(r, 400, "%s", why);
+    /* the transfer's buffer, the reply's headers and the body's copy, from the request's
+     * working memory (given back when the reply is done) */
+    int mrc = srv_mem_hold(NULL, sizeof(srv_proxy) + SRV_PROXY_HEADERS + r->len);
+    if (mrc) return srv_reply_error(r, mrc, mrc == 413 ? "the proxied request needs more working memory than one "
+                                                         "request may have (send a smaller body)"
+                                                       : "server busy: its working memory (--mem-budget) is in "
+                                                         "use by other requests; retry");
     srv_proxy *px = proxy_new(r, url);
     pthread_t t;
     if (!px) return srv_reply_error(r, 500, "out of memory");
