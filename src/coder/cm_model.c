@@ -401,7 +401,7 @@ static void predict_rev2(skv_cm *cm, uint32_t node, unsigned d)
 }
 
 /* Fills st[], set and p for the bit at node (depth d). */
-static void predict(skv_cm *cm, uint32_t node, unsigned d)
+static void cm_predict(skv_cm *cm, uint32_t node, unsigned d)
 {
     int64_t dot = 0;
     int seen = 0;
@@ -536,7 +536,7 @@ static int code_id(skv_cm *cm, skv_rangecoder_enc *e, skv_rangecoder_dec *d, uin
         unsigned below = cm->B - 1 - depth;
         uint32_t bit = d ? 0 : (*val >> below) & 1;
         if ((((uint64_t)prefix << 1 | 1) << below) < cm->V) { /* else the bit is 0: not coded */
-            predict(cm, node, depth);
+            cm_predict(cm, node, depth);
             if ((rc = code_bit(cm, e, d, &bit))) return rc;
             learn(cm, bit);
         }
