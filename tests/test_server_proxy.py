@@ -13,7 +13,8 @@ GET and POST /cors-proxy?url=URL with --ui-mcp-proxy, against a real upstream HT
   none (not libcurl's form type); a 1 MB reply comes back whole (16 times the buffer).
 - streams: the first event of a server-sent stream reaches the client while the upstream
   still holds the rest (the proxy does not collect the reply), and a client that hangs up
-  mid-stream stops the upstream transfer within seconds.
+  mid-stream, or before the upstream has answered at all, stops the upstream transfer
+  within seconds.
 - memory_charged: the proxy's buffers and its copy of the body count against the
   request's working memory: with --mem-budget 1M a 600 KB body (which alone fits) is a
   413, a 100 KB one goes through.
@@ -76,6 +77,13 @@ class Upstream(BaseHTTPRequestHandler):
             st["first_read"].wait(20)  # the client must see the first event before this one is sent
             self.chunk(b"data: second\n\n")
             self.chunk(b"")
+        elif self.path == "/silent":  # no reply: wait for the proxy to hang up (at most 20 s)
+            self.connection.settimeout(20)
+            try:
+                st["silent"] = "closed" if self.connection.recv(1) == b"" else "data"
+            except OSError:
+                st["silent"] = "timeout"
+            st["silent_at"] = time.time()
         elif self.path == "/endless":
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -230,6 +238,18 @@ def streams(tmp):
               up.state.get("endless"))
         code, _ = s.curl("/health")
         check(code == 200, "health after a dropped stream: %d" % code)
+        # a client that hangs up while the upstream has not answered yet stops the transfer too
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n" %
+                      (proxied(up, "/silent"), KEY)).encode())
+        time.sleep(0.5)
+        sock.close()
+        t_close = time.time()
+        while "silent" not in up.state and time.time() - t0 < 60:
+            time.sleep(0.1)
+        check(up.state.get("silent") == "closed" and up.state["silent_at"] - t_close < 5,
+              "the transfer to a silent upstream outlived its client: %s after %.1f s" %
+              (up.state.get("silent"), up.state.get("silent_at", time.time()) - t_close))
     with_proxy(tmp, run)
 
 

@@ -27,6 +27,7 @@
 #define SRV_PROXY_CONNECT_S 30          /* connecting to the target */
 #define SRV_PROXY_WAIT_S 600            /* the upstream's headers, as llama-server's read timeout */
 #define SRV_PROXY_REDIRECTS 10
+#define SRV_PROXY_POLL_MS 200         /* how often a wait for the upstream looks at the client */
 static const char k_prefix[] = "x-llama-server-proxy-header-";
 
 struct srv_proxy {
@@ -321,20 +322,25 @@ int srv_rt_cors_proxy(srv_req *r)
         return srv_reply_error(r, 500, "cannot start the proxy transfer");
     }
     pthread_detach(t);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += SRV_PROXY_WAIT_S;
+    /* the upstream's headers, looking every SRV_PROXY_POLL_MS whether the client is still there */
+    int gone = 0;
     pthread_mutex_lock(&px->mu);
-    while (!px->status && !px->done)
-        if (pthread_cond_timedwait(&px->cv, &px->mu, &dl)) break;
+    for (int waited = 0; !px->status && !px->done && !gone && waited < SRV_PROXY_WAIT_S * 1000;
+         waited += SRV_PROXY_POLL_MS) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += SRV_PROXY_POLL_MS * 1000000L;
+        dl.tv_sec += dl.tv_nsec / 1000000000L, dl.tv_nsec %= 1000000000L;
+        if (pthread_cond_timedwait(&px->cv, &px->mu, &dl) && r->sink->alive && !r->sink->alive((void *)r)) gone = 1;
+    }
     int status = px->status, failed = !status;
     char err[CURL_ERROR_SIZE + 64];
     snprintf(err, sizeof err, "proxy error: %s", px->err[0] ? px->err : px->done ? curl_easy_strerror(px->result)
                                                                                   : "no reply in time");
     pthread_mutex_unlock(&px->mu);
-    if (failed) {
+    if (failed || gone) {
         srv_proxy_close(px);
-        return srv_reply_error(r, 502, "%s", err);
+        return gone ? -1 : srv_reply_error(r, 502, "%s", err); /* gone: nobody to answer */
     }
     return r->sink->proxy(r, px); /* takes px */
 }
