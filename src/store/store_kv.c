@@ -32,8 +32,8 @@ void store_kv_copy(const skv_store *st, const float *src, size_t len, size_t p0,
  * again (glibc maps what is larger than the largest block freed so far): after a restart
  * zstd and the unshuffle took 2.2 ms where 0.7 with warm buffers. One buffer of each kind,
  * of up to PLANES_KEEP bytes, taken by one thread at a time (another allocates its own
- * meanwhile), grown with half again as much room (a conversation grows by a few positions
- * a turn), freed at close. */
+ * meanwhile), grown with an eighth more room (a conversation grows by a few positions a
+ * turn: 57 positions of a 457-position one), freed at close. */
 #define PLANES_KEEP (32u << 20)
 
 enum { KEEP_PLANES, KEEP_FLOATS, KEEP_N };
@@ -70,7 +70,7 @@ static uint8_t *planes_take(skv_store *st, size_t raw, int which)
     uint8_t *b = NULL;
     if (!k->b[which].busy) {
         if (k->b[which].cap < raw) {
-            size_t cap = raw + raw / 2 < PLANES_KEEP ? raw + raw / 2 : PLANES_KEEP;
+            size_t cap = raw + raw / 8 < PLANES_KEEP ? raw + raw / 8 : PLANES_KEEP;
             free(k->b[which].buf);
             k->b[which].cap = (k->b[which].buf = malloc(cap)) ? cap : 0;
         }
