@@ -102,24 +102,33 @@ static json_t *floats_json(const float *v, size_t D)
     return a;
 }
 
-static json_t *base64_json(const float *v, size_t D)
+char *srv_base64(const unsigned char *b, size_t n, size_t *len)
 {
     static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t n = D * 4, at = 0;
-    unsigned char *b = malloc(n ? n : 1);
+    size_t at = 0;
     char *o = malloc((n + 2) / 3 * 4 + 1);
+    for (size_t i = 0; o && i < n; i += 3) {
+        uint32_t w = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
+        o[at++] = k[w >> 18 & 63], o[at++] = k[w >> 12 & 63];
+        o[at++] = i + 1 < n ? k[w >> 6 & 63] : '=', o[at++] = i + 2 < n ? k[w & 63] : '=';
+    }
+    if (o) o[at] = 0;
+    if (len) *len = at;
+    return o;
+}
+
+static json_t *base64_json(const float *v, size_t D)
+{
+    size_t n = D * 4;
+    unsigned char *b = malloc(n ? n : 1);
     json_t *out = NULL;
     for (size_t d = 0; b && d < D; d++) { /* little-endian float32 */
         uint32_t u;
         memcpy(&u, &v[d], 4);
         for (int i = 0; i < 4; i++) b[d * 4 + (size_t)i] = (unsigned char)(u >> (8 * i));
     }
-    for (size_t i = 0; b && o && i < n; i += 3) {
-        uint32_t w = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
-        o[at++] = k[w >> 18 & 63], o[at++] = k[w >> 12 & 63];
-        o[at++] = i + 1 < n ? k[w >> 6 & 63] : '=', o[at++] = i + 2 < n ? k[w & 63] : '=';
-    }
-    if (b && o) o[at] = 0, out = json_string(o);
+    char *o = b ? srv_base64(b, n, NULL) : NULL;
+    if (o) out = json_string(o);
     free(b);
     free(o);
     return out;

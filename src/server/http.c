@@ -146,9 +146,48 @@ static int mhd_proxy(srv_req *r, srv_proxy *px)
     return mhd_queue(r->s, r->conn, status, h.resp, h.type[0] ? h.type : NULL);
 }
 
-static const srv_sink mhd_sink = {mhd_text, mhd_stream, mhd_alive, mhd_proxy};
+/* A reply made as it is sent (agent.c): read with the client's socket to look at. */
+typedef struct source_st {
+    srv_source src;
+    srv_req peek; /* only .conn is used, by mhd_alive */
+} source_st;
 
-/* The request's headers into an array (for /cors-proxy, which forwards some). */
+static ssize_t source_read(void *cls, uint64_t pos, char *out, size_t max)
+{
+    source_st *s = cls;
+    int end = 0;
+    (void)pos;
+    size_t n = s->src.read(s->src.cls, out, max, &end, mhd_alive, &s->peek);
+    return n ? (ssize_t)n : end > 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void source_free(void *cls)
+{
+    source_st *s = cls;
+    s->src.close(s->src.cls);
+    free(s);
+}
+
+static int mhd_source(srv_req *r, int code, const char *type, srv_source src)
+{
+    source_st *s = malloc(sizeof *s);
+    if (!s) {
+        src.close(src.cls);
+        return srv_reply_error(r, 500, "out of memory");
+    }
+    *s = (source_st){src, {.conn = r->conn}};
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, source_read, s, source_free);
+    if (!resp) {
+        source_free(s);
+        return -1;
+    }
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    return mhd_queue(r->s, r->conn, code, resp, type);
+}
+
+static const srv_sink mhd_sink = {mhd_text, mhd_stream, mhd_alive, mhd_proxy, mhd_source};
+
+/* The request's headers into an array (for /cors-proxy, which forwards some, and /tools). */
 typedef struct {
     srv_header *v;
     size_t n, cap;
@@ -251,8 +290,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
     r.action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
     srv_header hv[SRV_PROXY_MAX_HEADERS];
     header_list hl = {hv, 0, SRV_PROXY_MAX_HEADERS};
-    if (!strcmp(url, "/cors-proxy")) {
-        r.proxy_url = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "url");
+    if (!strcmp(url, "/cors-proxy") || !strcmp(url, "/tools")) {
+        if (url[1] == 'c') r.proxy_url = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "url");
         MHD_get_connection_values(c, MHD_HEADER_KIND, collect_header, &hl);
         r.headers = hv, r.n_headers = hl.n;
     }

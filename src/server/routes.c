@@ -206,6 +206,8 @@ static const route routes[] = {
     {"POST", "/v1/rerank", rt_rerank, 0, 0, 0, 0},
     {"GET", "/cors-proxy", srv_rt_cors_proxy, 0, 0, 0, 0},
     {"POST", "/cors-proxy", srv_rt_cors_proxy, 0, 0, 1, 1},
+    {"GET", "/tools", srv_rt_tools_get, 0, 0, 0, 0},
+    {"POST", "/tools", srv_rt_tools_post, 0, 0, 0, 0},
 };
 
 static int path_matches(const char *path, const char *url)

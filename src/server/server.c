@@ -229,6 +229,10 @@ int skv_server_run(const skv_server_params *p)
     if (s.p.ui_mcp_proxy)
         srv_log("--ui-mcp-proxy: /cors-proxy forwards requests to any http(s) URL it is given (do not enable "
                 "it where untrusted clients reach the server)");
+    if (s.p.agent_tools)
+        srv_log("--tools: POST /tools reads and writes files and runs shell commands as this user (do not enable "
+                "it where untrusted clients reach the server; CORS: %s)",
+                s.p.cors_origins ? s.p.cors_origins : "*");
     srv_mem_install_json(); /* before any JSON value exists */
     srv_mem_configure((size_t)s.p.mem_budget);
     sigset_t set;

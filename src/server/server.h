@@ -55,12 +55,19 @@ typedef struct skv_server_params {
     const char *cors_headers;      /* the preflight's Allow-Headers (NULL: "*") */
     int cors_no_credentials;       /* --no-cors-credentials */
     int ui_mcp_proxy;              /* --ui-mcp-proxy: /cors-proxy forwards (else 403; proxy.c) */
+    unsigned agent_tools;          /* --tools: the built-in agent tools /tools runs, a mask of
+                                    * skv_server_tools_parse's (0: 403; agent.c) */
     skv_sampling_defaults defaults; /* all zero: seqkv's own (skv_sampling_defaults_init) */
 } skv_server_params;
 
 /* llama-server's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties over
  * the last 64 tokens, a new seed per request, n_predict -1. */
 skv_sampling_defaults skv_sampling_defaults_init(void);
+
+/* --tools LIST ("all" or names separated by commas) as agent_tools' mask: 0, or a status with
+ * err's message naming the unknown tool. */
+struct skv_err;
+int skv_server_tools_parse(const char *list, unsigned *mask, struct skv_err *err);
 
 /* Runs until SIGINT or SIGTERM. Prints its address and errors to stderr. 0 = clean exit. */
 int skv_server_run(const skv_server_params *p);

@@ -344,11 +344,20 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
 /* ---- requests (request.c: the socket-free path; http.c: libmicrohttpd) ---- */
 typedef struct srv_req srv_req;
 typedef struct srv_proxy srv_proxy;
+/* A reply body made as it is sent (agent.c's streamed command output): read blocks until
+ * it has bytes for out (alive(a) says whether the client is still there), 0 with *end 1 at
+ * the end or -1 on a failure; close frees cls. */
+typedef struct srv_source {
+    size_t (*read)(void *cls, char *out, size_t max, int *end, int (*alive)(void *), void *a);
+    void (*close)(void *cls);
+    void *cls;
+} srv_source;
 typedef struct srv_sink {
     int (*text)(srv_req *r, int code, const char *type, char *text); /* takes text (malloc'ed) */
     int (*stream)(srv_req *r, srv_job *j);                           /* takes j's reference */
     int (*alive)(void *r);                                            /* 0: the client is gone (NULL: never) */
     int (*proxy)(srv_req *r, srv_proxy *px); /* streams a proxied reply, takes px (NULL: no proxy here) */
+    int (*source)(srv_req *r, int code, const char *type, srv_source src); /* takes src (NULL: none here) */
 } srv_sink;
 typedef struct srv_header {
     const char *name, *value;
@@ -360,7 +369,7 @@ struct srv_req {
     const char *auth, *x_api_key; /* the Authorization and X-Api-Key headers, or NULL */
     const char *action;          /* the ?action= argument, or NULL */
     const char *proxy_url;       /* /cors-proxy's ?url= argument, or NULL */
-    const srv_header *headers;   /* /cors-proxy: the request's headers [n_headers] (else none) */
+    const srv_header *headers;   /* /cors-proxy, /tools: the request's headers [n_headers] (else none) */
     size_t n_headers;
     const char *data;            /* the raw body [len] (not NUL-terminated) */
     size_t len;
@@ -440,6 +449,11 @@ void srv_proxy_headers(srv_proxy *px, void (*fn)(void *u, const char *name, cons
  * failed transfer. */
 size_t srv_proxy_read(srv_proxy *px, char *out, size_t max, int *end);
 void srv_proxy_close(srv_proxy *px); /* the reply is done or its client gone */
+/* ---- the built-in agent tools (agent.c): GET and POST /tools with --tools ---- */
+int srv_rt_tools_get(srv_req *r);
+int srv_rt_tools_post(srv_req *r);
+/* b[0..n) as base64 (malloc'ed, NUL-terminated; *len its length when len is not NULL). */
+char *srv_base64(const unsigned char *b, size_t n, size_t *len);
 int srv_rt_webui(srv_req *r);          /* webui.c: "/" and the web app files (--no-ui: 404) */
 int srv_rt_chat_input_tokens(srv_req *r); /* the prompt tokens a chat request would make */
 int srv_rt_embedding(srv_req *r);     /* llama-server's: per input, rows (pooling none) or one row */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/util.h"
 #include "server/limits.h"
 #include "server/server.h"
 #include "server/template.h"
@@ -16,8 +17,9 @@
 typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
+    const char *tools, *tools_runtime;
     long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client, min_keep;
-    int ignore_eos, ctx_shift, no_ui, mcp_proxy, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
+    int ignore_eos, ctx_shift, no_ui, mcp_proxy, agent, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
     double recompute, quality, temp, top_p, min_p, typ_p, repeat_penalty, presence_penalty, frequency_penalty;
     long long budget, mem_budget;
 } serve_opts;
@@ -95,6 +97,15 @@ static const cli_opt serve_table[] = {
     {"webui-mcp-proxy", 0, CLI_FLAG, NULL, 0, 0, F(mcp_proxy), NULL},
     {"no-ui-mcp-proxy", 0, CLI_UNSET, NULL, 0, 0, F(mcp_proxy), NULL},
     {"no-webui-mcp-proxy", 0, CLI_UNSET, NULL, 0, 0, F(mcp_proxy), NULL},
+    {"tools", 0, CLI_STR, "LIST", 0, 0, F(tools), "POST /tools runs llama-server's built-in agent tools on this\n"
+     "host: all, or some of read_file, file_glob_search, grep_search,\nexec_shell_command, write_file, edit_file, "
+     "get_info (default\nnone: 403). They read and write files and run commands as\nthis user: do not enable where "
+     "untrusted clients reach the\nserver. CORS then defaults to localhost"},
+    {"tools-runtime", 0, CLI_STR, "SPEC", 0, 0, F(tools_runtime), NULL}, /* refused: check_opts says why */
+    {"agent", 0, CLI_FLAG, NULL, 0, 0, F(agent), "--tools all and --ui-mcp-proxy together (also -ag)"},
+    {"ag", 0, CLI_FLAG, NULL, 0, 0, F(agent), NULL},
+    {"no-agent", 0, CLI_UNSET, NULL, 0, 0, F(agent), NULL},
+    {"no-ag", 0, CLI_UNSET, NULL, 0, 0, F(agent), NULL},
     {"metrics", 0, CLI_FLAG, NULL, 0, 0, F(metrics), "GET /metrics answers (default: 501, as llama-server)"},
     {"embedding", 0, CLI_FLAG, NULL, 0, 0, F(embedding), "/embedding and /v1/embeddings answer (the model's final\n"
      "hidden state, pooled; a slot's cache is cleared by each)"},
@@ -198,6 +209,9 @@ static int check_opts(const serve_opts *o)
     if (o->reranking || o->pooling == 4)
         fprintf(stderr, "seqkv serve: --reranking / --pooling rank need a reranker model, which seqkv does not run: "
                         "/rerank answers 501\n");
+    if (o->tools_runtime)
+        return cli_usage(&serve_cmd, "--tools-runtime: tool runtimes (containers, SSH) are not supported; the tools "
+                                     "act on the host seqkv serve runs on (run it there)");
     if (o->cache_reuse) fprintf(stderr, "seqkv serve: --cache-reuse does nothing here: every stored prefix is reused\n");
     return CLI_CONTINUE;
 }
@@ -232,6 +246,21 @@ int cmd_serve(int argc, char **argv)
                                         .n_predict = (int)o.n_predict, .typ_p = o.typ_p, .min_keep = (int)o.min_keep,
                                         .ignore_eos = o.ignore_eos, .samplers = o.samplers,
                                         .sampling_seq = o.sampling_seq}};
+    if (o.agent) {
+        p.ui_mcp_proxy = 1;
+        if (!o.tools) o.tools = "all";
+    }
+    if (o.tools) {
+        skv_err err = {0};
+        unsigned mask;
+        if (skv_server_tools_parse(o.tools, &mask, &err)) return cli_usage(&serve_cmd, "--tools: %s", err.msg);
+        p.agent_tools = mask;
+        if (!o.cors_origins) {
+            p.cors_origins = "localhost"; /* as llama-server: tools make the browser default localhost */
+            fprintf(stderr, "seqkv serve: --tools is on: CORS allows localhost origins only (change with "
+                            "--cors-origins)\n");
+        }
+    }
     if (api_keys(&o, &keys) || chat_template(&o, &p, &tmpl)) {
         free(keys);
         return CLI_FAIL;
