@@ -13,8 +13,8 @@ GET and POST /cors-proxy?url=URL with --ui-mcp-proxy, against a real upstream HT
   none (not libcurl's form type); a 1 MB reply comes back whole (16 times the buffer).
 - streams: the first event of a server-sent stream reaches the client while the upstream
   still holds the rest (the proxy does not collect the reply), and a client that hangs up
-  mid-stream, or before the upstream has answered at all, stops the upstream transfer
-  within seconds.
+  mid-stream, before the upstream has answered at all, or while an answering upstream
+  sends nothing more, stops the upstream transfer within seconds.
 - memory_charged: the proxy's buffers and its copy of the body count against the
   request's working memory: with --mem-budget 1M a 600 KB body (which alone fits) is a
   413, a 100 KB one goes through.
@@ -84,6 +84,18 @@ class Upstream(BaseHTTPRequestHandler):
             except OSError:
                 st["silent"] = "timeout"
             st["silent_at"] = time.time()
+        elif self.path == "/quiet":  # headers and one event, then nothing until the proxy hangs up
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.chunk(b"data: only\n\n")
+            self.connection.settimeout(20)
+            try:
+                st["quiet"] = "closed" if self.connection.recv(1) == b"" else "data"
+            except OSError:
+                st["quiet"] = "timeout"
+            st["quiet_at"] = time.time()
         elif self.path == "/endless":
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -238,18 +250,25 @@ def streams(tmp):
               up.state.get("endless"))
         code, _ = s.curl("/health")
         check(code == 200, "health after a dropped stream: %d" % code)
-        # a client that hangs up while the upstream has not answered yet stops the transfer too
-        sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
-        sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n" %
-                      (proxied(up, "/silent"), KEY)).encode())
-        time.sleep(0.5)
-        sock.close()
-        t_close = time.time()
-        while "silent" not in up.state and time.time() - t0 < 60:
-            time.sleep(0.1)
-        check(up.state.get("silent") == "closed" and up.state["silent_at"] - t_close < 5,
-              "the transfer to a silent upstream outlived its client: %s after %.1f s" %
-              (up.state.get("silent"), up.state.get("silent_at", time.time()) - t_close))
+        # a client that hangs up while the upstream has not answered yet stops the transfer too,
+        # and so does one that hangs up while an answering upstream sends nothing more
+        for name, wait_for in (("silent", None), ("quiet", b"data: only")):
+            sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n" %
+                          (proxied(up, "/" + name), KEY)).encode())
+            got = b""
+            while wait_for and wait_for not in got:
+                b = sock.recv(4096)
+                check(b, "the %s stream ended before its event" % name)
+                got += b
+            time.sleep(0.5)
+            sock.close()
+            t_close = time.time()
+            while name not in up.state and time.time() - t_close < 30:
+                time.sleep(0.1)
+            check(up.state.get(name) == "closed" and up.state[name + "_at"] - t_close < 5,
+                  "the transfer with a %s upstream outlived its client: %s after %.1f s" %
+                  (name, up.state.get(name), up.state.get(name + "_at", time.time()) - t_close))
     with_proxy(tmp, run)
 
 

@@ -111,16 +111,28 @@ static int mhd_alive(void *arg)
     return !(n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR));
 }
 
-/* /cors-proxy's reply: the upstream's status, headers and body as they come (proxy.c). */
+/* /cors-proxy's reply: the upstream's status, headers and body as they come (proxy.c),
+ * read with the client's socket to look at. */
+typedef struct proxy_st {
+    srv_proxy *px;
+    srv_req peek; /* only .conn is used, by mhd_alive */
+} proxy_st;
+
 static ssize_t proxy_read(void *cls, uint64_t pos, char *out, size_t max)
 {
+    proxy_st *p = cls;
     int end;
-    size_t n = srv_proxy_read(cls, out, max, &end);
+    size_t n = srv_proxy_read(p->px, out, max, &end, mhd_alive, &p->peek);
     (void)pos;
     return n ? (ssize_t)n : end > 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
-static void proxy_free(void *cls) { srv_proxy_close(cls); }
+static void proxy_free(void *cls)
+{
+    proxy_st *p = cls;
+    srv_proxy_close(p->px);
+    free(p);
+}
 
 typedef struct {
     struct MHD_Response *resp;
@@ -137,11 +149,15 @@ static void proxy_header(void *u, const char *name, const char *value)
 static int mhd_proxy(srv_req *r, srv_proxy *px)
 {
     int status = srv_proxy_status(px);
-    proxy_hdrs h = {MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, proxy_read, px, proxy_free), ""};
+    proxy_st *p = malloc(sizeof *p);
+    proxy_hdrs h = {p ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, proxy_read, p, proxy_free) : NULL,
+                    ""};
     if (!h.resp) {
+        free(p);
         srv_proxy_close(px);
         return -1;
     }
+    *p = (proxy_st){px, {.conn = r->conn}};
     srv_proxy_headers(px, proxy_header, &h);
     return mhd_queue(r->s, r->conn, status, h.resp, h.type[0] ? h.type : NULL);
 }

@@ -10,8 +10,9 @@
  * One libcurl transfer per request, on its own thread, hands the body over through a
  * bounded buffer (SRV_PROXY_BUF): memory per request is bounded whatever the upstream
  * sends (and charged to the request's working memory, --mem-budget), and a slow client
- * slows the transfer instead of filling memory. A client that
- * hangs up stops the transfer within a second (libcurl's progress callback). */
+ * slows the transfer instead of filling memory. A client that hangs up stops the transfer
+ * within a second (libcurl's progress callback), also while the upstream sends nothing:
+ * the reply's reader looks at the client's socket every SRV_PROXY_POLL_MS. */
 #include "core/fpguard.h"
 #include <curl/curl.h>
 #include <pthread.h>
@@ -161,11 +162,23 @@ static void *transfer(void *u)
     return NULL;
 }
 
-size_t srv_proxy_read(srv_proxy *px, char *out, size_t max, int *end)
+size_t srv_proxy_read(srv_proxy *px, char *out, size_t max, int *end, int (*alive)(void *), void *a)
 {
     size_t got = 0;
     pthread_mutex_lock(&px->mu);
-    while (!px->n && !px->done) pthread_cond_wait(&px->cv, &px->mu);
+    /* an upstream that sends nothing more: the client is looked at every SRV_PROXY_POLL_MS */
+    while (!px->n && !px->done && !px->gone) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += SRV_PROXY_POLL_MS * 1000000L;
+        dl.tv_sec += dl.tv_nsec / 1000000000L, dl.tv_nsec %= 1000000000L;
+        if (pthread_cond_timedwait(&px->cv, &px->mu, &dl) && alive && !px->n && !px->done) {
+            pthread_mutex_unlock(&px->mu);
+            int here = alive(a);
+            pthread_mutex_lock(&px->mu);
+            if (!here) px->gone = 1, pthread_cond_broadcast(&px->cv);
+        }
+    }
     while (got < max && px->n) {
         size_t k = px->n < max - got ? px->n : max - got;
         if (k > SRV_PROXY_BUF - px->head) k = SRV_PROXY_BUF - px->head;
@@ -173,7 +186,7 @@ size_t srv_proxy_read(srv_proxy *px, char *out, size_t max, int *end)
         px->head = (px->head + k) % SRV_PROXY_BUF, px->n -= k, got += k;
     }
     pthread_cond_broadcast(&px->cv);
-    *end = !got && px->done ? (px->result == CURLE_OK ? 1 : -1) : 0;
+    *end = got ? 0 : px->gone ? -1 : px->done ? (px->result == CURLE_OK ? 1 : -1) : 0;
     pthread_mutex_unlock(&px->mu);
     return got;
 }

@@ -445,9 +445,10 @@ int srv_rt_cors_proxy(srv_req *r);
 int srv_proxy_status(const srv_proxy *px);
 /* Calls fn for each header of the upstream reply (those this server sets itself left out). */
 void srv_proxy_headers(srv_proxy *px, void (*fn)(void *u, const char *name, const char *value), void *u);
-/* Up to max body bytes into out (waits for some); 0 with *end 1 at the end, -1 after a
- * failed transfer. */
-size_t srv_proxy_read(srv_proxy *px, char *out, size_t max, int *end);
+/* Up to max body bytes into out (waits for some, asking alive(a) every 200 ms whether the
+ * client is still there); 0 with *end 1 at the end, -1 after a failed transfer or a client
+ * gone. */
+size_t srv_proxy_read(srv_proxy *px, char *out, size_t max, int *end, int (*alive)(void *), void *a);
 void srv_proxy_close(srv_proxy *px); /* the reply is done or its client gone */
 /* ---- the built-in agent tools (agent.c): GET and POST /tools with --tools ---- */
 int srv_rt_tools_get(srv_req *r);
