@@ -457,4 +457,8 @@ void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *
 {
     skv_gemv_unpack8_q4_0_pk_avx2(P, nb, r0, dst);
 }
+void skv_gemv_unpack8_iq4_xs_pk_avx512(const void *P, size_t nb, size_t r0, void *dst)
+{
+    skv_gemv_unpack8_iq4_xs_pk_avx2(P, nb, r0, dst);
+}
 #endif

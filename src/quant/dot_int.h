@@ -125,6 +125,8 @@ SKV_PK_DECL(q4_0);
 /* Rows r0 .. r0 + 7 of a packed q4_0 group of nb blocks in the file layout (repack.c). */
 void skv_gemv_unpack8_q4_0_pk_avx2(const void *P, size_t nb, size_t r0, void *dst);
 void skv_gemv_unpack8_q4_0_pk_avx512(const void *P, size_t nb, size_t r0, void *dst);
+void skv_gemv_unpack8_iq4_xs_pk_avx2(const void *P, size_t nb, size_t r0, void *dst);
+void skv_gemv_unpack8_iq4_xs_pk_avx512(const void *P, size_t nb, size_t r0, void *dst);
 SKV_PK_DECL(q4_k);
 SKV_PK_DECL(q5_k);
 SKV_PK_DECL(q6_k);

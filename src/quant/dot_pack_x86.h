@@ -269,6 +269,47 @@ void SKV_DOT_PFN(unpack8_q4_0)(const void *P, size_t nb, size_t r0, void *dst)
     }
 }
 
+/* Rows r0 .. r0 + 7 (r0: 0 or 8) of a packed iq4_xs group of nb blocks back in the file
+ * layout at dst: per block four 8 x 8 transpositions of 4-byte units give each row its
+ * 128 bytes of qs (eight units per store), the runs' 6-bit scales packed back by hand. */
+void SKV_DOT_PFN(unpack8_iq4_xs)(const void *P, size_t nb, size_t r0, void *dst)
+{
+    const uint8_t *p = P;
+    uint8_t *d = dst;
+    size_t frb = 136 * nb;
+    for (size_t b = 0; b < nb; b++, p += 2208, d += 136) {
+        for (int u = 0; u < 32; u += 8) {
+            const uint8_t *c = p + 160 + 64 * u + 4 * r0;
+            __m256i t[8], q[8];
+            for (int j = 0; j < 8; j += 2) {
+                t[j] = _mm256_unpacklo_epi32(ld32(c + 64 * j), ld32(c + 64 * (j + 1)));
+                t[j + 1] = _mm256_unpackhi_epi32(ld32(c + 64 * j), ld32(c + 64 * (j + 1)));
+            }
+            for (int j = 0; j < 8; j += 4) {
+                q[j] = _mm256_unpacklo_epi64(t[j], t[j + 2]), q[j + 1] = _mm256_unpackhi_epi64(t[j], t[j + 2]);
+                q[j + 2] = _mm256_unpacklo_epi64(t[j + 1], t[j + 3]), q[j + 3] = _mm256_unpackhi_epi64(t[j + 1], t[j + 3]);
+            }
+            for (int i = 0; i < 4; i++) { /* q[i]: rows i and i + 4, units u..u+3; q[i + 4]: units u+4..u+7 */
+                _mm256_storeu_si256((__m256i *)(void *)(d + i * frb + 8 + 4 * u), _mm256_permute2x128_si256(q[i], q[i + 4], 0x20));
+                _mm256_storeu_si256((__m256i *)(void *)(d + (i + 4) * frb + 8 + 4 * u),
+                                    _mm256_permute2x128_si256(q[i], q[i + 4], 0x31));
+            }
+        }
+        for (size_t i = 0; i < 8; i++) {
+            uint8_t *f = d + i * frb;
+            unsigned sh = 0;
+            memcpy(f, p + 2 * (r0 + i), 2);
+            memset(f + 4, 0, 4);
+            for (unsigned r = 0; r < 8; r++) {
+                unsigned x = p[32 + 16 * r + r0 + i];
+                f[4 + r / 2] |= (uint8_t)((x & 15) << (4 * (r % 2)));
+                sh |= (x >> 4 & 3) << (2 * r);
+            }
+            f[2] = (uint8_t)sh, f[3] = (uint8_t)(sh >> 8);
+        }
+    }
+}
+
 #if !SKV_DOT_VNNI
 /* ---- AVX2 prefill of the 256-value types: the decode's per-lane sums over a tile of
  * tokens ----

@@ -291,6 +291,8 @@ void skv_gemm_packed(int level, uint32_t type, float *y, size_t ldy, const void 
 #if defined(__x86_64__)
         if (type == SKV_GGML_Q4_0 && level >= SKV_DOT_AVX2)
             skv_gemv_unpack8_q4_0_pk_avx2(grp, K / 32, r % SKV_PACK_ROWS, buf);
+        else if (type == SKV_GGML_IQ4_XS && level >= SKV_DOT_AVX2)
+            skv_gemv_unpack8_iq4_xs_pk_avx2(grp, K / 256, r % SKV_PACK_ROWS, buf);
         else
 #endif
             skv_unpack_group_rows(type, grp, K, r % SKV_PACK_ROWS, 8, buf);
