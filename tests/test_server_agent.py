@@ -248,8 +248,9 @@ def search(tmp):
         check(t.startswith(d + "/src/b.c-1-int y = 22;\n" + d + "/src/b.c:2:foo(a.b)\n--\n\n---"), "context: %r" % t)
         t = text(s, "grep_search", {"path": many, "pattern": "hit"})
         check("Total matches: 100\n[100 matches limit reached" in t, "limit: %r" % t[-200:])
-        code, o = tool(s, "grep_search", {"path": d, "pattern": "a(b"})
-        check(code == 200 and o.get("error", "").startswith("invalid regex"), "bad regex: %s" % o)
+        for pattern in ("a(b", "(a)\\1"):
+            code, o = tool(s, "grep_search", {"path": d, "pattern": pattern})
+            check(code == 200 and o.get("error", "").startswith("invalid regex"), "%r: %s" % (pattern, o))
     with_tools(tmp, run)
 
 

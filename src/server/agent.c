@@ -802,7 +802,13 @@ static json_t *t_glob(ag_call *c)
     buf out = {0};
     size_t total = 0, shown = 0;
     if (!glob_init(&gi, include) && !glob_init(&ge, exclude)) {
+        struct timespec dl;
+        deadline_in(&dl, AG_LIST_S); /* matching is pattern x path per entry: bounded in time too */
         for (size_t i = 0; i < l.n; i++) {
+            if ((i & 255) == 0 && ms_left(&dl) <= 0) {
+                l.truncated = 1;
+                break;
+            }
             if (!glob_hit(&gi, l.v[i].rel) || (*exclude && glob_hit(&ge, l.v[i].rel))) continue;
             if (total++ >= (size_t)limit || shown >= AG_RESULTS_MAX) continue;
             shown++;
@@ -828,12 +834,15 @@ static json_t *t_glob(ag_call *c)
     return res;
 }
 
-/* ECMAScript's \d and \D (which POSIX lacks) as bracket expressions, outside brackets. */
-static char *posix_regex(const char *src)
+/* ECMAScript's \d and \D (which POSIX lacks) as bracket expressions, outside brackets.
+ * Back-references are refused (*backref): matching with them can take exponential time. */
+static char *posix_regex(const char *src, int *backref)
 {
     buf b = {0};
     int in_class = 0;
+    *backref = 0;
     for (const char *p = src; *p; p++) {
+        if (*p == '\\' && p[1] >= '1' && p[1] <= '9' && !in_class) *backref = 1;
         if (*p == '\\' && p[1]) {
             if (!in_class && (p[1] == 'd' || p[1] == 'D')) buf_str(&b, p[1] == 'd' ? "[0-9]" : "[^0-9]");
             else buf_add(&b, p, 2);
@@ -884,7 +893,12 @@ static json_t *t_grep(ag_call *c)
     if (ctx > 1000) ctx = 1000;
     regex_t re;
     if (!literal) {
-        char *src = posix_regex(pattern), msg[256];
+        int backref;
+        char *src = posix_regex(pattern, &backref), msg[256];
+        if (backref) {
+            free(src);
+            return tool_error("invalid regex: back-references (\\1 ...) are not supported");
+        }
         int rc = src ? regcomp(&re, src, REG_EXTENDED | REG_NOSUB | (icase ? REG_ICASE : 0)) : REG_ESPACE;
         free(src);
         if (rc) {
@@ -912,6 +926,10 @@ static json_t *t_grep(ag_call *c)
     deadline_in(&dl, AG_GREP_S);
     for (size_t f = 0; f < (single ? 1 : l.n) && !limit && !late; f++) {
         const char *shown = single ? path : l.v[f].rel;
+        if ((f & 255) == 0 && ms_left(&dl) <= 0) {
+            late = 1;
+            break;
+        }
         if (!single && (!glob_hit(&gi, shown) || (*exclude && glob_hit(&ge, shown)))) continue;
         char *fp = single ? abs : join(abs, shown);
         buf text = {0};
