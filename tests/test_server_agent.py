@@ -117,7 +117,8 @@ def off_by_default(tmp):
     finally:
         s.stop()
     for flags, want in ((["--tools", "read_file,rm_rf"], "unknown tool \"rm_rf\""),
-                        (["--tools", "all", "--tools-runtime", "docker:alpine"], "not supported")):
+                        (["--tools", "all", "--tools-runtime", "docker:alpine"], "not supported"),
+                        (["--mcp-servers-json", "{}"], "MCP servers are not supported")):
         p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0"] + flags, capture_output=True,
                            text=True, timeout=30)
         check(p.returncode != 0 and want in p.stderr, "%s: rc %d %r" % (flags, p.returncode, p.stderr[-300:]))

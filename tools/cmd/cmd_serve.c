@@ -17,7 +17,7 @@
 typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
-    const char *tools, *tools_runtime;
+    const char *tools, *tools_runtime, *mcp_config, *mcp_json;
     long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client, min_keep;
     int ignore_eos, ctx_shift, no_ui, mcp_proxy, agent, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
     double recompute, quality, temp, top_p, min_p, typ_p, repeat_penalty, presence_penalty, frequency_penalty;
@@ -102,6 +102,8 @@ static const cli_opt serve_table[] = {
      "get_info (default\nnone: 403). They read and write files and run commands as\nthis user: do not enable where "
      "untrusted clients reach the\nserver. CORS then defaults to localhost"},
     {"tools-runtime", 0, CLI_STR, "SPEC", 0, 0, F(tools_runtime), NULL}, /* refused: check_opts says why */
+    {"mcp-servers-config", 0, CLI_STR, "PATH", 0, 0, F(mcp_config), NULL}, /* refused too */
+    {"mcp-servers-json", 0, CLI_STR, "JSON", 0, 0, F(mcp_json), NULL},
     {"agent", 0, CLI_FLAG, NULL, 0, 0, F(agent), "--tools all and --ui-mcp-proxy together (also -ag)"},
     {"ag", 0, CLI_FLAG, NULL, 0, 0, F(agent), NULL},
     {"no-agent", 0, CLI_UNSET, NULL, 0, 0, F(agent), NULL},
@@ -212,6 +214,9 @@ static int check_opts(const serve_opts *o)
     if (o->tools_runtime)
         return cli_usage(&serve_cmd, "--tools-runtime: tool runtimes (containers, SSH) are not supported; the tools "
                                      "act on the host seqkv serve runs on (run it there)");
+    if (o->mcp_config || o->mcp_json)
+        return cli_usage(&serve_cmd, "--mcp-servers-config / --mcp-servers-json: MCP servers are not supported; "
+                                     "/tools runs the built-in tools (--tools)");
     if (o->cache_reuse) fprintf(stderr, "seqkv serve: --cache-reuse does nothing here: every stored prefix is reused\n");
     return CLI_CONTINUE;
 }
