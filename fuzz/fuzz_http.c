@@ -64,7 +64,7 @@ static int sink_stream(srv_req *r, srv_job *j)
     return 0;
 }
 
-static const srv_sink sink = {sink_text, sink_stream, NULL, NULL};
+static const srv_sink sink = {sink_text, sink_stream, NULL, NULL, NULL};
 
 /* The next line of data[*at..size) into out (NUL-terminated, cut at cap - 1); 0 at the end. */
 static int line(const uint8_t *data, size_t size, size_t *at, char *out, size_t cap)
