@@ -35,23 +35,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
 import testenv  # noqa: E402
 from clitest import Reporter, check  # noqa: E402
-from harness import SEQKV, Server  # noqa: E402
+from harness import SEQKV, Server, request  # noqa: E402
 
 MODEL = testenv.shared_path("models", "stories260K", "stories260K.gguf")
 KEY = "agent-test-key"
 AUTH = {"Authorization": "Bearer " + KEY}
-
-
-def request(s, method, path, body=None, headers=None, timeout=60):
-    """-> (status, {lower-case header: value}, body bytes)."""
-    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=timeout)
-    if isinstance(body, (dict, list)):
-        body = json.dumps(body)
-    c.request(method, path, body=body, headers=headers or {})
-    r = c.getresponse()
-    out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    c.close()
-    return out
 
 
 def tool(s, name, params=None, headers=None, **extra):
@@ -117,8 +105,7 @@ def off_by_default(tmp):
     finally:
         s.stop()
     for flags, want in ((["--tools", "read_file,rm_rf"], "unknown tool \"rm_rf\""),
-                        (["--tools", "all", "--tools-runtime", "docker:alpine"], "not supported"),
-                        (["--mcp-servers-json", "{}"], "MCP servers are not supported")):
+                        (["--tools", "all", "--tools-runtime", "docker:alpine"], "not supported")):
         p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0"] + flags, capture_output=True,
                            text=True, timeout=30)
         check(p.returncode != 0 and want in p.stderr, "%s: rc %d %r" % (flags, p.returncode, p.stderr[-300:]))

@@ -26,7 +26,8 @@
  * at their deadlines and say so. Differences from llama-server (docs/server.md): no tool
  * runtimes (containers, SSH: --tools-runtime and X-Tool-Runtime are refused), edit_file
  * matches exactly (no typographic-quote or trailing-space folding), "**" + "/" in a glob
- * also matches no directory at all. */
+ * also matches no directory at all. The tools of MCP servers (mcp.c) are listed after these
+ * and run there. */
 #define _GNU_SOURCE
 #include "core/fpguard.h"
 #include <dirent.h>
@@ -396,12 +397,8 @@ static void deadline_in(struct timespec *dl, int seconds)
     dl->tv_sec += seconds;
 }
 
-static int exec_start(ag_exec *e, char *const argv[], const char *cwd, int timeout_s, size_t max_out)
+int srv_spawn(pid_t *pid, char *const argv[], char *const envp[], const char *cwd, int in, int out, int err)
 {
-    int p[2];
-    *e = (ag_exec){.pid = -1, .fd = -1, .max_out = max_out};
-    deadline_in(&e->deadline, timeout_s);
-    if (pipe2(p, O_CLOEXEC)) return -1;
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     sigset_t none, all;
@@ -409,18 +406,29 @@ static int exec_start(ag_exec *e, char *const argv[], const char *cwd, int timeo
     sigfillset(&all);
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+    if (in < 0) posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    else posix_spawn_file_actions_adddup2(&fa, in, 0);
+    posix_spawn_file_actions_adddup2(&fa, out, 1);
+    posix_spawn_file_actions_adddup2(&fa, err, 2);
     posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     if (cwd) posix_spawn_file_actions_addchdir_np(&fa, cwd);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawnattr_setpgroup(&at, 0);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &all);
-    int rc = posix_spawnp(&e->pid, argv[0], &fa, &at, argv, environ);
+    int rc = posix_spawnp(pid, argv[0], &fa, &at, argv, envp ? envp : environ);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
+    return rc;
+}
+
+static int exec_start(ag_exec *e, char *const argv[], const char *cwd, int timeout_s, size_t max_out)
+{
+    int p[2];
+    *e = (ag_exec){.pid = -1, .fd = -1, .max_out = max_out};
+    deadline_in(&e->deadline, timeout_s);
+    if (pipe2(p, O_CLOEXEC)) return -1;
+    int rc = srv_spawn(&e->pid, argv, NULL, cwd, -1, p[1], p[1]);
     close(p[1]);
     if (rc) {
         close(p[0]);
@@ -1301,17 +1309,25 @@ int skv_server_tools_parse(const char *list, unsigned *mask, skv_err *err)
     return 0;
 }
 
+int srv_tools_builtin(const srv *s, const char *name)
+{
+    for (int i = 0; i < AG_N; i++)
+        if ((s->p.agent_tools & (1u << i)) && !strcmp(k_tools[i].name, name)) return 1;
+    return 0;
+}
+
 static int tools_off(srv_req *r)
 {
     json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 403, "message",
                           "this feature is disabled: start the server with --tools all (or a list of tools) to "
-                          "enable the built-in agent tools", "type", "feature_disabled");
+                          "enable the built-in agent tools, or with --mcp-servers-config for MCP servers' tools",
+                          "type", "feature_disabled");
     return e ? srv_reply_json(r, 403, e) : srv_reply_error(r, 500, "out of memory");
 }
 
 int srv_rt_tools_get(srv_req *r)
 {
-    if (!r->s->p.agent_tools) return tools_off(r);
+    if (!r->s->p.agent_tools && !r->s->mcp) return tools_off(r);
     json_t *a = json_array();
     for (int i = 0; a && i < AG_N; i++) {
         if (!(r->s->p.agent_tools & (1u << i))) continue;
@@ -1322,6 +1338,13 @@ int srv_rt_tools_get(srv_req *r)
                                        "uses_cwd", 1, "definition", "type", "function", "function", "name", t->name,
                                        "description", t->about, "parameters", params)
                            : NULL;
+        if (!o || json_array_append_new(a, o)) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    for (int i = 0; a && i < srv_mcp_n_tools(r->s->mcp); i++) {
+        json_t *o = srv_mcp_tool_json(r->s->mcp, i);
         if (!o || json_array_append_new(a, o)) {
             json_decref(a);
             a = NULL;
@@ -1440,9 +1463,28 @@ static int exec_stream(srv_req *r, ag_call *c)
     return r->sink->source(r, 200, "text/event-stream", (srv_source){stream_read, stream_close, st});
 }
 
+/* A tool of an MCP server: its params are the call's arguments (the headers are not). */
+static int mcp_post(srv_req *r, int i, json_t *params, json_t *stream)
+{
+    if (json_is_true(stream))
+        return srv_reply_error(r, 404, "tool \"%s\" does not support stream = true (MCP tools answer whole)",
+                               json_string_value(json_object_get(r->body, "tool")));
+    json_t *empty = params ? NULL : json_object();
+    json_t *res = params || empty ? srv_mcp_call(r->s->mcp, i, params ? params : empty, client_alive, r) : NULL;
+    json_decref(empty);
+    if (res) return srv_reply_json(r, 200, res);
+    const srv_mem_scope *sc = srv_mem_current();
+    int code = sc && sc->refused ? sc->refused : 500;
+    return code == 413 ? srv_reply_error(r, 413, "the tool's reply needs more working memory than one request may "
+                                                 "have (--mem-budget)")
+           : code == 503 ? srv_reply_error(r, 503, "server busy: its working memory (--mem-budget) is in use by "
+                                                   "other requests; retry")
+                         : srv_reply_error(r, 500, "out of memory");
+}
+
 int srv_rt_tools_post(srv_req *r)
 {
-    if (!r->s->p.agent_tools) return tools_off(r);
+    if (!r->s->p.agent_tools && !r->s->mcp) return tools_off(r);
     json_t *b = r->body, *params = json_object_get(b, "params"), *stream = json_object_get(b, "stream");
     const char *name = json_string_value(json_object_get(b, "tool"));
     const char *rt = header(r, "X-Tool-Runtime"), *cwd = header(r, "X-Tool-Cwd"), *rtype = header(r, "X-Resp-Type");
@@ -1454,6 +1496,8 @@ int srv_rt_tools_post(srv_req *r)
                                        "serve; run the server where the tools should act");
     int i = 0;
     while (i < AG_N && (strcmp(k_tools[i].name, name) || !(r->s->p.agent_tools & (1u << i)))) i++;
+    int m = i == AG_N ? srv_mcp_find(r->s->mcp, name) : -1;
+    if (m >= 0) return mcp_post(r, m, params, stream);
     if (i == AG_N) return srv_reply_error(r, 404, "unknown tool \"%.100s\"", name);
     if (json_is_true(stream) && !k_tools[i].stream)
         return srv_reply_error(r, 404, "tool \"%s\" does not support stream = true", name);

@@ -163,6 +163,8 @@ static void shutdown_all(srv *s, void *daemon)
 {
     srv_http_stop(daemon);
     srv_unload(s);
+    srv_mcp_free(s->mcp); /* after the routes that call its servers */
+    s->mcp = NULL;
 }
 
 /* Refuses what cannot be meant (an empty API key would let an empty header in), warns about
@@ -229,6 +231,10 @@ int skv_server_run(const skv_server_params *p)
     if (s.p.ui_mcp_proxy)
         srv_log("--ui-mcp-proxy: /cors-proxy forwards requests to any http(s) URL it is given (do not enable "
                 "it where untrusted clients reach the server)");
+    if (s.p.mcp_config || s.p.mcp_json)
+        srv_log("MCP servers: POST /tools runs their tools (programs started as this user: do not enable it where "
+                "untrusted clients reach the server; CORS: %s)",
+                s.p.cors_origins ? s.p.cors_origins : "*");
     if (s.p.agent_tools)
         srv_log("--tools: POST /tools reads and writes files and runs shell commands as this user (do not enable "
                 "it where untrusted clients reach the server; CORS: %s)",
@@ -241,8 +247,12 @@ int skv_server_run(const skv_server_params *p)
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* every thread started below inherits it */
     signal(SIGPIPE, SIG_IGN);
+    if (srv_mcp_start(&s)) return 1; /* after the allocator (its tool list is JSON) and SIGPIPE */
     atomic_init(&s.ready, 0);
-    if (srv_http_start(&s, &daemon, &port)) return 1;
+    if (srv_http_start(&s, &daemon, &port)) {
+        srv_mcp_free(s.mcp);
+        return 1;
+    }
     srv_log("loading %s (http://%s:%d answers 503 until it is loaded)", p->model_path, p->host, port);
     test_load_delay();
     if (srv_load(&s)) {

@@ -57,6 +57,8 @@ typedef struct skv_server_params {
     int ui_mcp_proxy;              /* --ui-mcp-proxy: /cors-proxy forwards (else 403; proxy.c) */
     unsigned agent_tools;          /* --tools: the built-in agent tools /tools runs, a mask of
                                     * skv_server_tools_parse's (0: 403; agent.c) */
+    const char *mcp_config;        /* --mcp-servers-config: a file of MCP servers (mcp.c), or NULL */
+    const char *mcp_json;          /* --mcp-servers-json: the same as text, or NULL */
     skv_sampling_defaults defaults; /* all zero: seqkv's own (skv_sampling_defaults_init) */
 } skv_server_params;
 

@@ -27,6 +27,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "core/mt19937.h"
 #include "grammar/gbnf.h"
@@ -61,6 +62,8 @@ int srv_samplers_add_name(const char *name, size_t len, uint8_t *out, int *n, sk
 /* llama-server's name of a step (NULL for SRV_SMP_NOOP). */
 const char *srv_sampler_name(int code);
 
+typedef struct srv_mcp srv_mcp;
+
 typedef struct srv {
     skv_server_params p;
     skv_model *model;
@@ -78,6 +81,7 @@ typedef struct srv {
     srv_pool *pool;
     srv_metrics m;
     int64_t t_start;
+    srv_mcp *mcp;        /* MCP servers' tools (mcp.c), or NULL */
 } srv;
 
 /* What a finished or running job reports. */
@@ -453,6 +457,23 @@ void srv_proxy_close(srv_proxy *px); /* the reply is done or its client gone */
 /* ---- the built-in agent tools (agent.c): GET and POST /tools with --tools ---- */
 int srv_rt_tools_get(srv_req *r);
 int srv_rt_tools_post(srv_req *r);
+/* posix_spawnp of argv in a process group of its own, signals default and unblocked, with
+ * in (< 0: /dev/null), out and err as its 0, 1, 2 and no other descriptor; envp NULL: ours;
+ * cwd NULL: ours. 0 or an errno. */
+int srv_spawn(pid_t *pid, char *const argv[], char *const envp[], const char *cwd, int in, int out, int err);
+/* 1 when an enabled built-in tool has this name. */
+int srv_tools_builtin(const srv *s, const char *name);
+/* ---- MCP servers (mcp.c): their tools in /tools, with --mcp-servers-config / -json ---- */
+/* Parses the configs and lists every server's tools (s->mcp: NULL when none is declared);
+ * -1 after a message. */
+int srv_mcp_start(srv *s);
+void srv_mcp_free(srv_mcp *m);
+int srv_mcp_n_tools(const srv_mcp *m);
+int srv_mcp_find(const srv_mcp *m, const char *name); /* a tool's index, or -1 */
+json_t *srv_mcp_tool_json(const srv_mcp *m, int i);    /* its GET /tools entry (NULL: no memory) */
+/* Runs tool i with args (an object): {"plain_text_response": ...} or {"error": ...}, NULL
+ * when the request's working memory ran out. alive(a) is asked while it waits. */
+json_t *srv_mcp_call(srv_mcp *m, int i, json_t *args, int (*alive)(void *), void *a);
 /* b[0..n) as base64 (malloc'ed, NUL-terminated; *len its length when len is not NULL). */
 char *srv_base64(const unsigned char *b, size_t n, size_t *len);
 int srv_rt_webui(srv_req *r);          /* webui.c: "/" and the web app files (--no-ui: 404) */

@@ -1,6 +1,7 @@
 """Starts a real `seqkv serve` for the server tests (not a test itself) and talks to it
 with curl, as a user would. Server(...) picks a free port (--port 0, read back from the
 log), waits for /health, and stop()/kill() end it."""
+import http.client
 import json
 import os
 import signal
@@ -15,6 +16,19 @@ from clitest import ROOT, SEQKV, WRAP, Fail  # noqa: E402
 # wrapper and every wait is 30 times longer; a wrapper's error exit (99) at stop() fails.
 SLOW = 30 if WRAP else 1
 WRAP_ERROR_EXIT = 99
+
+
+def request(s, method, path, body=None, headers=None, timeout=60):
+    """One HTTP request to server s -> (status, {lower-case header: value}, body bytes);
+    body: bytes, text, or an object sent as JSON."""
+    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=timeout)
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    c.request(method, path, body=body, headers=headers or {})
+    r = c.getresponse()
+    out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    c.close()
+    return out
 
 
 class Server:

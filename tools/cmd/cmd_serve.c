@@ -102,8 +102,11 @@ static const cli_opt serve_table[] = {
      "get_info (default\nnone: 403). They read and write files and run commands as\nthis user: do not enable where "
      "untrusted clients reach the\nserver. CORS then defaults to localhost"},
     {"tools-runtime", 0, CLI_STR, "SPEC", 0, 0, F(tools_runtime), NULL}, /* refused: check_opts says why */
-    {"mcp-servers-config", 0, CLI_STR, "PATH", 0, 0, F(mcp_config), NULL}, /* refused too */
-    {"mcp-servers-json", 0, CLI_STR, "JSON", 0, 0, F(mcp_json), NULL},
+    {"mcp-servers-config", 0, CLI_STR, "PATH", 0, 0, F(mcp_config), "a JSON file of MCP servers (Cursor's format:\n"
+     "{\"mcpServers\": {NAME: {\"command\": ..., \"args\": [...]}}}): each\nis started when one of its tools is "
+     "called; /tools lists and\nruns their tools as NAME_TOOL. They run as this user: do not\nenable where untrusted "
+     "clients reach the server. CORS then\ndefaults to localhost"},
+    {"mcp-servers-json", 0, CLI_STR, "JSON", 0, 0, F(mcp_json), "the same servers as inline JSON"},
     {"agent", 0, CLI_FLAG, NULL, 0, 0, F(agent), "--tools all and --ui-mcp-proxy together (also -ag)"},
     {"ag", 0, CLI_FLAG, NULL, 0, 0, F(agent), NULL},
     {"no-agent", 0, CLI_UNSET, NULL, 0, 0, F(agent), NULL},
@@ -214,9 +217,6 @@ static int check_opts(const serve_opts *o)
     if (o->tools_runtime)
         return cli_usage(&serve_cmd, "--tools-runtime: tool runtimes (containers, SSH) are not supported; the tools "
                                      "act on the host seqkv serve runs on (run it there)");
-    if (o->mcp_config || o->mcp_json)
-        return cli_usage(&serve_cmd, "--mcp-servers-config / --mcp-servers-json: MCP servers are not supported; "
-                                     "/tools runs the built-in tools (--tools)");
     if (o->cache_reuse) fprintf(stderr, "seqkv serve: --cache-reuse does nothing here: every stored prefix is reused\n");
     return CLI_CONTINUE;
 }
@@ -260,11 +260,12 @@ int cmd_serve(int argc, char **argv)
         unsigned mask;
         if (skv_server_tools_parse(o.tools, &mask, &err)) return cli_usage(&serve_cmd, "--tools: %s", err.msg);
         p.agent_tools = mask;
-        if (!o.cors_origins) {
-            p.cors_origins = "localhost"; /* as llama-server: tools make the browser default localhost */
-            fprintf(stderr, "seqkv serve: --tools is on: CORS allows localhost origins only (change with "
-                            "--cors-origins)\n");
-        }
+    }
+    p.mcp_config = o.mcp_config, p.mcp_json = o.mcp_json;
+    if ((o.tools || o.mcp_config || o.mcp_json) && !o.cors_origins) {
+        p.cors_origins = "localhost"; /* as llama-server: tools make the browser default localhost */
+        fprintf(stderr, "seqkv serve: %s on: CORS allows localhost origins only (change with --cors-origins)\n",
+                o.tools ? "--tools is" : "MCP servers are");
     }
     if (api_keys(&o, &keys) || chat_template(&o, &p, &tmpl)) {
         free(keys);
