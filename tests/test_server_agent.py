@@ -315,8 +315,14 @@ def bad_calls(tmp):
             check(code == code_want and want in json.loads(raw)["error"]["message"], "%s: %d %r" % (body, code, raw))
         code, _, raw = request(s, "POST", "/tools", b"{not json", AUTH)
         check(code == 400, "bad JSON: %d" % code)
-        code, o = tool(s, "get_info", headers={"X-Tool-Runtime": "docker-container:abc"})
-        check(code == 400 and "not supported" in o["error"]["message"], "runtime header: %d %s" % (code, o))
+        for rt, code_want, want in (("docker-container:abc", 400, "not supported"),
+                                    ("ssh:user@host.example", 400, "not supported"),
+                                    ("podman:alpine", 500, "must name a running container"),
+                                    ("docker-container:--privileged", 500, "invalid container id"),
+                                    ("ssh:-oProxyCommand=x", 500, "invalid ssh target"),
+                                    ("fake:x", 500, "unknown tool runtime")):
+            code, o = tool(s, "get_info", headers={"X-Tool-Runtime": rt})
+            check(code == code_want and want in o["error"]["message"], "runtime header %s: %d %s" % (rt, code, o))
         code, o = tool(s, "get_info")
         check(code == 200 and o["os"].startswith("Linux") and o["cwd"].startswith("/"), "get_info: %s" % o)
         p = os.path.join(tmp, "two-mb.bin")

@@ -6,6 +6,9 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
   start the server; an unknown flag is still an error; -c is the total shared by the slots.
 - chat_template_sources: --chat-template-file and a template's text given to
   --chat-template are used as templates; POST /apply-template shows the prompt.
+- template_variables: llama-server's template globals (date_string, datetime,
+  enable_thinking) and chat_template_kwargs / --chat-template-kwargs / --reasoning /
+  reasoning_effort; a thought block the prompt opens is closed when thinking is off.
 - chatml_fallback: a model without a template renders chatml, as llama-server.
 - unsupported_fields_refused: echo, post-sampling probabilities and image parts are
   400s naming the field (grammars: tests/test_server_grammar.py), never a
@@ -108,6 +111,48 @@ def chat_template_sources(tmp):
             check(code == 200 and r["prompt"] == want, "%s: %d %s" % (args, code, r))
         finally:
             s.stop()
+
+
+def template_variables(tmp):
+    """llama-server's template globals: date_string / datetime of today, enable_thinking from
+    --reasoning and the request, --chat-template-kwargs and chat_template_kwargs, a thought
+    block the prompt opens closed when thinking is off, {% filter %} blocks."""
+    import datetime
+    f = os.path.join(tmp, "think.jinja")
+    open(f, "w").write("{% filter trim %} {{ date_string }}|{{ datetime }}|{{ enable_thinking }}|{{ effort }}|"
+                       "{{ reasoning_effort | default('-') }} {% endfilter %}"
+                       "{% if add_generation_prompt %}<think>\n{% endif %}")
+    today = datetime.date.today()
+    base = "%s|%s|" % (today.strftime("%d %b %Y"), today.strftime("%b %d %Y"))
+    msgs = [{"role": "user", "content": "hi"}]
+    s = serve(tmp, "--chat-template-file", f, "--chat-template-kwargs", '{"effort": "low"}')
+    try:
+        for extra, want in (({}, base + "True|low|-<think>\n"),
+                            ({"chat_template_kwargs": {"enable_thinking": False}}, base + "False|low|-<think>\n</think>"),
+                            ({"chat_template_kwargs": {"effort": "high"}}, base + "True|high|-<think>\n"),
+                            ({"reasoning_effort": "none"}, base + "False|low|-<think>\n</think>"),
+                            ({"reasoning_effort": "medium"}, base + "True|low|medium<think>\n"),
+                            ({"add_generation_prompt": False, "chat_template_kwargs": {"enable_thinking": False}},
+                             base + "False|low|-")):
+            code, r = s.json("/apply-template", dict({"messages": msgs}, **extra))
+            check(code == 200 and r["prompt"] == want, "%s: %d %s" % (extra, code, r))
+        for bad in ({"chat_template_kwargs": [1]}, {"chat_template_kwargs": {"enable_thinking": "false"}},
+                    {"reasoning_effort": 3}):
+            code, r = s.json("/apply-template", dict({"messages": msgs}, **bad))
+            check(code == 400, "%s: %d %s" % (bad, code, r))
+    finally:
+        s.stop()
+    s = serve(tmp, "--chat-template-file", f, "--reasoning", "off")
+    try:
+        code, r = s.json("/apply-template", {"messages": msgs})
+        check(code == 200 and r["prompt"] == base + "False||-<think>\n</think>", "--reasoning off: %s" % r)
+        code, r = s.json("/apply-template", {"messages": msgs, "chat_template_kwargs": {"enable_thinking": True}})
+        check(code == 200 and r["prompt"] == base + "True||-<think>\n", "a request turning it back on: %s" % r)
+    finally:
+        s.stop()
+    p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0", "--chat-template-kwargs", "[1]"],
+                       capture_output=True, timeout=30)
+    check(p.returncode != 0 and b"--chat-template-kwargs" in p.stderr, "kwargs not an object: %r" % p.stderr[-200:])
 
 
 def chatml_fallback(tmp):
@@ -534,7 +579,7 @@ def seeded_sampling_is_llama_servers(tmp):
 
 def main():
     rep = Reporter("test_server_dropin")
-    cases = [llama_server_command_line_starts, chat_template_sources, chatml_fallback, unsupported_fields_refused,
+    cases = [llama_server_command_line_starts, chat_template_sources, template_variables, chatml_fallback, unsupported_fields_refused,
              cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, history_is_a_cache_hit, infill_layout,
              web_ui_and_token_count,
              context_errors, abandoned_request_frees_slot, token_probabilities,

@@ -248,6 +248,10 @@ static const struct { const char *src, *want; } semantics[] = {
     {"a  {%- if true -%}  b  {%- endif -%}  c", "abc"},
     {"x\n  {% if true %}\ny{% endif %}\nz", "x\nyz"}, /* lstrip_blocks + trim_blocks */
     {"{% set x %}in{{ 1 }}{% endset %}{{ x }}{% for k, v in {'p': 1}.items() %}{{ k }}={{ v }}{% endfor %}", "in1p=1"},
+    {"{% filter trim %}  in{{ 1 }}  {% endfilter %}|{% filter trim | upper %} a b {% endfilter %}|"
+     "{% filter replace('x', 'y') %}xx{% endfilter %}", "in1|A B|yy"},
+    /* llama.cpp's engine: a string plus none or undefined is the string (firefunction-v2's template) */
+    {"{{ 'a' + none }}|{{ undefined_thing + 'b' }}|{{ 'c' + x_undefined + 'd' }}", "a|b|cd"},
     {"{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}", "02"},
     {"{# comment #}{{ 'user'.title() }}{{ none }}{{ 'a' * 3 }}{% for x in [] %}1{% else %}empty{% endfor %}", "UserNoneaaaempty"},
 };

@@ -30,6 +30,7 @@
  * and run there. */
 #define _GNU_SOURCE
 #include "core/fpguard.h"
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1463,6 +1464,40 @@ static int exec_stream(srv_req *r, ag_call *c)
     return r->sink->source(r, 200, "text/event-stream", (srv_source){stream_read, stream_close, st});
 }
 
+/* Whether s[0..n) is a name llama-server accepts after "ssh:" (extra '@') or
+ * "<engine>-container:": one that cannot pass for an option of ssh or the engine. */
+static int runtime_name_ok(const char *s, int ssh)
+{
+    if (!*s || *s == '-' || (!ssh && !isalnum((unsigned char)*s))) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && !strchr(ssh ? ".-_@" : ".-_", *s)) return 0;
+    return 1;
+}
+
+/* X-Tool-Runtime: a spec llama-server would refuse gets its answer (500, its message: an
+ * unknown scheme, a name that could inject an option); one it would run, a 400 saying that
+ * seqkv serve runs the tools on its own host only. */
+static int runtime_refused(srv_req *r, const char *rt)
+{
+    static const char *const engines[] = {"docker", "podman"};
+    for (int e = 0; e < 2; e++) {
+        size_t k = strlen(engines[e]);
+        if (strncmp(rt, engines[e], k)) continue;
+        if (!strncmp(rt + k, "-container:", 11) && !runtime_name_ok(rt + k + 11, 0))
+            return srv_reply_error(r, 500, "invalid container id: %.200s", rt + k + 11);
+        if (!strncmp(rt + k, "-container:", 11)) goto unsupported;
+        if (rt[k] == ':') return srv_reply_error(r, 500, "tool runtime must name a running container: %.200s", rt);
+    }
+    if (!strncmp(rt, "ssh:", 4)) {
+        if (!runtime_name_ok(rt + 4, 1)) return srv_reply_error(r, 500, "invalid ssh target: %.200s", rt + 4);
+        goto unsupported;
+    }
+    return srv_reply_error(r, 500, "unknown tool runtime: %.200s", rt);
+unsupported:
+    return srv_reply_error(r, 400, "X-Tool-Runtime: tool runtimes (containers, SSH) are not supported by seqkv "
+                                   "serve; run the server where the tools should act");
+}
+
 /* A tool of an MCP server: its params are the call's arguments (the headers are not). */
 static int mcp_post(srv_req *r, int i, json_t *params, json_t *stream)
 {
@@ -1491,14 +1526,12 @@ int srv_rt_tools_post(srv_req *r)
     if (!name) return srv_reply_error(r, 400, "\"tool\": required (a tool's name, as GET /tools lists them)");
     if (params && !json_is_object(params)) return srv_reply_error(r, 400, "\"params\": must be an object");
     if (stream && !json_is_boolean(stream)) return srv_reply_error(r, 400, "\"stream\": must be true or false");
-    if (rt && *rt)
-        return srv_reply_error(r, 400, "X-Tool-Runtime: tool runtimes (containers, SSH) are not supported by seqkv "
-                                       "serve; run the server where the tools should act");
     int i = 0;
     while (i < AG_N && (strcmp(k_tools[i].name, name) || !(r->s->p.agent_tools & (1u << i)))) i++;
     int m = i == AG_N ? srv_mcp_find(r->s->mcp, name) : -1;
     if (m >= 0) return mcp_post(r, m, params, stream);
     if (i == AG_N) return srv_reply_error(r, 404, "unknown tool \"%.100s\"", name);
+    if (rt && *rt) return runtime_refused(r, rt);
     if (json_is_true(stream) && !k_tools[i].stream)
         return srv_reply_error(r, 404, "tool \"%s\" does not support stream = true", name);
     json_t *empty = params ? NULL : json_object();

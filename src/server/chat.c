@@ -18,6 +18,12 @@ int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int ad
 int skv_chat_render_tools(const char *tmpl, const skv_chat_msg *msgs, size_t n, const char *tools_json,
                           int add_generation_prompt, size_t memory, char **out, skv_err *err)
 {
+    return skv_chat_render_ext(tmpl, msgs, n, tools_json, NULL, add_generation_prompt, memory, out, err);
+}
+
+int skv_chat_render_ext(const char *tmpl, const skv_chat_msg *msgs, size_t n, const char *tools_json,
+                        const char *globals_json, int add_generation_prompt, size_t memory, char **out, skv_err *err)
+{
     const char *src = tmpl ? tmpl : skv_tmpl_builtin("chatml"); /* llama-server's fallback */
     skv_tmpl *t = NULL;
     skv_tmpl_error e = {0};
@@ -33,7 +39,7 @@ int skv_chat_render_tools(const char *tmpl, const skv_chat_msg *msgs, size_t n, 
     for (size_t i = 0; fields && i < n; i++) fields[i] = msgs[i].fields_json;
     skv_tmpl_input in = {.msgs = m, .n_msgs = n, .add_generation_prompt = add_generation_prompt,
                          .bos_token = "", .eos_token = "", .tools_json = tools_json,
-                         .msg_fields = fields};
+                         .msg_fields = fields, .globals_json = globals_json};
     if (rc == SKV_OK) rc = skv_tmpl_render_chat(t, &in, out, NULL, &e);
     if (rc != SKV_OK)
         skv_fail(err, SKV_ERR_INVALID_ARG, "chat template: %s (line %d, column %d)", m ? e.msg : "out of memory", e.line, e.col);

@@ -28,6 +28,12 @@ int skv_chat_render(const char *tmpl, const skv_chat_msg *msgs, size_t n, int ad
 int skv_chat_render_tools(const char *tmpl, const skv_chat_msg *msgs, size_t n, const char *tools_json,
                           int add_generation_prompt, size_t memory, char **out, skv_err *err);
 
+/* skv_chat_render_tools with extra globals: globals_json NULL or a JSON object whose members
+ * the template sees as variables (llama-server's date_string, enable_thinking,
+ * chat_template_kwargs, ...), set after the others. */
+int skv_chat_render_ext(const char *tmpl, const skv_chat_msg *msgs, size_t n, const char *tools_json,
+                        const char *globals_json, int add_generation_prompt, size_t memory, char **out, skv_err *err);
+
 /* What a template does with tools, probed by rendering it (as llama.cpp reads a template's
  * capabilities): SKV_CHAT_TOOLS_NATIVE when a tool's name reaches the prompt (the template
  * describes the tools itself), SKV_CHAT_TOOLS_OBJECT_ARGS when a tool call's arguments must be

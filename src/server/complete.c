@@ -793,10 +793,63 @@ static size_t with_system(skv_chat_msg *cm, char **texts, size_t n, char *sys, s
     return n + 1;
 }
 
+/* The template's extra globals, as llama-server sets them: date_string ("26 Jul 2024") and
+ * datetime ("Jul 26 2024") of today, enable_thinking (--reasoning, then the request's
+ * chat_template_kwargs.enable_thinking, then its reasoning_effort "none" for off), then
+ * --chat-template-kwargs and the request's chat_template_kwargs (later ones win). body may
+ * be NULL (the server's defaults). The JSON text (malloc'ed) and *thinking, or NULL with err. */
+static char *render_globals(const srv *s, const json_t *body, int *thinking, skv_err *err)
+{
+    json_t *kw = json_object_get(body, "chat_template_kwargs"), *eff = json_object_get(body, "reasoning_effort");
+    if (kw && !json_is_object(kw) && !json_is_null(kw))
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"chat_template_kwargs\": an object of the template's variables"), NULL;
+    if (eff && !json_is_string(eff) && !json_is_null(eff))
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"reasoning_effort\": a string (\"none\" turns thinking off)"), NULL;
+    const json_t *et = json_object_get(kw, "enable_thinking");
+    if (et && !json_is_boolean(et))
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "invalid type for \"enable_thinking\" (expected boolean, got %s)",
+                        json_is_string(et) ? "string" : "another type"), NULL;
+    *thinking = s->p.reasoning != -1;
+    if (et) *thinking = json_is_true(et);
+    if (json_is_string(eff) && !strcmp(json_string_value(eff), "none")) *thinking = 0;
+    char date[32] = "", datetime[32] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm)) {
+        strftime(date, sizeof date, "%d %b %Y", &tm);
+        strftime(datetime, sizeof datetime, "%b %d %Y", &tm);
+    }
+    json_t *g = json_pack("{s:s,s:s}", "date_string", date, "datetime", datetime);
+    if (g && s->kwargs) json_object_update(g, s->kwargs);
+    if (g && json_is_object(kw)) json_object_update(g, kw);
+    if (g && json_is_string(eff) && strcmp(json_string_value(eff), "none"))
+        json_object_set(g, "reasoning_effort", eff);
+    if (g) json_object_set_new(g, "enable_thinking", json_boolean(*thinking));
+    char *text = g ? srv_json_text(g, NULL, 1) : NULL;
+    json_decref(g);
+    if (!text) skv_fail(err, SKV_ERR_NOMEM, "out of memory");
+    return text;
+}
+
+/* Thinking off with a generation prompt: the thought block the prompt opened closed, as
+ * llama-server does ("<think>\n" -> "<think>\n</think>"; command-r7b's markers given empty). */
+static int close_thinking(char **out, const char *tmpl, skv_err *err)
+{
+    size_t n = strlen(*out);
+    const char *add = NULL;
+    if ((n >= 8 && !strcmp(*out + n - 8, "<think>\n")) || (n >= 7 && !strcmp(*out + n - 7, "<think>")))
+        add = "</think>";
+    else if (tmpl && strstr(tmpl, "<|START_THINKING|>") && !(n >= 16 && !strcmp(*out + n - 16, "<|END_THINKING|>")))
+        add = "<|START_THINKING|><|END_THINKING|>";
+    return add ? append_continuation(out, add, err) : 0;
+}
+
 /* The messages rendered with the chat template as md says (a continued final message: the
  * others with the generation prompt, then its text), with the request's tools (tl, NULL:
- * none); NULL with a message in err. */
-static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const srv_tools *tl, skv_err *err)
+ * none) and template variables (body's chat_template_kwargs, ...; NULL: the defaults); NULL
+ * with a message in err. */
+static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const srv_tools *tl, const json_t *body,
+                         skv_err *err)
 {
     size_t n = json_array_size(msgs), i, cap = n + 1; /* one more: the tools' system message */
     json_t *m;
@@ -804,6 +857,9 @@ static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const
     char **texts = calloc(cap, sizeof *texts), **fields = calloc(cap, sizeof *fields), *out = NULL;
     int bad = !cm || !texts || !fields;
     size_t charged = 0;
+    int thinking = 1;
+    char *globals = bad ? NULL : render_globals(s, body, &thinking, err);
+    bad |= !globals;
     json_array_foreach(msgs, i, m) {
         if (bad) break;
         const char *delim = md.cont && i == n - 1 ? "\n\n" : "\n";
@@ -826,10 +882,12 @@ static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const
     } else if (srv_mem_take(NULL, arena)) skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     else {
         int gen = md.cont ? 1 : md.gen_prompt;
-        if (skv_chat_render_tools(s->chat_template, cm, n - (size_t)md.cont, tl ? tl->tools_json : NULL, gen, arena, &out,
-                                  err))
+        if (skv_chat_render_ext(s->chat_template, cm, n - (size_t)md.cont, tl ? tl->tools_json : NULL, globals, gen,
+                                arena, &out, err))
             out = NULL;
         if (out && md.cont && append_continuation(&out, cm[n - 1].content, err)) free(out), out = NULL;
+        if (out && !thinking && md.gen_prompt && !md.cont && close_thinking(&out, s->chat_template, err))
+            free(out), out = NULL;
         srv_mem_give(NULL, arena);
     }
     for (i = 0; texts && i < cap; i++) free(texts[i]);
@@ -837,6 +895,7 @@ static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const
     srv_mem_give(NULL, charged);
     free(texts), free(fields);
     free(cm);
+    free(globals);
     return out;
 }
 
@@ -848,7 +907,7 @@ static char *render(const srv *s, const json_t *body, const srv_tools *tl, skv_e
     if (!json_is_array(msgs) || !json_array_size(msgs) || json_array_size(msgs) > SRV_MAX_MESSAGES)
         return skv_fail(err, SKV_ERR_INVALID_ARG, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
     if (render_mode_of(body, msgs, &md, err)) return NULL;
-    return render_msgs(s, msgs, md, tl, err);
+    return render_msgs(s, msgs, md, tl, body, err);
 }
 
 /* render with the request's tools, tools, tool_choice and parallel_tool_calls read into tl
@@ -868,7 +927,7 @@ int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, 
     int32_t *t = NULL;
     *n = 0;
     if (all && turn && !json_array_append(all, turn) && json_array_size(all) <= SRV_MAX_MESSAGES)
-        text = render_msgs(s, all, (render_mode){0, 0}, NULL, &err);
+        text = render_msgs(s, all, (render_mode){0, 0}, NULL, NULL, &err);
     if (text) t = srv_tokenize(s, text, strlen(text), 1, n);
     free(text);
     json_decref(turn);

@@ -137,6 +137,15 @@ int srv_load(srv *s)
     } else {
         s->chat_template = srv_model_chat_template(s->model);
     }
+    if (s->p.chat_template_kwargs) {
+        json_error_t je;
+        s->kwargs = json_loads(s->p.chat_template_kwargs, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_object(s->kwargs)) {
+            srv_log("--chat-template-kwargs: a JSON object of template variables is needed (%s)",
+                    s->kwargs ? "not an object" : je.text);
+            return -1;
+        }
+    }
     s->tool_caps = skv_chat_tool_caps(s->chat_template);
     s->tool_fmt = srv_tools_format(s->chat_template, s->tool_caps);
     if (s->p.store_dir && open_store(s)) return -1;
@@ -155,8 +164,9 @@ void srv_unload(srv *s)
     skv_model_free(s->model);
     json_decref(s->aliases);
     json_decref(s->tags);
+    json_decref(s->kwargs);
     free(s->chat_template);
-    s->pool = NULL, s->store = NULL, s->model = NULL, s->chat_template = NULL;
+    s->pool = NULL, s->store = NULL, s->model = NULL, s->chat_template = NULL, s->kwargs = NULL;
 }
 
 static void shutdown_all(srv *s, void *daemon)

@@ -57,6 +57,10 @@ typedef struct skv_server_params {
     int ui_mcp_proxy;              /* --ui-mcp-proxy: /cors-proxy forwards (else 403; proxy.c) */
     unsigned agent_tools;          /* --tools: the built-in agent tools /tools runs, a mask of
                                     * skv_server_tools_parse's (0: 403; agent.c) */
+    int reasoning;                 /* --reasoning: 0 auto (the template's default), 1 on, -1 off
+                                    * (enable_thinking false, an opened thought block closed) */
+    const char *chat_template_kwargs; /* --chat-template-kwargs: a JSON object of template
+                                       * variables every chat render sees, or NULL */
     const char *mcp_config;        /* --mcp-servers-config: a file of MCP servers (mcp.c), or NULL */
     const char *mcp_json;          /* --mcp-servers-json: the same as text, or NULL */
     skv_sampling_defaults defaults; /* all zero: seqkv's own (skv_sampling_defaults_init) */

@@ -82,6 +82,7 @@ typedef struct srv {
     srv_metrics m;
     int64_t t_start;
     srv_mcp *mcp;        /* MCP servers' tools (mcp.c), or NULL */
+    json_t *kwargs;      /* --chat-template-kwargs (an object), or NULL */
 } srv;
 
 /* What a finished or running job reports. */

@@ -89,11 +89,11 @@ void skv_tmpl_free(skv_tmpl *t)
 
 int skv_tmpl_supports_system(const skv_tmpl *t) { return t && t->supports_system; }
 
-/* The members of a JSON object set on d (a message's structured fields). */
+/* The members of a JSON object set on d (a message's structured fields, the extra globals). */
 static void tmpl_merge(tp_arena *a, tv_dict *d, const char *json)
 {
     tv o = tp_json_value(a, json, strlen(json), 64);
-    if (o.k != V_DICT) tp_fail(a, SKV_ERR_FORMAT, 0, 0, "a message's fields must be a JSON object");
+    if (o.k != V_DICT) tp_fail(a, SKV_ERR_FORMAT, 0, 0, "a message's fields (or the extra globals) must be a JSON object");
     for (size_t k = 0; k < o.u.d->n; k++) tv_dict_set(a, d, o.u.d->key[k]->s, o.u.d->key[k]->len, o.u.d->val[k]);
 }
 
@@ -126,6 +126,7 @@ static tv_dict *tmpl_globals(tp_arena *a, const skv_tmpl_input *in)
         tv val = v->kind == SKV_TMPL_VAR_BOOL ? tv_bool(v->b) : tv_cstr(a, v->str ? v->str : "");
         tv_dict_set(a, g, v->name, strlen(v->name), val);
     }
+    if (in->globals_json) tmpl_merge(a, g, in->globals_json);
     return g;
 }
 

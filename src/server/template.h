@@ -63,6 +63,8 @@ typedef struct {
     const char *tools_json;   /* NULL, or a JSON array: the `tools` global (OpenAI's tools) */
     const char *const *msg_fields; /* NULL, or per message NULL or a JSON object whose members
                                       are set on it after role and content (tool_calls, ...) */
+    const char *globals_json; /* NULL, or a JSON object whose members are set as globals after
+                                 all the others (llama-server's chat_template_kwargs, ...) */
 } skv_tmpl_input;
 
 /* Parses src[0..len) (need not be NUL-terminated). limits NULL: the defaults.

@@ -189,6 +189,14 @@ static tv tp_filter_node(tp_ctx *c, const tp_node *e)
     return tv_bool(e->op ? !r : r);
 }
 
+/* A filter block's chain f applied to the captured text x (f's innermost operand is NULL). */
+static tv tp_filter_chain(tp_ctx *c, const tp_node *f, tv x)
+{
+    if (f->a) x = tp_filter_chain(c, f->a, x);
+    tp_args args = tp_eval_args(c, f->args);
+    return tp_filter(c, f, x, f->name, f->name_n, &args);
+}
+
 static tv tp_in(tp_ctx *c, const tp_node *e)
 {
     tv x = tp_eval(c, e->a), hay = tp_eval(c, e->b);
@@ -375,6 +383,7 @@ static void tp_stmt(tp_ctx *c, const tp_node *e)
     case N_FOR: tp_for(c, e); return;
     case N_SET: tp_assign_targets(c, e->args, tp_eval(c, e->b)); return;
     case N_SET_BLOCK: tp_assign_targets(c, e->args, tp_capture(c, e->b)); return;
+    case N_FILTER_BLOCK: tv_to_buf(c->a, c->out, tp_filter_chain(c, e->a, tp_capture(c, e->b)), 0); return;
     case N_MACRO: {
         tv m = {.k = V_MACRO, .u.m = e};
         tv_dict_set(c->a, c->scope->vars, e->name, e->name_n, m);

@@ -132,6 +132,11 @@ tv tp_binop(tp_ctx *c, const tp_node *at, tv x, tv y)
         return tp_float_op(c, &tmp, tp_dbl(x), tp_dbl(y));
     }
     if (op == OP_ADD && x.k == y.k && (x.k == V_STR || x.k == V_LIST)) return tp_concat(c, x, y);
+    /* llama.cpp's engine: a string plus none or undefined is the string (templates such as
+     * firefunction-v2's add variables only some callers set) */
+    if (op == OP_ADD && ((x.k == V_STR && (y.k == V_NONE || y.k == V_UNDEF)) ||
+                         (y.k == V_STR && (x.k == V_NONE || x.k == V_UNDEF))))
+        return x.k == V_STR ? x : y;
     if (op == OP_MUL && (x.k == V_STR || x.k == V_LIST) && y.k == V_INT)
         return tp_repeat(c, at, x, y.u.i);
     if (op == OP_MUL && (y.k == V_STR || y.k == V_LIST) && x.k == V_INT)

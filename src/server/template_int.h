@@ -114,7 +114,7 @@ tp_tok *tp_lex(tp_arena *a, const char *src, size_t len, size_t *n_out);
 /* ---- syntax tree ---- */
 typedef enum {
     /* statements */
-    N_TEXT, N_OUTPUT, N_IF, N_FOR, N_SET, N_SET_BLOCK, N_MACRO, N_BREAK, N_CONTINUE,
+    N_TEXT, N_OUTPUT, N_IF, N_FOR, N_SET, N_SET_BLOCK, N_FILTER_BLOCK, N_MACRO, N_BREAK, N_CONTINUE,
     /* expressions */
     N_LIT, N_NAME, N_ATTR, N_ITEM, N_SLICE, N_CALL, N_FILTER, N_TEST, N_NOT, N_NEG,
     N_BINOP, N_AND, N_OR, N_COND, N_LIST, N_DICT, N_IN, N_KWARG
@@ -127,7 +127,8 @@ struct tp_node {
     const char *name;    /* N_NAME, N_ATTR, N_FILTER, N_TEST, N_KWARG, N_MACRO, N_SET target */
     size_t name_n;
     tv lit;              /* N_LIT, N_TEXT */
-    tp_node *a, *b, *c;  /* operands; N_IF: cond, then, else; N_FOR: iter, body, else */
+    tp_node *a, *b, *c;  /* operands; N_IF: cond, then, else; N_FOR: iter, body, else;
+                            N_FILTER_BLOCK: the filters (N_FILTER, innermost a NULL), body */
     tp_node *args;       /* N_CALL/N_FILTER/N_TEST args, N_LIST/N_DICT items, N_MACRO params
                             (N_NAME, default in a), N_FOR/N_SET targets (N_NAME / N_ATTR) */
     tp_node *d;          /* N_FOR: the `if` condition; N_SLICE: the step */

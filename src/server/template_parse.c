@@ -408,6 +408,21 @@ static tp_node *ps_set(tp_parser *P)
     return e;
 }
 
+/* {% filter NAME[(ARGS)] [| NAME...] %} BODY {% endfilter %}: the body's output through the
+ * filters (the innermost one's operand left NULL: the captured text). */
+static tp_node *ps_filter_block(tp_parser *P)
+{
+    static const char *const ends[] = {"endfilter", NULL};
+    const char *which;
+    tp_node *e = ps_node(P, N_FILTER_BLOCK);
+    e->a = ps_filter_or_test(P, NULL, 0);
+    while (ps_accept(P, T_OP, "|")) e->a = ps_filter_or_test(P, e->a, 0);
+    ps_end_tag(P);
+    e->b = ps_body(P, ends, &which);
+    ps_end_tag(P);
+    return e;
+}
+
 static tp_node *ps_macro(tp_parser *P)
 {
     static const char *const ends[] = {"endmacro", NULL};
@@ -443,6 +458,7 @@ static tp_node *ps_block(tp_parser *P, const char *const *ends, const char **whi
     if (ps_accept(P, T_NAME, "for")) return ps_for(P);
     if (ps_accept(P, T_NAME, "set")) return ps_set(P);
     if (ps_accept(P, T_NAME, "macro")) return ps_macro(P);
+    if (ps_accept(P, T_NAME, "filter")) return ps_filter_block(P);
     int brk = ps_is(P, T_NAME, "break"), cont = ps_is(P, T_NAME, "continue");
     int skip = ps_is(P, T_NAME, "generation") || ps_is(P, T_NAME, "endgeneration");
     if (!brk && !cont && !skip) ps_fail(P, "unknown or unexpected tag");

@@ -17,9 +17,9 @@
 typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
-    const char *tools, *tools_runtime, *mcp_config, *mcp_json;
+    const char *tools, *tools_runtime, *mcp_config, *mcp_json, *tmpl_kwargs;
     long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client, min_keep;
-    int ignore_eos, ctx_shift, no_ui, mcp_proxy, agent, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose;
+    int ignore_eos, ctx_shift, no_ui, mcp_proxy, agent, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose, reasoning;
     double recompute, quality, temp, top_p, min_p, typ_p, repeat_penalty, presence_penalty, frequency_penalty;
     long long budget, mem_budget;
 } serve_opts;
@@ -78,6 +78,11 @@ static const cli_opt serve_table[] = {
     {"jinja", 0, CLI_FLAG, NULL, 0, 0, F(jinja), "templates are always Jinja here (accepted for llama-server's\n"
                                                  "command lines; --no-jinja too)"},
     {"no-jinja", 0, CLI_UNSET, NULL, 0, 0, F(jinja), NULL},
+    {"chat-template-kwargs", 0, CLI_STR, "JSON", 0, 0, F(tmpl_kwargs), "template variables every chat render sees, a JSON\n"
+     "object (a request's chat_template_kwargs add to them)"},
+    {"reasoning", 0, CLI_CHOICE, "on|off|auto", 0, 0, F(reasoning), "thinking in chats: off sets enable_thinking false and\n"
+     "closes a thought block the prompt opens (default auto: the\ntemplate's own)"},
+    {"rea", 0, CLI_CHOICE, "on|off|auto", 0, 0, F(reasoning), NULL},
     {"slots", 0, CLI_FLAG, NULL, 0, 0, F(slots), "GET /slots answers (the default)"},
     {"no-slots", 0, CLI_UNSET, NULL, 0, 0, F(slots), "GET /slots answers 501"},
     {"verbose", 'v', CLI_FLAG, NULL, 0, 0, F(verbose), "replies carry llama-server's \"__verbose\" result (the prompt as\n"
@@ -226,7 +231,7 @@ int cmd_serve(int argc, char **argv)
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .threads = 0, .budget = -1, .recompute = -1,
                     .temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .typ_p = 1.0, .repeat_penalty = 1.0,
                     .repeat_last_n = 64,
-                    .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1, .pooling = -1};
+                    .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1, .pooling = -1, .reasoning = 2};
     int rc = cli_parse(&serve_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE || (rc = check_opts(&o)) != CLI_CONTINUE) return rc;
     char *keys = NULL, *tmpl = NULL;
@@ -262,6 +267,8 @@ int cmd_serve(int argc, char **argv)
         p.agent_tools = mask;
     }
     p.mcp_config = o.mcp_config, p.mcp_json = o.mcp_json;
+    p.reasoning = o.reasoning == 0 ? 1 : o.reasoning == 1 ? -1 : 0; /* on, off, auto */
+    p.chat_template_kwargs = o.tmpl_kwargs;
     if ((o.tools || o.mcp_config || o.mcp_json) && !o.cors_origins) {
         p.cors_origins = "localhost"; /* as llama-server: tools make the browser default localhost */
         fprintf(stderr, "seqkv serve: %s on: CORS allows localhost origins only (change with --cors-origins)\n",
