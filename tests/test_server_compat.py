@@ -242,8 +242,10 @@ def case_metrics(srv, tmp):
             seen.add(line.split()[0])
     for name in seen:
         check(name in types and "# HELP %s " % name in text, "%s: no # TYPE / # HELP" % name)
-        check(types[name] == ("counter" if name.endswith("_total") else "gauge"), "%s is a %s" % (name, types[name]))
-    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:requests_processing"):
+        want = "counter" if name.endswith("_total") or name == "llamacpp:n_tokens_max" else "gauge"  # llama-server's types
+        check(types[name] == want, "%s is a %s" % (name, types[name]))
+    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total", "llamacpp:requests_processing",
+                 "llamacpp:prompt_tokens_cached_total", "llamacpp:n_decode_total", "llamacpp:n_busy_slots_per_decode"):
         check(name in seen, "missing " + name)
 
 

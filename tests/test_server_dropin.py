@@ -24,7 +24,9 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
   add_generation_prompt with continue_final_message are 400s.
 - prompt_progress_and_timings: return_progress streams prompt_progress events every -b
   tokens (total, cache, processed rising to total), the reply the same as without;
-  timings_per_token puts timings in every chunk.
+  timings_per_token puts timings in every chunk (the progress events' too); timings carry
+  llama-server's per-token times and rates (over n - 1 decode steps);
+  generation_settings.logit_bias lists the biases and ignore_eos's end token.
 - embeddings: --embedding with --pooling none, mean and last: rows per token, the pooled
   vectors computed from those rows, unit norm, base64 the same floats, same input same
   vector; 501 without --embedding, 400 for pooling none on /v1/embeddings, /rerank 501.
@@ -350,6 +352,31 @@ def prompt_progress_and_timings(tmp):
         check(content and all("predicted_n" in e.get("timings", {}) for e in content) and "timings" in evs[-1],
               "timings_per_token: %s" % evs[:3])
         check("timings" not in evs[0], "the first (role) chunk carries timings")
+        # llama-server's timings: per-token times, the generation's rate over its n - 1 decode steps
+        code, r = s.json("/completion", {"prompt": "Once upon a time", "n_predict": 8, "temperature": 0,
+                                         "cache_prompt": False})
+        t = r["timings"]
+        check(code == 200 and t["predicted_n"] == 8 and abs(t["predicted_per_second"] - 7e3 / t["predicted_ms"]) < 1e-6
+              and abs(t["predicted_per_token_ms"] - t["predicted_ms"] / 7) < 1e-9 and
+              abs(t["prompt_per_token_ms"] - t["prompt_ms"] / t["prompt_n"]) < 1e-9, "timings: %s" % t)
+        code, r = s.json("/completion", {"prompt": "Once", "n_predict": 1, "cache_prompt": False})
+        check(r["timings"]["predicted_per_second"] == 0 and r["timings"]["predicted_per_token_ms"] == 0,
+              "one token costs no decode step: %s" % r["timings"])
+        # progress events with timings_per_token carry the prompt's timings so far (none run at the first)
+        code, out = s.curl("/completion", {"prompt": "Once upon a time there was a girl " * 4, "n_predict": 2,
+                                           "stream": True, "return_progress": True, "timings_per_token": True,
+                                           "cache_prompt": False})
+        pt = [json.loads(d)["timings"] for d in sse(out) if "prompt_progress" in json.loads(d)]
+        check(len(pt) > 1 and pt[0]["prompt_n"] == 0 and pt[0]["prompt_ms"] == 0 and pt[-1]["prompt_n"] > 0 and
+              all(a["prompt_ms"] <= b["prompt_ms"] for a, b in zip(pt, pt[1:])), "progress timings: %s" % pt)
+        # generation_settings.logit_bias: the request's biases, then ignore_eos's end token at -inf (null)
+        code, r = s.json("/completion", {"prompt": "Once", "n_predict": 2, "ignore_eos": True,
+                                         "logit_bias": [[5, 1.5], [6, False]]})
+        lb = r["generation_settings"]["logit_bias"]
+        check(code == 200 and lb[:2] == [{"bias": 1.5, "token": 5}, {"bias": None, "token": 6}] and len(lb) == 3 and
+              lb[2]["bias"] is None, "logit_bias: %s" % lb)
+        code, r = s.json("/completion", {"prompt": "Once", "n_predict": 2})
+        check(r["generation_settings"]["logit_bias"] == [], "no biases: %s" % r["generation_settings"]["logit_bias"])
     finally:
         s.stop()
 

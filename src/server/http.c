@@ -50,6 +50,7 @@ static int mhd_text(srv_req *r, int code, const char *type, char *text)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!resp) free(text);
+    else if (r->reply_header.name) MHD_add_response_header(resp, r->reply_header.name, r->reply_header.value);
     return mhd_queue(r->s, r->conn, code, resp, type);
 }
 

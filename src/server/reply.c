@@ -4,6 +4,7 @@
  *   OpenAI: a role chunk (chat), content deltas, the finish chunk, the usage chunk when
  *           stream_options.include_usage, then data: [DONE]
  * and ": keep-alive" comments while a slot is busy elsewhere. */
+#include <math.h>
 #include <stdlib.h>
 #include "core/fpguard.h"
 #include <string.h>
@@ -34,15 +35,26 @@ static json_t *usage_marked(const srv_job *j)
     return u;
 }
 
+/* llama-server's timings: cache_n, prompt_n (positions run), prompt_ms, predicted_n and
+ * predicted_ms, with the per-token times and rates derived as it derives them (the first
+ * generated token comes with the prompt's logits: the rate is over n - 1 decode steps;
+ * 0 where a divisor is 0). */
+static json_t *timings_of(size_t cache_n, size_t prompt_n, double prompt_ms, size_t gen_n, double gen_ms)
+{
+    double pn = (double)prompt_n, steps = gen_n ? (double)(gen_n - 1) : 0.0;
+    return json_pack("{s:I,s:I,s:f,s:f,s:f,s:I,s:f,s:f,s:f}", "cache_n", (json_int_t)cache_n, "prompt_n",
+                     (json_int_t)prompt_n, "prompt_ms", prompt_ms, "prompt_per_token_ms", pn > 0 ? prompt_ms / pn : 0.0,
+                     "prompt_per_second", prompt_ms > 0 ? pn * 1e3 / prompt_ms : 0.0, "predicted_n", (json_int_t)gen_n,
+                     "predicted_ms", gen_ms, "predicted_per_token_ms", steps > 0 ? gen_ms / steps : 0.0,
+                     "predicted_per_second", gen_ms > 0 ? 1e3 / gen_ms * steps : 0.0);
+}
+
 /* gen_ms: the generation time to report (j->t_gen_ms once it is done). */
 static json_t *timings_at(const srv_job *j, double gen_ms)
 {
-    double pn = (double)(j->n_prompt - j->n_cached), gn = (double)j->n_gen;
-    json_t *t = json_pack("{s:I,s:I,s:f,s:f,s:I,s:f,s:f,s:f}", "cache_n", (json_int_t)j->n_cached, "prompt_n",
-                     (json_int_t)(j->n_prompt - j->n_cached), "prompt_ms", j->t_prompt_ms, "prompt_per_second",
-                     j->t_prompt_ms > 0 ? pn * 1e3 / j->t_prompt_ms : 0.0, "predicted_n", (json_int_t)j->n_gen,
-                     "predicted_ms", gen_ms, "predicted_per_second",
-                     gen_ms > 0 ? gn * 1e3 / gen_ms : 0.0, "cached_bits", j->cached_bits);
+    json_t *t = timings_of(j->n_cached, j->n_prompt - j->n_cached, j->t_prompt_ms, j->n_gen, gen_ms);
+    if (!t) return NULL;
+    json_object_set_new(t, "cached_bits", json_real(j->cached_bits));
     /* --reuse near (docs/near.md): reused KV computed in another context is APPROXIMATE */
     json_object_set_new(t, "cache_approximate", json_boolean(j->cache_approx));
     json_object_set_new(t, "cache_n_approx", json_integer((json_int_t)j->n_cache_approx));
@@ -76,6 +88,15 @@ static json_t *gen_settings(const srv *s, const srv_job *j)
     json_object_set_new(o, "typical_p", json_real(j->typ_p));
     json_object_set_new(o, "min_keep", json_integer(j->min_keep));
     json_object_set_new(o, "ignore_eos", json_boolean(j->ignore_eos));
+    /* llama-server's list: the request's biases, then ignore_eos's end token at -inf (null) */
+    json_t *lb = json_array();
+    for (size_t i = 0; lb && i < j->n_bias; i++)
+        json_array_append_new(lb, json_pack("{s:o,s:i}", "bias", isfinite(j->bias[i].bias) ? json_real(j->bias[i].bias)
+                                                                                          : json_null(),
+                                            "token", (int)j->bias[i].id));
+    if (lb && j->ignore_eos && j->eos_id >= 0)
+        json_array_append_new(lb, json_pack("{s:n,s:i}", "bias", "token", (int)j->eos_id));
+    json_object_set_new(o, "logit_bias", lb);
     json_object_set_new(o, "t_max_predict_ms", json_integer(j->t_max_predict_ms));
     json_t *names = json_array();
     for (int i = 0; i < j->n_samplers; i++) {
@@ -289,6 +310,9 @@ static json_t *progress_event(const srv *s, srv_job *j)
     json_object_set_new(o, "prompt_progress", json_pack("{s:I,s:I,s:I,s:I}", "total", (json_int_t)j->n_prompt, "cache",
                                                         (json_int_t)j->prog_cache, "processed", (json_int_t)p->processed,
                                                         "time_ms", (json_int_t)p->ms));
+    if (o && j->timings_per_token) /* the prompt so far: none of it run at the first event */
+        json_object_set_new(o, "timings", timings_of(j->prog_cache, p->processed > j->prog_cache ? p->processed -
+                                                     j->prog_cache : 0, p->processed > j->prog_cache ? p->ms : 0.0, 0, 0.0));
     return o;
 }
 

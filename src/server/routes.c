@@ -116,25 +116,68 @@ static void store_metrics(const srv *s, char *buf, size_t cap, size_t *at)
            st.bits_per_position);
 }
 
+void srv_metrics_pass(srv_metrics *m, size_t n)
+{
+    atomic_fetch_add(&m->n_decode, 1);
+    atomic_fetch_add(&m->n_busy, n);
+}
+
+void srv_metrics_seq(srv_metrics *m, size_t len)
+{
+    unsigned long long cur = atomic_load(&m->n_tokens_max);
+    while (len > cur && !atomic_compare_exchange_weak(&m->n_tokens_max, &cur, len)) {}
+}
+
+/* tokens per second over a window's counters, which the scrape takes (resets). */
+static double window_rate(atomic_ullong *tokens, atomic_ullong *us)
+{
+    double n = (double)atomic_exchange(tokens, 0), t = (double)atomic_exchange(us, 0);
+    return t > 0 ? n * 1e6 / t : 0.0;
+}
+
 static int rt_metrics(srv_req *r)
 {
-    const srv_metrics *m = &r->s->m;
+    srv_metrics *m = &r->s->m;
     size_t cap = 8192, at = 0;
     if (!r->s->p.metrics_endpoint)
         return srv_reply_error(r, 501, "This server does not support metrics endpoint. Start it with `--metrics`");
     char *buf = malloc(cap);
     if (!buf) return srv_reply_error(r, 500, "out of memory");
-    metric(buf, cap, &at, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.",
-           (double)m->n_prompt_tokens);
-    metric(buf, cap, &at, "llamacpp:prompt_seconds_total", "counter", "Prompt process time.", (double)m->prompt_us / 1e6);
-    metric(buf, cap, &at, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
+    /* llama-server's, with its names, types and help texts */
+    metric(buf, cap, &at, "llamacpp:prompt_tokens_total", "counter",
+           "Number of prompt tokens processed, excluding cached tokens", (double)m->n_prompt_tokens);
+    metric(buf, cap, &at, "llamacpp:prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from the cache",
+           (double)m->n_cached_tokens);
+    metric(buf, cap, &at, "llamacpp:prompt_seconds_total", "counter", "Total time spent processing prompts",
+           (double)m->prompt_us / 1e6);
+    metric(buf, cap, &at, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed",
            (double)m->n_gen_tokens);
-    metric(buf, cap, &at, "llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time.",
+    metric(buf, cap, &at, "llamacpp:tokens_predicted_seconds_total", "counter", "Total time spent generating tokens",
            (double)m->gen_us / 1e6);
-    metric(buf, cap, &at, "llamacpp:requests_processing", "gauge", "Number of requests processing.",
+    metric(buf, cap, &at, "llamacpp:n_decode_total", "counter",
+           "Total number of model passes (prefill chunks and decode steps, the slots of a step in one)",
+           (double)m->n_decode);
+    metric(buf, cap, &at, "llamacpp:n_tokens_max", "counter", "Largest observed sequence length (prompt + generation)",
+           (double)m->n_tokens_max);
+    metric(buf, cap, &at, "llamacpp:spec_decode_num_draft_tokens_total", "counter",
+           "Speculative: Total draft tokens generated (no speculative decoding here: 0)", 0);
+    metric(buf, cap, &at, "llamacpp:spec_decode_num_accepted_tokens_total", "counter",
+           "Speculative: Total draft tokens accepted by the target model (0)", 0);
+    metric(buf, cap, &at, "llamacpp:spec_decode_num_drafts_total", "counter",
+           "Speculative: Total speculative decoding verification steps (0)", 0);
+    metric(buf, cap, &at, "llamacpp:prompt_tokens_seconds", "gauge",
+           "Average prompt throughput in tokens/s (since the last scrape)",
+           window_rate(&m->win_prompt_tokens, &m->win_prompt_us));
+    metric(buf, cap, &at, "llamacpp:predicted_tokens_seconds", "gauge",
+           "Average generation throughput in tokens/s (since the last scrape)",
+           window_rate(&m->win_gen_tokens, &m->win_gen_us));
+    metric(buf, cap, &at, "llamacpp:requests_processing", "gauge", "Number of requests processing",
            (double)srv_pool_busy(r->s->pool));
-    metric(buf, cap, &at, "llamacpp:requests_deferred", "gauge", "Number of requests deferred.",
+    metric(buf, cap, &at, "llamacpp:requests_deferred", "gauge", "Number of requests deferred",
            (double)srv_pool_queued(r->s->pool));
+    unsigned long long nd = atomic_load(&m->n_decode);
+    metric(buf, cap, &at, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per model pass",
+           (double)atomic_load(&m->n_busy) / (double)(nd ? nd : 1));
     metric(buf, cap, &at, "seqkv:cached_tokens_total", "counter", "Prompt tokens reused from a cache.",
            (double)m->n_cached_tokens);
     metric(buf, cap, &at, "seqkv:store_hits_total", "counter", "Prompts restored from the store.",
@@ -156,7 +199,12 @@ static int rt_metrics(srv_req *r)
     metric(buf, cap, &at, "seqkv:requests_rejected_total", "counter", "Requests refused with 503 (queue full).",
            (double)m->n_rejected);
     store_metrics(r->s, buf, cap, &at);
-    return srv_reply_text(r, 200, "text/plain; version=0.0.4", buf);
+    char t0[24];
+    snprintf(t0, sizeof t0, "%lld", (long long)r->s->t_start);
+    r->reply_header = (srv_header){"Process-Start-Time-Unix", t0}; /* llama-server's */
+    int rc = srv_reply_text(r, 200, "text/plain; version=0.0.4", buf);
+    r->reply_header = (srv_header){0};
+    return rc;
 }
 
 static int rt_rerank(srv_req *r)

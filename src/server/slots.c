@@ -257,6 +257,7 @@ static int prefill_span(slot *sl, const int32_t *t, size_t a, size_t b, int want
                          want_logits ? sl->logits : NULL);
     }
     pthread_mutex_unlock(&sl->pool->pfmu);
+    srv_metrics_pass(&sl->pool->s->m, 1);
     prefill_announce(sl->pool, -1);
     return rc;
 }
@@ -327,6 +328,8 @@ static int run_prompt(slot *sl, srv_job *j)
     atomic_fetch_add(&s->m.n_prompt_tokens, j->n_prompt - reused);
     atomic_fetch_add(&s->m.n_cached_tokens, reused);
     atomic_fetch_add(&s->m.prompt_us, (unsigned long long)(j->t_prompt_ms * 1e3));
+    atomic_fetch_add(&s->m.win_prompt_tokens, j->n_prompt - reused);
+    atomic_fetch_add(&s->m.win_prompt_us, (unsigned long long)(j->t_prompt_ms * 1e3));
     return 0;
 }
 
@@ -358,6 +361,7 @@ static void run_step(srv_pool *p)
     p->stepping = 1;
     pthread_mutex_unlock(&p->bmu);
     int rc = skv_decode_multi(st.ctx, st.tok, st.n, p->step_logits);
+    srv_metrics_pass(&p->s->m, st.n);
     for (size_t i = 0; i < st.n && !rc; i++) memcpy(st.who[i]->logits, p->step_logits + i * V, V * sizeof(float));
     pthread_mutex_lock(&p->bmu);
     for (size_t i = 0; i < st.n; i++) st.who[i]->step_rc = rc, st.who[i]->step_done = 1;
@@ -428,6 +432,7 @@ static int ctx_shift(slot *sl, srv_job *j)
     sl->sur_from = SIZE_MAX; /* the shifted positions' surprisals are not run: the put runs them */
     skv_ctx_truncate(sl->ctx, keep);
     int rc = skv_prefill(sl->ctx, sl->tokens + keep, sl->n_tokens - (size_t)keep, SKV_LOGITS_NONE, NULL);
+    srv_metrics_pass(&sl->pool->s->m, 1);
     if (rc) {
         srv_log("slot %d: context shift: %s", sl->id, skv_ctx_last_error(sl->ctx));
         skv_ctx_truncate(sl->ctx, 0);
@@ -511,6 +516,12 @@ static void run_job(slot *sl, srv_job *j)
     }
     if (j->embd) { /* an embedding: the slot's KV is cleared before and after */
         int erc = atomic_load(&j->cancel) ? 0 : srv_embed_run(sl->ctx, j);
+        if (!erc && !atomic_load(&j->cancel)) { /* its prompt is a prompt processed (llama-server counts it) */
+            srv_metrics_pass(&s->m, 1);
+            srv_metrics_seq(&s->m, j->n_prompt);
+            atomic_fetch_add(&s->m.n_prompt_tokens, j->n_prompt);
+            atomic_fetch_add(&s->m.win_prompt_tokens, j->n_prompt);
+        }
         sl->n_tokens = 0, sl->approx_from = sl->sur_from = SIZE_MAX;
         job_done(sl, j, erc ? 500 : 0, erc ? skv_ctx_last_error(sl->ctx) : NULL);
         return;
@@ -537,6 +548,9 @@ static void run_job(slot *sl, srv_job *j)
     j->chat_msgs = NULL;
     atomic_fetch_add(&s->m.n_gen_tokens, j->n_gen);
     atomic_fetch_add(&s->m.gen_us, (unsigned long long)(j->t_gen_ms * 1e3));
+    atomic_fetch_add(&s->m.win_gen_tokens, j->n_gen ? j->n_gen - 1 : 0); /* decode steps (the first token is free) */
+    atomic_fetch_add(&s->m.win_gen_us, (unsigned long long)(j->t_gen_ms * 1e3));
+    srv_metrics_seq(&s->m, j->n_prompt + j->n_gen);
     if (rc < 0) {
         sl->n_tokens = 0;
         skv_ctx_truncate(sl->ctx, 0);

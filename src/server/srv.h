@@ -46,7 +46,14 @@ typedef struct srv_metrics {
     atomic_ullong n_store_puts_hidden; /* of those, puts whose prompt surprisals the writer computed */
     atomic_ullong n_near_approx, n_near_positions; /* --reuse near: approximate prompts, positions */
     atomic_ullong prompt_us, gen_us; /* microseconds spent */
+    atomic_ullong n_decode;          /* model passes: prefill chunks and decode steps (all slots in one) */
+    atomic_ullong n_busy;            /* slots those passes served (n_busy / n_decode: slots per pass) */
+    atomic_ullong n_tokens_max;      /* the longest sequence (prompt + generation) seen */
+    atomic_ullong win_prompt_tokens, win_prompt_us, win_gen_tokens, win_gen_us; /* since the last scrape */
 } srv_metrics;
+/* One model pass serving n slots; a sequence of len tokens done. */
+void srv_metrics_pass(srv_metrics *m, size_t n);
+void srv_metrics_seq(srv_metrics *m, size_t len);
 
 /* The sampler chain's steps (the request's "samplers", llama-server's names), in
  * llama-server's default order; logit biases always come first, the draw last. */
@@ -381,6 +388,7 @@ struct srv_req {
     int too_big;                 /* the body was over SRV_MAX_BODY (and dropped) */
     const srv_sink *sink;
     json_t *body;                /* POST body (an object) once parsed, or NULL */
+    srv_header reply_header;     /* one more header on a text reply (name NULL: none) */
 };
 /* Routes, checks (key, loading, body) and runs the request; 0 when a reply was queued. */
 int srv_dispatch(srv_req *r);
