@@ -702,6 +702,10 @@ static char *content_of(const json_t *c, const char *delim, size_t *charged, skv
     else if (!json_is_array(c)) return NULL;
     json_array_foreach(c, i, part) {
         const char *type = json_string_value(json_object_get(part, "type"));
+        if (type && (!strcmp(type, "image_url") || !strcmp(type, "input_audio") || !strcmp(type, "video_url")))
+            return skv_fail(err, SKV_ERR_UNSUPPORTED, "%s input is not supported - hint: if this is unexpected, you may "
+                            "need to provide the mmproj (seqkv serve runs text models only)",
+                            !strcmp(type, "image_url") ? "image" : !strcmp(type, "input_audio") ? "audio" : "video"), NULL;
         if (type && strcmp(type, "text"))
             return skv_fail(err, SKV_ERR_INVALID_ARG, "content parts of type \"%.40s\" are not supported (text only)", type), NULL;
         total += json_string_length(json_object_get(part, "text")) + dn;
@@ -904,8 +908,8 @@ static char *render(const srv *s, const json_t *body, const srv_tools *tl, skv_e
     const json_t *msgs = json_object_get(body, "messages");
     render_mode md;
     skv_err_clear(err);
-    if (!json_is_array(msgs) || !json_array_size(msgs) || json_array_size(msgs) > SRV_MAX_MESSAGES)
-        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"messages\": an array of 1..%d messages", SRV_MAX_MESSAGES), NULL;
+    if (!json_is_array(msgs) || json_array_size(msgs) > SRV_MAX_MESSAGES) /* none: llama-server renders them too */
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"messages\": an array of at most %d messages", SRV_MAX_MESSAGES), NULL;
     if (render_mode_of(body, msgs, &md, err)) return NULL;
     return render_msgs(s, msgs, md, tl, body, err);
 }
@@ -957,12 +961,16 @@ int srv_rt_chat_input_tokens(srv_req *r)
     srv_tools_free(&tl);
     int32_t *t = text ? srv_tokenize(r->s, text, strlen(text), 1, &n) : NULL;
     free(text);
-    if (!t) return srv_reply_error(r, 400, "%s", err.msg[0] ? err.msg : "the prompt could not be tokenized");
+    if (!t)
+        return srv_reply_error(r, err.status == SKV_ERR_UNSUPPORTED ? 500 : 400, "%s",
+                               err.msg[0] ? err.msg : "the prompt could not be tokenized");
     free(t);
     return srv_reply_json(r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }
 
-int srv_rt_oai_chat(srv_req *r)
+/* A chat request (OpenAI's; fmt SRV_FMT_ANTHROPIC: one rewritten from Anthropic's, answered
+ * in its shapes). */
+static int chat(srv_req *r, int fmt)
 {
     skv_err err = {0};
     const char *n_key = json_object_get(r->body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -971,6 +979,7 @@ int srv_rt_oai_chat(srv_req *r)
         return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
     srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, n_key, &err);
     if (!j) return srv_reply_error(r, 400, "%.255s", err.msg);
+    if (fmt == SRV_FMT_ANTHROPIC) j->fmt = fmt, j->return_progress = 0;
     srv_tools tl;
     char *text = render_req(r->s, r->body, &tl, &err);
     json_t *p = text ? json_string(text) : NULL;
@@ -987,7 +996,8 @@ int srv_rt_oai_chat(srv_req *r)
     if (!j->prompt) {
         size_t np = j->n_prompt;
         srv_job_unref(j);
-        return np >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, np, err.msg) : srv_reply_error(r, 400, "%.255s", err.msg);
+        return np >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, np, err.msg)
+                                         : srv_reply_error(r, err.status == SKV_ERR_UNSUPPORTED ? 500 : 400, "%.255s", err.msg);
     }
     if (n > 1) {
         int rc = run_several(r, SRV_FMT_OAI_CHAT, n_key, NULL, j->prompt, j->n_prompt, (size_t)n);
@@ -996,3 +1006,22 @@ int srv_rt_oai_chat(srv_req *r)
     }
     return run(r, j);
 }
+
+int srv_rt_oai_chat(srv_req *r) { return chat(r, SRV_FMT_OAI_CHAT); }
+
+/* r's body rewritten from Anthropic's Messages API for the time of fn(r). */
+static int as_anthropic(srv_req *r, int (*fn)(srv_req *r))
+{
+    skv_err err = {0};
+    json_t *orig = r->body, *oai = srv_anthropic_to_oai(orig, &err);
+    if (!oai) return srv_reply_error(r, err.status == SKV_ERR_NOMEM ? 500 : 400, "%.255s", err.msg);
+    r->body = oai;
+    int rc = fn(r);
+    r->body = orig;
+    json_decref(oai);
+    return rc;
+}
+
+static int anthropic_chat(srv_req *r) { return chat(r, SRV_FMT_ANTHROPIC); }
+int srv_rt_anthropic_messages(srv_req *r) { return as_anthropic(r, anthropic_chat); }
+int srv_rt_anthropic_count_tokens(srv_req *r) { return as_anthropic(r, srv_rt_chat_input_tokens); }

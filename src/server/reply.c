@@ -225,8 +225,163 @@ static json_t *tool_message(srv_job *j, int delta, const char **finish)
     return m;
 }
 
+/* ---- Anthropic's Messages API (SRV_FMT_ANTHROPIC; llama-server's to_json_anthropic) ---- */
+
+static const char *anth_stop_reason(const srv_job *j, int calls)
+{
+    if (!strcmp(j->finish, "length")) return "max_tokens";
+    return calls ? "tool_use" : "end_turn";
+}
+
+static json_t *anth_usage(const srv_job *j)
+{
+    return json_pack("{s:I,s:I,s:I}", "cache_read_input_tokens", (json_int_t)j->n_cached, "input_tokens",
+                     (json_int_t)(j->n_prompt - j->n_cached), "output_tokens", (json_int_t)j->n_gen);
+}
+
+/* An OpenAI tool call as a tool_use block (its arguments parsed: an object, else {}). */
+static json_t *anth_tool_use(json_t *call)
+{
+    json_t *f = json_object_get(call, "function");
+    const char *args = json_string_value(json_object_get(f, "arguments"));
+    json_t *in = args ? json_loads(args, 0, NULL) : NULL;
+    if (!json_is_object(in)) json_decref(in), in = json_object();
+    return json_pack("{s:s,s:O?,s:O?,s:o}", "type", "tool_use", "id", json_object_get(call, "id"), "name",
+                     json_object_get(f, "name"), "input", in);
+}
+
+/* The reply's text (content) and tool calls (NULL: none): the held-back text parsed when
+ * the request had tools. Caller does not hold j->mu. */
+static void anth_parts(srv_job *j, json_t **text, json_t **calls)
+{
+    *calls = NULL;
+    if (j->tool_fmt) {
+        const char *fin;
+        json_t *m = tool_message(j, 0, &fin);
+        json_t *c = json_object_get(m, "content");
+        *text = json_is_string(c) ? json_incref(c) : json_string("");
+        *calls = json_incref(json_object_get(m, "tool_calls"));
+        json_decref(m);
+        return;
+    }
+    pthread_mutex_lock(&j->mu);
+    *text = text_slice(j, 0, j->len);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static json_t *anth_final(const srv *s, srv_job *j)
+{
+    json_t *text, *calls, *content = json_array(), *c;
+    size_t i;
+    anth_parts(j, &text, &calls);
+    if (json_string_length(text)) json_array_append_new(content, json_pack("{s:s,s:O}", "type", "text", "text", text));
+    json_array_foreach(calls, i, c) json_array_append_new(content, anth_tool_use(c));
+    json_t *o = json_pack("{s:s+,s:s,s:s,s:o,s:s,s:s,s:o,s:o}", "id", "msg_", j->id + strcspn(j->id, "-") + 1, "type",
+                          "message", "role", "assistant", "content", content, "model", s->model_id, "stop_reason",
+                          anth_stop_reason(j, json_array_size(calls) > 0), "stop_sequence",
+                          j->stopping_word[0] ? json_string(j->stopping_word) : json_null(), "usage", anth_usage(j));
+    json_decref(text);
+    json_decref(calls);
+    return o;
+}
+
+/* "event: NAME\ndata: JSON\n\n" appended to *acc (steals o). */
+static void aevent(char **acc, size_t *len, const char *name, json_t *o)
+{
+    size_t n = 0, k = strlen(name);
+    char *t = srv_json_text(o, &n, 0);
+    json_decref(o);
+    if (!t) return;
+    char *a = realloc(*acc, *len + k + n + 17);
+    if (a) {
+        memcpy(a + *len, "event: ", 7);
+        memcpy(a + *len + 7, name, k);
+        memcpy(a + *len + 7 + k, "\ndata: ", 7);
+        memcpy(a + *len + 14 + k, t, n);
+        memcpy(a + *len + 14 + k + n, "\n\n", 3);
+        *acc = a;
+        *len += k + n + 16;
+    }
+    free(t);
+}
+
+static void anth_block_start(char **acc, size_t *len, int index, json_t *block)
+{
+    aevent(acc, len, "content_block_start", json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", index,
+                                                      "content_block", block));
+}
+
+static void anth_block_stop(char **acc, size_t *len, int index)
+{
+    aevent(acc, len, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", index));
+}
+
+/* Text as a text_delta of block 0, opening it first. */
+static void anth_text_delta(char **acc, size_t *len, srv_job *j, json_t *text)
+{
+    if (!json_string_length(text)) {
+        json_decref(text);
+        return;
+    }
+    if (!j->anth_text) anth_block_start(acc, len, 0, json_pack("{s:s,s:s}", "type", "text", "text", "")), j->anth_text = 1;
+    aevent(acc, len, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0,
+                                                      "delta", "type", "text_delta", "text", text));
+}
+
+static void anth_start(const srv *s, srv_job *j, char **acc, size_t *len)
+{
+    json_t *u = json_pack("{s:i,s:I,s:i}", "cache_read_input_tokens", 0, "input_tokens", (json_int_t)j->n_prompt,
+                          "output_tokens", 0);
+    aevent(acc, len, "message_start", json_pack("{s:s,s:{s:s+,s:s,s:s,s:[],s:s,s:n,s:n,s:o}}", "type", "message_start",
+                                                "message", "id", "msg_", j->id + strcspn(j->id, "-") + 1, "type",
+                                                "message", "role", "assistant", "content", "model", s->model_id,
+                                                "stop_reason", "stop_sequence", "usage", u));
+}
+
+/* The end of an Anthropic stream (caller holds j->mu): the text block closed, the tool calls
+ * (a request with tools: its whole reply parsed now) as tool_use blocks, message_delta with
+ * the stop reason and usage, message_stop; or an error event. */
+static void anth_finish(srv_job *j, char **acc, size_t *len)
+{
+    if (j->status) {
+        aevent(acc, len, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                                            srv_error_type(j->status), "message", j->err));
+        return;
+    }
+    json_t *calls = NULL, *c;
+    size_t i;
+    if (j->tool_fmt) {
+        pthread_mutex_unlock(&j->mu); /* tool_message locks */
+        json_t *text;
+        anth_parts(j, &text, &calls);
+        pthread_mutex_lock(&j->mu);
+        anth_text_delta(acc, len, j, text);
+    }
+    if (j->anth_text) anth_block_stop(acc, len, 0);
+    int at = j->anth_text;
+    json_array_foreach(calls, i, c) {
+        json_t *tu = anth_tool_use(c), *in = json_object_get(tu, "input");
+        char *args = in ? srv_json_text(in, NULL, 0) : NULL;
+        json_object_set_new(tu, "input", json_object()); /* the input comes as input_json_delta */
+        anth_block_start(acc, len, at, tu);
+        aevent(acc, len, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index",
+                                                          at, "delta", "type", "input_json_delta", "partial_json",
+                                                          args ? args : "{}"));
+        free(args);
+        anth_block_stop(acc, len, at++);
+    }
+    aevent(acc, len, "message_delta", json_pack("{s:s,s:{s:s,s:o},s:{s:I}}", "type", "message_delta", "delta",
+                                                "stop_reason", anth_stop_reason(j, json_array_size(calls) > 0),
+                                                "stop_sequence", j->stopping_word[0] ? json_string(j->stopping_word)
+                                                                                     : json_null(),
+                                                "usage", "output_tokens", (json_int_t)j->n_gen));
+    aevent(acc, len, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    json_decref(calls);
+}
+
 json_t *srv_reply_final(const srv *s, srv_job *j)
 {
+    if (j->fmt == SRV_FMT_ANTHROPIC) return anth_final(s, j);
     if (j->fmt == SRV_FMT_OAI_CHAT && j->tool_fmt) {
         const char *finish;
         json_t *m = tool_message(j, 0, &finish);
@@ -346,6 +501,7 @@ static json_t *delta(const srv *s, srv_job *j, json_t *text, size_t to)
 
 static void finish(const srv *s, srv_job *j, char **acc, size_t *len)
 {
+    if (j->fmt == SRV_FMT_ANTHROPIC) return anth_finish(j, acc, len);
     if (j->status) {
         event(acc, len, json_pack("{s:{s:i,s:s,s:s}}", "error", "code", j->status, "message", j->err, "type",
                                   srv_error_type(j->status)));
@@ -410,6 +566,7 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
     if (*state == ST_START && j->fmt == SRV_FMT_OAI_CHAT && !(j->return_progress && j->stream))
         event(&acc, len, chunk(s, j, json_pack("{s:{s:s,s:n},s:i,s:n}", "delta", "role", "assistant", "content",
                                                 "index", 0, "finish_reason")));
+    if (*state == ST_START && j->fmt == SRV_FMT_ANTHROPIC) anth_start(s, j, &acc, len);
     *state = ST_BODY;
     if (acc) return acc;
     pthread_mutex_lock(&j->mu);
@@ -422,6 +579,11 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
     size_t to, tok;
     if (j->n_prog_sent < j->n_prog) {
         event(&acc, len, progress_event(s, j));
+    } else if (pending(j, *sent, &to, &tok) && j->fmt == SRV_FMT_ANTHROPIC) {
+        anth_text_delta(&acc, len, j, text_slice(j, *sent, to));
+        j->n_streamed = tok;
+        *sent = to;
+        if (!acc) acc = strdup(""), *len = 0; /* an empty slice: not the end */
     } else if (pending(j, *sent, &to, &tok)) {
         event(&acc, len, delta(s, j, text_slice(j, *sent, to), tok));
         *sent = to;

@@ -243,6 +243,8 @@ static const route routes[] = {
     {"POST", "/completions", srv_rt_completion, 0, 0, 0, 0},
     {"POST", "/v1/completions", srv_rt_oai_completion, 0, 0, 0, 0},
     {"POST", "/v1/chat/completions", srv_rt_oai_chat, 0, 0, 0, 0},
+    {"POST", "/v1/messages", srv_rt_anthropic_messages, 0, 0, 0, 0},
+    {"POST", "/v1/messages/count_tokens", srv_rt_anthropic_count_tokens, 0, 0, 0, 0},
     {"POST", "/chat/completions", srv_rt_oai_chat, 0, 0, 0, 0},
     {"POST", "/apply-template", srv_rt_apply_template, 0, 0, 0, 0},
     {"POST", "/infill", srv_rt_infill, 0, 0, 0, 0},

@@ -93,7 +93,7 @@ typedef struct srv {
 } srv;
 
 /* What a finished or running job reports. */
-enum { SRV_FMT_LLAMA = 0, SRV_FMT_OAI_TEXT = 1, SRV_FMT_OAI_CHAT = 2 };
+enum { SRV_FMT_LLAMA = 0, SRV_FMT_OAI_TEXT = 1, SRV_FMT_OAI_CHAT = 2, SRV_FMT_ANTHROPIC = 3 /* a chat, Anthropic's replies */ };
 enum { SRV_ACT_NONE = 0, SRV_ACT_SAVE = 1, SRV_ACT_RESTORE = 2, SRV_ACT_ERASE = 3 };
 
 typedef struct srv_job {
@@ -144,6 +144,7 @@ typedef struct srv_job {
     char err[256];
     const char *finish;        /* "stop" | "length" */
     char stopping_word[SRV_MAX_STOP_LEN + 1];
+    int anth_text;             /* an Anthropic stream: its text block was opened */
     size_t n_cached;           /* prompt positions reused */
     double cached_bits;        /* d_T of the store match */
     int cache_approx;          /* 1: reused KV is APPROXIMATE (--reuse near; docs/near.md) */
@@ -487,6 +488,11 @@ json_t *srv_mcp_call(srv_mcp *m, int i, json_t *args, int (*alive)(void *), void
 char *srv_base64(const unsigned char *b, size_t n, size_t *len);
 int srv_rt_webui(srv_req *r);          /* webui.c: "/" and the web app files (--no-ui: 404) */
 int srv_rt_chat_input_tokens(srv_req *r); /* the prompt tokens a chat request would make */
+/* Anthropic's Messages API (anthropic.c, complete.c): /v1/messages, /v1/messages/count_tokens. */
+int srv_rt_anthropic_messages(srv_req *r);
+int srv_rt_anthropic_count_tokens(srv_req *r);
+/* An Anthropic Messages request as an OpenAI chat request (new), or NULL with err. */
+json_t *srv_anthropic_to_oai(const json_t *body, skv_err *err);
 int srv_rt_embedding(srv_req *r);     /* llama-server's: per input, rows (pooling none) or one row */
 int srv_rt_oai_embeddings(srv_req *r); /* OpenAI's: one pooled, normalized vector per input */
 /* Slot side: the job's prompt through a cleared context into j->embd (the slot's KV is lost). */

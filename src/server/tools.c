@@ -201,10 +201,11 @@ static json_t *msg_call(int caps, const json_t *c)
 int srv_tools_msg_fields(int caps, const json_t *m, char **out, skv_err *err)
 {
     const json_t *calls = json_object_get(m, "tool_calls"), *id = json_object_get(m, "tool_call_id"), *c;
-    const json_t *name = json_object_get(m, "name");
+    const json_t *name = json_object_get(m, "name"), *reasoning = json_object_get(m, "reasoning_content");
     size_t i;
     *out = NULL;
-    if ((!calls || json_is_null(calls)) && !json_is_string(id) && !json_is_string(name)) return 0;
+    if ((!calls || json_is_null(calls)) && !json_is_string(id) && !json_is_string(name) && !json_is_string(reasoning))
+        return 0;
     json_t *o = json_object(), *list = json_array();
     if (calls && !json_is_null(calls) && !json_is_array(calls)) {
         json_decref(o), json_decref(list);
@@ -223,6 +224,7 @@ int srv_tools_msg_fields(int caps, const json_t *m, char **out, skv_err *err)
     if (json_array_size(list)) json_object_set(o, "tool_calls", list);
     if (json_is_string(id)) json_object_set_new(o, "tool_call_id", json_deep_copy(id));
     if (json_is_string(name)) json_object_set_new(o, "name", json_deep_copy(name));
+    if (json_is_string(reasoning)) json_object_set_new(o, "reasoning_content", json_deep_copy(reasoning));
     json_decref(list);
     *out = dump(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
