@@ -2,7 +2,8 @@
  * through libmicrohttpd): the fuzzing model fuzz/models/tiny.gguf (2 layers, n_embd 16;
  * SEQKV_FUZZ_HTTP_MODEL overrides), one slot of 64 positions, API key "fuzzkey", a
  * temporary --slot-save-path (emptied after each input), and a small working-memory budget
- * so the refusals (413, 503) are reached. Not a fuzz target itself. */
+ * so the refusals (413, 503) are reached, and Vertex AI's POST /predict on (gcp.c). Not a
+ * fuzz target itself. */
 #ifndef SKV_FUZZ_HTTP_SERVER_H
 #define SKV_FUZZ_HTTP_SERVER_H
 
@@ -26,6 +27,7 @@ static void fuzz_http_server(srv *s, char *dir, size_t dircap)
                                .slot_save_path = dir, .mem_budget = FUZZ_HTTP_MEM_BUDGET, .max_conns_per_client = 64,
                                .slots_endpoint = 1, .metrics_endpoint = 1, .defaults = skv_sampling_defaults_init()};
     s->t_start = srv_unix_now();
+    snprintf(s->gcp_predict, sizeof s->gcp_predict, "/predict"); /* Vertex AI's route too (gcp.c) */
     srv_mem_install_json();
     srv_mem_configure(FUZZ_HTTP_MEM_BUDGET);
     if (srv_load(s)) abort();

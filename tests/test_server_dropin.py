@@ -9,6 +9,9 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - template_variables: llama-server's template globals (date_string, datetime,
   enable_thinking) and chat_template_kwargs / --chat-template-kwargs / --reasoning /
   reasoning_effort; a thought block the prompt opens is closed when thinking is off.
+- vertex_ai_predict: with AIP_MODE=PREDICTION, POST /predict runs instances through their
+  routes (path or camelCase alias, not streamed), errors per instance, AIP_HEALTH_ROUTE,
+  AIP_HTTP_PORT, a predict route that shadows one refused.
 - chatml_fallback: a model without a template renders chatml, as llama-server.
 - unsupported_fields_refused: echo and post-sampling probabilities are 400s naming the
   field, image parts llama-server's 500 ("image input is not supported") (grammars: tests/test_server_grammar.py), never a
@@ -155,6 +158,45 @@ def template_variables(tmp):
     p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0", "--chat-template-kwargs", "[1]"],
                        capture_output=True, timeout=30)
     check(p.returncode != 0 and b"--chat-template-kwargs" in p.stderr, "kwargs not an object: %r" % p.stderr[-200:])
+
+
+def vertex_ai_predict(tmp):
+    """Vertex AI's contract (AIP_MODE=PREDICTION): POST /predict runs each instance's route
+    (@requestFormat: a path or its camelCase alias), never streamed; AIP_HEALTH_ROUTE aliases
+    /health; AIP_HTTP_PORT sets the port; a predict route that shadows a route is refused."""
+    env = {"AIP_MODE": "PREDICTION", "AIP_HEALTH_ROUTE": "alive", "AIP_HTTP_PORT": "0"}
+    s = Server("-m", MODEL, env=env, log=os.path.join(tmp, "gcp.log"))
+    try:
+        msgs = [{"role": "user", "content": "Once upon a time"}]
+        code, r = s.json("/predict", {"instances": [
+            {"@requestFormat": "chatCompletions", "max_tokens": 4, "temperature": 0, "messages": msgs, "stream": True},
+            {"@requestFormat": "/completion", "prompt": "Once", "n_predict": 3},
+            {"@requestFormat": "applyTemplate", "messages": msgs},
+            {"max_tokens": 1}, {"@requestFormat": "noSuchRoute"}, 7,
+            {"@requestFormat": "/tokenize", "content": [1, 2]}]})
+        p = r.get("predictions", [])
+        code2, direct = s.json("/v1/chat/completions", {"max_tokens": 4, "temperature": 0, "messages": msgs})
+        check(code == 200 and len(p) == 7 and p[0]["object"] == "chat.completion" and
+              p[0]["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"] and
+              p[1]["tokens_predicted"] == 3 and "prompt" in p[2] and "@requestFormat" in p[3]["error"]["message"] and
+              "noSuchRoute" in p[4]["error"]["message"] and "JSON object" in p[5]["error"]["message"] and
+              "error" in p[6], "predictions: %d %s" % (code, json.dumps(r)[:600]))
+        code, r = s.json("/predict", {"instances": [{}] * 129})
+        check(code == 400 and "128" in r["error"]["message"], "129 instances: %d %s" % (code, r))
+        code, r = s.json("/predict", {"nothing": 1})
+        check(code == 400 and "instances" in r["error"]["message"], "no instances: %d %s" % (code, r))
+        check(s.curl("/alive")[0] == 200, "AIP_HEALTH_ROUTE is not /health's alias")
+    finally:
+        s.stop()
+    s = serve(tmp, name="plain.log")
+    try:
+        check(s.curl("/predict", {"instances": []})[0] == 404, "/predict without AIP_MODE")
+    finally:
+        s.stop()
+    for extra, want in (({"AIP_PREDICT_ROUTE": "/completion"}, b"conflicts"), ({"AIP_HTTP_PORT": "http"}, b"AIP_HTTP_PORT")):
+        p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0"], capture_output=True, timeout=30,
+                           env=dict(os.environ, AIP_MODE="PREDICTION", **extra))
+        check(p.returncode != 0 and want in p.stderr, "%s: %r" % (extra, p.stderr[-200:]))
 
 
 def chatml_fallback(tmp):
@@ -607,7 +649,8 @@ def seeded_sampling_is_llama_servers(tmp):
 
 def main():
     rep = Reporter("test_server_dropin")
-    cases = [llama_server_command_line_starts, chat_template_sources, template_variables, chatml_fallback, unsupported_fields_refused,
+    cases = [llama_server_command_line_starts, chat_template_sources, template_variables, vertex_ai_predict,
+             chatml_fallback, unsupported_fields_refused,
              cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, history_is_a_cache_hit, infill_layout,
              web_ui_and_token_count,
              context_errors, abandoned_request_frees_slot, token_probabilities,

@@ -159,7 +159,7 @@ int srv_dispatch(srv_req *r)
     srv_route rt;
     int rc;
     atomic_fetch_add(&r->s->m.n_requests, 1);
-    if (!srv_route_find(r->method, r->url, &rt)) return srv_reply_error(r, 404, "File Not Found");
+    if (!srv_route_find(r->s, r->method, r->url, &rt)) return srv_reply_error(r, 404, "File Not Found");
     if (!rt.open && r->s->p.api_key && !key_ok(r)) return srv_reply_error(r, 401, "Invalid API Key");
     if (!rt.early && !atomic_load(&r->s->ready)) return srv_reply_error(r, 503, "Loading model");
     rc = strcmp(r->method, "POST") || rt.raw ? 1 : parse_body(r, rt.empty_ok);

@@ -1,6 +1,7 @@
 /* The routes table (one row per endpoint) and the endpoints that need no slot: health,
  * models, props, tokenize, detokenize, slots, metrics. Routes parse and validate; the
  * library does the work. */
+#include <ctype.h>
 #include <inttypes.h>
 #include "core/fpguard.h"
 #include <stdio.h>
@@ -267,8 +268,46 @@ static int path_matches(const char *path, const char *url)
     return !strcmp(path, url);
 }
 
-int srv_route_find(const char *method, const char *url, srv_route *out)
+/* llama-server's camelCase alias of a path: "/v1/chat/completions" -> "chatCompletions". */
+static void camel(const char *path, char *out, size_t cap)
 {
+    size_t n = 0;
+    int up = 0;
+    if (!strncmp(path, "/v1", 3) && path[3]) path += 3;
+    if (*path == '/') path++;
+    for (; *path && *path != ':' && n + 1 < cap; path++) {
+        if (*path == '/' || *path == '-' || *path == '_') up = 1;
+        else out[n++] = up ? (char)toupper((unsigned char)*path) : *path, up = 0;
+    }
+    out[n] = 0;
+}
+
+int srv_route_alias(const char *format, char *path, size_t cap)
+{
+    char a[128];
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+            const char *p = routes[i].path;
+            if (strcmp(routes[i].method, "POST") || p[strlen(p) - 1] == '/' || strlen(p) >= cap) continue;
+            if (pass == 0) camel(p, a, sizeof a);
+            if (!strcmp(pass == 0 ? a : p, format)) {
+                memcpy(path, p, strlen(p) + 1);
+                return 1;
+            }
+        }
+    return 0;
+}
+
+int srv_route_find(const srv *s, const char *method, const char *url, srv_route *out)
+{
+    if (s->gcp_predict[0] && !strcmp(method, "POST") && !strcmp(url, s->gcp_predict)) {
+        *out = (srv_route){srv_rt_gcp_predict, 0, 0, 0, 0};
+        return 1;
+    }
+    if (s->gcp_health[0] && !strcmp(method, "GET") && !strcmp(url, s->gcp_health)) {
+        *out = (srv_route){rt_health, 1, 1, 0, 0};
+        return 1;
+    }
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(routes[i].method, method) || !path_matches(routes[i].path, url)) continue;
         *out = (srv_route){routes[i].fn, routes[i].open, routes[i].early, routes[i].empty_ok, routes[i].raw};

@@ -193,6 +193,18 @@ static int has_key(const char *keys)
     return 0;
 }
 
+/* s->gcp_*: a route from p (a leading '/' added, as llama-server); -1 after a message. */
+static int gcp_route(char *out, size_t cap, const char *route, const char *what)
+{
+    if (!route || !*route) return 0;
+    if (strlen(route) + 2 > cap || strspn(route, "/") > 1 || strpbrk(route, "?# \t")) {
+        srv_log("%s=%.100s: a path such as /predict (at most %zu characters)", what, route, cap - 2);
+        return -1;
+    }
+    snprintf(out, cap, "%s%s", route[0] == '/' ? "" : "/", route);
+    return 0;
+}
+
 static int check_params(skv_server_params *p)
 {
     if (p->api_key && !has_key(p->api_key)) {
@@ -234,6 +246,15 @@ int skv_server_run(const skv_server_params *p)
     void *daemon = NULL;
     int port = 0, sig = 0;
     if (check_params(&s.p) || default_chain(&s)) return 1;
+    if (gcp_route(s.gcp_predict, sizeof s.gcp_predict, s.p.gcp_predict, "AIP_PREDICT_ROUTE") ||
+        gcp_route(s.gcp_health, sizeof s.gcp_health, s.p.gcp_health, "AIP_HEALTH_ROUTE"))
+        return 1;
+    srv_route conflict;
+    if (s.gcp_predict[0] && srv_route_find(&(srv){0}, "POST", s.gcp_predict, &conflict)) {
+        srv_log("AIP_PREDICT_ROUTE=%s conflicts with an existing route", s.gcp_predict);
+        return 1;
+    }
+    if (s.gcp_predict[0]) srv_log("Vertex AI mode (AIP_MODE=PREDICTION): POST %s runs instances", s.gcp_predict);
     if (s.p.ui_mcp_proxy && srv_proxy_init()) {
         srv_log("--ui-mcp-proxy: libcurl cannot be initialised");
         return 1;

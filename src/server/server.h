@@ -61,6 +61,8 @@ typedef struct skv_server_params {
                                     * (enable_thinking false, an opened thought block closed) */
     const char *chat_template_kwargs; /* --chat-template-kwargs: a JSON object of template
                                        * variables every chat render sees, or NULL */
+    const char *gcp_predict;       /* Vertex AI (AIP_MODE=PREDICTION): the predict route (gcp.c), or NULL */
+    const char *gcp_health;        /* and its health route alias, or NULL */
     const char *mcp_config;        /* --mcp-servers-config: a file of MCP servers (mcp.c), or NULL */
     const char *mcp_json;          /* --mcp-servers-json: the same as text, or NULL */
     skv_sampling_defaults defaults; /* all zero: seqkv's own (skv_sampling_defaults_init) */

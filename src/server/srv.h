@@ -90,6 +90,7 @@ typedef struct srv {
     int64_t t_start;
     srv_mcp *mcp;        /* MCP servers' tools (mcp.c), or NULL */
     json_t *kwargs;      /* --chat-template-kwargs (an object), or NULL */
+    char gcp_predict[128], gcp_health[128]; /* AIP_MODE=PREDICTION: Vertex AI's routes (gcp.c; "": off) */
 } srv;
 
 /* What a finished or running job reports. */
@@ -415,8 +416,13 @@ typedef struct srv_route {
     int empty_ok; /* a POST without a body reads as {} */
     int raw;      /* the POST body is not JSON: handed on as is (r->data) */
 } srv_route;
-/* The route for method + url (0 = none: 404). */
-int srv_route_find(const char *method, const char *url, srv_route *out);
+/* The route for method + url on server s (0 = none: 404): the table's, and with Vertex AI's
+ * AIP_MODE=PREDICTION its predict route and health alias (gcp.c). */
+int srv_route_find(const srv *s, const char *method, const char *url, srv_route *out);
+/* A POST route's path for an @requestFormat: the path itself, or its camelCase alias
+ * ("chatCompletions"); 0 when none. */
+int srv_route_alias(const char *format, char *path, size_t cap);
+int srv_rt_gcp_predict(srv_req *r); /* gcp.c */
 int srv_rt_completion(srv_req *r);
 int srv_rt_oai_completion(srv_req *r);
 int srv_rt_oai_chat(srv_req *r);

@@ -268,6 +268,18 @@ int cmd_serve(int argc, char **argv)
     }
     p.mcp_config = o.mcp_config, p.mcp_json = o.mcp_json;
     p.reasoning = o.reasoning == 0 ? 1 : o.reasoning == 1 ? -1 : 0; /* on, off, auto */
+    const char *aip = getenv("AIP_MODE"); /* Vertex AI's custom-container contract (llama-server's) */
+    if (aip && !strcmp(aip, "PREDICTION")) {
+        const char *route = getenv("AIP_PREDICT_ROUTE"), *port = getenv("AIP_HTTP_PORT");
+        p.gcp_predict = route && *route ? route : "/predict";
+        p.gcp_health = getenv("AIP_HEALTH_ROUTE");
+        if (port && *port) {
+            char *end;
+            long v = strtol(port, &end, 10);
+            if (*end || v < 0 || v > 65535) return cli_usage(&serve_cmd, "AIP_HTTP_PORT=%s: a port 0..65535", port);
+            p.port = (int)v;
+        }
+    }
     p.chat_template_kwargs = o.tmpl_kwargs;
     if ((o.tools || o.mcp_config || o.mcp_json) && !o.cors_origins) {
         p.cors_origins = "localhost"; /* as llama-server: tools make the browser default localhost */
