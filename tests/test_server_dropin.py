@@ -12,6 +12,9 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
 - vertex_ai_predict: with AIP_MODE=PREDICTION, POST /predict runs instances through their
   routes (path or camelCase alias, not streamed), errors per instance, AIP_HEALTH_ROUTE,
   AIP_HTTP_PORT, a predict route that shadows one refused.
+- sleep_when_idle: --sleep-idle-seconds frees the slots when idle (is_sleeping), GET routes
+  answer without waking it, a POST wakes it with the same reply, the store's conversation
+  survives the sleep.
 - chatml_fallback: a model without a template renders chatml, as llama-server.
 - unsupported_fields_refused: echo and post-sampling probabilities are 400s naming the
   field, image parts llama-server's 500 ("image input is not supported") (grammars: tests/test_server_grammar.py), never a
@@ -197,6 +200,34 @@ def vertex_ai_predict(tmp):
         p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0"], capture_output=True, timeout=30,
                            env=dict(os.environ, AIP_MODE="PREDICTION", **extra))
         check(p.returncode != 0 and want in p.stderr, "%s: %r" % (extra, p.stderr[-200:]))
+
+
+def sleep_when_idle(tmp):
+    """--sleep-idle-seconds: idle, the server frees its slots (is_sleeping); GET routes answer
+    without waking it; a POST wakes it and replies as before; with a store the conversation
+    is still a cache hit after the sleep."""
+    import time
+    s = serve(tmp, "--sleep-idle-seconds", "1", "--metrics", "--store", os.path.join(tmp, "store"), name="sleep.log")
+    try:
+        body = {"prompt": "Once upon a time there was a girl", "n_predict": 8, "temperature": 0}
+        code, before = s.json("/completion", body)
+        check(code == 200 and s.json("/props")[1]["is_sleeping"] is False, "awake: %s" % before)
+        t0 = time.time()
+        while time.time() - t0 < 10 and not s.json("/props")[1]["is_sleeping"]:
+            time.sleep(0.1)
+        check(s.json("/props")[1]["is_sleeping"] is True and time.time() - t0 >= 0.5, "did not sleep")
+        s.curl("/metrics")  # the first scrape takes the rate windows
+        m1 = s.curl("/metrics")[1]
+        check(s.curl("/health")[0] == 200 and s.json("/slots")[1] == [] and s.curl("/metrics")[1] == m1 and
+              s.json("/props")[1]["is_sleeping"], "GET routes woke it or failed")
+        code, after = s.json("/completion", body)
+        check(code == 200 and after["content"] == before["content"] and not s.json("/props")[1]["is_sleeping"],
+              "woken: %s vs %s" % (after, before))
+        check(after["timings"]["cache_n"] > 0, "the store's conversation lost in the sleep: %s" % after["timings"])
+        log = open(os.path.join(tmp, "sleep.log")).read()
+        check("sleeping" in log and "woken up" in log, "no log lines: " + log[-400:])
+    finally:
+        s.stop()
 
 
 def chatml_fallback(tmp):
@@ -650,7 +681,7 @@ def seeded_sampling_is_llama_servers(tmp):
 def main():
     rep = Reporter("test_server_dropin")
     cases = [llama_server_command_line_starts, chat_template_sources, template_variables, vertex_ai_predict,
-             chatml_fallback, unsupported_fields_refused,
+             sleep_when_idle, chatml_fallback, unsupported_fields_refused,
              cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, history_is_a_cache_hit, infill_layout,
              web_ui_and_token_count,
              context_errors, abandoned_request_frees_slot, token_probabilities,

@@ -162,8 +162,11 @@ int srv_dispatch(srv_req *r)
     if (!srv_route_find(r->s, r->method, r->url, &rt)) return srv_reply_error(r, 404, "File Not Found");
     if (!rt.open && r->s->p.api_key && !key_ok(r)) return srv_reply_error(r, 401, "Invalid API Key");
     if (!rt.early && !atomic_load(&r->s->ready)) return srv_reply_error(r, 503, "Loading model");
+    int wakes = !strcmp(r->method, "POST");
+    if (srv_sleep_enter(r->s, wakes)) return srv_reply_error(r, 503, "the server could not wake up (see its log)");
     rc = strcmp(r->method, "POST") || rt.raw ? 1 : parse_body(r, rt.empty_ok);
     if (rc == 1) rc = rt.fn(r);
+    srv_sleep_leave(r->s, wakes);
     json_decref(r->body); /* also a parsed body that was refused (not an object) */
     r->body = NULL;
     return rc;

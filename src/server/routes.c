@@ -42,6 +42,7 @@ static int rt_props(srv_req *r)
                           s->p.parallel, "model_path", s->p.model_path, "chat_template",
                           s->chat_template ? s->chat_template : "", "build_info", "seqkv " SEQKV_VERSION_STRING,
                           "store", s->store != NULL);
+    json_object_set_new(o, "is_sleeping", json_boolean(atomic_load(&r->s->sleeping)));
     return srv_reply_json(r, 200, o);
 }
 

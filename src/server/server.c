@@ -172,6 +172,7 @@ void srv_unload(srv *s)
 static void shutdown_all(srv *s, void *daemon)
 {
     srv_http_stop(daemon);
+    srv_sleep_stop(s); /* before the pool it may have freed or may free goes */
     srv_unload(s);
     srv_mcp_free(s->mcp); /* after the routes that call its servers */
     s->mcp = NULL;
@@ -291,6 +292,11 @@ int skv_server_run(const skv_server_params *p)
         return 1;
     }
     atomic_store(&s.ready, 1);
+    if (srv_sleep_start(&s)) {
+        srv_log("--sleep-idle-seconds: cannot start the idle watcher");
+        shutdown_all(&s, daemon);
+        return 1;
+    }
     srv_log("listening on http://%s:%d (%d slots x %d positions%s%s)", p->host, port, p->parallel, s.n_ctx,
             s.store ? ", store " : "", s.store ? p->store_dir : "");
     sigwait(&set, &sig);

@@ -668,6 +668,7 @@ void srv_pool_stop(srv_pool *p)
 json_t *srv_pool_slots_json(srv_pool *p)
 {
     json_t *a = json_array();
+    if (!p) return a; /* asleep: no slots (sleep.c) */
     pthread_mutex_lock(&p->mu);
     for (int i = 0; i < p->n && a; i++) {
         const slot *sl = &p->slots[i];
@@ -681,6 +682,7 @@ json_t *srv_pool_slots_json(srv_pool *p)
 
 size_t srv_pool_queued(srv_pool *p)
 {
+    if (!p) return 0;
     pthread_mutex_lock(&p->mu);
     size_t n = p->n_q;
     pthread_mutex_unlock(&p->mu);
@@ -689,6 +691,7 @@ size_t srv_pool_queued(srv_pool *p)
 
 int srv_pool_busy(srv_pool *p)
 {
+    if (!p) return 0;
     pthread_mutex_lock(&p->mu);
     int n = p->busy;
     pthread_mutex_unlock(&p->mu);

@@ -91,6 +91,12 @@ typedef struct srv {
     srv_mcp *mcp;        /* MCP servers' tools (mcp.c), or NULL */
     json_t *kwargs;      /* --chat-template-kwargs (an object), or NULL */
     char gcp_predict[128], gcp_health[128]; /* AIP_MODE=PREDICTION: Vertex AI's routes (gcp.c; "": off) */
+    /* --sleep-idle-seconds (sleep.c): pool NULL while sleeping */
+    pthread_rwlock_t sleep_lock;
+    pthread_t sleep_th;
+    int sleep_on;
+    atomic_int sleeping, sleep_quit;
+    atomic_llong active_ms; /* the last request that needed the model (monotonic ms) */
 } srv;
 
 /* What a finished or running job reports. */
@@ -423,6 +429,13 @@ int srv_route_find(const srv *s, const char *method, const char *url, srv_route 
  * ("chatCompletions"); 0 when none. */
 int srv_route_alias(const char *format, char *path, size_t cap);
 int srv_rt_gcp_predict(srv_req *r); /* gcp.c */
+/* sleep.c: the idle watcher of --sleep-idle-seconds (nothing when it is 0); around each
+ * request's handler, enter (wakes: a POST, which wakes a sleeping server first: -1 if the
+ * slots cannot be made) and leave. */
+int srv_sleep_start(srv *s);
+void srv_sleep_stop(srv *s);
+int srv_sleep_enter(srv *s, int wakes);
+void srv_sleep_leave(srv *s, int wakes);
 int srv_rt_completion(srv_req *r);
 int srv_rt_oai_completion(srv_req *r);
 int srv_rt_oai_chat(srv_req *r);

@@ -18,6 +18,7 @@ typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
     const char *tools, *tools_runtime, *mcp_config, *mcp_json, *tmpl_kwargs;
+    long sleep_idle;
     long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client, min_keep;
     int ignore_eos, ctx_shift, no_ui, mcp_proxy, agent, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose, reasoning;
     double recompute, quality, temp, top_p, min_p, typ_p, repeat_penalty, presence_penalty, frequency_penalty;
@@ -83,6 +84,8 @@ static const cli_opt serve_table[] = {
     {"reasoning", 0, CLI_CHOICE, "on|off|auto", 0, 0, F(reasoning), "thinking in chats: off sets enable_thinking false and\n"
      "closes a thought block the prompt opens (default auto: the\ntemplate's own)"},
     {"rea", 0, CLI_CHOICE, "on|off|auto", 0, 0, F(reasoning), NULL},
+    {"sleep-idle-seconds", 0, CLI_INT, "N", 0, 86400 * 365, F(sleep_idle), "after N seconds without requests, free the slots\n"
+     "and the RAM prompt cache until the next request (default 0:\nnever; the store keeps every conversation)"},
     {"slots", 0, CLI_FLAG, NULL, 0, 0, F(slots), "GET /slots answers (the default)"},
     {"no-slots", 0, CLI_UNSET, NULL, 0, 0, F(slots), "GET /slots answers 501"},
     {"verbose", 'v', CLI_FLAG, NULL, 0, 0, F(verbose), "replies carry llama-server's \"__verbose\" result (the prompt as\n"
@@ -281,6 +284,7 @@ int cmd_serve(int argc, char **argv)
         }
     }
     p.chat_template_kwargs = o.tmpl_kwargs;
+    p.sleep_idle_s = (int)o.sleep_idle;
     if ((o.tools || o.mcp_config || o.mcp_json) && !o.cors_origins) {
         p.cors_origins = "localhost"; /* as llama-server: tools make the browser default localhost */
         fprintf(stderr, "seqkv serve: %s on: CORS allows localhost origins only (change with --cors-origins)\n",
