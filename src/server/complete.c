@@ -903,24 +903,26 @@ static char *render_msgs(const srv *s, const json_t *msgs, render_mode md, const
     return out;
 }
 
-static char *render(const srv *s, const json_t *body, const srv_tools *tl, skv_err *err)
+/* allow_empty: no messages render too (Anthropic's route, as llama-server; OpenAI's refuses them). */
+static char *render(const srv *s, const json_t *body, const srv_tools *tl, int allow_empty, skv_err *err)
 {
     const json_t *msgs = json_object_get(body, "messages");
     render_mode md;
     skv_err_clear(err);
-    if (!json_is_array(msgs) || json_array_size(msgs) > SRV_MAX_MESSAGES) /* none: llama-server renders them too */
-        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"messages\": an array of at most %d messages", SRV_MAX_MESSAGES), NULL;
+    if (!json_is_array(msgs) || (!allow_empty && !json_array_size(msgs)) || json_array_size(msgs) > SRV_MAX_MESSAGES)
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"messages\": an array of %d..%d messages", !allow_empty,
+                        SRV_MAX_MESSAGES), NULL;
     if (render_mode_of(body, msgs, &md, err)) return NULL;
     return render_msgs(s, msgs, md, tl, body, err);
 }
 
 /* render with the request's tools, tools, tool_choice and parallel_tool_calls read into tl
  * (srv_tools_free'd by the caller, whatever the outcome). */
-static char *render_req(const srv *s, const json_t *body, srv_tools *tl, skv_err *err)
+static char *render_req(const srv *s, const json_t *body, srv_tools *tl, int allow_empty, skv_err *err)
 {
     skv_err_clear(err);
     if (srv_tools_parse(s, body, tl, err)) return NULL;
-    return render(s, body, tl, err);
+    return render(s, body, tl, allow_empty, err);
 }
 
 int32_t *srv_chat_history_tokens(const srv *s, json_t *msgs, const char *reply, size_t len, size_t *n)
@@ -944,7 +946,7 @@ int srv_rt_apply_template(srv_req *r)
 {
     skv_err err = {0};
     srv_tools tl;
-    char *text = render_req(r->s, r->body, &tl, &err);
+    char *text = render_req(r->s, r->body, &tl, 0, &err);
     srv_tools_free(&tl);
     if (!text) return srv_reply_error(r, 400, "%.255s", err.msg);
     json_t *o = json_pack("{s:s}", "prompt", text);
@@ -957,7 +959,7 @@ int srv_rt_chat_input_tokens(srv_req *r)
     skv_err err = {0};
     size_t n = 0;
     srv_tools tl;
-    char *text = render_req(r->s, r->body, &tl, &err);
+    char *text = render_req(r->s, r->body, &tl, 0, &err);
     srv_tools_free(&tl);
     int32_t *t = text ? srv_tokenize(r->s, text, strlen(text), 1, &n) : NULL;
     free(text);
@@ -981,7 +983,7 @@ static int chat(srv_req *r, int fmt)
     if (!j) return srv_reply_error(r, 400, "%.255s", err.msg);
     if (fmt == SRV_FMT_ANTHROPIC) j->fmt = fmt, j->return_progress = 0;
     srv_tools tl;
-    char *text = render_req(r->s, r->body, &tl, &err);
+    char *text = render_req(r->s, r->body, &tl, fmt == SRV_FMT_ANTHROPIC, &err);
     json_t *p = text ? json_string(text) : NULL;
     free(text);
     if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, &err);
