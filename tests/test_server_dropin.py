@@ -82,10 +82,16 @@ def llama_server_command_line_starts(tmp):
     open(keys, "w").write("k1\nk2\n")
     s = serve(tmp, "--temp", "0.5", "--seed", "42", "-n", "16", "--jinja", "--no-slots", "-np", "2", "-c", "512",
               "-ngl", "99", "-fa", "on", "--top-k", "20", "--min-p", "0.1", "--repeat-penalty", "1.1",
-              "--api-key-file", keys, "-t", "1", "--cont-batching")
+              "--api-key-file", keys, "-t", "1", "--cont-batching", "--no-context-shift", "-tb", "2", "--threads-http", "4",
+              "--cache-ram", "100", "-sps", "0.5", "--log-colors", "off", "--reasoning-format", "none",
+              "--reasoning-budget", "-1", "--log-timestamps", "--prio", "2", "--swa-full")
     try:
         log = open(os.path.join(tmp, "serve.log")).read()
         check("do nothing here" in log, "no note about the GPU flags: " + log[-300:])
+        check("scheduling, cache and log-style knobs" in log, "no note about the tuning flags: " + log[-300:])
+        import re
+        check(re.search(r"^20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z seqkv serve: listening", log, re.M),
+              "--log-timestamps: " + log[-300:])
         check("2 slots x 256 positions" in log, "-c 512 -np 2 is not 256 a slot: " + log[-300:])
         code, props = s.json("/props", headers=["Authorization: Bearer k2"])
         p = props["default_generation_settings"]["params"]
@@ -99,6 +105,23 @@ def llama_server_command_line_starts(tmp):
         s.stop()
     p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--no-such-flag"], capture_output=True, timeout=30)
     check(p.returncode != 0 and b"unknown option" in p.stderr, "an unknown flag started: %r" % p.stderr[-200:])
+    for flags in (["--reasoning-format", "deepseek"], ["--reasoning-budget", "100"]):
+        p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0"] + flags, capture_output=True, timeout=30)
+        check(p.returncode != 0 and flags[0].encode() in p.stderr, "%s started: %r" % (flags, p.stderr[-200:]))
+    # --log-file takes the log; --log-disable silences it once the address is told
+    import signal
+    import time
+    lf = os.path.join(tmp, "own.log")
+    p = subprocess.Popen([SEQKV, "serve", "-m", MODEL, "--port", "0", "--log-file", lf, "--log-disable"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t0 = time.time()
+    while time.time() - t0 < 30 and not (os.path.exists(lf) and "listening on" in open(lf).read()):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    own = open(lf).read()
+    check(p.returncode == 0 and "listening on" in own and "shutting down" not in own and not err,
+          "--log-file / --log-disable: %d %r %r" % (p.returncode, own[-300:], err[-200:]))
     p = subprocess.run([SEQKV, "serve", "-m", MODEL, "-c", "8", "-np", "4", "--port", "0"], capture_output=True,
                        timeout=30)
     check(p.returncode != 0 and b"at least" in p.stderr, "-c 8 -np 4 started: %r" % p.stderr[-200:])

@@ -14,14 +14,25 @@
 #include "server/srv.h"
 #include "server/template.h"
 
+static atomic_int g_log_off, g_log_time; /* --log-disable, --log-timestamps */
+
 void srv_log(const char *fmt, ...)
 {
-    char msg[1024];
+    char msg[1024], when[40] = "";
+    if (atomic_load(&g_log_off)) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "seqkv serve: %s\n", msg);
+    if (atomic_load(&g_log_time)) {
+        struct timespec ts;
+        struct tm tm;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        size_t n = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(when + n, sizeof when - n, ".%03ldZ ", ts.tv_nsec / 1000000L);
+    }
+    fprintf(stderr, "%sseqkv serve: %s\n", when, msg);
 }
 
 int64_t srv_unix_now(void) { return (int64_t)time(NULL); }
@@ -247,6 +258,7 @@ int skv_server_run(const skv_server_params *p)
     void *daemon = NULL;
     int port = 0, sig = 0;
     if (check_params(&s.p) || default_chain(&s)) return 1;
+    atomic_store(&g_log_time, s.p.log_timestamps);
     if (gcp_route(s.gcp_predict, sizeof s.gcp_predict, s.p.gcp_predict, "AIP_PREDICT_ROUTE") ||
         gcp_route(s.gcp_health, sizeof s.gcp_health, s.p.gcp_health, "AIP_HEALTH_ROUTE"))
         return 1;
@@ -299,6 +311,7 @@ int skv_server_run(const skv_server_params *p)
     }
     srv_log("listening on http://%s:%d (%d slots x %d positions%s%s)", p->host, port, p->parallel, s.n_ctx,
             s.store ? ", store " : "", s.store ? p->store_dir : "");
+    atomic_store(&g_log_off, s.p.log_disable); /* after the address: a port 0 is told */
     sigwait(&set, &sig);
     srv_log("signal %d: shutting down", sig);
     shutdown_all(&s, daemon);

@@ -62,6 +62,7 @@ typedef struct skv_server_params {
     const char *chat_template_kwargs; /* --chat-template-kwargs: a JSON object of template
                                        * variables every chat render sees, or NULL */
     int sleep_idle_s;              /* --sleep-idle-seconds: sleep (slots freed) after this idle time; 0: never */
+    int log_disable, log_timestamps; /* --log-disable (no log lines), --log-timestamps (each starts with UTC time) */
     const char *gcp_predict;       /* Vertex AI (AIP_MODE=PREDICTION): the predict route (gcp.c), or NULL */
     const char *gcp_health;        /* and its health route alias, or NULL */
     const char *mcp_config;        /* --mcp-servers-config: a file of MCP servers (mcp.c), or NULL */

@@ -18,6 +18,9 @@ typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
     const char *tools, *tools_runtime, *mcp_config, *mcp_json, *tmpl_kwargs;
+    const char *tune_value, *log_file, *reasoning_format; /* tune_*: llama.cpp's own tuning knobs (a note) */
+    long reasoning_budget;
+    int tune_flag, log_disable, log_timestamps;
     long sleep_idle;
     long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client, min_keep;
     int ignore_eos, ctx_shift, no_ui, mcp_proxy, agent, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose, reasoning;
@@ -29,6 +32,9 @@ typedef struct {
 /* llama-server's GPU and batching flags: accepted (existing command lines start), ignored. */
 #define GPU_VALUE(name, letter) {name, letter, CLI_STR, "V", 0, 0, F(gpu_value), NULL}
 #define GPU_FLAG(name) {name, 0, CLI_FLAG, NULL, 0, 0, F(gpu_flag), NULL}
+/* llama.cpp's scheduling and cache knobs: accepted, one line says what seqkv does instead. */
+#define TUNE_VALUE(name) {name, 0, CLI_STR, "V", 0, 0, F(tune_value), NULL}
+#define TUNE_FLAG(name) {name, 0, CLI_FLAG, NULL, 0, 0, F(tune_flag), NULL}
 static const cli_opt serve_table[] = {
     CLI_OPT_MODEL(F(model)),
     {"store", 0, CLI_PATH, "DIR", 0, 0, F(store), "session store used as the prompt cache (created if absent);\n"
@@ -138,6 +144,13 @@ static const cli_opt serve_table[] = {
                                                                       "sessions slot:NAME in the store, else none (501)"},
     {"context-shift", 0, CLI_FLAG, NULL, 0, 0, F(ctx_shift), "a full context keeps n_keep tokens, drops half the rest\n"
                                                              "and goes on (default: generation stops at a full context)"},
+    {"no-context-shift", 0, CLI_UNSET, NULL, 0, 0, F(ctx_shift), NULL},
+    {"log-disable", 0, CLI_FLAG, NULL, 0, 0, F(log_disable), "no log lines once it listens (the start's lines and its\nerrors still print)"},
+    {"log-file", 0, CLI_PATH, "FILE", 0, 0, F(log_file), "append the log to FILE instead of stderr"},
+    {"log-timestamps", 0, CLI_FLAG, NULL, 0, 0, F(log_timestamps), "each log line starts with the UTC time"},
+    {"reasoning-format", 0, CLI_CHOICE, "none", 0, 0, F(reasoning_format), "thoughts stay in the reply's content (none,\n"
+     "the only format here: deepseek / auto are refused)"},
+    {"reasoning-budget", 0, CLI_INT, "N", -1, -1, F(reasoning_budget), "-1 only (unrestricted; budgets are not enforced)"},
     {"reuse", 0, CLI_CHOICE, "exact|near", 0, 0, F(reuse), "near (needs --store): prompts the exact caches cover badly\n"
      "reuse a near-duplicate stored session: APPROXIMATE, marked in every reply (docs/near.md)"},
     {"recompute", 0, CLI_FLOAT, "F", 0, 1, F(recompute), "--reuse near: fraction of positions to recompute (default 0.15)"},
@@ -150,6 +163,14 @@ static const cli_opt serve_table[] = {
     GPU_VALUE("ctk", 0), GPU_VALUE("cache-type-v", 0), GPU_VALUE("ctv", 0), GPU_FLAG("cont-batching"), GPU_FLAG("backend_sampling"), GPU_FLAG("backend-sampling"),
     GPU_FLAG("cb"), GPU_FLAG("no-cont-batching"), GPU_FLAG("nocb"), GPU_FLAG("no-mmap"), GPU_FLAG("mlock"),
     GPU_FLAG("no-warmup"), GPU_FLAG("offline"),
+    TUNE_VALUE("threads-batch"), TUNE_VALUE("tb"), TUNE_VALUE("threads-http"), TUNE_VALUE("numa"), TUNE_VALUE("prio"),
+    TUNE_VALUE("prio-batch"), TUNE_VALUE("poll"), TUNE_VALUE("poll-batch"), TUNE_VALUE("cpu-mask"), TUNE_VALUE("C"),
+    TUNE_VALUE("cpu-range"), TUNE_VALUE("Cr"), TUNE_VALUE("cpu-mask-batch"), TUNE_VALUE("Cb"), TUNE_VALUE("cpu-range-batch"),
+    TUNE_VALUE("Crb"), TUNE_VALUE("cpu-strict"), TUNE_VALUE("cpu-strict-batch"), TUNE_VALUE("timeout"), TUNE_VALUE("to"),
+    TUNE_VALUE("slot-prompt-similarity"), TUNE_VALUE("sps"), TUNE_VALUE("cache-ram"), TUNE_VALUE("cram"),
+    TUNE_VALUE("ctx-checkpoints"), TUNE_VALUE("swa-checkpoints"), TUNE_VALUE("log-colors"), TUNE_VALUE("verbosity"),
+    TUNE_VALUE("lv"), TUNE_VALUE("log-verbosity"), TUNE_FLAG("no-cache-idle-slots"), TUNE_FLAG("cache-idle-slots"),
+    TUNE_FLAG("swa-full"), TUNE_FLAG("log-prefix"), TUNE_FLAG("no-perf"), TUNE_FLAG("perf"),
     {0},
 };
 static const cli_cmd serve_cmd = {
@@ -219,6 +240,11 @@ static int check_opts(const serve_opts *o)
     if (o->gpu_value || o->gpu_flag)
         fprintf(stderr, "seqkv serve: GPU and batching flags (-ngl, -fa, -b, -ctk, ...) do nothing here: seqkv runs on "
                         "the CPU and batches by itself\n");
+    if (o->tune_value || o->tune_flag)
+        fprintf(stderr, "seqkv serve: llama.cpp's scheduling, cache and log-style knobs (-tb, --threads-http, --numa, "
+                        "--prio, --poll, -C, --timeout, -sps, --cache-ram, --ctx-checkpoints, --swa-full, --log-colors, "
+                        "-lv, ...) do nothing here: -t threads run prompts and generation, connections have their own "
+                        "limits, the slots and --store are the prompt cache\n");
     if (o->reranking || o->pooling == 4)
         fprintf(stderr, "seqkv serve: --reranking / --pooling rank need a reranker model, which seqkv does not run: "
                         "/rerank answers 501\n");
@@ -234,7 +260,7 @@ int cmd_serve(int argc, char **argv)
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .threads = 0, .budget = -1, .recompute = -1,
                     .temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .typ_p = 1.0, .repeat_penalty = 1.0,
                     .repeat_last_n = 64,
-                    .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1, .pooling = -1, .reasoning = 2};
+                    .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1, .pooling = -1, .reasoning = 2, .reasoning_budget = -1};
     int rc = cli_parse(&serve_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE || (rc = check_opts(&o)) != CLI_CONTINUE) return rc;
     char *keys = NULL, *tmpl = NULL;
@@ -285,6 +311,10 @@ int cmd_serve(int argc, char **argv)
     }
     p.chat_template_kwargs = o.tmpl_kwargs;
     p.sleep_idle_s = (int)o.sleep_idle;
+    p.log_disable = o.log_disable, p.log_timestamps = o.log_timestamps;
+    if (o.log_file && !freopen(o.log_file, "a", stderr))
+        return fprintf(stdout, "seqkv serve: --log-file %s: cannot open it for appending\n", o.log_file), CLI_FAIL;
+    if (o.log_file) setvbuf(stderr, NULL, _IOLBF, 0);
     if ((o.tools || o.mcp_config || o.mcp_json) && !o.cors_origins) {
         p.cors_origins = "localhost"; /* as llama-server: tools make the browser default localhost */
         fprintf(stderr, "seqkv serve: %s on: CORS allows localhost origins only (change with --cors-origins)\n",
