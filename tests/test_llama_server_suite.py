@@ -31,7 +31,7 @@ from clitest import BUILD, ROOT, Reporter  # noqa: E402
 FILES = ["test_basic", "test_completion", "test_chat_completion", "test_tokenize", "test_security",
          "test_ctx_shift", "test_slot_save", "test_infill", "test_tool_call", "test_embedding",
          "test_tools_builtin", "test_mcp_servers", "test_proxy", "test_template", "test_ignore_eos", "test_metrics",
-         "test_compat_anthropic", "test_compat_gcp", "test_sleep"]
+         "test_compat_anthropic", "test_compat_gcp", "test_sleep", "test_compat_oai_responses"]
 HERE = os.path.join(ROOT, "tests", "llama_server")
 LIST = os.path.join(HERE, "expected_failures.txt")
 NAME = "test_llama_server_suite"

@@ -143,24 +143,25 @@ def errors(s):
 CASES = [rewrite, reply, stream, errors]
 
 
-def main():
-    rep = Reporter("test_server_anthropic")
+def run_with_server(name, cases, *args):
+    """Each case fn(server) against its own `seqkv serve -m stories260K ARGS`."""
+    rep = Reporter(name)
     if not os.path.isfile(MODEL):
-        for c in CASES:
+        for c in cases:
             rep.report(c.__name__, testenv.missing("SKIP", "FAIL"), "stories260K not found (../shared)")
         return 1 if rep.failed else 0
 
     def with_server(fn):
         def run(tmp):
-            s = Server("-m", MODEL, "-c", "1024", log=os.path.join(tmp, "serve.log"))
+            s = Server("-m", MODEL, *args, log=os.path.join(tmp, "serve.log"))
             try:
                 fn(s)
             finally:
                 s.stop()
         run.__name__ = fn.__name__
         return run
-    return testenv.run_cases(rep, [with_server(c) for c in CASES], "skv-anthropic-")
+    return testenv.run_cases(rep, [with_server(c) for c in cases], "skv-%s-" % name)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_with_server("test_server_anthropic", CASES, "-c", "1024"))

@@ -982,6 +982,7 @@ static int chat(srv_req *r, int fmt)
     srv_job *j = job_from(r, SRV_FMT_OAI_CHAT, n_key, &err);
     if (!j) return srv_reply_error(r, 400, "%.255s", err.msg);
     if (fmt == SRV_FMT_ANTHROPIC) j->fmt = fmt, j->return_progress = 0;
+    if (fmt == SRV_FMT_RESPONSES) j->fmt = fmt;
     srv_tools tl;
     char *text = render_req(r->s, r->body, &tl, fmt == SRV_FMT_ANTHROPIC, &err);
     json_t *p = text ? json_string(text) : NULL;
@@ -1011,11 +1012,12 @@ static int chat(srv_req *r, int fmt)
 
 int srv_rt_oai_chat(srv_req *r) { return chat(r, SRV_FMT_OAI_CHAT); }
 
-/* r's body rewritten from Anthropic's Messages API for the time of fn(r). */
-static int as_anthropic(srv_req *r, int (*fn)(srv_req *r))
+/* r's body rewritten by conv (from Anthropic's Messages API, OpenAI's Responses API) into a
+ * chat request for the time of fn(r). */
+static int as_anthropic(srv_req *r, json_t *(*conv)(const json_t *, skv_err *), int (*fn)(srv_req *r))
 {
     skv_err err = {0};
-    json_t *orig = r->body, *oai = srv_anthropic_to_oai(orig, &err);
+    json_t *orig = r->body, *oai = conv(orig, &err);
     if (!oai) return srv_reply_error(r, err.status == SKV_ERR_NOMEM ? 500 : 400, "%.255s", err.msg);
     r->body = oai;
     int rc = fn(r);
@@ -1025,5 +1027,8 @@ static int as_anthropic(srv_req *r, int (*fn)(srv_req *r))
 }
 
 static int anthropic_chat(srv_req *r) { return chat(r, SRV_FMT_ANTHROPIC); }
-int srv_rt_anthropic_messages(srv_req *r) { return as_anthropic(r, anthropic_chat); }
-int srv_rt_anthropic_count_tokens(srv_req *r) { return as_anthropic(r, srv_rt_chat_input_tokens); }
+int srv_rt_anthropic_messages(srv_req *r) { return as_anthropic(r, srv_anthropic_to_oai, anthropic_chat); }
+int srv_rt_anthropic_count_tokens(srv_req *r) { return as_anthropic(r, srv_anthropic_to_oai, srv_rt_chat_input_tokens); }
+static int responses_chat(srv_req *r) { return chat(r, SRV_FMT_RESPONSES); }
+int srv_rt_responses(srv_req *r) { return as_anthropic(r, srv_responses_to_chat, responses_chat); }
+int srv_rt_responses_input_tokens(srv_req *r) { return as_anthropic(r, srv_responses_to_chat, srv_rt_chat_input_tokens); }

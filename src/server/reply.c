@@ -379,9 +379,142 @@ static void anth_finish(srv_job *j, char **acc, size_t *len)
     json_decref(calls);
 }
 
+/* ---- OpenAI's Responses API (SRV_FMT_RESPONSES; llama-server's to_json_oaicompat_resp) ---- */
+
+static json_t *timings_now(const srv_job *j);
+
+static const char *id_tail(const srv_job *j) { return j->id + strcspn(j->id, "-") + 1; }
+
+static json_t *resp_usage(const srv_job *j)
+{
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "input_tokens", (json_int_t)j->n_prompt, "output_tokens",
+                     (json_int_t)j->n_gen, "total_tokens", (json_int_t)(j->n_prompt + j->n_gen), "input_tokens_details",
+                     "cached_tokens", (json_int_t)j->n_cached);
+}
+
+static json_t *resp_text_part(json_t *text)
+{
+    return json_pack("{s:s,s:[],s:[],s:O}", "type", "output_text", "annotations", "logprobs", "text", text);
+}
+
+static json_t *resp_message(const srv_job *j, json_t *text, const char *status)
+{
+    return json_pack("{s:[o],s:s+,s:s,s:s,s:s}", "content", resp_text_part(text), "id", "msg_", id_tail(j), "role",
+                     "assistant", "status", status, "type", "message");
+}
+
+static json_t *resp_call(json_t *call)
+{
+    json_t *f = json_object_get(call, "function");
+    const char *id = json_string_value(json_object_get(call, "id"));
+    return json_pack("{s:s+,s:s,s:s,s:O?,s:s+,s:O?}", "id", "fc_", id ? id : "", "type", "function_call", "status",
+                     "completed", "arguments", json_object_get(f, "arguments"), "call_id", "call_", id ? id : "", "name",
+                     json_object_get(f, "name"));
+}
+
+/* The output items: the message (when it has text), then the function calls. */
+static json_t *resp_output(srv_job *j)
+{
+    json_t *text, *calls, *c, *out = json_array();
+    size_t i;
+    anth_parts(j, &text, &calls);
+    if (json_string_length(text)) json_array_append_new(out, resp_message(j, text, "completed"));
+    json_array_foreach(calls, i, c) json_array_append_new(out, resp_call(c));
+    json_decref(text);
+    json_decref(calls);
+    return out;
+}
+
+static json_t *resp_object(const srv *s, srv_job *j, json_t *output)
+{
+    json_int_t now = (json_int_t)srv_unix_now();
+    return json_pack("{s:I,s:I,s:s+,s:s,s:s,s:o,s:s,s:o}", "completed_at", now, "created_at", (json_int_t)j->created,
+                     "id", "resp_", id_tail(j), "model", s->model_id, "object", "response", "output", output, "status",
+                     "completed", "usage", resp_usage(j));
+}
+
+static json_t *resp_in_progress(const srv_job *j, const char *type)
+{
+    return json_pack("{s:s,s:{s:s+,s:s,s:s}}", "type", type, "response", "id", "resp_", id_tail(j), "object", "response",
+                     "status", "in_progress");
+}
+
+/* Text as an output_text delta of the message item, opening it first. */
+static void resp_text_delta(char **acc, size_t *len, srv_job *j, json_t *text)
+{
+    if (!json_string_length(text)) {
+        json_decref(text);
+        return;
+    }
+    if (!j->anth_text) {
+        aevent(acc, len, "response.output_item.added",
+               json_pack("{s:s,s:{s:[],s:s+,s:s,s:s,s:s}}", "type", "response.output_item.added", "item", "content",
+                         "id", "msg_", id_tail(j), "role", "assistant", "status", "in_progress", "type", "message"));
+        aevent(acc, len, "response.content_part.added",
+               json_pack("{s:s,s:s+,s:{s:s,s:s}}", "type", "response.content_part.added", "item_id", "msg_", id_tail(j),
+                         "part", "type", "output_text", "text", ""));
+        j->anth_text = 1;
+    }
+    json_t *e = json_pack("{s:s,s:s+,s:o}", "type", "response.output_text.delta", "item_id", "msg_", id_tail(j), "delta",
+                          text);
+    if (e && j->timings_per_token) json_object_set_new(e, "timings", timings_now(j));
+    aevent(acc, len, "response.output_text.delta", e);
+}
+
+static void resp_progress(char **acc, size_t *len, srv_job *j)
+{
+    const struct srv_progress *p = &j->prog[j->n_prog_sent++];
+    json_t *e = resp_in_progress(j, "response.in_progress");
+    if (e) json_object_set_new(e, "prompt_progress", json_pack("{s:I,s:I,s:I,s:I}", "total", (json_int_t)j->n_prompt,
+                                                                "cache", (json_int_t)j->prog_cache, "processed",
+                                                                (json_int_t)p->processed, "time_ms", (json_int_t)p->ms));
+    if (e && j->timings_per_token)
+        json_object_set_new(e, "timings", timings_of(j->prog_cache, p->processed > j->prog_cache ? p->processed -
+                                                     j->prog_cache : 0, p->processed > j->prog_cache ? p->ms : 0.0, 0, 0.0));
+    aevent(acc, len, "response.in_progress", e);
+}
+
+/* The end of a Responses stream (caller holds j->mu). */
+static void resp_finish(const srv *s, srv_job *j, char **acc, size_t *len)
+{
+    if (j->status) {
+        aevent(acc, len, "error", json_pack("{s:s,s:{s:i,s:s,s:s}}", "type", "error", "error", "code", j->status, "message",
+                                            j->err, "type", srv_error_type(j->status)));
+        return;
+    }
+    json_t *text, *calls, *c, *output = json_array();
+    size_t i;
+    pthread_mutex_unlock(&j->mu); /* tool_message and text_slice lock */
+    anth_parts(j, &text, &calls);
+    pthread_mutex_lock(&j->mu);
+    if (j->tool_fmt) resp_text_delta(acc, len, j, json_incref(text));
+    if (j->anth_text) {
+        aevent(acc, len, "response.output_text.done", json_pack("{s:s,s:s+,s:O}", "type", "response.output_text.done",
+                                                                 "item_id", "msg_", id_tail(j), "text", text));
+        aevent(acc, len, "response.content_part.done",
+               json_pack("{s:s,s:s+,s:o}", "type", "response.content_part.done", "item_id", "msg_", id_tail(j), "part",
+                         resp_text_part(text)));
+        json_t *m = resp_message(j, text, "completed");
+        aevent(acc, len, "response.output_item.done", json_pack("{s:s,s:O}", "type", "response.output_item.done", "item", m));
+        json_array_append_new(output, m);
+    }
+    json_array_foreach(calls, i, c) {
+        json_t *item = resp_call(c);
+        aevent(acc, len, "response.output_item.done",
+               json_pack("{s:s,s:O}", "type", "response.output_item.done", "item", item));
+        json_array_append_new(output, item);
+    }
+    json_t *done = json_pack("{s:s,s:o}", "type", "response.completed", "response", resp_object(s, j, output));
+    if (done) json_object_set_new(done, "timings", timings(j));
+    aevent(acc, len, "response.completed", done);
+    json_decref(text);
+    json_decref(calls);
+}
+
 json_t *srv_reply_final(const srv *s, srv_job *j)
 {
     if (j->fmt == SRV_FMT_ANTHROPIC) return anth_final(s, j);
+    if (j->fmt == SRV_FMT_RESPONSES) return resp_object(s, j, resp_output(j));
     if (j->fmt == SRV_FMT_OAI_CHAT && j->tool_fmt) {
         const char *finish;
         json_t *m = tool_message(j, 0, &finish);
@@ -502,6 +635,7 @@ static json_t *delta(const srv *s, srv_job *j, json_t *text, size_t to)
 static void finish(const srv *s, srv_job *j, char **acc, size_t *len)
 {
     if (j->fmt == SRV_FMT_ANTHROPIC) return anth_finish(j, acc, len);
+    if (j->fmt == SRV_FMT_RESPONSES) return resp_finish(s, j, acc, len);
     if (j->status) {
         event(acc, len, json_pack("{s:{s:i,s:s,s:s}}", "error", "code", j->status, "message", j->err, "type",
                                   srv_error_type(j->status)));
@@ -567,6 +701,10 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
         event(&acc, len, chunk(s, j, json_pack("{s:{s:s,s:n},s:i,s:n}", "delta", "role", "assistant", "content",
                                                 "index", 0, "finish_reason")));
     if (*state == ST_START && j->fmt == SRV_FMT_ANTHROPIC) anth_start(s, j, &acc, len);
+    if (*state == ST_START && j->fmt == SRV_FMT_RESPONSES) {
+        aevent(&acc, len, "response.created", resp_in_progress(j, "response.created"));
+        aevent(&acc, len, "response.in_progress", resp_in_progress(j, "response.in_progress"));
+    }
     *state = ST_BODY;
     if (acc) return acc;
     pthread_mutex_lock(&j->mu);
@@ -577,10 +715,13 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
         return k;
     }
     size_t to, tok;
-    if (j->n_prog_sent < j->n_prog) {
+    if (j->n_prog_sent < j->n_prog && j->fmt == SRV_FMT_RESPONSES) {
+        resp_progress(&acc, len, j);
+    } else if (j->n_prog_sent < j->n_prog) {
         event(&acc, len, progress_event(s, j));
-    } else if (pending(j, *sent, &to, &tok) && j->fmt == SRV_FMT_ANTHROPIC) {
-        anth_text_delta(&acc, len, j, text_slice(j, *sent, to));
+    } else if (pending(j, *sent, &to, &tok) && (j->fmt == SRV_FMT_ANTHROPIC || j->fmt == SRV_FMT_RESPONSES)) {
+        if (j->fmt == SRV_FMT_ANTHROPIC) anth_text_delta(&acc, len, j, text_slice(j, *sent, to));
+        else resp_text_delta(&acc, len, j, text_slice(j, *sent, to));
         j->n_streamed = tok;
         *sent = to;
         if (!acc) acc = strdup(""), *len = 0; /* an empty slice: not the end */

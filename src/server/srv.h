@@ -100,7 +100,8 @@ typedef struct srv {
 } srv;
 
 /* What a finished or running job reports. */
-enum { SRV_FMT_LLAMA = 0, SRV_FMT_OAI_TEXT = 1, SRV_FMT_OAI_CHAT = 2, SRV_FMT_ANTHROPIC = 3 /* a chat, Anthropic's replies */ };
+enum { SRV_FMT_LLAMA = 0, SRV_FMT_OAI_TEXT = 1, SRV_FMT_OAI_CHAT = 2, SRV_FMT_ANTHROPIC = 3, /* a chat, Anthropic's replies */
+       SRV_FMT_RESPONSES = 4 /* a chat, OpenAI's Responses API replies */ };
 enum { SRV_ACT_NONE = 0, SRV_ACT_SAVE = 1, SRV_ACT_RESTORE = 2, SRV_ACT_ERASE = 3 };
 
 typedef struct srv_job {
@@ -151,7 +152,7 @@ typedef struct srv_job {
     char err[256];
     const char *finish;        /* "stop" | "length" */
     char stopping_word[SRV_MAX_STOP_LEN + 1];
-    int anth_text;             /* an Anthropic stream: its text block was opened */
+    int anth_text;             /* an Anthropic / Responses stream: its text block (message item) was opened */
     size_t n_cached;           /* prompt positions reused */
     double cached_bits;        /* d_T of the store match */
     int cache_approx;          /* 1: reused KV is APPROXIMATE (--reuse near; docs/near.md) */
@@ -512,6 +513,10 @@ int srv_rt_anthropic_messages(srv_req *r);
 int srv_rt_anthropic_count_tokens(srv_req *r);
 /* An Anthropic Messages request as an OpenAI chat request (new), or NULL with err. */
 json_t *srv_anthropic_to_oai(const json_t *body, skv_err *err);
+/* OpenAI's Responses API (responses.c, complete.c): /v1/responses, /v1/responses/input_tokens. */
+int srv_rt_responses(srv_req *r);
+int srv_rt_responses_input_tokens(srv_req *r);
+json_t *srv_responses_to_chat(const json_t *body, skv_err *err); /* the chat request (new), or NULL with err */
 int srv_rt_embedding(srv_req *r);     /* llama-server's: per input, rows (pooling none) or one row */
 int srv_rt_oai_embeddings(srv_req *r); /* OpenAI's: one pooled, normalized vector per input */
 /* Slot side: the job's prompt through a cleared context into j->embd (the slot's KV is lost). */
