@@ -19,12 +19,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "server"))
-import testenv  # noqa: E402
 from clitest import check  # noqa: E402
 from harness import request  # noqa: E402
 from test_server_anthropic import events, post, run_with_server  # noqa: E402
 
-MODEL = testenv.shared_path("models", "stories260K", "stories260K.gguf")
 FN = {"type": "function", "name": "get_weather", "description": "The weather in a city",
       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
