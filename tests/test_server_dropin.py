@@ -105,7 +105,18 @@ def llama_server_command_line_starts(tmp):
         s.stop()
     p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--no-such-flag"], capture_output=True, timeout=30)
     check(p.returncode != 0 and b"unknown option" in p.stderr, "an unknown flag started: %r" % p.stderr[-200:])
-    for flags in (["--reasoning-format", "deepseek"], ["--reasoning-budget", "100"]):
+    # --api-prefix puts every route under it; --keep is the requests' default n_keep
+    s = serve(tmp, "--api-prefix", "/v2", "--keep", "5", name="prefix.log")
+    try:
+        code, r = s.json("/v2/completion", {"prompt": "Once upon a time", "n_predict": 2})
+        code2, r2 = s.json("/v2/completion", {"prompt": "Once upon a time", "n_predict": 2, "n_keep": 2})
+        check(code == 200 and r["generation_settings"]["n_keep"] == 5 and r2["generation_settings"]["n_keep"] == 2,
+              "--keep: %s %s" % (r.get("generation_settings"), r2.get("generation_settings")))
+        check(s.curl("/v2/health")[0] == 200 and s.curl("/health")[0] == 404 and s.curl("/v2x/health")[0] == 404,
+              "--api-prefix routes")
+    finally:
+        s.stop()
+    for flags in (["--reasoning-format", "deepseek"], ["--reasoning-budget", "100"], ["--api-prefix", "v2/"]):
         p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0"] + flags, capture_output=True, timeout=30)
         check(p.returncode != 0 and flags[0].encode() in p.stderr, "%s started: %r" % (flags, p.stderr[-200:]))
     # --log-file takes the log; --log-disable silences it once the address is told

@@ -192,9 +192,9 @@ static int parse_stop(srv_job *j, json_t *stop, skv_err *err)
 }
 
 /* n_keep (-1 = the whole prompt) and n_discard (0 = half) of a context shift. */
-static int parse_keep(srv_job *j, json_t *b, skv_err *err)
+static int parse_keep(const srv *s, srv_job *j, json_t *b, skv_err *err)
 {
-    json_int_t keep = 0, discard = 0;
+    json_int_t keep = s->p.defaults.n_keep, discard = 0;
     int tokens = 0;
     if (json_unpack(b, "{s?I,s?I,s?b}", "n_keep", &keep, "n_discard", &discard, "return_tokens", &tokens) ||
         keep < -1 || keep > INT32_MAX || discard < 0 || discard > INT32_MAX)
@@ -294,7 +294,7 @@ static int parse_params(const srv *s, srv_job *j, json_t *b, const char *n_key, 
     *j = (srv_job){.n_predict = (int)n_predict, .top_k = (int)top_k, .temp = temp, .top_p = top_p, .cache_prompt = cache,
                    .id_slot = (int)id_slot, .stream = stream, .seed = seed_of(s, json_object_get(b, "seed")),
                    .usage_chunk = json_is_true(json_object_get(opts, "include_usage")), .created = srv_unix_now()};
-    if (parse_penalties(s, j, b, err) || parse_chain(s, j, b, err) || parse_keep(j, b, err)) return -1;
+    if (parse_penalties(s, j, b, err) || parse_chain(s, j, b, err) || parse_keep(s, j, b, err)) return -1;
     return parse_stop(j, json_object_get(b, "stop"), err);
 }
 

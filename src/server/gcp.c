@@ -89,7 +89,7 @@ static json_t *run_instance(srv_req *outer, json_t *inst)
     if (!text) return NULL;
     capture c = {.r = {.s = outer->s, .method = "POST", .url = path, .auth = outer->auth,
                        .x_api_key = outer->x_api_key, .headers = outer->headers, .n_headers = outer->n_headers,
-                       .data = text, .len = n, .sink = &k_capture},
+                       .data = text, .len = n, .sink = &k_capture, .inner = 1},
                  .outer = outer};
     srv_dispatch(&c.r);
     free(text);

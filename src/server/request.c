@@ -159,6 +159,13 @@ int srv_dispatch(srv_req *r)
     srv_route rt;
     int rc;
     atomic_fetch_add(&r->s->m.n_requests, 1);
+    const char *pre = r->s->p.api_prefix;
+    size_t pn = pre ? strlen(pre) : 0;
+    if (pn && !r->inner) { /* --api-prefix: every route lives under it (llama-server's) */
+        if (strncmp(r->url, pre, pn) || (r->url[pn] != '/' && r->url[pn])) return srv_reply_error(r, 404, "File Not Found");
+        r->url += pn;
+        if (!*r->url) r->url = "/";
+    }
     if (!srv_route_find(r->s, r->method, r->url, &rt)) return srv_reply_error(r, 404, "File Not Found");
     if (!rt.open && r->s->p.api_key && !key_ok(r)) return srv_reply_error(r, 401, "Invalid API Key");
     if (!rt.early && !atomic_load(&r->s->ready)) return srv_reply_error(r, 503, "Loading model");

@@ -10,6 +10,7 @@ typedef struct skv_sampling_defaults {
     int top_k, repeat_last_n; /* repeat_last_n: -1 = the whole context */
     long long seed;           /* -1: a new one per request */
     int n_predict;            /* -1: until the context is full (at most SRV_MAX_N_PREDICT) */
+    int n_keep;               /* --keep: prompt tokens a context shift keeps (-1: all) */
     double typ_p;             /* typical_p (1: off) */
     int min_keep, ignore_eos;
     const char *samplers;     /* --samplers "name;name" or NULL */
@@ -63,6 +64,7 @@ typedef struct skv_server_params {
                                        * variables every chat render sees, or NULL */
     int sleep_idle_s;              /* --sleep-idle-seconds: sleep (slots freed) after this idle time; 0: never */
     int log_disable, log_timestamps; /* --log-disable (no log lines), --log-timestamps (each starts with UTC time) */
+    const char *api_prefix;        /* --api-prefix: every route under this path ("/v2"), or NULL */
     const char *gcp_predict;       /* Vertex AI (AIP_MODE=PREDICTION): the predict route (gcp.c), or NULL */
     const char *gcp_health;        /* and its health route alias, or NULL */
     const char *mcp_config;        /* --mcp-servers-config: a file of MCP servers (mcp.c), or NULL */

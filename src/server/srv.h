@@ -398,6 +398,7 @@ struct srv_req {
     const srv_sink *sink;
     json_t *body;                /* POST body (an object) once parsed, or NULL */
     srv_header reply_header;     /* one more header on a text reply (name NULL: none) */
+    int inner;                   /* a request made inside another (/predict's): url has no --api-prefix */
 };
 /* Routes, checks (key, loading, body) and runs the request; 0 when a reply was queued. */
 int srv_dispatch(srv_req *r);

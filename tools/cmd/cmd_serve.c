@@ -18,7 +18,8 @@ typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
     const char *tools, *tools_runtime, *mcp_config, *mcp_json, *tmpl_kwargs;
-    const char *tune_value, *log_file, *reasoning_format; /* tune_*: llama.cpp's own tuning knobs (a note) */
+    const char *tune_value, *log_file, *reasoning_format, *api_prefix;
+    long keep; /* tune_*: llama.cpp's own tuning knobs (a note) */
     long reasoning_budget;
     int tune_flag, log_disable, log_timestamps;
     long sleep_idle;
@@ -145,6 +146,9 @@ static const cli_opt serve_table[] = {
     {"context-shift", 0, CLI_FLAG, NULL, 0, 0, F(ctx_shift), "a full context keeps n_keep tokens, drops half the rest\n"
                                                              "and goes on (default: generation stops at a full context)"},
     {"no-context-shift", 0, CLI_UNSET, NULL, 0, 0, F(ctx_shift), NULL},
+    {"keep", 0, CLI_INT, "N", -1, INT32_MAX, F(keep), "prompt tokens a context shift keeps when a request does\n"
+     "not say (n_keep; default 0, -1: all)"},
+    {"api-prefix", 0, CLI_STR, "PATH", 0, 0, F(api_prefix), "serve every route under PATH (\"/v2\": /v2/completion, ...)"},
     {"log-disable", 0, CLI_FLAG, NULL, 0, 0, F(log_disable), "no log lines once it listens (the start's lines and its\nerrors still print)"},
     {"log-file", 0, CLI_PATH, "FILE", 0, 0, F(log_file), "append the log to FILE instead of stderr"},
     {"log-timestamps", 0, CLI_FLAG, NULL, 0, 0, F(log_timestamps), "each log line starts with the UTC time"},
@@ -284,7 +288,7 @@ int cmd_serve(int argc, char **argv)
                                         .frequency_penalty = o.frequency_penalty, .seed = o.seed,
                                         .n_predict = (int)o.n_predict, .typ_p = o.typ_p, .min_keep = (int)o.min_keep,
                                         .ignore_eos = o.ignore_eos, .samplers = o.samplers,
-                                        .sampling_seq = o.sampling_seq}};
+                                        .sampling_seq = o.sampling_seq, .n_keep = (int)o.keep}};
     if (o.agent) {
         p.ui_mcp_proxy = 1;
         if (!o.tools) o.tools = "all";
@@ -312,6 +316,12 @@ int cmd_serve(int argc, char **argv)
     p.chat_template_kwargs = o.tmpl_kwargs;
     p.sleep_idle_s = (int)o.sleep_idle;
     p.log_disable = o.log_disable, p.log_timestamps = o.log_timestamps;
+    if (o.api_prefix && *o.api_prefix) { /* as llama-server: without the trailing slash */
+        size_t n = strlen(o.api_prefix);
+        if (o.api_prefix[0] != '/' || o.api_prefix[n - 1] == '/' || n > 64 || strpbrk(o.api_prefix, "?# "))
+            return cli_usage(&serve_cmd, "--api-prefix %s: a path such as /v2 (leading slash, none trailing)", o.api_prefix);
+        p.api_prefix = o.api_prefix;
+    }
     if (o.log_file && !freopen(o.log_file, "a", stderr))
         return fprintf(stdout, "seqkv serve: --log-file %s: cannot open it for appending\n", o.log_file), CLI_FAIL;
     if (o.log_file) setvbuf(stderr, NULL, _IOLBF, 0);
