@@ -500,10 +500,13 @@ def case_jobs_together_start_together(srv, tmp):
     arrived or the first job ended: the prompts ran one after another)."""
     s = Server("--parallel", "4", "-c", "2048", log=os.path.join(tmp, "together.log"))
     try:
-        worst = 3
-        for _ in range(6):
+        seen = []
+        for word in ("Lily", "Tom", "Sam", "Ben", "Sue", "Max", "Anna", "Bob", "Jack", "Mia"):
+            # a first word no slot holds yet: every slot matches the prompts equally, so all
+            # three jobs first name the same (lowest) slot, the case that needs the re-look
             done = []
-            body = {"prompt": [PROMPT, PROMPT + " And", PROMPT + " So"], "n_predict": 120, "temperature": 0,
+            body = {"prompt": [word + " " + PROMPT, word + " said so. " + PROMPT, word + " ran. " + PROMPT],
+                    "n_predict": 240, "temperature": 0,
                     "ignore_eos": True, "cache_prompt": False}
             th = threading.Thread(target=lambda: done.append(s.json("/completion", body)[0]))
             th.start()
@@ -514,8 +517,13 @@ def case_jobs_together_start_together(srv, tmp):
                     most = max(most, sum(1 for x in slots if x["is_processing"]))
             th.join()
             check(done == [200], "reply: %s" % done)
-            worst = min(worst, most)
-        check(worst == 3, "three prompts queued together ran %d at a time at most" % worst)
+            seen.append(most)
+        # the poller sees a moment, not the schedule: on a loaded 2-core machine a slot thread can
+        # finish its prompt before another's is first run (CI once saw 2 in one round). Without the
+        # re-look, 3 showed only when the slots happened to wake in order (2-5 of 10 rounds); with
+        # it, in every round here: 8 of 10 tells them apart
+        check(seen.count(3) >= 8, "three prompts queued together ran at once in %d of 10 rounds (most at "
+              "once per round: %s)" % (seen.count(3), seen))
     finally:
         s.stop()
 
