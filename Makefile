@@ -162,6 +162,10 @@ $(BUILD)/tests/test_grammar: tests/test_grammar.c tests/test.h $(SCHEMASRC) $(wi
 $(BUILD)/tests/test_sample: tests/test_sample.c tests/test.h src/server/sample.c $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
 	@$(if $(Q),echo "  LINK    $@")
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< src/server/sample.c $(BUILD)/libseqkv.a $(LIBS)
+# tests/test_think checks how a chat reply's thoughts split from its content (src/server/think.c)
+$(BUILD)/tests/test_think: tests/test_think.c tests/test.h src/server/think.c $(wildcard src/*/*.h) include/seqkv.h $(BUILD)/libseqkv.a | $(BUILD)/tests
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -o $@ $< src/server/think.c $(BUILD)/libseqkv.a $(LIBS)
 $(BUILD)/tests/test_fuzz_grammar: FUZZ_EXTRA = $(SCHEMASRC) -ljansson
 $(BUILD)/tests/test_fuzz_grammar: $(SCHEMASRC)
 

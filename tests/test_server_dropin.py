@@ -116,7 +116,7 @@ def llama_server_command_line_starts(tmp):
               "--api-prefix routes")
     finally:
         s.stop()
-    for flags in (["--reasoning-format", "deepseek"], ["--reasoning-budget", "100"], ["--api-prefix", "v2/"]):
+    for flags in (["--reasoning-format", "thoughts"], ["--reasoning-budget", "-2"], ["--api-prefix", "v2/"]):
         p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0"] + flags, capture_output=True, timeout=30)
         check(p.returncode != 0 and flags[0].encode() in p.stderr, "%s started: %r" % (flags, p.stderr[-200:]))
     # --log-file takes the log; --log-disable silences it once the address is told

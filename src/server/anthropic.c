@@ -163,6 +163,10 @@ json_t *srv_anthropic_to_oai(const json_t *body, skv_err *err)
             json_object_set_new(kw, "enable_thinking", json_boolean(!strcmp(think, "enabled")));
         json_object_set_new(out, "chat_template_kwargs", kw);
     }
+    if (think && !strcmp(think, "enabled")) { /* llama-server's: budget_tokens, else 10000 */
+        json_t *bt = json_object_get(json_object_get(body, "thinking"), "budget_tokens");
+        json_object_set_new(out, "thinking_budget_tokens", json_is_integer(bt) ? json_incref(bt) : json_integer(10000));
+    }
     if (oom) {
         json_decref(out);
         return skv_fail(err, SKV_ERR_NOMEM, "out of memory"), NULL;

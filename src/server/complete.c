@@ -1,6 +1,7 @@
 /* The completion routes: llama-server's POST /completion and OpenAI's /v1/completions and
  * /v1/chat/completions. Each parses and validates its body into a job (prompt tokens,
  * sampling, stops), hands it to the slots and replies with the finished result or a stream. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include "core/fpguard.h"
@@ -970,6 +971,42 @@ int srv_rt_chat_input_tokens(srv_req *r)
     return srv_reply_json(r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)n));
 }
 
+/* How j's reply splits its thoughts from its content and how long a thought may be
+ * (think.c): the request's "reasoning_format", else --reasoning-format; the template's
+ * markers; whether the rendered prompt opened the block; the request's
+ * "reasoning_budget_tokens" (or "thinking_budget_tokens", Anthropic's budget_tokens), else
+ * --reasoning-budget, and "reasoning_budget_message". 0, or -1 with err. */
+static int think_of(const srv_req *r, srv_job *j, const char *prompt, skv_err *err)
+{
+    const json_t *v = json_object_get(r->body, "reasoning_format");
+    int f = r->s->p.reasoning_format;
+    if (v && !json_is_null(v) && (f = srv_think_format(json_string_value(v))) < 0)
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"reasoning_format\": one of none, auto, deepseek, deepseek-legacy"), -1;
+    int marker = srv_think_marker(r->s->chat_template);
+    j->think = f == SRV_REASON_NONE ? 0 : marker + 1;
+    j->think_legacy = f == SRV_REASON_LEGACY;
+    j->think_opened = srv_think_opened(marker, prompt, strlen(prompt));
+    j->think_mark = marker + 1;
+    j->think_budget = r->s->p.reasoning_budget;
+    const char *key = json_object_get(r->body, "reasoning_budget_tokens") ? "reasoning_budget_tokens" : "thinking_budget_tokens";
+    const json_t *b = json_object_get(r->body, key), *msg = json_object_get(r->body, "reasoning_budget_message");
+    if (b && !json_is_null(b)) {
+        if (!json_is_integer(b) || json_integer_value(b) < -1 || json_integer_value(b) > INT_MAX)
+            return skv_fail(err, SKV_ERR_INVALID_ARG, "\"%s\": an integer, -1 (unlimited) or more", key), -1;
+        if (json_integer_value(b) >= 0) j->think_budget = (int)json_integer_value(b); /* -1: the server's */
+    }
+    if (msg && !json_is_null(msg) && (!json_is_string(msg) || json_string_length(msg) > SRV_MAX_BUDGET_MESSAGE))
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "\"reasoning_budget_message\": a string of at most %d bytes",
+                        SRV_MAX_BUDGET_MESSAGE), -1;
+    if (j->think_budget < 0 || marker < 0) return 0;
+    char forced[SRV_MAX_BUDGET_MESSAGE + 32];
+    const char *m = json_is_string(msg) ? json_string_value(msg) : r->s->p.reasoning_budget_message;
+    int n = snprintf(forced, sizeof forced, "%.*s%s", SRV_MAX_BUDGET_MESSAGE, m ? m : "", srv_think_close_marker(marker));
+    if (!(j->think_force = srv_tokenize(r->s, forced, (size_t)n, 0, &j->n_force)))
+        return skv_fail(err, SKV_ERR_NOMEM, "out of memory"), -1;
+    return 0;
+}
+
 /* A chat request (OpenAI's; fmt SRV_FMT_ANTHROPIC: one rewritten from Anthropic's, answered
  * in its shapes). */
 static int chat(srv_req *r, int fmt)
@@ -985,6 +1022,7 @@ static int chat(srv_req *r, int fmt)
     if (fmt == SRV_FMT_RESPONSES) j->fmt = fmt;
     srv_tools tl;
     char *text = render_req(r->s, r->body, &tl, fmt == SRV_FMT_ANTHROPIC, &err);
+    if (text && think_of(r, j, text, &err)) free(text), text = NULL;
     json_t *p = text ? json_string(text) : NULL;
     free(text);
     if (p) j->prompt = srv_prompt_tokens(r->s, p, &j->n_prompt, &err);

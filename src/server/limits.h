@@ -18,6 +18,7 @@
 #define SRV_MAX_LOGIT_BIAS 1024       /* logit_bias entries per request (a string's tokens count each) */
 #define SRV_MAX_STOP 8                 /* stop strings per request */
 #define SRV_MAX_STOP_LEN 256           /* bytes of one stop string */
+#define SRV_MAX_BUDGET_MESSAGE 1024    /* bytes of reasoning_budget_message */
 #define SRV_MAX_MESSAGES 1024          /* chat messages per request */
 #define SRV_CONN_TIMEOUT_S 30          /* idle seconds before a connection is dropped */
 #define SRV_MAX_CONNECTIONS 256        /* open connections (the rest are refused) */

@@ -74,6 +74,13 @@ static json_t *text_slice(const srv_job *j, size_t from, size_t to)
     return s;
 }
 
+/* The split of j's text [0, n) into thoughts and content (think.c; a job without one: all
+ * content). Caller holds j->mu. */
+static void think_parts(const srv_job *j, size_t n, int final, srv_think_parts *p)
+{
+    srv_think_split(j->think - 1, j->think_opened, j->text ? j->text : "", n, final, p);
+}
+
 /* llama-server's generation_settings (the sampler fields seqkv has; adaptive-p disabled). */
 static json_t *gen_settings(const srv *s, const srv_job *j)
 {
@@ -206,15 +213,20 @@ static json_t *only_fields(json_t *o, const char *fields)
 static json_t *tool_message(srv_job *j, int delta, const char **finish)
 {
     char *content = NULL;
+    srv_think_parts tp;
     if (!delta) pthread_mutex_lock(&j->mu); /* a stream's caller holds it */
-    json_t *calls = srv_tools_parse_reply(j->tool_fmt, j->text ? j->text : "", j->len, &content);
-    json_t *text = calls || content ? NULL : text_slice(j, 0, j->len);
+    think_parts(j, j->len, 1, &tp);
+    size_t c0 = j->think_legacy ? 0 : tp.c0;
+    json_t *calls = srv_tools_parse_reply(j->tool_fmt, (j->text ? j->text : "") + c0, j->len - c0, &content);
+    json_t *text = calls || content ? NULL : text_slice(j, c0, j->len);
+    json_t *reason = tp.r1 > tp.r0 ? text_slice(j, tp.r0, tp.r1) : NULL;
     if (!delta) pthread_mutex_unlock(&j->mu);
     json_t *m = delta ? json_object() : json_pack("{s:s}", "role", "assistant");
     if (content) text = json_string(content);
     free(content);
     if (!delta || (text && json_string_length(text))) json_object_set_new(m, "content", text ? text : json_null());
     else json_decref(text);
+    if (reason) json_object_set_new(m, "reasoning_content", reason);
     *finish = j->finish;
     if (calls) {
         *finish = strcmp(j->finish, "length") ? "tool_calls" : j->finish;
@@ -250,30 +262,37 @@ static json_t *anth_tool_use(json_t *call)
                      json_object_get(f, "name"), "input", in);
 }
 
-/* The reply's text (content) and tool calls (NULL: none): the held-back text parsed when
- * the request had tools. Caller does not hold j->mu. */
-static void anth_parts(srv_job *j, json_t **text, json_t **calls)
+/* The reply's thoughts (reasoning, "" when none), text (content) and tool calls (NULL:
+ * none): the held-back text parsed when the request had tools. Caller does not hold j->mu. */
+static void anth_parts(srv_job *j, json_t **reason, json_t **text, json_t **calls)
 {
     *calls = NULL;
     if (j->tool_fmt) {
         const char *fin;
         json_t *m = tool_message(j, 0, &fin);
-        json_t *c = json_object_get(m, "content");
+        json_t *c = json_object_get(m, "content"), *r = json_object_get(m, "reasoning_content");
         *text = json_is_string(c) ? json_incref(c) : json_string("");
+        *reason = json_is_string(r) ? json_incref(r) : json_string("");
         *calls = json_incref(json_object_get(m, "tool_calls"));
         json_decref(m);
         return;
     }
+    srv_think_parts tp;
     pthread_mutex_lock(&j->mu);
-    *text = text_slice(j, 0, j->len);
+    think_parts(j, j->len, 1, &tp);
+    *text = j->think_legacy ? text_slice(j, 0, j->len) : text_slice(j, tp.c0, tp.c1);
+    *reason = text_slice(j, tp.r0, tp.r1);
     pthread_mutex_unlock(&j->mu);
 }
 
 static json_t *anth_final(const srv *s, srv_job *j)
 {
-    json_t *text, *calls, *content = json_array(), *c;
+    json_t *reason, *text, *calls, *content = json_array(), *c;
     size_t i;
-    anth_parts(j, &text, &calls);
+    anth_parts(j, &reason, &text, &calls);
+    if (json_string_length(reason)) /* thinking first; a local model signs nothing (llama-server's "") */
+        json_array_append_new(content, json_pack("{s:s,s:O,s:s}", "type", "thinking", "thinking", reason, "signature", ""));
+    json_decref(reason);
     if (json_string_length(text)) json_array_append_new(content, json_pack("{s:s,s:O}", "type", "text", "text", text));
     json_array_foreach(calls, i, c) json_array_append_new(content, anth_tool_use(c));
     json_t *o = json_pack("{s:s+,s:s,s:s,s:o,s:s,s:s,s:o,s:o}", "id", "msg_", j->id + strcspn(j->id, "-") + 1, "type",
@@ -316,15 +335,40 @@ static void anth_block_stop(char **acc, size_t *len, int index)
     aevent(acc, len, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", index));
 }
 
-/* Text as a text_delta of block 0, opening it first. */
+/* Thoughts as a thinking_delta of block 0, opening it first. */
+static void anth_think_delta(char **acc, size_t *len, srv_job *j, json_t *text)
+{
+    if (!json_string_length(text)) {
+        json_decref(text);
+        return;
+    }
+    if (!j->think_block)
+        anth_block_start(acc, len, 0, json_pack("{s:s,s:s}", "type", "thinking", "thinking", "")), j->think_block = 1;
+    aevent(acc, len, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0,
+                                                      "delta", "type", "thinking_delta", "thinking", text));
+}
+
+/* The thinking block closed: its (empty) signature_delta first, as Anthropic's API wants. */
+static void anth_think_close(char **acc, size_t *len, srv_job *j)
+{
+    if (j->think_block != 1) return;
+    aevent(acc, len, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index", 0,
+                                                      "delta", "type", "signature_delta", "signature", ""));
+    anth_block_stop(acc, len, 0);
+    j->think_block = 2;
+}
+
+/* Text as a text_delta of the text block (0, or 1 after a thinking block), opening it first. */
 static void anth_text_delta(char **acc, size_t *len, srv_job *j, json_t *text)
 {
     if (!json_string_length(text)) {
         json_decref(text);
         return;
     }
-    if (!j->anth_text) anth_block_start(acc, len, 0, json_pack("{s:s,s:s}", "type", "text", "text", "")), j->anth_text = 1;
-    aevent(acc, len, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0,
+    anth_think_close(acc, len, j);
+    int at = j->think_block ? 1 : 0;
+    if (!j->anth_text) anth_block_start(acc, len, at, json_pack("{s:s,s:s}", "type", "text", "text", "")), j->anth_text = 1;
+    aevent(acc, len, "content_block_delta", json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", at,
                                                       "delta", "type", "text_delta", "text", text));
 }
 
@@ -341,7 +385,9 @@ static void anth_start(const srv *s, srv_job *j, char **acc, size_t *len)
 /* The end of an Anthropic stream (caller holds j->mu): the text block closed, the tool calls
  * (a request with tools: its whole reply parsed now) as tool_use blocks, message_delta with
  * the stop reason and usage, message_stop; or an error event. */
-static void anth_finish(srv_job *j, char **acc, size_t *len)
+static void think_stream(const srv *s, srv_job *j, char **acc, size_t *len, size_t to, size_t tok, int final);
+
+static void anth_finish(const srv *s, srv_job *j, char **acc, size_t *len)
 {
     if (j->status) {
         aevent(acc, len, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
@@ -352,13 +398,18 @@ static void anth_finish(srv_job *j, char **acc, size_t *len)
     size_t i;
     if (j->tool_fmt) {
         pthread_mutex_unlock(&j->mu); /* tool_message locks */
-        json_t *text;
-        anth_parts(j, &text, &calls);
+        json_t *reason, *text;
+        anth_parts(j, &reason, &text, &calls);
         pthread_mutex_lock(&j->mu);
+        anth_think_delta(acc, len, j, reason);
         anth_text_delta(acc, len, j, text);
+    } else if (j->think && !j->think_legacy) {
+        think_stream(s, j, acc, len, j->len, j->n_gen, 1); /* what was held back */
     }
-    if (j->anth_text) anth_block_stop(acc, len, 0);
-    int at = j->anth_text;
+    anth_think_close(acc, len, j);
+    int at = j->think_block ? 1 : 0;
+    if (j->anth_text) anth_block_stop(acc, len, at);
+    at += j->anth_text;
     json_array_foreach(calls, i, c) {
         json_t *tu = anth_tool_use(c), *in = json_object_get(tu, "input");
         char *args = in ? srv_json_text(in, NULL, 0) : NULL;
@@ -412,12 +463,24 @@ static json_t *resp_call(json_t *call)
                      json_object_get(f, "name"));
 }
 
-/* The output items: the message (when it has text), then the function calls. */
+/* A reasoning item of the reply's thoughts (status NULL: none, as llama-server's stream). */
+static json_t *resp_reason_item(const srv_job *j, json_t *reason, const char *status)
+{
+    json_t *o = json_pack("{s:s+,s:[],s:s,s:[{s:O,s:s}],s:s}", "id", "rs_", id_tail(j), "summary", "type", "reasoning",
+                          "content", "text", reason, "type", "reasoning_text", "encrypted_content", "");
+    if (o && status) json_object_set_new(o, "status", json_string(status));
+    return o;
+}
+
+/* The output items: the reasoning (when there are thoughts), the message (when it has
+ * text), then the function calls. */
 static json_t *resp_output(srv_job *j)
 {
-    json_t *text, *calls, *c, *out = json_array();
+    json_t *reason, *text, *calls, *c, *out = json_array();
     size_t i;
-    anth_parts(j, &text, &calls);
+    anth_parts(j, &reason, &text, &calls);
+    if (json_string_length(reason)) json_array_append_new(out, resp_reason_item(j, reason, "completed"));
+    json_decref(reason);
     if (json_string_length(text)) json_array_append_new(out, resp_message(j, text, "completed"));
     json_array_foreach(calls, i, c) json_array_append_new(out, resp_call(c));
     json_decref(text);
@@ -439,6 +502,36 @@ static json_t *resp_in_progress(const srv_job *j, const char *type)
                      "status", "in_progress");
 }
 
+/* Thoughts as a reasoning_text delta of the reasoning item, adding it first. */
+static void resp_reason_delta(char **acc, size_t *len, srv_job *j, json_t *text)
+{
+    if (!json_string_length(text)) {
+        json_decref(text);
+        return;
+    }
+    if (!j->think_block) {
+        aevent(acc, len, "response.output_item.added",
+               json_pack("{s:s,s:{s:s+,s:[],s:s,s:[],s:s,s:s}}", "type", "response.output_item.added", "item", "id",
+                         "rs_", id_tail(j), "summary", "type", "reasoning", "content", "encrypted_content", "",
+                         "status", "in_progress"));
+        j->think_block = 1;
+    }
+    aevent(acc, len, "response.reasoning_text.delta", json_pack("{s:s,s:o,s:s+}", "type", "response.reasoning_text.delta",
+                                                                "delta", text, "item_id", "rs_", id_tail(j)));
+}
+
+/* The reasoning item done (its whole text: the thoughts are complete once text follows or
+ * the reply ended). Caller holds j->mu. */
+static void resp_reason_close(char **acc, size_t *len, srv_job *j)
+{
+    if (j->think_block != 1) return;
+    srv_think_parts tp;
+    think_parts(j, j->len, 1, &tp);
+    aevent(acc, len, "response.output_item.done", json_pack("{s:s,s:o}", "type", "response.output_item.done", "item",
+                                                            resp_reason_item(j, text_slice(j, tp.r0, tp.r1), NULL)));
+    j->think_block = 2;
+}
+
 /* Text as an output_text delta of the message item, opening it first. */
 static void resp_text_delta(char **acc, size_t *len, srv_job *j, json_t *text)
 {
@@ -446,6 +539,7 @@ static void resp_text_delta(char **acc, size_t *len, srv_job *j, json_t *text)
         json_decref(text);
         return;
     }
+    resp_reason_close(acc, len, j);
     if (!j->anth_text) {
         aevent(acc, len, "response.output_item.added",
                json_pack("{s:s,s:{s:[],s:s+,s:s,s:s,s:s}}", "type", "response.output_item.added", "item", "content",
@@ -482,12 +576,20 @@ static void resp_finish(const srv *s, srv_job *j, char **acc, size_t *len)
                                             j->err, "type", srv_error_type(j->status)));
         return;
     }
-    json_t *text, *calls, *c, *output = json_array();
+    json_t *reason, *text, *calls, *c, *output = json_array();
     size_t i;
     pthread_mutex_unlock(&j->mu); /* tool_message and text_slice lock */
-    anth_parts(j, &text, &calls);
+    anth_parts(j, &reason, &text, &calls);
     pthread_mutex_lock(&j->mu);
-    if (j->tool_fmt) resp_text_delta(acc, len, j, json_incref(text));
+    if (j->tool_fmt) {
+        resp_reason_delta(acc, len, j, json_incref(reason));
+        resp_text_delta(acc, len, j, json_incref(text));
+    } else if (j->think && !j->think_legacy) {
+        think_stream(s, j, acc, len, j->len, j->n_gen, 1); /* what was held back */
+    }
+    if (j->think_block) json_array_append_new(output, resp_reason_item(j, reason, NULL));
+    resp_reason_close(acc, len, j);
+    json_decref(reason);
     if (j->anth_text) {
         aevent(acc, len, "response.output_text.done", json_pack("{s:s,s:s+,s:O}", "type", "response.output_text.done",
                                                                  "item_id", "msg_", id_tail(j), "text", text));
@@ -532,7 +634,18 @@ json_t *srv_reply_final(const srv *s, srv_job *j)
         if (o && j->verbose) json_object_set_new(o, "__verbose", json_deep_copy(o));
         return j->fields ? only_fields(o, j->fields) : o;
     }
+    json_t *reason = NULL;
+    if (j->fmt == SRV_FMT_OAI_CHAT && j->think) { /* the thoughts apart (deepseek-legacy: also in content) */
+        srv_think_parts tp;
+        pthread_mutex_lock(&j->mu);
+        think_parts(j, j->len, 1, &tp);
+        reason = tp.r1 > tp.r0 ? text_slice(j, tp.r0, tp.r1) : NULL;
+        if (!j->think_legacy) json_decref(text), text = text_slice(j, tp.c0, tp.c1);
+        pthread_mutex_unlock(&j->mu);
+    }
     json_t *c = oai_choice(j, text, 0);
+    if (c && reason) json_object_set_new(json_object_get(c, "message"), "reasoning_content", reason);
+    else json_decref(reason);
     if (c && j->want_probs)
         json_object_set_new(c, "logprobs", json_pack("{s:o}", "content", srv_probs_json(s, j, 0, j->n_gen)));
     json_t *o = oai_object(s, j, json_pack("[o]", c), j->fmt == SRV_FMT_OAI_CHAT ? "chat.completion" : "text_completion");
@@ -632,9 +745,38 @@ static json_t *delta(const srv *s, srv_job *j, json_t *text, size_t to)
     return o;
 }
 
+/* A piece of a stream's thoughts (reasoning) or content, in the route's shape; an OpenAI
+ * chunk asked for logprobs carries those of the tokens [think_p_sent, tok). */
+static void think_out(const srv *s, srv_job *j, char **acc, size_t *len, int reasoning, json_t *text, size_t tok)
+{
+    if (j->fmt == SRV_FMT_ANTHROPIC) return (reasoning ? anth_think_delta : anth_text_delta)(acc, len, j, text);
+    if (j->fmt == SRV_FMT_RESPONSES) return (reasoning ? resp_reason_delta : resp_text_delta)(acc, len, j, text);
+    json_t *c = reasoning ? json_pack("{s:{s:o},s:i,s:n}", "delta", "reasoning_content", text, "index", 0, "finish_reason")
+                          : oai_choice(j, text, 1);
+    if (c && j->want_probs && tok > j->think_p_sent) {
+        json_object_set_new(c, "logprobs", json_pack("{s:o}", "content", srv_probs_json(s, j, j->think_p_sent, tok)));
+        j->think_p_sent = tok;
+    }
+    json_t *o = chunk(s, j, c);
+    if (o && j->timings_per_token) json_object_set_new(o, "timings", timings_now(j));
+    event(acc, len, o);
+}
+
+/* A stream's text [0, to) split (think.c): the thoughts and the content not sent yet, as far
+ * as they are decided (final: all of them). Caller holds j->mu. */
+static void think_stream(const srv *s, srv_job *j, char **acc, size_t *len, size_t to, size_t tok, int final)
+{
+    srv_think_parts tp;
+    think_parts(j, to, final, &tp);
+    size_t r = j->think_r_sent > tp.r0 ? j->think_r_sent : tp.r0;
+    if (tp.r1 > r) think_out(s, j, acc, len, 1, text_slice(j, r, tp.r1), tok), j->think_r_sent = tp.r1;
+    size_t c = j->think_c_sent > tp.c0 ? j->think_c_sent : tp.c0;
+    if (tp.c1 > c) think_out(s, j, acc, len, 0, text_slice(j, c, tp.c1), tok), j->think_c_sent = tp.c1;
+}
+
 static void finish(const srv *s, srv_job *j, char **acc, size_t *len)
 {
-    if (j->fmt == SRV_FMT_ANTHROPIC) return anth_finish(j, acc, len);
+    if (j->fmt == SRV_FMT_ANTHROPIC) return anth_finish(s, j, acc, len);
     if (j->fmt == SRV_FMT_RESPONSES) return resp_finish(s, j, acc, len);
     if (j->status) {
         event(acc, len, json_pack("{s:{s:i,s:s,s:s}}", "error", "code", j->status, "message", j->err, "type",
@@ -644,6 +786,7 @@ static void finish(const srv *s, srv_job *j, char **acc, size_t *len)
     if (j->fmt == SRV_FMT_LLAMA) return event(acc, len, llama_final(s, j, json_string("")));
     int with_usage = j->usage_chunk;
     const char *fin = j->finish;
+    if (j->think && !j->think_legacy && !j->tool_fmt) think_stream(s, j, acc, len, j->len, j->n_gen, 1); /* what was held back */
     if (j->fmt == SRV_FMT_OAI_CHAT && j->tool_fmt) { /* the held-back reply, parsed: one delta */
         json_t *m = tool_message(j, 1, &fin);
         if (json_object_size(m)) event(acc, len, chunk(s, j, json_pack("{s:o,s:i,s:n}", "delta", m, "index", 0, "finish_reason")));
@@ -719,6 +862,11 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
         resp_progress(&acc, len, j);
     } else if (j->n_prog_sent < j->n_prog) {
         event(&acc, len, progress_event(s, j));
+    } else if (j->think && !j->think_legacy && pending(j, *sent, &to, &tok)) { /* thoughts apart */
+        think_stream(s, j, &acc, len, to, tok, 0);
+        j->n_streamed = tok;
+        *sent = to;
+        if (!acc) acc = strdup(""), *len = 0; /* all held back: not the end */
     } else if (pending(j, *sent, &to, &tok) && (j->fmt == SRV_FMT_ANTHROPIC || j->fmt == SRV_FMT_RESPONSES)) {
         if (j->fmt == SRV_FMT_ANTHROPIC) anth_text_delta(&acc, len, j, text_slice(j, *sent, to));
         else resp_text_delta(&acc, len, j, text_slice(j, *sent, to));

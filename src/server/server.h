@@ -60,6 +60,11 @@ typedef struct skv_server_params {
                                     * skv_server_tools_parse's (0: 403; agent.c) */
     int reasoning;                 /* --reasoning: 0 auto (the template's default), 1 on, -1 off
                                     * (enable_thinking false, an opened thought block closed) */
+    int reasoning_budget;          /* --reasoning-budget: tokens a chat reply's thought may take
+                                    * (-1 unlimited, as the command line's default; think.c) */
+    const char *reasoning_budget_message; /* --reasoning-budget-message: before the forced marker, or NULL */
+    int reasoning_format;          /* --reasoning-format: 0 none, 1 auto, 2 deepseek, 3 deepseek-legacy
+                                    * (a chat reply's thoughts apart from its content; think.c) */
     const char *chat_template_kwargs; /* --chat-template-kwargs: a JSON object of template
                                        * variables every chat render sees, or NULL */
     int sleep_idle_s;              /* --sleep-idle-seconds: sleep (slots freed) after this idle time; 0: never */

@@ -102,6 +102,7 @@ void srv_job_unref(srv_job *j)
     free(j->bias);
     free(j->probs);
     free(j->tok_end);
+    free(j->think_force);
     free(j->fields);
     free(j->embd);
     json_decref(j->chat_msgs);
@@ -447,7 +448,9 @@ static int ctx_shift(slot *sl, srv_job *j)
 static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
 {
     const srv *s = sl->pool->s;
-    int32_t tok = srv_sample_constrained(s, j, sl->logits, sl->tokens, sl->n_tokens, rng, sl->scratch);
+    int32_t tok;
+    if (j->grammar || !srv_think_budget_next(j, &tok)) /* a thought past its budget is closed */
+        tok = srv_sample_constrained(s, j, sl->logits, sl->tokens, sl->n_tokens, rng, sl->scratch);
     if (tok == s->info.eos_id) return j->finish = "stop", 1;
     if (gen_push(j, tok, sl->logits, s->info.n_vocab, sl->scratch)) return SKV_ERR_NOMEM;
     size_t had = j->len; /* the slot's thread is the text's only writer */

@@ -173,6 +173,21 @@ typedef struct srv_job {
     skv_gmatch *gmatch;
     skv_gvocab *gvocab;
     int tool_fmt;              /* SRV_TOOLS_*: the reply is parsed for tool calls (tools.c) */
+    /* a chat reply's thoughts (think.c): the template's marker pair + 1 (0: no split), the
+     * prompt opened the block, deepseek-legacy (the content keeps the block); a stream's
+     * reasoning and content sent so far (offsets into text), its reasoning block or item
+     * (Anthropic, Responses): 1 opened, 2 closed; the tokens whose logprobs went out */
+    int think, think_opened, think_legacy;
+    size_t think_r_sent, think_c_sent, think_p_sent;
+    int think_block;
+    /* the thinking budget (think.c; not with a grammar): the template's marker pair + 1 (0:
+     * none), the tokens a thought may take (-1: unlimited), the thought's state
+     * (SRV_THINK_*) and tokens so far; the tokens forced when it runs out (the budget
+     * message and the closing marker), the next of them */
+    int think_mark, think_budget, think_state;
+    size_t think_count;
+    int32_t *think_force;
+    size_t n_force, force_at;
     atomic_int cancel;         /* the client went away */
     atomic_int refs;
 } srv_job;
@@ -291,6 +306,26 @@ int srv_tools_grammar(srv_job *j, const srv_tools *t, skv_err *err);
  * NULL when it holds none; *content: the text that goes with them or instead of them
  * (malloc'd), NULL: none (or the reply's text as it is, when no calls). */
 json_t *srv_tools_parse_reply(int fmt, const char *text, size_t len, char **content);
+
+/* ---- a chat reply's thoughts (think.c) ---- */
+enum { SRV_REASON_NONE, SRV_REASON_AUTO, SRV_REASON_DEEPSEEK, SRV_REASON_LEGACY };
+int srv_think_format(const char *name);  /* SRV_REASON_*, or -1: not a format */
+const char *srv_think_format_name(int f);
+int srv_think_marker(const char *tmpl);  /* the template's marker pair, or -1: it has none */
+int srv_think_opened(int marker, const char *prompt, size_t n); /* the prompt opens the block */
+/* Of a reply's text t[0, n): its reasoning [r0, r1) and its content [c0, c1); unless final,
+ * only as far as is decided (a marker's possible start, a thought's trailing whitespace are
+ * held back). marker -1: all content. */
+enum { SRV_THINK_UNDECIDED, SRV_THINK_IN, SRV_THINK_OUT }; /* where the text so far ends */
+typedef struct srv_think_parts {
+    size_t r0, r1, c0, c1;
+    int state; /* SRV_THINK_*: in the thought (opened, not closed), past it (or none), not known yet */
+} srv_think_parts;
+void srv_think_split(int marker, int opened, const char *t, size_t n, int final, srv_think_parts *p);
+/* The thinking budget, before each token of j is sampled (by its slot's thread, the text's
+ * only writer): 1 with *tok the token it forces, 0 when the token is sampled. */
+int srv_think_budget_next(srv_job *j, int32_t *tok);
+const char *srv_think_close_marker(int marker);
 /* After srv_sample: out[0] = tok and its probability among the candidates the chain left
  * (temperature applied, normalized), out[1..k] the n most probable of them; returns k. */
 int srv_sample_post(const void *scratch, int n, int32_t tok, struct srv_prob *out);

@@ -18,13 +18,13 @@ typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
     const char *tools, *tools_runtime, *mcp_config, *mcp_json, *tmpl_kwargs;
-    const char *tune_value, *log_file, *reasoning_format, *api_prefix;
+    const char *tune_value, *log_file, *api_prefix, *budget_message;
     long keep; /* tune_*: llama.cpp's own tuning knobs (a note) */
     long reasoning_budget;
     int tune_flag, log_disable, log_timestamps;
     long sleep_idle;
     long port, batch, parallel, ctx, threads, top_k, seed, n_predict, repeat_last_n, cache_reuse, conns_per_client, min_keep;
-    int ignore_eos, ctx_shift, no_ui, mcp_proxy, agent, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose, reasoning;
+    int reasoning_format, ignore_eos, ctx_shift, no_ui, mcp_proxy, agent, reuse, reranking, kv_unified, cors_no_cred, jinja, slots, metrics, gpu_flag, embedding, pooling, verbose, reasoning;
     double recompute, quality, temp, top_p, min_p, typ_p, repeat_penalty, presence_penalty, frequency_penalty;
     long long budget, mem_budget;
 } serve_opts;
@@ -152,9 +152,13 @@ static const cli_opt serve_table[] = {
     {"log-disable", 0, CLI_FLAG, NULL, 0, 0, F(log_disable), "no log lines once it listens (the start's lines and its\nerrors still print)"},
     {"log-file", 0, CLI_PATH, "FILE", 0, 0, F(log_file), "append the log to FILE instead of stderr"},
     {"log-timestamps", 0, CLI_FLAG, NULL, 0, 0, F(log_timestamps), "each log line starts with the UTC time"},
-    {"reasoning-format", 0, CLI_CHOICE, "none", 0, 0, F(reasoning_format), "thoughts stay in the reply's content (none,\n"
-     "the only format here: deepseek / auto are refused)"},
-    {"reasoning-budget", 0, CLI_INT, "N", -1, -1, F(reasoning_budget), "-1 only (unrestricted; budgets are not enforced)"},
+    {"reasoning-format", 0, CLI_CHOICE, "none|auto|deepseek|deepseek-legacy", 0, 0, F(reasoning_format),
+     "a chat reply's thoughts (the template's <think> block, ...):\n"
+     "auto / deepseek in reasoning_content, deepseek-legacy there and\nin content, none left in content (default auto)"},
+    {"reasoning-budget", 0, CLI_INT, "N", -1, INT_MAX, F(reasoning_budget), "tokens a chat reply's thought may take, then its\n"
+     "closing marker is forced (-1 unlimited, the default; 0: at once)"},
+    {"reasoning-budget-message", 0, CLI_STR, "TEXT", 0, 0, F(budget_message), "written before the forced closing marker\n"
+     "(default none)"},
     {"reuse", 0, CLI_CHOICE, "exact|near", 0, 0, F(reuse), "near (needs --store): prompts the exact caches cover badly\n"
      "reuse a near-duplicate stored session: APPROXIMATE, marked in every reply (docs/near.md)"},
     {"recompute", 0, CLI_FLOAT, "F", 0, 1, F(recompute), "--reuse near: fraction of positions to recompute (default 0.15)"},
@@ -264,7 +268,7 @@ int cmd_serve(int argc, char **argv)
     serve_opts o = {.host = "127.0.0.1", .port = 8080, .parallel = 1, .threads = 0, .budget = -1, .recompute = -1,
                     .temp = 0.8, .top_k = 40, .top_p = 0.95, .min_p = 0.05, .typ_p = 1.0, .repeat_penalty = 1.0,
                     .repeat_last_n = 64,
-                    .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1, .pooling = -1, .reasoning = 2, .reasoning_budget = -1};
+                    .seed = -1, .n_predict = -1, .slots = 1, .jinja = 1, .pooling = -1, .reasoning = 2, .reasoning_format = 1, .reasoning_budget = -1};
     int rc = cli_parse(&serve_cmd, argc, argv, &o, NULL, NULL);
     if (rc != CLI_CONTINUE || (rc = check_opts(&o)) != CLI_CONTINUE) return rc;
     char *keys = NULL, *tmpl = NULL;
@@ -301,6 +305,11 @@ int cmd_serve(int argc, char **argv)
     }
     p.mcp_config = o.mcp_config, p.mcp_json = o.mcp_json;
     p.reasoning = o.reasoning == 0 ? 1 : o.reasoning == 1 ? -1 : 0; /* on, off, auto */
+    p.reasoning_format = o.reasoning_format;
+    p.reasoning_budget = (int)o.reasoning_budget;
+    p.reasoning_budget_message = o.budget_message;
+    if (o.budget_message && strlen(o.budget_message) > SRV_MAX_BUDGET_MESSAGE)
+        return cli_usage(&serve_cmd, "--reasoning-budget-message: at most %d bytes", SRV_MAX_BUDGET_MESSAGE);
     const char *aip = getenv("AIP_MODE"); /* Vertex AI's custom-container contract (llama-server's) */
     if (aip && !strcmp(aip, "PREDICTION")) {
         const char *route = getenv("AIP_PREDICT_ROUTE"), *port = getenv("AIP_HTTP_PORT");
