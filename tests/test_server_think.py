@@ -2,8 +2,9 @@
 (issue 48; docs/server.md "Thoughts"): a real `seqkv serve` with a chat template that knows
 <think>, the bundled model held to a thought block by a grammar.
 
-- split: the reply with reasoning_format none is the raw text; auto (the default) puts the
-  block's text in reasoning_content and the rest in content, exactly as the raw text splits;
+- split: the reply with reasoning_format none is the raw text; auto (the default; each of n
+  choices too) puts the block's text in reasoning_content and the rest in content, exactly as
+  the raw text splits;
   deepseek-legacy keeps the raw content beside reasoning_content; --reasoning-format none on
   the command line keeps it unsplit; a template without the markers never splits; a bad
   reasoning_format is a 400.
@@ -91,6 +92,10 @@ def split(s):
     check(m.get("reasoning_content") == want_r and m["content"] == want_c, "deepseek: %s" % m)
     m = message(s, reasoning_format="deepseek-legacy")
     check(m.get("reasoning_content") == want_r and m["content"] == raw["content"], "deepseek-legacy: %s" % m)
+    code, r = post(s, "/v1/chat/completions", dict(BODY, n=2))
+    check(code == 200 and len(r["choices"]) == 2 and
+          all(c["message"].get("reasoning_content") == want_r and c["message"]["content"] == want_c for c in r["choices"]),
+          "n = 2: %s" % r)
     code, r = post(s, "/v1/chat/completions", dict(BODY, reasoning_format="thoughts"))
     check(code == 400 and "reasoning_format" in r["error"]["message"], "bad format: %d %s" % (code, r))
     code, r = post(s, "/completion", {"prompt": "Once", "grammar": GRAMMAR, "n_predict": 60, "temperature": 0})
@@ -181,6 +186,9 @@ def budget(s):
         m = message(s, **dict(free, **kw))
         check(m.get("reasoning_content") == "".join(pieces[:n]).strip() and m["content"],
               "budget %d (%s): %s, the model's tokens %r" % (n, kw, m, pieces[:n + 2]))
+    code, r = post(s, "/v1/chat/completions", dict(BODY, **dict(free, reasoning_budget_tokens=3, n=2)))
+    check(code == 200 and [c["message"].get("reasoning_content") for c in r["choices"]] == ["".join(pieces[:3]).strip()] * 2,
+          "n = 2, budget 3: %s" % r)
     m = message(s, **dict(free, reasoning_budget_tokens=0))
     check("reasoning_content" not in m and m["content"], "budget 0 closes at once: %s" % m)
     m = message(s, **dict(free, reasoning_budget_tokens=3, reasoning_format="none"))

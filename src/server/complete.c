@@ -514,10 +514,23 @@ int32_t *srv_batch_item(const srv *s, const json_t *p, size_t *n, skv_err *err)
     return srv_prompt_tokens(s, p, n, err);
 }
 
+/* j's thoughts as like's (think_of): the choices of one chat split and budget alike. */
+static int think_like(srv_job *j, const srv_job *like)
+{
+    j->think = like->think, j->think_opened = like->think_opened, j->think_legacy = like->think_legacy;
+    j->think_mark = like->think_mark, j->think_budget = like->think_budget;
+    if (!like->n_force) return 0;
+    if (!(j->think_force = malloc(like->n_force * sizeof *j->think_force))) return -1;
+    memcpy(j->think_force, like->think_force, like->n_force * sizeof *j->think_force);
+    j->n_force = like->n_force;
+    return 0;
+}
+
 /* The jobs of a request that asks for several completions: a batch of prompts, or OpenAI's
- * n copies of one (its tokens given). */
+ * n copies of one (its tokens tok given; like: the chat's job whose thoughts they share, or
+ * NULL), run together. */
 static int run_several(srv_req *r, int fmt, const char *n_key, const json_t *batch, const int32_t *tok, size_t n_tok,
-                       size_t n)
+                       size_t n, const srv_job *like)
 {
     skv_err err = {0};
     srv_job *jobs[SRV_MAX_CHOICES] = {0};
@@ -528,6 +541,11 @@ static int run_several(srv_req *r, int fmt, const char *n_key, const json_t *bat
     for (; made < n; made++) {
         srv_job *j = job_from(r, fmt, n_key, &err);
         if (!(jobs[made] = j)) break;
+        if (like && think_like(j, like)) {
+            skv_fail(&err, SKV_ERR_NOMEM, "out of memory");
+            made++;
+            break;
+        }
         j->prompt = batch ? srv_batch_item(r->s, json_array_get(batch, made), &at, &err) : malloc(n_tok * sizeof *tok);
         if (!j->prompt) {
             made++;
@@ -549,7 +567,7 @@ static int completion(srv_req *r, int fmt, const char *n_key)
     if (!prompt) return srv_reply_error(r, 400, "\"prompt\" is required");
     if (json_unpack(r->body, "{s?I}", "n", &n) || n < 1 || n > SRV_MAX_CHOICES)
         return srv_reply_error(r, 400, "\"n\": an integer 1..%d", SRV_MAX_CHOICES);
-    if (srv_prompt_is_batch(prompt)) return run_several(r, fmt, n_key, prompt, NULL, 0, json_array_size(prompt));
+    if (srv_prompt_is_batch(prompt)) return run_several(r, fmt, n_key, prompt, NULL, 0, json_array_size(prompt), NULL);
     srv_job *j = job_from(r, fmt, n_key, &err);
     if (!j) return srv_reply_error(r, 400, "%.255s", err.msg);
     if (!(j->prompt = srv_prompt_tokens(r->s, prompt, &j->n_prompt, &err))) {
@@ -558,7 +576,7 @@ static int completion(srv_req *r, int fmt, const char *n_key)
         return np >= (size_t)r->s->n_ctx ? srv_reply_ctx_error(r, np, err.msg) : srv_reply_error(r, 400, "%.255s", err.msg);
     }
     if (n > 1) {
-        int rc = run_several(r, fmt, n_key, NULL, j->prompt, j->n_prompt, (size_t)n);
+        int rc = run_several(r, fmt, n_key, NULL, j->prompt, j->n_prompt, (size_t)n, NULL);
         srv_job_unref(j);
         return rc;
     }
@@ -1041,7 +1059,7 @@ static int chat(srv_req *r, int fmt)
                                          : srv_reply_error(r, err.status == SKV_ERR_UNSUPPORTED ? 500 : 400, "%.255s", err.msg);
     }
     if (n > 1) {
-        int rc = run_several(r, SRV_FMT_OAI_CHAT, n_key, NULL, j->prompt, j->n_prompt, (size_t)n);
+        int rc = run_several(r, SRV_FMT_OAI_CHAT, n_key, NULL, j->prompt, j->n_prompt, (size_t)n, j);
         srv_job_unref(j);
         return rc;
     }
