@@ -14,8 +14,9 @@
   and their content deltas to its content (several reasoning chunks: streamed as it grows;
   no chunk carries a marker); deepseek-legacy streams the raw text as content.
 - anthropic: a thinking block (signature "") of the chat's reasoning; streamed, block 0 is
-  the thinking (thinking_delta, signature_delta, stop). (Anthropic's route passes no grammar,
-  as llama-server's: the case runs where the prompt opens the block.)
+  the thinking (thinking_delta, signature_delta, stop); closed by a thinking budget, the text
+  follows as block 1. (Anthropic's route passes no grammar, as llama-server's: the case runs
+  where the prompt opens the block.)
 - budget: --reasoning-budget 6 (or the request's reasoning_budget_tokens, or Anthropic's
   budget_tokens) closes the thought after exactly that many of the model's tokens (the
   unbudgeted reply's first tokens, by its logprobs), with reasoning_budget_message before the
@@ -143,6 +144,20 @@ def anthropic(s):
     order = [(n, d.get("index"), d.get("delta", {}).get("type")) for n, d in ev if n.startswith("content_block")]
     check(order[-2:] == [("content_block_delta", 0, "signature_delta"), ("content_block_stop", 0, None)],
           "the thinking block closes, signature first: %s" % order)
+    # a thinking budget closes the thought: block 1 is the text
+    body = dict(body, thinking={"type": "enabled", "budget_tokens": 4})
+    code, r = post(s, "/v1/messages", body)
+    check(code == 200 and [b["type"] for b in r["content"]] == ["thinking", "text"], "budgeted: %s" % r)
+    ev = events(post(s, "/v1/messages", dict(body, stream=True))[1])
+    starts = [(d["index"], d["content_block"]["type"]) for n, d in ev if n == "content_block_start"]
+    thinking = "".join(d["delta"].get("thinking", "") for n, d in ev if n == "content_block_delta" and d["index"] == 0)
+    text = "".join(d["delta"].get("text", "") for n, d in ev if n == "content_block_delta" and d["index"] == 1)
+    order = [(n, d.get("index"), d.get("delta", {}).get("type")) for n, d in ev if n.startswith("content_block")]
+    sig = order.index(("content_block_delta", 0, "signature_delta"))
+    check(starts == [(0, "thinking"), (1, "text")] and thinking == r["content"][0]["thinking"] and
+          text == r["content"][1]["text"] and order[sig + 1:sig + 3] == [("content_block_stop", 0, None),
+                                                                         ("content_block_start", 1, None)] and
+          order[-1] == ("content_block_stop", 1, None), "budgeted stream: %s, reply %s" % (order, r["content"]))
 
 
 def responses(s):
