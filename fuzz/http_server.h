@@ -2,8 +2,10 @@
  * through libmicrohttpd): the fuzzing model fuzz/models/tiny.gguf (2 layers, n_embd 16;
  * SEQKV_FUZZ_HTTP_MODEL overrides), one slot of 64 positions, API key "fuzzkey", a
  * temporary --slot-save-path (emptied after each input), and a small working-memory budget
- * so the refusals (413, 503) are reached, and Vertex AI's POST /predict on (gcp.c). Not a
- * fuzz target itself. */
+ * so the refusals (413, 503) are reached, and Vertex AI's POST /predict on (gcp.c). Its
+ * chat template knows a thought block (<think>, opened by the prompt unless enable_thinking
+ * is false), so chats reach the thoughts' split and budget (think.c). Not a fuzz target
+ * itself. */
 #ifndef SKV_FUZZ_HTTP_SERVER_H
 #define SKV_FUZZ_HTTP_SERVER_H
 
@@ -16,6 +18,11 @@
 #include "server/srv.h"
 
 #define FUZZ_HTTP_MEM_BUDGET (16u << 20)
+#define FUZZ_HTTP_TEMPLATE                                                                                   \
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"                \
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n"                                                  \
+    "{%- if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% else %}<think>\n" \
+    "{% endif %}{% endif %}"
 
 static void fuzz_http_server(srv *s, char *dir, size_t dircap)
 {
@@ -25,7 +32,9 @@ static void fuzz_http_server(srv *s, char *dir, size_t dircap)
     s->p = (skv_server_params){.model_path = m && *m ? m : "fuzz/models/tiny.gguf", .host = "127.0.0.1",
                                .api_key = "fuzzkey", .parallel = 1, .n_ctx = 64, .n_threads = 1, .cache_budget = -1,
                                .slot_save_path = dir, .mem_budget = FUZZ_HTTP_MEM_BUDGET, .max_conns_per_client = 64,
-                               .slots_endpoint = 1, .metrics_endpoint = 1, .defaults = skv_sampling_defaults_init()};
+                               .slots_endpoint = 1, .metrics_endpoint = 1, .defaults = skv_sampling_defaults_init(),
+                               .chat_template_text = FUZZ_HTTP_TEMPLATE, .reasoning_format = SRV_REASON_AUTO,
+                               .reasoning_budget = -1};
     s->t_start = srv_unix_now();
     snprintf(s->gcp_predict, sizeof s->gcp_predict, "/predict"); /* Vertex AI's route too (gcp.c) */
     srv_mem_install_json();

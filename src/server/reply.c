@@ -527,8 +527,10 @@ static void resp_reason_close(char **acc, size_t *len, srv_job *j)
     if (j->think_block != 1) return;
     srv_think_parts tp;
     think_parts(j, j->len, 1, &tp);
+    json_t *reason = text_slice(j, tp.r0, tp.r1);
     aevent(acc, len, "response.output_item.done", json_pack("{s:s,s:o}", "type", "response.output_item.done", "item",
-                                                            resp_reason_item(j, text_slice(j, tp.r0, tp.r1), NULL)));
+                                                            resp_reason_item(j, reason, NULL)));
+    json_decref(reason);
     j->think_block = 2;
 }
 
