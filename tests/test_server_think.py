@@ -21,6 +21,8 @@
   budget_tokens) closes the thought after exactly that many of the model's tokens (the
   unbudgeted reply's first tokens, by its logprobs), with reasoning_budget_message before the
   forced marker; 0 closes it at once; a bad budget is a 400.
+- tools_stream: with tools (a Hermes-style template, tool_choice auto) the thoughts still
+  stream as they grow, and the parsed content comes once at the end.
 - responses: a reasoning item (reasoning_text) before the message; streamed,
   response.reasoning_text.delta events, the reasoning item done before the message item.
 """
@@ -46,6 +48,13 @@ THINK = """{%- for m in messages %}<|im_start|>{{ m.role }}
 {%- endif %}
 {% endif %}"""
 OPENED = """{%- for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{%- if add_generation_prompt %}<|im_start|>assistant
+<think>
+{% endif %}"""
+TOOLS = """{%- if tools %}<|im_start|>system
+Tools: {{ tools | tojson }} Call one as <tool_call>{"name": "NAME", "arguments": {}}</tool_call><|im_end|>
+{% endif %}{%- for m in messages %}<|im_start|>{{ m.role }}
 {{ m.content }}<|im_end|>
 {% endfor %}{%- if add_generation_prompt %}<|im_start|>assistant
 <think>
@@ -223,13 +232,32 @@ def budget(s):
         check(code == 400 and "reasoning_budget_tokens" in r["error"]["message"], "budget %r: %d %s" % (bad, code, r))
 
 
+def tools_stream(s):
+    """(a Hermes-style template that opens the block; tools with tool_choice auto leave the
+    model free, a budget of 8 closes its thought)"""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    body = {"messages": MSGS, "tools": [tool], "tool_choice": "auto", "max_tokens": 40, "temperature": 0,
+            "reasoning_budget_tokens": 8}
+    m = message(s, **dict(body, grammar=None))
+    check(m.get("reasoning_content") and m["content"], "tools and thoughts: %s" % m)
+    code, raw = post(s, "/v1/chat/completions", dict(body, stream=True, logprobs=True))
+    deltas = [c["choices"][0]["delta"] for c in chunks(raw) if c.get("choices")]
+    kinds = [k for d in deltas for k in ("reasoning_content", "content") if d.get(k)]
+    reason = "".join(d.get("reasoning_content") or "" for d in deltas)
+    check(code == 200 and reason == m["reasoning_content"] and kinds.count("content") == 1 and kinds[-1] == "content"
+          and kinds.count("reasoning_content") >= 3 and [d["content"] for d in deltas if d.get("content")] == [m["content"]],
+          "the thoughts stream as they grow, the parsed content comes last, once: %s" % deltas)
+
+
 def unsplit(s):
     m = message(s)
     check("reasoning_content" not in m and m["content"].startswith("<think>"), "no split: %s" % m)
 
 
 CASES = [(split, THINK, ()), (stream, THINK, ()), (anthropic, OPENED, ()), (responses, THINK, ()),
-         (opened, OPENED, ()), (budget, OPENED, ("--reasoning-budget", "6")), (unsplit, THINK, ("--reasoning-format", "none")), (unsplit, PLAIN, ())]
+         (opened, OPENED, ()), (budget, OPENED, ("--reasoning-budget", "6")),
+         (tools_stream, TOOLS, ()), (unsplit, THINK, ("--reasoning-format", "none")), (unsplit, PLAIN, ())]
 
 
 def main():

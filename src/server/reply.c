@@ -74,6 +74,9 @@ static json_t *text_slice(const srv_job *j, size_t from, size_t to)
     return s;
 }
 
+/* 1 when j's stream sends its thoughts as they grow (think_stream): split, not deepseek-legacy. */
+static int think_streamed(const srv_job *j) { return j->think && !j->think_legacy; }
+
 /* The split of j's text [0, n) into thoughts and content (think.c; a job without one: all
  * content). Caller holds j->mu. */
 static void think_parts(const srv_job *j, size_t n, int final, srv_think_parts *p)
@@ -219,7 +222,8 @@ static json_t *tool_message(srv_job *j, int delta, const char **finish)
     size_t c0 = j->think_legacy ? 0 : tp.c0;
     json_t *calls = srv_tools_parse_reply(j->tool_fmt, (j->text ? j->text : "") + c0, j->len - c0, &content);
     json_t *text = calls || content ? NULL : text_slice(j, c0, j->len);
-    json_t *reason = tp.r1 > tp.r0 ? text_slice(j, tp.r0, tp.r1) : NULL;
+    /* a stream's thoughts went out as they grew (think_stream), not in this last delta */
+    json_t *reason = tp.r1 > tp.r0 && !(delta && think_streamed(j)) ? text_slice(j, tp.r0, tp.r1) : NULL;
     if (!delta) pthread_mutex_unlock(&j->mu);
     json_t *m = delta ? json_object() : json_pack("{s:s}", "role", "assistant");
     if (content) text = json_string(content);
@@ -401,9 +405,10 @@ static void anth_finish(const srv *s, srv_job *j, char **acc, size_t *len)
         json_t *reason, *text;
         anth_parts(j, &reason, &text, &calls);
         pthread_mutex_lock(&j->mu);
-        anth_think_delta(acc, len, j, reason);
+        if (think_streamed(j)) json_decref(reason), think_stream(s, j, acc, len, j->len, j->n_gen, 1);
+        else anth_think_delta(acc, len, j, reason);
         anth_text_delta(acc, len, j, text);
-    } else if (j->think && !j->think_legacy) {
+    } else if (think_streamed(j)) {
         think_stream(s, j, acc, len, j->len, j->n_gen, 1); /* what was held back */
     }
     anth_think_close(acc, len, j);
@@ -584,9 +589,10 @@ static void resp_finish(const srv *s, srv_job *j, char **acc, size_t *len)
     anth_parts(j, &reason, &text, &calls);
     pthread_mutex_lock(&j->mu);
     if (j->tool_fmt) {
-        resp_reason_delta(acc, len, j, json_incref(reason));
+        if (think_streamed(j)) think_stream(s, j, acc, len, j->len, j->n_gen, 1);
+        else resp_reason_delta(acc, len, j, json_incref(reason));
         resp_text_delta(acc, len, j, json_incref(text));
-    } else if (j->think && !j->think_legacy) {
+    } else if (think_streamed(j)) {
         think_stream(s, j, acc, len, j->len, j->n_gen, 1); /* what was held back */
     }
     if (j->think_block) json_array_append_new(output, resp_reason_item(j, reason, NULL));
@@ -773,7 +779,8 @@ static void think_stream(const srv *s, srv_job *j, char **acc, size_t *len, size
     size_t r = j->think_r_sent > tp.r0 ? j->think_r_sent : tp.r0;
     if (tp.r1 > r) think_out(s, j, acc, len, 1, text_slice(j, r, tp.r1), tok), j->think_r_sent = tp.r1;
     size_t c = j->think_c_sent > tp.c0 ? j->think_c_sent : tp.c0;
-    if (tp.c1 > c) think_out(s, j, acc, len, 0, text_slice(j, c, tp.c1), tok), j->think_c_sent = tp.c1;
+    if (tp.c1 > c && !j->tool_fmt) /* with tools the content goes out parsed, at the end */
+        think_out(s, j, acc, len, 0, text_slice(j, c, tp.c1), tok), j->think_c_sent = tp.c1;
 }
 
 static void finish(const srv *s, srv_job *j, char **acc, size_t *len)
@@ -788,7 +795,7 @@ static void finish(const srv *s, srv_job *j, char **acc, size_t *len)
     if (j->fmt == SRV_FMT_LLAMA) return event(acc, len, llama_final(s, j, json_string("")));
     int with_usage = j->usage_chunk;
     const char *fin = j->finish;
-    if (j->think && !j->think_legacy && !j->tool_fmt) think_stream(s, j, acc, len, j->len, j->n_gen, 1); /* what was held back */
+    if (think_streamed(j)) think_stream(s, j, acc, len, j->len, j->n_gen, 1); /* what was held back */
     if (j->fmt == SRV_FMT_OAI_CHAT && j->tool_fmt) { /* the held-back reply, parsed: one delta */
         json_t *m = tool_message(j, 1, &fin);
         if (json_object_size(m)) event(acc, len, chunk(s, j, json_pack("{s:o,s:i,s:n}", "delta", m, "index", 0, "finish_reason")));
@@ -813,7 +820,8 @@ static void finish(const srv *s, srv_job *j, char **acc, size_t *len)
 static int pending(const srv_job *j, size_t sent, size_t *to, size_t *tok)
 {
     if (j->n_prog_sent < j->n_prog) return 1;
-    if (j->tool_fmt) return 0; /* a reply with tools goes out parsed, at the end (finish) */
+    /* a reply with tools goes out parsed, at the end (finish); only its thoughts stream */
+    if (j->tool_fmt && !think_streamed(j)) return 0;
     if (!j->tok_end) {
         *to = j->safe, *tok = j->n_gen;
         return j->safe > sent;
@@ -864,7 +872,7 @@ char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, 
         resp_progress(&acc, len, j);
     } else if (j->n_prog_sent < j->n_prog) {
         event(&acc, len, progress_event(s, j));
-    } else if (j->think && !j->think_legacy && pending(j, *sent, &to, &tok)) { /* thoughts apart */
+    } else if (think_streamed(j) && pending(j, *sent, &to, &tok)) { /* thoughts apart */
         think_stream(s, j, &acc, len, to, tok, 0);
         j->n_streamed = tok;
         *sent = to;
