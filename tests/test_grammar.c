@@ -137,10 +137,96 @@ static void bounds_hold(void)
     for (int i = 0; i < 66000; i++) at += sprintf(at, " (\"x\")"); /* a group is a rule */
     CHECK(err_has(chain, "too many rules"));
     free(chain);
-    /* exponentially ambiguous: bounded work, refused rather than run on */
+}
+
+/* A grammar too costly to follow is refused for its cost, said apart from a refusal by
+ * the grammar: at the start (3^24 ways to expand), or after some characters (nested
+ * ambiguous repetitions with recursion: the stacks multiply with each character), or when
+ * a whole mask runs past the call's budget. */
+static void costly_refused_for_cost(void)
+{
     skv_gbnf *g = parse("root ::= a a a a a a a a a a a a a a a a a a a a a a a a \"x\"\na ::= \"\" | \"\" | b\nb ::= \"\"");
     CHECK(g);
-    CHECK(run_text(g, "x") == 1 || run_text(g, "x") == -1 || run_text(g, "x") == -2);
+    skv_gmatch *m = skv_gmatch_new(g);
+    CHECK(m);
+    CHECK(skv_gmatch_feed(m, "x", 1) == -1 && skv_gmatch_exhausted(m));
+    CHECK(!skv_gmatch_accepts(m, "x", 1) && skv_gmatch_exhausted(m));
+    CHECK(!skv_gmatch_accepting(m) && !skv_gmatch_can_continue(m));
+    skv_gmatch_free(m);
+    skv_gbnf_free(g);
+
+    g = parse("root ::= (a | b | c)*\na ::= (. | . .)+ root?\nb ::= (. . | .)+ \"x\"?\nc ::= .* .\n");
+    CHECK(g);
+    m = skv_gmatch_new(g);
+    CHECK(m);
+    const char *text = "abcdefghijklmnopqrstuvwxyz";
+    size_t at = 0;
+    for (; text[at] && !skv_gmatch_feed(m, text + at, 1); at++) CHECK(!skv_gmatch_exhausted(m));
+    CHECK_MSG(text[at] && at >= 5, "the costly grammar took %zu characters", at); /* some, never all */
+    CHECK(skv_gmatch_exhausted(m));
+    CHECK(skv_gmatch_feed(m, "a", 1) == -1 && skv_gmatch_exhausted(m)); /* the state did not change */
+    /* a mask past the call's budget: 20,000 texts of 1-3 letters, from a state near the cap */
+    skv_gmatch_free(m);
+    m = skv_gmatch_new(g);
+    CHECK(m && !skv_gmatch_feed(m, text, at - 4)); /* 3 more characters stay under the cap per character */
+    enum { NV = 20000 };
+    char(*vt)[4] = malloc(NV * sizeof *vt);
+    const char **texts = malloc(NV * sizeof *texts);
+    uint32_t *lens = malloc(NV * sizeof *lens);
+    uint8_t *allow = malloc(NV);
+    CHECK(vt && texts && lens && allow);
+    for (int i = 0; i < NV; i++) {
+        int n = 1 + i % 3;
+        for (int k = 0, x = i; k < n; k++, x /= 26) vt[i][k] = (char)('a' + x % 26);
+        texts[i] = vt[i], lens[i] = (uint32_t)n;
+    }
+    skv_gvocab *v = skv_gvocab_new(texts, lens, NV);
+    CHECK(v);
+    skv_gmatch_mask(m, v, allow);
+    CHECK(skv_gmatch_exhausted(m));
+    /* the same vocabulary on an everyday grammar: within the budget */
+    skv_gbnf *easy = parse("root ::= [a-z ]+");
+    skv_gmatch *e = easy ? skv_gmatch_new(easy) : NULL;
+    CHECK(e);
+    skv_gmatch_mask(e, v, allow);
+    CHECK(!skv_gmatch_exhausted(e));
+    for (int i = 0; i < NV; i++) CHECK(allow[i]);
+    CHECK(skv_gmatch_feed(e, "1", 1) == -1 && !skv_gmatch_exhausted(e)); /* refused by the grammar */
+    skv_gmatch_free(e), skv_gbnf_free(easy);
+    skv_gvocab_free(v);
+    free(vt), free(texts), free(lens), free(allow);
+    skv_gmatch_free(m);
+    skv_gbnf_free(g);
+}
+
+/* Many parse stacks at once (the hash table that merges equal ones grows, rehashing): 600
+ * alternatives after a common first character, some equal, then the mask against tries. */
+static void many_stacks(void)
+{
+    char *gr = malloc(600 * 24 + 64), *at = gr;
+    CHECK(gr);
+    at += sprintf(at, "root ::= ");
+    for (int i = 0; i < 600; i++) at += sprintf(at, "%s\"a\" \"%d\"", i ? " | " : "", i % 500);
+    skv_gbnf *g = parse(gr);
+    free(gr);
+    CHECK(g);
+    skv_gmatch *m = skv_gmatch_new(g);
+    CHECK(m && !skv_gmatch_feed(m, "a", 1));
+    static const char *const texts[] = {"0", "1", "49", "499", "500", "5", "50", "x", "4999"};
+    enum { N = sizeof texts / sizeof *texts };
+    uint32_t lens[N];
+    uint8_t allow[N];
+    static const uint8_t want[N] = {1, 1, 1, 1, 0, 1, 1, 0, 0};
+    for (int i = 0; i < N; i++) lens[i] = (uint32_t)strlen(texts[i]);
+    skv_gvocab *v = skv_gvocab_new(texts, lens, N);
+    CHECK(v);
+    skv_gmatch_mask(m, v, allow);
+    CHECK(!skv_gmatch_exhausted(m));
+    for (int i = 0; i < N; i++) CHECK_MSG(allow[i] == want[i], "'%s': %d", texts[i], allow[i]);
+    CHECK(!skv_gmatch_feed(m, "49", 2) && skv_gmatch_can_continue(m) && skv_gmatch_accepting(m));
+    CHECK(!skv_gmatch_feed(m, "9", 1) && !skv_gmatch_can_continue(m));
+    skv_gvocab_free(v);
+    skv_gmatch_free(m);
     skv_gbnf_free(g);
 }
 
@@ -366,6 +452,8 @@ int main(void)
     RUN(partial_utf8);
     RUN(parser_errors);
     RUN(bounds_hold);
+    RUN(costly_refused_for_cost);
+    RUN(many_stacks);
     RUN(mask_matches_reference);
     RUN(mask_on_model_vocab);
     RUN(schema_accepts);

@@ -9,6 +9,10 @@
 - refusals_are_400s: a broken grammar, an unknown response_format type, an unsupported
   schema keyword, both grammar and json_schema, grammars past the bounds (nesting, size):
   400 naming the problem.
+- costly_grammars_end_with_400: grammars too costly to follow (exponential at the start;
+  stacks that multiply with each character) end the request with a 400 that says so, on
+  /completion and the chat route, streamed (an error event after the tokens) or not; an
+  everyday grammar on the same server still works after them.
 """
 import json
 import os
@@ -127,9 +131,37 @@ def refusals_are_400s(tmp):
         s.stop()
 
 
+COSTLY = ['root ::= (a | b | c)*\na ::= (. | . .)+ root?\nb ::= (. . | .)+ "x"?\nc ::= .* .\n',
+          'root ::= ' + 'a ' * 24 + '"x"\na ::= "" | "" | b\nb ::= ""']
+
+
+def costly_grammars_end_with_400(tmp):
+    s = serve(tmp)
+    try:
+        for g in COSTLY:
+            code, r = s.json("/completion", {"prompt": "Once upon", "n_predict": 40, "grammar": g})
+            msg = r.get("error", {}).get("message", "") if isinstance(r, dict) else ""
+            check(code == 400 and "too costly" in msg, "/completion: %d %s" % (code, r))
+            code, r = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                      "max_tokens": 40, "grammar": g})
+            msg = r.get("error", {}).get("message", "") if isinstance(r, dict) else ""
+            check(code == 400 and "too costly" in msg, "chat: %d %s" % (code, r))
+        code, text = s.curl("/completion", {"prompt": "Once upon", "n_predict": 40, "grammar": COSTLY[0],
+                                            "stream": True})
+        events = [json.loads(d) for d in sse(text) if d != "[DONE]"]
+        got = "".join(e.get("content", "") for e in events)
+        last = events[-1] if events else {}
+        check(got and "too costly" in last.get("error", {}).get("message", ""),
+              "streamed: tokens then an error event: %r" % events[-3:])
+        code, r = s.json("/completion", {"prompt": "Once upon", "n_predict": 8, "grammar": 'root ::= [a-z ]+'})
+        check(code == 200 and re.fullmatch(r"[a-z ]+", r.get("content", "")), "after them: %d %s" % (code, r))
+    finally:
+        s.stop()
+
+
 def main():
     rep = Reporter("test_server_grammar")
-    cases = [output_matches_grammar, schema_output_is_valid_json, refusals_are_400s]
+    cases = [output_matches_grammar, schema_output_is_valid_json, refusals_are_400s, costly_grammars_end_with_400]
     if not os.path.isfile(MODEL):
         for c in cases:
             rep.report(c.__name__, testenv.missing("SKIP", "FAIL"), "stories260K not found (../shared)")

@@ -27,6 +27,8 @@
 #define SKV_GBNF_MAX_REPEAT 10000         /* m and n of {m,n} */
 #define SKV_GBNF_MAX_STACKS 1024          /* recognizer: parse stacks alive at once */
 #define SKV_GBNF_MAX_DEPTH 1024           /* recognizer: elements on one stack */
+#define SKV_GBNF_MAX_SET (1u << 15)       /* recognizer: elements of the stacks alive at once */
+#define SKV_GBNF_MAX_WORK (1u << 27)      /* recognizer: element operations in one call */
 
 typedef struct skv_gbnf skv_gbnf;     /* a parsed grammar (immutable, shareable) */
 typedef struct skv_gmatch skv_gmatch; /* a recognizer over one grammar (one thread) */
@@ -37,13 +39,19 @@ void skv_gbnf_free(skv_gbnf *g);
 size_t skv_gbnf_n_rules(const skv_gbnf *g);
 
 /* A recognizer at the start of the root rule; NULL when out of memory or when the start
- * already exceeds the stack bounds. */
+ * already nests past SKV_GBNF_MAX_DEPTH. A start past a bound on work gives a recognizer
+ * that refuses everything, each call with skv_gmatch_exhausted() set. */
 skv_gmatch *skv_gmatch_new(const skv_gbnf *g);
 void skv_gmatch_free(skv_gmatch *m);
 /* 1 when the n bytes s could come next (the state does not change), else 0. */
 int skv_gmatch_accepts(skv_gmatch *m, const char *s, size_t n);
 /* Consumes the n bytes s: 0, or -1 (state unchanged) when the grammar refuses them. */
 int skv_gmatch_feed(skv_gmatch *m, const char *s, size_t n);
+/* 1 when the last accepts, feed or mask call refused something for its cost, not for the
+ * grammar: a bound on work was hit (SKV_GBNF_MAX_WORK stack-element operations in the
+ * call, a cap per character, SKV_GBNF_MAX_STACKS or SKV_GBNF_MAX_SET), as nested ambiguous
+ * repetitions do. Past SKV_GBNF_MAX_DEPTH (nesting) a text is just refused. */
+int skv_gmatch_exhausted(const skv_gmatch *m);
 /* 1 when the input so far is a whole sentence of the grammar (end of text allowed here). */
 int skv_gmatch_accepting(const skv_gmatch *m);
 /* 1 when some continuation is still possible (the input is not finished by force). */

@@ -2,18 +2,23 @@
  * holds element positions, its top the terminal that must match next; an empty stack means
  * the input so far is a whole sentence. A code point advances every stack whose top
  * matches it, then expands rule references at the new tops until each is a terminal again.
- * Bounded: at most SKV_GBNF_MAX_STACKS stacks of SKV_GBNF_MAX_DEPTH elements, and a cap on
- * the expansion work of one code point; a step past a bound is refused (the input is then
- * not accepted), never run on. Bytes are UTF-8; a sequence cut at the end of a text is kept
- * as a partial character and checked for a possible completion. */
+ * Bounded: at most SKV_GBNF_MAX_STACKS stacks of SKV_GBNF_MAX_DEPTH elements and
+ * SKV_GBNF_MAX_SET elements in all, and a cap on the work of one code point (counted in
+ * stack elements moved, hashed or compared); a step past a bound is refused (the input is
+ * then not accepted), never run on. Each public call also has a budget, SKV_GBNF_MAX_WORK:
+ * past it the call refuses what is left. skv_gmatch_exhausted() tells a refusal for cost
+ * (work, stacks, set size, expansion nesting) from one of the grammar. Equal stacks
+ * are merged through a hash table, so a set of n stacks costs O(elements), not O(n^2).
+ * Bytes are UTF-8; a sequence cut at the end of a text is kept as a partial character and
+ * checked for a possible completion. */
 #include "core/fpguard.h"
 #include <stdlib.h>
 #include <string.h>
 
 #include "grammar/gbnf_int.h"
 
-#define EXPAND_DEPTH 512      /* nested expansions for one code point */
-#define EXPAND_WORK (1u << 14) /* expansions for one code point */
+#define EXPAND_DEPTH 512       /* nested expansions for one code point */
+#define EXPAND_WORK (1u << 16) /* element operations for one code point */
 
 typedef struct span {
     uint32_t off, len;
@@ -38,7 +43,15 @@ struct skv_gmatch {
     size_t n_deep;
     uint32_t *tmp; /* expansion scratch: stacks being built, nested */
     size_t captmp;
-    size_t work;
+    size_t work;  /* element operations for the current code point */
+    size_t spent; /* and for the current public call */
+    int exhausted;   /* the last public call hit a bound on work (not on nesting) */
+    int born_costly; /* the start alone hit one: every call does */
+    struct hslot {
+        uint32_t gen, idx;
+    } *ht;         /* the set being built: its stacks by hash (slots of other gens are free) */
+    size_t capht;  /* a power of two, or 0 */
+    uint32_t gen;
 };
 
 static void set_clear(gset *o) { o->nd = o->ns = 0, o->pv = 0, o->pl = 0, o->pn = 0, o->over = 0; }
@@ -52,16 +65,64 @@ static int same_stack(const gset *o, size_t i, const uint32_t *stk, size_t len)
     return o->s[i].len == len && (!len || !memcmp(o->d + o->s[i].off, stk, len * sizeof *stk));
 }
 
-static void add_stack(gset *o, const uint32_t *stk, size_t len)
+static uint32_t stack_hash(const uint32_t *stk, size_t len)
 {
-    for (size_t i = 0; i < o->ns; i++)
-        if (same_stack(o, i, stk, len)) return;
-    if (o->ns >= SKV_GBNF_MAX_STACKS || skv_gbnf_grow((void **)&o->s, &o->caps, o->ns + 1, sizeof *o->s) ||
+    uint32_t h = 0x811C9DC5u ^ (uint32_t)len;
+    for (size_t i = 0; i < len; i++) h = (h ^ stk[i]) * 0x01000193u, h ^= h >> 15;
+    return h;
+}
+
+/* Starts building a set: the hash table forgets every stack (by generation). */
+static void set_begin(skv_gmatch *m, gset *o)
+{
+    set_clear(o);
+    if (++m->gen == 0) { /* wrapped: every slot is stale for real */
+        if (m->ht) memset(m->ht, 0, m->capht * sizeof *m->ht);
+        m->gen = 1;
+    }
+}
+
+/* The hash table holds twice the set's stacks at least: -1 when out of memory. */
+static int ht_fit(skv_gmatch *m, const gset *o)
+{
+    if (m->capht >= 2 * (o->ns + 1)) return 0;
+    size_t cap = m->capht ? 2 * m->capht : 64;
+    struct hslot *t = calloc(cap, sizeof *t);
+    if (!t) return -1;
+    free(m->ht);
+    m->ht = t, m->capht = cap, m->gen = 1;
+    for (size_t i = 0; i < o->ns; i++) {
+        size_t h = stack_hash(o->d + o->s[i].off, o->s[i].len) & (cap - 1);
+        while (t[h].gen == 1) h = (h + 1) & (cap - 1);
+        t[h] = (struct hslot){1, (uint32_t)i};
+    }
+    m->work += o->nd;
+    return 0;
+}
+
+static void add_stack(skv_gmatch *m, gset *o, const uint32_t *stk, size_t len)
+{
+    m->work += 1 + len;
+    if (ht_fit(m, o)) {
+        o->over = 1;
+        return;
+    }
+    size_t h = stack_hash(stk, len) & (m->capht - 1);
+    for (; m->ht[h].gen == m->gen; h = (h + 1) & (m->capht - 1)) {
+        m->work += 1 + len;
+        if (same_stack(o, m->ht[h].idx, stk, len)) return;
+    }
+    if (o->ns >= SKV_GBNF_MAX_STACKS || o->nd + len > SKV_GBNF_MAX_SET) {
+        o->over = m->exhausted = 1;
+        return;
+    }
+    if (skv_gbnf_grow((void **)&o->s, &o->caps, o->ns + 1, sizeof *o->s) ||
         skv_gbnf_grow((void **)&o->d, &o->capd, o->nd + len, sizeof *o->d)) {
         o->over = 1;
         return;
     }
     if (len) memcpy(o->d + o->nd, stk, len * sizeof *stk);
+    m->ht[h] = (struct hslot){m->gen, (uint32_t)o->ns};
     o->s[o->ns++] = (span){(uint32_t)o->nd, (uint32_t)len};
     o->nd += len;
 }
@@ -71,13 +132,13 @@ static void expand(skv_gmatch *m, gset *o, size_t off, size_t len, int depth)
 {
     const skv_gbnf *g = m->g;
     if (o->over) return;
-    if (depth > EXPAND_DEPTH || ++m->work > EXPAND_WORK) {
-        o->over = 1;
+    if (depth > EXPAND_DEPTH || (m->work += 1 + len) > EXPAND_WORK) {
+        o->over = m->exhausted = 1;
         return;
     }
     uint32_t top = len ? m->tmp[off + len - 1] : 0;
     if (!len || skv_gel_is_char(&g->el[top])) {
-        add_stack(o, m->tmp + off, len);
+        add_stack(m, o, m->tmp + off, len);
         return;
     }
     uint32_t rule = g->el[top].a, at = (uint32_t)(off + len);
@@ -117,7 +178,11 @@ static int range_match(const skv_gbnf *g, const skv_gel *e, uint32_t lo, uint32_
 static int step(skv_gmatch *m, const gset *in, gset *out, uint32_t cp)
 {
     const skv_gbnf *g = m->g;
-    set_clear(out);
+    set_begin(m, out);
+    if (m->spent > SKV_GBNF_MAX_WORK) { /* this call's budget is gone: refuse what is left */
+        out->over = m->exhausted = 1;
+        return 0;
+    }
     m->work = 0;
     for (size_t i = 0; i < in->ns && !out->over; i++) {
         size_t len = in->s[i].len;
@@ -126,10 +191,12 @@ static int step(skv_gmatch *m, const gset *in, gset *out, uint32_t cp)
         if (!char_match(g, &g->el[stk[len - 1]], cp)) continue;
         if (skv_gbnf_grow((void **)&m->tmp, &m->captmp, len + 1, sizeof *m->tmp)) return 0;
         memcpy(m->tmp, stk, (len - 1) * sizeof *stk);
+        m->work += len;
         size_t k = len - 1;
         if (!skv_gel_is_end(&g->el[stk[len - 1] + 1])) m->tmp[k++] = stk[len - 1] + 1;
         expand(m, out, 0, k, 0);
     }
+    m->spent += m->work;
     return out->ns && !out->over;
 }
 
@@ -184,17 +251,29 @@ static const gset *run(skv_gmatch *m, const char *s, size_t n, uint32_t *pv, int
     return *pl && !partial_ok(m->g, in, *pv, *pl, *pn) ? NULL : in;
 }
 
-int skv_gmatch_accepts(skv_gmatch *m, const char *s, size_t n)
+/* A public call starts with the whole budget. */
+static void call_begin(skv_gmatch *m) { m->spent = 0, m->exhausted = m->born_costly; }
+
+int skv_gmatch_exhausted(const skv_gmatch *m) { return m->exhausted; }
+
+static int accepts(skv_gmatch *m, const char *s, size_t n)
 {
     uint32_t pv;
     int pl, pn;
     return run(m, s, n, &pv, &pl, &pn) != NULL;
 }
 
+int skv_gmatch_accepts(skv_gmatch *m, const char *s, size_t n)
+{
+    call_begin(m);
+    return accepts(m, s, n);
+}
+
 int skv_gmatch_feed(skv_gmatch *m, const char *s, size_t n)
 {
     uint32_t pv;
     int pl, pn;
+    call_begin(m);
     const gset *r = run(m, s, n, &pv, &pl, &pn);
     if (!r) return -1;
     if (r != &m->cur) {
@@ -278,9 +357,10 @@ static int mask_one(skv_gmatch *m, const skv_gvtext *t, size_t *top)
 void skv_gmatch_mask(skv_gmatch *m, const skv_gvocab *v, uint8_t *allow)
 {
     size_t top = 0;
+    call_begin(m);
     if (ensure_deep(m, (size_t)v->max_len + 1) || set_copy(&m->deep[0], &m->cur)) {
         for (size_t k = 0; k < v->n; k++) /* out of memory: one text at a time */
-            allow[v->t[k].id] = v->t[k].len && skv_gmatch_accepts(m, v->t[k].text, v->t[k].len);
+            allow[v->t[k].id] = v->t[k].len && accepts(m, v->t[k].text, v->t[k].len);
         return;
     }
     m->dead[0] = 0;
@@ -301,11 +381,13 @@ skv_gmatch *skv_gmatch_new(const skv_gbnf *g)
     if (skv_gbnf_grow((void **)&m->tmp, &m->captmp, 2, sizeof *m->tmp)) return skv_gmatch_free(m), NULL;
     m->tmp[0] = g->rule_at[g->root];
     /* the root's start: a stack [first element of each alternative], expanded */
+    set_begin(m, &m->cur);
     for (uint32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++) {
         m->tmp[0] = g->alts[a];
         expand(m, &m->cur, 0, skv_gel_is_end(&g->el[g->alts[a]]) ? 0 : 1, 0);
     }
-    if (m->cur.over) return skv_gmatch_free(m), NULL;
+    if (m->cur.over && !m->exhausted) return skv_gmatch_free(m), NULL;
+    if (m->cur.over) set_clear(&m->cur), m->born_costly = 1; /* refuses everything, for cost */
     return m;
 }
 
@@ -315,6 +397,6 @@ void skv_gmatch_free(skv_gmatch *m)
     set_free(&m->cur), set_free(&m->a), set_free(&m->b);
     for (size_t i = 0; i < m->n_deep; i++) set_free(&m->deep[i]);
     free(m->deep), free(m->dead);
-    free(m->tmp);
+    free(m->tmp), free(m->ht);
     free(m);
 }

@@ -147,7 +147,9 @@ int32_t srv_sample_constrained(const srv *s, srv_job *j, const float *logits, co
     if (!token_ok(s, j, tok)) { /* the mask goes on a copy: n_probs reports the model's logits */
         float *masked = malloc((size_t)s->info.n_vocab * sizeof *masked);
         if (masked) memcpy(masked, logits, (size_t)s->info.n_vocab * sizeof *masked);
-        if (!masked || apply_mask(s, j, masked)) return free(masked), s->info.eos_id; /* nothing fits: end */
+        int none = !masked || apply_mask(s, j, masked);
+        if (j->gmatch && skv_gmatch_exhausted(j->gmatch)) return free(masked), -1;
+        if (none) return free(masked), s->info.eos_id; /* nothing fits: end */
         tok = srv_sample(masked, s->info.n_vocab, j, hist, n_hist, rng, scratch);
         free(masked);
     }

@@ -445,12 +445,16 @@ static int ctx_shift(slot *sl, srv_job *j)
 }
 
 /* One sampled token: 1 = the job is finished (j->finish set), 0 = go on, < 0 = error. */
+/* gen_step's answer when the request's grammar is too costly to follow (ends it with a 400) */
+#define GEN_COSTLY 2
+
 static int gen_step(slot *sl, srv_job *j, srv_rng *rng)
 {
     const srv *s = sl->pool->s;
     int32_t tok;
     if (j->grammar || !srv_think_budget_next(j, &tok)) /* a thought past its budget is closed */
         tok = srv_sample_constrained(s, j, sl->logits, sl->tokens, sl->n_tokens, rng, sl->scratch);
+    if (tok < 0) return j->finish = "stop", GEN_COSTLY;
     if (tok == s->info.eos_id) return j->finish = "stop", 1;
     if (gen_push(j, tok, sl->logits, s->info.n_vocab, sl->scratch)) return SKV_ERR_NOMEM;
     size_t had = j->len; /* the slot's thread is the text's only writer */
@@ -558,7 +562,12 @@ static void run_job(slot *sl, srv_job *j)
         sl->n_tokens = 0;
         skv_ctx_truncate(sl->ctx, 0);
     }
-    job_done(sl, j, rc < 0 ? 500 : 0, rc < 0 ? skv_ctx_last_error(sl->ctx) : NULL);
+    if (rc == GEN_COSTLY)
+        job_done(sl, j, 400,
+                 "the grammar is too costly to follow: the next token took its recognizer past a bound on work "
+                 "(docs/server.md, Limits); simplify it (nested repetitions that can match the same text, "
+                 "such as (a | a a)*, multiply the work)");
+    else job_done(sl, j, rc < 0 ? 500 : 0, rc < 0 ? skv_ctx_last_error(sl->ctx) : NULL);
 }
 
 static void *slot_main(void *arg)

@@ -329,7 +329,8 @@ const char *srv_think_close_marker(int marker);
 /* After srv_sample: out[0] = tok and its probability among the candidates the chain left
  * (temperature applied, normalized), out[1..k] the n most probable of them; returns k. */
 int srv_sample_post(const void *scratch, int n, int32_t tok, struct srv_prob *out);
-/* srv_sample kept to j's grammar (if any), llama.cpp's way (grammar.c). */
+/* srv_sample kept to j's grammar (if any), llama.cpp's way (grammar.c); -1 when the
+ * grammar ran out of its work budget for this token (SKV_GBNF_MAX_WORK: too costly). */
 int32_t srv_sample_constrained(const srv *s, srv_job *j, const float *logits, const int32_t *hist, size_t n_hist, srv_rng *rng,
                                void *scratch);
 /* Bytes of text[0..len) that form whole UTF-8 characters (a cut one at the end waits). */
