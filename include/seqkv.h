@@ -157,6 +157,27 @@ SKV_API const char *skv_weight_type_name(int type);
  * On failure returns a status and writes a message to err (if non-NULL). */
 SKV_API int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out,
                            char *err, size_t errcap);
+
+/* skv_model_load with options (zero fields: the defaults, as skv_model_load). */
+typedef struct skv_model_params {
+    const char *tokenizer_path; /* llama2.c checkpoints: as skv_model_load's */
+    /* GGUF metadata overrides, llama.cpp's --override-kv: n_overrides items "KEY=TYPE:VALUE",
+     * TYPE int, float, bool (true / false) or str, read by the loader in place of the file's
+     * value (a key the file lacks is added; the last item of a key wins), e.g.
+     * "tokenizer.ggml.add_bos_token=bool:false". The fingerprints cover what they change. */
+    const char *const *overrides;
+    size_t n_overrides;
+    /* RoPE, as llama.cpp's --rope-scaling / --rope-freq-base / --rope-freq-scale: NULL or ""
+     * the file's scaling, else "none" or "linear" ("yarn" is SKV_ERR_UNSUPPORTED); a base
+     * > 0 replaces the file's; a freq_scale > 0 multiplies positions (linear scaling by a
+     * factor of 1 / freq_scale). Applied as overrides of the architecture's keys. */
+    const char *rope_scaling;
+    double rope_freq_base;
+    double rope_freq_scale;
+} skv_model_params;
+/* SKV_ERR_INVALID_ARG for a malformed override or, on a llama2.c checkpoint, any override. */
+SKV_API int skv_model_load_params(const char *path, const skv_model_params *params, skv_model **out,
+                                  char *err, size_t errcap);
 SKV_API void skv_model_free(skv_model *m);
 SKV_API int skv_model_get_info(const skv_model *m, skv_model_info *info);
 /* Why this thread's last skv_ctx_create on m failed ("" after a success; never NULL). */

@@ -54,6 +54,10 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
   and post_sampling_probs (the chain's survivors as probabilities summing to 1),
   streamed one token a chunk or not: log-probabilities <= 0 that sum (over the top ones)
   to at most 1, the chosen greedy token the most likely.
+- model_overrides: --override-kv (a tokenizer flag off: no BOS) and the --rope-* flags
+  (none / linear on an unscaled model: the same top token probabilities; a base, a scale
+  or the key's override: others); yarn, a bad value, a malformed item and two scales are
+  refused at start with a message.
 - seeded_sampling_is_llama_servers: a fixed seed gives the same text twice, and the default
   chain (top-k 40, top-p 0.95, min-p 0.05, temperature 0.8, std::mt19937) reproduces the
   sample llama.cpp's test_completion checks ("(going|bed)+").
@@ -712,6 +716,46 @@ def seeded_sampling_is_llama_servers(tmp):
         s.stop()
 
 
+def model_overrides(tmp):
+    """--override-kv and the --rope-* flags change the model as llama-server's do; bad ones stop the start."""
+    def probs(s):
+        code, r = s.json("/completion", {"prompt": "Once upon a time", "n_predict": 1, "temperature": 0, "n_probs": 3})
+        check(code == 200, "completion: %d %s" % (code, r))
+        return [(p["id"], round(p["logprob"], 5)) for p in r["completion_probabilities"][0]["top_logprobs"]]
+
+    def bos_first(s):
+        code, r = s.json("/tokenize", {"content": "Once", "add_special": True})
+        check(code == 200, "tokenize: %d %s" % (code, r))
+        return r["tokens"][0] == 1
+
+    s = serve(tmp, "--port", "0", name="plain.log")
+    try:
+        plain, plain_bos = probs(s), bos_first(s)
+    finally:
+        s.stop()
+    check(plain_bos, "the model adds BOS")
+    s = serve(tmp, "--port", "0", "--override-kv", "tokenizer.ggml.add_bos_token=bool:false,general.name=str:renamed",
+              name="ovr.log")
+    try:
+        check(not bos_first(s), "--override-kv add_bos_token=bool:false: BOS still added")
+    finally:
+        s.stop()
+    for flags, same in ((["--rope-scaling", "none"], True), (["--rope-scaling", "linear"], True),
+                        (["--rope-freq-base", "20000"], False), (["--rope-scale", "2"], False),
+                        (["--rope-freq-scale", "0.5"], False), (["--override-kv", "llama.rope.freq_base=float:20000"], False)):
+        s = serve(tmp, "--port", "0", *flags, name="rope.log")
+        try:
+            check((probs(s) == plain) == same, "%s: %s" % (flags, "changed the model" if same else "changed nothing"))
+        finally:
+            s.stop()
+    for flags, what in ((["--rope-scaling", "yarn"], b"YaRN"), (["--rope-scaling", "cubic"], b"--rope-scaling"),
+                        (["--override-kv", "llama.context_length=int:x"], b"not a value of type"),
+                        (["--override-kv", "no-equals-sign"], b"KEY=TYPE:VALUE"),
+                        (["--rope-scale", "2", "--rope-freq-scale", "0.5"], b"give one")):
+        p = subprocess.run([SEQKV, "serve", "-m", MODEL, "--port", "0"] + flags, capture_output=True, timeout=30)
+        check(p.returncode != 0 and what in p.stderr, "%s: %d %r" % (flags, p.returncode, p.stderr[-300:]))
+
+
 def main():
     rep = Reporter("test_server_dropin")
     cases = [llama_server_command_line_starts, chat_template_sources, template_variables, vertex_ai_predict,
@@ -719,7 +763,7 @@ def main():
              cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, history_is_a_cache_hit, infill_layout,
              web_ui_and_token_count,
              context_errors, abandoned_request_frees_slot, token_probabilities,
-             seeded_sampling_is_llama_servers]
+             seeded_sampling_is_llama_servers, model_overrides]
     if not os.path.isfile(MODEL):
         for c in cases:
             rep.report(c.__name__, testenv.missing("SKIP", "FAIL"), "stories260K not found (../shared)")

@@ -2,6 +2,8 @@
 #include "engine/gguf.h"
 #include "core/fpguard.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,11 @@ struct skv_gguf {
      * kept open here and their tensors merged into tensors / t_idx above. */
     struct skv_gguf **shards;
     size_t n_shards;
+    /* Metadata overrides (skv_gguf_override): looked up before the file's keys, the last
+     * given first; each value (and its key) in a buffer of its own. */
+    gguf_kv *ovr;
+    uint8_t **ovr_buf;
+    size_t n_ovr;
 };
 
 /* Size of one scalar metadata value of a fixed-size type; 0 for STRING/ARRAY/unknown. */
@@ -475,6 +482,8 @@ void skv_gguf_close(skv_gguf *g)
     if (!g) return;
     for (size_t i = 0; i < g->n_shards; i++) skv_gguf_close(g->shards[i]);
     free(g->shards);
+    for (size_t i = 0; i < g->n_ovr; i++) free(g->ovr_buf[i]);
+    free(g->ovr), free(g->ovr_buf);
     free(g->kv);
     free(g->tensors);
     free(g->kv_idx);
@@ -501,6 +510,8 @@ const skv_gguf_tensor *skv_gguf_find_tensor(const skv_gguf *g, const char *name)
 /* During parse (general.alignment) the index is not built yet: a linear search then. */
 static const gguf_kv *find_kv(const skv_gguf *g, const char *key)
 {
+    for (size_t i = g->n_ovr; i-- > 0;)
+        if (str_eq(g->ovr[i].key, key)) return &g->ovr[i];
     if (g->kv_idx) return (const gguf_kv *)(const void *)index_find(g->kv_idx, g->n_kv, key);
     for (size_t i = 0; i < g->n_kv; i++)
         if (str_eq(g->kv[i].key, key)) return &g->kv[i];
@@ -508,6 +519,67 @@ static const gguf_kv *find_kv(const skv_gguf *g, const char *key)
 }
 
 int skv_gguf_has(const skv_gguf *g, const char *key) { return find_kv(g, key) != NULL; }
+
+/* The value of an override spec's TYPE:VALUE as GGUF bytes in buf (at most 8 + the text's
+ * length): its GGUF type, or -1 when the value does not parse. */
+static int ovr_value(const char *type, size_t tl, const char *v, uint8_t *buf, size_t *n)
+{
+    char *end;
+    if (tl == 3 && !memcmp(type, "int", 3)) {
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (!*v || *end || errno) return -1;
+        skv_wr64(buf, (uint64_t)x), *n = 8;
+        return SKV_GGUF_I64;
+    }
+    if (tl == 5 && !memcmp(type, "float", 5)) {
+        errno = 0;
+        double x = strtod(v, &end);
+        if (!*v || *end || errno || !isfinite(x)) return -1;
+        uint64_t u;
+        memcpy(&u, &x, 8);
+        skv_wr64(buf, u), *n = 8;
+        return SKV_GGUF_F64;
+    }
+    if (tl == 4 && !memcmp(type, "bool", 4)) {
+        if (strcmp(v, "true") && strcmp(v, "false")) return -1;
+        buf[0] = !strcmp(v, "true"), *n = 1;
+        return SKV_GGUF_BOOL;
+    }
+    if (tl == 3 && !memcmp(type, "str", 3)) {
+        size_t len = strlen(v);
+        skv_wr64(buf, (uint64_t)len);
+        memcpy(buf + 8, v, len), *n = 8 + len;
+        return SKV_GGUF_STRING;
+    }
+    return -1;
+}
+
+int skv_gguf_override(skv_gguf *g, const char *spec, skv_err *err)
+{
+    const char *eq = spec ? strchr(spec, '=') : NULL, *colon = eq ? strchr(eq + 1, ':') : NULL;
+    size_t kl = eq ? (size_t)(eq - spec) : 0, vl = colon ? strlen(colon + 1) : 0;
+    if (!colon || !kl || kl > 255 || vl > SKV_GGUF_MAX_OVERRIDE)
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "metadata override '%.80s': expected KEY=TYPE:VALUE (TYPE int, float, bool or str)",
+                        spec ? spec : "(null)");
+    uint8_t *buf = malloc(kl + 8 + vl + 1);
+    gguf_kv *o = buf ? realloc(g->ovr, (g->n_ovr + 1) * sizeof *o) : NULL;
+    if (o) g->ovr = o;
+    uint8_t **b = o ? realloc(g->ovr_buf, (g->n_ovr + 1) * sizeof *b) : NULL;
+    if (!b) return free(buf), skv_fail(err, SKV_ERR_NOMEM, "out of memory");
+    g->ovr_buf = b;
+    size_t n = 0;
+    int t = ovr_value(eq + 1, (size_t)(colon - eq - 1), colon + 1, buf + kl, &n);
+    if (t < 0) {
+        free(buf);
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "metadata override '%.80s': '%.40s' is not a value of type '%.*s' (int, float, bool: true or false, str)",
+                        spec, colon + 1, (int)(colon - eq - 1 > 10 ? 10 : colon - eq - 1), eq + 1);
+    }
+    memcpy(buf, spec, kl);
+    g->ovr[g->n_ovr] = (gguf_kv){{(const char *)buf, kl}, (uint32_t)t, 0, 0, buf + kl};
+    g->ovr_buf[g->n_ovr++] = buf;
+    return SKV_OK;
+}
 
 /* Reads a scalar integer of GGUF type t at p; returns 0 if t is not an integer type. */
 static int int_at(uint32_t t, const uint8_t *p, int64_t *out)

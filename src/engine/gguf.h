@@ -58,6 +58,15 @@ const skv_gguf_tensor *skv_gguf_tensor_at(const skv_gguf *g, size_t i);
 const skv_gguf_tensor *skv_gguf_find_tensor(const skv_gguf *g, const char *name);
 size_t skv_gguf_file_size(const skv_gguf *g);
 
+/* Overrides one metadata key, as llama.cpp's --override-kv: spec "KEY=TYPE:VALUE", TYPE
+ * int (a 64-bit integer), float (a double), bool (true or false) or str (the rest of the
+ * spec, at most SKV_GGUF_MAX_OVERRIDE bytes). Later lookups of KEY read the value (a key the
+ * file lacks is added; a later override of the same key wins); the getters convert as for
+ * the file's own values (an int where a float is read; a float where an int is read is
+ * SKV_ERR_FORMAT). SKV_ERR_INVALID_ARG with a message for a malformed spec. */
+#define SKV_GGUF_MAX_OVERRIDE 65536
+int skv_gguf_override(skv_gguf *g, const char *spec, skv_err *err);
+
 /* Metadata accessors: SKV_OK, SKV_ERR_RANGE when the key is absent (out untouched),
  * SKV_ERR_FORMAT when present with an incompatible type. Integers of any width are
  * accepted where they fit; floats accept F32/F64. */

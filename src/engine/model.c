@@ -152,13 +152,14 @@ static int64_t count_params(const skv_model *m)
     return n;
 }
 
-static int skv_model_load_e(const char *path, const char *tokenizer_path, skv_model **out, skv_err *err)
+static int skv_model_load_e(const char *path, const skv_model_params *p, skv_model **out, skv_err *err)
 {
+    const char *tokenizer_path = p->tokenizer_path;
     skv_model *m;
     int rc;
     unsigned char magic[4] = {0};
     FILE *f;
-    if (!out || !path) return skv_fail(err, SKV_ERR_INVALID_ARG, "NULL argument");
+    if (!out || !path || (p->n_overrides && !p->overrides)) return skv_fail(err, SKV_ERR_INVALID_ARG, "NULL argument");
     *out = NULL;
     if (!(f = fopen(path, "rb"))) return skv_fail(err, SKV_ERR_IO, "cannot open model '%s'", path);
     size_t got = fread(magic, 1, 4, f);
@@ -170,7 +171,9 @@ static int skv_model_load_e(const char *path, const char *tokenizer_path, skv_mo
         skv_model_free(m);
         return skv_fail(err, SKV_ERR_NOMEM, "out of memory");
     }
-    if (got == 4 && !memcmp(magic, "GGUF", 4)) rc = skv_model_load_gguf(m, path, err);
+    if (got == 4 && !memcmp(magic, "GGUF", 4)) rc = skv_model_load_gguf(m, path, p, err);
+    else if (p->n_overrides || (p->rope_scaling && *p->rope_scaling) || p->rope_freq_base > 0 || p->rope_freq_scale > 0)
+        rc = skv_fail(err, SKV_ERR_INVALID_ARG, "'%s' is a llama2.c checkpoint: metadata overrides and RoPE options apply to GGUF files only", path);
     else rc = skv_model_load_l2c(m, path, tokenizer_path, err);
     if (rc == SKV_OK && skv_tokenizer_n_vocab(m->tok) != (size_t)m->info.n_vocab)
         rc = skv_fail(err, SKV_ERR_FORMAT, "tokenizer has %zu tokens but the model has %d",
@@ -199,7 +202,15 @@ static int skv_model_load_e(const char *path, const char *tokenizer_path, skv_mo
 int skv_model_load(const char *path, const char *tokenizer_path, skv_model **out, char *err, size_t errcap)
 {
     skv_err e = {0};
-    return skv_err_out(&e, skv_model_load_e(path, tokenizer_path, out, &e), err, errcap);
+    skv_model_params p = {.tokenizer_path = tokenizer_path};
+    return skv_err_out(&e, skv_model_load_e(path, &p, out, &e), err, errcap);
+}
+
+int skv_model_load_params(const char *path, const skv_model_params *params, skv_model **out, char *err, size_t errcap)
+{
+    skv_err e = {0};
+    skv_model_params p = params ? *params : (skv_model_params){0};
+    return skv_err_out(&e, skv_model_load_e(path, &p, out, &e), err, errcap);
 }
 
 void skv_model_free(skv_model *m)

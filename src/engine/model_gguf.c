@@ -145,8 +145,8 @@ static int gguf_rope_scaling(skv_model *m, skv_err *err)
     if ((rc = arch_f(m, "rope.scaling.factor", &factor, 0.0f, err))) return rc;
     if (factor == 0.0f && (rc = arch_f(m, "rope.scale_linear", &factor, 0.0f, err))) return rc;
     if (factor == 0.0f) return SKV_OK;
-    if (!(factor >= 1.0f && factor < 1e6f))
-        return skv_fail(err, SKV_ERR_FORMAT, "bad rope scaling factor %g (1 or more, or 0 for none)", (double)factor);
+    if (!(factor >= 1e-6f && factor <= 1e6f))
+        return skv_fail(err, SKV_ERR_FORMAT, "bad rope scaling factor %g (1e-6 to 1e6, or 0 for none)", (double)factor);
     m->rope_scale = 1.0 / factor;
     return SKV_OK;
 }
@@ -294,12 +294,47 @@ static int gguf_rope_factors(const skv_model *m, float **out, skv_err *err)
     return SKV_OK;
 }
 
-int skv_model_load_gguf(skv_model *m, const char *path, skv_err *err)
+/* A RoPE option as an override of the architecture's key: "<arch>.suffix=TYPE:value". */
+static int rope_override(skv_gguf *g, skv_gguf_str arch, const char *suffix, const char *typed, skv_err *err)
+{
+    char spec[256];
+    snprintf(spec, sizeof spec, "%.*s.%s=%s", (int)(arch.len > 100 ? 100 : arch.len), arch.ptr, suffix, typed);
+    return skv_gguf_override(g, spec, err);
+}
+
+/* The caller's metadata overrides, then its RoPE options as overrides of the keys of the
+ * architecture the file (so overridden) names: they win over both, as llama.cpp's flags. */
+static int apply_overrides(skv_gguf *g, const skv_model_params *p, skv_err *err)
+{
+    skv_gguf_str arch;
+    char v[64];
+    int rc = SKV_OK;
+    for (size_t i = 0; i < p->n_overrides && !rc; i++) rc = skv_gguf_override(g, p->overrides[i], err);
+    const char *sc = p->rope_scaling && *p->rope_scaling ? p->rope_scaling : NULL;
+    if (rc || (!sc && p->rope_freq_base <= 0 && p->rope_freq_scale <= 0)) return rc;
+    if (sc && strcmp(sc, "none") && strcmp(sc, "linear"))
+        return skv_fail(err, strcmp(sc, "yarn") ? SKV_ERR_INVALID_ARG : SKV_ERR_UNSUPPORTED,
+                        "rope scaling '%.20s' is not supported (none, linear are)", sc);
+    if (!(p->rope_freq_base >= 0 && p->rope_freq_base < 1e30) || !(p->rope_freq_scale >= 0 && p->rope_freq_scale <= 1e6))
+        return skv_fail(err, SKV_ERR_INVALID_ARG, "rope freq base %g / freq scale %g: out of range", p->rope_freq_base,
+                        p->rope_freq_scale);
+    if (skv_gguf_get_str(g, "general.architecture", &arch)) return SKV_OK; /* the load says so */
+    if (p->rope_freq_base > 0) snprintf(v, sizeof v, "float:%.17g", p->rope_freq_base), rc = rope_override(g, arch, "rope.freq_base", v, err);
+    if (!rc && sc) rc = rope_override(g, arch, "rope.scaling.type", !strcmp(sc, "none") ? "str:none" : "str:linear", err);
+    if (!rc && p->rope_freq_scale > 0) {
+        if (!sc) rc = rope_override(g, arch, "rope.scaling.type", "str:linear", err);
+        snprintf(v, sizeof v, "float:%.17g", 1.0 / p->rope_freq_scale);
+        if (!rc) rc = rope_override(g, arch, "rope.scaling.factor", v, err);
+    }
+    return rc;
+}
+
+int skv_model_load_gguf(skv_model *m, const char *path, const skv_model_params *p, skv_err *err)
 {
     skv_model_info *h = &m->info;
     float *freq_factors = NULL;
     int rc;
-    if ((rc = skv_gguf_open(path, &m->gguf, err))) return rc;
+    if ((rc = skv_gguf_open(path, &m->gguf, err)) || (rc = apply_overrides(m->gguf, p, err))) return rc;
     snprintf(h->format, sizeof h->format, "gguf");
     if ((rc = gguf_hparams(m, err)) || (rc = gguf_model_tensors(m, err))) return rc;
     if (!(m->layers = calloc((size_t)h->n_layer, sizeof *m->layers)))

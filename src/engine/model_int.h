@@ -30,7 +30,7 @@ int skv_layer_store(skv_layer *L, skv_layer_tensor t, const skv_weight *w, skv_e
 int skv_layer_has(const skv_layer *L, skv_layer_tensor t);
 
 /* ---- the loaders: model_gguf.c, model_l2c.c ---- */
-int skv_model_load_gguf(skv_model *m, const char *path, skv_err *err);
+int skv_model_load_gguf(skv_model *m, const char *path, const skv_model_params *p, skv_err *err);
 int skv_model_load_l2c(skv_model *m, const char *path, const char *tok_path, skv_err *err);
 
 /* ---- model_weights.c ---- */

@@ -122,7 +122,9 @@ static size_t max_piece_bytes(const skv_model *m, int n_vocab)
 int srv_load(srv *s)
 {
     char err[512];
-    if (skv_model_load(s->p.model_path, NULL, &s->model, err, sizeof err)) {
+    skv_model_params mp = s->p.model;
+    mp.tokenizer_path = NULL;
+    if (skv_model_load_params(s->p.model_path, &mp, &s->model, err, sizeof err)) {
         srv_log("cannot load model: %s", err);
         return -1;
     }

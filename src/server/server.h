@@ -4,6 +4,8 @@
 #ifndef SKV_SERVER_H
 #define SKV_SERVER_H
 
+#include "seqkv.h"
+
 /* Sampling defaults a request inherits when it does not say (llama-server's --temp, ...). */
 typedef struct skv_sampling_defaults {
     double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
@@ -75,6 +77,8 @@ typedef struct skv_server_params {
     const char *mcp_config;        /* --mcp-servers-config: a file of MCP servers (mcp.c), or NULL */
     const char *mcp_json;          /* --mcp-servers-json: the same as text, or NULL */
     skv_sampling_defaults defaults; /* all zero: seqkv's own (skv_sampling_defaults_init) */
+    skv_model_params model;        /* --override-kv, --rope-*: how the model loads (its
+                                    * tokenizer_path is not used) */
 } skv_server_params;
 
 /* llama-server's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties over

@@ -18,7 +18,9 @@ typedef struct {
     const char *model, *store, *host, *api_key, *api_key_file, *alias, *tags, *chat_template, *chat_template_file;
     const char *slot_save_path, *gpu_value, *cors_origins, *cors_methods, *cors_headers, *samplers, *sampling_seq;
     const char *tools, *tools_runtime, *mcp_config, *mcp_json, *tmpl_kwargs;
-    const char *tune_value, *log_file, *api_prefix, *budget_message;
+    const char *tune_value, *log_file, *api_prefix, *budget_message, *rope_scaling;
+    cli_list override_kv;
+    double rope_scale, rope_freq_base, rope_freq_scale;
     long keep; /* tune_*: llama.cpp's own tuning knobs (a note) */
     long reasoning_budget;
     int tune_flag, log_disable, log_timestamps;
@@ -164,6 +166,14 @@ static const cli_opt serve_table[] = {
     {"recompute", 0, CLI_FLOAT, "F", 0, 1, F(recompute), "--reuse near: fraction of positions to recompute (default 0.15)"},
     {"quality", 0, CLI_FLOAT, "KL", 1e-12, 100, F(quality),
      "--reuse near: target mean KL (nats); picks the fraction from the measured calibration"},
+    {"override-kv", 0, CLI_LIST, "KEY=TYPE:VALUE,...", 0, CLI_LIST_MAX, F(override_kv),
+     "model metadata read in place of the file's (TYPE int, float,\n"
+     "bool or str; repeatable, or comma-separated), e.g.\ntokenizer.ggml.add_bos_token=bool:false"},
+    {"rope-scaling", 0, CLI_STR, "none|linear|yarn", 0, 0, F(rope_scaling),
+     "RoPE position scaling (default: the model's; yarn is not\nsupported)"},
+    {"rope-scale", 0, CLI_FLOAT, "N", 1e-6, 1e6, F(rope_scale), "linear RoPE scaling: positions divided by N"},
+    {"rope-freq-base", 0, CLI_FLOAT, "N", 1e-6, 1e30, F(rope_freq_base), "RoPE base frequency (default: the model's)"},
+    {"rope-freq-scale", 0, CLI_FLOAT, "N", 1e-6, 1e6, F(rope_freq_scale), "linear RoPE scaling: positions multiplied by N"},
     GPU_VALUE("n-gpu-layers", 0), GPU_VALUE("ngl", 0), GPU_VALUE("gpu-layers", 0), GPU_VALUE("flash-attn", 0),
     GPU_VALUE("fa", 0), GPU_VALUE("split-mode", 0), GPU_VALUE("sm", 0), GPU_VALUE("main-gpu", 0), GPU_VALUE("mg", 0),
     GPU_VALUE("tensor-split", 0), GPU_VALUE("ts", 0), GPU_VALUE("device", 0), GPU_VALUE("dev", 0),
@@ -260,7 +270,33 @@ static int check_opts(const serve_opts *o)
         return cli_usage(&serve_cmd, "--tools-runtime: tool runtimes (containers, SSH) are not supported; the tools "
                                      "act on the host seqkv serve runs on (run it there)");
     if (o->cache_reuse) fprintf(stderr, "seqkv serve: --cache-reuse does nothing here: every stored prefix is reused\n");
+    if (o->rope_scaling && strcmp(o->rope_scaling, "none") && strcmp(o->rope_scaling, "linear"))
+        return cli_usage(&serve_cmd, "--rope-scaling %s: %s", o->rope_scaling,
+                         strcmp(o->rope_scaling, "yarn") ? "one of none, linear, yarn"
+                                                         : "YaRN scaling is not supported by seqkv's engine (none, linear are)");
+    if (o->rope_scale > 0 && o->rope_freq_scale > 0)
+        return cli_usage(&serve_cmd, "--rope-scale and --rope-freq-scale say the same thing: give one");
     return CLI_CONTINUE;
+}
+
+/* --override-kv's items (each option a comma-separated list, as llama-server's) in *out
+ * (NULL-ended, strings in *buf); -1 after a message. */
+static int kv_overrides(const serve_opts *o, char ***out, char **buf, size_t *n)
+{
+    size_t total = 0, k = 0;
+    for (int i = 0; i < o->override_kv.n; i++) total += strlen(o->override_kv.v[i]) + 1;
+    *out = NULL, *n = 0;
+    if (!total) return 0;
+    *buf = malloc(total), *out = calloc(total + 1, sizeof **out);
+    if (!*buf || !*out) return fprintf(stderr, "seqkv serve: out of memory\n"), -1;
+    char *at = *buf;
+    for (int i = 0; i < o->override_kv.n; i++) {
+        strcpy(at, o->override_kv.v[i]);
+        for (char *save = NULL, *item = strtok_r(at, ",", &save); item; item = strtok_r(NULL, ",", &save)) (*out)[k++] = item;
+        at += strlen(at) + 1;
+    }
+    *n = k;
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -344,8 +380,18 @@ int cmd_serve(int argc, char **argv)
         return CLI_FAIL;
     }
     p.api_key = keys;
+    char **ovr = NULL, *ovr_buf = NULL;
+    if (kv_overrides(&o, &ovr, &ovr_buf, &p.model.n_overrides)) {
+        free(keys), free(tmpl), free(ovr), free(ovr_buf);
+        return CLI_FAIL;
+    }
+    p.model.overrides = (const char *const *)ovr;
+    p.model.rope_scaling = o.rope_scaling;
+    p.model.rope_freq_base = o.rope_freq_base;
+    p.model.rope_freq_scale = o.rope_scale > 0 ? 1.0 / o.rope_scale : o.rope_freq_scale;
     rc = skv_server_run(&p) ? CLI_FAIL : CLI_OK;
     free(keys);
     free(tmpl);
+    free(ovr), free(ovr_buf);
     return rc;
 }
