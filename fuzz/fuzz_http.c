@@ -64,7 +64,19 @@ static int sink_stream(srv_req *r, srv_job *j)
     return 0;
 }
 
-static const srv_sink sink = {sink_text, sink_stream, NULL, NULL, NULL};
+/* A reply made as it is read (streamed batches and n > 1, the tools' output): read whole. */
+static int sink_source(srv_req *r, int code, const char *type, srv_source src)
+{
+    char buf[4096];
+    int end = 0;
+    (void)r, (void)code, (void)type;
+    while (!end)
+        if (!src.read(src.cls, buf, sizeof buf, &end, NULL, NULL) && !end) abort(); /* 0 bytes means the end */
+    src.close(src.cls);
+    return 0;
+}
+
+static const srv_sink sink = {sink_text, sink_stream, NULL, NULL, sink_source};
 
 /* The next line of data[*at..size) into out (NUL-terminated, cut at cap - 1); 0 at the end. */
 static int line(const uint8_t *data, size_t size, size_t *at, char *out, size_t cap)

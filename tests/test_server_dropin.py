@@ -54,6 +54,10 @@ each a case, on the model llama.cpp's own server tests use (stories260K, no chat
   and post_sampling_probs (the chain's survivors as probabilities summing to 1),
   streamed one token a chunk or not: log-probabilities <= 0 that sum (over the top ones)
   to at most 1, the chosen greedy token the most likely.
+- streamed_several: n > 1 and batches of prompts streamed (chat, /completion,
+  /v1/completions): each choice's events carry its index, one id, one usage chunk summing
+  the choices, one [DONE]; each choice's streamed text is the non-streamed one's; a client
+  that leaves mid-stream frees all its slots.
 - model_overrides: --override-kv (a tokenizer flag off: no BOS) and the --rope-* flags
   (none / linear on an unscaled model: the same top token probabilities; a base, a scale
   or the key's override: others); yarn, a bad value, a malformed item and two scales are
@@ -308,7 +312,7 @@ def unsupported_fields_refused(tmp):
         code, r = s.json("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                                                   "verbose": True})
         check(code == 200 and "<|im_start|>user" in r.get("__verbose", {}).get("prompt", ""), "verbose: %s" % r)
-        for bad in ({"n": 0}, {"n": 17}, {"n": 2, "stream": True}, {"response_fields": ["content"]}):
+        for bad in ({"n": 0}, {"n": 17}, {"response_fields": ["content"]}):
             code, r = s.json("/v1/chat/completions", dict(bad, messages=[{"role": "user", "content": "hi"}]))
             check(code == 400, "%s: %d %s" % (bad, code, r))
         code, r = s.json("/v1/chat/completions", dict(neutral, messages=[{"role": "user", "content": "hi"}],
@@ -660,6 +664,65 @@ def abandoned_request_frees_slot(tmp):
         s.stop()
 
 
+def streamed_several(tmp):
+    """n > 1 and batches streamed: every choice's events interleaved, each with its index."""
+    import socket
+    import time
+    from harness import sse
+    s = serve(tmp, "-np", "3", "-c", "3072", name="several.log")
+    try:
+        msgs = [{"role": "user", "content": "hi"}]
+        code, whole = s.json("/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "n": 3, "temperature": 0})
+        check(code == 200, "n 3: %d %s" % (code, whole))
+        code, text = s.curl("/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "n": 3, "temperature": 0,
+                                                     "stream": True, "stream_options": {"include_usage": True}})
+        data = sse(text)
+        check(code == 200 and data and data[-1] == "[DONE]" and data.count("[DONE]") == 1, "one [DONE] at the end: %s" % data[-2:])
+        events = [json.loads(d) for d in data if d != "[DONE]"]
+        check(len({e["id"] for e in events}) == 1, "one id for the request: %s" % {e["id"] for e in events})
+        usage = [e for e in events if not e["choices"]]
+        check(len(usage) == 1 and usage[0]["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"] and
+              usage[0]["usage"]["prompt_tokens"] == whole["usage"]["prompt_tokens"], "one usage chunk, summed: %s %s" %
+              (usage, whole["usage"]))
+        for i in range(3):
+            mine = [e["choices"][0] for e in events if e["choices"] and e["choices"][0]["index"] == i]
+            got = "".join(c["delta"].get("content") or "" for c in mine)
+            check(mine and mine[0]["delta"].get("role") == "assistant" and mine[-1]["finish_reason"] == "length" and
+                  got == whole["choices"][i]["message"]["content"], "choice %d: %r vs %r" %
+                  (i, got, whole["choices"][i]["message"]["content"]))
+        # a batch of prompts on /completion and OpenAI's /v1/completions
+        prompts = ["Once upon a time", "The little dog", "One day"]
+        code, whole = s.json("/completion", {"prompt": prompts, "n_predict": 10, "temperature": 0})
+        code, text = s.curl("/completion", {"prompt": prompts, "n_predict": 10, "temperature": 0, "stream": True})
+        events = [json.loads(d) for d in sse(text)]
+        check(code == 200 and "[DONE]" not in text and len([e for e in events if e["stop"]]) == 3,
+              "/completion batch streamed: %s" % events[-1:])
+        for i in range(3):
+            got = "".join(e["content"] for e in events if e["index"] == i)
+            check(got == whole[i]["content"], "prompt %d: %r vs %r" % (i, got, whole[i]["content"]))
+        code, text = s.curl("/v1/completions", {"prompt": "Once upon", "max_tokens": 5, "n": 2, "stream": True})
+        data = sse(text)
+        idx = sorted({json.loads(d)["choices"][0]["index"] for d in data if d != "[DONE]" and json.loads(d)["choices"]})
+        check(code == 200 and idx == [0, 1] and data[-1] == "[DONE]", "/v1/completions n 2: %s" % data[-3:])
+        # a client that leaves frees every slot of its request
+        body = json.dumps({"messages": msgs, "max_tokens": 900, "n": 3, "stream": True, "temperature": 1,
+                           "ignore_eos": True}).encode()
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        c.recv(4096)
+        c.close()
+        deadline, slots = time.time() + 5, []
+        while time.time() < deadline:
+            slots = s.json("/slots")[1]
+            if not any(sl["is_processing"] for sl in slots):
+                break
+            time.sleep(0.05)
+        check(not any(sl["is_processing"] for sl in slots) and all(sl["n_past"] < 600 for sl in slots),
+              "slots generated on for a client that left: %s" % [(sl["id"], sl["n_past"]) for sl in slots])
+    finally:
+        s.stop()
+
+
 def token_probabilities(tmp):
     import math
     from harness import sse
@@ -763,7 +826,7 @@ def main():
              cors_preflight, cors_origins, assistant_prefill, prompt_progress_and_timings, embeddings, history_is_a_cache_hit, infill_layout,
              web_ui_and_token_count,
              context_errors, abandoned_request_frees_slot, token_probabilities,
-             seeded_sampling_is_llama_servers, model_overrides]
+             seeded_sampling_is_llama_servers, model_overrides, streamed_several]
     if not os.path.isfile(MODEL):
         for c in cases:
             rep.report(c.__name__, testenv.missing("SKIP", "FAIL"), "stories260K not found (../shared)")

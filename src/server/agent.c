@@ -1425,10 +1425,7 @@ static size_t stream_read(void *cls, char *out, size_t max, int *end, int (*aliv
             return 0;
         }
     }
-    size_t n = st->len - st->pos < max ? st->len - st->pos : max;
-    memcpy(out, st->ev + st->pos, n);
-    st->pos += n;
-    return n;
+    return srv_source_copy(out, max, st->ev, st->len, &st->pos);
 }
 
 static void stream_close(void *cls)

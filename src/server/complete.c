@@ -536,8 +536,6 @@ static int run_several(srv_req *r, int fmt, const char *n_key, const json_t *bat
     srv_job *jobs[SRV_MAX_CHOICES] = {0};
     size_t made = 0, at = 0;
     if (n > SRV_MAX_CHOICES) return srv_reply_error(r, 400, "at most %d prompts or choices (n)", SRV_MAX_CHOICES);
-    if (json_is_true(json_object_get(r->body, "stream")))
-        return srv_reply_error(r, 400, "several prompts or n > 1 cannot be streamed by seqkv serve yet");
     for (; made < n; made++) {
         srv_job *j = job_from(r, fmt, n_key, &err);
         if (!(jobs[made] = j)) break;

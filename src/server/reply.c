@@ -833,6 +833,19 @@ static int pending(const srv_job *j, size_t sent, size_t *to, size_t *tok)
     return 1;
 }
 
+int srv_reply_stream_ready(srv_job *j, int state, size_t sent)
+{
+    size_t to, tok;
+    if (state == ST_END) return 1;
+    if (state == ST_START && ((j->fmt == SRV_FMT_OAI_CHAT && !(j->return_progress && j->stream)) ||
+                              j->fmt == SRV_FMT_ANTHROPIC || j->fmt == SRV_FMT_RESPONSES))
+        return 1; /* a start event goes out at once */
+    pthread_mutex_lock(&j->mu);
+    int r = j->done || pending(j, sent, &to, &tok);
+    pthread_mutex_unlock(&j->mu);
+    return r;
+}
+
 /* Waits for a chunk, the end, or the keep-alive interval; caller holds j->mu. */
 static int wait_news(srv_job *j, size_t sent)
 {

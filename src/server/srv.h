@@ -27,6 +27,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "core/mt19937.h"
@@ -397,6 +398,8 @@ json_t *srv_reply_final(const srv *s, srv_job *j);
 /* The next bytes of a streamed reply ("data: ...\n\n" events); NULL when the stream ended.
  * *state: 0 at the start. Blocks until there is something to send. */
 char *srv_reply_stream_next(const srv *s, srv_job *j, int *state, size_t *sent, size_t *len);
+/* 1 when srv_reply_stream_next(j, state, sent) would not wait: a start event, news, the end. */
+int srv_reply_stream_ready(srv_job *j, int state, size_t sent);
 
 /* ---- requests (request.c: the socket-free path; http.c: libmicrohttpd) ---- */
 typedef struct srv_req srv_req;
@@ -409,6 +412,14 @@ typedef struct srv_source {
     void (*close)(void *cls);
     void *cls;
 } srv_source;
+/* A source's read: copies what is left of buf[*pos..len) into out (at most max bytes). */
+static inline size_t srv_source_copy(char *out, size_t max, const char *buf, size_t len, size_t *pos)
+{
+    size_t n = len - *pos < max ? len - *pos : max;
+    memcpy(out, buf + *pos, n);
+    *pos += n;
+    return n;
+}
 typedef struct srv_sink {
     int (*text)(srv_req *r, int code, const char *type, char *text); /* takes text (malloc'ed) */
     int (*stream)(srv_req *r, srv_job *j);                           /* takes j's reference */
@@ -478,8 +489,9 @@ int srv_rt_completion(srv_req *r);
 int srv_rt_oai_completion(srv_req *r);
 int srv_rt_oai_chat(srv_req *r);
 int srv_rt_apply_template(srv_req *r);
-/* Runs jobs[0..n) (not streamed) and replies with all of them: llama-server's list of
- * results, or one OpenAI object with n choices (multi.c). Takes the references. */
+/* Runs jobs[0..n) and replies with all of them: llama-server's list of results, or one
+ * OpenAI object with n choices; streamed jobs: their events interleaved, each with its
+ * index (multi.c). Takes the references. */
 int srv_run_many(srv_req *r, srv_job **jobs, size_t n);
 /* POST /slots/{id}?action=save|restore|erase */
 int srv_rt_slot_action(srv_req *r);
