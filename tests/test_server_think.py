@@ -110,6 +110,14 @@ def split(s):
     check(code == 400 and "reasoning_format" in r["error"]["message"], "bad format: %d %s" % (code, r))
     code, r = post(s, "/completion", {"prompt": "Once", "grammar": GRAMMAR, "n_predict": 60, "temperature": 0})
     check(code == 200 and r["content"].startswith("<think>"), "/completion never splits: %s" % r)
+    # generation_settings and /props say the format, as llama-server's
+    check(r["generation_settings"]["reasoning_format"] == "auto", "/completion: %s" % r["generation_settings"])
+    for fmt in ("none", "deepseek-legacy"):
+        code, r = post(s, "/v1/chat/completions", dict(BODY, reasoning_format=fmt, verbose=True))
+        gs = r.get("__verbose", {}).get("generation_settings", {})
+        check(gs.get("reasoning_format") == fmt and gs.get("reasoning_in_content") is False, "%s: %s" % (fmt, gs))
+    code, r = s.json("/props")
+    check(r["default_generation_settings"]["params"]["reasoning_format"] == "auto", "/props: %s" % r)
 
 
 def stream(s):

@@ -458,6 +458,7 @@ static srv_job *job_from(srv_req *r, int fmt, const char *n_key, skv_err *err)
     memcpy(j->samplers, req.samplers, sizeof j->samplers);
     j->cache_prompt = req.cache_prompt, j->id_slot = req.id_slot, j->stream = req.stream, j->seed = req.seed;
     j->usage_chunk = req.usage_chunk, j->created = req.created, j->fmt = fmt, j->n_stop = req.n_stop;
+    j->think_format = r->s->p.reasoning_format; /* a chat says its own (think_of) */
     j->n_keep = req.n_keep, j->n_discard = req.n_discard, j->return_tokens = req.return_tokens;
     memcpy(j->stop, req.stop, sizeof j->stop);
     int misplaced = fmt != SRV_FMT_OAI_CHAT && !is_empty(json_object_get(r->body, "tools"));
@@ -999,6 +1000,7 @@ static int think_of(const srv_req *r, srv_job *j, const char *prompt, skv_err *e
     if (v && !json_is_null(v) && (f = srv_think_format(json_string_value(v))) < 0)
         return skv_fail(err, SKV_ERR_INVALID_ARG, "\"reasoning_format\": one of none, auto, deepseek, deepseek-legacy"), -1;
     int marker = srv_think_marker(r->s->chat_template);
+    j->think_format = f;
     j->think = f == SRV_REASON_NONE ? 0 : marker + 1;
     j->think_legacy = f == SRV_REASON_LEGACY;
     j->think_opened = srv_think_opened(marker, prompt, strlen(prompt));

@@ -114,6 +114,25 @@ static json_t *gen_settings(const srv *s, const srv_job *j)
         if (name) json_array_append_new(names, json_string(name));
     }
     json_object_set_new(o, "samplers", names);
+    json_t *stop = json_array();
+    for (int i = 0; stop && i < j->n_stop; i++) json_array_append_new(stop, json_string(j->stop[i]));
+    json_object_set_new(o, "stop", stop);
+    json_object_set_new(o, "max_tokens", json_integer(j->n_predict));
+    json_object_set_new(o, "stream", json_boolean(j->stream));
+    json_object_set_new(o, "n_probs", json_integer(j->n_probs));
+    json_object_set_new(o, "timings_per_token", json_boolean(j->timings_per_token));
+    json_object_set_new(o, "post_sampling_probs", json_boolean(j->post_probs));
+    json_object_set_new(o, "reasoning_format", json_string(srv_think_format_name(j->think_format)));
+    json_object_set_new(o, "reasoning_in_content", json_boolean(j->stream && j->think_format == SRV_REASON_LEGACY));
+    /* the samplers seqkv refuses to run, at the values that leave them off (llama.cpp's defaults) */
+    json_t *off = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:i,s:i,s:f,s:f,s:b,s:b,s:[],s:[],s:[]}",
+                            "dynatemp_range", 0.0, "dynatemp_exponent", 1.0, "top_n_sigma", -1.0, "xtc_probability", 0.0,
+                            "xtc_threshold", 0.1, "dry_multiplier", 0.0, "dry_base", 1.75, "dry_allowed_length", 2,
+                            "dry_penalty_last_n", -1, "mirostat", 0, "mirostat_tau", 5.0, "mirostat_eta", 0.1,
+                            "backend_sampling", 0, "grammar_lazy", 0, "grammar_triggers", "preserved_tokens",
+                            "lora");
+    json_object_update_missing(o, off);
+    json_decref(off);
     return o;
 }
 

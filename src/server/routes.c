@@ -37,6 +37,12 @@ static int rt_props(srv_req *r)
                                d->temp, "top_k", d->top_k, "top_p", d->top_p, "min_p", d->min_p, "repeat_penalty",
                                d->repeat_penalty, "repeat_last_n", d->repeat_last_n, "presence_penalty",
                                d->presence_penalty, "frequency_penalty", d->frequency_penalty, "seed", seed);
+    json_t *more = json_pack("{s:i,s:i,s:f,s:i,s:b,s:s,s:b,s:b,s:i}", "max_tokens", d->n_predict, "n_keep", d->n_keep,
+                             "typical_p", d->typ_p, "min_keep", d->min_keep, "ignore_eos", d->ignore_eos,
+                             "reasoning_format", srv_think_format_name(s->p.reasoning_format), "reasoning_in_content", 0,
+                             "stream", 0, "n_probs", 0);
+    json_object_update(params, more);
+    json_decref(more);
     json_t *gen = json_pack("{s:i,s:o}", "n_ctx", s->n_ctx, "params", params);
     json_t *o = json_pack("{s:o,s:i,s:s,s:s,s:s,s:b}", "default_generation_settings", gen, "total_slots",
                           s->p.parallel, "model_path", s->p.model_path, "chat_template",

@@ -179,6 +179,7 @@ typedef struct srv_job {
      * reasoning and content sent so far (offsets into text), its reasoning block or item
      * (Anthropic, Responses): 1 opened, 2 closed; the tokens whose logprobs went out */
     int think, think_opened, think_legacy;
+    int think_format;          /* the reasoning format asked for (SRV_REASON_*), for generation_settings */
     size_t think_r_sent, think_c_sent, think_p_sent;
     int think_block;
     /* the thinking budget (think.c; not with a grammar): the template's marker pair + 1 (0:
