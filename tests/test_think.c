@@ -117,11 +117,45 @@ static void streams_add_up(void)
     CHECK(stream_adds_up(3, 1, "hm [/THIN [/THINK]ok"));
 }
 
+/* The thinking budget over a reply the "model" writes piece by piece (each piece one token;
+ * a forced token writes "#"): budget 2 with a 2-token forced close, so each thought gets
+ * two of the model's tokens and then "##"; a second thought later in the reply is budgeted
+ * again; one the model closes itself is left alone; a prompt that opened the block counts
+ * from the reply's start. */
+static char *run_budget(const char *const *pieces, int opened, int budget)
+{
+    static char text[512];
+    int32_t force[2] = {7, 8};
+    srv_job j = {0};
+    j.think_mark = 1, j.think_opened = opened, j.think_budget = budget, j.think_force = force, j.n_force = 2;
+    j.text = text, text[0] = 0;
+    for (size_t p = 0; pieces[p] && strlen(text) < 400;) {
+        int32_t tok = -1;
+        if (srv_think_budget_next(&j, &tok)) strcat(text, "#");
+        else strcat(text, pieces[p++]);
+        j.len = strlen(text);
+    }
+    return text;
+}
+
+static void budget_per_thought(void)
+{
+    static const char *const two[] = {"<think>", "a", "b", "c", "d", "</think>", "x", "<think>", "e", "f", "g", "</think>", "y", NULL};
+    CHECK_MSG(!strcmp(run_budget(two, 0, 2), "<think>ab##cd</think>x<think>ef##g</think>y"), "%s", run_budget(two, 0, 2));
+    static const char *const short_[] = {"<think>", "a", "</think>", "x", "<th", "ink>", "b", "c", "d", NULL};
+    CHECK_MSG(!strcmp(run_budget(short_, 0, 2), "<think>a</think>x<think>bc##d"), "%s", run_budget(short_, 0, 2));
+    static const char *const opened[] = {"a", "b", "c", "</think>", "<think>", "d", "e", "f", NULL};
+    CHECK_MSG(!strcmp(run_budget(opened, 1, 2), "ab##c</think><think>de##f"), "%s", run_budget(opened, 1, 2));
+    CHECK_MSG(!strcmp(run_budget(opened, 1, 0), "##abc</think><think>##def"), "%s", run_budget(opened, 1, 0));
+    CHECK_MSG(!strcmp(run_budget(two, 0, -1), "<think>abcd</think>x<think>efg</think>y"), "%s", run_budget(two, 0, -1));
+}
+
 int main(void)
 {
     TEST_BEGIN("test_think");
     RUN(known_replies);
     RUN(markers_of_templates);
     RUN(streams_add_up);
+    RUN(budget_per_thought);
     TEST_END();
 }

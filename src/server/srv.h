@@ -184,10 +184,11 @@ typedef struct srv_job {
     int think_block;
     /* the thinking budget (think.c; not with a grammar): the template's marker pair + 1 (0:
      * none), the tokens a thought may take (-1: unlimited), the thought's state
-     * (SRV_THINK_*) and tokens so far; the tokens forced when it runs out (the budget
-     * message and the closing marker), the next of them */
-    int think_mark, think_budget, think_state;
-    size_t think_count;
+     * (SRV_THINK_*) and tokens so far, where the text's next marker may start and whether
+     * a thought has begun; the tokens forced when it runs out (the budget message and the
+     * closing marker), the next of them */
+    int think_mark, think_budget, think_state, think_started;
+    size_t think_count, think_scan;
     int32_t *think_force;
     size_t n_force, force_at;
     atomic_int cancel;         /* the client went away */

@@ -126,25 +126,50 @@ static int utf8_whole(const char *t, size_t n)
     return k == want;
 }
 
+/* The first k in [from, n) where t holds s (sl bytes), else SIZE_MAX; *next: where the
+ * next search may start (a partial match at the end kept). */
+static size_t find_from(const char *t, size_t n, size_t from, const char *s, size_t sl, size_t *next)
+{
+    for (size_t k = from; k + sl <= n; k++)
+        if (t[k] == s[0] && !memcmp(t + k, s, sl)) return k;
+    *next = n >= sl ? (n - sl + 1 > from ? n - sl + 1 : from) : from;
+    return SIZE_MAX;
+}
+
 /* As llama-server's reasoning budget: the tokens of a thought are counted from its opening
- * (the prompt's, or the reply's opening marker); when the count reaches the budget at a
- * character boundary, the budget message and the closing marker are forced token by token,
- * and the rest of the reply is the model's again. A budget of 0 closes the thought at once. */
+ * (the prompt's, or an opening marker the reply writes); when the count reaches the budget
+ * at a character boundary, the budget message and the closing marker are forced token by
+ * token, and the rest of the reply is the model's again. Another opening marker later in
+ * the reply starts another thought with a budget of its own (llama-server re-arms too). A
+ * budget of 0 closes a thought at once. The text is scanned once: think_scan is where the
+ * next marker may start. */
 int srv_think_budget_next(srv_job *j, int32_t *tok)
 {
-    if (j->think_budget < 0 || !j->think_mark || j->think_state == SRV_THINK_OUT) return 0;
-    if (j->force_at == 0 || j->force_at >= j->n_force) { /* not forcing: where is the text? */
-        srv_think_parts p;
-        srv_think_split(j->think_mark - 1, j->think_opened, j->text ? j->text : "", j->len, 0, &p);
-        j->think_state = p.state;
-        if (p.state != SRV_THINK_IN) return 0;
-        if (j->think_count < (size_t)j->think_budget || !utf8_whole(j->text ? j->text : "", j->len)) {
-            j->think_count++; /* the token sampled now is the thought's */
-            return 0;
+    if (j->think_budget < 0 || !j->think_mark) return 0;
+    if (j->force_at && j->force_at < j->n_force) return *tok = j->think_force[j->force_at++], 1;
+    const struct srv_think_marker *mk = &markers[j->think_mark - 1];
+    const char *t = j->text ? j->text : "";
+    size_t ko = strlen(mk->open), kc = strlen(mk->close), at;
+    if (j->force_at) /* a forced closing marker just ended its thought */
+        j->force_at = 0, j->think_state = SRV_THINK_OUT, j->think_scan = j->len;
+    for (;;) {
+        if (j->think_state != SRV_THINK_IN) { /* outside: a thought opens? */
+            if (!j->think_started && j->think_opened) {
+                at = 0; /* the prompt opened it */
+            } else if ((at = find_from(t, j->len, j->think_scan, mk->open, ko, &j->think_scan)) == SIZE_MAX) {
+                return 0;
+            } else {
+                at += ko;
+            }
+            j->think_started = 1, j->think_state = SRV_THINK_IN, j->think_count = 0, j->think_scan = at;
         }
-        if (!j->n_force) return j->think_state = SRV_THINK_OUT, 0;
+        if ((at = find_from(t, j->len, j->think_scan, mk->close, kc, &j->think_scan)) == SIZE_MAX) break;
+        j->think_state = SRV_THINK_OUT, j->think_scan = at + kc; /* closed by the model: look on */
     }
-    *tok = j->think_force[j->force_at++];
-    if (j->force_at == j->n_force) j->think_state = SRV_THINK_OUT;
-    return 1;
+    if (j->think_count < (size_t)j->think_budget || !utf8_whole(t, j->len)) {
+        j->think_count++; /* the token sampled now is the thought's */
+        return 0;
+    }
+    if (!j->n_force) return j->think_state = SRV_THINK_OUT, j->think_scan = j->len, 0;
+    return *tok = j->think_force[j->force_at++], 1;
 }
