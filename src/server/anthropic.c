@@ -137,10 +137,10 @@ json_t *srv_anthropic_to_oai(const json_t *body, skv_err *err)
     if (json_is_array(tools)) {
         json_t *ot = json_array();
         json_array_foreach(tools, i, t) {
-            json_t *schema = json_object_get(t, "input_schema");
-            json_array_append_new(ot, json_pack("{s:s,s:{s:O?,s:O?,s:O}}", "type", "function", "function", "name",
+            json_t *schema = json_object_get(t, "input_schema"); /* "o" takes the reference: a new {} is not leaked */
+            json_array_append_new(ot, json_pack("{s:s,s:{s:O?,s:O?,s:o}}", "type", "function", "function", "name",
                                                 json_object_get(t, "name"), "description", json_object_get(t, "description"),
-                                                "parameters", schema ? schema : json_object()));
+                                                "parameters", schema ? json_incref(schema) : json_object()));
         }
         json_object_set_new(out, "tools", ot);
     }
